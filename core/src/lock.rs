@@ -1,0 +1,443 @@
+//! A held lock: its token, its validity deadline on the monotonic clock, and the calls that
+//! extend and release it on a quorum.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::manager::Shared;
+use crate::options::LockOptions;
+use crate::quorum::{Tally, fan_out, yes_if};
+use crate::scripts::{EXTEND, RELEASE, release_channel};
+
+/// Where a lock stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockStatus {
+    Held,
+    Released,
+    /// The lock can no longer be guaranteed; the reason says why. Signalled before the
+    /// validity deadline whenever the process keeps running.
+    Lost(LossReason),
+}
+
+/// Why a held lock was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// Our token is gone from a majority of nodes: the key was deleted, expired, or another
+    /// owner now holds it.
+    TokenGone { key: String, missing_on: usize, nodes: usize },
+    /// Renewals could not reach a quorum before the validity would end.
+    QuorumUnreachable { key: String, detail: String },
+    /// A quorum confirmed, but too late to count (renewal slower than the validity).
+    RenewalTooSlow { key: String },
+    /// `max_hold` was reached; the watchdog stopped renewing.
+    MaxHold { key: String, max_hold: std::time::Duration },
+    /// The watchdog is off for this lock and its ttl is about to run out.
+    Expiring { key: String, ttl: std::time::Duration },
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LossReason::TokenGone { key, missing_on, nodes } => write!(
+                f,
+                "lock {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)"
+            ),
+            LossReason::QuorumUnreachable { key, detail } => {
+                write!(f, "lock {key:?} lost: renewal could not reach a quorum before the validity ended: {detail}")
+            }
+            LossReason::RenewalTooSlow { key } => {
+                write!(f, "lock {key:?} lost: renewal confirmed only after the validity had ended")
+            }
+            LossReason::Expiring { key, ttl } => {
+                write!(f, "lock {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off")
+            }
+            LossReason::MaxHold { key, max_hold } => {
+                write!(f, "lock {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing")
+            }
+        }
+    }
+}
+
+pub(crate) struct State {
+    pub status: LockStatus,
+    pub deadline: Instant,
+    pub extensions: u32,
+    /// When the watchdog renews next.
+    pub next_renewal: Instant,
+    /// What the last failed renewal saw, reported if the lock is then lost.
+    pub last_failure: Option<LossReason>,
+    /// Release has run (a lost lock keeps its `Lost` status, and is still released once).
+    pub released: bool,
+    /// A watchdog renewal is in flight.
+    pub renewing: bool,
+    /// After a failed renewal: when to try again (no early slack for retries).
+    pub retry_at: Option<Instant>,
+}
+
+pub(crate) struct LockInner {
+    pub shared: Arc<Shared>,
+    pub key: String,
+    pub token: String,
+    pub opts: LockOptions,
+    pub fence: Option<u64>,
+    pub acquired_at: Instant,
+    /// Only the process that acquired the lock may release it: a forked child inherits the
+    /// handle but not the right to drop the parent's lock.
+    pid: u32,
+    state: Mutex<State>,
+    status_tx: watch::Sender<LockStatus>,
+    /// Serializes extend, renewal and release, so a release never races a renewal in flight.
+    pub op: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl LockInner {
+    pub fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Moves a held lock to `status` and wakes everyone waiting on it. A lock that is already
+    /// released or lost stays as it is.
+    pub fn finish(&self, status: LockStatus) -> bool {
+        let mut s = self.state();
+        if s.status != LockStatus::Held {
+            return false;
+        }
+        s.status = status.clone();
+        drop(s);
+        if let LockStatus::Lost(reason) = &status {
+            tracing::warn!("{reason}");
+        }
+        self.status_tx.send_replace(status);
+        true
+    }
+
+    /// The renewal period: ttl/3.
+    pub fn period(&self) -> Duration {
+        self.opts.ttl / 3
+    }
+
+    /// How long before the deadline the lock is declared lost if no renewal has confirmed:
+    /// time for one more renewal to be sent and answered, twice, so the signal lands before
+    /// the deadline even when the watchdog is busy with a batch at that moment.
+    pub fn loss_margin(&self) -> Duration {
+        self.opts.effective_node_timeout() * 2
+    }
+
+    /// A renewal (or extend) confirmed by a quorum at `start`.
+    pub fn renewed(&self, start: Instant, ttl: Duration, drift: Duration) -> Option<Duration> {
+        let deadline = start + ttl - drift;
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        let mut s = self.state();
+        if s.status == LockStatus::Held {
+            s.deadline = deadline;
+            s.next_renewal = start + ttl / 3;
+            s.last_failure = None;
+            s.retry_at = None;
+        }
+        Some(deadline - now)
+    }
+}
+
+/// A lock held on a quorum of nodes. Dropping it without `release` releases it in the
+/// background.
+pub struct Lock {
+    inner: Arc<LockInner>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &self.inner.key)
+            .field("status", &self.status())
+            .field("validity", &self.validity())
+            .field("fence", &self.inner.fence)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        key: String,
+        token: String,
+        opts: LockOptions,
+        deadline: Instant,
+        acquired_at: Instant,
+        fence: Option<u64>,
+    ) -> Lock {
+        let next_renewal = acquired_at + opts.ttl / 3;
+        let inner = Arc::new(LockInner {
+            shared,
+            key,
+            token,
+            opts,
+            fence,
+            acquired_at,
+            pid: std::process::id(),
+            state: Mutex::new(State {
+                status: LockStatus::Held,
+                deadline,
+                extensions: 0,
+                next_renewal,
+                last_failure: None,
+                released: false,
+                renewing: false,
+                retry_at: None,
+            }),
+            status_tx: watch::Sender::new(LockStatus::Held),
+            op: Arc::new(tokio::sync::Mutex::new(())),
+        });
+        inner.shared.watchdog.watch(&inner);
+        Lock { inner }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.inner.state()
+    }
+
+    pub fn key(&self) -> &str {
+        &self.inner.key
+    }
+
+    /// The value stored at the key: 128 random bits in hex, unique to this acquisition.
+    pub fn token(&self) -> &str {
+        &self.inner.token
+    }
+
+    /// The fence token of this grant, when fencing is on: strictly greater than the fence of
+    /// every earlier grant of this key.
+    pub fn fence(&self) -> Option<u64> {
+        self.inner.fence
+    }
+
+    pub fn options(&self) -> &LockOptions {
+        &self.inner.opts
+    }
+
+    pub fn status(&self) -> LockStatus {
+        self.state().status.clone()
+    }
+
+    /// The instant (monotonic clock) after which the lock may be held by someone else.
+    pub fn deadline(&self) -> Instant {
+        self.state().deadline
+    }
+
+    /// Time left before the deadline; zero once it has passed or the lock is released/lost.
+    pub fn validity(&self) -> Duration {
+        let s = self.state();
+        match s.status {
+            LockStatus::Held => s.deadline.saturating_duration_since(Instant::now()),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// Held, and the deadline has not passed.
+    pub fn is_held(&self) -> bool {
+        let s = self.state();
+        s.status == LockStatus::Held && Instant::now() < s.deadline
+    }
+
+    /// `Ok` while held; `LockLost` (with the reason) once lost, `NotHeld` once released or
+    /// past the deadline.
+    pub fn check(&self) -> Result<()> {
+        let s = self.state();
+        let key = &self.inner.key;
+        match &s.status {
+            LockStatus::Lost(reason) => Err(Error::new(ErrorKind::LockLost, reason.to_string())),
+            LockStatus::Released => Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} was released"))),
+            LockStatus::Held if Instant::now() >= s.deadline => Err(Error::new(
+                ErrorKind::LockLost,
+                format!("lock {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)", self.inner.opts.ttl),
+            )),
+            LockStatus::Held => Ok(()),
+        }
+    }
+
+    /// Resolves with the reason once the lock is lost (before its deadline, when the process
+    /// keeps running), or with `None` once it is released. Owns what it needs: it can be
+    /// spawned, and outlives the `Lock`.
+    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+        let mut rx = self.inner.status_tx.subscribe();
+        async move {
+            loop {
+                match &*rx.borrow_and_update() {
+                    LockStatus::Lost(reason) => return Some(reason.clone()),
+                    LockStatus::Released => return None,
+                    LockStatus::Held => {}
+                }
+                if rx.changed().await.is_err() {
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Resets the ttl on every node that still holds our token (compare-and-pexpire).
+    /// Succeeds only when a quorum confirms within the new validity, and returns it. On
+    /// failure nothing is deleted, nothing expired is re-created, and the deadline stays.
+    pub async fn extend(&self) -> Result<Duration> {
+        self.extend_for(self.inner.opts.ttl).await
+    }
+
+    /// As `extend`, with a different ttl from now on.
+    pub async fn extend_for(&self, ttl: Duration) -> Result<Duration> {
+        let opts = self.inner.opts.clone().ttl(ttl);
+        opts.validate()?;
+        let key = &self.inner.key;
+        let _op = self.inner.op.lock().await;
+        {
+            let s = self.state();
+            if let LockStatus::Lost(reason) = &s.status {
+                return Err(Error::new(ErrorKind::LockLost, format!("cannot extend: {reason}")));
+            }
+            if s.status != LockStatus::Held {
+                return Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} cannot be extended: it was released")));
+            }
+            if Instant::now() >= s.deadline {
+                return Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!("lock {key:?} cannot be extended: its validity has already ended"),
+                ));
+            }
+            if let Some(max) = self.inner.opts.max_extensions
+                && s.extensions >= max
+            {
+                return Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!("lock {key:?} cannot be extended: max_extensions={max} reached"),
+                ));
+            }
+        }
+        let start = Instant::now();
+        let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
+        if tally.won()
+            && let Some(validity) = self.inner.renewed(start, opts.ttl, opts.drift())
+        {
+            self.state().extensions += 1;
+            return Ok(validity);
+        }
+        let nodes = &self.inner.shared.nodes;
+        let failures = tally.describe_failures(nodes);
+        let (kind, why) = if tally.won() {
+            (ErrorKind::LockLost, "the extend took longer than the new validity".to_string())
+        } else if tally.no() > tally.answers.len() - tally.quorum {
+            (
+                ErrorKind::LockLost,
+                format!(
+                    "our token is gone (expired or taken) on {} of {} nodes",
+                    tally.no(),
+                    tally.answers.len()
+                ),
+            )
+        } else {
+            (ErrorKind::QuorumUnreachable, format!("quorum unreachable: {failures}"))
+        };
+        Err(Error::new(kind, format!("lock {key:?} not extended, validity unchanged: {why}")))
+    }
+
+    /// Compare-and-delete on every node. `Ok(true)` when a quorum still held our token,
+    /// `Ok(false)` when it had already expired or been taken. Waits for a renewal in flight.
+    /// A release whose future is dropped still completes in the background.
+    pub async fn release(&self) -> Result<bool> {
+        let inner = self.inner.clone();
+        let task = self.inner.shared.handle().spawn(async move { inner.release().await });
+        task.await
+            .unwrap_or_else(|e| Err(Error::new(ErrorKind::Redis, format!("release task failed: {e}"))))
+    }
+}
+
+impl LockInner {
+    async fn release(&self) -> Result<bool> {
+        let key = &self.key;
+        let _op = self.op.lock().await;
+        {
+            let mut s = self.state();
+            if s.released {
+                return Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} was already released")));
+            }
+            s.released = true;
+        }
+        // A lost lock stays `Lost` (its reason is what its holder needs to see); its token
+        // may still sit on some nodes, so it is released all the same.
+        self.finish(LockStatus::Released);
+        let tally = release_everywhere(&self.shared, key, &self.token, &self.opts, None).await;
+        if tally.won() {
+            return Ok(true);
+        }
+        if tally.yes() + tally.unreachable() >= tally.quorum {
+            return Err(Error::new(
+                ErrorKind::QuorumUnreachable,
+                format!(
+                    "lock {key:?}: released on {} of {} nodes, the others did not answer and keep it until its ttl: {}",
+                    tally.yes(),
+                    tally.answers.len(),
+                    tally.describe_failures(&self.shared.nodes)
+                ),
+            ));
+        }
+        Ok(false)
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        let releasable = !self.state().released;
+        if releasable && self.inner.pid == std::process::id() {
+            let inner = self.inner.clone();
+            self.inner.shared.handle().spawn(async move {
+                let _ = inner.release().await;
+            });
+        }
+    }
+}
+
+/// Compare-and-delete on every node (or on those marked in `only`), waiting for each up to
+/// the node timeout.
+pub(crate) async fn release_everywhere(
+    shared: &Shared,
+    key: &str,
+    token: &str,
+    opts: &LockOptions,
+    only: Option<&[bool]>,
+) -> Tally {
+    let timeout = opts.effective_node_timeout();
+    let channel = release_channel(key);
+    let channel = channel.as_str();
+    fan_out(&shared.nodes, shared.quorum, false, |i, node| {
+        let wanted = only.is_none_or(|m| m[i]);
+        async move {
+            if !wanted {
+                return Ok(None);
+            }
+            node.run(timeout, false, move |mut conn| async move {
+                let deleted: i64 = RELEASE.key(key).arg(token).arg(channel).invoke_async(&mut conn).await?;
+                Ok(yes_if(deleted == 1))
+            })
+            .await
+        }
+    })
+    .await
+}
+
+pub(crate) async fn extend_everywhere(shared: &Shared, key: &str, token: &str, opts: &LockOptions) -> Tally {
+    let timeout = opts.effective_node_timeout();
+    let ttl_ms = opts.ttl_millis();
+    fan_out(&shared.nodes, shared.quorum, true, |_, node| {
+        node.run(timeout, true, move |mut conn| async move {
+            let extended: i64 = EXTEND.key(key).arg(token).arg(ttl_ms).invoke_async(&mut conn).await?;
+            Ok(yes_if(extended == 1))
+        })
+    })
+    .await
+}

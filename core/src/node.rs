@@ -1,0 +1,320 @@
+//! One Redis node: its URL (kept only in redacted form for messages), a lazily opened
+//! multiplexed connection shared by every task, and per-request timeouts.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Why one node did not answer a request usefully.
+#[derive(Debug, Clone)]
+pub(crate) enum NodeError {
+    /// Could not connect, connection dropped, or no reply within the node timeout.
+    Unreachable(String),
+    /// The node answered with an error (ACL, OOM, wrong type, ...).
+    Redis(String),
+    /// The node (re)started less than the restart guard ago: its vote does not count yet.
+    Guarded(String),
+}
+
+impl NodeError {
+    pub(crate) fn is_unreachable(&self) -> bool {
+        matches!(self, NodeError::Unreachable(_))
+    }
+    pub(crate) fn detail(&self) -> &str {
+        match self {
+            NodeError::Unreachable(s) | NodeError::Redis(s) | NodeError::Guarded(s) => s,
+        }
+    }
+}
+
+pub(crate) struct Node {
+    client: Client,
+    /// The URL with any password replaced by `***`: the only form that reaches a message.
+    display: String,
+    /// Kept so it can be scrubbed from driver error texts.
+    password: Option<String>,
+    conn: Mutex<Option<Slot>>,
+    connecting: tokio::sync::Mutex<()>,
+    /// Requests written to this node (a pipeline counts once): the round trips.
+    round_trips: AtomicU64,
+    /// The restart guard window; zero is off.
+    guard_window: Duration,
+    guard: Mutex<Guard>,
+}
+
+#[derive(Default)]
+struct Guard {
+    /// The run_id seen on the last connection: a different one means the node restarted.
+    run_id: Option<String>,
+    /// Votes from this node do not count before this instant.
+    until: Option<Instant>,
+}
+
+struct Slot {
+    conn: MultiplexedConnection,
+    /// Connections belong to the runtime of the process that opened them; a forked child
+    /// must open its own.
+    pid: u32,
+    generation: u64,
+}
+
+impl Node {
+    pub(crate) fn open(url: &str, tls_ca: Option<&Path>, guard_window: Duration) -> Result<Node> {
+        let display = redact_url(url);
+        let info = url.into_connection_info().map_err(|e| {
+            Error::invalid(format!("malformed node URL {display:?}: {}", e.detail().unwrap_or("cannot parse")))
+        })?;
+        let password = info.redis_settings().password().map(str::to_string);
+        let client = if url.starts_with("rediss://") {
+            crate::runtime::install_crypto_provider();
+            let root_cert = match tls_ca {
+                Some(path) => Some(std::fs::read(path).map_err(|e| {
+                    Error::invalid(format!("cannot read tls_ca file {}: {e}", path.display()))
+                })?),
+                None => None,
+            };
+            Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert,
+                },
+            )
+        } else {
+            Client::open(info)
+        }
+        .map_err(|e| Error::invalid(format!("cannot use node URL {display:?}: {}", scrub(&e.to_string(), password.as_deref()))))?;
+        Ok(Node {
+            client,
+            display,
+            password,
+            conn: Mutex::new(None),
+            connecting: tokio::sync::Mutex::new(()),
+            round_trips: AtomicU64::new(0),
+            guard_window,
+            guard: Mutex::new(Guard::default()),
+        })
+    }
+
+    pub(crate) fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// The Redlock "delayed restart" rule, checked when a connection is (re)established: a
+    /// node whose uptime is below the window, or whose run_id changed under us, may have
+    /// forgotten locks it granted, so it does not vote until the window has passed.
+    async fn check_restart(&self, conn: &mut MultiplexedConnection, timeout: Duration) -> Result<(), NodeError> {
+        if self.guard_window.is_zero() {
+            return Ok(());
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let info: String = tokio::time::timeout(timeout, redis::cmd("INFO").arg("server").query_async(conn))
+            .await
+            .map_err(|_| NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}")))?
+            .map_err(|e| self.classify(&e))?;
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+                .map(|v| v.trim().to_string())
+        };
+        let uptime = field("uptime_in_seconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let run_id = field("run_id");
+        let now = Instant::now();
+        let mut g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+        let restarted_under_us = g.run_id.is_some() && run_id.is_some() && g.run_id != run_id;
+        // Uptime is whole seconds, rounded down: counting from it is conservative.
+        let wait = if restarted_under_us {
+            self.guard_window
+        } else {
+            self.guard_window.saturating_sub(Duration::from_secs(uptime))
+        };
+        if !wait.is_zero() {
+            let until = now + wait;
+            if g.until.is_none_or(|u| u < until) {
+                g.until = Some(until);
+            }
+            tracing::warn!(
+                node = %self.display,
+                uptime_s = uptime,
+                restarted_under_us,
+                "restart guard: this node's vote does not count for {wait:?} (it may have lost locks it granted before a restart)"
+            );
+        }
+        g.run_id = run_id;
+        Ok(())
+    }
+
+    /// Err while the restart guard holds this node's vote back.
+    fn guarded(&self) -> Result<(), NodeError> {
+        let g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+        match g.until {
+            Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
+                "restarted recently: restart guard holds its vote for another {:?}",
+                until - Instant::now()
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.display
+    }
+
+    /// The shared connection, opening it when there is none (or it belongs to a parent
+    /// process). Only one task connects at a time; the others wait for its result.
+    pub(crate) async fn connection(&self, timeout: Duration) -> Result<(MultiplexedConnection, u64), NodeError> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let _one_at_a_time = tokio::time::timeout(timeout, self.connecting.lock())
+            .await
+            .map_err(|_| NodeError::Unreachable(format!("connect timed out after {timeout:?}")))?;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.classify(&e))?;
+        self.check_restart(&mut conn, timeout).await?;
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = slot.as_ref().map_or(0, |s| s.generation) + 1;
+        *slot = Some(Slot {
+            conn: conn.clone(),
+            pid: std::process::id(),
+            generation,
+        });
+        Ok((conn, generation))
+    }
+
+    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.as_ref() {
+            Some(s) if s.pid == std::process::id() => Some((s.conn.clone(), s.generation)),
+            Some(_) => {
+                // Inherited across fork: its driver task lived on the parent's runtime. Leak
+                // it rather than drop it, so nothing touches that runtime's state.
+                std::mem::forget(slot.take());
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Forgets a broken connection so the next request reconnects. Only the generation that
+    /// failed is dropped, so a late failure cannot discard a fresh connection.
+    fn invalidate(&self, generation: u64) {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.as_ref().is_some_and(|s| s.generation == generation) {
+            *slot = None;
+        }
+    }
+
+    /// Runs one request with the node timeout. A request that times out stays queued on the
+    /// connection, so anything sent after it on this node (a release) executes after it.
+    /// `voting`: the answer counts toward a quorum, so a node under its restart guard is not
+    /// asked (releases are sent regardless).
+    pub(crate) async fn run<T, F, Fut>(&self, timeout: Duration, voting: bool, f: F) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let deadline = Instant::now() + timeout;
+        let (conn, generation) = self.connection(timeout).await?;
+        if voting {
+            self.guarded()?;
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        match tokio::time::timeout_at(deadline, f(conn)).await {
+            Err(_) => Err(NodeError::Unreachable(format!("no reply within {timeout:?}"))),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() {
+                    self.invalidate(generation);
+                }
+                Err(self.classify(&e))
+            }
+        }
+    }
+
+    fn classify(&self, e: &redis::RedisError) -> NodeError {
+        let text = scrub(&e.to_string(), self.password.as_deref());
+        if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() {
+            NodeError::Unreachable(text)
+        } else {
+            NodeError::Redis(text)
+        }
+    }
+}
+
+/// Builds the error for a request that failed on one node, naming it.
+pub(crate) fn node_error(kind: ErrorKind, what: &str, node: &Node, err: &NodeError) -> Error {
+    Error::new(kind, format!("{what}: node {} {}", node.name(), err.detail()))
+}
+
+fn scrub(text: &str, password: Option<&str>) -> String {
+    match password {
+        Some(p) if !p.is_empty() => text.replace(p, "***"),
+        _ => text.to_string(),
+    }
+}
+
+/// `redis://user:secret@host:6379/0` becomes `redis://user:***@host:6379/0`. Works on the raw
+/// text so that even a URL that fails to parse is shown without its password.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_string();
+    };
+    let rest_start = scheme_end + 3;
+    let rest = &url[rest_start..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_string();
+    };
+    let userinfo = &authority[..at];
+    let redacted = match userinfo.find(':') {
+        Some(colon) => format!("{}:***", &userinfo[..colon]),
+        None if url[..scheme_end].starts_with("unix") => userinfo.to_string(),
+        None => "***".to_string(),
+    };
+    format!("{}{}{}", &url[..rest_start], redacted, &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(redact_url("redis://u:pw@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("rediss://:pw@h:1"), "rediss://:***@h:1");
+        assert_eq!(redact_url("redis://pw@h:1"), "redis://***@h:1");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
+        assert_eq!(redact_url("garbage"), "garbage");
+    }
+
+    #[test]
+    fn malformed_urls_are_invalid_arguments_naming_the_url_without_password() {
+        for url in ["http://u:hunter2@h:1", "redis://u:hunter2@[bad", "nonsense", ""] {
+            let Err(err) = Node::open(url, None, Duration::ZERO) else { panic!("{url} accepted") };
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            assert!(!err.message().contains("hunter2"), "{err}");
+            assert!(err.message().contains(&redact_url(url)), "{err}");
+        }
+    }
+}

@@ -1,0 +1,313 @@
+//! Options and their defaults: the table in DESIGN.md, identical in every binding.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+
+/// Environment variable holding comma-separated node URLs.
+pub const NODES_ENV: &str = "FERROLOCK_NODES";
+/// Environment variable holding a CA file for `rediss://` nodes.
+pub const TLS_CA_ENV: &str = "FERROLOCK_TLS_CA";
+/// Used when neither the options nor `FERROLOCK_NODES` name a node.
+pub const DEFAULT_NODE: &str = "redis://127.0.0.1:6379";
+
+/// The longest duration accepted anywhere (ttl, wait, max_hold, ...): 2^31-1 ms, about 24.8
+/// days. It is the largest delay a JavaScript timer can hold, so every binding agrees on one
+/// bound and no duration can wrap around in a 32-bit timer, in `PX`, or in `Instant + d`.
+pub const MAX_DURATION: Duration = Duration::from_millis(i32::MAX as u64);
+
+/// Per-lock options. Every field has the default from DESIGN.md; the manager's copy is the
+/// default for each lock, and each acquire may override it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct LockOptions {
+    /// Lease on each node. The watchdog renews at ttl/3. Default 10 s.
+    pub ttl: Duration,
+    /// `None` blocks until acquired; `Some(ZERO)` tries once; otherwise the budget.
+    pub wait: Option<Duration>,
+    /// Mean pause between attempts, jittered by ±50 %. Default 100 ms.
+    pub retry_delay: Duration,
+    /// Per node, per request. `None` means min(200 ms, ttl/10).
+    pub node_timeout: Option<Duration>,
+    /// drift = ttl × drift_factor + 2 ms. Default 0.01.
+    pub drift_factor: f64,
+    /// Renew the lock while held. Default on.
+    pub watchdog: bool,
+    /// The watchdog stops renewing (and signals loss) after this long. Default none.
+    pub max_hold: Option<Duration>,
+    /// Cap on manual extends. Default none.
+    pub max_extensions: Option<u32>,
+    /// Redisson-compatible hash lock. Default off.
+    pub reentrant: bool,
+    /// Every grant carries a fence token. Default off.
+    pub fencing: bool,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            ttl: Duration::from_secs(10),
+            wait: None,
+            retry_delay: Duration::from_millis(100),
+            node_timeout: None,
+            drift_factor: 0.01,
+            watchdog: true,
+            max_hold: None,
+            max_extensions: None,
+            reentrant: false,
+            fencing: false,
+        }
+    }
+}
+
+impl LockOptions {
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+    pub fn wait(mut self, wait: Option<Duration>) -> Self {
+        self.wait = wait;
+        self
+    }
+    pub fn retry_delay(mut self, d: Duration) -> Self {
+        self.retry_delay = d;
+        self
+    }
+    pub fn node_timeout(mut self, d: Duration) -> Self {
+        self.node_timeout = Some(d);
+        self
+    }
+    pub fn drift_factor(mut self, f: f64) -> Self {
+        self.drift_factor = f;
+        self
+    }
+    pub fn watchdog(mut self, on: bool) -> Self {
+        self.watchdog = on;
+        self
+    }
+    pub fn max_hold(mut self, d: Option<Duration>) -> Self {
+        self.max_hold = d;
+        self
+    }
+    pub fn max_extensions(mut self, n: Option<u32>) -> Self {
+        self.max_extensions = n;
+        self
+    }
+    pub fn reentrant(mut self, on: bool) -> Self {
+        self.reentrant = on;
+        self
+    }
+    pub fn fencing(mut self, on: bool) -> Self {
+        self.fencing = on;
+        self
+    }
+
+    /// The per-node timeout in force: the explicit one, or min(200 ms, ttl/10).
+    pub fn effective_node_timeout(&self) -> Duration {
+        self.node_timeout
+            .unwrap_or_else(|| (self.ttl / 10).min(Duration::from_millis(200)))
+            .max(Duration::from_millis(1))
+    }
+
+    /// ttl × drift_factor + 2 ms: clock drift between nodes plus a margin for the
+    /// granularity of Redis expiry.
+    pub fn drift(&self) -> Duration {
+        self.ttl.mul_f64(self.drift_factor) + Duration::from_millis(2)
+    }
+
+    pub fn ttl_millis(&self) -> u64 {
+        self.ttl.as_millis() as u64
+    }
+
+    /// Rejects every value that would make the lock meaningless or overflow somewhere.
+    pub fn validate(&self) -> Result<()> {
+        check_duration("ttl", self.ttl)?;
+        if self.ttl < Duration::from_millis(1) {
+            return Err(Error::invalid(format!(
+                "ttl must be at least 1ms (Redis expires in whole milliseconds), got {:?}",
+                self.ttl
+            )));
+        }
+        if let Some(w) = self.wait
+            && w > MAX_DURATION
+        {
+            return Err(too_long("wait", w));
+        }
+        check_duration("retry_delay", self.retry_delay)?;
+        if let Some(t) = self.node_timeout {
+            check_duration("node_timeout", t)?;
+        }
+        if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(Error::invalid(format!(
+                "drift_factor must be a number in [0, 1), got {}",
+                self.drift_factor
+            )));
+        }
+        if self.drift() >= self.ttl {
+            return Err(Error::invalid(format!(
+                "ttl {:?} leaves no validity after the clock-drift allowance of {:?} (ttl × drift_factor + 2ms): use a longer ttl",
+                self.ttl,
+                self.drift()
+            )));
+        }
+        if let Some(h) = self.max_hold {
+            check_duration("max_hold", h)?;
+        }
+        Ok(())
+    }
+}
+
+fn too_long(name: &str, d: Duration) -> Error {
+    Error::invalid(format!(
+        "{name} {d:?} is too long: the maximum is {}ms (about 24.8 days)",
+        MAX_DURATION.as_millis()
+    ))
+}
+
+fn check_duration(name: &str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(Error::invalid(format!("{name} must be greater than zero, got 0")));
+    }
+    if d > MAX_DURATION {
+        return Err(too_long(name, d));
+    }
+    Ok(())
+}
+
+/// Options of a manager: where the nodes are and how to reach them, plus the default options
+/// of every lock it hands out.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ManagerOptions {
+    /// Node URLs (`redis://`, `rediss://`, `unix://`). Empty means `FERROLOCK_NODES`, else
+    /// `redis://127.0.0.1:6379`.
+    pub nodes: Vec<String>,
+    /// CA file for `rediss://` nodes. `None` means `FERROLOCK_TLS_CA`, else the system roots.
+    pub tls_ca: Option<PathBuf>,
+    /// Window after a node's (re)start in which its vote does not count. `None` means the
+    /// default: the ttl when there are 3 or more nodes, off otherwise. `Some(ZERO)` is off.
+    pub restart_guard: Option<Duration>,
+    /// Defaults for every lock.
+    pub lock: LockOptions,
+}
+
+impl ManagerOptions {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn nodes<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
+        self.nodes = nodes.into_iter().map(Into::into).collect();
+        self
+    }
+    pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca = Some(path.into());
+        self
+    }
+    pub fn restart_guard(mut self, d: Duration) -> Self {
+        self.restart_guard = Some(d);
+        self
+    }
+    pub fn lock(mut self, lock: LockOptions) -> Self {
+        self.lock = lock;
+        self
+    }
+
+    /// The node list in force: the explicit one, else `FERROLOCK_NODES`, else the default.
+    pub fn resolved_nodes(&self) -> Vec<String> {
+        if !self.nodes.is_empty() {
+            return self.nodes.clone();
+        }
+        match std::env::var(NODES_ENV) {
+            Ok(v) if !v.trim().is_empty() => split_nodes(&v),
+            _ => vec![DEFAULT_NODE.to_string()],
+        }
+    }
+
+    pub fn resolved_tls_ca(&self) -> Option<PathBuf> {
+        self.tls_ca.clone().or_else(|| {
+            std::env::var_os(TLS_CA_ENV)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+    }
+}
+
+/// Splits a comma-separated node list, trimming blanks around each URL.
+pub fn split_nodes(list: &str) -> Vec<String> {
+    list.split(',').map(|s| s.trim().to_string()).collect()
+}
+
+/// Parses `500ms`, `10s`, `1.5s`, `2m`, `1h`. A bare number is refused: `--ttl 10` could mean
+/// seconds or milliseconds depending on which peer the user came from.
+pub fn parse_duration(text: &str) -> Result<Duration> {
+    let s = text.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let bad = |why: &str| Error::invalid(format!("invalid duration {text:?}: {why}"));
+    if num.is_empty() {
+        return Err(bad("expected a number followed by a unit, such as 500ms, 10s or 2m"));
+    }
+    let value: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    let scale = match unit.trim() {
+        "ms" => 1e-3,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "" => return Err(bad("missing unit (ms, s, m or h)")),
+        _ => return Err(bad("unknown unit (use ms, s, m or h)")),
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs > MAX_DURATION.as_secs_f64() {
+        return Err(too_long("duration", Duration::from_secs_f64(secs.min(1e12))));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_with_units() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn durations_reject_garbage_and_name_it() {
+        for bad in ["10", "", "ms", "-1s", "1x", "1e400s", "999999999h"] {
+            let err = parse_duration(bad).unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument, "{bad}");
+            assert!(err.message().contains(&format!("{bad:?}")) || err.message().contains("too long"), "{err}");
+        }
+    }
+
+    #[test]
+    fn zero_and_overflowing_durations_are_rejected() {
+        let zero = LockOptions::default().ttl(Duration::ZERO).validate().unwrap_err();
+        assert!(zero.message().contains("ttl"), "{zero}");
+        let huge = LockOptions::default().ttl(Duration::from_secs(u64::MAX / 4)).validate().unwrap_err();
+        assert!(huge.message().contains("too long"), "{huge}");
+        let wait = LockOptions::default().wait(Some(Duration::MAX)).validate().unwrap_err();
+        assert!(wait.message().contains("wait"), "{wait}");
+        let sub_ms = LockOptions::default().ttl(Duration::from_micros(500)).validate().unwrap_err();
+        assert!(sub_ms.message().contains("1ms"), "{sub_ms}");
+        let nan = LockOptions::default().drift_factor(f64::NAN).validate().unwrap_err();
+        assert!(nan.message().contains("drift_factor"), "{nan}");
+        assert!(LockOptions::default().validate().is_ok());
+        assert!(LockOptions::default().ttl(MAX_DURATION).validate().is_ok());
+    }
+
+    #[test]
+    fn default_node_timeout_is_min_of_200ms_and_a_tenth_of_ttl() {
+        assert_eq!(LockOptions::default().effective_node_timeout(), Duration::from_millis(200));
+        let short = LockOptions::default().ttl(Duration::from_secs(1));
+        assert_eq!(short.effective_node_timeout(), Duration::from_millis(100));
+    }
+}

@@ -1,0 +1,267 @@
+//! One task per manager keeps every held lock alive. Renewals of all locks due in a tick go
+//! to each node as one pipeline (one round trip per node per tick, however many locks), and a
+//! lock whose renewal cannot reach a quorum before its deadline is declared lost, before that
+//! deadline, so its holder hears of it while it can still act.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use redis::Value;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::lock::{LockInner, LockStatus, LossReason};
+use crate::manager::Shared;
+use crate::node::NodeError;
+use crate::quorum::{Answer, Tally};
+use crate::scripts::EXTEND;
+
+/// Longest sleep when nothing is due, so a dropped manager's task notices and ends.
+const IDLE: Duration = Duration::from_secs(1);
+/// Time allowed per renewal in a batch, on top of the node timeout.
+const PER_RENEWAL: Duration = Duration::from_micros(20);
+
+#[derive(Default)]
+pub(crate) struct Watchdog {
+    next_id: AtomicU64,
+    registry: Mutex<Registry>,
+    wake: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Registry {
+    locks: HashMap<u64, Weak<LockInner>>,
+    /// The pid whose runtime runs the task; a forked child starts its own.
+    running_in: Option<u32>,
+    /// When the task next wakes by itself: a new lock wakes it only if it needs it sooner,
+    /// so acquiring 10,000 locks does not mean 10,000 scans.
+    wakes_at: Option<Instant>,
+}
+
+impl Watchdog {
+    /// Starts watching a freshly acquired lock, starting the task when none runs in this
+    /// process. Locks with the watchdog off are watched too: they are never renewed, but
+    /// their holder still hears that they are about to expire.
+    pub fn watch(&self, lock: &Arc<LockInner>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let first_event = {
+            let s = lock.state();
+            let lose_at = s.deadline.checked_sub(lock.loss_margin()).unwrap_or(s.deadline);
+            Some(if lock.opts.watchdog { s.next_renewal.min(lose_at) } else { lose_at })
+        };
+        let (start, wake) = {
+            let mut reg = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+            reg.locks.insert(id, Arc::downgrade(lock));
+            let pid = std::process::id();
+            let start = reg.running_in != Some(pid);
+            reg.running_in = Some(pid);
+            let wake = match (first_event, reg.wakes_at) {
+                (Some(event), Some(planned)) => event < planned,
+                _ => true,
+            };
+            (start, wake)
+        };
+        if start {
+            let shared = Arc::downgrade(&lock.shared);
+            lock.shared.handle().spawn(run(shared));
+        } else if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+async fn run(weak: Weak<Shared>) {
+    loop {
+        let Some(shared) = weak.upgrade() else { return };
+        let now = Instant::now();
+        let mut due: Vec<Arc<LockInner>> = Vec::new();
+        let mut wake_at = now + IDLE;
+        {
+            let mut reg = shared.watchdog.registry.lock().unwrap_or_else(|p| p.into_inner());
+            reg.locks.retain(|_, weak_lock| {
+                let Some(lock) = weak_lock.upgrade() else { return false };
+                match inspect(&lock, now) {
+                    Next::Forget => false,
+                    Next::RenewNow => {
+                        due.push(lock);
+                        true
+                    }
+                    Next::At(t) => {
+                        wake_at = wake_at.min(t);
+                        true
+                    }
+                }
+            });
+            if reg.locks.is_empty() {
+                reg.running_in = None;
+                reg.wakes_at = None;
+                return;
+            }
+            reg.wakes_at = Some(wake_at);
+        }
+        if !due.is_empty() {
+            // Renewal runs beside the loop, so a slow batch never delays a loss signal.
+            tokio::spawn(renew(shared.clone(), due));
+        }
+        let wake = shared.watchdog.wake.clone();
+        drop(shared); // a sleeping watchdog must not keep its manager alive
+        tokio::select! {
+            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}
+
+enum Next {
+    Forget,
+    RenewNow,
+    At(Instant),
+}
+
+/// Decides what one lock needs now: declared lost, renewed in this tick, or looked at later.
+fn inspect(lock: &LockInner, now: Instant) -> Next {
+    let s = lock.state();
+    if s.status != LockStatus::Held {
+        return Next::Forget;
+    }
+    let key = &lock.key;
+    if let Some(max_hold) = lock.opts.max_hold {
+        let end = lock.acquired_at + max_hold;
+        if now >= end {
+            drop(s);
+            lock.finish(LockStatus::Lost(LossReason::MaxHold { key: key.clone(), max_hold }));
+            return Next::Forget;
+        }
+    }
+    let lose_at = s.deadline.checked_sub(lock.loss_margin()).unwrap_or(s.deadline);
+    if now >= lose_at {
+        let reason = s.last_failure.clone().unwrap_or_else(|| {
+            if lock.opts.watchdog {
+                LossReason::RenewalTooSlow { key: key.clone() }
+            } else {
+                LossReason::Expiring { key: key.clone(), ttl: lock.opts.ttl }
+            }
+        });
+        drop(s);
+        lock.finish(LockStatus::Lost(reason));
+        return Next::Forget;
+    }
+    let mut next = lose_at;
+    if let Some(max_hold) = lock.opts.max_hold {
+        next = next.min(lock.acquired_at + max_hold);
+    }
+    if lock.opts.watchdog && !s.renewing {
+        // The task wakes at the first lock's renewal time and then renews every lock due
+        // within the next half period as well: locks acquired at different moments end up in
+        // one batch after their first renewal, so a tick is one pipeline per node. Retries
+        // after a failure have no such slack.
+        let (wake, due_from) = match s.retry_at {
+            Some(t) => (t, t),
+            None => (s.next_renewal, s.next_renewal.checked_sub(lock.period() / 2).unwrap_or(s.next_renewal)),
+        };
+        if now >= due_from {
+            drop(s);
+            lock.state().renewing = true;
+            return Next::RenewNow;
+        }
+        next = next.min(wake);
+    }
+    Next::At(next)
+}
+
+/// Renews `due` with one pipeline per node, all nodes at once, then settles each lock.
+async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
+    // A lock whose extend or release is in flight sits this tick out: release waits for a
+    // renewal in flight, never the other way round.
+    let batch: Vec<(Arc<LockInner>, tokio::sync::OwnedMutexGuard<()>)> = due
+        .into_iter()
+        .filter_map(|lock| match lock.op.clone().try_lock_owned() {
+            Ok(guard) => Some((lock, guard)),
+            Err(_) => {
+                lock.state().renewing = false;
+                None
+            }
+        })
+        .collect();
+    if batch.is_empty() {
+        return;
+    }
+    // A pipeline of many renewals takes longer than one request; allow for it.
+    let timeout = batch
+        .iter()
+        .map(|(l, _)| l.opts.effective_node_timeout())
+        .max()
+        .unwrap_or(Duration::from_millis(200))
+        + PER_RENEWAL * batch.len() as u32;
+    let shared = &*shared;
+    let start = Instant::now();
+    let per_node: Vec<Result<Vec<Value>, NodeError>> = futures::future::join_all(shared.nodes.iter().map(|node| {
+        let batch = &batch;
+        node.run(timeout, true, move |mut conn| async move {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for (lock, _) in batch {
+                pipe.cmd("EVALSHA")
+                    .arg(EXTEND.get_hash())
+                    .arg(1)
+                    .arg(&lock.key)
+                    .arg(&lock.token)
+                    .arg(lock.opts.ttl_millis());
+            }
+            let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+            if replies.iter().any(is_noscript) {
+                // A restarted node forgot the script: load it once and send the batch again.
+                let _: String = EXTEND.load_async(&mut conn).await?;
+                replies = pipe.query_async(&mut conn).await?;
+            }
+            Ok(replies)
+        })
+    }))
+    .await;
+    for (i, (lock, _guard)) in batch.iter().enumerate() {
+        let answers = per_node
+            .iter()
+            .map(|r| match r {
+                Err(e) => Answer::Failed(e.clone()),
+                Ok(replies) => match replies.get(i) {
+                    Some(Value::Int(1)) => Answer::Yes(0),
+                    Some(Value::Int(_)) => Answer::No,
+                    Some(other) => Answer::Failed(NodeError::Redis(format!("unexpected renewal reply {other:?}"))),
+                    None => Answer::Failed(NodeError::Redis("short pipeline reply".into())),
+                },
+            })
+            .collect();
+        settle(shared, lock, &Tally { quorum: shared.quorum, answers }, start);
+        lock.state().renewing = false;
+    }
+    drop(batch);
+    shared.watchdog.wake.notify_one();
+}
+
+fn settle(shared: &Shared, lock: &LockInner, tally: &Tally, start: Instant) {
+    if tally.won() && lock.renewed(start, lock.opts.ttl, lock.opts.drift()).is_some() {
+        return;
+    }
+    let key = lock.key.clone();
+    let n = tally.answers.len();
+    if tally.no() > n - tally.quorum {
+        // Our token is gone from too many nodes for any retry to succeed.
+        lock.finish(LockStatus::Lost(LossReason::TokenGone { key, missing_on: tally.no(), nodes: n }));
+        return;
+    }
+    let failure = if tally.won() {
+        LossReason::RenewalTooSlow { key }
+    } else {
+        LossReason::QuorumUnreachable { key, detail: tally.describe_failures(&shared.nodes) }
+    };
+    // Transient: retry soon, within what is left of the validity.
+    let mut s = lock.state();
+    s.last_failure = Some(failure);
+    s.retry_at = Some(Instant::now() + (lock.opts.ttl / 10).max(lock.opts.effective_node_timeout() / 2));
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}

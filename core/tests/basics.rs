@@ -1,0 +1,229 @@
+//! The lock's contract on healthy nodes: wire format, exclusion, release, extend, bad input.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, LockOptions, ManagerOptions};
+use ferrolock_testbed::{Cluster, RedisServer};
+
+#[tokio::test]
+async fn single_node_wire_format_is_set_nx_px_with_the_token() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(10)));
+    let lock = m.acquire("orders:1001").await.unwrap();
+    assert_eq!(get(&server, "orders:1001").as_deref(), Some(lock.token()));
+    assert_eq!(lock.token().len(), 32);
+    let pttl = pttl(&server, "orders:1001");
+    assert!((9_000..=10_000).contains(&pttl), "PTTL {pttl}");
+    let validity = lock.validity();
+    assert!(validity > Duration::from_millis(9_700) && validity <= Duration::from_millis(9_898), "{validity:?}");
+    assert!(lock.release().await.unwrap(), "release should report it held the lock");
+    assert_eq!(get(&server, "orders:1001"), None);
+    assert!(!lock.is_held());
+    let again = lock.release().await.unwrap_err();
+    assert_eq!(again.kind(), ErrorKind::NotHeld);
+}
+
+#[tokio::test]
+async fn every_acquisition_gets_a_fresh_token() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let a = m.acquire("k").await.unwrap();
+    let token_a = a.token().to_string();
+    a.release().await.unwrap();
+    let b = m.acquire("k").await.unwrap();
+    assert_ne!(token_a, b.token());
+}
+
+#[tokio::test]
+async fn try_acquire_on_a_held_key_is_not_acquired_and_names_the_key() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let _held = m.acquire("busy").await.unwrap();
+    let err = m.try_acquire("busy").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
+    assert!(err.message().contains("\"busy\""), "{err}");
+}
+
+#[tokio::test]
+async fn wait_budget_is_respected_then_not_acquired() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let _held = m.acquire("busy").await.unwrap();
+    let started = Instant::now();
+    let err = m
+        .acquire_with("busy", &opts().wait(Some(ms(300))).retry_delay(ms(50)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
+    let waited = started.elapsed();
+    assert!(waited >= ms(300), "gave up early after {waited:?}");
+    assert!(waited < ms(2_000), "overran its budget: {waited:?}");
+}
+
+#[tokio::test]
+async fn a_waiter_gets_the_lock_after_release() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().retry_delay(ms(20)));
+    let held = m.acquire("handoff").await.unwrap();
+    let m2 = m.clone();
+    let waiter = tokio::spawn(async move { m2.acquire("handoff").await });
+    tokio::time::sleep(ms(100)).await;
+    assert!(!waiter.is_finished(), "the waiter must block while the lock is held");
+    held.release().await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+    assert_eq!(get(&server, "handoff").as_deref(), Some(got.token()));
+}
+
+#[tokio::test]
+async fn extend_resets_the_ttl_and_moves_the_deadline() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().ttl(ms(2_000)));
+    let lock = m.acquire("ext").await.unwrap();
+    tokio::time::sleep(ms(600)).await;
+    let before = lock.deadline();
+    let validity = lock.extend().await.unwrap();
+    assert!(validity > ms(1_800), "{validity:?}");
+    assert!(lock.deadline() > before + ms(500));
+    assert!(pttl(&server, "ext") > 1_900);
+    let longer = lock.extend_for(Duration::from_secs(30)).await.unwrap();
+    assert!(longer > Duration::from_secs(29), "{longer:?}");
+    assert!(pttl(&server, "ext") > 29_000);
+}
+
+#[tokio::test]
+async fn max_extensions_caps_manual_extends() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().max_extensions(Some(2)));
+    let lock = m.acquire("cap").await.unwrap();
+    lock.extend().await.unwrap();
+    lock.extend().await.unwrap();
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotHeld);
+    assert!(err.message().contains("max_extensions=2"), "{err}");
+}
+
+#[tokio::test]
+async fn dropping_a_held_lock_releases_it() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    drop(m.acquire("dropped").await.unwrap());
+    let start = Instant::now();
+    while get(&server, "dropped").is_some() {
+        assert!(start.elapsed() < Duration::from_secs(5), "dropped lock was never released");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn release_publishes_on_the_release_channel() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let lock = m.acquire("pub").await.unwrap();
+    let mut sub = server.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe("ferrolock:release:{pub}").unwrap();
+    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    lock.release().await.unwrap();
+    let msg = pubsub.get_message().expect("a release message");
+    assert_eq!(msg.get_channel_name(), "ferrolock:release:{pub}");
+}
+
+#[tokio::test]
+async fn two_managers_contending_never_both_hold_the_lock() {
+    let cluster = Cluster::start(3);
+    let counter_node = &cluster.servers[0];
+    counter_node.cmd::<()>(&["SET", "counter", "0"]);
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let mut workers = Vec::new();
+    let counter_url = counter_node.url();
+    for _ in 0..2 {
+        // Separate managers: separate connections and client state, like two processes.
+        let m = manager(&cluster.urls(), opts().retry_delay(ms(5)));
+        for _ in 0..2 {
+            let (m, inside, overlaps, url) = (m.clone(), inside.clone(), overlaps.clone(), counter_url.clone());
+            workers.push(tokio::spawn(async move {
+                let client = redis::Client::open(url).unwrap();
+                let mut c = client.get_multiplexed_async_connection().await.unwrap();
+                for _ in 0..25 {
+                    let lock = m.acquire("contended").await.unwrap();
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    // Read, pause, write: loses updates unless the lock excludes.
+                    let v: i64 = redis::cmd("GET").arg("counter").query_async(&mut c).await.unwrap();
+                    tokio::time::sleep(ms(1)).await;
+                    let _: () = redis::cmd("SET").arg("counter").arg(v + 1).query_async(&mut c).await.unwrap();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    assert!(lock.release().await.unwrap());
+                }
+            }));
+        }
+    }
+    for w in workers {
+        w.await.unwrap();
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0);
+    assert_eq!(counter_node.cmd::<i64>(&["GET", "counter"]), 100);
+}
+
+#[tokio::test]
+async fn release_by_a_non_owner_never_deletes_the_new_holders_key() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().ttl(ms(200)));
+    let stale = m.acquire("owner").await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(get(&server, "owner"), None, "the first lock should have expired");
+    let fresh = m.acquire_with("owner", &opts().ttl(Duration::from_secs(10))).await.unwrap();
+    assert!(!stale.release().await.unwrap(), "a stale release must report it no longer held the lock");
+    assert_eq!(get(&server, "owner").as_deref(), Some(fresh.token()));
+}
+
+#[tokio::test]
+async fn bad_input_is_rejected_with_the_bad_value_named() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let empty = m.acquire("").await.unwrap_err();
+    assert_eq!(empty.kind(), ErrorKind::InvalidArgument);
+    assert!(empty.message().contains("empty"), "{empty}");
+    for (o, needle) in [
+        (opts().ttl(Duration::ZERO), "ttl"),
+        (opts().ttl(Duration::from_secs(60 * 60 * 24 * 365)), "too long"),
+        (opts().wait(Some(Duration::MAX)), "wait"),
+        (opts().retry_delay(Duration::ZERO), "retry_delay"),
+        (opts().drift_factor(-1.0), "drift_factor"),
+    ] {
+        let err = m.acquire_with("k", &o).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{o:?}");
+        assert!(err.message().contains(needle), "{err}");
+    }
+    for url in ["http://127.0.0.1:1", "redis://[::1", "redis://h:notaport"] {
+        let err = LockManager::new(ManagerOptions::new().nodes([url])).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}");
+        assert!(err.message().contains(url), "{err}");
+    }
+    let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    let err = LockManager::new(ManagerOptions::new().lock(LockOptions::default().ttl(Duration::ZERO))).unwrap_err();
+    assert!(err.message().contains("ttl"), "{err}");
+}
+
+#[tokio::test]
+async fn nodes_come_from_ferrolock_nodes_when_not_given() {
+    let cluster = Cluster::start(3);
+    // SAFETY: this test binary reads FERROLOCK_NODES only here.
+    unsafe { std::env::set_var("FERROLOCK_NODES", cluster.nodes_env()) };
+    let m = LockManager::new(ManagerOptions::new().restart_guard(Duration::ZERO).lock(opts())).unwrap();
+    unsafe { std::env::remove_var("FERROLOCK_NODES") };
+    assert_eq!(m.node_names(), cluster.urls());
+    assert_eq!(m.quorum(), 2);
+    let lock = m.acquire("env").await.unwrap();
+    for s in &cluster.servers {
+        assert_eq!(get(s, "env").as_deref(), Some(lock.token()));
+    }
+}

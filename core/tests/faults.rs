@@ -1,0 +1,214 @@
+//! The peers' known failures, each reproduced with a real fault (a paused, killed or
+//! rewritten node) and shown absent. Serial: they pause and kill servers and measure time.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::ErrorKind;
+use ferrolock_testbed::Cluster;
+
+/// Pauses `servers` now and resumes them after `after`, from a plain thread (the fault must
+/// not depend on the runtime under test).
+fn pause_for(cluster: &Cluster, which: &[usize], after: Duration) -> std::thread::JoinHandle<()> {
+    for &i in which {
+        cluster.servers[i].pause();
+    }
+    let pids: Vec<u32> = which.iter().map(|&i| cluster.servers[i].pid()).collect();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        for pid in pids {
+            // SAFETY: plain kill(2) on a child pid we started.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    // ttl 150ms, node timeout 1s: a quorum that answers after 400ms answers "yes" too late.
+    let o = opts().ttl(ms(150)).node_timeout(ms(1_000)).wait(Some(Duration::ZERO));
+    let m = manager(&cluster.urls(), o);
+    m.acquire("warmup").await.unwrap().release().await.unwrap(); // connections open before the fault
+    let resumer = pause_for(&cluster, &[1, 2], ms(400));
+    let started = Instant::now();
+    let result = m.acquire("slow").await;
+    resumer.join().unwrap();
+    let took = started.elapsed();
+    assert!(took >= ms(400), "the fault was not in place: acquire took {took:?}");
+    let err = result.expect_err("an acquire slower than its ttl must not be granted");
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(err.message().contains("a quorum granted it"), "the quorum did answer yes: {err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_that_confirms_after_the_new_validity_does_not_move_the_deadline() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(5)).node_timeout(ms(1_000)));
+    let lock = m.acquire("slow-extend").await.unwrap();
+    let before = lock.deadline();
+    let resumer = pause_for(&cluster, &[1, 2], ms(400));
+    let started = Instant::now();
+    let err = lock.extend_for(ms(150)).await.expect_err("extend slower than its ttl must fail");
+    resumer.join().unwrap();
+    assert!(started.elapsed() >= ms(400), "the fault was not in place");
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(err.message().contains("longer than the new validity"), "{err}");
+    assert_eq!(lock.deadline(), before, "a failed extend must leave the deadline alone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_extend_never_recreates_an_expired_key() {
+    let _serial = serial();
+    let cluster = Cluster::start(1);
+    let s = &cluster.servers[0];
+    let m = manager(&cluster.urls(), opts().ttl(ms(200)));
+    let lock = m.acquire("expired").await.unwrap();
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(get(s, "expired"), None, "precondition: the key expired");
+    let err = lock.extend().await.unwrap_err();
+    // With the watchdog off, the holder was told the ttl ran out: lost, not extendable.
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(err.message().contains("watchdog is off"), "{err}");
+    // The validity had ended, so the call is refused locally; force the remote path too.
+    let lock = m.acquire_with("expired2", &opts().ttl(Duration::from_secs(5))).await.unwrap();
+    s.cmd::<()>(&["DEL", "expired2"]);
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert_eq!(get(s, "expired2"), None, "extend re-created a key that was gone");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_extend_never_deletes_or_touches_anyones_key() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(5)));
+    let lock = m.acquire("taken").await.unwrap();
+    let token = lock.token().to_string();
+    // Another owner took it on two nodes (as after an expiry); ours survives on node 0.
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["SET", "taken", "someone-else", "PX", "60000"]);
+    }
+    let deadline = lock.deadline();
+    let err = lock.extend_for(Duration::from_secs(30)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert_eq!(lock.deadline(), deadline);
+    assert_eq!(get(&cluster.servers[0], "taken").as_deref(), Some(token.as_str()), "extend deleted our key");
+    for s in &cluster.servers[1..] {
+        assert_eq!(get(s, "taken").as_deref(), Some("someone-else"));
+        assert!(pttl(s, "taken") > 50_000, "extend touched another owner's ttl");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_dead_node_of_five_does_not_fail_acquire() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(5);
+    cluster.servers[3].kill();
+    let m = manager(&cluster.urls(), opts().wait(Some(Duration::ZERO)));
+    for i in 0..20 {
+        let key = format!("k{i}");
+        let lock = m.acquire(&key).await.unwrap_or_else(|e| panic!("attempt {i}: {e}"));
+        let holders = cluster.servers.iter().filter(|s| s.is_running() && get(s, &key).as_deref() == Some(lock.token())).count();
+        // Acquire returns as soon as a quorum (3) granted; the fourth live node may lag.
+        assert!(holders >= 3, "granted on only {holders} nodes");
+        assert!(lock.release().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_dead_nodes_of_five_fail_fast_with_quorum_unreachable() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(5);
+    let dead: Vec<String> = [0, 2, 4].iter().map(|&i| cluster.servers[i].url()).collect();
+    for i in [0, 2, 4] {
+        cluster.servers[i].kill();
+    }
+    let m = manager(&cluster.urls(), opts()); // wait = block until acquired
+    let started = Instant::now();
+    let err = m.acquire("dead").await.unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    for url in &dead {
+        assert!(err.message().contains(url.as_str()), "error should name {url}: {err}");
+    }
+    assert!(took < Duration::from_secs(3), "a dead majority must fail fast, took {took:?}");
+    for s in cluster.servers.iter().filter(|s| s.is_running()) {
+        assert_eq!(get(s, "dead"), None, "the minority grant was not released");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_partial_grant_is_released_on_every_node() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["SET", "partial", "other-owner", "PX", "60000"]);
+    }
+    // A long ttl, so a key left behind could not be mistaken for one that expired.
+    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)).wait(Some(Duration::ZERO)));
+    let err = m.acquire("partial").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired);
+    assert!(err.message().contains("2 of 3"), "{err}");
+    assert_eq!(get(&cluster.servers[0], "partial"), None, "our minority grant was left behind");
+    for s in &cluster.servers[1..] {
+        assert_eq!(get(s, "partial").as_deref(), Some("other-owner"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquire_dropped_after_a_partial_grant_leaves_no_key_behind() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)).node_timeout(ms(5_000)));
+    m.acquire("warmup").await.unwrap().release().await.unwrap();
+    cluster.servers[1].pause();
+    cluster.servers[2].pause();
+    let m2 = m.clone();
+    let acquire = tokio::spawn(async move { m2.acquire("dropped").await });
+    // Node 0 grants at once; the other two are stuck. Wait until the partial grant exists.
+    let start = Instant::now();
+    while get(&cluster.servers[0], "dropped").is_none() {
+        assert!(start.elapsed() < Duration::from_secs(5), "node 0 never granted");
+        tokio::time::sleep(ms(5)).await;
+    }
+    acquire.abort();
+    assert!(acquire.await.unwrap_err().is_cancelled());
+    // The paused nodes now run the queued SETs, and after them the release.
+    cluster.servers[1].resume();
+    cluster.servers[2].resume();
+    let start = Instant::now();
+    loop {
+        let left: Vec<_> = cluster.servers.iter().filter(|s| get(s, "dropped").is_some()).map(|s| s.url()).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "keys left behind on {left:?}");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_restarted_node_is_reconnected_to() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(1);
+    let m = manager(&cluster.urls(), opts().wait(Some(Duration::ZERO)));
+    m.acquire("a").await.unwrap().release().await.unwrap();
+    cluster.servers[0].restart();
+    // The first request may meet the dead connection; the next reconnects.
+    let mut last = None;
+    for _ in 0..3 {
+        match m.acquire("b").await {
+            Ok(lock) => {
+                assert!(lock.release().await.unwrap());
+                return;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("never reconnected: {last:?}");
+}

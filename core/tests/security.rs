@@ -1,0 +1,106 @@
+//! `rediss://` with a CA file and ACL credentials from the URL, against a real TLS
+//! redis-server; passwords never reach errors or `Debug` output.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, ManagerOptions};
+use ferrolock_testbed::{RedisServer, ServerOptions, TlsFiles};
+
+const SECRET: &str = "s3cr3t-Pa55";
+
+/// A user that may only touch lock keys and their channels, and run what the lock needs.
+fn locker_acl() -> String {
+    format!(
+        "user locker on >{SECRET} ~lock:* ~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
+         -@all +set +get +del +pexpire +pttl +eval +evalsha +script|load +publish +ping +hello +info +subscribe +unsubscribe"
+    )
+}
+
+fn tls_acl_server() -> (RedisServer, TlsFiles) {
+    let tls = TlsFiles::generate();
+    let server = RedisServer::start_with(ServerOptions {
+        tls: Some(tls.clone()),
+        acl_users: vec![locker_acl()],
+        ..Default::default()
+    });
+    (server, tls)
+}
+
+fn locker_url(server: &RedisServer) -> String {
+    format!("rediss://locker:{SECRET}@127.0.0.1:{}", server.port())
+}
+
+#[tokio::test]
+async fn tls_with_a_ca_file_and_an_acl_user_restricted_to_lock_keys() {
+    let (server, tls) = tls_acl_server();
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([locker_url(&server)])
+            .tls_ca(&tls.ca_cert)
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    let lock = m.acquire("lock:tls").await.unwrap();
+    assert_eq!(get(&server, "lock:tls").as_deref(), Some(lock.token()));
+    lock.extend().await.unwrap();
+    assert!(lock.release().await.unwrap());
+    assert_eq!(get(&server, "lock:tls"), None);
+
+    // The ACL forbids this key: a Redis error naming the node, never the password.
+    let err = m.acquire("other:tls").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(err.message().contains("NOPERM") || err.message().to_lowercase().contains("permission"), "{err}");
+    assert!(err.message().contains(&format!("rediss://locker:***@127.0.0.1:{}", server.port())), "{err}");
+    assert!(!err.message().contains(SECRET), "password leaked: {err}");
+    assert!(!format!("{err:?}").contains(SECRET));
+    assert!(!format!("{m:?}").contains(SECRET), "password in Debug: {m:?}");
+    assert!(format!("{m:?}").contains("locker:***@"));
+}
+
+#[tokio::test]
+async fn the_ca_file_can_come_from_the_environment() {
+    let (server, tls) = tls_acl_server();
+    // SAFETY: the only test in this binary that touches FERROLOCK_TLS_CA.
+    unsafe { std::env::set_var("FERROLOCK_TLS_CA", &tls.ca_cert) };
+    let m = LockManager::new(ManagerOptions::new().nodes([locker_url(&server)]).lock(opts()));
+    unsafe { std::env::remove_var("FERROLOCK_TLS_CA") };
+    let lock = m.unwrap().acquire("lock:env-ca").await.unwrap();
+    assert!(lock.release().await.unwrap());
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_is_an_unreachable_node_named_without_its_password() {
+    let (server, _tls) = tls_acl_server();
+    let other_ca = TlsFiles::generate();
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([locker_url(&server)])
+            .tls_ca(&other_ca.ca_cert)
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    let err = m.acquire("lock:x").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    assert!(err.message().contains("locker:***@"), "{err}");
+    assert!(!err.message().contains(SECRET), "{err}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_an_error_without_the_password() {
+    let (server, tls) = tls_acl_server();
+    let url = format!("rediss://locker:wrong-{SECRET}@127.0.0.1:{}", server.port());
+    let m = LockManager::new(ManagerOptions::new().nodes([url]).tls_ca(&tls.ca_cert).lock(opts().wait(Some(Duration::ZERO)))).unwrap();
+    let err = m.acquire("lock:x").await.unwrap_err();
+    assert!(!err.message().contains(SECRET), "{err}");
+    assert!(err.message().contains("locker:***@"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
+    let err = LockManager::new(ManagerOptions::new().nodes(["rediss://127.0.0.1:1"]).tls_ca("/nonexistent/ca.pem")).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
+}
