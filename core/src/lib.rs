@@ -27,5 +27,8 @@ pub use error::{Error, ErrorKind, Result};
 pub use lock::{Lock, LockStatus, LossReason};
 pub use manager::LockManager;
 pub use node::redact_url;
-pub use options::{DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, TLS_CA_ENV, parse_duration, split_nodes};
+pub use options::{
+    DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, TLS_CA_ENV, parse_duration,
+    split_nodes,
+};
 pub use scripts::{fence_key, release_channel};

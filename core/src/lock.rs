@@ -31,35 +31,61 @@ pub enum LockStatus {
 pub enum LossReason {
     /// Our token is gone from a majority of nodes: the key was deleted, expired, or another
     /// owner now holds it.
-    TokenGone { key: String, missing_on: usize, nodes: usize },
+    TokenGone {
+        key: String,
+        missing_on: usize,
+        nodes: usize,
+    },
     /// Renewals could not reach a quorum before the validity would end.
     QuorumUnreachable { key: String, detail: String },
     /// A quorum confirmed, but too late to count (renewal slower than the validity).
     RenewalTooSlow { key: String },
     /// `max_hold` was reached; the watchdog stopped renewing.
-    MaxHold { key: String, max_hold: std::time::Duration },
+    MaxHold {
+        key: String,
+        max_hold: std::time::Duration,
+    },
     /// The watchdog is off for this lock and its ttl is about to run out.
-    Expiring { key: String, ttl: std::time::Duration },
+    Expiring {
+        key: String,
+        ttl: std::time::Duration,
+    },
 }
 
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            LossReason::TokenGone { key, missing_on, nodes } => write!(
+            LossReason::TokenGone {
+                key,
+                missing_on,
+                nodes,
+            } => write!(
                 f,
                 "lock {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)"
             ),
             LossReason::QuorumUnreachable { key, detail } => {
-                write!(f, "lock {key:?} lost: renewal could not reach a quorum before the validity ended: {detail}")
+                write!(
+                    f,
+                    "lock {key:?} lost: renewal could not reach a quorum before the validity ended: {detail}"
+                )
             }
             LossReason::RenewalTooSlow { key } => {
-                write!(f, "lock {key:?} lost: renewal confirmed only after the validity had ended")
+                write!(
+                    f,
+                    "lock {key:?} lost: renewal confirmed only after the validity had ended"
+                )
             }
             LossReason::Expiring { key, ttl } => {
-                write!(f, "lock {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off")
+                write!(
+                    f,
+                    "lock {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off"
+                )
             }
             LossReason::MaxHold { key, max_hold } => {
-                write!(f, "lock {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing")
+                write!(
+                    f,
+                    "lock {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing"
+                )
             }
         }
     }
@@ -255,10 +281,16 @@ impl Lock {
         let key = &self.inner.key;
         match &s.status {
             LockStatus::Lost(reason) => Err(Error::new(ErrorKind::LockLost, reason.to_string())),
-            LockStatus::Released => Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} was released"))),
+            LockStatus::Released => Err(Error::new(
+                ErrorKind::NotHeld,
+                format!("lock {key:?} was released"),
+            )),
             LockStatus::Held if Instant::now() >= s.deadline => Err(Error::new(
                 ErrorKind::LockLost,
-                format!("lock {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)", self.inner.opts.ttl),
+                format!(
+                    "lock {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)",
+                    self.inner.opts.ttl
+                ),
             )),
             LockStatus::Held => Ok(()),
         }
@@ -299,10 +331,16 @@ impl Lock {
         {
             let s = self.state();
             if let LockStatus::Lost(reason) = &s.status {
-                return Err(Error::new(ErrorKind::LockLost, format!("cannot extend: {reason}")));
+                return Err(Error::new(
+                    ErrorKind::LockLost,
+                    format!("cannot extend: {reason}"),
+                ));
             }
             if s.status != LockStatus::Held {
-                return Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} cannot be extended: it was released")));
+                return Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!("lock {key:?} cannot be extended: it was released"),
+                ));
             }
             if Instant::now() >= s.deadline {
                 return Err(Error::new(
@@ -330,7 +368,10 @@ impl Lock {
         let nodes = &self.inner.shared.nodes;
         let failures = tally.describe_failures(nodes);
         let (kind, why) = if tally.won() {
-            (ErrorKind::LockLost, "the extend took longer than the new validity".to_string())
+            (
+                ErrorKind::LockLost,
+                "the extend took longer than the new validity".to_string(),
+            )
         } else if tally.no() > tally.answers.len() - tally.quorum {
             (
                 ErrorKind::LockLost,
@@ -341,9 +382,15 @@ impl Lock {
                 ),
             )
         } else {
-            (ErrorKind::QuorumUnreachable, format!("quorum unreachable: {failures}"))
+            (
+                ErrorKind::QuorumUnreachable,
+                format!("quorum unreachable: {failures}"),
+            )
         };
-        Err(Error::new(kind, format!("lock {key:?} not extended, validity unchanged: {why}")))
+        Err(Error::new(
+            kind,
+            format!("lock {key:?} not extended, validity unchanged: {why}"),
+        ))
     }
 
     /// Compare-and-delete on every node. `Ok(true)` when a quorum still held our token,
@@ -351,9 +398,17 @@ impl Lock {
     /// A release whose future is dropped still completes in the background.
     pub async fn release(&self) -> Result<bool> {
         let inner = self.inner.clone();
-        let task = self.inner.shared.handle().spawn(async move { inner.release().await });
-        task.await
-            .unwrap_or_else(|e| Err(Error::new(ErrorKind::Redis, format!("release task failed: {e}"))))
+        let task = self
+            .inner
+            .shared
+            .handle()
+            .spawn(async move { inner.release().await });
+        task.await.unwrap_or_else(|e| {
+            Err(Error::new(
+                ErrorKind::Redis,
+                format!("release task failed: {e}"),
+            ))
+        })
     }
 }
 
@@ -364,7 +419,10 @@ impl LockInner {
         {
             let mut s = self.state();
             if s.released {
-                return Err(Error::new(ErrorKind::NotHeld, format!("lock {key:?} was already released")));
+                return Err(Error::new(
+                    ErrorKind::NotHeld,
+                    format!("lock {key:?} was already released"),
+                ));
             }
             s.released = true;
         }
@@ -421,7 +479,12 @@ pub(crate) async fn release_everywhere(
                 return Ok(None);
             }
             node.run(timeout, false, move |mut conn| async move {
-                let deleted: i64 = RELEASE.key(key).arg(token).arg(channel).invoke_async(&mut conn).await?;
+                let deleted: i64 = RELEASE
+                    .key(key)
+                    .arg(token)
+                    .arg(channel)
+                    .invoke_async(&mut conn)
+                    .await?;
                 Ok(yes_if(deleted == 1))
             })
             .await
@@ -430,12 +493,22 @@ pub(crate) async fn release_everywhere(
     .await
 }
 
-pub(crate) async fn extend_everywhere(shared: &Shared, key: &str, token: &str, opts: &LockOptions) -> Tally {
+pub(crate) async fn extend_everywhere(
+    shared: &Shared,
+    key: &str,
+    token: &str,
+    opts: &LockOptions,
+) -> Tally {
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
     fan_out(&shared.nodes, shared.quorum, true, |_, node| {
         node.run(timeout, true, move |mut conn| async move {
-            let extended: i64 = EXTEND.key(key).arg(token).arg(ttl_ms).invoke_async(&mut conn).await?;
+            let extended: i64 = EXTEND
+                .key(key)
+                .arg(token)
+                .arg(ttl_ms)
+                .invoke_async(&mut conn)
+                .await?;
             Ok(yes_if(extended == 1))
         })
     })

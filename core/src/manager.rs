@@ -60,7 +60,9 @@ impl LockManager {
         options.lock.validate()?;
         let urls = options.resolved_nodes();
         if urls.iter().any(|u| u.is_empty()) {
-            return Err(Error::invalid(format!("empty node URL in node list {urls:?}")));
+            return Err(Error::invalid(format!(
+                "empty node URL in node list {urls:?}"
+            )));
         }
         let tls_ca = options.resolved_tls_ca();
         let guard = match options.restart_guard {
@@ -96,7 +98,11 @@ impl LockManager {
 
     /// The nodes, with passwords redacted.
     pub fn node_names(&self) -> Vec<String> {
-        self.shared.nodes.iter().map(|n| n.name().to_string()).collect()
+        self.shared
+            .nodes
+            .iter()
+            .map(|n| n.name().to_string())
+            .collect()
     }
 
     pub fn quorum(&self) -> usize {
@@ -158,7 +164,11 @@ impl LockManager {
             }
             // Release wherever we may hold it (a yes, or an answer we never saw); a node that
             // said no holds nothing of ours.
-            let maybe_ours: Vec<bool> = tally.answers.iter().map(|a| !matches!(a, Answer::No)).collect();
+            let maybe_ours: Vec<bool> = tally
+                .answers
+                .iter()
+                .map(|a| !matches!(a, Answer::No))
+                .collect();
             if maybe_ours.iter().any(|&m| m) {
                 release_everywhere(&self.shared, key, &token, opts, Some(&maybe_ours)).await;
             }
@@ -172,10 +182,15 @@ impl LockManager {
                     e,
                 ));
             }
-            unreachable_streak = if tally.quorum_unreachable() { unreachable_streak + 1 } else { 0 };
+            unreachable_streak = if tally.quorum_unreachable() {
+                unreachable_streak + 1
+            } else {
+                0
+            };
             let now = Instant::now();
             let out_of_time = give_up_at.is_some_and(|end| now >= end);
-            if unreachable_streak >= UNREACHABLE_ATTEMPTS || (out_of_time && unreachable_streak > 0) {
+            if unreachable_streak >= UNREACHABLE_ATTEMPTS || (out_of_time && unreachable_streak > 0)
+            {
                 return Err(self.unreachable_error(key, &tally));
             }
             if out_of_time {
@@ -192,7 +207,12 @@ impl LockManager {
     /// One round: `SET key token NX PX ttl` on every node at once. Returns the tally, the
     /// validity deadline (start + ttl - drift, on the monotonic clock) and, with fencing, the
     /// fence (`None` when it could not be made durable on a quorum).
-    async fn attempt(&self, key: &str, token: &str, opts: &LockOptions) -> (Tally, Instant, Option<u64>) {
+    async fn attempt(
+        &self,
+        key: &str,
+        token: &str,
+        opts: &LockOptions,
+    ) -> (Tally, Instant, Option<u64>) {
         let start = Instant::now();
         let deadline = start + opts.ttl - opts.drift();
         let timeout = opts.effective_node_timeout();
@@ -276,7 +296,13 @@ impl LockManager {
         )
     }
 
-    fn not_acquired_error(&self, key: &str, opts: &LockOptions, tally: &Tally, deadline: Instant) -> Error {
+    fn not_acquired_error(
+        &self,
+        key: &str,
+        opts: &LockOptions,
+        tally: &Tally,
+        deadline: Instant,
+    ) -> Error {
         let waited = match opts.wait {
             Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
             Some(w) => format!("within wait={w:?}"),
@@ -297,8 +323,15 @@ impl LockManager {
             )
         };
         let failures = tally.describe_failures(&self.shared.nodes);
-        let tail = if failures.is_empty() { String::new() } else { format!("; failed: {failures}") };
-        Error::new(ErrorKind::NotAcquired, format!("lock {key:?} not acquired {waited}: {why}{tail}"))
+        let tail = if failures.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {failures}")
+        };
+        Error::new(
+            ErrorKind::NotAcquired,
+            format!("lock {key:?} not acquired {waited}: {why}{tail}"),
+        )
     }
 }
 
@@ -314,7 +347,11 @@ struct PendingGrant<'a> {
 impl Drop for PendingGrant<'_> {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.take() {
-            let (key, token, opts) = (self.key.to_string(), self.token.to_string(), self.opts.clone());
+            let (key, token, opts) = (
+                self.key.to_string(),
+                self.token.to_string(),
+                self.opts.clone(),
+            );
             shared.handle().spawn(async move {
                 release_everywhere(&shared, &key, &token, &opts, None).await;
             });
@@ -365,7 +402,10 @@ mod tests {
     fn jitter_stays_within_half_either_side() {
         for _ in 0..1000 {
             let j = jitter(Duration::from_millis(100));
-            assert!(j >= Duration::from_millis(50) && j < Duration::from_millis(150), "{j:?}");
+            assert!(
+                j >= Duration::from_millis(50) && j < Duration::from_millis(150),
+                "{j:?}"
+            );
         }
     }
 }

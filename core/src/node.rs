@@ -70,7 +70,10 @@ impl Node {
     pub(crate) fn open(url: &str, tls_ca: Option<&Path>, guard_window: Duration) -> Result<Node> {
         let display = redact_url(url);
         let info = url.into_connection_info().map_err(|e| {
-            Error::invalid(format!("malformed node URL {display:?}: {}", e.detail().unwrap_or("cannot parse")))
+            Error::invalid(format!(
+                "malformed node URL {display:?}: {}",
+                e.detail().unwrap_or("cannot parse")
+            ))
         })?;
         let password = info.redis_settings().password().map(str::to_string);
         let client = if url.starts_with("rediss://") {
@@ -91,7 +94,12 @@ impl Node {
         } else {
             Client::open(info)
         }
-        .map_err(|e| Error::invalid(format!("cannot use node URL {display:?}: {}", scrub(&e.to_string(), password.as_deref()))))?;
+        .map_err(|e| {
+            Error::invalid(format!(
+                "cannot use node URL {display:?}: {}",
+                scrub(&e.to_string(), password.as_deref())
+            ))
+        })?;
         Ok(Node {
             client,
             display,
@@ -111,21 +119,30 @@ impl Node {
     /// The Redlock "delayed restart" rule, checked when a connection is (re)established: a
     /// node whose uptime is below the window, or whose run_id changed under us, may have
     /// forgotten locks it granted, so it does not vote until the window has passed.
-    async fn check_restart(&self, conn: &mut MultiplexedConnection, timeout: Duration) -> Result<(), NodeError> {
+    async fn check_restart(
+        &self,
+        conn: &mut MultiplexedConnection,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
         if self.guard_window.is_zero() {
             return Ok(());
         }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let info: String = tokio::time::timeout(timeout, redis::cmd("INFO").arg("server").query_async(conn))
-            .await
-            .map_err(|_| NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}")))?
-            .map_err(|e| self.classify(&e))?;
+        let info: String =
+            tokio::time::timeout(timeout, redis::cmd("INFO").arg("server").query_async(conn))
+                .await
+                .map_err(|_| {
+                    NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}"))
+                })?
+                .map_err(|e| self.classify(&e))?;
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
                 .map(|v| v.trim().to_string())
         };
-        let uptime = field("uptime_in_seconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        let uptime = field("uptime_in_seconds")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
         let run_id = field("run_id");
         let now = Instant::now();
         let mut g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
@@ -134,7 +151,8 @@ impl Node {
         let wait = if restarted_under_us {
             self.guard_window
         } else {
-            self.guard_window.saturating_sub(Duration::from_secs(uptime))
+            self.guard_window
+                .saturating_sub(Duration::from_secs(uptime))
         };
         if !wait.is_zero() {
             let until = now + wait;
@@ -170,7 +188,10 @@ impl Node {
 
     /// The shared connection, opening it when there is none (or it belongs to a parent
     /// process). Only one task connects at a time; the others wait for its result.
-    pub(crate) async fn connection(&self, timeout: Duration) -> Result<(MultiplexedConnection, u64), NodeError> {
+    pub(crate) async fn connection(
+        &self,
+        timeout: Duration,
+    ) -> Result<(MultiplexedConnection, u64), NodeError> {
         if let Some(c) = self.current() {
             return Ok(c);
         }
@@ -227,7 +248,12 @@ impl Node {
     /// connection, so anything sent after it on this node (a release) executes after it.
     /// `voting`: the answer counts toward a quorum, so a node under its restart guard is not
     /// asked (releases are sent regardless).
-    pub(crate) async fn run<T, F, Fut>(&self, timeout: Duration, voting: bool, f: F) -> Result<T, NodeError>
+    pub(crate) async fn run<T, F, Fut>(
+        &self,
+        timeout: Duration,
+        voting: bool,
+        f: F,
+    ) -> Result<T, NodeError>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -239,7 +265,9 @@ impl Node {
         }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout_at(deadline, f(conn)).await {
-            Err(_) => Err(NodeError::Unreachable(format!("no reply within {timeout:?}"))),
+            Err(_) => Err(NodeError::Unreachable(format!(
+                "no reply within {timeout:?}"
+            ))),
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
                 if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() {
@@ -252,7 +280,11 @@ impl Node {
 
     fn classify(&self, e: &redis::RedisError) -> NodeError {
         let text = scrub(&e.to_string(), self.password.as_deref());
-        if e.is_io_error() || e.is_connection_refusal() || e.is_timeout() || e.is_connection_dropped() {
+        if e.is_io_error()
+            || e.is_connection_refusal()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+        {
             NodeError::Unreachable(text)
         } else {
             NodeError::Redis(text)
@@ -262,7 +294,10 @@ impl Node {
 
 /// Builds the error for a request that failed on one node, naming it.
 pub(crate) fn node_error(kind: ErrorKind, what: &str, node: &Node, err: &NodeError) -> Error {
-    Error::new(kind, format!("{what}: node {} {}", node.name(), err.detail()))
+    Error::new(
+        kind,
+        format!("{what}: node {} {}", node.name(), err.detail()),
+    )
 }
 
 fn scrub(text: &str, password: Option<&str>) -> String {
@@ -310,8 +345,15 @@ mod tests {
 
     #[test]
     fn malformed_urls_are_invalid_arguments_naming_the_url_without_password() {
-        for url in ["http://u:hunter2@h:1", "redis://u:hunter2@[bad", "nonsense", ""] {
-            let Err(err) = Node::open(url, None, Duration::ZERO) else { panic!("{url} accepted") };
+        for url in [
+            "http://u:hunter2@h:1",
+            "redis://u:hunter2@[bad",
+            "nonsense",
+            "",
+        ] {
+            let Err(err) = Node::open(url, None, Duration::ZERO) else {
+                panic!("{url} accepted")
+            };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
             assert!(!err.message().contains("hunter2"), "{err}");
             assert!(err.message().contains(&redact_url(url)), "{err}");

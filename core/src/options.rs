@@ -167,7 +167,9 @@ fn too_long(name: &str, d: Duration) -> Error {
 
 fn check_duration(name: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
-        return Err(Error::invalid(format!("{name} must be greater than zero, got 0")));
+        return Err(Error::invalid(format!(
+            "{name} must be greater than zero, got 0"
+        )));
     }
     if d > MAX_DURATION {
         return Err(too_long(name, d));
@@ -248,7 +250,9 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     let (num, unit) = s.split_at(split);
     let bad = |why: &str| Error::invalid(format!("invalid duration {text:?}: {why}"));
     if num.is_empty() {
-        return Err(bad("expected a number followed by a unit, such as 500ms, 10s or 2m"));
+        return Err(bad(
+            "expected a number followed by a unit, such as 500ms, 10s or 2m",
+        ));
     }
     let value: f64 = num.parse().map_err(|_| bad("not a number"))?;
     let scale = match unit.trim() {
@@ -261,7 +265,10 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
     };
     let secs = value * scale;
     if !secs.is_finite() || secs > MAX_DURATION.as_secs_f64() {
-        return Err(too_long("duration", Duration::from_secs_f64(secs.min(1e12))));
+        return Err(too_long(
+            "duration",
+            Duration::from_secs_f64(secs.min(1e12)),
+        ));
     }
     Ok(Duration::from_secs_f64(secs))
 }
@@ -284,21 +291,39 @@ mod tests {
         for bad in ["10", "", "ms", "-1s", "1x", "1e400s", "999999999h"] {
             let err = parse_duration(bad).unwrap_err();
             assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument, "{bad}");
-            assert!(err.message().contains(&format!("{bad:?}")) || err.message().contains("too long"), "{err}");
+            assert!(
+                err.message().contains(&format!("{bad:?}")) || err.message().contains("too long"),
+                "{err}"
+            );
         }
     }
 
     #[test]
     fn zero_and_overflowing_durations_are_rejected() {
-        let zero = LockOptions::default().ttl(Duration::ZERO).validate().unwrap_err();
+        let zero = LockOptions::default()
+            .ttl(Duration::ZERO)
+            .validate()
+            .unwrap_err();
         assert!(zero.message().contains("ttl"), "{zero}");
-        let huge = LockOptions::default().ttl(Duration::from_secs(u64::MAX / 4)).validate().unwrap_err();
+        let huge = LockOptions::default()
+            .ttl(Duration::from_secs(u64::MAX / 4))
+            .validate()
+            .unwrap_err();
         assert!(huge.message().contains("too long"), "{huge}");
-        let wait = LockOptions::default().wait(Some(Duration::MAX)).validate().unwrap_err();
+        let wait = LockOptions::default()
+            .wait(Some(Duration::MAX))
+            .validate()
+            .unwrap_err();
         assert!(wait.message().contains("wait"), "{wait}");
-        let sub_ms = LockOptions::default().ttl(Duration::from_micros(500)).validate().unwrap_err();
+        let sub_ms = LockOptions::default()
+            .ttl(Duration::from_micros(500))
+            .validate()
+            .unwrap_err();
         assert!(sub_ms.message().contains("1ms"), "{sub_ms}");
-        let nan = LockOptions::default().drift_factor(f64::NAN).validate().unwrap_err();
+        let nan = LockOptions::default()
+            .drift_factor(f64::NAN)
+            .validate()
+            .unwrap_err();
         assert!(nan.message().contains("drift_factor"), "{nan}");
         assert!(LockOptions::default().validate().is_ok());
         assert!(LockOptions::default().ttl(MAX_DURATION).validate().is_ok());
@@ -306,7 +331,10 @@ mod tests {
 
     #[test]
     fn default_node_timeout_is_min_of_200ms_and_a_tenth_of_ttl() {
-        assert_eq!(LockOptions::default().effective_node_timeout(), Duration::from_millis(200));
+        assert_eq!(
+            LockOptions::default().effective_node_timeout(),
+            Duration::from_millis(200)
+        );
         let short = LockOptions::default().ttl(Duration::from_secs(1));
         assert_eq!(short.effective_node_timeout(), Duration::from_millis(100));
     }

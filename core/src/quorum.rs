@@ -25,10 +25,16 @@ pub(crate) struct Tally {
 
 impl Tally {
     pub fn yes(&self) -> usize {
-        self.answers.iter().filter(|a| matches!(a, Answer::Yes(_))).count()
+        self.answers
+            .iter()
+            .filter(|a| matches!(a, Answer::Yes(_)))
+            .count()
     }
     pub fn no(&self) -> usize {
-        self.answers.iter().filter(|a| matches!(a, Answer::No)).count()
+        self.answers
+            .iter()
+            .filter(|a| matches!(a, Answer::No))
+            .count()
     }
     /// The largest value among the yes answers (the fence counters seen by the grant).
     pub fn max_yes_value(&self) -> i64 {
@@ -93,7 +99,12 @@ pub(crate) fn yes_if(ok: bool) -> Option<i64> {
 /// `stop_early`, returns as soon as the outcome is decided (a quorum said yes, or too many
 /// said no or failed); the unfinished requests are dropped, but what they already sent stays
 /// ordered on each node's connection ahead of anything sent later.
-pub(crate) async fn fan_out<'a, F, Fut>(nodes: &'a [Node], quorum: usize, stop_early: bool, request: F) -> Tally
+pub(crate) async fn fan_out<'a, F, Fut>(
+    nodes: &'a [Node],
+    quorum: usize,
+    stop_early: bool,
+    request: F,
+) -> Tally
 where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,

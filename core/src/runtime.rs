@@ -36,9 +36,16 @@ pub fn runtime() -> &'static Runtime {
             .thread_name("ferrolock")
             .enable_all()
             .build()
-            .expect("cannot start the ferrolock tokio runtime (out of threads or file descriptors?)"),
+            .expect(
+                "cannot start the ferrolock tokio runtime (out of threads or file descriptors?)",
+            ),
     ));
-    match RUNTIME.compare_exchange(std::ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+    match RUNTIME.compare_exchange(
+        std::ptr::null_mut(),
+        fresh,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    ) {
         // SAFETY: just published; never freed.
         Ok(_) => unsafe { &*fresh },
         Err(winner) => {

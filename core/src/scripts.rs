@@ -5,11 +5,14 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
 pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/acquire_fenced.lua")));
-pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/raise_fence.lua")));
+pub(crate) static RAISE_FENCE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/raise_fence.lua")));
 
 /// The channel a release publishes on: `ferrolock:release:{<key>}`, or without the extra
 /// braces when the key already has a hash tag, so that key and channel share a slot (the
@@ -35,8 +38,14 @@ fn tagged(prefix: &str, key: &str) -> String {
 mod tests {
     #[test]
     fn channel_keeps_the_keys_hash_slot() {
-        assert_eq!(super::release_channel("orders:1"), "ferrolock:release:{orders:1}");
-        assert_eq!(super::release_channel("{user42}:cart"), "ferrolock:release:{user42}:cart");
+        assert_eq!(
+            super::release_channel("orders:1"),
+            "ferrolock:release:{orders:1}"
+        );
+        assert_eq!(
+            super::release_channel("{user42}:cart"),
+            "ferrolock:release:{user42}:cart"
+        );
         assert_eq!(super::fence_key("a"), "ferrolock:fence:{a}");
     }
 }

@@ -48,8 +48,15 @@ impl Watchdog {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let first_event = {
             let s = lock.state();
-            let lose_at = s.deadline.checked_sub(lock.loss_margin()).unwrap_or(s.deadline);
-            Some(if lock.opts.watchdog { s.next_renewal.min(lose_at) } else { lose_at })
+            let lose_at = s
+                .deadline
+                .checked_sub(lock.loss_margin())
+                .unwrap_or(s.deadline);
+            Some(if lock.opts.watchdog {
+                s.next_renewal.min(lose_at)
+            } else {
+                lose_at
+            })
         };
         let (start, wake) = {
             let mut reg = self.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -79,9 +86,15 @@ async fn run(weak: Weak<Shared>) {
         let mut due: Vec<Arc<LockInner>> = Vec::new();
         let mut wake_at = now + IDLE;
         {
-            let mut reg = shared.watchdog.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let mut reg = shared
+                .watchdog
+                .registry
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             reg.locks.retain(|_, weak_lock| {
-                let Some(lock) = weak_lock.upgrade() else { return false };
+                let Some(lock) = weak_lock.upgrade() else {
+                    return false;
+                };
                 match inspect(&lock, now) {
                     Next::Forget => false,
                     Next::RenewNow => {
@@ -131,17 +144,26 @@ fn inspect(lock: &LockInner, now: Instant) -> Next {
         let end = lock.acquired_at + max_hold;
         if now >= end {
             drop(s);
-            lock.finish(LockStatus::Lost(LossReason::MaxHold { key: key.clone(), max_hold }));
+            lock.finish(LockStatus::Lost(LossReason::MaxHold {
+                key: key.clone(),
+                max_hold,
+            }));
             return Next::Forget;
         }
     }
-    let lose_at = s.deadline.checked_sub(lock.loss_margin()).unwrap_or(s.deadline);
+    let lose_at = s
+        .deadline
+        .checked_sub(lock.loss_margin())
+        .unwrap_or(s.deadline);
     if now >= lose_at {
         let reason = s.last_failure.clone().unwrap_or_else(|| {
             if lock.opts.watchdog {
                 LossReason::RenewalTooSlow { key: key.clone() }
             } else {
-                LossReason::Expiring { key: key.clone(), ttl: lock.opts.ttl }
+                LossReason::Expiring {
+                    key: key.clone(),
+                    ttl: lock.opts.ttl,
+                }
             }
         });
         drop(s);
@@ -159,7 +181,12 @@ fn inspect(lock: &LockInner, now: Instant) -> Next {
         // after a failure have no such slack.
         let (wake, due_from) = match s.retry_at {
             Some(t) => (t, t),
-            None => (s.next_renewal, s.next_renewal.checked_sub(lock.period() / 2).unwrap_or(s.next_renewal)),
+            None => (
+                s.next_renewal,
+                s.next_renewal
+                    .checked_sub(lock.period() / 2)
+                    .unwrap_or(s.next_renewal),
+            ),
         };
         if now >= due_from {
             drop(s);
@@ -197,29 +224,30 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
         + PER_RENEWAL * batch.len() as u32;
     let shared = &*shared;
     let start = Instant::now();
-    let per_node: Vec<Result<Vec<Value>, NodeError>> = futures::future::join_all(shared.nodes.iter().map(|node| {
-        let batch = &batch;
-        node.run(timeout, true, move |mut conn| async move {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for (lock, _) in batch {
-                pipe.cmd("EVALSHA")
-                    .arg(EXTEND.get_hash())
-                    .arg(1)
-                    .arg(&lock.key)
-                    .arg(&lock.token)
-                    .arg(lock.opts.ttl_millis());
-            }
-            let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
-            if replies.iter().any(is_noscript) {
-                // A restarted node forgot the script: load it once and send the batch again.
-                let _: String = EXTEND.load_async(&mut conn).await?;
-                replies = pipe.query_async(&mut conn).await?;
-            }
-            Ok(replies)
-        })
-    }))
-    .await;
+    let per_node: Vec<Result<Vec<Value>, NodeError>> =
+        futures::future::join_all(shared.nodes.iter().map(|node| {
+            let batch = &batch;
+            node.run(timeout, true, move |mut conn| async move {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors();
+                for (lock, _) in batch {
+                    pipe.cmd("EVALSHA")
+                        .arg(EXTEND.get_hash())
+                        .arg(1)
+                        .arg(&lock.key)
+                        .arg(&lock.token)
+                        .arg(lock.opts.ttl_millis());
+                }
+                let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
+                if replies.iter().any(is_noscript) {
+                    // A restarted node forgot the script: load it once and send the batch again.
+                    let _: String = EXTEND.load_async(&mut conn).await?;
+                    replies = pipe.query_async(&mut conn).await?;
+                }
+                Ok(replies)
+            })
+        }))
+        .await;
     for (i, (lock, _guard)) in batch.iter().enumerate() {
         let answers = per_node
             .iter()
@@ -228,12 +256,22 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                 Ok(replies) => match replies.get(i) {
                     Some(Value::Int(1)) => Answer::Yes(0),
                     Some(Value::Int(_)) => Answer::No,
-                    Some(other) => Answer::Failed(NodeError::Redis(format!("unexpected renewal reply {other:?}"))),
+                    Some(other) => Answer::Failed(NodeError::Redis(format!(
+                        "unexpected renewal reply {other:?}"
+                    ))),
                     None => Answer::Failed(NodeError::Redis("short pipeline reply".into())),
                 },
             })
             .collect();
-        settle(shared, lock, &Tally { quorum: shared.quorum, answers }, start);
+        settle(
+            shared,
+            lock,
+            &Tally {
+                quorum: shared.quorum,
+                answers,
+            },
+            start,
+        );
         lock.state().renewing = false;
     }
     drop(batch);
@@ -241,25 +279,37 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
 }
 
 fn settle(shared: &Shared, lock: &LockInner, tally: &Tally, start: Instant) {
-    if tally.won() && lock.renewed(start, lock.opts.ttl, lock.opts.drift()).is_some() {
+    if tally.won()
+        && lock
+            .renewed(start, lock.opts.ttl, lock.opts.drift())
+            .is_some()
+    {
         return;
     }
     let key = lock.key.clone();
     let n = tally.answers.len();
     if tally.no() > n - tally.quorum {
         // Our token is gone from too many nodes for any retry to succeed.
-        lock.finish(LockStatus::Lost(LossReason::TokenGone { key, missing_on: tally.no(), nodes: n }));
+        lock.finish(LockStatus::Lost(LossReason::TokenGone {
+            key,
+            missing_on: tally.no(),
+            nodes: n,
+        }));
         return;
     }
     let failure = if tally.won() {
         LossReason::RenewalTooSlow { key }
     } else {
-        LossReason::QuorumUnreachable { key, detail: tally.describe_failures(&shared.nodes) }
+        LossReason::QuorumUnreachable {
+            key,
+            detail: tally.describe_failures(&shared.nodes),
+        }
     };
     // Transient: retry soon, within what is left of the validity.
     let mut s = lock.state();
     s.last_failure = Some(failure);
-    s.retry_at = Some(Instant::now() + (lock.opts.ttl / 10).max(lock.opts.effective_node_timeout() / 2));
+    s.retry_at =
+        Some(Instant::now() + (lock.opts.ttl / 10).max(lock.opts.effective_node_timeout() / 2));
 }
 
 fn is_noscript(v: &Value) -> bool {

@@ -20,8 +20,14 @@ async fn single_node_wire_format_is_set_nx_px_with_the_token() {
     let pttl = pttl(&server, "orders:1001");
     assert!((9_000..=10_000).contains(&pttl), "PTTL {pttl}");
     let validity = lock.validity();
-    assert!(validity > Duration::from_millis(9_700) && validity <= Duration::from_millis(9_898), "{validity:?}");
-    assert!(lock.release().await.unwrap(), "release should report it held the lock");
+    assert!(
+        validity > Duration::from_millis(9_700) && validity <= Duration::from_millis(9_898),
+        "{validity:?}"
+    );
+    assert!(
+        lock.release().await.unwrap(),
+        "release should report it held the lock"
+    );
     assert_eq!(get(&server, "orders:1001"), None);
     assert!(!lock.is_held());
     let again = lock.release().await.unwrap_err();
@@ -73,9 +79,16 @@ async fn a_waiter_gets_the_lock_after_release() {
     let m2 = m.clone();
     let waiter = tokio::spawn(async move { m2.acquire("handoff").await });
     tokio::time::sleep(ms(100)).await;
-    assert!(!waiter.is_finished(), "the waiter must block while the lock is held");
+    assert!(
+        !waiter.is_finished(),
+        "the waiter must block while the lock is held"
+    );
     held.release().await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(get(&server, "handoff").as_deref(), Some(got.token()));
 }
 
@@ -114,7 +127,10 @@ async fn dropping_a_held_lock_releases_it() {
     drop(m.acquire("dropped").await.unwrap());
     let start = Instant::now();
     while get(&server, "dropped").is_some() {
-        assert!(start.elapsed() < Duration::from_secs(5), "dropped lock was never released");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "dropped lock was never released"
+        );
         tokio::time::sleep(ms(10)).await;
     }
 }
@@ -127,7 +143,9 @@ async fn release_publishes_on_the_release_channel() {
     let mut sub = server.client();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe("ferrolock:release:{pub}").unwrap();
-    pubsub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
     lock.release().await.unwrap();
     let msg = pubsub.get_message().expect("a release message");
     assert_eq!(msg.get_channel_name(), "ferrolock:release:{pub}");
@@ -146,7 +164,12 @@ async fn two_managers_contending_never_both_hold_the_lock() {
         // Separate managers: separate connections and client state, like two processes.
         let m = manager(&cluster.urls(), opts().retry_delay(ms(5)));
         for _ in 0..2 {
-            let (m, inside, overlaps, url) = (m.clone(), inside.clone(), overlaps.clone(), counter_url.clone());
+            let (m, inside, overlaps, url) = (
+                m.clone(),
+                inside.clone(),
+                overlaps.clone(),
+                counter_url.clone(),
+            );
             workers.push(tokio::spawn(async move {
                 let client = redis::Client::open(url).unwrap();
                 let mut c = client.get_multiplexed_async_connection().await.unwrap();
@@ -156,9 +179,18 @@ async fn two_managers_contending_never_both_hold_the_lock() {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
                     // Read, pause, write: loses updates unless the lock excludes.
-                    let v: i64 = redis::cmd("GET").arg("counter").query_async(&mut c).await.unwrap();
+                    let v: i64 = redis::cmd("GET")
+                        .arg("counter")
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
                     tokio::time::sleep(ms(1)).await;
-                    let _: () = redis::cmd("SET").arg("counter").arg(v + 1).query_async(&mut c).await.unwrap();
+                    let _: () = redis::cmd("SET")
+                        .arg("counter")
+                        .arg(v + 1)
+                        .query_async(&mut c)
+                        .await
+                        .unwrap();
                     inside.fetch_sub(1, Ordering::SeqCst);
                     assert!(lock.release().await.unwrap());
                 }
@@ -178,9 +210,19 @@ async fn release_by_a_non_owner_never_deletes_the_new_holders_key() {
     let m = manager(&[server.url()], opts().ttl(ms(200)));
     let stale = m.acquire("owner").await.unwrap();
     tokio::time::sleep(ms(300)).await;
-    assert_eq!(get(&server, "owner"), None, "the first lock should have expired");
-    let fresh = m.acquire_with("owner", &opts().ttl(Duration::from_secs(10))).await.unwrap();
-    assert!(!stale.release().await.unwrap(), "a stale release must report it no longer held the lock");
+    assert_eq!(
+        get(&server, "owner"),
+        None,
+        "the first lock should have expired"
+    );
+    let fresh = m
+        .acquire_with("owner", &opts().ttl(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    assert!(
+        !stale.release().await.unwrap(),
+        "a stale release must report it no longer held the lock"
+    );
     assert_eq!(get(&server, "owner").as_deref(), Some(fresh.token()));
 }
 
@@ -193,7 +235,10 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
     assert!(empty.message().contains("empty"), "{empty}");
     for (o, needle) in [
         (opts().ttl(Duration::ZERO), "ttl"),
-        (opts().ttl(Duration::from_secs(60 * 60 * 24 * 365)), "too long"),
+        (
+            opts().ttl(Duration::from_secs(60 * 60 * 24 * 365)),
+            "too long",
+        ),
         (opts().wait(Some(Duration::MAX)), "wait"),
         (opts().retry_delay(Duration::ZERO), "retry_delay"),
         (opts().drift_factor(-1.0), "drift_factor"),
@@ -209,7 +254,9 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
     }
     let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
-    let err = LockManager::new(ManagerOptions::new().lock(LockOptions::default().ttl(Duration::ZERO))).unwrap_err();
+    let err =
+        LockManager::new(ManagerOptions::new().lock(LockOptions::default().ttl(Duration::ZERO)))
+            .unwrap_err();
     assert!(err.message().contains("ttl"), "{err}");
 }
 
@@ -218,7 +265,12 @@ async fn nodes_come_from_ferrolock_nodes_when_not_given() {
     let cluster = Cluster::start(3);
     // SAFETY: this test binary reads FERROLOCK_NODES only here.
     unsafe { std::env::set_var("FERROLOCK_NODES", cluster.nodes_env()) };
-    let m = LockManager::new(ManagerOptions::new().restart_guard(Duration::ZERO).lock(opts())).unwrap();
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .restart_guard(Duration::ZERO)
+            .lock(opts()),
+    )
+    .unwrap();
     unsafe { std::env::remove_var("FERROLOCK_NODES") };
     assert_eq!(m.node_names(), cluster.urls());
     assert_eq!(m.quorum(), 2);

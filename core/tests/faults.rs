@@ -1,6 +1,10 @@
 //! The peers' known failures, each reproduced with a real fault (a paused, killed or
 //! rewritten node) and shown absent. Serial: they pause and kill servers and measure time.
 
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use std::time::{Duration, Instant};
@@ -30,7 +34,10 @@ async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
     let _serial = serial();
     let cluster = Cluster::start(3);
     // ttl 150ms, node timeout 1s: a quorum that answers after 400ms answers "yes" too late.
-    let o = opts().ttl(ms(150)).node_timeout(ms(1_000)).wait(Some(Duration::ZERO));
+    let o = opts()
+        .ttl(ms(150))
+        .node_timeout(ms(1_000))
+        .wait(Some(Duration::ZERO));
     let m = manager(&cluster.urls(), o);
     m.acquire("warmup").await.unwrap().release().await.unwrap(); // connections open before the fault
     let resumer = pause_for(&cluster, &[1, 2], ms(400));
@@ -38,27 +45,46 @@ async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
     let result = m.acquire("slow").await;
     resumer.join().unwrap();
     let took = started.elapsed();
-    assert!(took >= ms(400), "the fault was not in place: acquire took {took:?}");
+    assert!(
+        took >= ms(400),
+        "the fault was not in place: acquire took {took:?}"
+    );
     let err = result.expect_err("an acquire slower than its ttl must not be granted");
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
-    assert!(err.message().contains("a quorum granted it"), "the quorum did answer yes: {err}");
+    assert!(
+        err.message().contains("a quorum granted it"),
+        "the quorum did answer yes: {err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_extend_that_confirms_after_the_new_validity_does_not_move_the_deadline() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(5)).node_timeout(ms(1_000)));
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(5)).node_timeout(ms(1_000)),
+    );
     let lock = m.acquire("slow-extend").await.unwrap();
     let before = lock.deadline();
     let resumer = pause_for(&cluster, &[1, 2], ms(400));
     let started = Instant::now();
-    let err = lock.extend_for(ms(150)).await.expect_err("extend slower than its ttl must fail");
+    let err = lock
+        .extend_for(ms(150))
+        .await
+        .expect_err("extend slower than its ttl must fail");
     resumer.join().unwrap();
     assert!(started.elapsed() >= ms(400), "the fault was not in place");
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
-    assert!(err.message().contains("longer than the new validity"), "{err}");
-    assert_eq!(lock.deadline(), before, "a failed extend must leave the deadline alone");
+    assert!(
+        err.message().contains("longer than the new validity"),
+        "{err}"
+    );
+    assert_eq!(
+        lock.deadline(),
+        before,
+        "a failed extend must leave the deadline alone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -75,11 +101,18 @@ async fn a_failed_extend_never_recreates_an_expired_key() {
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
     assert!(err.message().contains("watchdog is off"), "{err}");
     // The validity had ended, so the call is refused locally; force the remote path too.
-    let lock = m.acquire_with("expired2", &opts().ttl(Duration::from_secs(5))).await.unwrap();
+    let lock = m
+        .acquire_with("expired2", &opts().ttl(Duration::from_secs(5)))
+        .await
+        .unwrap();
     s.cmd::<()>(&["DEL", "expired2"]);
     let err = lock.extend().await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
-    assert_eq!(get(s, "expired2"), None, "extend re-created a key that was gone");
+    assert_eq!(
+        get(s, "expired2"),
+        None,
+        "extend re-created a key that was gone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -97,10 +130,17 @@ async fn a_failed_extend_never_deletes_or_touches_anyones_key() {
     let err = lock.extend_for(Duration::from_secs(30)).await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
     assert_eq!(lock.deadline(), deadline);
-    assert_eq!(get(&cluster.servers[0], "taken").as_deref(), Some(token.as_str()), "extend deleted our key");
+    assert_eq!(
+        get(&cluster.servers[0], "taken").as_deref(),
+        Some(token.as_str()),
+        "extend deleted our key"
+    );
     for s in &cluster.servers[1..] {
         assert_eq!(get(s, "taken").as_deref(), Some("someone-else"));
-        assert!(pttl(s, "taken") > 50_000, "extend touched another owner's ttl");
+        assert!(
+            pttl(s, "taken") > 50_000,
+            "extend touched another owner's ttl"
+        );
     }
 }
 
@@ -112,8 +152,15 @@ async fn one_dead_node_of_five_does_not_fail_acquire() {
     let m = manager(&cluster.urls(), opts().wait(Some(Duration::ZERO)));
     for i in 0..20 {
         let key = format!("k{i}");
-        let lock = m.acquire(&key).await.unwrap_or_else(|e| panic!("attempt {i}: {e}"));
-        let holders = cluster.servers.iter().filter(|s| s.is_running() && get(s, &key).as_deref() == Some(lock.token())).count();
+        let lock = m
+            .acquire(&key)
+            .await
+            .unwrap_or_else(|e| panic!("attempt {i}: {e}"));
+        let holders = cluster
+            .servers
+            .iter()
+            .filter(|s| s.is_running() && get(s, &key).as_deref() == Some(lock.token()))
+            .count();
         // Acquire returns as soon as a quorum (3) granted; the fourth live node may lag.
         assert!(holders >= 3, "granted on only {holders} nodes");
         assert!(lock.release().await.unwrap());
@@ -124,7 +171,10 @@ async fn one_dead_node_of_five_does_not_fail_acquire() {
 async fn three_dead_nodes_of_five_fail_fast_with_quorum_unreachable() {
     let _serial = serial();
     let mut cluster = Cluster::start(5);
-    let dead: Vec<String> = [0, 2, 4].iter().map(|&i| cluster.servers[i].url()).collect();
+    let dead: Vec<String> = [0, 2, 4]
+        .iter()
+        .map(|&i| cluster.servers[i].url())
+        .collect();
     for i in [0, 2, 4] {
         cluster.servers[i].kill();
     }
@@ -134,9 +184,15 @@ async fn three_dead_nodes_of_five_fail_fast_with_quorum_unreachable() {
     let took = started.elapsed();
     assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
     for url in &dead {
-        assert!(err.message().contains(url.as_str()), "error should name {url}: {err}");
+        assert!(
+            err.message().contains(url.as_str()),
+            "error should name {url}: {err}"
+        );
     }
-    assert!(took < Duration::from_secs(3), "a dead majority must fail fast, took {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "a dead majority must fail fast, took {took:?}"
+    );
     for s in cluster.servers.iter().filter(|s| s.is_running()) {
         assert_eq!(get(s, "dead"), None, "the minority grant was not released");
     }
@@ -150,11 +206,20 @@ async fn a_partial_grant_is_released_on_every_node() {
         s.cmd::<()>(&["SET", "partial", "other-owner", "PX", "60000"]);
     }
     // A long ttl, so a key left behind could not be mistaken for one that expired.
-    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)).wait(Some(Duration::ZERO)));
+    let m = manager(
+        &cluster.urls(),
+        opts()
+            .ttl(Duration::from_secs(60))
+            .wait(Some(Duration::ZERO)),
+    );
     let err = m.acquire("partial").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAcquired);
     assert!(err.message().contains("2 of 3"), "{err}");
-    assert_eq!(get(&cluster.servers[0], "partial"), None, "our minority grant was left behind");
+    assert_eq!(
+        get(&cluster.servers[0], "partial"),
+        None,
+        "our minority grant was left behind"
+    );
     for s in &cluster.servers[1..] {
         assert_eq!(get(s, "partial").as_deref(), Some("other-owner"));
     }
@@ -164,7 +229,10 @@ async fn a_partial_grant_is_released_on_every_node() {
 async fn an_acquire_dropped_after_a_partial_grant_leaves_no_key_behind() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)).node_timeout(ms(5_000)));
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(60)).node_timeout(ms(5_000)),
+    );
     m.acquire("warmup").await.unwrap().release().await.unwrap();
     cluster.servers[1].pause();
     cluster.servers[2].pause();
@@ -173,7 +241,10 @@ async fn an_acquire_dropped_after_a_partial_grant_leaves_no_key_behind() {
     // Node 0 grants at once; the other two are stuck. Wait until the partial grant exists.
     let start = Instant::now();
     while get(&cluster.servers[0], "dropped").is_none() {
-        assert!(start.elapsed() < Duration::from_secs(5), "node 0 never granted");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "node 0 never granted"
+        );
         tokio::time::sleep(ms(5)).await;
     }
     acquire.abort();
@@ -183,11 +254,19 @@ async fn an_acquire_dropped_after_a_partial_grant_leaves_no_key_behind() {
     cluster.servers[2].resume();
     let start = Instant::now();
     loop {
-        let left: Vec<_> = cluster.servers.iter().filter(|s| get(s, "dropped").is_some()).map(|s| s.url()).collect();
+        let left: Vec<_> = cluster
+            .servers
+            .iter()
+            .filter(|s| get(s, "dropped").is_some())
+            .map(|s| s.url())
+            .collect();
         if left.is_empty() {
             break;
         }
-        assert!(start.elapsed() < Duration::from_secs(5), "keys left behind on {left:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "keys left behind on {left:?}"
+        );
         tokio::time::sleep(ms(10)).await;
     }
 }

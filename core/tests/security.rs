@@ -52,11 +52,21 @@ async fn tls_with_a_ca_file_and_an_acl_user_restricted_to_lock_keys() {
     // The ACL forbids this key: a Redis error naming the node, never the password.
     let err = m.acquire("other:tls").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
-    assert!(err.message().contains("NOPERM") || err.message().to_lowercase().contains("permission"), "{err}");
-    assert!(err.message().contains(&format!("rediss://locker:***@127.0.0.1:{}", server.port())), "{err}");
+    assert!(
+        err.message().contains("NOPERM") || err.message().to_lowercase().contains("permission"),
+        "{err}"
+    );
+    assert!(
+        err.message()
+            .contains(&format!("rediss://locker:***@127.0.0.1:{}", server.port())),
+        "{err}"
+    );
     assert!(!err.message().contains(SECRET), "password leaked: {err}");
     assert!(!format!("{err:?}").contains(SECRET));
-    assert!(!format!("{m:?}").contains(SECRET), "password in Debug: {m:?}");
+    assert!(
+        !format!("{m:?}").contains(SECRET),
+        "password in Debug: {m:?}"
+    );
     assert!(format!("{m:?}").contains("locker:***@"));
 }
 
@@ -65,7 +75,11 @@ async fn the_ca_file_can_come_from_the_environment() {
     let (server, tls) = tls_acl_server();
     // SAFETY: the only test in this binary that touches FERROLOCK_TLS_CA.
     unsafe { std::env::set_var("FERROLOCK_TLS_CA", &tls.ca_cert) };
-    let m = LockManager::new(ManagerOptions::new().nodes([locker_url(&server)]).lock(opts()));
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([locker_url(&server)])
+            .lock(opts()),
+    );
     unsafe { std::env::remove_var("FERROLOCK_TLS_CA") };
     let lock = m.unwrap().acquire("lock:env-ca").await.unwrap();
     assert!(lock.release().await.unwrap());
@@ -92,7 +106,13 @@ async fn an_untrusted_certificate_is_an_unreachable_node_named_without_its_passw
 async fn a_wrong_password_is_an_error_without_the_password() {
     let (server, tls) = tls_acl_server();
     let url = format!("rediss://locker:wrong-{SECRET}@127.0.0.1:{}", server.port());
-    let m = LockManager::new(ManagerOptions::new().nodes([url]).tls_ca(&tls.ca_cert).lock(opts().wait(Some(Duration::ZERO)))).unwrap();
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([url])
+            .tls_ca(&tls.ca_cert)
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
     let err = m.acquire("lock:x").await.unwrap_err();
     assert!(!err.message().contains(SECRET), "{err}");
     assert!(err.message().contains("locker:***@"), "{err}");
@@ -100,7 +120,12 @@ async fn a_wrong_password_is_an_error_without_the_password() {
 
 #[tokio::test]
 async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
-    let err = LockManager::new(ManagerOptions::new().nodes(["rediss://127.0.0.1:1"]).tls_ca("/nonexistent/ca.pem")).unwrap_err();
+    let err = LockManager::new(
+        ManagerOptions::new()
+            .nodes(["rediss://127.0.0.1:1"])
+            .tls_ca("/nonexistent/ca.pem"),
+    )
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
 }

@@ -1,6 +1,10 @@
 //! The watchdog keeps held locks alive, batches renewals, and tells the holder before the
 //! deadline when it cannot. Serial: these pause servers and measure deadlines.
 
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
 mod common;
 
 use std::sync::Arc;
@@ -15,13 +19,26 @@ use tokio::time::Instant;
 async fn renewals_keep_a_one_second_lock_for_ten_seconds() {
     let _serial = serial();
     let server = RedisServer::start();
-    let m = manager(&[server.url()], opts().watchdog(true).ttl(Duration::from_secs(1)));
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_secs(1)),
+    );
     let lock = m.acquire("kept").await.unwrap();
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) {
         tokio::time::sleep(ms(250)).await;
-        assert!(lock.is_held(), "lost after {:?}: {:?}", start.elapsed(), lock.status());
-        assert_eq!(get(&server, "kept").as_deref(), Some(lock.token()), "key gone after {:?}", start.elapsed());
+        assert!(
+            lock.is_held(),
+            "lost after {:?}: {:?}",
+            start.elapsed(),
+            lock.status()
+        );
+        assert_eq!(
+            get(&server, "kept").as_deref(),
+            Some(lock.token()),
+            "key gone after {:?}",
+            start.elapsed()
+        );
     }
     assert!(lock.release().await.unwrap());
 }
@@ -30,21 +47,34 @@ async fn renewals_keep_a_one_second_lock_for_ten_seconds() {
 async fn a_holder_cut_off_from_the_majority_hears_before_its_deadline() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    let m = manager(&cluster.urls(), opts().watchdog(true).ttl(Duration::from_secs(2)));
+    let m = manager(
+        &cluster.urls(),
+        opts().watchdog(true).ttl(Duration::from_secs(2)),
+    );
     let lock = m.acquire("cut-off").await.unwrap();
     let lost = lock.lost();
     cluster.servers[1].pause();
     cluster.servers[2].pause();
     let paused_at = Instant::now();
     // The last deadline a renewal could have set before the pause took hold.
-    let reason = tokio::time::timeout(Duration::from_secs(5), lost).await.expect("no lost signal").expect("lost, not released");
+    let reason = tokio::time::timeout(Duration::from_secs(5), lost)
+        .await
+        .expect("no lost signal")
+        .expect("lost, not released");
     let heard_at = Instant::now();
     let deadline = lock.deadline();
     cluster.servers[1].resume();
     cluster.servers[2].resume();
-    assert!(heard_at < deadline, "lost signal came {:?} after the deadline", heard_at - deadline);
+    assert!(
+        heard_at < deadline,
+        "lost signal came {:?} after the deadline",
+        heard_at - deadline
+    );
     assert!(heard_at > paused_at, "signal before the fault");
-    assert!(matches!(reason, LossReason::QuorumUnreachable { .. }), "{reason}");
+    assert!(
+        matches!(reason, LossReason::QuorumUnreachable { .. }),
+        "{reason}"
+    );
     assert!(matches!(lock.status(), LockStatus::Lost(_)));
     let err = lock.check().unwrap_err();
     assert_eq!(err.kind(), ErrorKind::LockLost);
@@ -58,10 +88,27 @@ async fn a_deleted_key_is_lost_with_the_reason() {
     let m = manager(&[server.url()], opts().watchdog(true).ttl(ms(900)));
     let lock = m.acquire("deleted").await.unwrap();
     server.cmd::<()>(&["DEL", "deleted"]);
-    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost()).await.unwrap().unwrap();
-    assert!(matches!(reason, LossReason::TokenGone { missing_on: 1, nodes: 1, .. }), "{reason}");
+    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            reason,
+            LossReason::TokenGone {
+                missing_on: 1,
+                nodes: 1,
+                ..
+            }
+        ),
+        "{reason}"
+    );
     assert!(Instant::now() < lock.deadline());
-    assert_eq!(get(&server, "deleted"), None, "the watchdog must not re-create a deleted key");
+    assert_eq!(
+        get(&server, "deleted"),
+        None,
+        "the watchdog must not re-create a deleted key"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -73,11 +120,27 @@ async fn an_overwritten_key_is_lost_and_the_new_owner_is_untouched() {
     for s in &cluster.servers[..2] {
         s.cmd::<()>(&["SET", "stolen", "thief", "PX", "60000"]);
     }
-    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost()).await.unwrap().unwrap();
-    assert!(matches!(reason, LossReason::TokenGone { missing_on: 2, nodes: 3, .. }), "{reason}");
+    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(
+            reason,
+            LossReason::TokenGone {
+                missing_on: 2,
+                nodes: 3,
+                ..
+            }
+        ),
+        "{reason}"
+    );
     for s in &cluster.servers[..2] {
         assert_eq!(get(s, "stolen").as_deref(), Some("thief"));
-        assert!(pttl(s, "stolen") > 55_000, "the watchdog touched the new owner's ttl");
+        assert!(
+            pttl(s, "stolen") > 55_000,
+            "the watchdog touched the new owner's ttl"
+        );
     }
 }
 
@@ -85,10 +148,16 @@ async fn an_overwritten_key_is_lost_and_the_new_owner_is_untouched() {
 async fn max_hold_ends_the_hold() {
     let _serial = serial();
     let server = RedisServer::start();
-    let m = manager(&[server.url()], opts().watchdog(true).ttl(ms(600)).max_hold(Some(ms(1_500))));
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(ms(600)).max_hold(Some(ms(1_500))),
+    );
     let lock = m.acquire("bounded").await.unwrap();
     let start = Instant::now();
-    let reason = tokio::time::timeout(Duration::from_secs(5), lock.lost()).await.unwrap().unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(5), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
     let held = start.elapsed();
     assert!(matches!(reason, LossReason::MaxHold { .. }), "{reason}");
     assert!(held >= ms(1_500), "ended early: {held:?}");
@@ -104,7 +173,10 @@ async fn watchdog_off_tells_the_holder_before_the_ttl_runs_out() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], opts().watchdog(false).ttl(ms(500)));
     let lock = m.acquire("unrenewed").await.unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost()).await.unwrap().unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(3), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(Instant::now() < lock.deadline());
     assert!(matches!(reason, LossReason::Expiring { .. }), "{reason}");
 }
@@ -124,7 +196,10 @@ async fn release_resolves_lost_with_none() {
 async fn ten_thousand_locks_cost_one_round_trip_per_node_per_tick() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    let m = manager(&cluster.urls(), opts().watchdog(true).ttl(Duration::from_secs(3)));
+    let m = manager(
+        &cluster.urls(),
+        opts().watchdog(true).ttl(Duration::from_secs(3)),
+    );
     let mut tasks = tokio::task::JoinSet::new();
     for chunk in 0..10 {
         let m = m.clone();
@@ -147,7 +222,10 @@ async fn ten_thousand_locks_cost_one_round_trip_per_node_per_tick() {
         let trips = a - b;
         // Three ticks in the window; allow a tick at each edge. 10,000 renewals one by one
         // would be 30,000.
-        assert!((2..=5).contains(&trips), "node {node}: {trips} round trips in {window:?}");
+        assert!(
+            (2..=5).contains(&trips),
+            "node {node}: {trips} round trips in {window:?}"
+        );
     }
     for s in &cluster.servers {
         let ttl: i64 = pttl(s, "many:9:999");
