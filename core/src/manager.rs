@@ -59,10 +59,21 @@ impl LockManager {
     pub fn new(options: ManagerOptions) -> Result<LockManager> {
         options.lock.validate()?;
         let urls = options.resolved_nodes();
-        if urls.iter().any(|u| u.is_empty()) {
+        let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
+        if urls.iter().any(|u| u.trim().is_empty()) {
             return Err(Error::invalid(format!(
-                "empty node URL in node list {urls:?}"
+                "empty node URL in node list {shown:?}"
             )));
+        }
+        // The same node twice would count its vote twice (or, refusing, make a quorum
+        // impossible): Redlock needs independent nodes.
+        for (i, u) in urls.iter().enumerate() {
+            if urls[..i].contains(u) {
+                return Err(Error::invalid(format!(
+                    "node {:?} is listed twice in {shown:?}: Redlock needs distinct nodes",
+                    crate::node::redact_url(u)
+                )));
+            }
         }
         let tls_ca = options.resolved_tls_ca();
         let guard = match options.restart_guard {

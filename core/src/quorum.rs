@@ -97,7 +97,7 @@ pub(crate) fn yes_if(ok: bool) -> Option<i64> {
 
 /// Sends `request` to every node concurrently (one round trip in all, not N). With
 /// `stop_early`, returns as soon as the outcome is decided (a quorum said yes, or too many
-/// said no or failed); the unfinished requests are dropped, but what they already sent stays
+/// said no); the unfinished requests are dropped, but what they already sent stays
 /// ordered on each node's connection ahead of anything sent later.
 pub(crate) async fn fan_out<'a, F, Fut>(
     nodes: &'a [Node],
@@ -119,7 +119,7 @@ where
             async move { (i, fut.await) }
         })
         .collect();
-    let (mut yes, mut against) = (0, 0);
+    let (mut yes, mut no) = (0, 0);
     while let Some((i, result)) = in_flight.next().await {
         answers[i] = match result {
             Ok(Some(v)) => {
@@ -127,15 +127,15 @@ where
                 Answer::Yes(v)
             }
             Ok(None) => {
-                against += 1;
+                no += 1;
                 Answer::No
             }
-            Err(e) => {
-                against += 1;
-                Answer::Failed(e)
-            }
+            Err(e) => Answer::Failed(e),
         };
-        if stop_early && (yes >= quorum || against > n - quorum) {
+        // Stop at a decided outcome: a quorum said yes, or enough said no that it cannot. When
+        // failures are involved, wait for every answer (each bounded by the node timeout), so
+        // an unreachable majority is told apart from a busy lock.
+        if stop_early && (yes >= quorum || no > n - quorum) {
             break;
         }
     }

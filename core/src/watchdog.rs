@@ -21,7 +21,7 @@ use crate::scripts::EXTEND;
 /// Longest sleep when nothing is due, so a dropped manager's task notices and ends.
 const IDLE: Duration = Duration::from_secs(1);
 /// Time allowed per renewal in a batch, on top of the node timeout.
-const PER_RENEWAL: Duration = Duration::from_micros(20);
+const PER_RENEWAL: Duration = Duration::from_micros(50);
 
 #[derive(Default)]
 pub(crate) struct Watchdog {

@@ -252,6 +252,13 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
         assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{url}");
         assert!(err.message().contains(url), "{err}");
     }
+    let dup =
+        LockManager::new(ManagerOptions::new().nodes(["redis://u:pw@h:1", "redis://u:pw@h:1"]))
+            .unwrap_err();
+    assert!(
+        dup.message().contains("listed twice") && !dup.message().contains("pw@"),
+        "{dup}"
+    );
     let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     let err =

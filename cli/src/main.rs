@@ -1,0 +1,73 @@
+//! `ferrolock`: run a program while holding a distributed lock on Redis.
+//!
+//! This file only parses arguments and maps outcomes to exit codes; `run.rs` does the work.
+
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes from sysexits.h, so that schedulers and scripts that already know them (cron
+/// wrappers, systemd's `RestartPreventExitStatus`) can tell our failures apart.
+mod exit {
+    /// Bad usage or bad input.
+    pub const USAGE: u8 = 64;
+    /// No quorum of nodes is reachable, or Redis refused the command.
+    pub const UNAVAILABLE: u8 = 69;
+    /// A failure that should not happen (a bug, or the OS refusing a runtime or signal handler).
+    pub const SOFTWARE: u8 = 70;
+    /// The lock was not acquired within `--wait`.
+    pub const TEMPFAIL: u8 = 75;
+    /// The command exists but could not be executed (shell convention).
+    pub const CANNOT_EXECUTE: u8 = 126;
+    /// The command was not found (shell convention).
+    pub const NOT_FOUND: u8 = 127;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "ferrolock",
+    version,
+    about = "Distributed locks over Redis (single instance or Redlock)",
+    propagate_version = true,
+    subcommand_required = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run COMMAND while holding the lock KEY, then release it and exit with COMMAND's status.
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return ExitCode::from(usage_error(e)),
+    };
+    let code = match cli.command {
+        Command::Run(args) => run::main(args),
+    };
+    ExitCode::from(code)
+}
+
+/// `--help` and `--version` succeed; every other clap error is bad usage, which is 64 here
+/// rather than clap's 2, because a child's exit code 2 must stay distinguishable from ours.
+fn usage_error(e: clap::Error) -> u8 {
+    if e.exit_code() == 0 {
+        let _ = e.print();
+        return 0;
+    }
+    if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        eprint!("{}", e.render());
+        return exit::USAGE;
+    }
+    let text = e.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    eprint!("ferrolock: {text}");
+    exit::USAGE
+}
