@@ -115,7 +115,10 @@ async fn a_deleted_key_is_lost_with_the_reason() {
 async fn an_overwritten_key_is_lost_and_the_new_owner_is_untouched() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    let m = manager(&cluster.urls(), opts().watchdog(true).ttl(Duration::from_secs(3)));
+    let m = manager(
+        &cluster.urls(),
+        opts().watchdog(true).ttl(Duration::from_secs(3)),
+    );
     let lock = m.acquire("stolen").await.unwrap();
     for s in &cluster.servers[..2] {
         s.cmd::<()>(&["SET", "stolen", "thief", "PX", "60000"]);
@@ -230,9 +233,17 @@ async fn ten_thousand_locks_cost_one_round_trip_per_node_per_tick() {
     }
     for s in &cluster.servers {
         let ttl: i64 = pttl(s, "many:9:999");
-        assert!(ttl > 1_500, "last lock not renewed: PTTL {ttl}, {:?}", locks[9_999].status());
+        assert!(
+            ttl > 1_500,
+            "last lock not renewed: PTTL {ttl}, {:?}",
+            locks[9_999].status()
+        );
         let ttl: i64 = pttl(s, "many:0:0");
-        assert!(ttl > 1_500, "first lock not renewed: PTTL {ttl}, {:?}", locks[0].status());
+        assert!(
+            ttl > 1_500,
+            "first lock not renewed: PTTL {ttl}, {:?}",
+            locks[0].status()
+        );
     }
     assert!(locks.iter().all(|l| l.is_held()));
     drop(Arc::new(locks));
