@@ -2,20 +2,24 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust fmt clippy
+.PHONY: test demo bench redis lint test-rust test-python fmt
 
 redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust
+test: redis lint test-rust test-python
 
 lint:
 	$(CARGO) fmt --all --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
 test-rust: redis
-	$(CARGO) test
+	$(CARGO) test --locked
+
+## The Python package: built into .venv, stubs checked, pytest against real redis-servers.
+test-python: redis
+	python/test.sh
 
 ## Several `ferrolock run` processes contending for one key, on a redis-server of its own.
 demo: redis

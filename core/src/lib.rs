@@ -12,15 +12,36 @@
 //! lock.release().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! A reentrant lock (Redisson's RLock layout) is re-entered by the same owner, an id of the
+//! caller's choosing (a thread, a task, a request):
+//!
+//! ```no_run
+//! # async fn demo(manager: ferrolock::LockManager) -> ferrolock::Result<()> {
+//! use ferrolock::LockOptions;
+//! let opts = LockOptions::default().reentrant(true);
+//! let outer = manager.acquire_owned("orders:1001", 7, &opts).await?;
+//! let inner = manager.acquire_owned("orders:1001", 7, &opts).await?; // hold count 2
+//! inner.release().await?;
+//! outer.release().await?; // count 0: deleted, waiters woken
+//! # Ok(()) }
+//! ```
+//!
+//! Waiters are woken by the release's publish, at the holder's remaining TTL, or after
+//! `retry_delay` at the latest, and queue on the server so a releasing process cannot barge
+//! back in ahead of them (DESIGN.md, "Waiters" and "Waiter queue").
 
+mod acquire;
 mod error;
 mod lock;
 mod manager;
 mod node;
 mod options;
+mod owner;
 mod quorum;
 pub mod runtime;
 mod scripts;
+mod wakeup;
 mod watchdog;
 
 pub use error::{Error, ErrorKind, Result};
@@ -31,4 +52,4 @@ pub use options::{
     DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, TLS_CA_ENV, parse_duration,
     split_nodes,
 };
-pub use scripts::{fence_key, release_channel};
+pub use scripts::{fence_key, queue_key, queue_lease_key, redisson_channel, release_channel};

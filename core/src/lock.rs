@@ -11,8 +11,11 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::Shared;
 use crate::options::LockOptions;
+use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
-use crate::scripts::{EXTEND, RELEASE, release_channel};
+use crate::scripts::{
+    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, redisson_channel, release_channel,
+};
 
 /// Where a lock stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +117,8 @@ pub(crate) struct LockInner {
     pub opts: LockOptions,
     pub fence: Option<u64>,
     pub acquired_at: Instant,
+    /// Reentrant locks: the owner and the owner id in the hash field.
+    pub holder: Option<Holder>,
     /// Only the process that acquired the lock may release it: a forked child inherits the
     /// handle but not the right to drop the parent's lock.
     pid: u32,
@@ -192,6 +197,7 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         shared: Arc<Shared>,
         key: String,
@@ -200,6 +206,7 @@ impl Lock {
         deadline: Instant,
         acquired_at: Instant,
         fence: Option<u64>,
+        holder: Option<Holder>,
     ) -> Lock {
         let next_renewal = acquired_at + opts.ttl / 3;
         let inner = Arc::new(LockInner {
@@ -209,6 +216,7 @@ impl Lock {
             opts,
             fence,
             acquired_at,
+            holder,
             pid: std::process::id(),
             state: Mutex::new(State {
                 status: LockStatus::Held,
@@ -235,7 +243,9 @@ impl Lock {
         &self.inner.key
     }
 
-    /// The value stored at the key: 128 random bits in hex, unique to this acquisition.
+    /// The value stored at the key: 128 random bits in hex, unique to this acquisition. For a
+    /// reentrant lock, the hash field `"<client uuid>:<owner id>"`, shared by the handles of
+    /// one outermost acquisition and its re-entries.
     pub fn token(&self) -> &str {
         &self.inner.token
     }
@@ -426,6 +436,9 @@ impl LockInner {
             }
             s.released = true;
         }
+        if let Some(holder) = self.holder {
+            self.shared.owners.released(key, holder);
+        }
         // A lost lock stays `Lost` (its reason is what its holder needs to see); its token
         // may still sit on some nodes, so it is released all the same.
         self.finish(LockStatus::Released);
@@ -470,7 +483,13 @@ pub(crate) async fn release_everywhere(
     only: Option<&[bool]>,
 ) -> Tally {
     let timeout = opts.effective_node_timeout();
-    let channel = release_channel(key);
+    let reentrant = opts.reentrant;
+    let ttl_ms = opts.ttl_millis();
+    let channel = if reentrant {
+        redisson_channel(key)
+    } else {
+        release_channel(key)
+    };
     let channel = channel.as_str();
     fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only.is_none_or(|m| m[i]);
@@ -479,6 +498,17 @@ pub(crate) async fn release_everywhere(
                 return Ok(None);
             }
             node.run(timeout, false, move |mut conn| async move {
+                if reentrant {
+                    // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
+                    let left: Option<i64> = RELEASE_REENTRANT
+                        .key(key)
+                        .arg(token)
+                        .arg(ttl_ms)
+                        .arg(channel)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    return Ok(yes_if(left.is_some()));
+                }
                 let deleted: i64 = RELEASE
                     .key(key)
                     .arg(token)
@@ -501,9 +531,14 @@ pub(crate) async fn extend_everywhere(
 ) -> Tally {
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
+    let script = if opts.reentrant {
+        &*EXTEND_REENTRANT
+    } else {
+        &*EXTEND
+    };
     fan_out(&shared.nodes, shared.quorum, true, |_, node| {
         node.run(timeout, true, move |mut conn| async move {
-            let extended: i64 = EXTEND
+            let extended: i64 = script
                 .key(key)
                 .arg(token)
                 .arg(ttl_ms)

@@ -8,23 +8,28 @@ use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::lock::{Lock, release_everywhere};
-use crate::node::{Node, node_error};
+use crate::lock::Lock;
+use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions};
-use crate::quorum::{Answer, Tally, fan_out, yes_if};
-use crate::scripts::{ACQUIRE_FENCED, RAISE_FENCE, fence_key};
+use crate::owner::Owners;
+use crate::quorum::Tally;
+use crate::wakeup::Waiters;
 use crate::watchdog::Watchdog;
 
 /// After this many attempts in a row that found a majority of nodes unreachable, acquire
 /// gives up with `QuorumUnreachable` instead of waiting out its budget: a dead cluster should
 /// answer in well under a second, not block forever.
-const UNREACHABLE_ATTEMPTS: u32 = 3;
+pub(crate) const UNREACHABLE_ATTEMPTS: u32 = 3;
 
 pub(crate) struct Shared {
     pub nodes: Vec<Node>,
     pub quorum: usize,
     pub defaults: LockOptions,
     pub watchdog: Watchdog,
+    /// The client uuid and the live reentrant acquisitions, per owner.
+    pub owners: Owners,
+    /// Waiters, their local queues and the pub/sub connections that wake them.
+    pub waiters: Waiters,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
     handle: Option<Handle>,
 }
@@ -41,7 +46,7 @@ impl Shared {
 /// Hands out locks on a fixed set of nodes. Cheap to clone; clones share connections.
 #[derive(Clone)]
 pub struct LockManager {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
 impl std::fmt::Debug for LockManager {
@@ -91,12 +96,15 @@ impl LockManager {
             .map(|u| Node::open(u, tls_ca.as_deref(), guard))
             .collect::<Result<Vec<_>>>()?;
         let quorum = nodes.len() / 2 + 1;
+        let node_count = nodes.len();
         Ok(LockManager {
             shared: Arc::new(Shared {
                 nodes,
                 quorum,
                 defaults: options.lock,
                 watchdog: Watchdog::default(),
+                owners: Owners::default(),
+                waiters: Waiters::new(node_count),
                 handle: Handle::try_current().ok(),
             }),
         })
@@ -142,159 +150,47 @@ impl LockManager {
         self.acquire_with(key, &opts).await
     }
 
-    /// Acquires `key`, retrying after a jittered `retry_delay` until `wait` is spent.
+    /// Acquires `key`, retrying until `wait` is spent: at once when a release is published,
+    /// at the holder's remaining TTL, or after a jittered `retry_delay` (holders that do not
+    /// publish). Waiters queue (see DESIGN.md, "Waiters" and "Waiter queue").
+    ///
+    /// With `reentrant` on, each call is its own owner (a fresh owner id): the lock has
+    /// Redisson's layout but is never re-entered. Use `acquire_owned` to re-enter.
     ///
     /// Dropping the returned future part-way releases whatever it had taken.
     pub async fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
-        check_key(key)?;
-        opts.validate()?;
-        let started = Instant::now();
-        let give_up_at = opts.wait.map(|w| started + w);
-        let mut unreachable_streak = 0;
-        loop {
-            let token = new_token();
-            let mut pending = PendingGrant {
-                shared: Some(self.shared.clone()),
-                key,
-                token: &token,
-                opts,
-            };
-            let started_attempt = Instant::now();
-            let (tally, deadline, fence) = self.attempt(key, &token, opts).await;
-            if tally.won() && Instant::now() < deadline && (fence.is_some() || !opts.fencing) {
-                pending.shared = None;
-                return Ok(Lock::new(
-                    self.shared.clone(),
-                    key.to_string(),
-                    token.clone(),
-                    opts.clone(),
-                    deadline,
-                    started_attempt,
-                    fence,
-                ));
-            }
-            // Release wherever we may hold it (a yes, or an answer we never saw); a node that
-            // said no holds nothing of ours.
-            let maybe_ours: Vec<bool> = tally
-                .answers
-                .iter()
-                .map(|a| !matches!(a, Answer::No))
-                .collect();
-            if maybe_ours.iter().any(|&m| m) {
-                release_everywhere(&self.shared, key, &token, opts, Some(&maybe_ours)).await;
-            }
-            pending.shared = None;
-
-            if let Some((i, e)) = tally.redis_error() {
-                return Err(node_error(
-                    ErrorKind::Redis,
-                    &format!("lock {key:?}: acquire failed"),
-                    &self.shared.nodes[i],
-                    e,
-                ));
-            }
-            unreachable_streak = if tally.quorum_unreachable() {
-                unreachable_streak + 1
-            } else {
-                0
-            };
-            let now = Instant::now();
-            let out_of_time = give_up_at.is_some_and(|end| now >= end);
-            if unreachable_streak >= UNREACHABLE_ATTEMPTS || (out_of_time && unreachable_streak > 0)
-            {
-                return Err(self.unreachable_error(key, &tally));
-            }
-            if out_of_time {
-                return Err(self.not_acquired_error(key, opts, &tally, deadline));
-            }
-            let mut pause = jitter(opts.retry_delay);
-            if let Some(end) = give_up_at {
-                pause = pause.min(end - now);
-            }
-            tokio::time::sleep(pause).await;
-        }
+        self.acquire_inner(key, None, opts).await
     }
 
-    /// One round: `SET key token NX PX ttl` on every node at once. Returns the tally, the
-    /// validity deadline (start + ttl - drift, on the monotonic clock) and, with fencing, the
-    /// fence (`None` when it could not be made durable on a quorum).
-    async fn attempt(
-        &self,
-        key: &str,
-        token: &str,
-        opts: &LockOptions,
-    ) -> (Tally, Instant, Option<u64>) {
-        let start = Instant::now();
-        let deadline = start + opts.ttl - opts.drift();
-        let timeout = opts.effective_node_timeout();
-        let ttl_ms = opts.ttl_millis();
-        let nodes = &self.shared.nodes;
-        let quorum = self.shared.quorum;
-        if !opts.fencing {
-            let tally = fan_out(nodes, quorum, true, |_, node| {
-                node.run(timeout, true, move |mut conn| async move {
-                    let reply: Option<String> = redis::cmd("SET")
-                        .arg(key)
-                        .arg(token)
-                        .arg("NX")
-                        .arg("PX")
-                        .arg(ttl_ms)
-                        .query_async(&mut conn)
-                        .await?;
-                    Ok(yes_if(reply.is_some()))
-                })
-            })
-            .await;
-            return (tally, deadline, None);
-        }
-        // Fencing. One node: INCR in the acquire script is the order. N nodes: read the
-        // counters of the granting quorum, take max + 1, and raise a quorum's counters to it
-        // while they still hold our token. Any later grant's quorum shares a node with that
-        // raise quorum, and that node grants again only after our key is gone there, so it
-        // reads a counter >= our fence. (The max over *different* quorums alone would not be
-        // monotonic.)
-        let fence_key = fence_key(key);
-        let fence_key = fence_key.as_str();
-        let incr = if nodes.len() == 1 { "1" } else { "0" };
-        let tally = fan_out(nodes, quorum, true, |_, node| {
-            node.run(timeout, true, move |mut conn| async move {
-                let counter: i64 = ACQUIRE_FENCED
-                    .key(key)
-                    .key(fence_key)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .arg(incr)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok((counter >= 0).then_some(counter))
-            })
-        })
-        .await;
-        if !tally.won() {
-            return (tally, deadline, None);
-        }
-        let seen = u64::try_from(tally.max_yes_value()).unwrap_or(0);
-        if nodes.len() == 1 {
-            return (tally, deadline, Some(seen));
-        }
-        let fence = seen + 1;
-        let raised = fan_out(nodes, quorum, true, |_, node| {
-            node.run(timeout, true, move |mut conn| async move {
-                let ok: i64 = RAISE_FENCE
-                    .key(key)
-                    .key(fence_key)
-                    .arg(token)
-                    .arg(fence)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(yes_if(ok == 1))
-            })
-        })
-        .await;
-        (tally, deadline, raised.won().then_some(fence))
+    /// Acquires `key` for `owner`, an identity of the caller's choosing (a thread id, an
+    /// asyncio task id, an explicit handle). With `opts.reentrant`, an owner that already
+    /// holds `key` through this manager re-enters: the hold count goes up, the ttl is reset
+    /// (on a quorum), and the new handle keeps the outer grant's token (the hash field) and
+    /// fence. Each handle is released on its own; only the last release frees the key. An
+    /// owner's next outermost acquisition gets a new random owner id, so the hash field is
+    /// unique per acquisition. Without `reentrant`, `owner` is ignored.
+    pub async fn acquire_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_inner(key, Some(owner), opts).await
     }
 
-    fn unreachable_error(&self, key: &str, tally: &Tally) -> Error {
+    /// This manager's client uuid in this process: the first half of a reentrant lock's hash
+    /// field (`"<client uuid>:<owner id>"`). A forked child gets a new one.
+    pub fn client_id(&self) -> String {
+        self.shared.owners.client_id()
+    }
+
+    /// Test hook: runs between a failed first attempt and the waiter's subscription.
+    #[doc(hidden)]
+    pub fn __set_hook_before_subscribe(&self, hook: Option<crate::wakeup::Hook>) {
+        *self
+            .shared
+            .waiters
+            .hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = hook;
+    }
+
+    pub(crate) fn unreachable_error(&self, key: &str, tally: &Tally) -> Error {
         Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
@@ -307,7 +203,7 @@ impl LockManager {
         )
     }
 
-    fn not_acquired_error(
+    pub(crate) fn not_acquired_error(
         &self,
         key: &str,
         opts: &LockOptions,
@@ -328,7 +224,7 @@ impl LockManager {
         } else {
             let _ = deadline;
             format!(
-                "held by another owner on {} of {} nodes",
+                "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
                 tally.no(),
                 tally.answers.len()
             )
@@ -343,30 +239,6 @@ impl LockManager {
             ErrorKind::NotAcquired,
             format!("lock {key:?} not acquired {waited}: {why}{tail}"),
         )
-    }
-}
-
-/// Undoes a partial grant when the acquire future is dropped between sending its SETs and
-/// either handing out the lock or finishing the release of a failed attempt.
-struct PendingGrant<'a> {
-    shared: Option<Arc<Shared>>,
-    key: &'a str,
-    token: &'a str,
-    opts: &'a LockOptions,
-}
-
-impl Drop for PendingGrant<'_> {
-    fn drop(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            let (key, token, opts) = (
-                self.key.to_string(),
-                self.token.to_string(),
-                self.opts.clone(),
-            );
-            shared.handle().spawn(async move {
-                release_everywhere(&shared, &key, &token, &opts, None).await;
-            });
-        }
     }
 }
 

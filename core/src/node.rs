@@ -170,6 +170,21 @@ impl Node {
         Ok(())
     }
 
+    /// Loads every script on a new connection (one pipeline). Without it the first EVALSHA on
+    /// a node meets NOSCRIPT and must load and retry, and a quorum request that has already
+    /// been decided by the other nodes drops that retry: the node would never get the key.
+    /// Best effort: on failure the scripts still load on NOSCRIPT.
+    async fn preload_scripts(&self, conn: &mut MultiplexedConnection, timeout: Duration) {
+        let mut pipe = redis::pipe();
+        for source in crate::scripts::sources() {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        if let Ok(Err(e)) = tokio::time::timeout(timeout, pipe.query_async::<()>(conn)).await {
+            tracing::debug!(node = %self.display, "SCRIPT LOAD failed: {}", self.scrub(&e.to_string()));
+        }
+    }
+
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
@@ -184,6 +199,17 @@ impl Node {
 
     pub(crate) fn name(&self) -> &str {
         &self.display
+    }
+
+    /// The node's client, for connections other than the shared command connection (the
+    /// waiters' pub/sub connection). Open them on the manager's runtime.
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// `text` with this node's password replaced by `***`.
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        scrub(text, self.password.as_deref())
     }
 
     /// The shared connection, opening it when there is none (or it belongs to a parent
@@ -211,6 +237,7 @@ impl Node {
             .await
             .map_err(|e| self.classify(&e))?;
         self.check_restart(&mut conn, timeout).await?;
+        self.preload_scripts(&mut conn, timeout).await;
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         let generation = slot.as_ref().map_or(0, |s| s.generation) + 1;
         *slot = Some(Slot {

@@ -38,7 +38,9 @@ pub struct LockOptions {
     pub max_hold: Option<Duration>,
     /// Cap on manual extends. Default none.
     pub max_extensions: Option<u32>,
-    /// Redisson-compatible hash lock. Default off.
+    /// Redisson-compatible hash lock (Redisson's RLock layout). It re-enters only through
+    /// `LockManager::acquire_owned` by the same owner; `acquire`/`acquire_with` are a new owner
+    /// on every call. Default off.
     pub reentrant: bool,
     /// Every grant carries a fence token. Default off.
     pub fencing: bool,

@@ -109,35 +109,94 @@ where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,
 {
-    let n = nodes.len();
-    let mut answers = vec![Answer::Pending; n];
-    let mut in_flight: FuturesUnordered<_> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, node)| {
-            let fut = request(i, node);
-            async move { (i, fut.await) }
-        })
-        .collect();
-    let (mut yes, mut no) = (0, 0);
-    while let Some((i, result)) = in_flight.next().await {
-        answers[i] = match result {
+    let mut requests = FanOut::start(nodes, quorum, request);
+    if stop_early {
+        requests.until_decided().await;
+    } else {
+        while requests.next().await {}
+    }
+    requests.tally()
+}
+
+/// A fan-out whose answers can be taken in two steps: until the outcome is decided, then the
+/// rest. Used by acquire attempts, which report as soon as the outcome is decided but keep
+/// driving the slower nodes (a request still waiting for its node's connection has not been
+/// sent yet: dropping it would leave that node without the key, or unable to be undone).
+pub(crate) struct FanOut<R> {
+    answers: Vec<Answer>,
+    quorum: usize,
+    yes: usize,
+    no: usize,
+    in_flight: FuturesUnordered<R>,
+}
+
+impl FanOut<()> {
+    #[allow(clippy::new_ret_no_self)]
+    pub(crate) fn start<'a, F, Fut>(
+        nodes: &'a [Node],
+        quorum: usize,
+        request: F,
+    ) -> FanOut<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + 'a>
+    where
+        F: Fn(usize, &'a Node) -> Fut,
+        Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,
+    {
+        FanOut {
+            answers: vec![Answer::Pending; nodes.len()],
+            quorum,
+            yes: 0,
+            no: 0,
+            in_flight: nodes
+                .iter()
+                .enumerate()
+                .map(|(i, node)| {
+                    let fut = request(i, node);
+                    async move { (i, fut.await) }
+                })
+                .collect(),
+        }
+    }
+}
+
+impl<R> FanOut<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)>,
+{
+    /// Stop at a decided outcome: a quorum said yes, or enough said no that it cannot. When
+    /// failures are involved, wait for every answer (each bounded by the node timeout), so an
+    /// unreachable majority is told apart from a busy lock.
+    pub(crate) fn decided(&self) -> bool {
+        let n = self.answers.len();
+        self.yes >= self.quorum || self.no > n - self.quorum
+    }
+
+    pub(crate) async fn until_decided(&mut self) {
+        while !self.decided() && self.next().await {}
+    }
+
+    /// Takes one more answer; false when every node has answered.
+    pub(crate) async fn next(&mut self) -> bool {
+        let Some((i, result)) = self.in_flight.next().await else {
+            return false;
+        };
+        self.answers[i] = match result {
             Ok(Some(v)) => {
-                yes += 1;
+                self.yes += 1;
                 Answer::Yes(v)
             }
             Ok(None) => {
-                no += 1;
+                self.no += 1;
                 Answer::No
             }
             Err(e) => Answer::Failed(e),
         };
-        // Stop at a decided outcome: a quorum said yes, or enough said no that it cannot. When
-        // failures are involved, wait for every answer (each bounded by the node timeout), so
-        // an unreachable majority is told apart from a busy lock.
-        if stop_early && (yes >= quorum || no > n - quorum) {
-            break;
+        true
+    }
+
+    pub(crate) fn tally(&self) -> Tally {
+        Tally {
+            quorum: self.quorum,
+            answers: self.answers.clone(),
         }
     }
-    Tally { quorum, answers }
 }

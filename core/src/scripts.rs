@@ -5,20 +5,73 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/release.lua")));
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/extend.lua")));
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/acquire_fenced.lua")));
-pub(crate) static RAISE_FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/raise_fence.lua")));
+const RELEASE_SRC: &str = include_str!("../scripts/release.lua");
+const EXTEND_SRC: &str = include_str!("../scripts/extend.lua");
+const RAISE_FENCE_SRC: &str = include_str!("../scripts/raise_fence.lua");
+// The acquire scripts and the undo start with the waiter-queue functions of `queue.lua`.
+const ACQUIRE_SRC: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/acquire.lua")
+);
+const ACQUIRE_REENTRANT_SRC: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/acquire_reentrant.lua")
+);
+const UNDO_SRC: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/undo.lua")
+);
+const RELEASE_REENTRANT_SRC: &str = include_str!("../scripts/release_reentrant.lua");
+const EXTEND_REENTRANT_SRC: &str = include_str!("../scripts/extend_reentrant.lua");
+
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
+pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE_SRC));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
+pub(crate) static ACQUIRE_REENTRANT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(ACQUIRE_REENTRANT_SRC));
+/// Undoes a fresh grant that missed the quorum and puts the waiter back in the queue.
+pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
+pub(crate) static RELEASE_REENTRANT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
+pub(crate) static EXTEND_REENTRANT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
+
+/// The source of every script, loaded on each new connection.
+pub(crate) fn sources() -> [&'static str; 8] {
+    [
+        RELEASE_SRC,
+        EXTEND_SRC,
+        RAISE_FENCE_SRC,
+        ACQUIRE_SRC,
+        ACQUIRE_REENTRANT_SRC,
+        UNDO_SRC,
+        RELEASE_REENTRANT_SRC,
+        EXTEND_REENTRANT_SRC,
+    ]
+}
 
 /// The channel a release publishes on: `ferrolock:release:{<key>}`, or without the extra
 /// braces when the key already has a hash tag, so that key and channel share a slot (the
 /// rule Redisson uses for its channel).
 pub fn release_channel(key: &str) -> String {
     tagged("ferrolock:release:", key)
+}
+
+/// The channel a reentrant lock's last release publishes `"0"` on: Redisson's
+/// `redisson_lock__channel:{<key>}` (no extra braces when the key has a hash tag).
+pub fn redisson_channel(key: &str) -> String {
+    tagged("redisson_lock__channel:", key)
+}
+
+/// The waiter queue of `key` (a ZSET of waiter ids by arrival), in the key's hash slot.
+pub fn queue_key(key: &str) -> String {
+    tagged("ferrolock:queue:", key)
+}
+
+/// The lease ends of the waiters in `queue_key(key)` (a ZSET, server milliseconds).
+pub fn queue_lease_key(key: &str) -> String {
+    tagged("ferrolock:queue-lease:", key)
 }
 
 /// Where the fence counter for `key` lives.
@@ -47,5 +100,15 @@ mod tests {
             "ferrolock:release:{user42}:cart"
         );
         assert_eq!(super::fence_key("a"), "ferrolock:fence:{a}");
+        assert_eq!(
+            super::redisson_channel("orders:1"),
+            "redisson_lock__channel:{orders:1}"
+        );
+        assert_eq!(
+            super::redisson_channel("{user42}:cart"),
+            "redisson_lock__channel:{user42}:cart"
+        );
+        assert_eq!(super::queue_key("a"), "ferrolock:queue:{a}");
+        assert_eq!(super::queue_lease_key("a"), "ferrolock:queue-lease:{a}");
     }
 }

@@ -16,7 +16,7 @@ use crate::lock::{LockInner, LockStatus, LossReason};
 use crate::manager::Shared;
 use crate::node::NodeError;
 use crate::quorum::{Answer, Tally};
-use crate::scripts::EXTEND;
+use crate::scripts::{EXTEND, EXTEND_REENTRANT};
 
 /// Longest sleep when nothing is due, so a dropped manager's task notices and ends.
 const IDLE: Duration = Duration::from_secs(1);
@@ -231,8 +231,15 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
                 for (lock, _) in batch {
+                    // Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
+                    // compare-field-and-pexpire.
+                    let script = if lock.opts.reentrant {
+                        &*EXTEND_REENTRANT
+                    } else {
+                        &*EXTEND
+                    };
                     pipe.cmd("EVALSHA")
-                        .arg(EXTEND.get_hash())
+                        .arg(script.get_hash())
                         .arg(1)
                         .arg(&lock.key)
                         .arg(&lock.token)
@@ -240,8 +247,11 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                 }
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if replies.iter().any(is_noscript) {
-                    // A restarted node forgot the script: load it once and send the batch again.
+                    // A restarted node forgot the scripts: load them once and send the batch again.
                     let _: String = EXTEND.load_async(&mut conn).await?;
+                    if batch.iter().any(|(l, _)| l.opts.reentrant) {
+                        let _: String = EXTEND_REENTRANT.load_async(&mut conn).await?;
+                    }
                     replies = pipe.query_async(&mut conn).await?;
                 }
                 Ok(replies)

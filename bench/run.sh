@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, merged into bench/results/latest.md.
+#
+#   1. ferrolock-bench (Rust, release build): uncontended acquire+release vs the redis-rs floor,
+#      the watchdog's cost for 10,000 held locks (issue 4), 4 processes contending for one key
+#      (issue 5). It starts its own redis-servers.
+#   2. bench/python/bench_peers.py (issue 6): the Python package vs redis-py Lock, pottery and
+#      python-redis-lock, uncontended and contended, on redis-servers it starts itself. Runs in
+#      a venv of its own (.bench-venv, created and updated here; FERROLOCK_BENCH_VENV moves it).
+#
+# Usage:
+#   bench/run.sh                                  # everything (about 2-3 minutes)
+#   bench/run.sh --rust-only [ARGS...]            # only the Rust scenarios
+#   bench/run.sh --python-only                    # only the Python comparison
+#   bench/run.sh --python-args "--parts contended --duration 2" ...
+#   bench/run.sh --out FILE                       # write the report elsewhere (`-`: nowhere)
+# Other arguments go to ferrolock-bench, e.g. `bench/run.sh --scenario watchdog --nodes 3`;
+# `bench/run.sh --help` lists them, and bench_peers.py's.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+command_line="bench/run.sh${*:+ $*}"
+rust=1
+python=1
+python_args=()
+rust_args=()
+out="$root/bench/results/latest.md"
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rust-only) python=0 ;;
+        --python-only) rust=0 ;;
+        --python-args)
+            [ $# -ge 2 ] || { echo "bench/run.sh: --python-args needs a value" >&2; exit 2; }
+            read -r -a more <<<"$2"
+            python_args+=("${more[@]}")
+            shift
+            ;;
+        --out)
+            [ $# -ge 2 ] || { echo "bench/run.sh: --out needs a value" >&2; exit 2; }
+            out="$2"
+            shift
+            ;;
+        -h | --help)
+            sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+            echo
+            echo "ferrolock-bench arguments:"
+            "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
+            echo
+            echo "bench_peers.py arguments (through --python-args):"
+            "${FERROLOCK_BENCH_VENV:-$root/.bench-venv}/bin/python" \
+                "$root/bench/python/bench_peers.py" --help 2>/dev/null \
+                || echo "  (needs the bench venv: run bench/run.sh --python-only once)"
+            exit 0
+            ;;
+        *) rust_args+=("$1") ;;
+    esac
+    shift
+done
+if [ "$rust" = 0 ] && [ "$python" = 0 ]; then
+    echo "bench/run.sh: --rust-only and --python-only exclude each other" >&2
+    exit 2
+fi
+
+command -v redis-server >/dev/null || "$root/scripts/ensure-redis.sh"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+started=$SECONDS
+
+# The bench venv: ferrolock from ./python (rebuilt when its sources change) and the peers,
+# pinned so that runs compare.
+ensure_venv() {
+    local venv="${FERROLOCK_BENCH_VENV:-$root/.bench-venv}"
+    local quiet=(-q --disable-pip-version-check)
+    if [ ! -x "$venv/bin/python" ]; then
+        echo "bench/run.sh: creating $venv" >&2
+        "${PYTHON:-python3}" -m venv "$venv"
+    fi
+    py="$venv/bin/python"
+    if ! "$py" -c 'import redis, pottery, redis_lock' 2>/dev/null; then
+        "$py" -m pip install "${quiet[@]}" "redis==7.4.1" "pottery==3.0.1" "python-redis-lock==4.0.1"
+    fi
+    local stamp="$venv/.ferrolock-python-build" digest
+    digest="$(find core/src core/scripts core/Cargo.toml python/src python/python python/Cargo.toml \
+            python/pyproject.toml python/README-section.md Cargo.toml Cargo.lock \
+            -type f ! -path '*/__pycache__/*' ! -name '*.pyc' ! -name '*.so' 2>/dev/null \
+        | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ] || ! "$py" -c 'import ferrolock' 2>/dev/null; then
+        echo "bench/run.sh: building ./python into $venv (1-2 min when cold)" >&2
+        "$py" -m pip install "${quiet[@]}" --force-reinstall --no-deps ./python
+        echo "$digest" >"$stamp"
+    fi
+}
+
+status=0
+if [ "$rust" = 1 ]; then
+    FERROLOCK_BENCH_COMMAND="$command_line" "${CARGO:-cargo}" run --release -p ferrolock-bench -- \
+        --out "$tmp/rust.md" "${rust_args[@]}" >/dev/null
+fi
+if [ "$python" = 1 ]; then
+    if ensure_venv && "$py" "$root/bench/python/bench_peers.py" --out "$tmp/python.md" \
+        --command "$command_line" "${python_args[@]}" >/dev/null; then
+        :
+    else
+        status=1
+        echo "bench/run.sh: the Python comparison failed (see above)" >&2
+        printf '## Python comparison\n\n**Failed** in this run: see the output of `%s`.\n' \
+            "$command_line" >"$tmp/python.md"
+    fi
+fi
+
+{
+    if [ -f "$tmp/rust.md" ]; then
+        cat "$tmp/rust.md"
+    else
+        printf '# ferrolock benchmarks\n\n'
+    fi
+    if [ -f "$tmp/python.md" ]; then
+        echo
+        cat "$tmp/python.md"
+    fi
+    printf '\n---\nAll parts: `%s`, %d s in total.\n' "$command_line" "$((SECONDS - started))"
+} >"$tmp/latest.md"
+cat "$tmp/latest.md"
+if [ "$out" != "-" ]; then
+    mkdir -p "$(dirname "$out")"
+    cp "$tmp/latest.md" "$out"
+    echo "bench/run.sh: wrote $out" >&2
+fi
+exit "$status"

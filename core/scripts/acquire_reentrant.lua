@@ -1,0 +1,32 @@
+-- Reentrant lock, Redisson's RLock layout: a hash at the key, field "<client uuid>:<owner id>",
+-- value = hold count, PEXPIRE on the key. Like Redisson's script: nil on a grant, the key's
+-- PTTL when it is busy. Re-entry (our field is there) skips the queue; a first grant takes the
+-- queue into account as the plain lock does (Redisson's own clients do not queue).
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue leases (one slot).
+-- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
+-- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (never a new grant).
+if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+  redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  return nil
+end
+local pttl = redis.call('PTTL', KEYS[1])
+if ARGV[7] == '1' then
+  return pttl
+end
+local id = ARGV[4]
+if pttl ~= -2 then
+  enqueue(id, ARGV[5], tonumber(ARGV[6]))
+  return pttl
+end
+-- Free. Join first, then look: a waiter that sorts first (arrivals in the same instant, a
+-- place kept after an undo) takes the lock now instead of being told to wait for itself.
+enqueue(id, ARGV[5], tonumber(ARGV[6]))
+local head = queue_head()
+if head and head ~= id then
+  return lease_left(head)
+end
+redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+dequeue(id)
+return fence_reply(KEYS[2], ARGV[3])

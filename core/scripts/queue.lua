@@ -1,0 +1,73 @@
+-- Waiter queue, prepended to both acquire scripts (see DESIGN.md, "Waiter queue").
+-- KEYS[3]: the queue, a ZSET of waiter ids ordered by arrival (a sequence with one node; the
+-- waiter's own clock in microseconds with N nodes, so that every node orders the same waiters
+-- the same way).
+-- KEYS[4]: each waiter's lease end in server milliseconds. Both keys are in the lock key's hash
+-- slot and carry a TTL. A waiter that stops re-checking falls out when its lease ends, so a
+-- crashed waiter holds the queue up for one lease at most. Only ferrolock waiters queue: other
+-- clients (redis-py, node-redlock, Redisson) ignore the queue and exclude by the key alone.
+local Q, L = KEYS[3], KEYS[4]
+local now
+local function clock()
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return now
+end
+-- The first waiter whose lease has not ended, or nil. With nobody queued it costs one PTTL.
+local function queue_head()
+  if redis.call('PTTL', Q) == -2 then
+    return nil
+  end
+  local gone = redis.call('ZRANGEBYSCORE', L, '-inf', clock())
+  for _, w in ipairs(gone) do
+    redis.call('ZREM', Q, w)
+  end
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', L, '-inf', clock())
+  end
+  return redis.call('ZRANGE', Q, 0, 0)[1]
+end
+-- Joins the queue, or stays in it and renews the lease. id '' means "does not wait" (a first
+-- try, or wait=0); score '' means "strict arrival order on this node" (the first place is kept).
+local function enqueue(id, score, lease)
+  if id == '' then
+    return
+  end
+  if score == '' then
+    if not redis.call('ZSCORE', Q, id) then
+      local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')[2]
+      redis.call('ZADD', Q, (tonumber(last) or 0) + 1, id)
+    end
+  else
+    redis.call('ZADD', Q, score, id)
+  end
+  redis.call('ZADD', L, clock() + lease, id)
+  local keep = math.max(lease, redis.call('PTTL', Q))
+  redis.call('PEXPIRE', Q, keep)
+  redis.call('PEXPIRE', L, keep)
+end
+local function dequeue(id)
+  if id ~= '' then
+    redis.call('ZREM', Q, id)
+    redis.call('ZREM', L, id)
+  end
+end
+-- Free, but another waiter has the turn: re-check when its lease would run out.
+local function lease_left(head)
+  local ends = redis.call('ZSCORE', L, head)
+  if not ends then
+    return 0
+  end
+  return math.max(0, tonumber(ends) - clock())
+end
+-- The fence part of a grant: '' none, '1' INCR here (one node), '0' read (N nodes).
+local function fence_reply(counter, mode)
+  if mode == '1' then
+    return {redis.call('INCR', counter)}
+  elseif mode == '0' then
+    return {tonumber(redis.call('GET', counter) or '0')}
+  end
+  return nil
+end

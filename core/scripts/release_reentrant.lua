@@ -1,0 +1,15 @@
+-- Redisson's unlock: decrement our hold count; the last release deletes the key and publishes
+-- "0" on the Redisson channel. A field that is not ours (another owner) is never touched.
+-- KEYS[1] lock key; ARGV[1] field, ARGV[2] ttl ms, ARGV[3] channel (same hash slot).
+-- Returns nil when the field is not there, 0 when still held (count > 0), 1 when released.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if count > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 0
+end
+redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[3], '0')
+return 1

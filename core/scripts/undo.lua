@@ -1,0 +1,25 @@
+-- Undoes a fresh grant that did not make a quorum (or came too late), and puts the waiter back
+-- in the queue with its score, atomically: a partial grant dequeued us on the nodes that
+-- granted, and without this the nodes would disagree on who is first (the Redlock split-queue
+-- livelock; see DESIGN.md, "Waiter queue").
+-- KEYS[1] lock key, KEYS[2] unused, KEYS[3] queue, KEYS[4] queue leases (one slot).
+-- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] release channel,
+-- ARGV[4] waiter id, ARGV[5] queue score, ARGV[6] lease ms.
+-- Returns 1 when our grant was there and is gone, 0 otherwise.
+local freed = 0
+if ARGV[2] == '1' then
+  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+    -- A fresh grant's count is 1: this is the last release.
+    if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+      redis.call('DEL', KEYS[1])
+      redis.call('PUBLISH', ARGV[3], '0')
+    end
+    freed = 1
+  end
+elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], '0')
+  freed = 1
+end
+enqueue(ARGV[4], ARGV[5], tonumber(ARGV[6]))
+return freed

@@ -1,0 +1,562 @@
+//! Push wake-ups for waiters, and the local half of the waiter queue.
+//!
+//! Design (see DESIGN.md, "Waiters"):
+//! - A waiter whose first attempt failed joins the local queue of its key's release channel
+//!   (`ferrolock:release:{key}` for plain locks, `redisson_lock__channel:{key}` for reentrant
+//!   ones). The first waiter on a channel subscribes to it on every node, over ONE pub/sub
+//!   connection per node per manager, run by one task per node; the last one to leave
+//!   unsubscribes (a reference count per channel: the queue length).
+//! - Only the head of a local queue talks to Redis: it attempts when the channel's epoch moves
+//!   (a message on any node, or a (re)subscription confirmed), at the PTTL the busy reply
+//!   returned, or after the jittered `retry_delay` (holders that do not publish). So waiters on
+//!   one key in one manager make ONE attempt per wake-up between them, and the others sleep
+//!   without timers until it is their turn.
+//! - The subscription is confirmed before the re-check: a new head waits for the epoch bump of
+//!   the confirmation, and every resubscription after a reconnect bumps the epoch again. A
+//!   release between a failed attempt and the subscription is therefore never missed.
+//! - The head reads the epoch before each attempt, so a publish that lands while its attempt is
+//!   in flight makes it attempt once more instead of sleeping through it.
+//! - When the head leaves with the lock, the next waiter becomes head and waits for the next
+//!   wake-up (the lock is ours now: attempting would be wasted). When the head leaves without it
+//!   (cancelled, out of time, error), the next one attempts at once: the wake-up the leaver may
+//!   have consumed is not lost.
+//! - Dropping a waiting future drops its `Ticket`: it leaves the queue, hands the turn on, and
+//!   the last one out unsubscribes and takes this process's entry out of the server queue.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use redis::aio::PubSubStream;
+use tokio::sync::{mpsc, watch};
+
+use crate::manager::Shared;
+use crate::options::LockOptions;
+use crate::scripts::{queue_key, queue_lease_key};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const OP_TIMEOUT: Duration = Duration::from_secs(2);
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// A pub/sub connection with no channel to listen to is closed after this long.
+const IDLE_CLOSE: Duration = Duration::from_secs(30);
+/// A waiter's lease in the server queue is never shorter than this.
+const MIN_LEASE: Duration = Duration::from_millis(250);
+
+/// A test hook: given the key, returns a future the acquire awaits.
+pub type Hook = Arc<dyn Fn(&str) -> BoxFuture<'static, ()> + Send + Sync>;
+
+pub(crate) struct Waiters {
+    nodes: usize,
+    state: Mutex<State>,
+    /// Test hook run between a failed first attempt and joining the queue (subscribing).
+    pub hook: Mutex<Option<Hook>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The process these queues and tasks belong to; a forked child starts afresh.
+    pid: Option<u32>,
+    queues: HashMap<String, Arc<KeyQueue>>,
+    /// Per node: wakes its subscriber task to reconcile its subscriptions.
+    signals: Vec<Option<mpsc::UnboundedSender<()>>>,
+    next_ticket: u64,
+}
+
+/// The waiters of one channel (one key, one lock kind) in this manager.
+pub(crate) struct KeyQueue {
+    key: String,
+    channel: String,
+    /// This process's waiter id in the server-side queue of the key.
+    server_id: String,
+    /// Still has waiters: an undo puts our id back in the server queue only while it does.
+    active: Arc<AtomicBool>,
+    /// Moves on every message on the channel and every confirmed (re)subscription.
+    epoch: watch::Sender<u64>,
+    q: Mutex<Q>,
+}
+
+struct Q {
+    /// Head first.
+    waiters: VecDeque<(u64, watch::Sender<Option<Turn>>)>,
+    /// Per node: subscription requested, neither confirmed nor failed yet.
+    pending: Vec<bool>,
+    /// The queue score with N nodes (our clock, µs): set at our first queued attempt and again
+    /// after each grant, so that a process that just got the lock goes to the back.
+    score: Option<String>,
+    /// The server queue may still hold our id: take it out when the last waiter leaves.
+    dirty: bool,
+}
+
+/// The turn handed to a waiter that becomes the head of its local queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Turn {
+    /// Attempt at once (the previous head left without the lock), instead of waiting for the
+    /// next wake-up.
+    pub attempt_now: bool,
+    /// The epoch when the turn was handed over: a wake-up is any later epoch.
+    pub seen: u64,
+}
+
+impl KeyQueue {
+    fn q(&self) -> MutexGuard<'_, Q> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn bump(&self) {
+        self.epoch.send_modify(|e| *e = e.wrapping_add(1));
+    }
+}
+
+impl Waiters {
+    pub fn new(nodes: usize) -> Waiters {
+        Waiters {
+            nodes,
+            state: Mutex::new(State::default()),
+            hook: Mutex::new(None),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        if s.pid != Some(pid) {
+            // Inherited across fork: the tasks and connections lived on the parent's runtime.
+            // Leak them rather than drop them, as Node does with its connection.
+            std::mem::forget(std::mem::take(&mut s.queues));
+            std::mem::forget(std::mem::take(&mut s.signals));
+            s.signals = (0..self.nodes).map(|_| None).collect();
+            s.pid = Some(pid);
+        }
+        s
+    }
+
+    /// Joins the local queue of `channel`. The first waiter subscribes the channel on every
+    /// node; its turn then comes with the confirmation (an epoch bump).
+    pub fn join(&self, shared: &Arc<Shared>, key: &str, channel: &str) -> Ticket {
+        let mut st = self.state();
+        let mut created = false;
+        let kq = st
+            .queues
+            .entry(channel.to_string())
+            .or_insert_with(|| {
+                created = true;
+                Arc::new(KeyQueue {
+                    key: key.to_string(),
+                    channel: channel.to_string(),
+                    server_id: crate::manager::new_token(),
+                    active: Arc::new(AtomicBool::new(true)),
+                    epoch: watch::Sender::new(0),
+                    q: Mutex::new(Q {
+                        waiters: VecDeque::new(),
+                        pending: vec![true; self.nodes],
+                        score: None,
+                        dirty: false,
+                    }),
+                })
+            })
+            .clone();
+        st.next_ticket += 1;
+        let id = st.next_ticket;
+        let (tx, rx) = watch::channel(None);
+        {
+            let mut q = kq.q();
+            if q.waiters.is_empty() {
+                tx.send_replace(Some(Turn {
+                    attempt_now: false,
+                    seen: *kq.epoch.borrow(),
+                }));
+            }
+            q.waiters.push_back((id, tx));
+        }
+        if created {
+            for node in 0..self.nodes {
+                if st.signals[node].as_ref().is_none_or(|s| s.is_closed()) {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    st.signals[node] = Some(tx);
+                    shared
+                        .handle()
+                        .spawn(subscriber(Arc::downgrade(shared), node, rx));
+                }
+                if let Some(s) = &st.signals[node] {
+                    let _ = s.send(());
+                }
+            }
+        }
+        Ticket {
+            shared: shared.clone(),
+            kq,
+            id,
+            turn: rx,
+            granted: None,
+        }
+    }
+
+    fn leave(&self, ticket: &Ticket) -> bool {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.pid != Some(std::process::id()) {
+            return false;
+        }
+        let kq = &ticket.kq;
+        let mut q = kq.q();
+        if let Some(pos) = q.waiters.iter().position(|(id, _)| *id == ticket.id) {
+            q.waiters.remove(pos);
+            if pos == 0
+                && let Some((_, next)) = q.waiters.front()
+            {
+                next.send_replace(Some(Turn {
+                    attempt_now: ticket.granted.is_none(),
+                    seen: *kq.epoch.borrow(),
+                }));
+            }
+        }
+        if let Some(everywhere) = ticket.granted {
+            // Our entry was consumed by the grant: the next local waiter queues again, at the
+            // back. With N nodes, nodes that did not grant may still hold it.
+            q.score = None;
+            if everywhere {
+                q.dirty = false;
+            }
+        }
+        if !q.waiters.is_empty() {
+            return false;
+        }
+        let cleanup = q.dirty;
+        kq.active.store(false, Ordering::SeqCst);
+        drop(q);
+        if st
+            .queues
+            .get(&kq.channel)
+            .is_some_and(|k| Arc::ptr_eq(k, kq))
+        {
+            st.queues.remove(&kq.channel);
+        }
+        for s in st.signals.iter().flatten() {
+            let _ = s.send(());
+        }
+        cleanup
+    }
+
+    fn wanted(&self) -> HashSet<String> {
+        self.state().queues.keys().cloned().collect()
+    }
+
+    /// A message on `channel`: somebody released (or a publish we cannot tell apart).
+    fn wake(&self, channel: &str) {
+        let kq = self.state().queues.get(channel).cloned();
+        if let Some(kq) = kq {
+            kq.bump();
+        }
+    }
+
+    /// Subscribed on `node` on this connection (first time, or again after a reconnect).
+    fn subscribed(&self, node: usize, channels: &[String]) {
+        self.settle(node, channels.iter().map(String::as_str), true);
+    }
+
+    /// Already subscribed on `node`: only a waiting confirmation is settled.
+    fn already_subscribed(&self, node: usize, channels: &[String]) {
+        self.settle(node, channels.iter().map(String::as_str), false);
+    }
+
+    /// `node` could not confirm: its pending confirmations are settled as failed (the head
+    /// re-checks, then relies on its timers for that node).
+    fn node_failed(&self, node: usize) {
+        let kqs: Vec<Arc<KeyQueue>> = self.state().queues.values().cloned().collect();
+        for kq in kqs {
+            let mut q = kq.q();
+            if q.pending.get(node).copied().unwrap_or(false) {
+                q.pending[node] = false;
+                let done = !q.pending.contains(&true);
+                drop(q);
+                if done {
+                    kq.bump();
+                }
+            }
+        }
+    }
+
+    fn settle<'a>(&self, node: usize, channels: impl Iterator<Item = &'a str>, fresh: bool) {
+        let kqs: Vec<Arc<KeyQueue>> = {
+            let st = self.state();
+            channels.filter_map(|c| st.queues.get(c).cloned()).collect()
+        };
+        for kq in kqs {
+            let mut q = kq.q();
+            let was_pending = q.pending.get(node).copied().unwrap_or(false);
+            if was_pending {
+                q.pending[node] = false;
+            }
+            let done = !q.pending.contains(&true);
+            drop(q);
+            // First subscription: wake the head once every node has answered. Resubscription
+            // after a reconnect: wake it at once, since publishes were lost meanwhile.
+            if (was_pending && done) || (fresh && !was_pending) {
+                kq.bump();
+            }
+        }
+    }
+}
+
+/// A waiter's place in its key's local queue. Dropping it leaves the queue.
+pub(crate) struct Ticket {
+    shared: Arc<Shared>,
+    kq: Arc<KeyQueue>,
+    id: u64,
+    turn: watch::Receiver<Option<Turn>>,
+    /// Set when this waiter got the lock: `Some(true)` when every node granted (so the
+    /// server queue no longer holds our id anywhere).
+    granted: Option<bool>,
+}
+
+impl Ticket {
+    pub fn is_head(&self) -> bool {
+        self.turn.borrow().is_some()
+    }
+
+    /// Waits until this waiter is the head of its local queue.
+    pub async fn my_turn(&mut self) -> Turn {
+        loop {
+            if let Some(turn) = *self.turn.borrow_and_update() {
+                return turn;
+            }
+            if self.turn.changed().await.is_err() {
+                // The queue was torn down (fork): act as a head that must re-check.
+                return Turn {
+                    attempt_now: true,
+                    seen: self.epoch(),
+                };
+            }
+        }
+    }
+
+    pub fn epoch(&self) -> u64 {
+        *self.kq.epoch.borrow()
+    }
+
+    /// Resolves once the epoch has moved past `seen`: a release was published, or a
+    /// subscription was (re)confirmed.
+    pub async fn woken_since(&self, seen: u64) {
+        let mut rx = self.kq.epoch.subscribe();
+        let _ = rx.wait_for(|e| *e != seen).await;
+    }
+
+    /// The server-queue arguments of a head's attempt: our id, the score ('' = arrival order
+    /// by the node's clock, the right order with one node) and the lease.
+    pub fn queue_args(&self, opts: &LockOptions) -> QueueArgs {
+        let mut q = self.kq.q();
+        q.dirty = true;
+        let score = if self.shared.nodes.len() == 1 {
+            String::new()
+        } else {
+            q.score
+                .get_or_insert_with(|| {
+                    let now = SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .unwrap_or_default();
+                    now.as_micros().to_string()
+                })
+                .clone()
+        };
+        QueueArgs {
+            id: self.kq.server_id.clone(),
+            score,
+            lease_ms: lease(opts).as_millis() as u64,
+            active: Some(self.kq.active.clone()),
+        }
+    }
+
+    pub fn granted(&mut self, everywhere: bool) {
+        self.granted = Some(everywhere);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.shared.waiters.leave(self) {
+            let shared = self.shared.clone();
+            let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
+            self.shared.handle().spawn(async move {
+                dequeue_everywhere(&shared, &key, &id).await;
+            });
+        }
+    }
+}
+
+/// What a queued attempt sends along.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QueueArgs {
+    pub id: String,
+    pub score: String,
+    pub lease_ms: u64,
+    /// False once the local queue is gone: nobody is waiting for a place any more.
+    pub active: Option<Arc<AtomicBool>>,
+}
+
+impl QueueArgs {
+    pub fn still_waiting(&self) -> bool {
+        self.active
+            .as_ref()
+            .is_some_and(|a| a.load(Ordering::SeqCst))
+    }
+}
+
+/// How long a queued waiter keeps its place without re-checking: long enough for the head to
+/// re-check (at most 1.5 × retry_delay apart) twice, plus node timeouts.
+pub(crate) fn lease(opts: &LockOptions) -> Duration {
+    (opts.retry_delay * 3 + opts.effective_node_timeout() * 4).max(MIN_LEASE)
+}
+
+/// Takes our id out of the server queue on every node (best effort: its lease ends anyway).
+async fn dequeue_everywhere(shared: &Shared, key: &str, id: &str) {
+    let timeout = shared.defaults.effective_node_timeout();
+    let (q, l) = (queue_key(key), queue_lease_key(key));
+    let (q, l) = (q.as_str(), l.as_str());
+    futures::future::join_all(shared.nodes.iter().map(|node| {
+        node.run(timeout, false, move |mut conn| async move {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ZREM").arg(q).arg(id).ignore();
+            pipe.cmd("ZREM").arg(l).arg(id).ignore();
+            pipe.query_async::<()>(&mut conn).await
+        })
+    }))
+    .await;
+}
+
+/// One per node per manager: owns the pub/sub connection, keeps its subscriptions equal to the
+/// channels that have waiters, and turns messages into wake-ups. Ends with the manager.
+async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::UnboundedReceiver<()>) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        // Idle (no connection) until some channel has waiters.
+        loop {
+            let Some(shared) = weak.upgrade() else { return };
+            if !shared.waiters.wanted().is_empty() {
+                break;
+            }
+            drop(shared);
+            if signal.recv().await.is_none() {
+                return;
+            }
+        }
+        let Some(client) = weak.upgrade().map(|s| s.nodes[node].client().clone()) else {
+            return;
+        };
+        let pubsub = match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
+            Ok(Ok(p)) => p,
+            failed => {
+                if let Some(s) = weak.upgrade() {
+                    let why = match failed {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no connection within {CONNECT_TIMEOUT:?}"),
+                    };
+                    tracing::debug!(node = %s.nodes[node].name(), "pub/sub connect failed: {}", s.nodes[node].scrub(&why));
+                    s.waiters.node_failed(node);
+                }
+                if !pause(&mut signal, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        backoff = MIN_BACKOFF;
+        let (mut sink, mut stream) = pubsub.split();
+        let mut on_server: HashSet<String> = HashSet::new();
+        let lost = loop {
+            let Some(shared) = weak.upgrade() else { return };
+            let wanted = shared.waiters.wanted();
+            let add: Vec<String> = wanted.difference(&on_server).cloned().collect();
+            let remove: Vec<String> = on_server.difference(&wanted).cloned().collect();
+            let kept: Vec<String> = wanted.intersection(&on_server).cloned().collect();
+            shared.waiters.already_subscribed(node, &kept);
+            drop(shared);
+            if !remove.is_empty() {
+                if !op(sink.unsubscribe(remove.as_slice()), &mut stream, &weak).await {
+                    break true;
+                }
+                for c in &remove {
+                    on_server.remove(c);
+                }
+            }
+            if !add.is_empty() {
+                if !op(sink.subscribe(add.as_slice()), &mut stream, &weak).await {
+                    break true;
+                }
+                on_server.extend(add.iter().cloned());
+                if let Some(s) = weak.upgrade() {
+                    s.waiters.subscribed(node, &add);
+                }
+            }
+            if !add.is_empty() || !remove.is_empty() {
+                continue;
+            }
+            let idle = wanted.is_empty();
+            tokio::select! {
+                s = signal.recv() => if s.is_none() { return },
+                m = stream.next() => match m {
+                    Some(m) => deliver(&weak, &m),
+                    None => break true,
+                },
+                _ = tokio::time::sleep(IDLE_CLOSE), if idle => break false,
+            }
+        };
+        if !lost {
+            // Nobody has waited for a while: close the connection until somebody does.
+            continue;
+        }
+        // Connection lost: whatever was published meanwhile is gone. Pending confirmations
+        // settle as failed now, and the resubscription wakes every head to re-check.
+        if let Some(s) = weak.upgrade() {
+            tracing::debug!(node = %s.nodes[node].name(), "pub/sub connection lost; resubscribing");
+            s.waiters.node_failed(node);
+        }
+        if !pause(&mut signal, backoff).await {
+            return;
+        }
+        backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Runs a (un)subscribe, delivering messages that arrive meanwhile. False: the connection is
+/// unusable.
+async fn op(
+    fut: impl std::future::Future<Output = redis::RedisResult<()>>,
+    stream: &mut PubSubStream,
+    weak: &Weak<Shared>,
+) -> bool {
+    tokio::pin!(fut);
+    let timeout = tokio::time::sleep(OP_TIMEOUT);
+    tokio::pin!(timeout);
+    loop {
+        tokio::select! {
+            r = &mut fut => return r.is_ok(),
+            m = stream.next() => match m {
+                Some(m) => deliver(weak, &m),
+                None => return false,
+            },
+            _ = &mut timeout => return false,
+        }
+    }
+}
+
+fn deliver(weak: &Weak<Shared>, msg: &redis::Msg) {
+    if let Some(s) = weak.upgrade() {
+        s.waiters.wake(msg.get_channel_name());
+    }
+}
+
+/// Sleeps `d`; false when the manager is gone meanwhile.
+async fn pause(signal: &mut mpsc::UnboundedReceiver<()>, d: Duration) -> bool {
+    let sleep = tokio::time::sleep(d);
+    tokio::pin!(sleep);
+    loop {
+        tokio::select! {
+            _ = &mut sleep => return true,
+            s = signal.recv() => if s.is_none() { return false },
+        }
+    }
+}

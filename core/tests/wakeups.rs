@@ -1,0 +1,357 @@
+//! Push wake-ups and the waiter queue: a waiter is woken by the release's publish (not by
+//! polling), never misses a release between its failed attempt and its subscription or
+//! during a reconnect, wakes at the holder's PTTL and within the retry bound when nothing is
+//! published; 64 waiters in one process make one attempt per wake-up; a releasing process
+//! cannot barge ahead of a queued waiter; a crashed waiter's queue entry expires; a dropped
+//! waiter unsubscribes and leaves the queue. Serial: they measure (generous) bounds.
+
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{LockManager, LockOptions};
+use ferrolock_testbed::{Cluster, RedisServer};
+
+const LONG: Duration = Duration::from_secs(60);
+
+async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    let counts: Vec<(String, i64)> = server.cmd(&["PUBSUB", "NUMSUB", channel]);
+    counts[0].1
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: i64) {
+    let start = Instant::now();
+    while subscribers(server, channel).await != n {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{channel}: never {n} subscribers"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// Long ttl and long poll interval: anything quicker than the poll bound is a push wake-up.
+fn slow_poll(retry: Duration) -> LockOptions {
+    opts().ttl(LONG).retry_delay(retry)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_wakes_the_waiter_long_before_the_poll_bound() {
+    let _serial = serial();
+    for (nodes, reentrant) in [(1, false), (1, true), (3, false)] {
+        let cluster = Cluster::start(nodes);
+        let retry = Duration::from_secs(10); // jittered: polls no sooner than 5s apart
+        let o = slow_poll(retry).reentrant(reentrant);
+        let holder = manager(&cluster.urls(), o.clone());
+        let waiter_m = manager(&cluster.urls(), o.clone());
+        let key = "push";
+        let channel = if reentrant {
+            ferrolock::redisson_channel(key)
+        } else {
+            ferrolock::release_channel(key)
+        };
+        let held = holder.acquire(key).await.unwrap();
+        let waiter = tokio::spawn(async move { waiter_m.acquire(key).await });
+        for s in &cluster.servers {
+            wait_for_subscribers(s, &channel, 1).await;
+        }
+        tokio::time::sleep(ms(50)).await; // past the post-subscription re-check
+        assert!(!waiter.is_finished());
+        let released = Instant::now();
+        held.release().await.unwrap();
+        let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("woken")
+            .unwrap()
+            .unwrap();
+        let latency = released.elapsed();
+        // A safety-style bound, not a speed assertion: half the shortest poll interval.
+        assert!(
+            latency < retry / 4,
+            "{nodes} node(s), reentrant={reentrant}: took {latency:?}: the push path was not used"
+        );
+        eprintln!("{nodes} node(s), reentrant={reentrant}: release -> grant {latency:?}");
+        lock.release().await.unwrap();
+        // The waiter left: its subscription is gone.
+        for s in &cluster.servers {
+            wait_for_subscribers(s, &channel, 0).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_between_the_failed_attempt_and_the_subscription_is_not_missed() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let waiter_m = manager(&[server.url()], o.clone());
+    let held = Arc::new(tokio::sync::Mutex::new(Some(
+        holder.acquire("race").await.unwrap(),
+    )));
+    let hook_ran = Arc::new(AtomicBool::new(false));
+    let (h, ran) = (held.clone(), hook_ran.clone());
+    // Exactly in the window: the waiter's first attempt has failed, it has not subscribed yet.
+    waiter_m.__set_hook_before_subscribe(Some(Arc::new(move |_key: &str| {
+        let (h, ran) = (h.clone(), ran.clone());
+        Box::pin(async move {
+            if let Some(lock) = h.lock().await.take() {
+                assert!(lock.release().await.unwrap());
+                ran.store(true, Ordering::SeqCst);
+            }
+        })
+    })));
+    let started = Instant::now();
+    // Neither a publish (it happened before the subscription), nor the PTTL (60s), nor the
+    // poll (30s or more) can wake it: only the re-check after the confirmed subscription.
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter_m.acquire("race"))
+        .await
+        .expect("the release before the subscription was missed")
+        .unwrap();
+    assert!(hook_ran.load(Ordering::SeqCst), "the race was not forced");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(get(&server, "race").as_deref(), Some(lock.token()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sixty_four_waiters_in_one_process_make_one_attempt_per_wake_up() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let m = manager(&[server.url()], o.clone());
+    let key = "herd";
+    let held = holder.acquire(key).await.unwrap();
+    // Warm: the connection is open (connect + script preload) and one attempt is counted.
+    assert!(m.try_acquire(key).await.is_err());
+    let base = m.round_trips()[0];
+    let granted = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (m, granted, inside) = (m.clone(), granted.clone(), inside.clone());
+        waiters.spawn(async move {
+            let lock = m.acquire(key).await.unwrap();
+            assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            granted.fetch_add(1, Ordering::SeqCst);
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(lock.release().await.unwrap());
+        });
+    }
+    // Every waiter made its first attempt (64) and the head re-checked once after the
+    // subscription was confirmed (1); then all is quiet: nobody polls.
+    wait_for_subscribers(&server, &ferrolock::release_channel(key), 1).await;
+    wait_until("64 first attempts and one re-check", || {
+        m.round_trips()[0] >= base + 65
+    })
+    .await;
+    tokio::time::sleep(ms(300)).await;
+    let before = m.round_trips()[0];
+    assert_eq!(
+        before,
+        base + 64 + 1,
+        "64 first attempts + 1 re-check, then quiet"
+    );
+    held.release().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(30), waiters.join_all())
+        .await
+        .expect("all 64 waiters get the lock");
+    assert_eq!(granted.load(Ordering::SeqCst), 64);
+    let trips = m.round_trips()[0] - before;
+    // 64 wake-ups (one publish per release): one attempt and one release per waiter, plus
+    // at most a few for the queue cleanup. A herd would be 64 + 63 + ... attempts.
+    eprintln!("64 waiters: {trips} round trips for 64 wake-ups");
+    assert!(
+        trips <= 64 * 2 + 4,
+        "{trips} round trips: more than one attempt per wake-up"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_that_publishes_nothing_is_noticed_within_the_retry_bound() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let retry = ms(300);
+    let holder = manager(&[server.url()], slow_poll(retry));
+    let waiter_m = manager(&[server.url()], slow_poll(retry));
+    let held = holder.acquire("quiet").await.unwrap();
+    let waiter = tokio::spawn(async move { waiter_m.acquire("quiet").await });
+    wait_for_subscribers(&server, &ferrolock::release_channel("quiet"), 1).await;
+    tokio::time::sleep(ms(100)).await;
+    // A client that does not publish (redis-py's Lock releases with a plain compare-and-DEL).
+    let deleted_at = Instant::now();
+    server.cmd::<i64>(&["DEL", "quiet"]);
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the quiet release was never noticed")
+        .unwrap()
+        .unwrap();
+    let took = deleted_at.elapsed();
+    // The poll bound: 1.5 × retry_delay, plus a round trip; the PTTL was 60s.
+    assert!(took < ms(450) + ms(1_000), "noticed after {took:?}");
+    assert_eq!(get(&server, "quiet").as_deref(), Some(lock.token()));
+    drop(held);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_wakes_at_the_holders_pttl_when_the_lock_expires() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // A holder that dies: its key simply expires, and nothing is published.
+    server.cmd::<()>(&["SET", "expiring", "crashed-holder", "PX", "800"]);
+    let m = manager(&[server.url()], slow_poll(LONG));
+    let started = Instant::now();
+    let lock = tokio::time::timeout(Duration::from_secs(10), m.acquire("expiring"))
+        .await
+        .expect("not woken at the PTTL")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took >= ms(700), "acquired before the expiry: {took:?}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(get(&server, "expiring").as_deref(), Some(lock.token()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_pubsub_connection_is_resubscribed_and_the_waiter_re_checks() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let waiter_m = manager(&[server.url()], o.clone());
+    let channel = ferrolock::release_channel("reconnect");
+    let held = holder.acquire("reconnect").await.unwrap();
+    let waiter = tokio::spawn(async move { waiter_m.acquire("reconnect").await });
+    wait_for_subscribers(&server, &channel, 1).await;
+    // The subscription connection dies, and the release happens while nobody listens: its
+    // publish is lost. Only the re-check after the resubscription can notice it.
+    let killed: i64 = server.cmd(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    assert_eq!(killed, 1);
+    assert_eq!(subscribers(&server, &channel).await, 0);
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the release during the reconnect was missed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(get(&server, "reconnect").as_deref(), Some(lock.token()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_process_that_releases_cannot_barge_ahead_of_a_queued_waiter() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(Duration::from_secs(5));
+    let a = manager(&[server.url()], o.clone());
+    let b = manager(&[server.url()], o.clone());
+    let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for round in 0..5 {
+        let key = format!("barge:{round}");
+        let held = a.acquire(&key).await.unwrap();
+        let (b2, k2, order2) = (b.clone(), key.clone(), order.clone());
+        let waiter = tokio::spawn(async move {
+            let lock = b2.acquire(&k2).await.unwrap();
+            order2.lock().unwrap().push(format!("b{round}"));
+            tokio::time::sleep(ms(20)).await;
+            lock.release().await.unwrap();
+        });
+        // B is queued on the server: the head has attempted with its queue id.
+        wait_until("b is queued", || {
+            server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(&key)]) == 1
+        })
+        .await;
+        // A releases and immediately wants the lock again: it goes behind B.
+        held.release().await.unwrap();
+        let again = a.acquire(&key).await.unwrap();
+        order.lock().unwrap().push(format!("a{round}"));
+        again.release().await.unwrap();
+        waiter.await.unwrap();
+    }
+    let order = order.lock().unwrap().clone();
+    let expected: Vec<String> = (0..5)
+        .flat_map(|r| [format!("b{r}"), format!("a{r}")])
+        .collect();
+    assert_eq!(order, expected, "the releasing process barged in");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crashed_waiters_queue_entry_expires_with_its_lease() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "ghost";
+    // A waiter that queued and then crashed: first in line, lease ending in 1.5s. The lock
+    // itself is free.
+    let t: Vec<u64> = server.cmd(&["TIME"]);
+    let now_ms = t[0] * 1000 + t[1] / 1000;
+    let (q, l) = (ferrolock::queue_key(key), ferrolock::queue_lease_key(key));
+    server.cmd::<i64>(&["ZADD", &q, "1", "ghost-waiter"]);
+    server.cmd::<i64>(&["ZADD", &l, &(now_ms + 1_500).to_string(), "ghost-waiter"]);
+    server.cmd::<i64>(&["PEXPIRE", &q, "60000"]);
+    server.cmd::<i64>(&["PEXPIRE", &l, "60000"]);
+    let m = manager(&[server.url()], slow_poll(LONG));
+    let err = m.try_acquire(key).await.unwrap_err();
+    assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
+    let started = Instant::now();
+    let lock = tokio::time::timeout(Duration::from_secs(10), m.acquire(key))
+        .await
+        .expect("a crashed waiter blocked the queue for good")
+        .unwrap();
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(get(&server, key).as_deref(), Some(lock.token()));
+    assert_eq!(
+        server.cmd::<Option<i64>>(&["ZSCORE", &q, "ghost-waiter"]),
+        None,
+        "pruned"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_waiter_unsubscribes_and_leaves_the_queue() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let m: LockManager = manager(&[server.url()], o.clone());
+    let _held = holder.acquire("dropped-waiter").await.unwrap();
+    let channel = ferrolock::release_channel("dropped-waiter");
+    let q = ferrolock::queue_key("dropped-waiter");
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let m = m.clone();
+            tokio::spawn(async move { m.acquire("dropped-waiter").await })
+        })
+        .collect();
+    wait_for_subscribers(&server, &channel, 1).await;
+    wait_until("queued", || server.cmd::<i64>(&["ZCARD", &q]) == 1).await;
+    // Dropping one waiter (the head, maybe) keeps the others queued and subscribed.
+    let mut waiters = waiters.into_iter();
+    let first = waiters.next().unwrap();
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(ms(200)).await;
+    assert_eq!(subscribers(&server, &channel).await, 1);
+    for w in waiters {
+        w.abort();
+        assert!(w.await.unwrap_err().is_cancelled());
+    }
+    wait_for_subscribers(&server, &channel, 0).await;
+    wait_until("dequeued", || server.cmd::<i64>(&["EXISTS", &q]) == 0).await;
+}

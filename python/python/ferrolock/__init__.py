@@ -1,0 +1,312 @@
+"""ferrolock: distributed locks over Redis (single instance, Redlock, reentrant), with a
+watchdog that keeps held locks alive and tells you when one is lost.
+
+    from ferrolock import redlock
+
+    with redlock("orders:1001", ttl=10.0, wait=5.0) as lock:
+        ...  # LockLost is raised here if the lock is lost while the block runs
+
+    async with redlock("orders:1001") as lock:
+        ...
+
+All lock logic lives in the Rust core; this package converts arguments, maps errors, and
+bridges blocking and asyncio callers to the core's runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import functools
+import logging
+import os
+import threading
+import weakref
+from types import TracebackType
+from typing import Any
+
+from . import _ferrolock, _owner
+from ._errors import (
+    InvalidArgument,
+    LockError,
+    LockLost,
+    NotAcquired,
+    NotHeld,
+    QuorumUnreachable,
+    RedisError,
+)
+from ._ferrolock import Lock, _LockContextBase, _Manager
+
+__version__: str = _ferrolock.__version__
+
+__all__ = [
+    "InvalidArgument",
+    "Lock",
+    "LockContext",
+    "LockError",
+    "LockLost",
+    "LockManager",
+    "NotAcquired",
+    "NotHeld",
+    "QuorumUnreachable",
+    "RedisError",
+    "redlock",
+]
+
+logger = logging.getLogger("ferrolock")
+
+_MANAGER_OPTIONS: tuple[str, ...] = tuple(_ferrolock.MANAGER_OPTIONS)
+
+
+class _AsyncUse:
+    """State of one `async with` use of a LockContext."""
+
+    __slots__ = ("lock", "task", "cancelling", "in_body", "reason", "cancelled")
+
+    def __init__(self) -> None:
+        self.lock: Lock | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.cancelling = 0
+        self.in_body = False
+        self.reason: str | None = None
+        self.cancelled = False
+
+
+class LockContext(_LockContextBase):
+    """``with`` / ``async with`` a lock; made by :func:`redlock` and :meth:`LockManager.lock`.
+
+    Acquires on entry (blocking or awaiting, per ``wait``), releases on exit, and returns the
+    :class:`Lock`. If the lock is lost while the body runs:
+
+    - ``with``: ``LockLost`` is raised inside the body, in the thread that entered, at its next
+      bytecode boundary (unless ``interrupt=False``); a blocking C call (``time.sleep``, a
+      socket read, a long C extension call) is not interrupted, the exception arrives when it
+      returns. The block's exit raises ``LockLost`` (key and reason) either way.
+    - ``async with``: the body is cancelled (unless ``interrupt=False``) and ``LockLost`` is
+      raised out of the block; the task's cancellation count is restored (``Task.uncancel``),
+      so it does not leak into an enclosing ``asyncio.timeout`` or TaskGroup.
+
+    A context can be reused after it exits, but not entered twice at once.
+    """
+
+    _ause: _AsyncUse | None = None
+
+    async def __aenter__(self) -> Lock:
+        if self._ause is not None:
+            raise InvalidArgument(
+                f"lock {self.key!r}: this context is already entered (async); call manager.lock() again",
+                self.key,
+            )
+        use = self._ause = _AsyncUse()
+        try:
+            lock = await self._acquire_async(_owner.task_owner())
+        except BaseException:
+            self._ause = None
+            raise
+        task = asyncio.current_task()
+        use.lock, use.task = lock, task
+        use.cancelling = task.cancelling() if task is not None else 0
+        use.in_body = True
+        lock._notify_lost(asyncio.get_running_loop(), functools.partial(self._lost_in_body, use))
+        return lock
+
+    def _lost_in_body(self, use: _AsyncUse, reason: str) -> None:
+        # On the event loop, via call_soon_threadsafe. The core has logged the loss.
+        if use.reason is None:
+            use.reason = reason
+        if use.in_body and self.interrupt and not use.cancelled and use.task is not None and not use.task.done():
+            use.cancelled = True
+            use.task.cancel(f"ferrolock: {reason}")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        use, self._ause = self._ause, None
+        if use is None or use.lock is None:
+            return False
+        use.in_body = False
+        lock = use.lock
+        ours = False
+        if use.cancelled and use.task is not None:
+            remaining = use.task.uncancel()
+            ours = isinstance(exc, asyncio.CancelledError) and remaining <= use.cancelling
+        released: bool | None = None
+        release_error: LockError | None = None
+        try:
+            # If this await is cancelled, the release still completes in the background.
+            released = await lock.release_async()
+        except NotHeld:
+            released = None  # released meanwhile (e.g. by lock.release() in the body)
+        except LockError as e:
+            release_error = e
+        reason = use.reason or lock.loss_reason
+        if reason is not None:
+            if exc is None or ours or isinstance(exc, Exception):
+                raise LockLost(reason, lock.key) from (None if exc is None or ours else exc)
+            return False
+        if exc is not None:
+            if release_error is not None:
+                logger.warning("while leaving the block after an exception: %s", release_error)
+            return False
+        if release_error is not None:
+            raise release_error
+        if released is False:
+            raise LockLost(
+                f"lock {lock.key!r} lost: it was no longer held on a quorum when the block exited "
+                "(expired or taken: did the body outlive the ttl with the watchdog off?)",
+                lock.key,
+            )
+        return False
+
+
+_managers: weakref.WeakSet[LockManager] = weakref.WeakSet()
+
+
+class LockManager:
+    """Hands out locks on one set of nodes; connections are opened lazily and shared by every
+    lock (and thread, and task) of the manager. One node is a single-instance lock, N nodes
+    are Redlock (quorum N/2+1).
+
+    ``nodes`` is a list of URLs (``redis://``, ``rediss://``, ``unix://``) or one
+    comma-separated string; left out, ``FERROLOCK_NODES``, else ``redis://127.0.0.1:6379``.
+    Other keyword options (``tls_ca``, ``restart_guard``, and any lock option such as ``ttl``
+    or ``wait``) set this manager's defaults; every lock may override the lock options.
+    Durations are seconds (int/float) or ``datetime.timedelta``.
+    """
+
+    def __init__(self, nodes: Any = None, **options: Any) -> None:
+        self._manager = _Manager(nodes, options)
+        _managers.add(self)
+
+    def lock(self, key: str, **options: Any) -> LockContext:
+        """A context manager for ``with`` and ``async with`` (see :class:`LockContext`)."""
+        return LockContext(self._manager, key, options)
+
+    def acquire(self, key: str, **options: Any) -> Lock:
+        """Acquires and returns the lock; raises ``NotAcquired`` when ``wait`` runs out
+        (``wait=0`` tries once). Blocks with the GIL released; Ctrl-C interrupts the wait.
+        The reentrancy owner is the calling thread."""
+        return self._manager.acquire(key, options, _owner.thread_owner())
+
+    async def acquire_async(self, key: str, **options: Any) -> Lock:
+        """As :meth:`acquire`, awaiting instead of blocking; cancelling the await abandons the
+        attempt (whatever it had taken is released). The reentrancy owner is the current
+        task."""
+        return await self._manager.acquire_async(key, options, _owner.task_owner())  # type: ignore[no-any-return]
+
+    @property
+    def nodes(self) -> list[str]:
+        """The node URLs, passwords redacted."""
+        return self._manager.nodes
+
+    @property
+    def quorum(self) -> int:
+        return self._manager.quorum
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """The lock options in force for this manager (seconds as float)."""
+        return self._manager.defaults()
+
+    @property
+    def closed(self) -> bool:
+        return self._manager.closed
+
+    def release_all(self, timeout: float = 5.0) -> int:
+        """Releases every lock of this manager that this process still holds; returns how
+        many were still held on a quorum."""
+        return self._manager.release_all(timeout)
+
+    def close(self) -> None:
+        """Releases the locks still held (see :meth:`release_all`) and closes the
+        connections. Later acquires raise ``InvalidArgument``. Idempotent."""
+        self._manager.close()
+
+    def __enter__(self) -> LockManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> LockManager:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.close)
+
+    def __repr__(self) -> str:
+        return repr(self._manager)
+
+
+_shared: dict[tuple[Any, ...], LockManager] = {}
+_shared_guard = threading.Lock()
+
+
+def _shared_key(conn: dict[str, Any]) -> tuple[Any, ...]:
+    nodes = conn.get("nodes")
+    if nodes is None:
+        nodes_key: Any = ("$env", os.environ.get("FERROLOCK_NODES"))
+    elif isinstance(nodes, str):
+        nodes_key = ("$str", nodes)
+    else:
+        nodes_key = tuple(nodes)
+    tls = conn.get("tls_ca")
+    if isinstance(tls, os.PathLike):
+        tls = os.fspath(tls)
+    tls_env = os.environ.get("FERROLOCK_TLS_CA") if tls is None else None
+    key = (nodes_key, tls, tls_env, repr(conn.get("restart_guard")))
+    hash(key)
+    return key
+
+
+def _shared_manager(conn: dict[str, Any]) -> LockManager:
+    try:
+        key = _shared_key(conn)
+    except TypeError:
+        # Unhashable (so malformed) options: let LockManager report them precisely.
+        return LockManager(**conn)
+    with _shared_guard:
+        manager = _shared.get(key)
+        if manager is None or manager.closed:
+            manager = _shared[key] = LockManager(**conn)
+        return manager
+
+
+def redlock(key: str, **options: Any) -> LockContext:
+    """``with redlock(key, **options) as lock:`` (or ``async with``).
+
+    Connection options (``nodes``, ``tls_ca``, ``restart_guard``) pick a manager shared by
+    every ``redlock()`` call with the same ones, so a loop does not open new connections; the
+    other options (``ttl``, ``wait``, ``reentrant``, ``fencing``, ``watchdog``, ``max_hold``,
+    ``max_extensions``, ``retry_delay``, ``drift_factor``, ``node_timeout``, ``interrupt``)
+    apply to this lock.
+    """
+    conn = {name: options.pop(name) for name in _MANAGER_OPTIONS if name in options}
+    return _shared_manager(conn).lock(key, **options)
+
+
+def _reinit_after_fork() -> None:
+    global _shared_guard
+    _shared_guard = threading.Lock()
+
+
+def _at_exit() -> None:
+    # Release what is still held (bounded: each release waits at most the node timeout), then
+    # stop background threads from attaching to the finalizing interpreter. Whatever could not
+    # be released expires with its ttl. Acquires that complete from here on (a daemon thread
+    # waiting for a lock released below) release at once; a second pass catches those in flight.
+    _ferrolock._closing()
+    for _ in range(2):
+        for manager in list(_managers):
+            try:
+                manager.release_all(2.0)
+            except BaseException:  # noqa: BLE001 - exiting anyway
+                pass
+    _ferrolock._shutdown()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
+atexit.register(_at_exit)

@@ -1,0 +1,46 @@
+"""Reentrancy owners: small integers, unique in the process, one per thread (sync code) and
+one per asyncio task (async code).
+
+Not a contextvar: child tasks inherit those, so an ``asyncio.gather`` inside a reentrant block
+would re-enter the lock concurrently. Not ``threading.get_ident()`` or ``id(task)`` either: both
+are reused once a thread or task is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import weakref
+
+_next = itertools.count(1).__next__  # atomic under the GIL
+_thread = threading.local()
+_tasks: weakref.WeakKeyDictionary[asyncio.Task[object], int] = weakref.WeakKeyDictionary()
+
+
+def thread_owner() -> int:
+    """The owner id of the calling thread."""
+    try:
+        return _thread.owner  # type: ignore[no-any-return]
+    except AttributeError:
+        owner = _thread.owner = _next()
+        return owner
+
+
+def task_owner() -> int:
+    """The owner id of the running asyncio task (the thread's, outside a task)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    if task is None:
+        return thread_owner()
+    owner = _tasks.get(task)
+    if owner is None:
+        owner = _tasks[task] = _next()
+    return owner
+
+
+def current_owner() -> int:
+    """The task's owner inside a running event loop, else the thread's."""
+    return task_owner()

@@ -1,0 +1,266 @@
+//! Waiting on core futures from Python, in both worlds, on ferrolock's own process runtime
+//! (reset in a forked child; pyo3-async-runtimes' global runtime could not be).
+//!
+//! - Blocking: the calling thread drives the future with the GIL released, in slices, and
+//!   runs Python's signal handlers between slices, so Ctrl-C interrupts any wait promptly.
+//!   Interrupting drops the future; the core then releases whatever it had taken.
+//! - asyncio: the future runs as a task on the runtime; its result is handed to the event
+//!   loop with `call_soon_threadsafe` from a blocking-pool thread. A runtime worker never
+//!   waits for the GIL.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use tokio::task::AbortHandle;
+
+use crate::lock::PyLock;
+
+/// How long a blocked thread waits between two looks at pending signals.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// Set at interpreter exit (by `shutdown`): from then on no background thread attaches to
+/// the interpreter, and a thread coming back from a wait parks instead of re-taking the GIL.
+/// (During finalization CPython ends any thread that takes the GIL with `pthread_exit`, whose
+/// forced unwind through Rust frames aborts the process.)
+pub static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
+/// Background threads attached to (or about to attach to) the interpreter.
+static IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+/// The thread that ran `shutdown` (the main thread, at exit): it may still wait afterwards.
+static SHUTDOWN_THREAD: AtomicU64 = AtomicU64::new(0);
+
+fn thread_ident() -> u64 {
+    // SAFETY: no preconditions.
+    unsafe { pyo3::ffi::PyThread_get_thread_ident() as u64 }
+}
+
+/// Runs `f` with the GIL from a thread that is not a Python thread, unless the interpreter is
+/// exiting. `shutdown` waits for every such call in progress before finalization starts.
+pub fn attach_if_alive<F>(f: F)
+where
+    F: for<'py> FnOnce(Python<'py>),
+{
+    IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
+    if !SHUTTING_DOWN.load(Ordering::SeqCst) {
+        Python::try_attach(f);
+    }
+    IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// At exit, after the held locks were released: stops background threads from entering
+/// Python and waits (at most `limit`) for those inside to leave.
+pub fn shutdown(py: Python<'_>, limit: Duration) {
+    SHUTDOWN_THREAD.store(thread_ident(), Ordering::SeqCst);
+    SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + limit;
+        while IN_FLIGHT.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// Called without the GIL by a thread about to re-take it: once the interpreter is exiting,
+/// any thread but the exiting one parks for good (the process is about to end).
+fn park_if_exiting() {
+    if SHUTTING_DOWN.load(Ordering::SeqCst)
+        && SHUTDOWN_THREAD.load(Ordering::SeqCst) != thread_ident()
+    {
+        loop {
+            std::thread::park();
+        }
+    }
+}
+
+/// Runs `f` with the GIL on a blocking-pool thread of the process runtime: the way back into
+/// Python from a runtime task (a worker must never wait for the GIL). Skipped once the
+/// interpreter is exiting. Must be called from within the runtime.
+pub fn with_gil_later<F>(f: F)
+where
+    F: for<'py> FnOnce(Python<'py>) + Send + 'static,
+{
+    drop(tokio::task::spawn_blocking(move || attach_if_alive(f)));
+}
+
+/// Runs `fut` to completion on the calling thread, GIL released, interruptible by signals
+/// (`KeyboardInterrupt` propagates; the future is dropped).
+pub fn wait<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        let rt = ferrolock::runtime::runtime();
+        // The timer is made inside the runtime (it needs its time driver).
+        let done = py.detach(|| {
+            let done = rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await });
+            park_if_exiting();
+            done
+        });
+        match done {
+            Ok(out) => return Ok(out),
+            Err(_slice_over) => py.check_signals()?,
+        }
+    }
+}
+
+/// As [`wait`], but gives up (returning `None`) after `limit`.
+pub fn wait_at_most<F>(py: Python<'_>, limit: Duration, fut: F) -> PyResult<Option<F::Output>>
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    wait(
+        py,
+        async move { tokio::time::timeout(limit, fut).await.ok() },
+    )
+}
+
+/// Wraps an `asyncio.Future` in a coroutine (`ferrolock._aio.wrap`), so public `async`
+/// methods return what `async def` methods return.
+pub fn coroutine<'py>(py: Python<'py>, future: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    static WRAP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    WRAP.import(py, "ferrolock._aio", "wrap")?.call1((future,))
+}
+
+fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    GET_RUNNING_LOOP
+        .import(py, "asyncio", "get_running_loop")?
+        .call0()
+}
+
+/// Turns a core future into an `asyncio.Future` of the running loop. `convert` builds the
+/// Python result (or exception) with the GIL held, off the runtime's workers. With
+/// `abort_on_cancel`, cancelling the asyncio future drops the core future (an acquire then
+/// releases what it had taken); without, the core future runs to completion regardless.
+pub fn spawn<'py, F, T, C>(
+    py: Python<'py>,
+    fut: F,
+    abort_on_cancel: bool,
+    convert: C,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+    C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let event_loop = get_running_loop(py)?;
+    let afut = event_loop.call_method0("create_future")?;
+    let (loop_ref, fut_ref) = (event_loop.unbind(), afut.clone().unbind());
+    let task = ferrolock::runtime::handle().spawn(async move {
+        let out = fut.await;
+        deliver(loop_ref, fut_ref, out, convert);
+    });
+    if abort_on_cancel {
+        afut.call_method1(
+            "add_done_callback",
+            (AbortOnCancel {
+                task: task.abort_handle(),
+            },),
+        )?;
+    }
+    Ok(afut)
+}
+
+/// As [`spawn`], wrapped in a coroutine (see [`coroutine`]).
+pub fn spawn_coroutine<'py, F, T, C>(
+    py: Python<'py>,
+    fut: F,
+    abort_on_cancel: bool,
+    convert: C,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+    C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let future = spawn(py, fut, abort_on_cancel, convert)?;
+    coroutine(py, future)
+}
+
+/// Hands a finished result to the event loop. Runs on the blocking pool because attaching to
+/// the interpreter may wait for the GIL.
+fn deliver<T, C>(event_loop: Py<PyAny>, afut: Py<PyAny>, out: T, convert: C)
+where
+    T: Send + 'static,
+    C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    with_gil_later(move |py| {
+        let (ok, value) = match convert(py, out) {
+            Ok(v) => (true, v),
+            Err(e) => (false, e.into_value(py).into_any()),
+        };
+        let Ok(settle) = settle_fn(py) else {
+            return;
+        };
+        let scheduled = event_loop.bind(py).call_method1(
+            "call_soon_threadsafe",
+            (settle, afut.bind(py), ok, value.bind(py)),
+        );
+        if scheduled.is_err() {
+            // The loop is closed: nobody will take the lock, so let it go now.
+            abandon(value.bind(py));
+        }
+    });
+}
+
+/// Calls `callback(arg)` on the event loop (`call_soon_threadsafe`), from a runtime task.
+pub fn notify_loop(event_loop: Py<PyAny>, callback: Py<PyAny>, arg: String) {
+    with_gil_later(move |py| {
+        // Err: the loop is closed, nobody is listening.
+        let _ = event_loop
+            .bind(py)
+            .call_method1("call_soon_threadsafe", (callback.bind(py), arg));
+    });
+}
+
+fn abandon(value: &Bound<'_, PyAny>) {
+    if let Ok(lock) = value.cast::<PyLock>() {
+        lock.get().abandon();
+    }
+}
+
+fn settle_fn(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static SETTLE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    SETTLE
+        .get_or_try_init(py, || {
+            Ok(pyo3::wrap_pyfunction!(settle, py)?.into_any().unbind())
+        })
+        .map(|f| f.bind(py).clone())
+}
+
+/// On the event loop: completes the asyncio future, unless it was cancelled meanwhile, in
+/// which case a lock that arrived anyway is released in the background.
+#[pyfunction]
+fn settle(afut: &Bound<'_, PyAny>, ok: bool, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    if afut.call_method0("done")?.is_truthy()? {
+        abandon(value);
+        return Ok(());
+    }
+    if ok {
+        afut.call_method1("set_result", (value,))?;
+    } else {
+        afut.call_method1("set_exception", (value,))?;
+    }
+    Ok(())
+}
+
+/// Done-callback of an asyncio future: aborts the runtime task when the future was cancelled.
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+struct AbortOnCancel {
+    task: AbortHandle,
+}
+
+#[pymethods]
+impl AbortOnCancel {
+    fn __call__(&self, afut: &Bound<'_, PyAny>) -> PyResult<()> {
+        if afut.call_method0("cancelled")?.is_truthy()? {
+            self.task.abort();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,329 @@
+//! `ferrolock.Lock`: a held lock. Every method is a conversion around the core's `Lock`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrolock::{ErrorKind, Lock as CoreLock, LockStatus};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
+
+use crate::bridge;
+use crate::errors::{make, to_py};
+
+/// A lock held on a quorum of nodes. Dropping the last reference releases it in the
+/// background; `release()` releases it now.
+#[pyclass(name = "Lock", module = "ferrolock", frozen)]
+pub struct PyLock {
+    pub(crate) lock: Arc<CoreLock>,
+    /// The thread or asyncio task that acquired it (see `ferrolock._owner`).
+    owner: u64,
+    /// A forked child inherits the object but not the lock.
+    pid: u32,
+}
+
+pub(crate) fn current_owner(py: Python<'_>) -> PyResult<u64> {
+    static CURRENT_OWNER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    CURRENT_OWNER
+        .import(py, "ferrolock._owner", "current_owner")?
+        .call0()?
+        .extract()
+}
+
+pub(crate) fn current_thread_owner(py: Python<'_>) -> PyResult<u64> {
+    static THREAD_OWNER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    THREAD_OWNER
+        .import(py, "ferrolock._owner", "thread_owner")?
+        .call0()?
+        .extract()
+}
+
+impl PyLock {
+    pub(crate) fn new(lock: Arc<CoreLock>, owner: u64) -> PyLock {
+        PyLock {
+            lock,
+            owner,
+            pid: std::process::id(),
+        }
+    }
+
+    pub(crate) fn in_owner_process(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
+    /// `NotHeld` in a forked child: it must not extend or release its parent's lock.
+    fn check_process(&self, py: Python<'_>, what: &str) -> PyResult<()> {
+        if self.in_owner_process() {
+            return Ok(());
+        }
+        Err(make(
+            py,
+            ErrorKind::NotHeld,
+            &format!(
+                "lock {:?} cannot be {what} here: it was acquired by process {}, and this forked child ({}) does not hold it",
+                self.lock.key(),
+                self.pid,
+                std::process::id()
+            ),
+            Some(self.lock.key()),
+        ))
+    }
+
+    /// Releases in the background, without waiting (a result nobody will await).
+    pub(crate) fn abandon(&self) {
+        if !self.in_owner_process() {
+            return;
+        }
+        let lock = self.lock.clone();
+        ferrolock::runtime::handle().spawn(async move {
+            let _ = lock.release().await;
+        });
+    }
+
+    pub(crate) fn loss_reason_text(&self) -> Option<String> {
+        match self.lock.status() {
+            LockStatus::Lost(reason) => Some(reason.to_string()),
+            _ => None,
+        }
+    }
+
+    fn ttl_arg(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
+        match ttl {
+            None => Ok(self.lock.options().ttl),
+            Some(v) if v.is_none() => Ok(self.lock.options().ttl),
+            Some(v) => {
+                let d = PyDict::new(py);
+                d.set_item("ttl", v)?;
+                let args = crate::options::lock_args(
+                    py,
+                    self.lock.key(),
+                    self.lock.options(),
+                    true,
+                    Some(&d),
+                )?;
+                Ok(args.opts.ttl)
+            }
+        }
+    }
+}
+
+#[pymethods]
+impl PyLock {
+    /// The lock's key.
+    #[getter]
+    fn key(&self) -> &str {
+        self.lock.key()
+    }
+
+    /// The value stored at the key on each node, unique to this acquisition (for a
+    /// reentrant lock, the hash field `<client uuid>:<owner>`).
+    #[getter]
+    fn token(&self) -> &str {
+        self.lock.token()
+    }
+
+    /// The fencing token of this grant (`fencing=True`), else `None`. Strictly greater than
+    /// that of every earlier grant of the key: pass it to the storage you protect.
+    #[getter]
+    fn fence(&self) -> Option<u64> {
+        self.lock.fence()
+    }
+
+    /// Seconds of validity left (monotonic clock); 0.0 once released, lost or expired.
+    #[getter]
+    fn validity(&self) -> f64 {
+        if !self.in_owner_process() {
+            return 0.0;
+        }
+        self.lock.validity().as_secs_f64()
+    }
+
+    /// `time.monotonic()` value at which the validity ends.
+    #[getter]
+    fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
+        let now: f64 = py.import("time")?.call_method0("monotonic")?.extract()?;
+        let (deadline, instant) = (self.lock.deadline(), tokio::time::Instant::now());
+        Ok(if deadline >= instant {
+            now + (deadline - instant).as_secs_f64()
+        } else {
+            now - (instant - deadline).as_secs_f64()
+        })
+    }
+
+    /// The lease on each node, in seconds.
+    #[getter]
+    fn ttl(&self) -> f64 {
+        self.lock.options().ttl.as_secs_f64()
+    }
+
+    /// `"held"`, `"released"` or `"lost"`.
+    #[getter]
+    fn status(&self) -> &'static str {
+        match self.lock.status() {
+            LockStatus::Held => "held",
+            LockStatus::Released => "released",
+            LockStatus::Lost(_) => "lost",
+            _ => "unknown",
+        }
+    }
+
+    /// True once the watchdog declared the lock lost (renewal failed on a quorum, or
+    /// `max_hold` reached). Raised as `LockLost` inside `with` blocks; this is for polling.
+    #[getter]
+    fn lost(&self) -> bool {
+        matches!(self.lock.status(), LockStatus::Lost(_))
+    }
+
+    /// Why the lock was lost, or None.
+    #[getter]
+    fn loss_reason(&self) -> Option<String> {
+        self.loss_reason_text()
+    }
+
+    /// The id of the thread or asyncio task that acquired the lock (see `owned()`).
+    #[getter]
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// True while this handle holds the lock and its validity has not ended. No I/O.
+    fn locked(&self) -> bool {
+        self.in_owner_process() && self.lock.is_held()
+    }
+
+    /// `locked()`, and the caller is the thread (sync code) or asyncio task (async code)
+    /// that acquired it.
+    fn owned(&self, py: Python<'_>) -> PyResult<bool> {
+        Ok(self.locked() && current_owner(py)? == self.owner)
+    }
+
+    /// Returns None while held; raises `LockLost` (with the reason) once lost, `NotHeld`
+    /// once released or past its validity.
+    fn check(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_process(py, "used")?;
+        self.lock
+            .check()
+            .map_err(|e| to_py(py, &e, Some(self.lock.key())))
+    }
+
+    /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
+    /// returns the new validity in seconds. Raises `LockLost`, `NotHeld` or
+    /// `QuorumUnreachable`; on failure the validity is unchanged.
+    #[pyo3(signature = (ttl = None))]
+    fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
+        self.check_process(py, "extended")?;
+        let ttl = self.ttl_arg(py, ttl)?;
+        let lock = self.lock.clone();
+        let out = bridge::wait(py, async move { lock.extend_for(ttl).await })?;
+        out.map(|d| d.as_secs_f64())
+            .map_err(|e| to_py(py, &e, Some(self.lock.key())))
+    }
+
+    /// Releases on every node. Returns True when a quorum still held it, False when it had
+    /// already expired or been taken. Raises `NotHeld` if already released.
+    fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        self.check_process(py, "released")?;
+        let lock = self.lock.clone();
+        let out = bridge::wait(py, async move { lock.release().await })?;
+        out.map_err(|e| to_py(py, &e, Some(self.lock.key())))
+    }
+
+    /// `await lock.extend_async(ttl=None)`: as `extend()`.
+    #[pyo3(signature = (ttl = None))]
+    fn extend_async<'py>(
+        &self,
+        py: Python<'py>,
+        ttl: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process(py, "extended")?;
+        let ttl = self.ttl_arg(py, ttl)?;
+        let lock = self.lock.clone();
+        let key = self.lock.key().to_string();
+        bridge::spawn_coroutine(
+            py,
+            async move { lock.extend_for(ttl).await },
+            true,
+            move |py, out| match out {
+                Ok(d) => Ok(d.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
+                Err(e) => Err(to_py(py, &e, Some(&key))),
+            },
+        )
+    }
+
+    /// `await lock.release_async()`: as `release()`. Cancelling the await does not cancel
+    /// the release: it completes in the background.
+    fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.check_process(py, "released")?;
+        let lock = self.lock.clone();
+        let key = self.lock.key().to_string();
+        bridge::spawn_coroutine(
+            py,
+            async move { lock.release().await },
+            false,
+            move |py, out| match out {
+                Ok(b) => Ok(pyo3::types::PyBool::new(py, b)
+                    .to_owned()
+                    .into_any()
+                    .unbind()),
+                Err(e) => Err(to_py(py, &e, Some(&key))),
+            },
+        )
+    }
+
+    /// `await lock.wait_lost()`: resolves with the reason once the lock is lost, or None once
+    /// it is released.
+    fn wait_lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let lost = self.lock.lost();
+        bridge::spawn_coroutine(py, lost, true, move |py, out| {
+            Ok(out
+                .map(|r| r.to_string())
+                .into_pyobject(py)?
+                .into_any()
+                .unbind())
+        })
+    }
+
+    /// Calls `callback(reason)` on `loop` (with `call_soon_threadsafe`) if the lock is lost.
+    /// Used by `async with`.
+    fn _notify_lost(&self, event_loop: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) {
+        let lost = self.lock.lost();
+        let (event_loop, callback) = (event_loop.clone().unbind(), callback.clone().unbind());
+        ferrolock::runtime::handle().spawn(async move {
+            if let Some(reason) = lost.await {
+                bridge::notify_loop(event_loop, callback, reason.to_string());
+            }
+        });
+    }
+
+    /// Releases in the background without waiting.
+    fn _abandon(&self) {
+        self.abandon();
+    }
+
+    /// `with manager.acquire(...) as lock:` releases on exit (no interruption on loss: use
+    /// `manager.lock()` for that).
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if self.in_owner_process() && !matches!(self.lock.status(), LockStatus::Released) {
+            self.release(py)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let fence = match self.lock.fence() {
+            Some(f) => format!(" fence={f}"),
+            None => String::new(),
+        };
+        format!(
+            "<ferrolock.Lock key={:?} status={} validity={:.3}s{fence}>",
+            self.lock.key(),
+            self.status(),
+            self.validity()
+        )
+    }
+}

@@ -1,0 +1,239 @@
+"""The API surface against one real redis-server."""
+
+from __future__ import annotations
+
+import pickle
+import time
+from datetime import timedelta
+
+import pytest
+
+import ferrolock
+from ferrolock import LockManager, NotAcquired, NotHeld, redlock
+
+from conftest import RedisNode
+
+
+def test_with_redlock_holds_the_key_and_releases_it(node: RedisNode, key: str) -> None:
+    r = node.client()
+    with redlock(key, nodes=[node.url], ttl=10.0, wait=5.0) as lock:
+        assert r.get(key) == lock.token
+        assert len(lock.token) == 32
+        assert lock.fence is None
+        assert 9.0 < lock.validity <= 10.0
+        assert lock.key == key
+        assert lock.locked() and lock.owned()
+        assert lock.status == "held" and not lock.lost and lock.loss_reason is None
+        assert 5000 < r.pttl(key) <= 10000
+        assert abs(lock.deadline - (time.monotonic() + lock.validity)) < 0.5
+        lock.check()
+    assert r.get(key) is None
+    assert not lock.locked()
+    assert lock.validity == 0.0
+    assert lock.status == "released"
+    with pytest.raises(NotHeld) as info:
+        lock.check()
+    assert info.value.key == key
+
+
+def test_acquire_wait_zero_raises_not_acquired_naming_the_key(manager: LockManager, key: str) -> None:
+    held = manager.acquire(key)
+    t = time.monotonic()
+    with pytest.raises(NotAcquired) as info:
+        manager.acquire(key, wait=0)
+    assert time.monotonic() - t < 1.0
+    assert info.value.key == key
+    assert info.value.code == "NOT_ACQUIRED"
+    assert key in str(info.value)
+    assert held.release() is True
+
+
+def test_wait_budget_is_spent_then_not_acquired(manager: LockManager, key: str) -> None:
+    held = manager.acquire(key)
+    t = time.monotonic()
+    with pytest.raises(NotAcquired):
+        manager.acquire(key, wait=timedelta(milliseconds=400))
+    elapsed = time.monotonic() - t
+    assert 0.35 <= elapsed < 3.0, elapsed
+    held.release()
+
+
+def test_waiter_gets_the_lock_soon_after_release(manager: LockManager, key: str) -> None:
+    import threading
+
+    held = manager.acquire(key)
+    got: list[float] = []
+
+    def waiter() -> None:
+        lock = manager.acquire(key, wait=10)
+        got.append(time.monotonic())
+        lock.release()
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    time.sleep(0.3)
+    released_at = time.monotonic()
+    held.release()
+    t.join(10)
+    assert got and got[0] >= released_at
+
+
+def test_extend_resets_the_ttl_and_release_twice_is_not_held(node: RedisNode, manager: LockManager, key: str) -> None:
+    lock = manager.acquire(key, ttl=2.0, watchdog=False)
+    time.sleep(0.3)
+    assert lock.validity < 1.8
+    v = lock.extend()
+    assert 1.8 < v <= 2.0
+    v = lock.extend(ttl=5)
+    assert 4.8 < v <= 5.0
+    assert node.client().pttl(key) > 4000
+    assert lock.release() is True
+    with pytest.raises(NotHeld):
+        lock.release()
+    with pytest.raises(NotHeld):
+        lock.extend()
+
+
+def test_max_extensions_caps_manual_extends(manager: LockManager, key: str) -> None:
+    lock = manager.acquire(key, max_extensions=1)
+    lock.extend()
+    with pytest.raises(NotHeld, match="max_extensions"):
+        lock.extend()
+    lock.release()
+
+
+def test_fencing_tokens_increase_with_every_grant(manager: LockManager, key: str) -> None:
+    fences = []
+    for _ in range(3):
+        with manager.lock(key, fencing=True) as lock:
+            assert lock.fence is not None
+            fences.append(lock.fence)
+    assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_dropping_the_last_reference_releases(node: RedisNode, manager: LockManager, key: str) -> None:
+    manager.acquire(key)
+    deadline = time.monotonic() + 3
+    while node.client().exists(key) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not node.client().exists(key)
+
+
+def test_lock_is_a_context_manager_too(node: RedisNode, manager: LockManager, key: str) -> None:
+    with manager.acquire(key) as lock:
+        assert node.client().get(key) == lock.token
+    assert not node.client().exists(key)
+
+
+def test_a_context_can_be_reused_but_not_nested(manager: LockManager, key: str) -> None:
+    ctx = manager.lock(key, wait=0)
+    with ctx:
+        with pytest.raises(ferrolock.InvalidArgument, match="already entered"):
+            ctx.__enter__()
+    with ctx as lock:
+        assert lock.locked()
+
+
+def test_redlock_shares_one_manager_per_connection_options(node: RedisNode, key: str) -> None:
+    before = dict(ferrolock._shared)
+    for _ in range(20):
+        with redlock(key, nodes=[node.url], ttl=5):
+            pass
+    new = set(ferrolock._shared) - set(before)
+    assert len(new) <= 1
+    with redlock(key, nodes=[node.url], ttl=7, wait=1):
+        pass
+    assert len(set(ferrolock._shared) - set(before)) <= 1
+    # The same server by a different spelling is a different manager; a loop still adds one.
+    for _ in range(5):
+        with redlock(key, nodes=node.url):
+            pass
+    assert len(set(ferrolock._shared) - set(before)) <= 2
+
+
+def test_nodes_from_environment(node: RedisNode, key: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FERROLOCK_NODES", node.url)
+    m = LockManager()
+    assert m.nodes == [node.url]
+    with m.lock(key) as lock:
+        assert node.client().get(key) == lock.token
+    with redlock(key) as lock:
+        assert node.client().get(key) == lock.token
+    m.close()
+
+
+def test_manager_options_are_lock_defaults(manager: LockManager, node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=timedelta(seconds=3), wait=0, interrupt=False)
+    d = m.defaults
+    assert d["ttl"] == 3.0 and d["wait"] == 0.0 and d["interrupt"] is False
+    assert m.lock(key).interrupt is False
+    assert m.lock(key, interrupt=True).interrupt is True
+    with m.lock(key) as lock:
+        assert 2.0 < lock.validity <= 3.0
+        with pytest.raises(NotAcquired):
+            m.acquire(key)  # wait=0 from the manager's defaults
+    assert m.quorum == 1
+    m.close()
+
+
+def test_closed_manager_refuses_and_released_its_locks(node: RedisNode, key: str) -> None:
+    with LockManager([node.url]) as m:
+        lock = m.acquire(key)
+        assert node.client().exists(key)
+    assert m.closed
+    assert not node.client().exists(key)
+    assert lock.status == "released"
+    with pytest.raises(ferrolock.InvalidArgument, match="closed"):
+        m.acquire(key)
+    m.close()  # idempotent
+
+
+def test_owned_is_false_in_another_thread(manager: LockManager, key: str) -> None:
+    import threading
+
+    lock = manager.acquire(key)
+    seen: list[bool] = []
+    t = threading.Thread(target=lambda: seen.append(lock.owned()))
+    t.start()
+    t.join()
+    assert lock.owned() and seen == [False]
+    lock.release()
+
+
+def test_exceptions_pickle_with_their_key() -> None:
+    e = ferrolock.LockLost("lock 'k' lost: because", "k")
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is ferrolock.LockLost and e2.key == "k" and str(e2) == str(e) and e2.code == "LOCK_LOST"
+
+
+def test_exception_hierarchy() -> None:
+    for cls in (ferrolock.NotAcquired, ferrolock.NotHeld, ferrolock.LockLost, ferrolock.QuorumUnreachable,
+                ferrolock.RedisError, ferrolock.InvalidArgument):
+        assert issubclass(cls, ferrolock.LockError)
+    assert issubclass(ferrolock.InvalidArgument, ValueError)
+    assert issubclass(ferrolock.InvalidArgument, TypeError)
+    codes = {c.code for c in (ferrolock.NotAcquired, ferrolock.NotHeld, ferrolock.LockLost,
+                              ferrolock.QuorumUnreachable, ferrolock.RedisError, ferrolock.InvalidArgument)}
+    assert codes == {"NOT_ACQUIRED", "NOT_HELD", "LOCK_LOST", "QUORUM_UNREACHABLE", "REDIS_ERROR", "INVALID_ARGUMENT"}
+
+
+def test_repr_shows_key_and_state(manager: LockManager, key: str) -> None:
+    with manager.lock(key, fencing=True) as lock:
+        r = repr(lock)
+        assert key in r and "held" in r and "fence=" in r
+    assert "released" in repr(lock)
+    assert "LockManager" in repr(manager)
+
+
+def test_releasing_inside_the_block_is_fine(node: RedisNode, manager: LockManager, key: str) -> None:
+    import asyncio
+
+    with manager.lock(key) as lock:
+        assert lock.release() is True
+        assert not node.client().exists(key)
+
+    async def main() -> None:
+        async with manager.lock(key) as lock:
+            assert await lock.release_async() is True
+
+    asyncio.run(main())

@@ -1,0 +1,228 @@
+"""Mutual exclusion with a non-atomic read-modify-write: across processes, threads sharing
+one manager, and asyncio tasks; and the GIL is released while waiting."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+import ferrolock
+from ferrolock import LockManager
+
+from conftest import Child, RedisNode
+
+WORKER = r"""
+import sys, time, redis, ferrolock
+url, key, counter, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+r = redis.Redis.from_url(url)
+m = ferrolock.LockManager([url], ttl=5)
+print("ready", flush=True)
+for _ in range(n):
+    with m.lock(key):
+        v = int(r.get(counter) or 0)   # read ...
+        time.sleep(0.001)              # ... let others run ...
+        r.set(counter, v + 1)          # ... write: lost updates unless excluded
+print("done", flush=True)
+"""
+
+
+def test_exclusion_across_processes(node: RedisNode, key: str) -> None:
+    import subprocess
+    import sys
+
+    counter = key + ":counter"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, node.url, key, counter, "40"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        assert "done" in out
+    assert int(node.client().get(counter)) == 160
+    assert not node.client().exists(key)
+
+
+def test_threads_share_one_manager(manager: LockManager, key: str) -> None:
+    state = {"n": 0, "inside": 0, "max_inside": 0}
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(40):
+                with manager.lock(key, ttl=5):
+                    state["inside"] += 1
+                    state["max_inside"] = max(state["max_inside"], state["inside"])
+                    v = state["n"]
+                    time.sleep(0.0005)
+                    state["n"] = v + 1
+                    state["inside"] -= 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    assert state["n"] == 240
+    assert state["max_inside"] == 1
+
+
+def test_blocking_wait_releases_the_gil(manager: LockManager, key: str) -> None:
+    held = manager.acquire(key)
+    ticks = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    before = ticks
+    with pytest.raises(ferrolock.NotAcquired):
+        manager.acquire(key, wait=0.5)
+    during = ticks - before
+    stop.set()
+    t.join()
+    held.release()
+    # A Python thread keeps running while this one waits in Rust: hundreds of thousands of
+    # ticks; with the GIL held it would get (almost) none.
+    assert during > 10_000, during
+
+
+def test_async_with_across_tasks(node: RedisNode, key: str) -> None:
+    async def main() -> None:
+        m = LockManager([node.url], ttl=5)
+        state = {"n": 0, "inside": 0, "max_inside": 0}
+
+        async def work() -> None:
+            for _ in range(15):
+                async with m.lock(key):
+                    state["inside"] += 1
+                    state["max_inside"] = max(state["max_inside"], state["inside"])
+                    v = state["n"]
+                    await asyncio.sleep(0.001)
+                    state["n"] = v + 1
+                    state["inside"] -= 1
+
+        await asyncio.wait_for(asyncio.gather(*(work() for _ in range(8))), 120)
+        assert state["n"] == 120
+        assert state["max_inside"] == 1
+        assert not node.client().exists(key)
+        await m.__aexit__()
+
+    asyncio.run(main())
+
+
+def test_async_and_sync_redlock_share_the_key(node: RedisNode, key: str) -> None:
+    async def main() -> None:
+        async with ferrolock.redlock(key, nodes=[node.url]) as lock:
+            assert node.client().get(key) == lock.token
+            with pytest.raises(ferrolock.NotAcquired):
+                await ferrolock.LockManager([node.url]).acquire_async(key, wait=0)
+        assert not node.client().exists(key)
+
+    asyncio.run(main())
+
+
+def test_event_loop_keeps_running_while_a_task_waits(manager: LockManager, key: str) -> None:
+    async def main() -> None:
+        held = await manager.acquire_async(key)
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+        with pytest.raises(ferrolock.NotAcquired):
+            await manager.acquire_async(key, wait=0.5)
+        t.cancel()
+        assert ticks >= 20, ticks
+        assert await held.release_async() is True
+
+    asyncio.run(main())
+
+
+def test_cancelled_async_acquire_leaves_nothing(node: RedisNode, manager: LockManager, key: str) -> None:
+    async def main() -> None:
+        held = await manager.acquire_async(key)
+        waiter = asyncio.create_task(manager.acquire_async(key))
+        await asyncio.sleep(0.3)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert await held.release_async() is True
+        await asyncio.sleep(0.5)
+        # The cancelled waiter must not have taken the key after the release.
+        assert not node.client().exists(key)
+
+    asyncio.run(main())
+
+
+def test_cancelled_async_release_still_completes(node: RedisNode, manager: LockManager, key: str) -> None:
+    """redis-py #3847: a cancelled async release leaked the lock until its ttl."""
+
+    async def main() -> None:
+        for _ in range(5):
+            lock = await manager.acquire_async(key, ttl=30)
+            assert node.client().exists(key)
+            task = asyncio.create_task(lock.release_async())
+            await asyncio.sleep(0)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            deadline = time.monotonic() + 2
+            while node.client().exists(key) and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            assert not node.client().exists(key)
+
+    asyncio.run(main())
+
+
+def test_cancelled_async_with_exit_still_releases(node: RedisNode, manager: LockManager, key: str) -> None:
+    async def main() -> None:
+        started = asyncio.Event()
+
+        async def body() -> None:
+            async with manager.lock(key, ttl=30):
+                started.set()
+                await asyncio.sleep(30)
+
+        task = asyncio.create_task(body())
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        deadline = time.monotonic() + 2
+        while node.client().exists(key) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert not node.client().exists(key)
+
+    asyncio.run(main())
+
+
+def test_async_with_timeout_around_a_waiting_acquire(manager: LockManager, key: str, node: RedisNode) -> None:
+    async def main() -> None:
+        held = await manager.acquire_async(key)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                async with manager.lock(key):
+                    pass
+        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+        await held.release_async()
+        await asyncio.sleep(0.3)
+        assert not node.client().exists(key)
+
+    asyncio.run(main())

@@ -1,0 +1,161 @@
+"""Every bad input gives a clear InvalidArgument (a LockError, ValueError and TypeError)
+naming the option and the value, and never crashes the interpreter."""
+
+from __future__ import annotations
+
+import math
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ferrolock
+from ferrolock import InvalidArgument, LockManager, QuorumUnreachable
+
+from conftest import RedisNode
+
+BAD_LOCK_OPTIONS: list[tuple[str, Any, str]] = [
+    ("ttl", 0, "ttl=0"),
+    ("ttl", 0.0, "ttl=0.0"),
+    ("ttl", -1, "ttl=-1"),
+    ("ttl", -0.5, "ttl=-0.5"),
+    ("ttl", math.nan, "ttl=nan"),
+    ("ttl", math.inf, "ttl=inf"),
+    ("ttl", 10**400, "ttl="),
+    ("ttl", "10", "ttl='10'"),
+    ("ttl", b"10", "ttl=b'10'"),
+    ("ttl", True, "ttl=True"),
+    ("ttl", None, "ttl=None"),
+    ("ttl", [10], "ttl=[10]"),
+    ("ttl", timedelta(0), "ttl=datetime.timedelta(0)"),
+    ("ttl", timedelta(seconds=-1), "ttl=datetime.timedelta"),
+    ("ttl", 0.0000001, "1ms"),
+    ("ttl", 3e6, "too long"),
+    ("wait", -1, "wait=-1"),
+    ("wait", math.nan, "wait=nan"),
+    ("wait", "forever", "wait='forever'"),
+    ("wait", False, "wait=False"),
+    ("retry_delay", 0, "retry_delay=0"),
+    ("retry_delay", -0.1, "retry_delay=-0.1"),
+    ("node_timeout", 0, "node_timeout=0"),
+    ("node_timeout", "1s", "node_timeout='1s'"),
+    ("max_hold", 0, "max_hold=0"),
+    ("max_hold", -3, "max_hold=-3"),
+    ("drift_factor", 1.5, "drift_factor=1.5"),
+    ("drift_factor", -0.1, "drift_factor=-0.1"),
+    ("drift_factor", math.nan, "drift_factor=nan"),
+    ("drift_factor", "0.01", "drift_factor='0.01'"),
+    ("max_extensions", -1, "max_extensions=-1"),
+    ("max_extensions", 1.5, "max_extensions=1.5"),
+    ("max_extensions", True, "max_extensions=True"),
+    ("max_extensions", 2**40, "max_extensions="),
+    ("watchdog", 1, "watchdog=1"),
+    ("watchdog", "yes", "watchdog='yes'"),
+    ("reentrant", None, "reentrant=None"),
+    ("fencing", 0, "fencing=0"),
+    ("interrupt", "no", "interrupt='no'"),
+    ("tll", 10, '"tll"'),
+]
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), BAD_LOCK_OPTIONS)
+def test_bad_lock_option_names_option_value_and_key(
+    manager: LockManager, key: str, name: str, value: Any, shown: str
+) -> None:
+    for call in (
+        lambda: manager.acquire(key, **{name: value}),
+        lambda: manager.lock(key, **{name: value}),
+        lambda: ferrolock.redlock(key, nodes=manager.nodes, **{name: value}),
+    ):
+        with pytest.raises(InvalidArgument) as info:
+            call()
+        e = info.value
+        assert isinstance(e, ValueError) and isinstance(e, TypeError) and isinstance(e, ferrolock.LockError)
+        assert e.code == "INVALID_ARGUMENT"
+        assert e.key == key, str(e)
+        assert key in str(e), str(e)
+        assert shown in str(e), str(e)
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), BAD_LOCK_OPTIONS)
+def test_bad_lock_option_as_manager_default(node: RedisNode, name: str, value: Any, shown: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        LockManager([node.url], **{name: value})
+    assert shown in str(info.value), str(info.value)
+    assert info.value.key is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "shown"),
+    [
+        ({"nodes": []}, "nodes=[]"),
+        ({"nodes": ""}, "nodes=''"),
+        ({"nodes": [1]}, "nodes=[1]"),
+        ({"nodes": 6379}, "nodes=6379"),
+        ({"nodes": ["http://127.0.0.1:6379"]}, "http://127.0.0.1:6379"),
+        ({"nodes": ["redis://u:hunter2@[bad"]}, "redis://u:***@[bad"),
+        ({"nodes": ["nonsense"]}, "nonsense"),
+        ({"nodes": ["redis://127.0.0.1:1", ""]}, "empty node URL"),
+        ({"tls_ca": 3}, "tls_ca=3"),
+        ({"restart_guard": -1}, "restart_guard=-1"),
+        ({"restart_guard": "10s"}, "restart_guard='10s'"),
+        ({"colour": "red"}, '"colour"'),
+    ],
+)
+def test_bad_manager_option(kwargs: dict[str, Any], shown: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        LockManager(**kwargs)
+    assert shown in str(info.value), str(info.value)
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(InvalidArgument):
+        ferrolock.redlock("k", **kwargs)
+
+
+def test_unreadable_tls_ca_file_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "missing-ca.pem"
+    with pytest.raises(InvalidArgument, match="missing-ca.pem"):
+        LockManager(["rediss://127.0.0.1:6380"], tls_ca=missing)
+
+
+@pytest.mark.parametrize("bad_key", ["", 3, None, b"bytes", ["k"]])
+def test_bad_key(manager: LockManager, bad_key: Any) -> None:
+    with pytest.raises(InvalidArgument, match="key"):
+        manager.acquire(bad_key)
+    with pytest.raises(InvalidArgument, match="key"):
+        manager.lock(bad_key)
+    with pytest.raises(InvalidArgument, match="key"):
+        ferrolock.redlock(bad_key, nodes=manager.nodes)
+
+
+def test_lock_options_are_refused_per_lock_when_they_belong_to_the_manager(manager: LockManager, key: str) -> None:
+    with pytest.raises(InvalidArgument, match="option of the LockManager"):
+        manager.acquire(key, nodes=["redis://127.0.0.1:6379"])
+
+
+def test_bad_extend_ttl(manager: LockManager, key: str) -> None:
+    with manager.lock(key) as lock:
+        for bad in (0, -1, math.nan, "5"):
+            with pytest.raises(InvalidArgument, match="ttl"):
+                lock.extend(bad)
+
+
+def test_unreachable_node_is_quorum_unreachable_quickly(key: str) -> None:
+    from conftest import _free_port
+
+    m = LockManager([f"redis://127.0.0.1:{_free_port()}"])
+    t = time.monotonic()
+    with pytest.raises(QuorumUnreachable) as info:
+        m.acquire(key)  # wait=None: must still give up on a dead cluster
+    assert time.monotonic() - t < 5
+    assert info.value.key == key and key in str(info.value)
+    with pytest.raises(QuorumUnreachable):
+        with m.lock(key, wait=0):
+            pass
+    m.close()
+
+
+def test_async_api_without_a_running_loop_is_a_clear_error(manager: LockManager, key: str) -> None:
+    with pytest.raises(RuntimeError, match="event loop"):
+        manager._manager.acquire_async(key, {}, 1)

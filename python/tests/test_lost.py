@@ -1,0 +1,226 @@
+"""A lock lost while its block runs: LockLost inside a sync `with` (injected into the
+entering thread), cancellation of an `async with` body, both before the validity deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+from ferrolock import LockLost, LockManager, NotHeld
+from ferrolock._errors import _InjectedLockLost
+
+from conftest import RedisNode
+
+pytestmark = pytest.mark.serial
+
+TTL = 3.0  # long enough that a loaded 2-core machine does not flake
+
+
+def _redlock(cluster: list[RedisNode], **kw: object) -> LockManager:
+    return LockManager([n.url for n in cluster], ttl=TTL, restart_guard=0, **kw)  # type: ignore[arg-type]
+
+
+def _pause_majority(cluster: list[RedisNode]) -> None:
+    cluster[0].pause()
+    cluster[1].pause()
+
+
+def test_sync_with_gets_lock_lost_in_the_body_before_the_deadline(
+    cluster: list[RedisNode], key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    m = _redlock(cluster)
+    seen: dict[str, object] = {}
+    try:
+        with pytest.raises(LockLost) as info:
+            with m.lock(key) as lock:
+                _pause_majority(cluster)
+                start = time.monotonic()
+                try:
+                    while time.monotonic() - start < 3 * TTL:
+                        time.sleep(0.005)
+                except LockLost as e:
+                    seen["at"] = time.monotonic()
+                    seen["deadline"] = lock.deadline
+                    seen["inner"] = e
+                    raise
+                raise AssertionError("LockLost never arrived in the body")
+        assert seen, "the body was not interrupted"
+        assert seen["at"] < seen["deadline"], seen  # type: ignore[operator]
+        assert isinstance(seen["inner"], LockLost)
+        outer = info.value
+        assert type(outer) is LockLost  # the placeholder was replaced
+        assert outer.key == key and key in str(outer) and "lost" in str(outer)
+        assert lock.lost and lock.loss_reason
+        with pytest.raises(LockLost):
+            lock.check()
+        deadline = time.monotonic() + 2
+        while time.monotonic() < deadline and not any("lost" in r.getMessage() for r in caplog.records):
+            time.sleep(0.02)
+        assert any(r.name == "ferrolock" and "lost" in r.getMessage() for r in caplog.records)
+    finally:
+        for n in cluster:
+            n.resume()
+
+
+def test_sync_with_interrupt_false_raises_at_exit(cluster: list[RedisNode], key: str) -> None:
+    m = _redlock(cluster)
+    try:
+        with pytest.raises(LockLost) as info:
+            with m.lock(key, interrupt=False) as lock:
+                _pause_majority(cluster)
+                start = time.monotonic()
+                while not lock.lost and time.monotonic() - start < 3 * TTL:
+                    time.sleep(0.01)
+                assert lock.lost
+                time.sleep(0.3)  # would have been interrupted here with interrupt=True
+                finished = True
+        assert finished
+        assert type(info.value) is LockLost and info.value.key == key
+    finally:
+        for n in cluster:
+            n.resume()
+
+
+def test_body_that_swallows_the_injection_still_raises_at_exit(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=1.0)
+    swallowed = []
+    with pytest.raises(LockLost, match="max_hold"):
+        with m.lock(key, max_hold=1.2):
+            try:
+                time.sleep(0.01)
+                while True:
+                    time.sleep(0.01)
+            except LockLost as e:
+                swallowed.append(e)
+    assert swallowed and isinstance(swallowed[0], _InjectedLockLost)
+
+
+def test_max_hold_interrupts_the_with_block(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=1.0)
+    t = time.monotonic()
+    with pytest.raises(LockLost, match="max_hold") as info:
+        with m.lock(key, max_hold=1.5):
+            while time.monotonic() - t < 10:
+                time.sleep(0.01)
+    assert time.monotonic() - t < 5
+    assert info.value.key == key
+
+
+def test_watchdog_off_body_outliving_the_ttl_is_interrupted_before_expiry(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url])
+    with pytest.raises(LockLost):
+        with m.lock(key, ttl=1.5, watchdog=False) as lock:
+            try:
+                while True:
+                    time.sleep(0.01)
+            except LockLost:
+                assert lock.validity > 0 or time.monotonic() <= lock.deadline
+                assert node.client().get(key) == lock.token  # still ours: warned before expiry
+                raise
+
+
+def test_injection_is_revoked_when_the_body_already_finished(node: RedisNode, key: str) -> None:
+    """Many short blocks whose lock is lost around their exit: nothing leaks past the block."""
+    m = LockManager([node.url], ttl=1.0)
+    for _ in range(3):
+        try:
+            with m.lock(key, max_hold=0.4):
+                deadline = time.monotonic() + 0.4
+                while time.monotonic() < deadline:
+                    pass
+        except LockLost:
+            pass
+        # If an injection were left pending, it would fire in these lines.
+        for _ in range(10000):
+            pass
+        time.sleep(0.05)
+
+
+def test_async_with_body_is_cancelled_and_lock_lost_raised(cluster: list[RedisNode], key: str) -> None:
+    async def main() -> None:
+        m = _redlock(cluster)
+        seen: dict[str, float] = {}
+        with pytest.raises(LockLost) as info:
+            async with m.lock(key) as lock:
+                _pause_majority(cluster)
+                try:
+                    await asyncio.sleep(3 * TTL)
+                except asyncio.CancelledError:
+                    seen["at"] = time.monotonic()
+                    seen["deadline"] = lock.deadline
+                    raise
+                raise AssertionError("the body was not cancelled")
+        assert seen and seen["at"] < seen["deadline"], seen
+        assert info.value.key == key
+        task = asyncio.current_task()
+        assert task is not None and task.cancelling() == 0  # the cancellation did not leak
+        await asyncio.sleep(0.01)  # and the task is not cancelled later
+
+    try:
+        asyncio.run(main())
+    finally:
+        for n in cluster:
+            n.resume()
+
+
+def test_async_with_interrupt_false_and_wait_lost(node: RedisNode, key: str) -> None:
+    async def main() -> None:
+        m = LockManager([node.url], ttl=1.0)
+        with pytest.raises(LockLost, match="max_hold"):
+            async with m.lock(key, max_hold=1.2, interrupt=False) as lock:
+                reason = await asyncio.wait_for(lock.wait_lost(), 10)
+                assert reason and "max_hold" in reason
+                await asyncio.sleep(0.1)  # not cancelled
+        lock2 = await m.acquire_async(key + ":2")
+        waiter = asyncio.create_task(lock2.wait_lost())
+        await lock2.release_async()
+        assert await asyncio.wait_for(waiter, 5) is None
+
+    asyncio.run(main())
+
+
+def test_lost_lock_check_and_extend(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=1.0)
+    lock = m.acquire(key, max_hold=1.2)
+    deadline = time.monotonic() + 10
+    while not lock.lost and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert lock.lost and lock.status == "lost"
+    with pytest.raises(LockLost, match="max_hold"):
+        lock.check()
+    with pytest.raises(LockLost):
+        lock.extend()
+    try:
+        lock.release()
+    except NotHeld:
+        pass
+    m.close()
+
+
+def test_other_threads_are_not_interrupted(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=1.0)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def bystander() -> None:
+        try:
+            while not stop.is_set():
+                time.sleep(0.005)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=bystander)
+    t.start()
+    with pytest.raises(LockLost):
+        with m.lock(key, max_hold=1.2):
+            time.sleep(0.01)
+            while True:
+                time.sleep(0.01)
+    stop.set()
+    t.join()
+    assert not errors

@@ -1,0 +1,79 @@
+"""Ctrl-C while waiting for a lock: KeyboardInterrupt arrives promptly and the interrupted
+acquire leaves nothing behind."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from conftest import Child, RedisNode
+
+WAITER = r"""
+import sys, time, ferrolock
+urls = sys.argv[1].split(",")
+m = ferrolock.LockManager(urls, node_timeout=float(sys.argv[3]), restart_guard=0)
+print("waiting", flush=True)
+t = time.monotonic()
+try:
+    m.acquire(sys.argv[2])
+    print("acquired?!", flush=True)
+except KeyboardInterrupt:
+    print("interrupted %.3f" % (time.monotonic() - t), flush=True)
+    # An attempt in flight finishes (up to node_timeout) before its undo runs: stay alive
+    # that long (a process that exits at once leaves the key to its ttl).
+    time.sleep(float(sys.argv[3]) + 1.0)
+    sys.exit(42)
+"""
+
+
+def _run_waiter(urls: list[str], key: str, node_timeout: float) -> Child:
+    return Child(WAITER, ",".join(urls), key, str(node_timeout))
+
+
+def test_ctrl_c_interrupts_a_blocked_acquire(node: RedisNode, key: str) -> None:
+    r = node.client()
+    r.set(key, "someone-else", px=60_000)
+    child = _run_waiter([node.url], key, 0.2)
+    try:
+        child.expect("waiting")
+        time.sleep(0.5)
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        child.expect_prefix("interrupted", timeout=10)
+        elapsed = time.monotonic() - sent
+        assert elapsed < 2.0, elapsed
+        assert child.wait(15) == 42, child.err
+        assert r.get(key) == "someone-else"
+    finally:
+        child.kill()
+
+
+@pytest.mark.serial
+def test_ctrl_c_mid_attempt_releases_what_it_had_taken(cluster: list[RedisNode], key: str) -> None:
+    """Two of three nodes hold a foreign token and are paused, so each attempt of the waiter
+    holds the third node while it waits (node_timeout=3s) for the paused ones. SIGINT lands
+    inside such an attempt; the third node must not keep the waiter's token."""
+    a, b, c = cluster
+    for n in (a, b):
+        n.client().set(key, "someone-else", px=60_000)
+    child = _run_waiter([n.url for n in cluster], key, 3.0)
+    try:
+        child.expect("waiting")
+        a.pause()
+        b.pause()
+        deadline = time.monotonic() + 5
+        while not c.client().exists(key) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert c.client().exists(key), "the waiter never took the free node"
+        sent = time.monotonic()
+        child.proc.send_signal(signal.SIGINT)
+        child.expect_prefix("interrupted", timeout=10)
+        assert time.monotonic() - sent < 2.0
+        assert child.wait(15) == 42, "".join(child.err)
+        assert not c.client().exists(key), "the interrupted attempt left its token on a node"
+    finally:
+        child.kill()
+        a.resume()
+        b.resume()
