@@ -387,9 +387,27 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
     let hints = Mutex::new(vec![None; nodes.len()]);
     let hints_ref = &hints;
+    // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is.
+    let plain_set = !reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
     let mut requests = FanOut::start(nodes, quorum, |i, node| async move {
         let reply = node
             .run(timeout, true, move |mut conn| async move {
+                if plain_set {
+                    let ok: Option<String> = redis::cmd("SET")
+                        .arg(key)
+                        .arg(token)
+                        .arg("NX")
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .query_async(&mut conn)
+                        .await?;
+                    // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
+                    return Ok(if ok.is_some() {
+                        Value::Nil
+                    } else {
+                        Value::Int(-1)
+                    });
+                }
                 let inv = if reentrant {
                     let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
                     inv.key(key).key(fk).key(qk).key(lk);
@@ -418,6 +436,9 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     });
     requests.until_decided().await;
     let tally = requests.tally();
+    if !tally.won() {
+        shared.mark_contended(key);
+    }
     let mut fence = None;
     if tally.won() && fencing {
         let seen = u64::try_from(tally.max_yes_value()).unwrap_or(0);

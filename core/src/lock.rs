@@ -217,7 +217,7 @@ impl Lock {
             fence,
             acquired_at,
             holder,
-            pid: std::process::id(),
+            pid: crate::runtime::pid(),
             state: Mutex::new(State {
                 status: LockStatus::Held,
                 deadline,
@@ -464,7 +464,7 @@ impl LockInner {
 impl Drop for Lock {
     fn drop(&mut self) {
         let releasable = !self.state().released;
-        if releasable && self.inner.pid == std::process::id() {
+        if releasable && self.inner.pid == crate::runtime::pid() {
             let inner = self.inner.clone();
             self.inner.shared.handle().spawn(async move {
                 let _ = inner.release().await;
@@ -515,7 +515,11 @@ pub(crate) async fn release_everywhere(
                     .arg(channel)
                     .invoke_async(&mut conn)
                     .await?;
-                Ok(yes_if(deleted == 1))
+                if deleted == 2 {
+                    // Someone waits: our next acquire of this key queues too.
+                    shared.mark_contended(key);
+                }
+                Ok(yes_if(deleted >= 1))
             })
             .await
         }

@@ -30,11 +30,37 @@ pub(crate) struct Shared {
     pub owners: Owners,
     /// Waiters, their local queues and the pub/sub connections that wake them.
     pub waiters: Waiters,
+    /// Keys on which this manager recently saw waiters or a busy lock (see `contended`).
+    contention: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
     handle: Option<Handle>,
 }
 
+/// How long a sign of contention on a key (a busy answer, a release that found waiters)
+/// keeps this manager's first attempts on that key going through the waiter queue.
+const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
+
 impl Shared {
+    /// Remembers that `key` has, or had a moment ago, other contenders.
+    pub fn mark_contended(&self, key: &str) {
+        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if seen.len() >= 4096 {
+            seen.retain(|_, at| now.duration_since(*at) < CONTENTION_MEMORY);
+        }
+        seen.insert(key.to_string(), now);
+    }
+
+    /// Whether a first attempt on `key` should respect the server's waiter queue. When this
+    /// manager saw no contention on it lately, the first attempt is a plain `SET NX PX` (the
+    /// cheapest possible grant); a process that just released into a queue of waiters, or
+    /// that waits itself, always goes through the queue, so it cannot barge ahead of them.
+    pub fn contended(&self, key: &str) -> bool {
+        let seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(key)
+            .is_some_and(|at| at.elapsed() < CONTENTION_MEMORY)
+    }
+
     pub fn handle(&self) -> Handle {
         match &self.handle {
             Some(h) => h.clone(),
@@ -105,6 +131,7 @@ impl LockManager {
                 watchdog: Watchdog::default(),
                 owners: Owners::default(),
                 waiters: Waiters::new(node_count),
+                contention: Default::default(),
                 handle: Handle::try_current().ok(),
             }),
         })

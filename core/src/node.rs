@@ -242,7 +242,7 @@ impl Node {
         let generation = slot.as_ref().map_or(0, |s| s.generation) + 1;
         *slot = Some(Slot {
             conn: conn.clone(),
-            pid: std::process::id(),
+            pid: crate::runtime::pid(),
             generation,
         });
         Ok((conn, generation))
@@ -251,7 +251,7 @@ impl Node {
     fn current(&self) -> Option<(MultiplexedConnection, u64)> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
-            Some(s) if s.pid == std::process::id() => Some((s.conn.clone(), s.generation)),
+            Some(s) if s.pid == crate::runtime::pid() => Some((s.conn.clone(), s.generation)),
             Some(_) => {
                 // Inherited across fork: its driver task lived on the parent's runtime. Leak
                 // it rather than drop it, so nothing touches that runtime's state.

@@ -44,7 +44,7 @@ struct Held {
 impl Owners {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
+        let pid = crate::runtime::pid();
         if s.pid != Some(pid) {
             s.pid = Some(pid);
             s.client_id = new_uuid();

@@ -5,26 +5,48 @@
 
 use std::future::Future;
 use std::sync::Once;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use tokio::runtime::{Builder, Handle, Runtime};
 
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
 
+/// This process's id, cached: `std::process::id()` is a system call, and the hot paths ask
+/// for it several times per lock. Zero means "not read yet"; the fork child handler resets it.
+static PID: AtomicU32 = AtomicU32::new(0);
+
 extern "C" fn forget_runtime_in_child() {
     RUNTIME.store(std::ptr::null_mut(), Ordering::SeqCst);
+    PID.store(0, Ordering::SeqCst);
 }
 
-/// The process-wide runtime, created on first use (and again in a forked child).
-pub fn runtime() -> &'static Runtime {
+fn register_atfork() {
     ATFORK.call_once(|| {
-        // SAFETY: registers a handler that only stores into an atomic, which is
+        // SAFETY: registers a handler that only stores into atomics, which is
         // async-signal-safe as a fork child handler must be.
         unsafe {
             libc::pthread_atfork(None, None, Some(forget_runtime_in_child));
         }
     });
+}
+
+/// The current process id, correct in a forked child.
+pub(crate) fn pid() -> u32 {
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            register_atfork();
+            let pid = std::process::id();
+            PID.store(pid, Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
+/// The process-wide runtime, created on first use (and again in a forked child).
+pub fn runtime() -> &'static Runtime {
+    register_atfork();
     let current = RUNTIME.load(Ordering::Acquire);
     if !current.is_null() {
         // SAFETY: a published runtime is never freed (see the module comment).

@@ -122,7 +122,7 @@ impl Waiters {
 
     fn state(&self) -> MutexGuard<'_, State> {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = std::process::id();
+        let pid = crate::runtime::pid();
         if s.pid != Some(pid) {
             // Inherited across fork: the tasks and connections lived on the parent's runtime.
             // Leak them rather than drop them, as Node does with its connection.
@@ -197,7 +197,7 @@ impl Waiters {
 
     fn leave(&self, ticket: &Ticket) -> bool {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.pid != Some(std::process::id()) {
+        if st.pid != Some(crate::runtime::pid()) {
             return false;
         }
         let kq = &ticket.kq;

@@ -61,7 +61,7 @@ impl Watchdog {
         let (start, wake) = {
             let mut reg = self.registry.lock().unwrap_or_else(|p| p.into_inner());
             reg.locks.insert(id, Arc::downgrade(lock));
-            let pid = std::process::id();
+            let pid = crate::runtime::pid();
             let start = reg.running_in != Some(pid);
             reg.running_in = Some(pid);
             let wake = match (first_event, reg.wakes_at) {

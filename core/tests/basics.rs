@@ -135,20 +135,41 @@ async fn dropping_a_held_lock_releases_it() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread")]
 async fn release_publishes_on_the_release_channel() {
     let server = RedisServer::start();
-    let m = manager(&[server.url()], opts());
-    let lock = m.acquire("pub").await.unwrap();
+    let m = manager(&[server.url()], opts().retry_delay(Duration::from_secs(10)));
     let mut sub = server.client();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe("ferrolock:release:{pub}").unwrap();
     pubsub
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+
+    // A waiter in another manager queues; the release then tells it on the channel.
+    let lock = m.acquire("pub").await.unwrap();
+    let other = manager(&[server.url()], opts().retry_delay(Duration::from_secs(10)));
+    let waiter = tokio::spawn(async move { other.acquire("pub").await });
+    let start = std::time::Instant::now();
+    while server.cmd::<i64>(&["EXISTS", "ferrolock:queue:{pub}"]) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the waiter never queued"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    lock.release().await.unwrap();
+    pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    lock.release().await.unwrap();
     let msg = pubsub.get_message().expect("a release message");
     assert_eq!(msg.get_channel_name(), "ferrolock:release:{pub}");
+    let got = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(got.is_held());
 }
 
 #[tokio::test]
@@ -282,7 +303,11 @@ async fn nodes_come_from_ferrolock_nodes_when_not_given() {
     assert_eq!(m.node_names(), cluster.urls());
     assert_eq!(m.quorum(), 2);
     let lock = m.acquire("env").await.unwrap();
-    for s in &cluster.servers {
-        assert_eq!(get(s, "env").as_deref(), Some(lock.token()));
-    }
+    // Acquire returns once a quorum (2) granted; the third node may lag.
+    let holders = cluster
+        .servers
+        .iter()
+        .filter(|s| get(s, "env").as_deref() == Some(lock.token()))
+        .count();
+    assert!(holders >= 2, "granted on {holders} nodes");
 }

@@ -306,6 +306,12 @@ async fn a_crashed_waiters_queue_entry_expires_with_its_lease() {
     server.cmd::<i64>(&["PEXPIRE", &q, "60000"]);
     server.cmd::<i64>(&["PEXPIRE", &l, "60000"]);
     let m = manager(&[server.url()], slow_poll(LONG));
+    // A manager's first attempt on a key it never saw contended is a plain SET NX (the
+    // uncontended fast path); once it has met a busy lock there, it respects the queue.
+    let holder = manager(&[server.url()], slow_poll(LONG));
+    let held = holder.acquire(key).await.unwrap();
+    assert!(m.try_acquire(key).await.is_err());
+    held.release().await.unwrap();
     let err = m.try_acquire(key).await.unwrap_err();
     assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
     let started = Instant::now();
