@@ -1,0 +1,26 @@
+//! The README's Rust example. Run with a redis-server on localhost:
+//! `cargo run -p ferrolock --example first_lock`
+
+use std::time::Duration;
+
+use ferrolock::{LockManager, LockOptions, ManagerOptions};
+
+#[tokio::main]
+async fn main() -> ferrolock::Result<()> {
+    let manager = LockManager::new(
+        ManagerOptions::new()
+            .nodes(["redis://127.0.0.1:6379"])
+            .lock(
+                LockOptions::default()
+                    .ttl(Duration::from_secs(10))
+                    .wait(Some(Duration::from_secs(5))),
+            ),
+    )?;
+    let lock = manager.acquire("orders:1001").await?;
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_millis(100)) => println!("work done under the lock"),
+        reason = lock.lost() => eprintln!("stopping early: {reason:?}"),
+    }
+    lock.release().await?;
+    Ok(())
+}
