@@ -20,7 +20,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-command_line="bench/run.sh${*:+ $*}"
+command_line="bench/run.sh"
+[ $# -eq 0 ] || command_line+="$(printf ' %q' "$@")"
 rust=1
 python=1
 python_args=()

@@ -8,7 +8,7 @@
 //!
 //! A third, diagnostic implementation ("floor+scripts") sends by hand what the core sends on
 //! the wire: its acquire script (waiter queue check, fencing hook, SET) instead of `SET NX`, and
-//! its release script (compare-and-delete plus a PUBLISH that wakes waiters). It splits the
+//! its release script (compare-and-delete, and a PUBLISH when waiters are queued). It splits the
 //! core's extra time into protocol cost (floor+scripts / floor) and client-side overhead
 //! (ferrolock / floor+scripts).
 
@@ -135,11 +135,13 @@ impl Floor {
         let ttl_ms = TTL.as_millis() as u64;
         let mut acquire;
         let mut release = redis::cmd("EVALSHA");
-        release
-            .arg(&self.release_sha)
-            .arg(1)
-            .arg(&self.key)
-            .arg(&token);
+        release.arg(&self.release_sha);
+        match &self.core_wire {
+            // The core's release script: KEYS key, waiter queue; ARGV token, channel.
+            Some(w) => release.arg(2).arg(&self.key).arg(&w.more_keys[1]),
+            None => release.arg(1).arg(&self.key),
+        }
+        .arg(&token);
         match &self.core_wire {
             None => {
                 acquire = redis::cmd("SET");
@@ -510,7 +512,7 @@ fn section(ctx: &Ctx, configs: &[Config]) -> Section {
              nothing safe can be cheaper.\n\
              - **floor+scripts** (diagnostic): the floor sending what the core sends: its acquire script \
              (waiter-queue check, fencing hook, then SET) instead of `SET NX`, and its release script, which also \
-             PUBLISHes to wake waiters. floor+scripts / floor is the cost of the protocol, ferrolock / floor+scripts \
+             wakes queued waiters. floor+scripts / floor is the cost of the protocol, ferrolock / floor+scripts \
              that of the client code.\n\
              - **ferrolock**: `LockManager::acquire_with` + `Lock::release` (the core waits for a quorum, 3 of 5, \
              on acquire and for every node on release).\n\
