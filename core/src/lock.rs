@@ -407,18 +407,32 @@ impl Lock {
     /// `Ok(false)` when it had already expired or been taken. Waits for a renewal in flight.
     /// A release whose future is dropped still completes in the background.
     pub async fn release(&self) -> Result<bool> {
-        let inner = self.inner.clone();
-        let task = self
-            .inner
-            .shared
-            .handle()
-            .spawn(async move { inner.release().await });
-        task.await.unwrap_or_else(|e| {
-            Err(Error::new(
-                ErrorKind::Redis,
-                format!("release task failed: {e}"),
-            ))
-        })
+        // Runs inline (no task spawn on the hot path); if this future is dropped part-way,
+        // the guard finishes the release in the background.
+        let mut unfinished = FinishRelease(Some(self.inner.clone()));
+        let result = self.inner.release().await;
+        unfinished.0 = None;
+        result
+    }
+}
+
+/// Completes a release whose caller went away (a cancelled `release().await`): redis-py
+/// #3847 leaked locks forever that way. Compare-and-delete is idempotent, so re-sending it
+/// where the first try already went through is harmless.
+struct FinishRelease(Option<Arc<LockInner>>);
+
+impl Drop for FinishRelease {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.take() {
+            inner.shared.handle().spawn(async move {
+                if inner.state().released {
+                    release_everywhere(&inner.shared, &inner.key, &inner.token, &inner.opts, None)
+                        .await;
+                } else {
+                    let _ = inner.release().await;
+                }
+            });
+        }
     }
 }
 

@@ -109,6 +109,18 @@ where
     F: Fn(usize, &'a Node) -> Fut,
     Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,
 {
+    if let [node] = nodes {
+        // One node: no set of futures to build and poll.
+        let answer = match request(0, node).await {
+            Ok(Some(v)) => Answer::Yes(v),
+            Ok(None) => Answer::No,
+            Err(e) => Answer::Failed(e),
+        };
+        return Tally {
+            quorum,
+            answers: vec![answer],
+        };
+    }
     let mut requests = FanOut::start(nodes, quorum, request);
     if stop_early {
         requests.until_decided().await;
