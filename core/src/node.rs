@@ -71,7 +71,7 @@ impl Node {
         let display = redact_url(url);
         let info = url.into_connection_info().map_err(|e| {
             Error::invalid(format!(
-                "malformed node URL {display:?}: {}",
+                "malformed node URL {display:?}: {} (expected redis://[user:password@]host:port[/db], rediss://... or unix:///path)",
                 e.detail().unwrap_or("cannot parse")
             ))
         })?;
