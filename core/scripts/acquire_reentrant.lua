@@ -2,9 +2,11 @@
 -- value = hold count, PEXPIRE on the key. Like Redisson's script: nil on a grant, the key's
 -- PTTL when it is busy. Re-entry (our field is there) skips the queue; a first grant takes the
 -- queue into account as the plain lock does (Redisson's own clients do not queue).
--- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue leases (one slot).
+-- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue leases, KEYS[5] queue
+-- join times (one slot).
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
--- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (never a new grant).
+-- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (never a new grant),
+-- ARGV[8] barging bound ms.
 if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
@@ -23,7 +25,7 @@ end
 -- place kept after an undo) takes the lock now instead of being told to wait for itself.
 enqueue(id, ARGV[5], tonumber(ARGV[6]))
 local head = queue_head()
-if head and head ~= id then
+if not may_take(head, id, tonumber(ARGV[8])) then
   return lease_left(head)
 end
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)

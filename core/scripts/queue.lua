@@ -1,13 +1,18 @@
--- Waiter queue, prepended to both acquire scripts (see DESIGN.md, "Waiter queue").
+-- Waiter queue, prepended to both acquire scripts and the undo (see DESIGN.md, "Waiter queue").
 -- KEYS[3]: the queue, a ZSET of waiter ids ordered by arrival (a sequence with one node; the
 -- waiter's own clock in microseconds with N nodes, so that every node orders the same waiters
 -- the same way).
--- KEYS[4]: each waiter's lease end in server milliseconds. Both keys are in the lock key's hash
--- slot and carry a TTL. A waiter that stops re-checking falls out when its lease ends, so a
--- crashed waiter holds the queue up for one lease at most. Only ferrolock waiters queue: other
--- clients (redis-py, node-redlock, Redisson) ignore the queue and exclude by the key alone.
-local Q, L = KEYS[3], KEYS[4]
+-- KEYS[4]: each waiter's lease end in server milliseconds.
+-- KEYS[5]: each waiter's join time in server milliseconds (when it entered the queue): the
+-- barging bound is measured from it.
+-- All three keys are in the lock key's hash slot and carry a TTL. A waiter that stops
+-- re-checking falls out when its lease ends, so a crashed waiter holds the queue up for one
+-- lease at most. Only ferrolock waiters queue: other clients (redis-py, node-redlock, Redisson)
+-- ignore the queue and exclude by the key alone.
+local Q, L, S = KEYS[3], KEYS[4], KEYS[5]
 local now
+-- Set when queue_head() dropped waiters whose lease had ended (the head may have changed).
+local pruned = false
 local function clock()
   if not now then
     local t = redis.call('TIME')
@@ -23,36 +28,77 @@ local function queue_head()
   local gone = redis.call('ZRANGEBYSCORE', L, '-inf', clock())
   for _, w in ipairs(gone) do
     redis.call('ZREM', Q, w)
+    redis.call('ZREM', S, w)
   end
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', L, '-inf', clock())
+    pruned = true
   end
   return redis.call('ZRANGE', Q, 0, 0)[1]
 end
 -- Joins the queue, or stays in it and renews the lease. id '' means "does not wait" (a first
 -- try, or wait=0); score '' means "strict arrival order on this node" (the first place is kept).
-local function enqueue(id, score, lease)
+-- since: the join time to record when the id was not queued (nil: now).
+local function enqueue(id, score, lease, since)
   if id == '' then
     return
   end
+  local fresh = not redis.call('ZSCORE', Q, id)
   if score == '' then
-    if not redis.call('ZSCORE', Q, id) then
+    if fresh then
       local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')[2]
       redis.call('ZADD', Q, (tonumber(last) or 0) + 1, id)
     end
   else
     redis.call('ZADD', Q, score, id)
   end
+  if fresh then
+    redis.call('ZADD', S, since or clock(), id)
+  end
   redis.call('ZADD', L, clock() + lease, id)
   local keep = math.max(lease, redis.call('PTTL', Q))
   redis.call('PEXPIRE', Q, keep)
   redis.call('PEXPIRE', L, keep)
+  redis.call('PEXPIRE', S, keep)
 end
 local function dequeue(id)
   if id ~= '' then
     redis.call('ZREM', Q, id)
     redis.call('ZREM', L, id)
+    redis.call('ZREM', S, id)
   end
+end
+-- Bounded barging: a free lock goes to the head, or to anyone while the head has been queued
+-- for less than `bound` ms (server clock). A head without a join time counts as past the bound.
+local function may_take(head, id, bound)
+  if not head or head == id then
+    return true
+  end
+  local since = redis.call('ZSCORE', S, head)
+  return since ~= false and clock() - tonumber(since) < bound
+end
+-- Head announcements (plain locks; channel '' = none): processes that were told they are not
+-- the head skip the release publishes ('0'), so whenever the head changes other than by its
+-- own arrival, the new head is named on the release channel: 'h:<id>' when the old head was
+-- just granted the lock (the new head listens to releases again; this node publishes the
+-- release after this message), 'q:<id>' when the lock is free (the new head re-checks now).
+local function announce(channel, prefix)
+  if channel == '' then
+    return
+  end
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  if head then
+    redis.call('PUBLISH', channel, prefix .. head)
+  end
+end
+-- A busy answer to a queued attempt: {hint, 1 if the attempt's id is the head else 0}, so the
+-- process knows whether release publishes concern it. Unqueued attempts get the bare hint.
+local function busy(hint, id, channel)
+  if id == '' or channel == '' then
+    return hint
+  end
+  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  return {hint, (head == id or not head) and 1 or 0}
 end
 -- Free, but another waiter has the turn: re-check when its lease would run out.
 local function lease_left(head)

@@ -2,9 +2,12 @@
 -- in the queue with its score, atomically: a partial grant dequeued us on the nodes that
 -- granted, and without this the nodes would disagree on who is first (the Redlock split-queue
 -- livelock; see DESIGN.md, "Waiter queue").
--- KEYS[1] lock key, KEYS[2] unused, KEYS[3] queue, KEYS[4] queue leases (one slot).
+-- KEYS[1] lock key, KEYS[2] unused, KEYS[3] queue, KEYS[4] queue leases, KEYS[5] queue join
+-- times (one slot).
 -- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] release channel,
--- ARGV[4] waiter id, ARGV[5] queue score, ARGV[6] lease ms.
+-- ARGV[4] waiter id, ARGV[5] queue score, ARGV[6] lease ms, ARGV[7] barging bound ms.
+-- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
+-- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
 local freed = 0
 if ARGV[2] == '1' then
@@ -21,5 +24,5 @@ elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PUBLISH', ARGV[3], '0')
   freed = 1
 end
-enqueue(ARGV[4], ARGV[5], tonumber(ARGV[6]))
+enqueue(ARGV[4], ARGV[5], tonumber(ARGV[6]), clock() - tonumber(ARGV[7]))
 return freed

@@ -27,9 +27,9 @@ use crate::owner::{Holder, new_owner_id};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, fence_key, queue_key, queue_lease_key,
-    redisson_channel, release_channel,
+    queue_since_key, redisson_channel, release_channel,
 };
-use crate::wakeup::{QueueArgs, Ticket};
+use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
 
 /// Who this attempt acquires as.
 struct Plan {
@@ -72,8 +72,10 @@ impl LockManager {
             let head = ticket.as_ref().filter(|t| t.is_head());
             let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
             let seen = head.map(Ticket::epoch);
+            let head_gen = head.map(Ticket::head_gen);
             let attempt = Attempt {
                 key: key.to_string(),
+                channel: channel.clone(),
                 token: plan.token.clone(),
                 opts: opts.clone(),
                 reentry: plan.reentry,
@@ -114,6 +116,11 @@ impl LockManager {
             );
             let hint = wake_hint(&tally, &outcome.hints);
             let deadline = outcome.deadline;
+            if outcome.not_head
+                && let (Some(t), Some(g)) = (ticket.as_ref(), head_gen)
+            {
+                t.not_head(g);
+            }
 
             if let Some((i, e)) = tally.redis_error() {
                 return Err(node_error(
@@ -251,6 +258,8 @@ fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
 
 struct Attempt {
     key: String,
+    /// The release channel (head announcements go there, plain locks only).
+    channel: String,
     token: String,
     opts: LockOptions,
     reentry: bool,
@@ -264,6 +273,8 @@ struct Outcome {
     tally: Tally,
     /// Per node: ms until a re-check is worth it, from a busy answer (-1: no TTL).
     hints: Vec<Option<i64>>,
+    /// Every node answered that our queued id is behind another waiter's.
+    not_head: bool,
     started: Instant,
     deadline: Instant,
     fence: Option<u64>,
@@ -343,7 +354,8 @@ async fn run_attempt(shared: Arc<Shared>, a: Attempt) -> Result<Outcome> {
 
 enum Reply {
     Granted(i64),
-    Busy(i64),
+    /// The re-check hint and, for a queued attempt on a plain lock, whether we are the head.
+    Busy(i64, Option<bool>),
 }
 
 /// Where to undo a fresh grant: wherever we may hold it (a yes, or an answer we never saw; a
@@ -380,13 +392,22 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         (true, 1) => "1",
         (true, _) => "0",
     };
-    let (fk, qk, lk) = (fence_key(key), queue_key(key), queue_lease_key(key));
-    let (fk, qk, lk) = (fk.as_str(), qk.as_str(), lk.as_str());
+    let (fk, qk, lk, sk) = (
+        fence_key(key),
+        queue_key(key),
+        queue_lease_key(key),
+        queue_since_key(key),
+    );
+    let (fk, qk, lk, sk) = (fk.as_str(), qk.as_str(), lk.as_str(), sk.as_str());
+    let bound = barge_bound_ms();
     let q = a.queue.clone().unwrap_or_default();
     let (id, score, lease) = (q.id.as_str(), q.score.as_str(), q.lease_ms);
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
     let hints = Mutex::new(vec![None; nodes.len()]);
     let hints_ref = &hints;
+    let heads = Mutex::new(vec![None; nodes.len()]);
+    let heads_ref = &heads;
+    let announce = if reentrant { "" } else { a.channel.as_str() };
     // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is.
     let plain_set = !reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
     let mut requests = FanOut::start(nodes, quorum, |i, node| async move {
@@ -410,16 +431,16 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                 }
                 let inv = if reentrant {
                     let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
-                    inv.key(key).key(fk).key(qk).key(lk);
+                    inv.key(key).key(fk).key(qk).key(lk).key(sk);
                     inv.arg(ttl_ms).arg(token).arg(fence_mode);
                     inv.arg(id).arg(score).arg(lease);
-                    inv.arg(if reentry { "1" } else { "0" });
+                    inv.arg(if reentry { "1" } else { "0" }).arg(bound);
                     inv
                 } else {
                     let mut inv = ACQUIRE.prepare_invoke();
-                    inv.key(key).key(fk).key(qk).key(lk);
+                    inv.key(key).key(fk).key(qk).key(lk).key(sk);
                     inv.arg(token).arg(ttl_ms).arg(fence_mode);
-                    inv.arg(id).arg(score).arg(lease);
+                    inv.arg(id).arg(score).arg(lease).arg(bound).arg(announce);
                     inv
                 };
                 let value: Value = inv.invoke_async(&mut conn).await?;
@@ -428,8 +449,9 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
             .await?;
         match parse_reply(reply)? {
             Reply::Granted(counter) => Ok(Some(counter)),
-            Reply::Busy(hint) => {
+            Reply::Busy(hint, head) => {
                 hints_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(hint);
+                heads_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = head;
                 Ok(None)
             }
         }
@@ -475,6 +497,11 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     }
     let won = tally.won() && Instant::now() < deadline && (fence.is_some() || !fencing);
     let hints_now = hints.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let not_head = heads
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .all(|h| *h == Some(false));
     let mut undo = Undo {
         shared: Some(shared.clone()),
         key: a.key.clone(),
@@ -488,6 +515,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
             won,
             tally,
             hints: hints_now,
+            not_head: false,
             started: start,
             deadline,
             fence,
@@ -511,6 +539,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         won,
         tally,
         hints: hints_now,
+        not_head,
         started: start,
         deadline,
         fence,
@@ -546,8 +575,20 @@ async fn undo_everywhere(
     } else {
         release_channel(key)
     };
-    let (fk, qk, lk) = (fence_key(key), queue_key(key), queue_lease_key(key));
-    let (channel, fk, qk, lk) = (channel.as_str(), fk.as_str(), qk.as_str(), lk.as_str());
+    let (fk, qk, lk, sk) = (
+        fence_key(key),
+        queue_key(key),
+        queue_lease_key(key),
+        queue_since_key(key),
+    );
+    let (channel, fk, qk, lk, sk) = (
+        channel.as_str(),
+        fk.as_str(),
+        qk.as_str(),
+        lk.as_str(),
+        sk.as_str(),
+    );
+    let bound = barge_bound_ms();
     let reentrant = if opts.reentrant { "1" } else { "0" };
     fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only[i];
@@ -561,12 +602,14 @@ async fn undo_everywhere(
                     .key(fk)
                     .key(qk)
                     .key(lk)
+                    .key(sk)
                     .arg(token)
                     .arg(reentrant)
                     .arg(channel)
                     .arg(&queue.id)
                     .arg(&queue.score)
                     .arg(queue.lease_ms)
+                    .arg(bound)
                     .invoke_async(&mut conn)
                     .await?;
                 Ok(yes_if(freed == 1))
@@ -578,17 +621,19 @@ async fn undo_everywhere(
 }
 
 /// nil: granted; {counter}: granted with the fence counter; an integer: busy, with the ms
-/// after which a re-check is worth it.
+/// after which a re-check is worth it; {ms, 1|0}: busy, for a queued attempt on a plain lock,
+/// and whether our id is the queue head.
 fn parse_reply(v: Value) -> Result<Reply, NodeError> {
     match v {
         Value::Nil => Ok(Reply::Granted(0)),
-        Value::Array(items) => match items.first() {
-            Some(Value::Int(c)) => Ok(Reply::Granted(*c)),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(c)] => Ok(Reply::Granted(*c)),
+            [Value::Int(h), Value::Int(head)] => Ok(Reply::Busy(*h, Some(*head == 1))),
             _ => Err(NodeError::Redis(format!(
                 "unexpected acquire reply {items:?}"
             ))),
         },
-        Value::Int(h) => Ok(Reply::Busy(h)),
+        Value::Int(h) => Ok(Reply::Busy(h, None)),
         other => Err(NodeError::Redis(format!(
             "unexpected acquire reply {other:?}"
         ))),

@@ -74,6 +74,12 @@ pub fn queue_lease_key(key: &str) -> String {
     tagged("ferrolock:queue-lease:", key)
 }
 
+/// When each waiter in `queue_key(key)` joined it (a ZSET, server milliseconds): the barging
+/// bound is measured from the head's join time.
+pub fn queue_since_key(key: &str) -> String {
+    tagged("ferrolock:queue-since:", key)
+}
+
 /// Where the fence counter for `key` lives.
 pub fn fence_key(key: &str) -> String {
     tagged("ferrolock:fence:", key)
@@ -110,5 +116,6 @@ mod tests {
         );
         assert_eq!(super::queue_key("a"), "ferrolock:queue:{a}");
         assert_eq!(super::queue_lease_key("a"), "ferrolock:queue-lease:{a}");
+        assert_eq!(super::queue_since_key("a"), "ferrolock:queue-since:{a}");
     }
 }

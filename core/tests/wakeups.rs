@@ -1,9 +1,10 @@
 //! Push wake-ups and the waiter queue: a waiter is woken by the release's publish (not by
 //! polling), never misses a release between its failed attempt and its subscription or
 //! during a reconnect, wakes at the holder's PTTL and within the retry bound when nothing is
-//! published; 64 waiters in one process make one attempt per wake-up; a releasing process
-//! cannot barge ahead of a queued waiter; a crashed waiter's queue entry expires; a dropped
-//! waiter unsubscribes and leaves the queue. Serial: they measure (generous) bounds.
+//! published; 64 waiters in one process make one attempt per wake-up; a releasing process may
+//! barge ahead of the queue head only while the head has waited less than the barging bound,
+//! so a waiter is never starved; a crashed waiter's queue entry expires; a dropped waiter
+//! unsubscribes and leaves the queue. Serial: they measure (generous) bounds.
 
 // Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
 // serializes these tests across awaits blocks nothing but the test itself.
@@ -20,6 +21,14 @@ use ferrolock::{LockManager, LockOptions};
 use ferrolock_testbed::{Cluster, RedisServer};
 
 const LONG: Duration = Duration::from_secs(60);
+/// The core's barging bound (`BARGE_BOUND` in wakeup.rs).
+const BARGE_BOUND: Duration = Duration::from_millis(4);
+
+/// The server's clock in ms, as the queue scripts read it.
+fn server_ms(server: &RedisServer) -> u64 {
+    let t: Vec<u64> = server.cmd(&["TIME"]);
+    t[0] * 1000 + t[1] / 1000
+}
 
 async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
     let counts: Vec<(String, i64)> = server.cmd(&["PUBSUB", "NUMSUB", channel]);
@@ -255,7 +264,7 @@ async fn a_lost_pubsub_connection_is_resubscribed_and_the_waiter_re_checks() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_process_that_releases_cannot_barge_ahead_of_a_queued_waiter() {
+async fn a_releasing_process_cannot_barge_ahead_of_a_waiter_queued_past_the_bound() {
     let _serial = serial();
     let server = RedisServer::start();
     let o = slow_poll(Duration::from_secs(5));
@@ -277,6 +286,8 @@ async fn a_process_that_releases_cannot_barge_ahead_of_a_queued_waiter() {
             server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(&key)]) == 1
         })
         .await;
+        // B has now been queued for longer than the barging bound.
+        tokio::time::sleep(BARGE_BOUND + ms(30)).await;
         // A releases and immediately wants the lock again: it goes behind B.
         held.release().await.unwrap();
         let again = a.acquire(&key).await.unwrap();
@@ -289,6 +300,116 @@ async fn a_process_that_releases_cannot_barge_ahead_of_a_queued_waiter() {
         .flat_map(|r| [format!("b{r}"), format!("a{r}")])
         .collect();
     assert_eq!(order, expected, "the releasing process barged in");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_free_lock_may_be_barged_only_while_the_head_has_waited_less_than_the_bound() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "bounded-barging";
+    let (q, l) = (ferrolock::queue_key(key), ferrolock::queue_lease_key(key));
+    let s = format!("ferrolock:queue-since:{{{key}}}");
+    let m = manager(&[server.url()], slow_poll(LONG));
+    // Past the uncontended fast path: m has met a busy lock on the key.
+    let holder = manager(&[server.url()], slow_poll(LONG));
+    let held = holder.acquire(key).await.unwrap();
+    assert!(m.try_acquire(key).await.is_err());
+    held.release().await.unwrap();
+    // Another waiter heads the queue (lease 60s); the lock is free.
+    let queue_head = |joined_ago: u64| {
+        let now = server_ms(&server);
+        server.cmd::<i64>(&["ZADD", &q, "1", "head"]);
+        server.cmd::<i64>(&["ZADD", &l, &(now + 60_000).to_string(), "head"]);
+        server.cmd::<i64>(&["ZADD", &s, &(now - joined_ago).to_string(), "head"]);
+        for k in [&q, &l, &s] {
+            server.cmd::<i64>(&["PEXPIRE", k, "60000"]);
+        }
+    };
+    // Joined a moment ago, well inside the bound (the script runs within a millisecond or
+    // two of this; retried in case the machine stalls past the bound in between).
+    let mut barged = None;
+    for _ in 0..20 {
+        queue_head(0);
+        if let Ok(lock) = m.try_acquire(key).await {
+            barged = Some(lock);
+            break;
+        }
+    }
+    let lock = barged.expect("never barged while the head was inside the bound");
+    assert_eq!(get(&server, key).as_deref(), Some(lock.token()));
+    lock.release().await.unwrap();
+    // The head is still first in line: barging does not dequeue it.
+    assert_eq!(server.cmd::<Option<i64>>(&["ZSCORE", &q, "head"]), Some(1));
+    // Queued for longer than the bound: only the head may take the free lock.
+    queue_head(BARGE_BOUND.as_millis() as u64 + 1);
+    let err = m.try_acquire(key).await.unwrap_err();
+    assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
+    assert_eq!(get(&server, key), None);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiters_are_not_starved_by_a_process_that_re_acquires_in_a_tight_loop() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "tight-loop";
+    let o = slow_poll(Duration::from_secs(5));
+    let greedy = manager(&[server.url()], o.clone());
+    let stop = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let (stop2, inside2) = (stop.clone(), inside.clone());
+    // Releases and asks again at once, for ever: without a bound on barging it would win
+    // every race it can (its attempt lands one round trip after its release, a waiter's
+    // after a pub/sub delivery).
+    let looping = tokio::spawn(async move {
+        let mut sections = 0u64;
+        while !stop2.load(Ordering::SeqCst) {
+            let lock = greedy.acquire(key).await.unwrap();
+            assert_eq!(inside2.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+            inside2.fetch_sub(1, Ordering::SeqCst);
+            lock.release().await.unwrap();
+            sections += 1;
+        }
+        sections
+    });
+    tokio::time::sleep(ms(50)).await;
+    // Two waiting processes, so that one of them is often queued behind the other (and must
+    // be told when its turn comes: it skips release publishes meanwhile).
+    let mut waiters = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let (m, inside) = (manager(&[server.url()], o.clone()), inside.clone());
+        waiters.spawn(async move {
+            let started = Instant::now();
+            let mut waits = Vec::new();
+            while started.elapsed() < Duration::from_secs(1) {
+                let asked = Instant::now();
+                let lock = m.acquire(key).await.unwrap();
+                waits.push(asked.elapsed());
+                assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two holders");
+                tokio::time::sleep(ms(1)).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                lock.release().await.unwrap();
+            }
+            waits
+        });
+    }
+    let all: Vec<Vec<Duration>> = waiters.join_all().await;
+    stop.store(true, Ordering::SeqCst);
+    let sections = looping.await.unwrap();
+    for waits in &all {
+        let worst = waits.iter().max().copied().unwrap_or_default();
+        eprintln!(
+            "{} grants to a waiter, {sections} to the looping process; worst wait {worst:?}",
+            waits.len()
+        );
+        // A starvation bound, not a speed assertion: the barging bound plus a hand-off per
+        // waiter ahead, with generous slack for a loaded 2-core machine.
+        assert!(
+            worst <= BARGE_BOUND + ms(200),
+            "a waiter waited {worst:?} while another process re-acquired in a loop"
+        );
+        assert!(waits.len() >= 20, "only {} grants in 1s", waits.len());
+    }
+    assert!(sections > 0, "the looping process never got the lock");
 }
 
 #[tokio::test(flavor = "multi_thread")]
