@@ -52,4 +52,6 @@ pub use options::{
     DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, TLS_CA_ENV, parse_duration,
     split_nodes,
 };
-pub use scripts::{fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel};
+pub use scripts::{
+    fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,
+};
