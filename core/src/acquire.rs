@@ -343,7 +343,14 @@ impl Drop for Undo {
 /// loses track of a grant.
 async fn run_attempt(shared: Arc<Shared>, a: Attempt) -> Result<Outcome> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    shared.handle().spawn(attempt(shared.clone(), a, tx));
+    if shared.nodes.len() == 1 {
+        // One node: no slower node to keep driving once the answer is in, so the attempt runs
+        // inline (no task spawn on the hot path). If this future is dropped mid-request, the
+        // attempt's armed undo releases whatever the request may have taken.
+        attempt(shared, a, tx).await;
+    } else {
+        shared.handle().spawn(attempt(shared.clone(), a, tx));
+    }
     rx.await.map_err(|_| {
         Error::new(
             ErrorKind::Redis,
@@ -408,6 +415,16 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let heads = Mutex::new(vec![None; nodes.len()]);
     let heads_ref = &heads;
     let announce = if reentrant { "" } else { a.channel.as_str() };
+    // Armed before anything is sent: if this attempt is dropped part-way (it runs inline on one
+    // node), whatever it may have taken is released.
+    let pending = Undo {
+        shared: Some(shared.clone()),
+        key: a.key.clone(),
+        token: a.token.clone(),
+        opts: a.opts.clone(),
+        only: vec![true; nodes.len()],
+        queue: a.queue.clone(),
+    };
     // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is.
     let plain_set = !reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
     let mut requests = FanOut::start(nodes, quorum, |i, node| async move {
@@ -502,14 +519,8 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         .unwrap_or_else(|p| p.into_inner())
         .iter()
         .all(|h| *h == Some(false));
-    let mut undo = Undo {
-        shared: Some(shared.clone()),
-        key: a.key.clone(),
-        token: a.token.clone(),
-        opts: a.opts.clone(),
-        only: undo_mask(&tally, reentry),
-        queue: a.queue.clone(),
-    };
+    let mut undo = pending;
+    undo.only = undo_mask(&tally, reentry);
     if won {
         let outcome = Outcome {
             won,

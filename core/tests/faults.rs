@@ -291,3 +291,50 @@ async fn a_restarted_node_is_reconnected_to() {
     }
     panic!("never reconnected: {last:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_node_acquire_dropped_mid_request_leaves_no_key_behind() {
+    let _serial = serial();
+    let cluster = Cluster::start(1);
+    let s = &cluster.servers[0];
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(60)).node_timeout(ms(5_000)),
+    );
+    m.acquire("warmup").await.unwrap().release().await.unwrap();
+    let sets_before = set_calls(s);
+    s.pause();
+    // The SET is written to the paused node's socket, then the acquire is dropped before any
+    // answer: it cannot know whether it took the lock.
+    let m2 = m.clone();
+    let acquire = tokio::spawn(async move { m2.acquire("dropped-1").await });
+    tokio::time::sleep(ms(200)).await;
+    acquire.abort();
+    assert!(acquire.await.unwrap_err().is_cancelled());
+    s.resume();
+    // The node runs the queued SET (creating the key), then the undo sent after it.
+    let start = Instant::now();
+    while get(s, "dropped-1").is_some() || start.elapsed() < ms(300) {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the dropped acquire left its key behind"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert_eq!(get(s, "dropped-1"), None);
+    // The fault was real: the dropped acquire's SET did reach the node.
+    assert!(
+        set_calls(s) > sets_before,
+        "the SET never ran: nothing was tested"
+    );
+}
+
+/// How many SET commands the server has run (INFO commandstats).
+fn set_calls(s: &ferrolock_testbed::RedisServer) -> u64 {
+    let info: String = s.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
