@@ -399,12 +399,19 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         (true, 1) => "1",
         (true, _) => "0",
     };
-    let (fk, qk, lk, sk) = (
-        fence_key(key),
-        queue_key(key),
-        queue_lease_key(key),
-        queue_since_key(key),
-    );
+    // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is (and no
+    // queue or fence key names to build for it).
+    let plain_set = !opts.reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
+    let (fk, qk, lk, sk) = if plain_set {
+        Default::default()
+    } else {
+        (
+            fence_key(key),
+            queue_key(key),
+            queue_lease_key(key),
+            queue_since_key(key),
+        )
+    };
     let (fk, qk, lk, sk) = (fk.as_str(), qk.as_str(), lk.as_str(), sk.as_str());
     let bound = barge_bound_ms();
     let q = a.queue.clone().unwrap_or_default();
@@ -425,8 +432,6 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         only: vec![true; nodes.len()],
         queue: a.queue.clone(),
     };
-    // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is.
-    let plain_set = !reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
     let mut requests = FanOut::start(nodes, quorum, |i, node| async move {
         let reply = node
             .run(timeout, true, move |mut conn| async move {

@@ -122,6 +122,19 @@ async fn a_failed_extend_never_deletes_or_touches_anyones_key() {
     let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(5)));
     let lock = m.acquire("taken").await.unwrap();
     let token = lock.token().to_string();
+    // Acquire returns once a quorum granted; wait until the third grant has landed too.
+    let start = Instant::now();
+    while cluster
+        .servers
+        .iter()
+        .any(|s| get(s, "taken").as_deref() != Some(token.as_str()))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the grant never reached every node"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
     // Another owner took it on two nodes (as after an expiry); ours survives on node 0.
     for s in &cluster.servers[1..] {
         s.cmd::<()>(&["SET", "taken", "someone-else", "PX", "60000"]);
