@@ -334,7 +334,7 @@ impl Drop for Undo {
                 only: std::mem::take(&mut self.only),
                 queue: self.queue.take(),
             };
-            shared.handle().spawn(undo.execute());
+            crate::runtime::spawn_cleanup(&shared.handle(), undo.execute());
         }
     }
 }

@@ -110,6 +110,8 @@ pub(crate) struct State {
     pub retry_at: Option<Instant>,
 }
 
+type LossCallback = Box<dyn FnOnce(&LossReason) + Send>;
+
 pub(crate) struct LockInner {
     pub shared: Arc<Shared>,
     pub key: String,
@@ -124,6 +126,8 @@ pub(crate) struct LockInner {
     pid: u32,
     state: Mutex<State>,
     status_tx: watch::Sender<LockStatus>,
+    /// Called once if the lock is lost, dropped uncalled once it is released.
+    on_lost: Mutex<Vec<LossCallback>>,
     /// Serializes extend, renewal and release, so a release never races a renewal in flight.
     pub op: Arc<tokio::sync::Mutex<()>>,
 }
@@ -144,6 +148,14 @@ impl LockInner {
         drop(s);
         if let LockStatus::Lost(reason) = &status {
             tracing::warn!("{reason}");
+        }
+        // After the status is set, so a callback registered from now on sees it instead.
+        let callbacks =
+            std::mem::take(&mut *self.on_lost.lock().unwrap_or_else(|p| p.into_inner()));
+        if let LockStatus::Lost(reason) = &status {
+            for callback in callbacks {
+                callback(reason);
+            }
         }
         self.status_tx.send_replace(status);
         true
@@ -229,6 +241,7 @@ impl Lock {
                 retry_at: None,
             }),
             status_tx: watch::Sender::new(LockStatus::Held),
+            on_lost: Mutex::new(Vec::new()),
             op: Arc::new(tokio::sync::Mutex::new(())),
         });
         inner.shared.watchdog.watch(&inner);
@@ -322,6 +335,25 @@ impl Lock {
                     return None;
                 }
             }
+        }
+    }
+
+    /// Calls `callback` once with the reason if the lock is lost (at once if it already is),
+    /// never if it is released first. It runs on whatever thread declares the loss (usually a
+    /// runtime worker running the watchdog), so it must be quick and must not block: hand
+    /// the news on. Cheaper than spawning a task to await [`Lock::lost`] for every lock.
+    pub fn on_lost<F>(&self, callback: F)
+    where
+        F: FnOnce(&LossReason) + Send + 'static,
+    {
+        let mut callbacks = self.inner.on_lost.lock().unwrap_or_else(|p| p.into_inner());
+        match self.status() {
+            LockStatus::Held => callbacks.push(Box::new(callback)),
+            LockStatus::Lost(reason) => {
+                drop(callbacks);
+                callback(&reason);
+            }
+            LockStatus::Released => {}
         }
     }
 
@@ -424,7 +456,8 @@ struct FinishRelease(Option<Arc<LockInner>>);
 impl Drop for FinishRelease {
     fn drop(&mut self) {
         if let Some(inner) = self.0.take() {
-            inner.shared.handle().spawn(async move {
+            let handle = inner.shared.handle();
+            crate::runtime::spawn_cleanup(&handle, async move {
                 if inner.state().released {
                     release_everywhere(&inner.shared, &inner.key, &inner.token, &inner.opts, None)
                         .await;

@@ -132,7 +132,7 @@ impl LockManager {
                 owners: Owners::default(),
                 waiters: Waiters::new(node_count),
                 contention: Default::default(),
-                handle: Handle::try_current().ok(),
+                handle: crate::runtime::ambient(),
             }),
         })
     }

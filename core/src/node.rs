@@ -1,9 +1,10 @@
 //! One Redis node: its URL (kept only in redacted form for messages), a lazily opened
 //! multiplexed connection shared by every task, and per-request timeouts.
 
+use std::cell::RefCell;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -43,6 +44,9 @@ pub(crate) struct Node {
     password: Option<String>,
     conn: Mutex<Option<Slot>>,
     connecting: tokio::sync::Mutex<()>,
+    /// Identifies this node in the blocking callers' per-thread connections; they drop theirs
+    /// once this is gone.
+    alive: Arc<()>,
     /// Requests written to this node (a pipeline counts once): the round trips.
     round_trips: AtomicU64,
     /// The restart guard window; zero is off.
@@ -106,6 +110,7 @@ impl Node {
             password,
             conn: Mutex::new(None),
             connecting: tokio::sync::Mutex::new(()),
+            alive: Arc::new(()),
             round_trips: AtomicU64::new(0),
             guard_window,
             guard: Mutex::new(Guard::default()),
@@ -212,12 +217,17 @@ impl Node {
         scrub(text, self.password.as_deref())
     }
 
-    /// The shared connection, opening it when there is none (or it belongs to a parent
-    /// process). Only one task connects at a time; the others wait for its result.
+    /// The connection to send on, opening it when there is none (or it belongs to a parent
+    /// process): this thread's own when it is a blocking caller driving its own runtime (see
+    /// `runtime`), else the shared one. Only one task opens the shared one at a time; the
+    /// others wait for its result.
     pub(crate) async fn connection(
         &self,
         timeout: Duration,
     ) -> Result<(MultiplexedConnection, u64), NodeError> {
+        if crate::runtime::driving_locally() {
+            return self.thread_connection(timeout).await;
+        }
         if let Some(c) = self.current() {
             return Ok(c);
         }
@@ -239,7 +249,7 @@ impl Node {
         self.check_restart(&mut conn, timeout).await?;
         self.preload_scripts(&mut conn, timeout).await;
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let generation = slot.as_ref().map_or(0, |s| s.generation) + 1;
+        let generation = next_generation();
         *slot = Some(Slot {
             conn: conn.clone(),
             pid: crate::runtime::pid(),
@@ -262,6 +272,39 @@ impl Node {
         }
     }
 
+    /// This thread's connection to this node, opened on this thread's runtime (its driver
+    /// task runs only while the thread is in `runtime::block_on`, which is the only time the
+    /// thread sends on it).
+    async fn thread_connection(
+        &self,
+        timeout: Duration,
+    ) -> Result<(MultiplexedConnection, u64), NodeError> {
+        if let Some(c) = THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self)) {
+            return Ok(c);
+        }
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(None);
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| self.classify(&e))?;
+        self.check_restart(&mut conn, timeout).await?;
+        self.preload_scripts(&mut conn, timeout).await;
+        let generation = next_generation();
+        THREAD_CONNECTIONS.with(|t| {
+            t.borrow_mut().0.push(ThreadConnection {
+                node: Arc::downgrade(&self.alive),
+                conn: conn.clone(),
+                pid: crate::runtime::pid(),
+                generation,
+            })
+        });
+        Ok((conn, generation))
+    }
+
     /// Forgets a broken connection so the next request reconnects. Only the generation that
     /// failed is dropped, so a late failure cannot discard a fresh connection.
     fn invalidate(&self, generation: u64) {
@@ -269,6 +312,10 @@ impl Node {
         if slot.as_ref().is_some_and(|s| s.generation == generation) {
             *slot = None;
         }
+        drop(slot);
+        let _ = THREAD_CONNECTIONS.try_with(|t| {
+            t.borrow_mut().0.retain(|c| c.generation != generation);
+        });
     }
 
     /// Runs one request with the node timeout. A request that times out stays queued on the
@@ -317,6 +364,50 @@ impl Node {
             NodeError::Redis(text)
         }
     }
+}
+
+/// Connection generations, unique in the process, so a failure invalidates only the
+/// connection it happened on.
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A blocking caller's own connection to one node.
+struct ThreadConnection {
+    node: Weak<()>,
+    conn: MultiplexedConnection,
+    pid: u32,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct ThreadConnections(Vec<ThreadConnection>);
+
+impl ThreadConnections {
+    /// This thread's connection to `node`; drops those of nodes (managers) that are gone.
+    fn find(&mut self, node: &Node) -> Option<(MultiplexedConnection, u64)> {
+        let pid = crate::runtime::pid();
+        if self.0.iter().any(|c| c.pid != pid) {
+            // Inherited across fork: they belong to the parent's runtime.
+            for c in std::mem::take(&mut self.0) {
+                if c.pid == pid {
+                    self.0.push(c);
+                } else {
+                    std::mem::forget(c);
+                }
+            }
+        }
+        self.0.retain(|c| c.node.strong_count() > 0);
+        self.0
+            .iter()
+            .find(|c| std::ptr::eq(c.node.as_ptr(), Arc::as_ptr(&node.alive)))
+            .map(|c| (c.conn.clone(), c.generation))
+    }
+}
+
+thread_local! {
+    static THREAD_CONNECTIONS: RefCell<ThreadConnections> = RefCell::new(ThreadConnections::default());
 }
 
 /// Builds the error for a request that failed on one node, naming it.

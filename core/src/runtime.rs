@@ -1,13 +1,26 @@
-//! One lazily created tokio runtime per process, for callers that block (the Python, C and
-//! CLI surfaces). A forked child gets a fresh one: the parent's worker threads do not exist
-//! in the child, so its runtime is leaked there, never dropped (dropping would try to join
-//! threads that are gone).
+//! The runtimes ferrolock runs on when its caller has none (the Python, C and CLI surfaces).
+//!
+//! - One lazily created multi-thread runtime per process runs the background work: the
+//!   watchdog, the waiters' pub/sub connections, asyncio-facing tasks, multi-node attempts.
+//! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
+//!   runtime of its own, with connections of its own (one per node, opened on first use): the
+//!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
+//!   synchronous client does. Handing each request to a worker thread and waking the caller
+//!   back cost 8-12 context switches per acquire + release, which on two CPUs doubled the
+//!   latency and starved other processes (see DESIGN.md, "Blocking callers").
+//!
+//! A forked child gets fresh runtimes: the parent's worker threads do not exist in the child,
+//! so the inherited runtimes are leaked there, never dropped (dropping would try to join
+//! threads that are gone, or close the parent's epoll registrations).
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::rc::Rc;
 use std::sync::Once;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
 use tokio::runtime::{Builder, Handle, Runtime};
+use tokio::task::JoinHandle;
 
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
@@ -80,14 +93,149 @@ pub fn runtime() -> &'static Runtime {
     }
 }
 
-/// The handle to spawn on: the caller's runtime when there is one, else the process runtime.
+/// The handle to spawn background work on: the caller's runtime when there is one, else the
+/// process runtime (never a blocking caller's own runtime: that one only runs while its
+/// thread is inside [`block_on`]).
 pub fn handle() -> Handle {
-    Handle::try_current().unwrap_or_else(|_| runtime().handle().clone())
+    ambient().unwrap_or_else(|| runtime().handle().clone())
 }
 
-/// Runs a future to completion from a thread that is not a runtime worker.
+/// The runtime the caller is running in, unless it is a blocking caller's own runtime.
+pub(crate) fn ambient() -> Option<Handle> {
+    if driving_locally() {
+        return None;
+    }
+    Handle::try_current().ok()
+}
+
+/// A blocking caller's runtime, and the process it was made in.
+struct Caller {
+    rt: Rc<Runtime>,
+    pid: u32,
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        if self.pid != pid() {
+            // Inherited across fork: its epoll instance is shared with the parent's.
+            std::mem::forget(self.rt.clone());
+        }
+    }
+}
+
+thread_local! {
+    static CALLER: RefCell<Option<Caller>> = const { RefCell::new(None) };
+    /// How deep this thread is in [`block_on`]: non-zero while it drives its own runtime.
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Clean-up spawned on this thread's runtime (undo, a release finishing after its caller
+    /// left), finished before [`block_on`] returns.
+    static CLEANUP: RefCell<Vec<JoinHandle<()>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether this thread is inside [`block_on`], so that requests use its own connections.
+pub(crate) fn driving_locally() -> bool {
+    DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
+}
+
+fn caller_runtime() -> Rc<Runtime> {
+    CALLER.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some(caller) = c.as_ref().filter(|caller| caller.pid == pid()) {
+            return caller.rt.clone();
+        }
+        let rt =
+            Rc::new(Builder::new_current_thread().enable_all().build().expect(
+                "cannot start a ferrolock runtime for this thread (out of file descriptors?)",
+            ));
+        // Replacing an inherited runtime leaks it (see `Caller::drop`), and whatever was
+        // spawned on it.
+        CLEANUP.with(|pending| std::mem::forget(std::mem::take(&mut *pending.borrow_mut())));
+        *c = Some(Caller {
+            rt: rt.clone(),
+            pid: pid(),
+        });
+        rt
+    })
+}
+
+/// Leaves the depth as it was, also when the future panics.
+struct Depth;
+
+impl Depth {
+    fn enter() -> Depth {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        Depth
+    }
+}
+
+impl Drop for Depth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Runs a future to completion on the calling thread, which must not be inside an async
+/// runtime. The thread drives the future's I/O itself (see the module comment), then finishes
+/// any clean-up the future left behind before returning.
+///
+/// # Panics
+/// When called from async code (inside a tokio runtime): await the future instead.
 pub fn block_on<F: Future>(future: F) -> F::Output {
-    runtime().block_on(future)
+    assert!(
+        Handle::try_current().is_err(),
+        "ferrolock::runtime::block_on called from async code: await the future instead"
+    );
+    let rt = caller_runtime();
+    let _depth = Depth::enter();
+    let out = rt.block_on(future);
+    finish_cleanup(&rt);
+    out
+}
+
+/// Runs the clean-up spawned on this thread's runtime to its end (each piece is bounded by
+/// the node timeout).
+fn finish_cleanup(rt: &Runtime) {
+    loop {
+        let pending = CLEANUP.with(|c| std::mem::take(&mut *c.borrow_mut()));
+        if pending.is_empty() {
+            return;
+        }
+        rt.block_on(async {
+            for task in pending {
+                let _ = task.await;
+            }
+        });
+    }
+}
+
+/// Starts work that must finish even though its caller is gone (undoing a partial grant,
+/// completing a release): on `handle` normally; on a blocking caller's thread, on that
+/// thread's own runtime, because it must use the connections the caller's requests went out
+/// on (a request and its undo on one connection execute in that order), and before the
+/// caller's thread is handed back (nothing else would drive it).
+pub(crate) fn spawn_cleanup<F>(handle: &Handle, work: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    if driving_locally() {
+        let task = tokio::spawn(work);
+        CLEANUP.with(|c| c.borrow_mut().push(task));
+        return;
+    }
+    let own = Handle::try_current().is_err()
+        && CALLER
+            .try_with(|c| {
+                c.borrow()
+                    .as_ref()
+                    .is_some_and(|caller| caller.pid == pid())
+            })
+            .unwrap_or(false);
+    if own {
+        // Dropped outside `block_on` (an interrupted blocking wait) by a thread that drove it.
+        block_on(work);
+    } else {
+        drop(handle.spawn(work));
+    }
 }
 
 pub(crate) fn install_crypto_provider() {

@@ -3,7 +3,8 @@
 //!
 //! - Blocking: the calling thread drives the future with the GIL released, in slices, and
 //!   runs Python's signal handlers between slices, so Ctrl-C interrupts any wait promptly.
-//!   Interrupting drops the future; the core then releases whatever it had taken.
+//!   The thread does the I/O itself, on connections of its own (one per node), as redis-py
+//!   does. Interrupting drops the future; the core then releases whatever it had taken.
 //! - asyncio: the future runs as a task on the runtime; its result is handed to the event
 //!   loop with `call_soon_threadsafe` from a blocking-pool thread. A runtime worker never
 //!   waits for the GIL.
@@ -75,13 +76,13 @@ fn park_if_exiting() {
 }
 
 /// Runs `f` with the GIL on a blocking-pool thread of the process runtime: the way back into
-/// Python from a runtime task (a worker must never wait for the GIL). Skipped once the
-/// interpreter is exiting. Must be called from within the runtime.
+/// Python from a runtime task or callback (a worker must never wait for the GIL). Skipped once
+/// the interpreter is exiting. Callable from any thread.
 pub fn with_gil_later<F>(f: F)
 where
     F: for<'py> FnOnce(Python<'py>) + Send + 'static,
 {
-    drop(tokio::task::spawn_blocking(move || attach_if_alive(f)));
+    drop(ferrolock::runtime::handle().spawn_blocking(move || attach_if_alive(f)));
 }
 
 /// Runs `fut` to completion on the calling thread, GIL released, interruptible by signals
@@ -91,18 +92,27 @@ where
     F: Future + Send,
     F::Output: Send,
 {
-    let mut fut = std::pin::pin!(fut);
+    // Boxed so that an interrupted wait can drop it without the GIL: dropping may finish
+    // clean-up (undo a partial grant) on this thread, over this thread's connections.
+    let mut fut = Box::pin(fut);
     loop {
-        let rt = ferrolock::runtime::runtime();
-        // The timer is made inside the runtime (it needs its time driver).
+        // The thread drives the future's I/O itself (see `ferrolock::runtime::block_on`); the
+        // timer is made inside the runtime (it needs its time driver).
         let done = py.detach(|| {
-            let done = rt.block_on(async { tokio::time::timeout(SLICE, fut.as_mut()).await });
+            let done = ferrolock::runtime::block_on(async {
+                tokio::time::timeout(SLICE, fut.as_mut()).await
+            });
             park_if_exiting();
             done
         });
         match done {
             Ok(out) => return Ok(out),
-            Err(_slice_over) => py.check_signals()?,
+            Err(_slice_over) => {
+                if let Err(interrupted) = py.check_signals() {
+                    py.detach(move || drop(fut));
+                    return Err(interrupted);
+                }
+            }
         }
     }
 }

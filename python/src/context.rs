@@ -168,14 +168,11 @@ impl PyLockContext {
             st.lost = None;
             st.generation
         };
-        let lost = lock.get().lock.lost();
         let (shared, interrupt) = (self.shared.clone(), self.interrupt);
-        ferrolock::runtime::handle().spawn(async move {
-            if let Some(reason) = lost.await {
-                let reason = reason.to_string();
-                // Never wait for the GIL on a runtime worker.
-                bridge::with_gil_later(move |py| shared.on_lost(py, generation, reason, interrupt));
-            }
+        lock.get().lock.on_lost(move |reason| {
+            let reason = reason.to_string();
+            // Never wait for the GIL where the loss is declared (a runtime worker).
+            bridge::with_gil_later(move |py| shared.on_lost(py, generation, reason, interrupt));
         });
         Ok(lock)
     }

@@ -286,12 +286,9 @@ impl PyLock {
     /// Calls `callback(reason)` on `loop` (with `call_soon_threadsafe`) if the lock is lost.
     /// Used by `async with`.
     fn _notify_lost(&self, event_loop: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) {
-        let lost = self.lock.lost();
         let (event_loop, callback) = (event_loop.clone().unbind(), callback.clone().unbind());
-        ferrolock::runtime::handle().spawn(async move {
-            if let Some(reason) = lost.await {
-                bridge::notify_loop(event_loop, callback, reason.to_string());
-            }
+        self.lock.on_lost(move |reason| {
+            bridge::notify_loop(event_loop, callback, reason.to_string());
         });
     }
 
