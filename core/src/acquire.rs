@@ -73,6 +73,12 @@ impl LockManager {
             let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
             let seen = head.map(Ticket::epoch);
             let head_gen = head.map(Ticket::head_gen);
+            // Before a first attempt: where the key's queue is still subscribed from an
+            // earlier wait, the wake-ups to count if this attempt fails.
+            let listening = match ticket {
+                None => shared.waiters.listening(&channel),
+                Some(_) => None,
+            };
             let attempt = Attempt {
                 key: key.to_string(),
                 channel: channel.clone(),
@@ -165,7 +171,7 @@ impl LockManager {
                 if let Some(hook) = hook {
                     hook(key).await;
                 }
-                ticket = Some(shared.waiters.join(shared, key, &channel));
+                ticket = Some(shared.waiters.join(shared, key, &channel, listening));
             }
             let Some(t) = ticket.as_mut() else {
                 unreachable!("joined above")

@@ -43,6 +43,10 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A pub/sub connection with no channel to listen to is closed after this long.
 const IDLE_CLOSE: Duration = Duration::from_secs(30);
+/// After its last waiter leaves with the lock, a key's queue stays subscribed this long (up
+/// to twice as long), so a process that waits on the key again soon (a worker in a loop)
+/// neither unsubscribes and resubscribes nor waits for a confirmation each time.
+const LINGER: Duration = Duration::from_secs(1);
 /// Bounded barging (see DESIGN.md, "Waiter queue"): while the head of the server queue has
 /// been queued for less than this (server clock), a free lock goes to whoever asks first
 /// (usually the process that just released it, one round trip after its release), which saves
@@ -109,6 +113,8 @@ struct Q {
     /// Moves whenever `not_head` is cleared, so that a "not head" answer computed before a head
     /// announcement cannot set it again.
     head_gen: u64,
+    /// No waiters, still subscribed until then (see `LINGER`).
+    lingering_until: Option<std::time::Instant>,
 }
 
 /// The turn handed to a waiter that becomes the head of its local queue.
@@ -165,9 +171,31 @@ impl Waiters {
         s
     }
 
+    /// The channel's queue if it is lingering (no waiters, still subscribed on every node), and
+    /// its epoch now: read before a first attempt, so that joining after the attempt failed
+    /// does not miss a release published in between.
+    pub fn listening(&self, channel: &str) -> Option<Listening> {
+        let kq = self.state().queues.get(channel).cloned()?;
+        let q = kq.q();
+        if !q.waiters.is_empty() || q.pending.contains(&true) {
+            return None;
+        }
+        drop(q);
+        let epoch = *kq.epoch.borrow();
+        Some(Listening { kq, epoch })
+    }
+
     /// Joins the local queue of `channel`. The first waiter subscribes the channel on every
-    /// node; its turn then comes with the confirmation (an epoch bump).
-    pub fn join(&self, shared: &Arc<Shared>, key: &str, channel: &str) -> Ticket {
+    /// node; its turn then comes with the confirmation (an epoch bump). On a lingering queue
+    /// the subscription is already there: the turn counts wake-ups from `before` (what
+    /// `listening` said before the failed attempt), or attempts at once without it.
+    pub fn join(
+        &self,
+        shared: &Arc<Shared>,
+        key: &str,
+        channel: &str,
+        before: Option<Listening>,
+    ) -> Ticket {
         let mut st = self.state();
         let mut created = false;
         let kq = st
@@ -188,6 +216,7 @@ impl Waiters {
                         dirty: false,
                         not_head: false,
                         head_gen: 0,
+                        lingering_until: None,
                     }),
                 })
             })
@@ -198,10 +227,29 @@ impl Waiters {
         {
             let mut q = kq.q();
             if q.waiters.is_empty() {
-                tx.send_replace(Some(Turn {
-                    attempt_now: false,
-                    seen: *kq.epoch.borrow(),
-                }));
+                let turn = if created {
+                    Turn {
+                        attempt_now: false,
+                        seen: *kq.epoch.borrow(),
+                    }
+                } else {
+                    // Lingering: subscribed already.
+                    q.lingering_until = None;
+                    q.not_head = false;
+                    q.head_gen = q.head_gen.wrapping_add(1);
+                    kq.active.store(true, Ordering::SeqCst);
+                    match before {
+                        Some(l) if Arc::ptr_eq(&l.kq, &kq) => Turn {
+                            attempt_now: false,
+                            seen: l.epoch,
+                        },
+                        _ => Turn {
+                            attempt_now: true,
+                            seen: *kq.epoch.borrow(),
+                        },
+                    }
+                };
+                tx.send_replace(Some(turn));
             }
             q.waiters.push_back((id, tx));
         }
@@ -259,6 +307,12 @@ impl Waiters {
         }
         let cleanup = q.dirty;
         kq.active.store(false, Ordering::SeqCst);
+        if ticket.granted.is_some() && !cleanup {
+            // Left with the lock, nothing of ours in any server queue: stay subscribed a while
+            // (the subscriber re-checks lingering queues every `LINGER`).
+            q.lingering_until = Some(std::time::Instant::now() + LINGER);
+            return false;
+        }
         drop(q);
         if st
             .queues
@@ -273,8 +327,16 @@ impl Waiters {
         cleanup
     }
 
+    /// The channels to be subscribed to: those with waiters or lingering. Drops the queues
+    /// whose linger is over.
     fn wanted(&self) -> HashSet<String> {
-        self.state().queues.keys().cloned().collect()
+        let now = std::time::Instant::now();
+        let mut st = self.state();
+        st.queues.retain(|_, kq| {
+            let q = kq.q();
+            !(q.waiters.is_empty() && q.lingering_until.is_some_and(|until| until <= now))
+        });
+        st.queues.keys().cloned().collect()
     }
 
     /// A message on `channel`: `0` somebody released (wakes us unless the server said we are
@@ -352,6 +414,12 @@ impl Waiters {
             }
         }
     }
+}
+
+/// A lingering queue and its epoch (see `Waiters::listening`).
+pub(crate) struct Listening {
+    kq: Arc<KeyQueue>,
+    epoch: u64,
 }
 
 /// A waiter's place in its key's local queue. Dropping it leaves the queue.
@@ -577,6 +645,8 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
                     None => break true,
                 },
                 _ = tokio::time::sleep(IDLE_CLOSE), if idle => break false,
+                // Lingering queues end by themselves: look again now and then.
+                _ = tokio::time::sleep(LINGER), if !idle => {}
             }
         };
         if !lost {

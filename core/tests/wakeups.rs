@@ -482,3 +482,74 @@ async fn a_dropped_waiter_unsubscribes_and_leaves_the_queue() {
     wait_for_subscribers(&server, &channel, 0).await;
     wait_until("dequeued", || server.cmd::<i64>(&["EXISTS", &q]) == 0).await;
 }
+
+/// `calls=` of one command in `INFO commandstats`.
+fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn waiting_again_soon_reuses_the_subscription_and_still_sees_a_release_before_joining() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let waiter_m = manager(&[server.url()], o.clone());
+    let channel = ferrolock::release_channel("again");
+
+    // A first wait subscribes; the waiter leaves with the lock and releases it.
+    let held = holder.acquire("again").await.unwrap();
+    let w = waiter_m.clone();
+    let waiter = tokio::spawn(async move { w.acquire("again").await });
+    wait_for_subscribers(&server, &channel, 1).await;
+    tokio::time::sleep(ms(50)).await;
+    held.release().await.unwrap();
+    let lock = waiter.await.unwrap().unwrap();
+    lock.release().await.unwrap();
+    let subscribes = calls(&server, "subscribe");
+    assert_eq!(
+        subscribers(&server, &channel).await,
+        1,
+        "the subscription should linger after a wait that ended with the lock"
+    );
+
+    // Waiting again at once: the holder releases exactly between the waiter's failed
+    // attempt and its joining the (still subscribed) queue. Only counting wake-ups from
+    // before the attempt can notice it: no publish comes later, the PTTL is 60 s, the poll
+    // 30 s or more.
+    let held = Arc::new(tokio::sync::Mutex::new(Some(
+        holder.acquire("again").await.unwrap(),
+    )));
+    let hook_ran = Arc::new(AtomicBool::new(false));
+    let (h, ran) = (held.clone(), hook_ran.clone());
+    waiter_m.__set_hook_before_subscribe(Some(Arc::new(move |_key: &str| {
+        let (h, ran) = (h.clone(), ran.clone());
+        Box::pin(async move {
+            if let Some(lock) = h.lock().await.take() {
+                assert!(lock.release().await.unwrap());
+                // Let the publish reach the waiter's subscription before it joins.
+                tokio::time::sleep(ms(100)).await;
+                ran.store(true, Ordering::SeqCst);
+            }
+        })
+    })));
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter_m.acquire("again"))
+        .await
+        .expect("the release before joining the lingering queue was missed")
+        .unwrap();
+    assert!(hook_ran.load(Ordering::SeqCst), "the race was not forced");
+    assert_eq!(get(&server, "again").as_deref(), Some(lock.token()));
+    assert_eq!(
+        calls(&server, "subscribe"),
+        subscribes,
+        "the second wait subscribed again instead of reusing the lingering subscription"
+    );
+    lock.release().await.unwrap();
+    // The linger ends by itself.
+    wait_for_subscribers(&server, &channel, 0).await;
+}
