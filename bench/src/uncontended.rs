@@ -27,7 +27,10 @@ use crate::{BoxResult, Ctx};
 const FLOOR_RELEASE: &str =
     "if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) end return 0";
 /// The core's scripts, read from its source so that the diagnostic stays in step.
-const CORE_RELEASE: &str = include_str!("../../core/scripts/release.lua");
+const CORE_RELEASE: &str = concat!(
+    include_str!("../../core/scripts/queue.lua"),
+    include_str!("../../core/scripts/release.lua")
+);
 const CORE_ACQUIRE: &str = concat!(
     include_str!("../../core/scripts/queue.lua"),
     include_str!("../../core/scripts/acquire.lua")
@@ -72,7 +75,7 @@ struct Floor {
 struct CoreWire {
     acquire_sha: String,
     /// fence counter, waiter queue, queue leases: the acquire script's KEYS[2..4].
-    more_keys: [String; 3],
+    more_keys: [String; 4],
     channel: String,
 }
 
@@ -105,8 +108,9 @@ impl Floor {
                     ferrolock::fence_key(&key),
                     ferrolock::queue_key(&key),
                     ferrolock::queue_lease_key(&key),
+                    ferrolock::queue_since_key(&key),
                 ],
-                channel: ferrolock::release_channel(&key),
+                channel: ferrolock::waiter_channel(&key, ""),
             };
             (load(&mut conns, CORE_RELEASE).await?, Some(wire))
         } else {
@@ -137,8 +141,9 @@ impl Floor {
         let mut release = redis::cmd("EVALSHA");
         release.arg(&self.release_sha);
         match &self.core_wire {
-            // The core's release script: KEYS key, waiter queue; ARGV token, channel.
-            Some(w) => release.arg(2).arg(&self.key).arg(&w.more_keys[1]),
+            // The core's release script: KEYS key, fence, waiter queue (3 keys); ARGV token,
+            // the waiters' channel prefix.
+            Some(w) => release.arg(5).arg(&self.key).arg(&w.more_keys),
             None => release.arg(1).arg(&self.key),
         }
         .arg(&token);
@@ -153,12 +158,13 @@ impl Floor {
                     .arg(ttl_ms);
             }
             Some(w) => {
-                // KEYS: key, fence, queue, leases; ARGV: token, ttl, fence mode (off), waiter
-                // id, queue score (none: a first try does not queue), lease ms.
+                // KEYS: key, fence, queue, leases, join times; ARGV: token, ttl, fence mode
+                // (off), waiter id, queue score (none: a first try does not queue), lease ms,
+                // barging bound ms, the waiters' channel prefix.
                 acquire = redis::cmd("EVALSHA");
                 acquire
                     .arg(&w.acquire_sha)
-                    .arg(4)
+                    .arg(5)
                     .arg(&self.key)
                     .arg(&w.more_keys);
                 acquire
@@ -167,7 +173,9 @@ impl Floor {
                     .arg("")
                     .arg("")
                     .arg("")
-                    .arg(0);
+                    .arg(0)
+                    .arg(4)
+                    .arg(&w.channel);
                 release.arg(&w.channel);
             }
         }

@@ -4,17 +4,17 @@
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue leases, KEYS[5] queue
 -- join times (one slot).
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
--- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] the release
--- channel for head announcements ('' = none).
+-- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] the prefix of
+-- the waiters' own channels ('' = none; see wake_head).
 -- Returns nil on a grant ({counter} with fencing); otherwise the ms after which a re-check is
 -- worth it: the holder's PTTL (-1: it has none), or the lease left to the waiter whose turn it
--- is; for a queued attempt with a channel, {that, 1 if it is the head else 0}.
+-- is.
 local id = ARGV[4]
 local pttl = redis.call('PTTL', KEYS[1])
-local channel = ARGV[8] or ''
+local prefix = ARGV[8] or ''
 if pttl ~= -2 then
   enqueue(id, ARGV[5], tonumber(ARGV[6]))
-  return busy(pttl, id, channel)
+  return pttl
 end
 -- Free. Join first, then look: a waiter that sorts first (arrivals in the same instant, a
 -- place kept after an undo) takes the lock now instead of being told to wait for itself.
@@ -22,13 +22,12 @@ enqueue(id, ARGV[5], tonumber(ARGV[6]))
 local head = queue_head()
 if not may_take(head, id, tonumber(ARGV[7])) then
   if pruned then
-    announce(channel, 'q:')
+    -- A lapsed head was dropped and the lock is free: the new head re-checks now.
+    wake_head(prefix, 'q')
   end
-  return busy(lease_left(head), id, channel)
+  return lease_left(head)
 end
+-- A grant needs no announcement: the lock is held now, and its release wakes the new head.
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 dequeue(id)
-if pruned or (head and head == id) then
-  announce(channel, 'h:')
-end
 return fence_reply(KEYS[2], ARGV[3])

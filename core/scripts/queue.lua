@@ -77,28 +77,21 @@ local function may_take(head, id, bound)
   local since = redis.call('ZSCORE', S, head)
   return since ~= false and clock() - tonumber(since) < bound
 end
--- Head announcements (plain locks; channel '' = none): processes that were told they are not
--- the head skip the release publishes ('0'), so whenever the head changes other than by its
--- own arrival, the new head is named on the release channel: 'h:<id>' when the old head was
--- just granted the lock (the new head listens to releases again; this node publishes the
--- release after this message), 'q:<id>' when the lock is free (the new head re-checks now).
-local function announce(channel, prefix)
-  if channel == '' then
-    return
+-- Targeted wake-ups (plain locks): each waiting process listens on a channel of its own,
+-- `<release channel>:<waiter id>`, and only the queue head's process is told that the lock may
+-- be free ('0' released, 'q' the head changed on a free lock, '?' a waiter left). prefix '' =
+-- none (reentrant locks: Redisson's channel carries Redisson's messages to every waiter).
+-- Returns 1 when some waiter was told.
+local function wake_head(prefix, message)
+  if prefix == '' then
+    return 0
   end
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
+  local head = queue_head()
   if head then
-    redis.call('PUBLISH', channel, prefix .. head)
+    redis.call('PUBLISH', prefix .. head, message)
+    return 1
   end
-end
--- A busy answer to a queued attempt: {hint, 1 if the attempt's id is the head else 0}, so the
--- process knows whether release publishes concern it. Unqueued attempts get the bare hint.
-local function busy(hint, id, channel)
-  if id == '' or channel == '' then
-    return hint
-  end
-  local head = redis.call('ZRANGE', Q, 0, 0)[1]
-  return {hint, (head == id or not head) and 1 or 0}
+  return 0
 end
 -- Free, but another waiter has the turn: re-check when its lease would run out.
 local function lease_left(head)

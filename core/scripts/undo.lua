@@ -4,8 +4,9 @@
 -- livelock; see DESIGN.md, "Waiter queue").
 -- KEYS[1] lock key, KEYS[2] unused, KEYS[3] queue, KEYS[4] queue leases, KEYS[5] queue join
 -- times (one slot).
--- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] release channel,
--- ARGV[4] waiter id, ARGV[5] queue score, ARGV[6] lease ms, ARGV[7] barging bound ms.
+-- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] Redisson's channel
+-- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
+-- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms.
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
@@ -21,8 +22,11 @@ if ARGV[2] == '1' then
   end
 elseif redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], '0')
   freed = 1
 end
 enqueue(ARGV[4], ARGV[5], tonumber(ARGV[6]), clock() - tonumber(ARGV[7]))
+if freed == 1 and ARGV[2] ~= '1' then
+  -- After the re-enqueue: the head may be us (we retry anyway) or a waiter ahead of us.
+  wake_head(ARGV[3], '0')
+end
 return freed

@@ -27,7 +27,7 @@ use crate::owner::{Holder, new_owner_id};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, fence_key, queue_key, queue_lease_key,
-    queue_since_key, redisson_channel, release_channel,
+    queue_since_key, redisson_channel, release_channel, waiter_channel_prefix,
 };
 use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
 
@@ -66,22 +66,23 @@ impl LockManager {
         // An owner id whose re-entry found our field gone: that acquisition was lost.
         let mut stale: Option<u64> = None;
         loop {
+            // Waited on this key a moment ago (its queue still lingers, subscribed): join before
+            // the first attempt, so that it queues and a release tells us.
+            if ticket.is_none()
+                && opts.wait != Some(Duration::ZERO)
+                && shared.waiters.lingering(&channel)
+            {
+                ticket = Some(shared.waiters.join(shared, key, &channel));
+            }
             let plan = self.plan(key, owner, opts, stale);
             // Only the head of the local queue carries our queue id; first attempts and
             // re-entries go straight to Redis without queueing.
             let head = ticket.as_ref().filter(|t| t.is_head());
             let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
             let seen = head.map(Ticket::epoch);
-            let head_gen = head.map(Ticket::head_gen);
-            // Before a first attempt: where the key's queue is still subscribed from an
-            // earlier wait, the wake-ups to count if this attempt fails.
-            let listening = match ticket {
-                None => shared.waiters.listening(&channel),
-                Some(_) => None,
-            };
+
             let attempt = Attempt {
                 key: key.to_string(),
-                channel: channel.clone(),
                 token: plan.token.clone(),
                 opts: opts.clone(),
                 reentry: plan.reentry,
@@ -122,11 +123,6 @@ impl LockManager {
             );
             let hint = wake_hint(&tally, &outcome.hints);
             let deadline = outcome.deadline;
-            if outcome.not_head
-                && let (Some(t), Some(g)) = (ticket.as_ref(), head_gen)
-            {
-                t.not_head(g);
-            }
 
             if let Some((i, e)) = tally.redis_error() {
                 return Err(node_error(
@@ -171,7 +167,7 @@ impl LockManager {
                 if let Some(hook) = hook {
                     hook(key).await;
                 }
-                ticket = Some(shared.waiters.join(shared, key, &channel, listening));
+                ticket = Some(shared.waiters.join(shared, key, &channel));
             }
             let Some(t) = ticket.as_mut() else {
                 unreachable!("joined above")
@@ -264,8 +260,6 @@ fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
 
 struct Attempt {
     key: String,
-    /// The release channel (head announcements go there, plain locks only).
-    channel: String,
     token: String,
     opts: LockOptions,
     reentry: bool,
@@ -280,7 +274,6 @@ struct Outcome {
     /// Per node: ms until a re-check is worth it, from a busy answer (-1: no TTL).
     hints: Vec<Option<i64>>,
     /// Every node answered that our queued id is behind another waiter's.
-    not_head: bool,
     started: Instant,
     deadline: Instant,
     fence: Option<u64>,
@@ -367,8 +360,8 @@ async fn run_attempt(shared: Arc<Shared>, a: Attempt) -> Result<Outcome> {
 
 enum Reply {
     Granted(i64),
-    /// The re-check hint and, for a queued attempt on a plain lock, whether we are the head.
-    Busy(i64, Option<bool>),
+    /// The re-check hint.
+    Busy(i64),
 }
 
 /// Where to undo a fresh grant: wherever we may hold it (a yes, or an answer we never saw; a
@@ -425,9 +418,13 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
     let hints = Mutex::new(vec![None; nodes.len()]);
     let hints_ref = &hints;
-    let heads = Mutex::new(vec![None; nodes.len()]);
-    let heads_ref = &heads;
-    let announce = if reentrant { "" } else { a.channel.as_str() };
+    // Plain locks with a queue: where the script tells the next waiter that the lock is free.
+    let wake_prefix = if reentrant || plain_set {
+        String::new()
+    } else {
+        waiter_channel_prefix(key)
+    };
+    let wake_prefix = wake_prefix.as_str();
     // Armed before anything is sent: if this attempt is dropped part-way (it runs inline on one
     // node), whatever it may have taken is released.
     let pending = Undo {
@@ -468,7 +465,11 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                     let mut inv = ACQUIRE.prepare_invoke();
                     inv.key(key).key(fk).key(qk).key(lk).key(sk);
                     inv.arg(token).arg(ttl_ms).arg(fence_mode);
-                    inv.arg(id).arg(score).arg(lease).arg(bound).arg(announce);
+                    inv.arg(id)
+                        .arg(score)
+                        .arg(lease)
+                        .arg(bound)
+                        .arg(wake_prefix);
                     inv
                 };
                 let value: Value = inv.invoke_async(&mut conn).await?;
@@ -477,9 +478,8 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
             .await?;
         match parse_reply(reply)? {
             Reply::Granted(counter) => Ok(Some(counter)),
-            Reply::Busy(hint, head) => {
+            Reply::Busy(hint) => {
                 hints_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(hint);
-                heads_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = head;
                 Ok(None)
             }
         }
@@ -525,11 +525,6 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     }
     let won = tally.won() && Instant::now() < deadline && (fence.is_some() || !fencing);
     let hints_now = hints.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let not_head = heads
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .all(|h| *h == Some(false));
     let mut undo = pending;
     undo.only = undo_mask(&tally, reentry);
     if won {
@@ -537,7 +532,6 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
             won,
             tally,
             hints: hints_now,
-            not_head: false,
             started: start,
             deadline,
             fence,
@@ -561,7 +555,6 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         won,
         tally,
         hints: hints_now,
-        not_head,
         started: start,
         deadline,
         fence,
@@ -592,10 +585,11 @@ async fn undo_everywhere(
     queue: &QueueArgs,
 ) {
     let timeout = opts.effective_node_timeout();
+    // Reentrant: Redisson's channel; plain: the prefix of the waiters' own channels.
     let channel = if opts.reentrant {
         redisson_channel(key)
     } else {
-        release_channel(key)
+        waiter_channel_prefix(key)
     };
     let (fk, qk, lk, sk) = (
         fence_key(key),
@@ -643,19 +637,17 @@ async fn undo_everywhere(
 }
 
 /// nil: granted; {counter}: granted with the fence counter; an integer: busy, with the ms
-/// after which a re-check is worth it; {ms, 1|0}: busy, for a queued attempt on a plain lock,
-/// and whether our id is the queue head.
+/// after which a re-check is worth it.
 fn parse_reply(v: Value) -> Result<Reply, NodeError> {
     match v {
         Value::Nil => Ok(Reply::Granted(0)),
         Value::Array(items) => match items.as_slice() {
             [Value::Int(c)] => Ok(Reply::Granted(*c)),
-            [Value::Int(h), Value::Int(head)] => Ok(Reply::Busy(*h, Some(*head == 1))),
             _ => Err(NodeError::Redis(format!(
                 "unexpected acquire reply {items:?}"
             ))),
         },
-        Value::Int(h) => Ok(Reply::Busy(h, None)),
+        Value::Int(h) => Ok(Reply::Busy(h)),
         other => Err(NodeError::Redis(format!(
             "unexpected acquire reply {other:?}"
         ))),

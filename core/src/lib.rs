@@ -54,4 +54,5 @@ pub use options::{
 };
 pub use scripts::{
     fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,
+    waiter_channel,
 };

@@ -14,7 +14,8 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
 use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, redisson_channel, release_channel,
+    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, fence_key, queue_key, queue_lease_key,
+    queue_since_key, redisson_channel, waiter_channel_prefix,
 };
 
 /// Where a lock stands.
@@ -532,13 +533,33 @@ pub(crate) async fn release_everywhere(
     let timeout = opts.effective_node_timeout();
     let reentrant = opts.reentrant;
     let ttl_ms = opts.ttl_millis();
-    let channel = if reentrant {
-        redisson_channel(key)
+    // Reentrant: Redisson's channel. Plain: the waiters' own channels, and the queue whose
+    // head is the one to wake (the fence key only fills the queue scripts' key layout).
+    let (channel, fk, qk, lk, sk) = if reentrant {
+        (
+            redisson_channel(key),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+        )
     } else {
-        release_channel(key)
+        (
+            waiter_channel_prefix(key),
+            fence_key(key),
+            queue_key(key),
+            queue_lease_key(key),
+            queue_since_key(key),
+        )
     };
-    let channel = channel.as_str();
-    fan_out(&shared.nodes, shared.quorum, false, |i, node| {
+    let (channel, fk, qk, lk, sk) = (
+        channel.as_str(),
+        fk.as_str(),
+        qk.as_str(),
+        lk.as_str(),
+        sk.as_str(),
+    );
+    let tally = fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only.is_none_or(|m| m[i]);
         async move {
             if !wanted {
@@ -558,6 +579,10 @@ pub(crate) async fn release_everywhere(
                 }
                 let deleted: i64 = RELEASE
                     .key(key)
+                    .key(fk)
+                    .key(qk)
+                    .key(lk)
+                    .key(sk)
                     .arg(token)
                     .arg(channel)
                     .invoke_async(&mut conn)
@@ -571,7 +596,9 @@ pub(crate) async fn release_everywhere(
             .await
         }
     })
-    .await
+    .await;
+    shared.waiters.released_locally(key, reentrant);
+    tally
 }
 
 pub(crate) async fn extend_everywhere(

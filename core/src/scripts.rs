@@ -5,10 +5,18 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-const RELEASE_SRC: &str = include_str!("../scripts/release.lua");
 const EXTEND_SRC: &str = include_str!("../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../scripts/raise_fence.lua");
-// The acquire scripts and the undo start with the waiter-queue functions of `queue.lua`.
+// The acquire scripts, the plain release, the undo and the dequeue start with the waiter-queue
+// functions of `queue.lua`.
+const RELEASE_SRC: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/release.lua")
+);
+const DEQUEUE_SRC: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/dequeue.lua")
+);
 const ACQUIRE_SRC: &str = concat!(
     include_str!("../scripts/queue.lua"),
     include_str!("../scripts/acquire.lua")
@@ -32,14 +40,17 @@ pub(crate) static ACQUIRE_REENTRANT: LazyLock<Script> =
     LazyLock::new(|| Script::new(ACQUIRE_REENTRANT_SRC));
 /// Undoes a fresh grant that missed the quorum and puts the waiter back in the queue.
 pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
+/// Takes a waiter that gave up out of the queue, and wakes the next one if the lock is free.
+pub(crate) static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_SRC));
 pub(crate) static RELEASE_REENTRANT: LazyLock<Script> =
     LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
 pub(crate) static EXTEND_REENTRANT: LazyLock<Script> =
     LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
 
 /// The source of every script, loaded on each new connection.
-pub(crate) fn sources() -> [&'static str; 8] {
+pub(crate) fn sources() -> [&'static str; 9] {
     [
+        DEQUEUE_SRC,
         RELEASE_SRC,
         EXTEND_SRC,
         RAISE_FENCE_SRC,
@@ -56,6 +67,19 @@ pub(crate) fn sources() -> [&'static str; 8] {
 /// rule Redisson uses for its channel).
 pub fn release_channel(key: &str) -> String {
     tagged("ferrolock:release:", key)
+}
+
+/// The channel on which one waiting process (waiter id `id`) hears that a plain lock on `key`
+/// may be free: only the queue head's process is told (see DESIGN.md, "Waiter queue").
+pub fn waiter_channel(key: &str, id: &str) -> String {
+    format!("{}{id}", waiter_channel_prefix(key))
+}
+
+/// `waiter_channel(key, "")`: what the scripts append a waiter id to.
+pub(crate) fn waiter_channel_prefix(key: &str) -> String {
+    let mut prefix = release_channel(key);
+    prefix.push(':');
+    prefix
 }
 
 /// The channel a reentrant lock's last release publishes `"0"` on: Redisson's

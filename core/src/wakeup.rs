@@ -35,7 +35,10 @@ use tokio::sync::{mpsc, watch};
 
 use crate::manager::Shared;
 use crate::options::LockOptions;
-use crate::scripts::{queue_key, queue_lease_key, queue_since_key, release_channel};
+use crate::scripts::{
+    DEQUEUE, fence_key, queue_key, queue_lease_key, queue_since_key, release_channel,
+    waiter_channel, waiter_channel_prefix,
+};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -79,6 +82,8 @@ struct State {
     /// The process these queues and tasks belong to; a forked child starts afresh.
     pid: Option<u32>,
     queues: HashMap<String, Arc<KeyQueue>>,
+    /// The same queues, by what they are subscribed to.
+    by_subscription: HashMap<String, Arc<KeyQueue>>,
     /// Per node: wakes its subscriber task to reconcile its subscriptions.
     signals: Vec<Option<mpsc::UnboundedSender<()>>>,
     next_ticket: u64,
@@ -87,7 +92,11 @@ struct State {
 /// The waiters of one channel (one key, one lock kind) in this manager.
 pub(crate) struct KeyQueue {
     key: String,
+    /// The key's release channel: the local queue's name.
     channel: String,
+    /// What this process subscribes to for it: its own `waiter_channel` (plain locks), or
+    /// Redisson's channel (reentrant locks).
+    subscription: String,
     /// This process's waiter id in the server-side queue of the key.
     server_id: String,
     /// Still has waiters: an undo puts our id back in the server queue only while it does.
@@ -107,12 +116,6 @@ struct Q {
     score: Option<String>,
     /// The server queue may still hold our id: take it out when the last waiter leaves.
     dirty: bool,
-    /// The server said our id is queued but not first (plain locks): release publishes do not
-    /// concern us until a head announcement names us (or anything makes us unsure again).
-    not_head: bool,
-    /// Moves whenever `not_head` is cleared, so that a "not head" answer computed before a head
-    /// announcement cannot set it again.
-    head_gen: u64,
     /// No waiters, still subscribed until then (see `LINGER`).
     lingering_until: Option<std::time::Instant>,
 }
@@ -135,17 +138,6 @@ impl KeyQueue {
     fn bump(&self) {
         self.epoch.send_modify(|e| *e = e.wrapping_add(1));
     }
-
-    /// Whether we are the head is unknown again (named by an announcement, a message we cannot
-    /// read, a (re)subscription): release publishes wake us again, and so does this.
-    fn unsure(&self) {
-        {
-            let mut q = self.q();
-            q.not_head = false;
-            q.head_gen = q.head_gen.wrapping_add(1);
-        }
-        self.bump();
-    }
 }
 
 impl Waiters {
@@ -164,6 +156,7 @@ impl Waiters {
             // Inherited across fork: the tasks and connections lived on the parent's runtime.
             // Leak them rather than drop them, as Node does with its connection.
             std::mem::forget(std::mem::take(&mut s.queues));
+            std::mem::forget(std::mem::take(&mut s.by_subscription));
             std::mem::forget(std::mem::take(&mut s.signals));
             s.signals = (0..self.nodes).map(|_| None).collect();
             s.pid = Some(pid);
@@ -171,31 +164,23 @@ impl Waiters {
         s
     }
 
-    /// The channel's queue if it is lingering (no waiters, still subscribed on every node), and
-    /// its epoch now: read before a first attempt, so that joining after the attempt failed
-    /// does not miss a release published in between.
-    pub fn listening(&self, channel: &str) -> Option<Listening> {
-        let kq = self.state().queues.get(channel).cloned()?;
+    /// Whether the channel's queue is lingering (no waiters, still subscribed on every node):
+    /// an acquire that may wait then joins before its first attempt, which then queues (and a
+    /// plain lock's release will tell it, on its own channel).
+    pub fn lingering(&self, channel: &str) -> bool {
+        let st = self.state();
+        let Some(kq) = st.queues.get(channel) else {
+            return false;
+        };
         let q = kq.q();
-        if !q.waiters.is_empty() || q.pending.contains(&true) {
-            return None;
-        }
-        drop(q);
-        let epoch = *kq.epoch.borrow();
-        Some(Listening { kq, epoch })
+        q.waiters.is_empty() && !q.pending.contains(&true)
     }
 
     /// Joins the local queue of `channel`. The first waiter subscribes the channel on every
     /// node; its turn then comes with the confirmation (an epoch bump). On a lingering queue
-    /// the subscription is already there: the turn counts wake-ups from `before` (what
-    /// `listening` said before the failed attempt), or attempts at once without it.
-    pub fn join(
-        &self,
-        shared: &Arc<Shared>,
-        key: &str,
-        channel: &str,
-        before: Option<Listening>,
-    ) -> Ticket {
+    /// the subscription is already there: the turn says "attempt now" (a plain lock's waiter
+    /// is told of releases only once its attempt has queued it).
+    pub fn join(&self, shared: &Arc<Shared>, key: &str, channel: &str) -> Ticket {
         let mut st = self.state();
         let mut created = false;
         let kq = st
@@ -203,10 +188,18 @@ impl Waiters {
             .entry(channel.to_string())
             .or_insert_with(|| {
                 created = true;
+                let server_id = crate::manager::new_token();
+                // Plain locks: a channel of our own, told only when we are the queue head.
+                let subscription = if channel == release_channel(key) {
+                    waiter_channel(key, &server_id)
+                } else {
+                    channel.to_string()
+                };
                 Arc::new(KeyQueue {
                     key: key.to_string(),
                     channel: channel.to_string(),
-                    server_id: crate::manager::new_token(),
+                    subscription,
+                    server_id,
                     active: Arc::new(AtomicBool::new(true)),
                     epoch: watch::Sender::new(0),
                     q: Mutex::new(Q {
@@ -214,13 +207,15 @@ impl Waiters {
                         pending: vec![true; self.nodes],
                         score: None,
                         dirty: false,
-                        not_head: false,
-                        head_gen: 0,
                         lingering_until: None,
                     }),
                 })
             })
             .clone();
+        if created {
+            st.by_subscription
+                .insert(kq.subscription.clone(), kq.clone());
+        }
         st.next_ticket += 1;
         let id = st.next_ticket;
         let (tx, rx) = watch::channel(None);
@@ -235,18 +230,10 @@ impl Waiters {
                 } else {
                     // Lingering: subscribed already.
                     q.lingering_until = None;
-                    q.not_head = false;
-                    q.head_gen = q.head_gen.wrapping_add(1);
                     kq.active.store(true, Ordering::SeqCst);
-                    match before {
-                        Some(l) if Arc::ptr_eq(&l.kq, &kq) => Turn {
-                            attempt_now: false,
-                            seen: l.epoch,
-                        },
-                        _ => Turn {
-                            attempt_now: true,
-                            seen: *kq.epoch.borrow(),
-                        },
+                    Turn {
+                        attempt_now: true,
+                        seen: *kq.epoch.borrow(),
                     }
                 };
                 tx.send_replace(Some(turn));
@@ -320,6 +307,7 @@ impl Waiters {
             .is_some_and(|k| Arc::ptr_eq(k, kq))
         {
             st.queues.remove(&kq.channel);
+            st.by_subscription.remove(&kq.subscription);
         }
         for s in st.signals.iter().flatten() {
             let _ = s.send(());
@@ -327,43 +315,50 @@ impl Waiters {
         cleanup
     }
 
+    /// This manager released a lock on `key`: its own waiters on the key hear it here (the
+    /// release only tells the server queue's head, and a waiter of ours that took over the
+    /// turn locally from a waiter that got the lock is not queued on the server yet).
+    pub fn released_locally(&self, key: &str, reentrant: bool) {
+        let kq = {
+            let st = self.state();
+            if st.queues.is_empty() {
+                return;
+            }
+            let channel = if reentrant {
+                crate::scripts::redisson_channel(key)
+            } else {
+                release_channel(key)
+            };
+            st.queues.get(&channel).cloned()
+        };
+        if let Some(kq) = kq
+            && !kq.q().waiters.is_empty()
+        {
+            kq.bump();
+        }
+    }
+
     /// The channels to be subscribed to: those with waiters or lingering. Drops the queues
     /// whose linger is over.
     fn wanted(&self) -> HashSet<String> {
         let now = std::time::Instant::now();
         let mut st = self.state();
-        st.queues.retain(|_, kq| {
+        let over = |kq: &Arc<KeyQueue>| {
             let q = kq.q();
-            !(q.waiters.is_empty() && q.lingering_until.is_some_and(|until| until <= now))
-        });
-        st.queues.keys().cloned().collect()
+            q.waiters.is_empty() && q.lingering_until.is_some_and(|until| until <= now)
+        };
+        st.queues.retain(|_, kq| !over(kq));
+        st.by_subscription.retain(|_, kq| !over(kq));
+        st.by_subscription.keys().cloned().collect()
     }
 
-    /// A message on `channel`: `0` somebody released (wakes us unless the server said we are
-    /// not the head); `h:<id>` the head was granted and `<id>` is the new head (that process
-    /// listens to releases again); `q:<id>` the head changed on a free lock (wakes that
-    /// process); anything else wakes every waiter.
-    fn wake(&self, channel: &str, payload: &[u8]) {
-        let kq = self.state().queues.get(channel).cloned();
-        let Some(kq) = kq else { return };
-        if payload == b"0" {
-            if !kq.q().not_head {
-                kq.bump();
-            }
-        } else if let Some(id) = payload.strip_prefix(b"h:") {
-            // The previous head was just granted the lock: listen to releases again (this
-            // node publishes that lock's release after this message).
-            if id == kq.server_id.as_bytes() {
-                let mut q = kq.q();
-                q.not_head = false;
-                q.head_gen = q.head_gen.wrapping_add(1);
-            }
-        } else if let Some(id) = payload.strip_prefix(b"q:") {
-            if id == kq.server_id.as_bytes() {
-                kq.unsure();
-            }
-        } else {
-            kq.unsure();
+    /// A message on one of our subscriptions: the lock may be free (our own channel: `0`
+    /// released, `q` the turn passed to us on a free lock, `?` a waiter ahead left; Redisson's
+    /// channel: `0` released). Every message wakes the head of the local queue.
+    fn wake(&self, subscription: &str) {
+        let kq = self.state().by_subscription.get(subscription).cloned();
+        if let Some(kq) = kq {
+            kq.bump();
         }
     }
 
@@ -388,7 +383,7 @@ impl Waiters {
                 let done = !q.pending.contains(&true);
                 drop(q);
                 if done {
-                    kq.unsure();
+                    kq.bump();
                 }
             }
         }
@@ -397,7 +392,9 @@ impl Waiters {
     fn settle<'a>(&self, node: usize, channels: impl Iterator<Item = &'a str>, fresh: bool) {
         let kqs: Vec<Arc<KeyQueue>> = {
             let st = self.state();
-            channels.filter_map(|c| st.queues.get(c).cloned()).collect()
+            channels
+                .filter_map(|c| st.by_subscription.get(c).cloned())
+                .collect()
         };
         for kq in kqs {
             let mut q = kq.q();
@@ -410,16 +407,10 @@ impl Waiters {
             // First subscription: wake the head once every node has answered. Resubscription
             // after a reconnect: wake it at once, since publishes were lost meanwhile.
             if (was_pending && done) || (fresh && !was_pending) {
-                kq.unsure();
+                kq.bump();
             }
         }
     }
-}
-
-/// A lingering queue and its epoch (see `Waiters::listening`).
-pub(crate) struct Listening {
-    kq: Arc<KeyQueue>,
-    epoch: u64,
 }
 
 /// A waiter's place in its key's local queue. Dropping it leaves the queue.
@@ -493,20 +484,6 @@ impl Ticket {
     pub fn granted(&mut self, everywhere: bool) {
         self.granted = Some(everywhere);
     }
-
-    /// Read before an attempt, for `not_head`.
-    pub fn head_gen(&self) -> u64 {
-        self.kq.q().head_gen
-    }
-
-    /// Every node said our id is queued behind another: skip release publishes until a head
-    /// announcement names us, unless something made us unsure since `head_gen` was read.
-    pub fn not_head(&self, head_gen: u64) {
-        let mut q = self.kq.q();
-        if q.head_gen == head_gen {
-            q.not_head = true;
-        }
-    }
 }
 
 impl Drop for Ticket {
@@ -550,20 +527,39 @@ pub(crate) fn lease(opts: &LockOptions) -> Duration {
 /// We may have been the head: on a plain lock's channel, waiters that skip release publishes
 /// are told to re-check (`?`).
 async fn dequeue_everywhere(shared: &Shared, key: &str, id: &str, channel: &str) {
-    let announce = channel == release_channel(key);
+    // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
+    // on Redisson's channel, where only Redisson's messages go: they re-check on their timers.
+    let prefix = if channel == release_channel(key) {
+        waiter_channel_prefix(key)
+    } else {
+        String::new()
+    };
     let timeout = shared.defaults.effective_node_timeout();
-    let (q, l, s) = (queue_key(key), queue_lease_key(key), queue_since_key(key));
-    let (q, l, s) = (q.as_str(), l.as_str(), s.as_str());
+    let (f, q, l, s) = (
+        fence_key(key),
+        queue_key(key),
+        queue_lease_key(key),
+        queue_since_key(key),
+    );
+    let (f, q, l, s, prefix) = (
+        f.as_str(),
+        q.as_str(),
+        l.as_str(),
+        s.as_str(),
+        prefix.as_str(),
+    );
     futures::future::join_all(shared.nodes.iter().map(|node| {
         node.run(timeout, false, move |mut conn| async move {
-            let mut pipe = redis::pipe();
-            pipe.cmd("ZREM").arg(q).arg(id).ignore();
-            pipe.cmd("ZREM").arg(l).arg(id).ignore();
-            pipe.cmd("ZREM").arg(s).arg(id).ignore();
-            if announce {
-                pipe.cmd("PUBLISH").arg(channel).arg("?").ignore();
-            }
-            pipe.query_async::<()>(&mut conn).await
+            DEQUEUE
+                .key(key)
+                .key(f)
+                .key(q)
+                .key(l)
+                .key(s)
+                .arg(id)
+                .arg(prefix)
+                .invoke_async::<()>(&mut conn)
+                .await
         })
     }))
     .await;
@@ -690,8 +686,7 @@ async fn op(
 
 fn deliver(weak: &Weak<Shared>, msg: &redis::Msg) {
     if let Some(s) = weak.upgrade() {
-        s.waiters
-            .wake(msg.get_channel_name(), msg.get_payload_bytes());
+        s.waiters.wake(msg.get_channel_name());
     }
 }
 

@@ -136,12 +136,13 @@ async fn dropping_a_held_lock_releases_it() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn release_publishes_on_the_release_channel() {
+async fn release_tells_the_queued_waiter_on_its_own_channel() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], opts().retry_delay(Duration::from_secs(10)));
     let mut sub = server.client();
     let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe("ferrolock:release:{pub}").unwrap();
+    // Waiters listen on channels of their own: `ferrolock:release:{pub}:<waiter id>`.
+    pubsub.psubscribe("ferrolock:release:{pub}:*").unwrap();
     pubsub
         .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
@@ -158,12 +159,18 @@ async fn release_publishes_on_the_release_channel() {
         );
         tokio::time::sleep(ms(5)).await;
     }
+    let queued: Vec<String> = server.cmd(&["ZRANGE", "ferrolock:queue:{pub}", "0", "0"]);
     lock.release().await.unwrap();
     pubsub
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
     let msg = pubsub.get_message().expect("a release message");
-    assert_eq!(msg.get_channel_name(), "ferrolock:release:{pub}");
+    assert_eq!(
+        msg.get_channel_name(),
+        format!("ferrolock:release:{{pub}}:{}", queued[0]),
+        "the release tells the queued waiter on its own channel"
+    );
+    assert_eq!(msg.get_payload_bytes(), b"0");
     let got = tokio::time::timeout(Duration::from_secs(5), waiter)
         .await
         .unwrap()

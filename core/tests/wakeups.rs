@@ -30,9 +30,18 @@ fn server_ms(server: &RedisServer) -> u64 {
     t[0] * 1000 + t[1] / 1000
 }
 
+/// Subscribers of a key's release channel: on Redisson's channel (reentrant locks) itself; for
+/// a plain lock's `release_channel`, on the waiters' own channels (`<release channel>:<id>`).
 async fn subscribers(server: &RedisServer, channel: &str) -> i64 {
-    let counts: Vec<(String, i64)> = server.cmd(&["PUBSUB", "NUMSUB", channel]);
-    counts[0].1
+    let channels: Vec<String> = if channel.starts_with("ferrolock:release:") {
+        server.cmd(&["PUBSUB", "CHANNELS", &format!("{channel}:*")])
+    } else {
+        vec![channel.to_string()]
+    };
+    let mut args = vec!["PUBSUB", "NUMSUB"];
+    args.extend(channels.iter().map(String::as_str));
+    let counts: Vec<(String, i64)> = server.cmd(&args);
+    counts.iter().map(|(_, n)| n).sum()
 }
 
 async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -494,10 +503,11 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn waiting_again_soon_reuses_the_subscription_and_still_sees_a_release_before_joining() {
+async fn waiting_again_soon_reuses_the_subscription_and_is_woken_by_the_release() {
     let _serial = serial();
     let server = RedisServer::start();
-    let o = slow_poll(LONG);
+    let retry = Duration::from_secs(10); // jittered: polls no sooner than 5 s apart
+    let o = slow_poll(retry);
     let holder = manager(&[server.url()], o.clone());
     let waiter_m = manager(&[server.url()], o.clone());
     let channel = ferrolock::release_channel("again");
@@ -518,31 +528,29 @@ async fn waiting_again_soon_reuses_the_subscription_and_still_sees_a_release_bef
         "the subscription should linger after a wait that ended with the lock"
     );
 
-    // Waiting again at once: the holder releases exactly between the waiter's failed
-    // attempt and its joining the (still subscribed) queue. Only counting wake-ups from
-    // before the attempt can notice it: no publish comes later, the PTTL is 60 s, the poll
-    // 30 s or more.
-    let held = Arc::new(tokio::sync::Mutex::new(Some(
-        holder.acquire("again").await.unwrap(),
-    )));
-    let hook_ran = Arc::new(AtomicBool::new(false));
-    let (h, ran) = (held.clone(), hook_ran.clone());
-    waiter_m.__set_hook_before_subscribe(Some(Arc::new(move |_key: &str| {
-        let (h, ran) = (h.clone(), ran.clone());
-        Box::pin(async move {
-            if let Some(lock) = h.lock().await.take() {
-                assert!(lock.release().await.unwrap());
-                // Let the publish reach the waiter's subscription before it joins.
-                tokio::time::sleep(ms(100)).await;
-                ran.store(true, Ordering::SeqCst);
-            }
-        })
-    })));
-    let lock = tokio::time::timeout(Duration::from_secs(10), waiter_m.acquire("again"))
+    // Waiting again at once: the first attempt already queues (only the queue head's
+    // process hears a release), with no new subscription.
+    let held = holder.acquire("again").await.unwrap();
+    let w = waiter_m.clone();
+    let waiter = tokio::spawn(async move { w.acquire("again").await });
+    wait_until("the waiter is queued", || {
+        server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key("again")]) == 1
+    })
+    .await;
+    tokio::time::sleep(ms(50)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
-        .expect("the release before joining the lingering queue was missed")
+        .expect("woken")
+        .unwrap()
         .unwrap();
-    assert!(hook_ran.load(Ordering::SeqCst), "the race was not forced");
+    let latency = released.elapsed();
+    assert!(
+        latency < retry / 4,
+        "took {latency:?}: the release did not wake the lingering waiter"
+    );
     assert_eq!(get(&server, "again").as_deref(), Some(lock.token()));
     assert_eq!(
         calls(&server, "subscribe"),
@@ -552,4 +560,64 @@ async fn waiting_again_soon_reuses_the_subscription_and_still_sees_a_release_bef
     lock.release().await.unwrap();
     // The linger ends by itself.
     wait_for_subscribers(&server, &channel, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_tells_only_the_queue_heads_process() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "targeted";
+    let o = slow_poll(Duration::from_secs(10));
+    let holder = manager(&[server.url()], o.clone());
+    let held = holder.acquire(key).await.unwrap();
+    // Two waiting processes: the first is the queue head, the second queued behind it.
+    let mut waiters = Vec::new();
+    for n in 1..=2 {
+        let m = manager(&[server.url()], o.clone());
+        waiters.push(tokio::spawn(async move { m.acquire(key).await }));
+        wait_until("the waiter is queued", || {
+            server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(key)]) == n
+        })
+        .await;
+    }
+    let queue: Vec<String> = server.cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "-1"]);
+    let head_channel = ferrolock::waiter_channel(key, &queue[0]);
+
+    // Everything published on any ferrolock channel from now on.
+    let mut watcher = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    watcher.psubscribe("ferrolock:release:*").await.unwrap();
+    let mut messages = watcher.on_message();
+
+    held.release().await.unwrap();
+    let first = tokio::time::timeout(
+        Duration::from_secs(5),
+        futures::StreamExt::next(&mut messages),
+    )
+    .await
+    .expect("the release published nothing")
+    .unwrap();
+    assert_eq!(first.get_channel_name(), head_channel);
+    assert_eq!(first.get_payload_bytes(), b"0");
+    // Nothing for the second waiter: its process is not woken.
+    let more = tokio::time::timeout(ms(200), futures::StreamExt::next(&mut messages)).await;
+    assert!(
+        more.is_err(),
+        "a second message: {:?}",
+        more.map(|m| m.map(|m| m.get_channel_name().to_string()))
+    );
+    drop(messages);
+
+    // The head got the lock; after its release the second waiter is told in turn.
+    for w in waiters {
+        let lock = tokio::time::timeout(Duration::from_secs(5), w)
+            .await
+            .expect("a waiter was not woken")
+            .unwrap()
+            .unwrap();
+        lock.release().await.unwrap();
+    }
 }
