@@ -56,11 +56,6 @@ impl LockManager {
         let n = shared.nodes.len();
         let started = Instant::now();
         let give_up_at = opts.wait.map(|w| started + w);
-        let channel = if opts.reentrant {
-            redisson_channel(key)
-        } else {
-            release_channel(key)
-        };
         let mut unreachable_streak = 0;
         let mut ticket: Option<Ticket> = None;
         // An owner id whose re-entry found our field gone: that acquisition was lost.
@@ -75,7 +70,6 @@ impl LockManager {
             let head_gen = head.map(Ticket::head_gen);
             let attempt = Attempt {
                 key: key.to_string(),
-                channel: channel.clone(),
                 token: plan.token.clone(),
                 opts: opts.clone(),
                 reentry: plan.reentry,
@@ -165,7 +159,8 @@ impl LockManager {
                 if let Some(hook) = hook {
                     hook(key).await;
                 }
-                ticket = Some(shared.waiters.join(shared, key, &channel));
+                // The release channel is named only here: a first try on a free key never needs it.
+                ticket = Some(shared.waiters.join(shared, key, &channel_of(key, opts)));
             }
             let Some(t) = ticket.as_mut() else {
                 unreachable!("joined above")
@@ -230,6 +225,15 @@ impl LockManager {
     }
 }
 
+/// The channel a release of `key` publishes on.
+fn channel_of(key: &str, opts: &LockOptions) -> String {
+    if opts.reentrant {
+        redisson_channel(key)
+    } else {
+        release_channel(key)
+    }
+}
+
 async fn until(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -258,8 +262,6 @@ fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
 
 struct Attempt {
     key: String,
-    /// The release channel (head announcements go there, plain locks only).
-    channel: String,
     token: String,
     opts: LockOptions,
     reentry: bool,
@@ -421,7 +423,13 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let hints_ref = &hints;
     let heads = Mutex::new(vec![None; nodes.len()]);
     let heads_ref = &heads;
-    let announce = if reentrant { "" } else { a.channel.as_str() };
+    // The release channel: head announcements go there (plain locks only).
+    let announce = if reentrant || plain_set {
+        String::new()
+    } else {
+        release_channel(key)
+    };
+    let announce = announce.as_str();
     // Armed before anything is sent: if this attempt is dropped part-way (it runs inline on one
     // node), whatever it may have taken is released.
     let pending = Undo {
@@ -586,11 +594,7 @@ async fn undo_everywhere(
     queue: &QueueArgs,
 ) {
     let timeout = opts.effective_node_timeout();
-    let channel = if opts.reentrant {
-        redisson_channel(key)
-    } else {
-        release_channel(key)
-    };
+    let channel = channel_of(key, opts);
     let (fk, qk, lk, sk) = (
         fence_key(key),
         queue_key(key),

@@ -108,6 +108,12 @@ pub(crate) struct State {
     pub renewing: bool,
     /// After a failed renewal: when to try again (no early slack for retries).
     pub retry_at: Option<Instant>,
+    /// The status channel, made by the first `lost()`: a lock nobody listens to pays for none.
+    status_tx: Option<watch::Sender<LockStatus>>,
+    /// Registered with the watchdog. A lock it has nothing to renew (watchdog off, no
+    /// `max_hold`) is registered only once someone waits on `lost()`; until then its
+    /// `Expiring` loss is worked out from the deadline whenever its status is read.
+    watched: bool,
 }
 
 pub(crate) struct LockInner {
@@ -123,7 +129,6 @@ pub(crate) struct LockInner {
     /// handle but not the right to drop the parent's lock.
     pid: u32,
     state: Mutex<State>,
-    status_tx: watch::Sender<LockStatus>,
     /// Serializes extend, renewal and release, so a release never races a renewal in flight.
     pub op: Arc<tokio::sync::Mutex<()>>,
 }
@@ -136,17 +141,49 @@ impl LockInner {
     /// Moves a held lock to `status` and wakes everyone waiting on it. A lock that is already
     /// released or lost stays as it is.
     pub fn finish(&self, status: LockStatus) -> bool {
-        let mut s = self.state();
+        self.finish_locked(self.state(), status)
+    }
+
+    fn finish_locked(&self, mut s: MutexGuard<'_, State>, status: LockStatus) -> bool {
         if s.status != LockStatus::Held {
             return false;
         }
         s.status = status.clone();
+        let tx = s.status_tx.clone();
         drop(s);
         if let LockStatus::Lost(reason) = &status {
             tracing::warn!("{reason}");
         }
-        self.status_tx.send_replace(status);
+        if let Some(tx) = tx {
+            tx.send_replace(status);
+        }
         true
+    }
+
+    /// The state, after declaring a lock the watchdog does not renew `Expiring` once its loss
+    /// margin before the deadline is reached: what the watchdog would have done by then, done
+    /// by whoever looks first (the watchdog itself, for a lock registered with it).
+    pub fn current(&self) -> MutexGuard<'_, State> {
+        let s = self.state();
+        if self.opts.watchdog || s.status != LockStatus::Held || Instant::now() < self.lose_at(&s) {
+            return s;
+        }
+        let reason = s
+            .last_failure
+            .clone()
+            .unwrap_or_else(|| LossReason::Expiring {
+                key: self.key.clone(),
+                ttl: self.opts.ttl,
+            });
+        self.finish_locked(s, LockStatus::Lost(reason));
+        self.state()
+    }
+
+    /// When the lock is declared lost unless a renewal has moved its deadline.
+    pub fn lose_at(&self, s: &State) -> Instant {
+        s.deadline
+            .checked_sub(self.loss_margin())
+            .unwrap_or(s.deadline)
     }
 
     /// The renewal period: ttl/3.
@@ -227,16 +264,22 @@ impl Lock {
                 released: false,
                 renewing: false,
                 retry_at: None,
+                status_tx: None,
+                watched: false,
             }),
-            status_tx: watch::Sender::new(LockStatus::Held),
             op: Arc::new(tokio::sync::Mutex::new(())),
         });
-        inner.shared.watchdog.watch(&inner);
+        // A lock with nothing to renew or to cut short is registered by `lost()` if ever.
+        if inner.opts.watchdog || inner.opts.max_hold.is_some() {
+            inner.state().watched = true;
+            inner.shared.watchdog.watch(&inner);
+        }
         Lock { inner }
     }
 
+    /// The state, with an `Expiring` loss the watchdog has not been asked to signal applied.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.state()
+        self.inner.current()
     }
 
     pub fn key(&self) -> &str {
@@ -310,7 +353,25 @@ impl Lock {
     /// keeps running), or with `None` once it is released. Owns what it needs: it can be
     /// spawned, and outlives the `Lock`.
     pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
-        let mut rx = self.inner.status_tx.subscribe();
+        let (mut rx, register) = {
+            let mut s = self.state();
+            let rx = match &s.status_tx {
+                Some(tx) => tx.subscribe(),
+                None => {
+                    let tx = watch::Sender::new(s.status.clone());
+                    let rx = tx.subscribe();
+                    s.status_tx = Some(tx);
+                    rx
+                }
+            };
+            let register = !s.watched && s.status == LockStatus::Held;
+            s.watched |= register;
+            (rx, register)
+        };
+        if register {
+            // Someone waits to hear of the loss: the watchdog signals it on time.
+            self.inner.shared.watchdog.watch(&self.inner);
+        }
         async move {
             loop {
                 match &*rx.borrow_and_update() {
@@ -441,7 +502,7 @@ impl LockInner {
         let key = &self.key;
         let _op = self.op.lock().await;
         {
-            let mut s = self.state();
+            let mut s = self.current();
             if s.released {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
@@ -477,7 +538,7 @@ impl LockInner {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let releasable = !self.state().released;
+        let releasable = !self.inner.state().released;
         if releasable && self.inner.pid == crate::runtime::pid() {
             let inner = self.inner.clone();
             self.inner.shared.handle().spawn(async move {
