@@ -513,7 +513,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                 })
             });
             // Keep the slower nodes' acquire requests moving meanwhile.
-            tokio::pin!(raise);
+            let mut raise = Box::pin(raise);
             let raised = loop {
                 tokio::select! {
                     raised = &mut raise => break raised,
@@ -551,14 +551,16 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         if let Some(mut outcome) = unclaimed {
             let mut undo = std::mem::replace(&mut outcome.undo, empty_undo(&a));
             undo.only = undo_mask(&requests.tally(), reentry);
-            undo.execute().await;
+            Box::pin(undo.execute()).await;
         }
         return;
     }
     // Lost: wait for every answer, undo exactly what was granted, then report.
     while requests.next().await {}
     undo.only = undo_mask(&requests.tally(), reentry);
-    undo.execute().await;
+    // Boxed, like the fence raise: rare paths, kept out of the attempt future's own size, which
+    // every acquire pays to set up (and on N nodes, to spawn).
+    Box::pin(undo.execute()).await;
     let _ = report.send(Outcome {
         won,
         tally,

@@ -14,7 +14,8 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
 use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, redisson_channel, release_channel,
+    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, evalsha, redisson_channel,
+    release_channel, run_script,
 };
 
 /// Where a lock stands.
@@ -584,12 +585,9 @@ pub(crate) async fn release_everywhere(
                         .await?;
                     return Ok(yes_if(left.is_some()));
                 }
-                let deleted: i64 = RELEASE
-                    .key(key)
-                    .arg(token)
-                    .arg(channel)
-                    .invoke_async(&mut conn)
-                    .await?;
+                let mut cmd = evalsha(&RELEASE, 1);
+                cmd.arg(key).arg(token).arg(channel);
+                let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                 if deleted == 2 {
                     // Someone waits: our next acquire of this key queues too.
                     shared.mark_contended(key);
