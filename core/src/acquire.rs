@@ -56,11 +56,6 @@ impl LockManager {
         let n = shared.nodes.len();
         let started = Instant::now();
         let give_up_at = opts.wait.map(|w| started + w);
-        let channel = if opts.reentrant {
-            redisson_channel(key)
-        } else {
-            release_channel(key)
-        };
         let mut unreachable_streak = 0;
         let mut ticket: Option<Ticket> = None;
         // An owner id whose re-entry found our field gone: that acquisition was lost.
@@ -68,11 +63,11 @@ impl LockManager {
         loop {
             // Waited on this key a moment ago (its queue still lingers, subscribed): join before
             // the first attempt, so that it queues and a release tells us.
-            if ticket.is_none()
-                && opts.wait != Some(Duration::ZERO)
-                && shared.waiters.lingering(&channel)
-            {
-                ticket = Some(shared.waiters.join(shared, key, &channel));
+            if ticket.is_none() && opts.wait != Some(Duration::ZERO) && shared.waiters.any() {
+                let channel = channel_of(key, opts);
+                if shared.waiters.lingering(&channel) {
+                    ticket = Some(shared.waiters.join(shared, key, &channel));
+                }
             }
             let plan = self.plan(key, owner, opts, stale);
             // Only the head of the local queue carries our queue id; first attempts and
@@ -167,7 +162,8 @@ impl LockManager {
                 if let Some(hook) = hook {
                     hook(key).await;
                 }
-                ticket = Some(shared.waiters.join(shared, key, &channel));
+                // The release channel is named only here: a first try on a free key never needs it.
+                ticket = Some(shared.waiters.join(shared, key, &channel_of(key, opts)));
             }
             let Some(t) = ticket.as_mut() else {
                 unreachable!("joined above")
@@ -229,6 +225,15 @@ impl LockManager {
             reentry: false,
             fence: None,
         }
+    }
+}
+
+/// The channel a release of `key` publishes on.
+fn channel_of(key: &str, opts: &LockOptions) -> String {
+    if opts.reentrant {
+        redisson_channel(key)
+    } else {
+        release_channel(key)
     }
 }
 
@@ -511,7 +516,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                 })
             });
             // Keep the slower nodes' acquire requests moving meanwhile.
-            tokio::pin!(raise);
+            let mut raise = Box::pin(raise);
             let raised = loop {
                 tokio::select! {
                     raised = &mut raise => break raised,
@@ -543,14 +548,16 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         if let Some(mut outcome) = unclaimed {
             let mut undo = std::mem::replace(&mut outcome.undo, empty_undo(&a));
             undo.only = undo_mask(&requests.tally(), reentry);
-            undo.execute().await;
+            Box::pin(undo.execute()).await;
         }
         return;
     }
     // Lost: wait for every answer, undo exactly what was granted, then report.
     while requests.next().await {}
     undo.only = undo_mask(&requests.tally(), reentry);
-    undo.execute().await;
+    // Boxed, like the fence raise: rare paths, kept out of the attempt future's own size, which
+    // every acquire pays to set up (and on N nodes, to spawn).
+    Box::pin(undo.execute()).await;
     let _ = report.send(Outcome {
         won,
         tally,

@@ -14,8 +14,8 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
 use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, fence_key, queue_key, queue_lease_key,
-    queue_since_key, redisson_channel, waiter_channel_prefix,
+    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, evalsha, fence_key, queue_key,
+    queue_lease_key, queue_since_key, redisson_channel, run_script, waiter_channel_prefix,
 };
 
 /// Where a lock stands.
@@ -109,6 +109,12 @@ pub(crate) struct State {
     pub renewing: bool,
     /// After a failed renewal: when to try again (no early slack for retries).
     pub retry_at: Option<Instant>,
+    /// The status channel, made by the first `lost()`: a lock nobody listens to pays for none.
+    status_tx: Option<watch::Sender<LockStatus>>,
+    /// Registered with the watchdog. A lock it has nothing to renew (watchdog off, no
+    /// `max_hold`) is registered only once someone waits on `lost()`; until then its
+    /// `Expiring` loss is worked out from the deadline whenever its status is read.
+    watched: bool,
 }
 
 type LossCallback = Box<dyn FnOnce(&LossReason) + Send>;
@@ -126,7 +132,6 @@ pub(crate) struct LockInner {
     /// handle but not the right to drop the parent's lock.
     pid: u32,
     state: Mutex<State>,
-    status_tx: watch::Sender<LockStatus>,
     /// Called once if the lock is lost, dropped uncalled once it is released.
     on_lost: Mutex<Vec<LossCallback>>,
     /// Serializes extend, renewal and release, so a release never races a renewal in flight.
@@ -141,11 +146,15 @@ impl LockInner {
     /// Moves a held lock to `status` and wakes everyone waiting on it. A lock that is already
     /// released or lost stays as it is.
     pub fn finish(&self, status: LockStatus) -> bool {
-        let mut s = self.state();
+        self.finish_locked(self.state(), status)
+    }
+
+    fn finish_locked(&self, mut s: MutexGuard<'_, State>, status: LockStatus) -> bool {
         if s.status != LockStatus::Held {
             return false;
         }
         s.status = status.clone();
+        let tx = s.status_tx.clone();
         drop(s);
         if let LockStatus::Lost(reason) = &status {
             tracing::warn!("{reason}");
@@ -158,8 +167,36 @@ impl LockInner {
                 callback(reason);
             }
         }
-        self.status_tx.send_replace(status);
+        if let Some(tx) = tx {
+            tx.send_replace(status);
+        }
         true
+    }
+
+    /// The state, after declaring a lock the watchdog does not renew `Expiring` once its loss
+    /// margin before the deadline is reached: what the watchdog would have done by then, done
+    /// by whoever looks first (the watchdog itself, for a lock registered with it).
+    pub fn current(&self) -> MutexGuard<'_, State> {
+        let s = self.state();
+        if self.opts.watchdog || s.status != LockStatus::Held || Instant::now() < self.lose_at(&s) {
+            return s;
+        }
+        let reason = s
+            .last_failure
+            .clone()
+            .unwrap_or_else(|| LossReason::Expiring {
+                key: self.key.clone(),
+                ttl: self.opts.ttl,
+            });
+        self.finish_locked(s, LockStatus::Lost(reason));
+        self.state()
+    }
+
+    /// When the lock is declared lost unless a renewal has moved its deadline.
+    pub fn lose_at(&self, s: &State) -> Instant {
+        s.deadline
+            .checked_sub(self.loss_margin())
+            .unwrap_or(s.deadline)
     }
 
     /// The renewal period: ttl/3.
@@ -240,17 +277,23 @@ impl Lock {
                 released: false,
                 renewing: false,
                 retry_at: None,
+                status_tx: None,
+                watched: false,
             }),
-            status_tx: watch::Sender::new(LockStatus::Held),
             on_lost: Mutex::new(Vec::new()),
             op: Arc::new(tokio::sync::Mutex::new(())),
         });
-        inner.shared.watchdog.watch(&inner);
+        // A lock with nothing to renew or to cut short is registered by `lost()` if ever.
+        if inner.opts.watchdog || inner.opts.max_hold.is_some() {
+            inner.state().watched = true;
+            inner.shared.watchdog.watch(&inner);
+        }
         Lock { inner }
     }
 
+    /// The state, with an `Expiring` loss the watchdog has not been asked to signal applied.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.state()
+        self.inner.current()
     }
 
     pub fn key(&self) -> &str {
@@ -324,7 +367,25 @@ impl Lock {
     /// keeps running), or with `None` once it is released. Owns what it needs: it can be
     /// spawned, and outlives the `Lock`.
     pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
-        let mut rx = self.inner.status_tx.subscribe();
+        let (mut rx, register) = {
+            let mut s = self.state();
+            let rx = match &s.status_tx {
+                Some(tx) => tx.subscribe(),
+                None => {
+                    let tx = watch::Sender::new(s.status.clone());
+                    let rx = tx.subscribe();
+                    s.status_tx = Some(tx);
+                    rx
+                }
+            };
+            let register = !s.watched && s.status == LockStatus::Held;
+            s.watched |= register;
+            (rx, register)
+        };
+        if register {
+            // Someone waits to hear of the loss: the watchdog signals it on time.
+            self.inner.shared.watchdog.watch(&self.inner);
+        }
         async move {
             loop {
                 match &*rx.borrow_and_update() {
@@ -347,14 +408,34 @@ impl Lock {
     where
         F: FnOnce(&LossReason) + Send + 'static,
     {
-        let mut callbacks = self.inner.on_lost.lock().unwrap_or_else(|p| p.into_inner());
-        match self.status() {
-            LockStatus::Held => callbacks.push(Box::new(callback)),
-            LockStatus::Lost(reason) => {
-                drop(callbacks);
+        // `status()` may declare an `Expiring` loss (which takes the callback list): read it
+        // first, then look again with the list held.
+        if self.status() != LockStatus::Held {
+            if let LockStatus::Lost(reason) = self.status() {
                 callback(&reason);
             }
-            LockStatus::Released => {}
+            return;
+        }
+        let register = {
+            let mut callbacks = self.inner.on_lost.lock().unwrap_or_else(|p| p.into_inner());
+            let mut s = self.state();
+            match &s.status {
+                LockStatus::Held => callbacks.push(Box::new(callback)),
+                LockStatus::Lost(reason) => {
+                    let reason = reason.clone();
+                    drop((s, callbacks));
+                    callback(&reason);
+                    return;
+                }
+                LockStatus::Released => return,
+            }
+            let register = !s.watched;
+            s.watched = true;
+            register
+        };
+        if register {
+            // Someone listens for the loss: the watchdog signals it on time.
+            self.inner.shared.watchdog.watch(&self.inner);
         }
     }
 
@@ -475,7 +556,7 @@ impl LockInner {
         let key = &self.key;
         let _op = self.op.lock().await;
         {
-            let mut s = self.state();
+            let mut s = self.current();
             if s.released {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
@@ -511,7 +592,7 @@ impl LockInner {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let releasable = !self.state().released;
+        let releasable = !self.inner.state().released;
         if releasable && self.inner.pid == crate::runtime::pid() {
             let inner = self.inner.clone();
             self.inner.shared.handle().spawn(async move {
@@ -577,16 +658,10 @@ pub(crate) async fn release_everywhere(
                         .await?;
                     return Ok(yes_if(left.is_some()));
                 }
-                let deleted: i64 = RELEASE
-                    .key(key)
-                    .key(fk)
-                    .key(qk)
-                    .key(lk)
-                    .key(sk)
-                    .arg(token)
-                    .arg(channel)
-                    .invoke_async(&mut conn)
-                    .await?;
+                let mut cmd = evalsha(&RELEASE, 5);
+                cmd.arg(key).arg(fk).arg(qk).arg(lk).arg(sk);
+                cmd.arg(token).arg(channel);
+                let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                 if deleted == 2 {
                     // Someone waits: our next acquire of this key queues too.
                     shared.mark_contended(key);

@@ -110,10 +110,45 @@ pub fn fence_key(key: &str) -> String {
 }
 
 fn tagged(prefix: &str, key: &str) -> String {
+    // Pushed by hand: `format!` costs several times as much, on every acquire and release.
+    let mut s = String::with_capacity(prefix.len() + key.len() + 2);
+    s.push_str(prefix);
     if key.contains('{') {
-        format!("{prefix}{key}")
+        s.push_str(key);
     } else {
-        format!("{prefix}{{{key}}}")
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+    }
+    s
+}
+
+/// `EVALSHA <sha> <number of keys>` of `script`; keys and arguments follow. Built by hand for
+/// the hot paths: `ScriptInvocation` copies every key and argument into a vector of its own
+/// first, and its future carries the rare reload path inline.
+pub(crate) fn evalsha(script: &Script, keys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys);
+    cmd
+}
+
+/// Sends `cmd` (from `evalsha(script, ..)`); on NOSCRIPT (a restarted node, SCRIPT FLUSH) loads
+/// the script and sends it once more, as `ScriptInvocation::invoke_async` does.
+pub(crate) async fn run_script<T: redis::FromRedisValue>(
+    script: &Script,
+    cmd: &redis::Cmd,
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> redis::RedisResult<T> {
+    match cmd.query_async(conn).await {
+        Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+            // Boxed: the reload is rare, and would otherwise size every caller's future.
+            Box::pin(async move {
+                script.load_async(conn).await?;
+                cmd.query_async(conn).await
+            })
+            .await
+        }
+        other => other,
     }
 }
 

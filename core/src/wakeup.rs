@@ -164,6 +164,12 @@ impl Waiters {
         s
     }
 
+    /// Whether this manager has any local queue (waiting or lingering): cheap, so that an
+    /// uncontended acquire builds no channel name.
+    pub fn any(&self) -> bool {
+        !self.state().queues.is_empty()
+    }
+
     /// Whether the channel's queue is lingering (no waiters, still subscribed on every node):
     /// an acquire that may wait then joins before its first attempt, which then queues (and a
     /// plain lock's release will tell it, on its own channel).

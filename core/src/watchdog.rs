@@ -41,9 +41,11 @@ struct Registry {
 }
 
 impl Watchdog {
-    /// Starts watching a freshly acquired lock, starting the task when none runs in this
-    /// process. Locks with the watchdog off are watched too: they are never renewed, but
-    /// their holder still hears that they are about to expire.
+    /// Starts watching a held lock, starting the task when none runs in this process. Locks
+    /// with the watchdog off are watched once someone waits on their `lost()` (or when they
+    /// have a `max_hold`): they are never renewed, but that waiter hears that they are about
+    /// to expire. Unwatched, their `Expiring` loss is applied when their status is read
+    /// (`LockInner::current`).
     pub fn watch(&self, lock: &Arc<LockInner>) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let first_event = {

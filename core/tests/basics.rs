@@ -318,3 +318,14 @@ async fn nodes_come_from_ferrolock_nodes_when_not_given() {
         .count();
     assert!(holders >= 2, "granted on {holders} nodes");
 }
+
+#[tokio::test]
+async fn release_after_a_script_flush_reloads_its_script_and_deletes() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let lock = m.acquire("flushed").await.unwrap();
+    // As after a restart without the scripts: the release meets NOSCRIPT, loads, resends.
+    let _: () = server.cmd(&["SCRIPT", "FLUSH"]);
+    assert!(lock.release().await.unwrap());
+    assert_eq!(get(&server, "flushed"), None);
+}

@@ -185,6 +185,34 @@ async fn watchdog_off_tells_the_holder_before_the_ttl_runs_out() {
     assert!(matches!(reason, LossReason::Expiring { .. }), "{reason}");
 }
 
+/// A watchdog-off lock nobody waits on is not handed to the watchdog: its status works the
+/// `Expiring` loss out from the deadline, at the same moment the watchdog would have signalled
+/// it (two node timeouts before the deadline), and a `lost()` asked for later still hears it.
+/// (`watchdog_off_tells_the_holder_before_the_ttl_runs_out` covers a `lost()` asked for early.)
+#[tokio::test(flavor = "multi_thread")]
+async fn watchdog_off_status_reports_expiring_without_a_listener() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let opts = opts().watchdog(false).ttl(ms(600));
+    let m = manager(&[server.url()], opts.clone());
+    let lock = m.acquire("unwatched").await.unwrap();
+    let lose_at = lock.deadline() - opts.effective_node_timeout() * 2;
+    tokio::time::sleep_until(lose_at).await;
+    let status = lock.status();
+    assert!(
+        matches!(status, LockStatus::Lost(LossReason::Expiring { .. })),
+        "{status:?}"
+    );
+    assert!(!lock.is_held());
+    assert_eq!(lock.check().unwrap_err().kind(), ErrorKind::LockLost);
+    assert_eq!(lock.validity(), Duration::ZERO);
+    let reason = lock.lost().await.expect("lost, not released");
+    assert!(matches!(reason, LossReason::Expiring { .. }), "{reason}");
+    // Released all the same, and still reported as lost.
+    lock.release().await.unwrap();
+    assert!(matches!(lock.status(), LockStatus::Lost(_)));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn release_resolves_lost_with_none() {
     let server = RedisServer::start();
