@@ -419,9 +419,11 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let q = a.queue.clone().unwrap_or_default();
     let (id, score, lease) = (q.id.as_str(), q.score.as_str(), q.lease_ms);
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
-    let hints = Mutex::new(vec![None; nodes.len()]);
+    // Filled (one slot per node) only when a node answers busy: a grant allocates neither.
+    let n = nodes.len();
+    let hints = Mutex::new(Vec::new());
     let hints_ref = &hints;
-    let heads = Mutex::new(vec![None; nodes.len()]);
+    let heads = Mutex::new(Vec::new());
     let heads_ref = &heads;
     // The release channel: head announcements go there (plain locks only).
     let announce = if reentrant || plain_set {
@@ -480,8 +482,12 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         match parse_reply(reply)? {
             Reply::Granted(counter) => Ok(Some(counter)),
             Reply::Busy(hint, head) => {
-                hints_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(hint);
-                heads_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = head;
+                let mut hints = hints_ref.lock().unwrap_or_else(|p| p.into_inner());
+                hints.resize(n, None);
+                hints[i] = Some(hint);
+                let mut heads = heads_ref.lock().unwrap_or_else(|p| p.into_inner());
+                heads.resize(n, None);
+                heads[i] = head;
                 Ok(None)
             }
         }
@@ -526,12 +532,11 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         }
     }
     let won = tally.won() && Instant::now() < deadline && (fence.is_some() || !fencing);
-    let hints_now = hints.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let not_head = heads
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .all(|h| *h == Some(false));
+    let mut hints_now = std::mem::take(&mut *hints.lock().unwrap_or_else(|p| p.into_inner()));
+    let not_head = {
+        let heads = heads.lock().unwrap_or_else(|p| p.into_inner());
+        !heads.is_empty() && heads.iter().all(|h| *h == Some(false))
+    };
     let mut undo = pending;
     undo.only = undo_mask(&tally, reentry);
     if won {
@@ -561,6 +566,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     // Boxed, like the fence raise: rare paths, kept out of the attempt future's own size, which
     // every acquire pays to set up (and on N nodes, to spawn).
     Box::pin(undo.execute()).await;
+    hints_now.resize(n, None); // one per node, for `wake_hint`
     let _ = report.send(Outcome {
         won,
         tally,
