@@ -421,7 +421,9 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     let q = a.queue.clone().unwrap_or_default();
     let (id, score, lease) = (q.id.as_str(), q.score.as_str(), q.lease_ms);
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
-    let hints = Mutex::new(vec![None; nodes.len()]);
+    // Filled (one slot per node) only when a node answers busy: a grant allocates neither.
+    let n = nodes.len();
+    let hints = Mutex::new(Vec::new());
     let hints_ref = &hints;
     // Plain locks with a queue: where the script tells the next waiter that the lock is free.
     let wake_prefix = if reentrant || plain_set {
@@ -484,7 +486,9 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         match parse_reply(reply)? {
             Reply::Granted(counter) => Ok(Some(counter)),
             Reply::Busy(hint) => {
-                hints_ref.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(hint);
+                let mut hints = hints_ref.lock().unwrap_or_else(|p| p.into_inner());
+                hints.resize(n, None);
+                hints[i] = Some(hint);
                 Ok(None)
             }
         }
@@ -529,7 +533,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         }
     }
     let won = tally.won() && Instant::now() < deadline && (fence.is_some() || !fencing);
-    let hints_now = hints.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut hints_now = std::mem::take(&mut *hints.lock().unwrap_or_else(|p| p.into_inner()));
     let mut undo = pending;
     undo.only = undo_mask(&tally, reentry);
     if won {
@@ -558,6 +562,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     // Boxed, like the fence raise: rare paths, kept out of the attempt future's own size, which
     // every acquire pays to set up (and on N nodes, to spawn).
     Box::pin(undo.execute()).await;
+    hints_now.resize(n, None); // one per node, for `wake_hint`
     let _ = report.send(Outcome {
         won,
         tally,

@@ -90,6 +90,20 @@ async fn restart_guard_keeps_an_amnesiac_node_from_granting_a_second_holder() {
     let ttl = Duration::from_secs(10);
     let holder = manager(&cluster.urls(), opts().ttl(ttl));
     let first = holder.acquire("amnesia").await.unwrap();
+    // Acquire returns once a quorum granted; wait until the third grant has landed too, or it
+    // could land after the DEL below.
+    let start = std::time::Instant::now();
+    while cluster
+        .servers
+        .iter()
+        .any(|s| get(s, "amnesia").as_deref() != Some(first.token()))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the grant never reached every node"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
     // Node 2 never saw the grant (say it was cut off); node 1 is killed and restarted at once
     // with no persistence, and forgets it. A second client can now form a quorum of the
     // amnesiac node and node 2.
