@@ -27,10 +27,7 @@ use crate::{BoxResult, Ctx};
 const FLOOR_RELEASE: &str =
     "if redis.call('GET',KEYS[1])==ARGV[1] then return redis.call('DEL',KEYS[1]) end return 0";
 /// The core's scripts, read from its source so that the diagnostic stays in step.
-const CORE_RELEASE: &str = concat!(
-    include_str!("../../core/scripts/queue.lua"),
-    include_str!("../../core/scripts/release.lua")
-);
+const CORE_RELEASE: &str = include_str!("../../core/scripts/release.lua");
 const CORE_ACQUIRE: &str = concat!(
     include_str!("../../core/scripts/queue.lua"),
     include_str!("../../core/scripts/acquire.lua")
@@ -141,9 +138,9 @@ impl Floor {
         let mut release = redis::cmd("EVALSHA");
         release.arg(&self.release_sha);
         match &self.core_wire {
-            // The core's release script: KEYS key, fence, waiter queue (3 keys); ARGV token,
-            // the waiters' channel prefix.
-            Some(w) => release.arg(5).arg(&self.key).arg(&w.more_keys),
+            // The core's release script: KEYS key, waiter queue (3 keys); ARGV token, the
+            // waiters' channel prefix.
+            Some(w) => release.arg(4).arg(&self.key).arg(&w.more_keys[1..]),
             None => release.arg(1).arg(&self.key),
         }
         .arg(&token);

@@ -1,14 +1,35 @@
 -- Compare-and-delete: release only our own grant, then wake the waiter whose turn it is.
--- Prepended with queue.lua. KEYS[1] lock key, KEYS[2] unused (the fence counter: same slot),
--- KEYS[3..5] the waiter queue (see queue.lua).
+-- Standalone (not prepended with queue.lua), with the queue keys of queue.lua:
+-- KEYS[1] lock key, KEYS[2] the waiter queue, and, when the releasing client has seen
+-- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times. The uncontended
+-- release sends two keys and pays one EXISTS for the queue; it then wakes the first waiter
+-- without dropping lapsed ones first (the client sends all four from its next release on).
 -- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels.
--- Returns 0 (not ours), 1 (released), 2 (released, and a waiter is queued: contention, which
+-- Returns 0 (not ours), 1 (released), 2 (released, and waiters are queued: contention, which
 -- makes this client's next attempt on the key respect the waiter queue).
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if wake_head(ARGV[2], '0') == 1 then
-    return 2
-  end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then
   return 1
 end
-return 0
+if #KEYS >= 4 then
+  -- Waiters whose lease ended are dropped first (as queue_head() does), so that the wake-up
+  -- goes to a live one.
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
+  if #gone > 0 then
+    for _, w in ipairs(gone) do
+      redis.call('ZREM', KEYS[2], w)
+      redis.call('ZREM', KEYS[4], w)
+    end
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+  end
+end
+local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+if head then
+  redis.call('PUBLISH', ARGV[2] .. head, '0')
+end
+return 2

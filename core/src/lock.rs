@@ -14,8 +14,8 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
 use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, evalsha, fence_key, queue_key,
-    queue_lease_key, queue_since_key, redisson_channel, run_script, waiter_channel_prefix,
+    EXTEND, EXTEND_REENTRANT, QueueKeys, RELEASE, RELEASE_REENTRANT, evalsha, queue_key,
+    redisson_channel, run_script, waiter_channel_prefix,
 };
 
 /// Where a lock stands.
@@ -615,30 +615,21 @@ pub(crate) async fn release_everywhere(
     let reentrant = opts.reentrant;
     let ttl_ms = opts.ttl_millis();
     // Reentrant: Redisson's channel. Plain: the waiters' own channels, and the queue whose
-    // head is the one to wake (the fence key only fills the queue scripts' key layout).
-    let (channel, fk, qk, lk, sk) = if reentrant {
-        (
-            redisson_channel(key),
-            String::new(),
-            String::new(),
-            String::new(),
-            String::new(),
-        )
+    // head is the one to wake.
+    // Plain: with contention seen lately, every queue key (the script drops lapsed waiters
+    // before it wakes the first); otherwise the queue alone (see release.lua).
+    let contended = !reentrant && shared.contended(key);
+    let channel = if reentrant {
+        redisson_channel(key)
     } else {
-        (
-            waiter_channel_prefix(key),
-            fence_key(key),
-            queue_key(key),
-            queue_lease_key(key),
-            queue_since_key(key),
-        )
+        waiter_channel_prefix(key)
     };
-    let (channel, fk, qk, lk, sk) = (
+    let all_queue_keys = contended.then(|| QueueKeys::new(key));
+    let queue_only = (!reentrant && !contended).then(|| queue_key(key));
+    let (channel, all_queue_keys, queue_only) = (
         channel.as_str(),
-        fk.as_str(),
-        qk.as_str(),
-        lk.as_str(),
-        sk.as_str(),
+        all_queue_keys.as_ref(),
+        queue_only.as_deref(),
     );
     let tally = fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only.is_none_or(|m| m[i]);
@@ -658,8 +649,19 @@ pub(crate) async fn release_everywhere(
                         .await?;
                     return Ok(yes_if(left.is_some()));
                 }
-                let mut cmd = evalsha(&RELEASE, 5);
-                cmd.arg(key).arg(fk).arg(qk).arg(lk).arg(sk);
+                let mut cmd = match (all_queue_keys, queue_only) {
+                    (Some(q), _) => {
+                        let mut cmd = evalsha(&RELEASE, 4);
+                        cmd.arg(key).arg(q.queue()).arg(q.leases()).arg(q.since());
+                        cmd
+                    }
+                    (None, Some(q)) => {
+                        let mut cmd = evalsha(&RELEASE, 2);
+                        cmd.arg(key).arg(q);
+                        cmd
+                    }
+                    (None, None) => unreachable!("a plain lock has its queue keys"),
+                };
                 cmd.arg(token).arg(channel);
                 let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                 if deleted == 2 {

@@ -7,12 +7,9 @@ use redis::Script;
 
 const EXTEND_SRC: &str = include_str!("../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../scripts/raise_fence.lua");
-// The acquire scripts, the plain release, the undo and the dequeue start with the waiter-queue
-// functions of `queue.lua`.
-const RELEASE_SRC: &str = concat!(
-    include_str!("../scripts/queue.lua"),
-    include_str!("../scripts/release.lua")
-);
+// The acquire scripts, the undo and the dequeue start with the waiter-queue functions of
+// `queue.lua`.
+const RELEASE_SRC: &str = include_str!("../scripts/release.lua");
 const DEQUEUE_SRC: &str = concat!(
     include_str!("../scripts/queue.lua"),
     include_str!("../scripts/dequeue.lua")
@@ -104,6 +101,48 @@ pub fn queue_since_key(key: &str) -> String {
     tagged("ferrolock:queue-since:", key)
 }
 
+/// The three waiter-queue key names of one key, built in one allocation (the release sends
+/// them on every call).
+pub(crate) struct QueueKeys {
+    names: String,
+    /// End of the queue name, end of the lease name (the join-time name runs to the end).
+    ends: [usize; 2],
+}
+
+impl QueueKeys {
+    pub fn new(key: &str) -> QueueKeys {
+        let mut names = String::with_capacity(3 * (key.len() + 24));
+        let tagged = key.as_bytes().contains(&b'{');
+        let mut push = |prefix: &str| {
+            names.push_str(prefix);
+            if tagged {
+                names.push_str(key);
+            } else {
+                names.push('{');
+                names.push_str(key);
+                names.push('}');
+            }
+            names.len()
+        };
+        let queue = push("ferrolock:queue:");
+        let leases = push("ferrolock:queue-lease:");
+        push("ferrolock:queue-since:");
+        QueueKeys {
+            names,
+            ends: [queue, leases],
+        }
+    }
+    pub fn queue(&self) -> &str {
+        &self.names[..self.ends[0]]
+    }
+    pub fn leases(&self) -> &str {
+        &self.names[self.ends[0]..self.ends[1]]
+    }
+    pub fn since(&self) -> &str {
+        &self.names[self.ends[1]..]
+    }
+}
+
 /// Where the fence counter for `key` lives.
 pub fn fence_key(key: &str) -> String {
     tagged("ferrolock:fence:", key)
@@ -174,6 +213,12 @@ mod tests {
             "redisson_lock__channel:{user42}:cart"
         );
         assert_eq!(super::queue_key("a"), "ferrolock:queue:{a}");
+        for key in ["a", "{user42}:cart"] {
+            let q = super::QueueKeys::new(key);
+            assert_eq!(q.queue(), super::queue_key(key));
+            assert_eq!(q.leases(), super::queue_lease_key(key));
+            assert_eq!(q.since(), super::queue_since_key(key));
+        }
         assert_eq!(super::queue_lease_key("a"), "ferrolock:queue-lease:{a}");
         assert_eq!(super::queue_since_key("a"), "ferrolock:queue-since:{a}");
     }
