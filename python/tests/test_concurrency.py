@@ -226,3 +226,56 @@ def test_async_with_timeout_around_a_waiting_acquire(manager: LockManager, key: 
         assert not node.client().exists(key)
 
     asyncio.run(main())
+
+
+def test_each_blocking_thread_has_its_own_connection_closed_when_it_ends(key: str) -> None:
+    from conftest import RedisNode
+
+    node = RedisNode()  # its own server: the connection count is this test's alone
+    try:
+        admin = node.client()
+
+        def clients() -> int:
+            return int(admin.info("clients")["connected_clients"])
+
+        manager = LockManager([node.url], ttl=5, watchdog=False)
+        import gc
+
+        gc.collect()  # the start-up ping's client, closed when collected
+        deadline = time.monotonic() + 5
+        while clients() != 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        before = clients()
+        gate = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            try:
+                with manager.lock(f"{key}:{i}"):
+                    pass
+                gate.wait(10)  # counted while every thread is alive
+                gate.wait(10)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+        gate.wait(10)
+        during = clients()
+        gate.wait(10)
+        for t in threads:
+            t.join(10)
+        assert not errors, errors
+        assert during == before + 5, (before, during)
+        # A thread's connections end with the thread.
+        deadline = time.monotonic() + 5
+        while clients() != before:
+            assert time.monotonic() < deadline, f"{clients()} clients, {before} before the threads"
+            time.sleep(0.02)
+        # And the manager still works.
+        with manager.lock(key):
+            pass
+        manager.close()
+    finally:
+        node.close()
