@@ -12,15 +12,13 @@ mod log;
 mod manager;
 mod options;
 
-use std::sync::atomic::Ordering;
-
 use pyo3::prelude::*;
 
-/// Called at interpreter exit, before the held locks are released: acquires that complete
-/// from now on release at once.
+/// Called at interpreter exit, before the held locks are released: waiting acquires give up,
+/// and those that complete from now on release at once.
 #[pyfunction]
-fn _closing() {
-    manager::CLOSING.store(true, Ordering::SeqCst);
+fn _closing(py: Python<'_>) {
+    manager::close_all(py, std::time::Duration::from_secs(2));
 }
 
 /// Called at interpreter exit, after held locks were released: from then on no background

@@ -1,7 +1,7 @@
 //! `ferrolock._ferrolock._Manager`: the core `LockManager` plus the bookkeeping a Python
 //! process needs (close, release at exit). `ferrolock.LockManager` wraps it.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -60,6 +60,50 @@ pub(crate) const REENTRANT_OWNERS: bool = true;
 /// that completes releases its lock at once instead of handing it to a thread that may never
 /// run again (a daemon thread waiting for the lock that exit just released).
 pub(crate) static CLOSING: AtomicBool = AtomicBool::new(false);
+/// Wakes the acquires still waiting when `CLOSING` is set: they give up.
+static CLOSING_NOW: tokio::sync::Notify = tokio::sync::Notify::const_new();
+/// Blocking acquires in progress (counted until their thread is back from the wait, clean-up
+/// included): exit lets them end before it releases what is held.
+static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
+
+/// At interpreter exit: every waiting acquire gives up (undoing what it had taken), and this
+/// waits (at most `limit`) until the blocking ones are back, so that no grant lands after the
+/// last release pass.
+pub(crate) fn close_all(py: Python<'_>, limit: Duration) {
+    CLOSING.store(true, Ordering::SeqCst);
+    CLOSING_NOW.notify_waiters();
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + limit;
+        while BLOCKING_ACQUIRES.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
+}
+
+/// Resolves once the interpreter is exiting.
+async fn closing() {
+    let notified = CLOSING_NOW.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    if !CLOSING.load(Ordering::SeqCst) {
+        notified.await;
+    }
+}
+
+struct BlockingAcquire;
+
+impl BlockingAcquire {
+    fn enter() -> BlockingAcquire {
+        BLOCKING_ACQUIRES.fetch_add(1, Ordering::SeqCst);
+        BlockingAcquire
+    }
+}
+
+impl Drop for BlockingAcquire {
+    fn drop(&mut self) {
+        BLOCKING_ACQUIRES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Acquires with an owner id: the reentrancy owner (the calling thread for sync code, the
 /// current asyncio task for async code; see `ferrolock/_owner.py`). The core ignores it
@@ -72,14 +116,21 @@ pub(crate) async fn acquire_owned(
     opts: LockOptions,
     owner: u64,
 ) -> ferrolock::Result<Arc<CoreLock>> {
-    let lock = Arc::new(manager.acquire_owned(&key, owner, &opts).await?);
+    let exiting = || {
+        ferrolock::Error::new(
+            ErrorKind::NotAcquired,
+            format!("lock {key:?} not acquired: the interpreter is exiting"),
+        )
+    };
+    let lock = tokio::select! {
+        lock = manager.acquire_owned(&key, owner, &opts) => Arc::new(lock?),
+        // Dropping the acquire undoes whatever it had taken.
+        _ = closing() => return Err(exiting()),
+    };
     handed.add(&lock);
     if CLOSING.load(Ordering::SeqCst) {
         let _ = lock.release().await;
-        return Err(ferrolock::Error::new(
-            ErrorKind::NotAcquired,
-            format!("lock {key:?} not acquired: the interpreter is exiting"),
-        ));
+        return Err(exiting());
     }
     Ok(lock)
 }
@@ -111,7 +162,10 @@ impl PyManager {
     ) -> PyResult<PyLock> {
         let manager = self.core(py)?;
         let fut = acquire_owned(manager, self.handed.clone(), key.to_string(), opts, owner);
-        let core = bridge::wait(py, fut)?.map_err(|e| to_py(py, &e, Some(key)))?;
+        let in_progress = BlockingAcquire::enter();
+        let waited = bridge::wait(py, fut);
+        drop(in_progress);
+        let core = waited?.map_err(|e| to_py(py, &e, Some(key)))?;
         Ok(PyLock::new(core, owner))
     }
 
