@@ -14,8 +14,8 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::quorum::{Tally, fan_out, yes_if};
 use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, QueueKeys, RELEASE, RELEASE_REENTRANT, evalsha, queue_key,
-    redisson_channel, run_script, waiter_channel_prefix,
+    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
+    run_script,
 };
 
 /// Where a lock stands.
@@ -619,18 +619,13 @@ pub(crate) async fn release_everywhere(
     // Plain: with contention seen lately, every queue key (the script drops lapsed waiters
     // before it wakes the first); otherwise the queue alone (see release.lua).
     let contended = !reentrant && shared.contended(key);
-    let channel = if reentrant {
+    // Reentrant: Redisson's channel (only its unlock publishes there).
+    let redisson = if reentrant {
         redisson_channel(key)
     } else {
-        waiter_channel_prefix(key)
+        String::new()
     };
-    let all_queue_keys = contended.then(|| QueueKeys::new(key));
-    let queue_only = (!reentrant && !contended).then(|| queue_key(key));
-    let (channel, all_queue_keys, queue_only) = (
-        channel.as_str(),
-        all_queue_keys.as_ref(),
-        queue_only.as_deref(),
-    );
+    let redisson = redisson.as_str();
     let tally = fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only.is_none_or(|m| m[i]);
         async move {
@@ -644,25 +639,23 @@ pub(crate) async fn release_everywhere(
                         .key(key)
                         .arg(token)
                         .arg(ttl_ms)
-                        .arg(channel)
+                        .arg(redisson)
                         .invoke_async(&mut conn)
                         .await?;
                     return Ok(yes_if(left.is_some()));
                 }
-                let mut cmd = match (all_queue_keys, queue_only) {
-                    (Some(q), _) => {
-                        let mut cmd = evalsha(&RELEASE, 4);
-                        cmd.arg(key).arg(q.queue()).arg(q.leases()).arg(q.since());
-                        cmd
-                    }
-                    (None, Some(q)) => {
-                        let mut cmd = evalsha(&RELEASE, 2);
-                        cmd.arg(key).arg(q);
-                        cmd
-                    }
-                    (None, None) => unreachable!("a plain lock has its queue keys"),
+                let mut cmd = if contended {
+                    let mut cmd = evalsha(&RELEASE, 4);
+                    cmd.arg(key).arg(Tagged::queue(key));
+                    cmd.arg(Tagged::queue_leases(key))
+                        .arg(Tagged::queue_since(key));
+                    cmd
+                } else {
+                    let mut cmd = evalsha(&RELEASE, 2);
+                    cmd.arg(key).arg(Tagged::queue(key));
+                    cmd
                 };
-                cmd.arg(token).arg(channel);
+                cmd.arg(token).arg(Tagged::waiter_channel_prefix(key));
                 let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                 if deleted == 2 {
                     // Someone waits: our next acquire of this key queues too.

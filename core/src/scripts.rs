@@ -101,45 +101,65 @@ pub fn queue_since_key(key: &str) -> String {
     tagged("ferrolock:queue-since:", key)
 }
 
-/// The three waiter-queue key names of one key, built in one allocation (the release sends
-/// them on every call).
-pub(crate) struct QueueKeys {
-    names: String,
-    /// End of the queue name, end of the lease name (the join-time name runs to the end).
-    ends: [usize; 2],
+/// A name derived from a key (`<prefix>{<key>}<suffix>`, braces as in `tagged`), written
+/// straight into a command's buffer: the release sends three or four of them on every call,
+/// and building each as a `String` first cost an allocation apiece.
+#[derive(Clone, Copy)]
+pub(crate) struct Tagged<'a> {
+    prefix: &'static str,
+    key: &'a str,
+    suffix: &'static str,
 }
 
-impl QueueKeys {
-    pub fn new(key: &str) -> QueueKeys {
-        let mut names = String::with_capacity(3 * (key.len() + 24));
-        let tagged = key.as_bytes().contains(&b'{');
-        let mut push = |prefix: &str| {
-            names.push_str(prefix);
-            if tagged {
-                names.push_str(key);
-            } else {
-                names.push('{');
-                names.push_str(key);
-                names.push('}');
-            }
-            names.len()
-        };
-        let queue = push("ferrolock:queue:");
-        let leases = push("ferrolock:queue-lease:");
-        push("ferrolock:queue-since:");
-        QueueKeys {
-            names,
-            ends: [queue, leases],
+impl<'a> Tagged<'a> {
+    pub fn queue(key: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:queue:",
+            key,
+            suffix: "",
         }
     }
-    pub fn queue(&self) -> &str {
-        &self.names[..self.ends[0]]
+    pub fn queue_leases(key: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:queue-lease:",
+            key,
+            suffix: "",
+        }
     }
-    pub fn leases(&self) -> &str {
-        &self.names[self.ends[0]..self.ends[1]]
+    pub fn queue_since(key: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:queue-since:",
+            key,
+            suffix: "",
+        }
     }
-    pub fn since(&self) -> &str {
-        &self.names[self.ends[1]..]
+    /// `waiter_channel_prefix(key)`.
+    pub fn waiter_channel_prefix(key: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:release:",
+            key,
+            suffix: ":",
+        }
+    }
+}
+
+impl redis::ToRedisArgs for Tagged<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + redis::RedisWrite,
+    {
+        use std::io::Write;
+        let mut w = out.writer_for_next_arg();
+        // Writes into a Vec: cannot fail.
+        let _ = w.write_all(self.prefix.as_bytes());
+        if self.key.as_bytes().contains(&b'{') {
+            let _ = w.write_all(self.key.as_bytes());
+        } else {
+            let _ = w.write_all(b"{");
+            let _ = w.write_all(self.key.as_bytes());
+            let _ = w.write_all(b"}");
+        }
+        let _ = w.write_all(self.suffix.as_bytes());
     }
 }
 
@@ -214,10 +234,22 @@ mod tests {
         );
         assert_eq!(super::queue_key("a"), "ferrolock:queue:{a}");
         for key in ["a", "{user42}:cart"] {
-            let q = super::QueueKeys::new(key);
-            assert_eq!(q.queue(), super::queue_key(key));
-            assert_eq!(q.leases(), super::queue_lease_key(key));
-            assert_eq!(q.since(), super::queue_since_key(key));
+            use redis::ToRedisArgs;
+            let arg =
+                |t: super::Tagged<'_>| String::from_utf8(t.to_redis_args().remove(0)).unwrap();
+            assert_eq!(arg(super::Tagged::queue(key)), super::queue_key(key));
+            assert_eq!(
+                arg(super::Tagged::queue_leases(key)),
+                super::queue_lease_key(key)
+            );
+            assert_eq!(
+                arg(super::Tagged::queue_since(key)),
+                super::queue_since_key(key)
+            );
+            assert_eq!(
+                arg(super::Tagged::waiter_channel_prefix(key)),
+                super::waiter_channel_prefix(key)
+            );
         }
         assert_eq!(super::queue_lease_key("a"), "ferrolock:queue-lease:{a}");
         assert_eq!(super::queue_since_key("a"), "ferrolock:queue-since:{a}");
