@@ -27,7 +27,7 @@ use crate::owner::{Holder, new_owner_id};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, fence_key, queue_key, queue_lease_key,
-    queue_since_key, redisson_channel, release_channel, waiter_channel_prefix,
+    queue_since_key, redisson_channel, waiter_channel_prefix,
 };
 use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
 
@@ -228,13 +228,9 @@ impl LockManager {
     }
 }
 
-/// The channel a release of `key` publishes on.
+/// The key's release channel: the name of its local waiter queue.
 fn channel_of(key: &str, opts: &LockOptions) -> String {
-    if opts.reentrant {
-        redisson_channel(key)
-    } else {
-        release_channel(key)
-    }
+    crate::wakeup::queue_channel(key, opts.reentrant)
 }
 
 async fn until(t: Option<Instant>) {

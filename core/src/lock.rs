@@ -378,9 +378,7 @@ impl Lock {
                     rx
                 }
             };
-            let register = !s.watched && s.status == LockStatus::Held;
-            s.watched |= register;
-            (rx, register)
+            (rx, listening(&mut s))
         };
         if register {
             // Someone waits to hear of the loss: the watchdog signals it on time.
@@ -429,9 +427,7 @@ impl Lock {
                 }
                 LockStatus::Released => return,
             }
-            let register = !s.watched;
-            s.watched = true;
-            register
+            listening(&mut s)
         };
         if register {
             // Someone listens for the loss: the watchdog signals it on time.
@@ -530,6 +526,14 @@ impl Lock {
     }
 }
 
+/// Someone now listens for the loss of a held lock: true when it must be registered with the
+/// watchdog (after the state is unlocked), which a lock with nothing to renew is not until then.
+fn listening(s: &mut State) -> bool {
+    let register = !s.watched && s.status == LockStatus::Held;
+    s.watched |= register;
+    register
+}
+
 /// Completes a release whose caller went away (a cancelled `release().await`): redis-py
 /// #3847 leaked locks forever that way. Compare-and-delete is idempotent, so re-sending it
 /// where the first try already went through is harmless.
@@ -614,10 +618,9 @@ pub(crate) async fn release_everywhere(
     let timeout = opts.effective_node_timeout();
     let reentrant = opts.reentrant;
     let ttl_ms = opts.ttl_millis();
-    // Reentrant: Redisson's channel. Plain: the waiters' own channels, and the queue whose
-    // head is the one to wake.
-    // Plain: with contention seen lately, every queue key (the script drops lapsed waiters
-    // before it wakes the first); otherwise the queue alone (see release.lua).
+    // Plain: the queue whose first waiter is told, on its own channel; with contention seen
+    // lately, every queue key (the script drops lapsed waiters before it wakes the first),
+    // otherwise the queue alone (see release.lua).
     let contended = !reentrant && shared.contended(key);
     // Reentrant: Redisson's channel (only its unlock publishes there).
     let redisson = if reentrant {

@@ -237,6 +237,20 @@ impl Node {
         if let Some(c) = self.current() {
             return Ok(c);
         }
+        let conn = self.open_connection(timeout).await?;
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let generation = next_generation();
+        *slot = Some(Slot {
+            conn: conn.clone(),
+            pid: crate::runtime::pid(),
+            generation,
+        });
+        Ok((conn, generation))
+    }
+
+    /// A new connection on the current runtime, checked by the restart guard and with every
+    /// script loaded.
+    async fn open_connection(&self, timeout: Duration) -> Result<MultiplexedConnection, NodeError> {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(None);
@@ -248,14 +262,7 @@ impl Node {
             .map_err(|e| self.classify(&e))?;
         self.check_restart(&mut conn, timeout).await?;
         self.preload_scripts(&mut conn, timeout).await;
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        let generation = next_generation();
-        *slot = Some(Slot {
-            conn: conn.clone(),
-            pid: crate::runtime::pid(),
-            generation,
-        });
-        Ok((conn, generation))
+        Ok(conn)
     }
 
     fn current(&self) -> Option<(MultiplexedConnection, u64)> {
@@ -282,17 +289,7 @@ impl Node {
         if let Some(c) = THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self)) {
             return Ok(c);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None);
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| self.classify(&e))?;
-        self.check_restart(&mut conn, timeout).await?;
-        self.preload_scripts(&mut conn, timeout).await;
+        let conn = self.open_connection(timeout).await?;
         let generation = next_generation();
         THREAD_CONNECTIONS.with(|t| {
             t.borrow_mut().0.push(ThreadConnection {

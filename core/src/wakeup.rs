@@ -330,12 +330,7 @@ impl Waiters {
             if st.queues.is_empty() {
                 return;
             }
-            let channel = if reentrant {
-                crate::scripts::redisson_channel(key)
-            } else {
-                release_channel(key)
-            };
-            st.queues.get(&channel).cloned()
+            st.queues.get(&queue_channel(key, reentrant)).cloned()
         };
         if let Some(kq) = kq
             && !kq.q().waiters.is_empty()
@@ -527,6 +522,16 @@ impl QueueArgs {
 /// re-check (at most 1.5 × retry_delay apart) twice, plus node timeouts.
 pub(crate) fn lease(opts: &LockOptions) -> Duration {
     (opts.retry_delay * 3 + opts.effective_node_timeout() * 4).max(MIN_LEASE)
+}
+
+/// The key's release channel, which names its local waiter queue: Redisson's for reentrant
+/// locks, `release_channel` for plain ones.
+pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
+    if reentrant {
+        crate::scripts::redisson_channel(key)
+    } else {
+        release_channel(key)
+    }
 }
 
 /// Takes our id out of the server queue on every node (best effort: its lease ends anyway).

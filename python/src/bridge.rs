@@ -55,9 +55,15 @@ where
 pub fn shutdown(py: Python<'_>, limit: Duration) {
     SHUTDOWN_THREAD.store(thread_ident(), Ordering::SeqCst);
     SHUTTING_DOWN.store(true, Ordering::SeqCst);
+    wait_for_zero(py, &IN_FLIGHT, limit);
+}
+
+/// Waits, without the GIL and at most `limit`, until `count` is zero (threads leaving a
+/// region that exit must not overlap).
+pub fn wait_for_zero(py: Python<'_>, count: &AtomicUsize, limit: Duration) {
     py.detach(|| {
         let deadline = std::time::Instant::now() + limit;
-        while IN_FLIGHT.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+        while count.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(1));
         }
     });

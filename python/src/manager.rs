@@ -72,12 +72,7 @@ static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
 pub(crate) fn close_all(py: Python<'_>, limit: Duration) {
     CLOSING.store(true, Ordering::SeqCst);
     CLOSING_NOW.notify_waiters();
-    py.detach(|| {
-        let deadline = std::time::Instant::now() + limit;
-        while BLOCKING_ACQUIRES.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    });
+    bridge::wait_for_zero(py, &BLOCKING_ACQUIRES, limit);
 }
 
 /// Resolves once the interpreter is exiting.
