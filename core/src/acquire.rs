@@ -29,7 +29,7 @@ use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, fence_key, queue_key, queue_lease_key,
     queue_since_key, redisson_channel, waiter_channel_prefix,
 };
-use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
+use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
 
 /// Who this attempt acquires as.
 struct Plan {
@@ -60,6 +60,8 @@ impl LockManager {
         let mut ticket: Option<Ticket> = None;
         // An owner id whose re-entry found our field gone: that acquisition was lost.
         let mut stale: Option<u64> = None;
+        // Whether the first attempt found us looping on the key (see `Contention::looping`).
+        let mut first_looping: Option<bool> = None;
         loop {
             // Waited on this key a moment ago (its queue still lingers, subscribed): join before
             // the first attempt, so that it queues and a release tells us.
@@ -84,6 +86,7 @@ impl LockManager {
                 queue,
             };
             let mut outcome = run_attempt(shared.clone(), attempt).await?;
+            let first_looping = *first_looping.get_or_insert(outcome.looping);
             if outcome.won {
                 outcome.undo.disarm();
                 let fence = if plan.reentry {
@@ -96,6 +99,10 @@ impl LockManager {
                 }
                 if let Some(h) = plan.holder {
                     shared.owners.granted(key, h, fence);
+                }
+                if first_looping && n == 1 && !opts.reentrant {
+                    // A worker in a loop on this key: its release may be quiet (release.lua).
+                    shared.mark_streak(key);
                 }
                 return Ok(Lock::new(
                     shared.clone(),
@@ -271,6 +278,9 @@ struct Attempt {
 /// unless disarmed (it became a `Lock`); a lost one has been undone already.
 struct Outcome {
     won: bool,
+    /// Sent through the waiter queue (not a plain `SET NX`) by a manager that released the key
+    /// a moment before (see `Contention::looping`).
+    looping: bool,
     tally: Tally,
     /// Per node: ms until a re-check is worth it, from a busy answer (-1: no TTL).
     hints: Vec<Option<i64>>,
@@ -401,7 +411,11 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     };
     // Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is (and no
     // queue or fence key names to build for it).
-    let plain_set = !opts.reentrant && !fencing && a.queue.is_none() && !shared.contended(key);
+    let seen = shared.contention(key);
+    let plain_set = !opts.reentrant && !fencing && a.queue.is_none() && !seen.contended;
+    // Our last release of this key was quiet (N = 1): we may take it back within the grace.
+    let grace = if seen.quiet { "1" } else { "0" };
+    let looping = seen.looping;
     let (fk, qk, lk, sk) = if plain_set {
         Default::default()
     } else {
@@ -413,7 +427,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
         )
     };
     let (fk, qk, lk, sk) = (fk.as_str(), qk.as_str(), lk.as_str(), sk.as_str());
-    let bound = barge_bound_ms();
+    let bound = barge_bound_ms(shared.nodes.len());
     let q = a.queue.clone().unwrap_or_default();
     let (id, score, lease) = (q.id.as_str(), q.score.as_str(), q.lease_ms);
     let (reentrant, reentry) = (opts.reentrant, a.reentry);
@@ -472,7 +486,9 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                         .arg(score)
                         .arg(lease)
                         .arg(bound)
-                        .arg(wake_prefix);
+                        .arg(wake_prefix)
+                        .arg(quiet_grace_ms())
+                        .arg(grace);
                     inv
                 };
                 let value: Value = inv.invoke_async(&mut conn).await?;
@@ -535,6 +551,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     if won {
         let outcome = Outcome {
             won,
+            looping: looping && !plain_set,
             tally,
             hints: hints_now,
             started: start,
@@ -561,6 +578,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
     hints_now.resize(n, None); // one per node, for `wake_hint`
     let _ = report.send(Outcome {
         won,
+        looping: looping && !plain_set,
         tally,
         hints: hints_now,
         started: start,
@@ -612,7 +630,7 @@ async fn undo_everywhere(
         lk.as_str(),
         sk.as_str(),
     );
-    let bound = barge_bound_ms();
+    let bound = barge_bound_ms(shared.nodes.len());
     let reentrant = if opts.reentrant { "1" } else { "0" };
     fan_out(&shared.nodes, shared.quorum, false, |i, node| {
         let wanted = only[i];

@@ -17,6 +17,7 @@ use crate::scripts::{
     EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
     run_script,
 };
+use crate::wakeup::barge_bound_ms;
 
 /// Where a lock stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -621,7 +622,18 @@ pub(crate) async fn release_everywhere(
     // Plain: the queue whose first waiter is told, on its own channel; with contention seen
     // lately, every queue key (the script drops lapsed waiters before it wakes the first),
     // otherwise the queue alone (see release.lua).
-    let contended = !reentrant && shared.contended(key);
+    // A worker in a loop on the key (one node) releases quietly while the first waiter is
+    // within its barging bound: bound 0 means never quiet.
+    let (contended, streak) = if reentrant {
+        (false, false)
+    } else {
+        shared.release_view(key)
+    };
+    let quiet_bound = if streak && shared.nodes.len() == 1 {
+        barge_bound_ms(1)
+    } else {
+        0
+    };
     // Reentrant: Redisson's channel (only its unlock publishes there).
     let redisson = if reentrant {
         redisson_channel(key)
@@ -659,10 +671,16 @@ pub(crate) async fn release_everywhere(
                     cmd
                 };
                 cmd.arg(token).arg(Tagged::waiter_channel_prefix(key));
+                if contended {
+                    cmd.arg(quiet_bound);
+                }
                 let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-                if deleted == 2 {
+                if deleted == 3 && shared.nodes.len() == 1 {
+                    // Waiters, but the first was not told: we may take it back at once.
+                    shared.mark_quiet_release(key);
+                } else if deleted >= 2 {
                     // Someone waits: our next acquire of this key queues too.
-                    shared.mark_contended(key);
+                    shared.mark_loud_release(key);
                 }
                 Ok(yes_if(deleted >= 1))
             })
