@@ -289,6 +289,15 @@ impl LockManager {
         self.acquire_with(key, &self.shared.defaults.clone()).await
     }
 
+    /// Tells now, instead of after the grace, the first waiter of every key this manager
+    /// released quietly a moment ago and did not take back (a worker in a loop on a key,
+    /// one node: see DESIGN.md, "Quiet streaks"). Call it before dropping a manager, or
+    /// before the process exits, right after such a loop: the Python binding's `close()`
+    /// does. Without it that waiter takes over at its own re-check, a few ms later.
+    pub async fn flush_quiet_releases(&self) {
+        self.shared.quiet.flush(&self.shared).await;
+    }
+
     /// Tries once (`wait` = 0).
     pub async fn try_acquire(&self, key: &str) -> Result<Lock> {
         let opts = self.shared.defaults.clone().wait(Some(Duration::ZERO));

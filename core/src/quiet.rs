@@ -7,7 +7,9 @@
 //!
 //! One watcher task per manager, started on the first grant of a streak. It sleeps until the
 //! oldest quiet release's grace ends, so a streak costs it one wake-up per grace, not one per
-//! release.
+//! release, and keeps its manager alive until then. A process about to exit cannot wait for
+//! it: `LockManager::flush_quiet_releases` does the checks at once (the Python binding's
+//! `close()` and its exit hook call it).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -52,6 +54,15 @@ impl QuietWatch {
         }
     }
 
+    /// Checks every pending quiet release now (see `LockManager::flush_quiet_releases`).
+    pub async fn flush(&self, shared: &Shared) {
+        let all: Vec<(String, Instant)> = self.lock().drain(..).collect();
+        let left = all
+            .iter()
+            .filter(|(key, at)| shared.left_after_quiet_release(key, *at));
+        futures::future::join_all(left.map(|(key, _)| wake_if_free(shared, key))).await;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<(String, Instant)>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -73,8 +84,10 @@ async fn watcher(weak: Weak<Shared>) {
                 }
             }
         };
-        tokio::time::sleep_until(next).await;
+        // Holding the manager until its pending releases are checked: one dropped right after
+        // its loop still tells the waiter (a grace later).
         let Some(shared) = weak.upgrade() else { return };
+        tokio::time::sleep_until(next).await;
         let now = Instant::now();
         let due: Vec<(String, Instant)> = {
             let mut pending = shared.quiet.lock();
