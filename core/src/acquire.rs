@@ -487,7 +487,7 @@ async fn attempt(shared: Arc<Shared>, a: Attempt, report: tokio::sync::oneshot::
                         .arg(lease)
                         .arg(bound)
                         .arg(wake_prefix)
-                        .arg(quiet_grace_ms())
+                        .arg(if n == 1 { quiet_grace_ms() } else { 0 })
                         .arg(grace);
                     inv
                 };
