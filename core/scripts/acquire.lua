@@ -15,10 +15,10 @@ local id = ARGV[4]
 local pttl = redis.call('PTTL', KEYS[1])
 local prefix = ARGV[8] or ''
 local bound, grace = tonumber(ARGV[7]), tonumber(ARGV[9])
--- Releases may be quiet (one node: grace > 0): a waiter re-checks at its bound + grace.
+-- Releases may be quiet (one node: grace > 0): a waiter re-checks when its bound ends.
 local function hint(ms)
   if grace > 0 then
-    return recheck(ms, id, bound + grace)
+    return recheck(ms, id, bound)
   end
   return ms
 end
