@@ -67,6 +67,17 @@ async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: i64) {
     }
 }
 
+/// A pub/sub connection subscribed to everything published on ferrolock's release channels.
+async fn watch_releases(server: &RedisServer) -> redis::aio::PubSub {
+    let mut watcher = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    watcher.psubscribe("ferrolock:release:*").await.unwrap();
+    watcher
+}
+
 /// Long ttl and long poll interval: anything quicker than the poll bound is a push wake-up.
 fn slow_poll(retry: Duration) -> LockOptions {
     opts().ttl(LONG).retry_delay(retry)
@@ -586,12 +597,7 @@ async fn a_release_tells_only_the_queue_heads_process() {
     let head_channel = ferrolock::waiter_channel(key, &queue[0]);
 
     // Everything published on any ferrolock channel from now on.
-    let mut watcher = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    watcher.psubscribe("ferrolock:release:*").await.unwrap();
+    let mut watcher = watch_releases(&server).await;
     let mut messages = watcher.on_message();
 
     held.release().await.unwrap();
@@ -667,12 +673,7 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
     let later = (server_ms(&server) + 60_000).to_string();
     server.cmd::<i64>(&["ZADD", &s, "XX", &later, &ids[0]]);
 
-    let mut watcher = redis::Client::open(server.url())
-        .unwrap()
-        .get_async_pubsub()
-        .await
-        .unwrap();
-    watcher.psubscribe("ferrolock:release:*").await.unwrap();
+    let mut watcher = watch_releases(&server).await;
     let mut messages = watcher.on_message();
 
     assert_eq!(
