@@ -638,13 +638,16 @@ pub(crate) async fn release_everywhere(
             node.run(timeout, false, move |mut conn| async move {
                 if reentrant {
                     // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
-                    let left: Option<i64> = RELEASE_REENTRANT
-                        .key(key)
-                        .arg(token)
-                        .arg(ttl_ms)
-                        .arg(redisson)
-                        .invoke_async(&mut conn)
-                        .await?;
+                    // Boxed, so the plain release's future does not carry this one's size.
+                    let left: Option<i64> = Box::pin(
+                        RELEASE_REENTRANT
+                            .key(key)
+                            .arg(token)
+                            .arg(ttl_ms)
+                            .arg(redisson)
+                            .invoke_async(&mut conn),
+                    )
+                    .await?;
                     return Ok(yes_if(left.is_some()));
                 }
                 let mut cmd = if contended {

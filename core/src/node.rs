@@ -265,6 +265,15 @@ impl Node {
         Ok(conn)
     }
 
+    /// The connection `connection` would return without waiting, if there is one.
+    fn open_now(&self) -> Option<(MultiplexedConnection, u64)> {
+        if crate::runtime::driving_locally() {
+            THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self))
+        } else {
+            self.current()
+        }
+    }
+
     fn current(&self) -> Option<(MultiplexedConnection, u64)> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
@@ -330,7 +339,12 @@ impl Node {
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let deadline = Instant::now() + timeout;
-        let (conn, generation) = self.connection(timeout).await?;
+        let (conn, generation) = match self.open_now() {
+            Some(c) => c,
+            // Boxed: opening a connection is rare, and its future is several KB, which every
+            // request future would otherwise carry (and a fan-out allocate, once per node).
+            None => Box::pin(self.connection(timeout)).await?,
+        };
         if voting {
             self.guarded()?;
         }

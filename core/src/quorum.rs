@@ -181,6 +181,35 @@ impl FanOut<()> {
     }
 }
 
+impl FanOut<()> {
+    /// As `start`, for requests that own what they use (`request(i)` asks node `i` of
+    /// `nodes`), so that the unfinished ones can be handed to a task.
+    pub(crate) fn start_owned<F, Fut>(
+        nodes: usize,
+        quorum: usize,
+        request: F,
+    ) -> FanOut<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static>
+    where
+        F: Fn(usize) -> Fut,
+        Fut: Future<Output = Result<Option<i64>, NodeError>> + Send + 'static,
+    {
+        let in_flight: Box<[_]> = (0..nodes)
+            .map(|i| {
+                let fut = request(i);
+                Some(async move { (i, fut.await) })
+            })
+            .collect();
+        FanOut {
+            answers: vec![Answer::Pending; nodes],
+            quorum,
+            yes: 0,
+            no: 0,
+            in_flight: Box::into_pin(in_flight),
+            left: nodes,
+        }
+    }
+}
+
 impl<R> FanOut<R>
 where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)>,
@@ -191,6 +220,10 @@ where
     pub(crate) fn decided(&self) -> bool {
         let n = self.answers.len();
         self.yes >= self.quorum || self.no > n - self.quorum
+    }
+
+    pub(crate) fn all_answered(&self) -> bool {
+        self.left == 0
     }
 
     pub(crate) async fn until_decided(&mut self) {
