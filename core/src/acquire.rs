@@ -28,7 +28,7 @@ use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
-    ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, fence_key, queue_key, queue_lease_key,
+    ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, command, fence_key, queue_key, queue_lease_key,
     queue_since_key, redisson_channel, waiter_channel_prefix,
 };
 use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
@@ -506,7 +506,8 @@ async fn ask(shared: Arc<Shared>, req: Arc<Req>, i: usize) -> Result<Option<i64>
     let reply = shared.nodes[i]
         .run(timeout, true, move |mut conn| async move {
             if r.plain_set {
-                let ok: Option<String> = redis::cmd("SET")
+                // A `Value`, not a `String`: "OK" needs no allocation of its own.
+                let reply: Value = command("SET", 5, key.len() + token.len() + 24)
                     .arg(key)
                     .arg(token)
                     .arg("NX")
@@ -515,10 +516,10 @@ async fn ask(shared: Arc<Shared>, req: Arc<Req>, i: usize) -> Result<Option<i64>
                     .query_async(&mut conn)
                     .await?;
                 // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
-                return Ok(if ok.is_some() {
-                    Value::Nil
-                } else {
+                return Ok(if reply == Value::Nil {
                     Value::Int(-1)
+                } else {
+                    Value::Nil
                 });
             }
             let [fk, qk, lk, sk, wake_prefix] = &r.names;

@@ -650,18 +650,20 @@ pub(crate) async fn release_everywhere(
                     .await?;
                     return Ok(yes_if(left.is_some()));
                 }
+                let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
+                let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
+                let names = queue.len() + prefix.len();
                 let mut cmd = if contended {
-                    let mut cmd = evalsha(&RELEASE, 4);
-                    cmd.arg(key).arg(Tagged::queue(key));
-                    cmd.arg(Tagged::queue_leases(key))
-                        .arg(Tagged::queue_since(key));
+                    let bytes = key.len() + names + leases.len() + since.len() + token.len();
+                    let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
+                    cmd.arg(key).arg(queue).arg(leases).arg(since);
                     cmd
                 } else {
-                    let mut cmd = evalsha(&RELEASE, 2);
-                    cmd.arg(key).arg(Tagged::queue(key));
+                    let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+                    cmd.arg(key).arg(queue);
                     cmd
                 };
-                cmd.arg(token).arg(Tagged::waiter_channel_prefix(key));
+                cmd.arg(token).arg(prefix);
                 let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                 if deleted == 2 {
                     // Someone waits: our next acquire of this key queues too.
