@@ -4,6 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use futures::FutureExt;
+
 use crate::node::{Node, NodeError};
 
 /// What each node said. `Pending` nodes had not answered when the outcome was decided.
@@ -165,10 +167,7 @@ impl FanOut<()> {
         let in_flight: Box<[_]> = nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| {
-                let fut = request(i, node);
-                Some(async move { (i, fut.await) })
-            })
+            .map(|(i, node)| Some(request(i, node).map(tag(i))))
             .collect();
         FanOut {
             answers: vec![Answer::Pending; nodes.len()],
@@ -193,12 +192,7 @@ impl FanOut<()> {
         F: Fn(usize) -> Fut,
         Fut: Future<Output = Result<Option<i64>, NodeError>> + Send + 'static,
     {
-        let in_flight: Box<[_]> = (0..nodes)
-            .map(|i| {
-                let fut = request(i);
-                Some(async move { (i, fut.await) })
-            })
-            .collect();
+        let in_flight: Box<[_]> = (0..nodes).map(|i| Some(request(i).map(tag(i)))).collect();
         FanOut {
             answers: vec![Answer::Pending; nodes],
             quorum,
@@ -278,6 +272,13 @@ where
             answers: self.answers.clone(),
         }
     }
+}
+
+/// Labels a node's answer with its index. A combinator, not `async move { (i, fut.await) }`:
+/// an async block keeps the moved-in future and the awaited one as two fields, which doubled
+/// the size of every request (and so of every fan-out's allocation).
+fn tag<T>(i: usize) -> impl FnOnce(T) -> (usize, T) {
+    move |answer| (i, answer)
 }
 
 /// The elements of a pinned slice, each pinned.
