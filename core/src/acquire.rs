@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::{Lock, release_everywhere};
 use crate::manager::{LockManager, Shared, UNREACHABLE_ATTEMPTS, check_key, jitter, new_token};
-use crate::node::{NodeError, node_error};
+use crate::node::{NodeError, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
@@ -496,15 +496,21 @@ fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
         .collect()
 }
 
-/// Node `i`'s request of an attempt: owns what it uses, so it can outlive its caller.
-async fn ask(shared: Arc<Shared>, req: Arc<Req>, i: usize) -> Result<Option<i64>, NodeError> {
+/// Node `i`'s request of an attempt: owns what it uses, so it can outlive its caller. Gives
+/// up when polled at or after `deadline` (its caller wakes it then).
+async fn ask(
+    shared: Arc<Shared>,
+    req: Arc<Req>,
+    i: usize,
+    deadline: Instant,
+) -> Result<Option<i64>, NodeError> {
     let r = &*req;
     let opts = &r.opts;
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
     let (key, token) = (r.key.as_str(), r.token.as_str());
     let reply = shared.nodes[i]
-        .run(timeout, true, move |mut conn| async move {
+        .run_bounded(deadline, timeout, true, move |mut conn| async move {
             if r.plain_set {
                 // A `Value`, not a `String`: "OK" needs no allocation of its own.
                 let reply: Value = command("SET", 5, key.len() + token.len() + 24)
@@ -589,19 +595,24 @@ async fn attempt(
     };
     let tally = if n == 1 {
         // One node: no set of requests to build, and nothing left in flight once it answered.
-        let answer = match ask(shared.clone(), req.clone(), 0).await {
-            Ok(Some(v)) => Answer::Yes(v),
-            Ok(None) => Answer::No,
-            Err(e) => Answer::Failed(e),
+        let deadline = Instant::now() + timeout;
+        let ask = ask(shared.clone(), req.clone(), 0, deadline);
+        let answer = match tokio::time::timeout_at(deadline, ask).await {
+            Err(_) => Answer::Failed(timed_out(timeout)),
+            Ok(Ok(Some(v))) => Answer::Yes(v),
+            Ok(Ok(None)) => Answer::No,
+            Ok(Err(e)) => Answer::Failed(e),
         };
         Tally {
             quorum,
             answers: vec![answer],
         }
     } else {
-        let requests = run.requests.insert(FanOut::start_owned(n, quorum, |i| {
-            ask(shared.clone(), req.clone(), i)
-        }));
+        let requests =
+            run.requests
+                .insert(FanOut::start_owned(n, quorum, timeout, |i, deadline| {
+                    ask(shared.clone(), req.clone(), i, deadline)
+                }));
         requests.until_decided().await;
         requests.tally()
     };
@@ -617,8 +628,8 @@ async fn attempt(
             let next = seen + 1;
             let (key, token, fk) = (req.key.as_str(), req.token.as_str(), req.names[0].as_str());
             let hash = if opts.reentrant { "1" } else { "0" };
-            let raise = fan_out(nodes, quorum, true, |_, node| {
-                node.run(timeout, true, move |mut conn| async move {
+            let raise = fan_out(nodes, quorum, timeout, true, |_, node, deadline| {
+                node.run_bounded(deadline, timeout, true, move |mut conn| async move {
                     let ok: i64 = RAISE_FENCE
                         .key(key)
                         .key(fk)
@@ -737,33 +748,39 @@ async fn undo_everywhere(
     );
     let bound = barge_bound_ms();
     let reentrant = if opts.reentrant { "1" } else { "0" };
-    fan_out(&shared.nodes, shared.quorum, false, |i, node| {
-        let wanted = only[i];
-        async move {
-            if !wanted {
-                return Ok(None);
+    fan_out(
+        &shared.nodes,
+        shared.quorum,
+        timeout,
+        false,
+        |i, node, deadline| {
+            let wanted = only[i];
+            async move {
+                if !wanted {
+                    return Ok(None);
+                }
+                node.run_bounded(deadline, timeout, false, move |mut conn| async move {
+                    let freed: i64 = UNDO
+                        .key(key)
+                        .key(fk)
+                        .key(qk)
+                        .key(lk)
+                        .key(sk)
+                        .arg(token)
+                        .arg(reentrant)
+                        .arg(channel)
+                        .arg(&queue.id)
+                        .arg(&queue.score)
+                        .arg(queue.lease_ms)
+                        .arg(bound)
+                        .invoke_async(&mut conn)
+                        .await?;
+                    Ok(yes_if(freed == 1))
+                })
+                .await
             }
-            node.run(timeout, false, move |mut conn| async move {
-                let freed: i64 = UNDO
-                    .key(key)
-                    .key(fk)
-                    .key(qk)
-                    .key(lk)
-                    .key(sk)
-                    .arg(token)
-                    .arg(reentrant)
-                    .arg(channel)
-                    .arg(&queue.id)
-                    .arg(&queue.score)
-                    .arg(queue.lease_ms)
-                    .arg(bound)
-                    .invoke_async(&mut conn)
-                    .await?;
-                Ok(yes_if(freed == 1))
-            })
-            .await
-        }
-    })
+        },
+    )
     .await;
 }
 

@@ -629,51 +629,57 @@ pub(crate) async fn release_everywhere(
         String::new()
     };
     let redisson = redisson.as_str();
-    let tally = fan_out(&shared.nodes, shared.quorum, false, |i, node| {
-        let wanted = only.is_none_or(|m| m[i]);
-        async move {
-            if !wanted {
-                return Ok(None);
+    let tally = fan_out(
+        &shared.nodes,
+        shared.quorum,
+        timeout,
+        false,
+        |i, node, deadline| {
+            let wanted = only.is_none_or(|m| m[i]);
+            async move {
+                if !wanted {
+                    return Ok(None);
+                }
+                node.run_bounded(deadline, timeout, false, move |mut conn| async move {
+                    if reentrant {
+                        // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
+                        // Boxed, so the plain release's future does not carry this one's size.
+                        let left: Option<i64> = Box::pin(
+                            RELEASE_REENTRANT
+                                .key(key)
+                                .arg(token)
+                                .arg(ttl_ms)
+                                .arg(redisson)
+                                .invoke_async(&mut conn),
+                        )
+                        .await?;
+                        return Ok(yes_if(left.is_some()));
+                    }
+                    let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
+                    let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
+                    let names = queue.len() + prefix.len();
+                    let mut cmd = if contended {
+                        let bytes = key.len() + names + leases.len() + since.len() + token.len();
+                        let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
+                        cmd.arg(key).arg(queue).arg(leases).arg(since);
+                        cmd
+                    } else {
+                        let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+                        cmd.arg(key).arg(queue);
+                        cmd
+                    };
+                    cmd.arg(token).arg(prefix);
+                    let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
+                    if deleted == 2 {
+                        // Someone waits: our next acquire of this key queues too.
+                        shared.mark_contended(key);
+                    }
+                    Ok(yes_if(deleted >= 1))
+                })
+                .await
             }
-            node.run(timeout, false, move |mut conn| async move {
-                if reentrant {
-                    // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
-                    // Boxed, so the plain release's future does not carry this one's size.
-                    let left: Option<i64> = Box::pin(
-                        RELEASE_REENTRANT
-                            .key(key)
-                            .arg(token)
-                            .arg(ttl_ms)
-                            .arg(redisson)
-                            .invoke_async(&mut conn),
-                    )
-                    .await?;
-                    return Ok(yes_if(left.is_some()));
-                }
-                let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
-                let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
-                let names = queue.len() + prefix.len();
-                let mut cmd = if contended {
-                    let bytes = key.len() + names + leases.len() + since.len() + token.len();
-                    let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
-                    cmd.arg(key).arg(queue).arg(leases).arg(since);
-                    cmd
-                } else {
-                    let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
-                    cmd.arg(key).arg(queue);
-                    cmd
-                };
-                cmd.arg(token).arg(prefix);
-                let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-                if deleted == 2 {
-                    // Someone waits: our next acquire of this key queues too.
-                    shared.mark_contended(key);
-                }
-                Ok(yes_if(deleted >= 1))
-            })
-            .await
-        }
-    })
+        },
+    )
     .await;
     shared.waiters.released_locally(key, reentrant);
     tally
@@ -692,16 +698,22 @@ pub(crate) async fn extend_everywhere(
     } else {
         &*EXTEND
     };
-    fan_out(&shared.nodes, shared.quorum, true, |_, node| {
-        node.run(timeout, true, move |mut conn| async move {
-            let extended: i64 = script
-                .key(key)
-                .arg(token)
-                .arg(ttl_ms)
-                .invoke_async(&mut conn)
-                .await?;
-            Ok(yes_if(extended == 1))
-        })
-    })
+    fan_out(
+        &shared.nodes,
+        shared.quorum,
+        timeout,
+        true,
+        |_, node, deadline| {
+            node.run_bounded(deadline, timeout, true, move |mut conn| async move {
+                let extended: i64 = script
+                    .key(key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(yes_if(extended == 1))
+            })
+        },
+    )
     .await
 }
