@@ -614,7 +614,15 @@ async fn attempt(
                     ask(shared.clone(), req.clone(), i, deadline)
                 }));
         requests.until_decided().await;
-        requests.tally()
+        // Every node answered (the usual case): the answers move out, and nothing is left in
+        // flight to hand on.
+        match run.requests.take_if(|r| r.all_answered()) {
+            Some(done) => done.into_tally(),
+            None => match &run.requests {
+                Some(requests) => requests.tally(),
+                None => unreachable!("inserted above"),
+            },
+        }
     };
     if !tally.won() {
         shared.mark_contended(&req.key);
@@ -675,7 +683,9 @@ async fn attempt(
             run.undo.disarm();
             return Some(outcome);
         };
-        // A caller that is gone gets its grant undone, once every node has answered.
+        // A caller that is gone gets its grant undone, once every node has answered: where
+        // the tally says, or (requests still in flight) where their final tally says.
+        run.undo.only = Some(undo_mask(&outcome.tally, reentry));
         let claimed = report.send(outcome).is_ok();
         if claimed {
             run.undo.disarm();

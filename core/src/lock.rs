@@ -655,20 +655,7 @@ pub(crate) async fn release_everywhere(
                         .await?;
                         return Ok(yes_if(left.is_some()));
                     }
-                    let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
-                    let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
-                    let names = queue.len() + prefix.len();
-                    let mut cmd = if contended {
-                        let bytes = key.len() + names + leases.len() + since.len() + token.len();
-                        let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
-                        cmd.arg(key).arg(queue).arg(leases).arg(since);
-                        cmd
-                    } else {
-                        let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
-                        cmd.arg(key).arg(queue);
-                        cmd
-                    };
-                    cmd.arg(token).arg(prefix);
+                    let cmd = release_command(key, token, contended);
                     let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
                     if deleted == 2 {
                         // Someone waits: our next acquire of this key queues too.
@@ -683,6 +670,26 @@ pub(crate) async fn release_everywhere(
     .await;
     shared.waiters.released_locally(key, reentrant);
     tally
+}
+
+/// The plain release (see release.lua). Built outside the request's future, so that its
+/// temporaries do not take room in it.
+fn release_command(key: &str, token: &str, contended: bool) -> redis::Cmd {
+    let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
+    let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
+    let names = queue.len() + prefix.len();
+    let mut cmd = if contended {
+        let bytes = key.len() + names + leases.len() + since.len() + token.len();
+        let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
+        cmd.arg(key).arg(queue).arg(leases).arg(since);
+        cmd
+    } else {
+        let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+        cmd.arg(key).arg(queue);
+        cmd
+    };
+    cmd.arg(token).arg(prefix);
+    cmd
 }
 
 pub(crate) async fn extend_everywhere(

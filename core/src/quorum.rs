@@ -138,7 +138,7 @@ where
     } else {
         while requests.next().await {}
     }
-    requests.tally()
+    requests.into_tally()
 }
 
 /// A fan-out whose answers can be taken in two steps: until the outcome is decided, then the
@@ -300,6 +300,14 @@ where
         Tally {
             quorum: self.quorum,
             answers: self.answers.clone(),
+        }
+    }
+
+    /// The answers, moved out (no copy).
+    pub(crate) fn into_tally(mut self) -> Tally {
+        Tally {
+            quorum: self.quorum,
+            answers: std::mem::take(&mut self.answers),
         }
     }
 }
