@@ -5,29 +5,48 @@
 -- join times (one slot).
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
 -- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] the prefix of
--- the waiters' own channels ('' = none; see wake_head).
+-- the waiters' own channels ('' = none; see wake_head), ARGV[9] the grace after the bound in ms
+-- (see recheck()), ARGV[10] '1' when the caller's last act on the key was a quiet release: it
+-- may take the lock back until the head's bound + grace.
 -- Returns nil on a grant ({counter} with fencing); otherwise the ms after which a re-check is
 -- worth it: the holder's PTTL (-1: it has none), or the lease left to the waiter whose turn it
--- is.
+-- is, cut to the end of our own barging bound while we are within it (see recheck()).
 local id = ARGV[4]
 local pttl = redis.call('PTTL', KEYS[1])
 local prefix = ARGV[8] or ''
+local bound, grace = tonumber(ARGV[7]), tonumber(ARGV[9])
 if pttl ~= -2 then
   enqueue(id, ARGV[5], tonumber(ARGV[6]))
-  return pttl
+  return recheck(pttl, id, bound + grace)
 end
--- Free. Join first, then look: a waiter that sorts first (arrivals in the same instant, a
--- place kept after an undo) takes the lock now instead of being told to wait for itself.
-enqueue(id, ARGV[5], tonumber(ARGV[6]))
-local head = queue_head()
-if not may_take(head, id, tonumber(ARGV[7])) then
+local barge = ARGV[10] == '1' and bound + grace or bound
+local head
+local queued = false
+if ARGV[5] == '' and (id == '' or not redis.call('ZSCORE', Q, id)) then
+  -- Free, and we are not queued, in arrival order (one node): we would join at the back, so
+  -- we may take the lock only when nobody is queued or by barging. Look first, and join only
+  -- to wait (a streak's barge then costs no queue writes).
+  head = queue_head()
+else
+  -- Free. Join first, then look: a waiter that sorts first (arrivals in the same instant, a
+  -- place kept after an undo) takes the lock now instead of being told to wait for itself.
+  enqueue(id, ARGV[5], tonumber(ARGV[6]))
+  queued = true
+  head = queue_head()
+end
+if not may_take(head, id, barge) then
+  if not queued then
+    enqueue(id, ARGV[5], tonumber(ARGV[6]))
+  end
   if pruned then
     -- A lapsed head was dropped and the lock is free: the new head re-checks now.
     wake_head(prefix, 'q')
   end
-  return lease_left(head)
+  return recheck(lease_left(head), id, bound + grace)
 end
 -- A grant needs no announcement: the lock is held now, and its release wakes the new head.
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-dequeue(id)
+if queued then
+  dequeue(id)
+end
 return fence_reply(KEYS[2], ARGV[3])

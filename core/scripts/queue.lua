@@ -93,6 +93,25 @@ local function wake_head(prefix, message)
   end
   return 0
 end
+-- Quiet streaks: while the head is within the barging bound, a release does not tell it (the
+-- releasing process usually takes the lock back at once, and a woken head would only lose the
+-- race and cost CPU), and the releasing process may still take it back for a grace after the
+-- bound. So a waiter re-checks by itself when its bound + grace (`bound` here) end: the busy
+-- hint `ms` is cut to that moment (-1, no TTL, becomes it).
+local function recheck(ms, id, bound)
+  if id == '' then
+    return ms
+  end
+  local since = redis.call('ZSCORE', S, id)
+  if not since then
+    return ms
+  end
+  local left = tonumber(since) + bound - clock() + 1
+  if left <= 0 or (ms >= 0 and ms <= left) then
+    return ms
+  end
+  return left
+end
 -- Free, but another waiter has the turn: re-check when its lease would run out.
 local function lease_left(head)
   local ends = redis.call('ZSCORE', L, head)

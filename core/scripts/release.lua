@@ -4,9 +4,12 @@
 -- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times. The uncontended
 -- release sends two keys and pays one EXISTS for the queue; it then wakes the first waiter
 -- without dropping lapsed ones first (the client sends all four from its next release on).
--- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels.
+-- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels; with four keys, ARGV[3]
+-- the barging bound in ms, or 0: a head queued for less than that is not told (a quiet
+-- release by a worker in a loop; see DESIGN.md, "Quiet streaks").
 -- Returns 0 (not ours), 1 (released), 2 (released, and waiters are queued: contention, which
--- makes this client's next attempt on the key respect the waiter queue).
+-- makes this client's next attempt on the key respect the waiter queue), 3 (released quietly:
+-- waiters are queued, the first was not told).
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
@@ -14,11 +17,12 @@ redis.call('DEL', KEYS[1])
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 1
 end
+local now
 if #KEYS >= 4 then
   -- Waiters whose lease ended are dropped first (as queue_head() does), so that the wake-up
   -- goes to a live one.
   local t = redis.call('TIME')
-  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   local gone = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)
   if #gone > 0 then
     for _, w in ipairs(gone) do
@@ -29,7 +33,18 @@ if #KEYS >= 4 then
   end
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
-if head then
-  redis.call('PUBLISH', ARGV[2] .. head, '0')
+if not head then
+  return 2
 end
+if now then
+  -- The releasing process's next attempt may take it back during a grace after the bound
+  -- (the `quiet` argument of acquire.lua), so it cannot find a free lock promised to a head
+  -- that nobody told.
+  local bound = tonumber(ARGV[3])
+  local since = bound > 0 and redis.call('ZSCORE', KEYS[4], head)
+  if since and now - tonumber(since) < bound then
+    return 3
+  end
+end
+redis.call('PUBLISH', ARGV[2] .. head, '0')
 return 2

@@ -31,7 +31,7 @@ use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, command, fence_key, queue_key, queue_lease_key,
     queue_since_key, redisson_channel, waiter_channel_prefix,
 };
-use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms};
+use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
 
 /// Who this attempt acquires as.
 struct Plan {
@@ -62,6 +62,8 @@ impl LockManager {
         let mut ticket: Option<Ticket> = None;
         // An owner id whose re-entry found our field gone: that acquisition was lost.
         let mut stale: Option<u64> = None;
+        // Whether the first attempt found us looping on the key (see `Contention::looping`).
+        let mut first_looping: Option<bool> = None;
         loop {
             // Waited on this key a moment ago (its queue still lingers, subscribed): join before
             // the first attempt, so that it queues and a release tells us.
@@ -80,6 +82,7 @@ impl LockManager {
 
             let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
             let (outcome, req) = run_attempt(shared, req).await?;
+            let first_looping = *first_looping.get_or_insert(outcome.looping);
             if outcome.won {
                 let fence = if plan.reentry {
                     plan.fence
@@ -91,6 +94,10 @@ impl LockManager {
                 }
                 if let Some(h) = plan.holder {
                     shared.owners.granted(key, h, fence);
+                }
+                if first_looping && n == 1 && !opts.reentrant {
+                    // A worker in a loop on this key: its release may be quiet (release.lua).
+                    shared.mark_streak(key);
                 }
                 // The key and token move into the lock, unless requests still in flight
                 // hold them.
@@ -266,6 +273,10 @@ struct Req {
     /// Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is (and no
     /// queue or fence key names to build for it).
     plain_set: bool,
+    /// "1": our last release of this key was quiet (see release.lua).
+    grace: &'static str,
+    /// A manager that released the key a moment before (see `Contention::looping`).
+    looping: bool,
     fence_mode: &'static str,
     /// Fence, queue, queue leases, queue join times, and the waiters' channel prefix (plain
     /// locks with a queue): empty for a plain SET.
@@ -294,7 +305,8 @@ impl Req {
             (true, 1) => "1",
             (true, _) => "0",
         };
-        let plain_set = !opts.reentrant && !fencing && queue.is_none() && !shared.contended(key);
+        let seen = shared.contention(key);
+        let plain_set = !opts.reentrant && !fencing && queue.is_none() && !seen.contended;
         let names = if plain_set {
             Default::default()
         } else {
@@ -319,6 +331,10 @@ impl Req {
             reentry,
             queue,
             plain_set,
+            // Our last release of this key was quiet (N = 1): we may take it back within the
+            // grace.
+            grace: if seen.quiet { "1" } else { "0" },
+            looping: seen.looping,
             fence_mode,
             names,
             hints: Mutex::new(Vec::new()),
@@ -334,6 +350,9 @@ impl Req {
 /// belongs to the caller, who makes it a `Lock` at once (no await in between).
 struct Outcome {
     won: bool,
+    /// Sent through the waiter queue (not a plain `SET NX`) by a manager that released the key
+    /// a moment before (see `Contention::looping`).
+    looping: bool,
     tally: Tally,
     /// Per node: ms until a re-check is worth it, from a busy answer (-1: no TTL).
     hints: Vec<Option<i64>>,
@@ -509,6 +528,7 @@ async fn ask(
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
     let (key, token) = (r.key.as_str(), r.token.as_str());
+    let n = shared.nodes.len();
     let reply = shared.nodes[i]
         .run_bounded(deadline, timeout, true, move |mut conn| async move {
             if r.plain_set {
@@ -532,7 +552,7 @@ async fn ask(
             let (id, score, lease) = r.queue.as_ref().map_or(("", "", 0), |q| {
                 (q.id.as_str(), q.score.as_str(), q.lease_ms)
             });
-            let bound = barge_bound_ms();
+            let bound = barge_bound_ms(n);
             let inv = if opts.reentrant {
                 let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
                 inv.key(key).key(fk).key(qk).key(lk).key(sk);
@@ -548,7 +568,9 @@ async fn ask(
                     .arg(score)
                     .arg(lease)
                     .arg(bound)
-                    .arg(wake_prefix);
+                    .arg(wake_prefix)
+                    .arg(quiet_grace_ms())
+                    .arg(r.grace);
                 inv
             };
             // Boxed: the queue path is off the uncontended hot path, and its future would
@@ -561,7 +583,7 @@ async fn ask(
         Reply::Granted(counter) => Ok(Some(counter)),
         Reply::Busy(hint) => {
             let mut hints = r.hints.lock().unwrap_or_else(|p| p.into_inner());
-            hints.resize(shared.nodes.len(), None);
+            hints.resize(n, None);
             hints[i] = Some(hint);
             Ok(None)
         }
@@ -671,6 +693,7 @@ async fn attempt(
     if won {
         let outcome = Outcome {
             won,
+            looping: req.looping && !req.plain_set,
             tally,
             hints: take_hints(),
             started: start,
@@ -711,6 +734,7 @@ async fn attempt(
     hints.resize(n, None); // one per node, for `wake_hint`
     let outcome = Outcome {
         won,
+        looping: req.looping && !req.plain_set,
         tally,
         hints,
         started: start,
@@ -756,7 +780,7 @@ async fn undo_everywhere(
         lk.as_str(),
         sk.as_str(),
     );
-    let bound = barge_bound_ms();
+    let bound = barge_bound_ms(shared.nodes.len());
     let reentrant = if opts.reentrant { "1" } else { "0" };
     fan_out(
         &shared.nodes,

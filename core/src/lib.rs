@@ -38,6 +38,7 @@ mod manager;
 mod node;
 mod options;
 mod owner;
+mod quiet;
 mod quorum;
 pub mod runtime;
 mod scripts;

@@ -17,6 +17,7 @@ use crate::scripts::{
     EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
     run_script,
 };
+use crate::wakeup::barge_bound_ms;
 
 /// Where a lock stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -621,7 +622,18 @@ pub(crate) async fn release_everywhere(
     // Plain: the queue whose first waiter is told, on its own channel; with contention seen
     // lately, every queue key (the script drops lapsed waiters before it wakes the first),
     // otherwise the queue alone (see release.lua).
-    let contended = !reentrant && shared.contended(key);
+    // A worker in a loop on the key (one node) releases quietly while the first waiter is
+    // within its barging bound: bound 0 means never quiet.
+    let (contended, streak) = if reentrant {
+        (false, false)
+    } else {
+        shared.release_view(key)
+    };
+    let quiet_bound = if streak && shared.nodes.len() == 1 {
+        barge_bound_ms(1)
+    } else {
+        0
+    };
     // Reentrant: Redisson's channel (only its unlock publishes there).
     let redisson = if reentrant {
         redisson_channel(key)
@@ -655,11 +667,14 @@ pub(crate) async fn release_everywhere(
                         .await?;
                         return Ok(yes_if(left.is_some()));
                     }
-                    let cmd = release_command(key, token, contended);
+                    let cmd = release_command(key, token, contended, quiet_bound);
                     let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-                    if deleted == 2 {
+                    if deleted == 3 && shared.nodes.len() == 1 {
+                        // Waiters, but the first was not told: we may take it back at once.
+                        shared.mark_quiet_release(key);
+                    } else if deleted >= 2 {
                         // Someone waits: our next acquire of this key queues too.
-                        shared.mark_contended(key);
+                        shared.mark_loud_release(key);
                     }
                     Ok(yes_if(deleted >= 1))
                 })
@@ -674,13 +689,13 @@ pub(crate) async fn release_everywhere(
 
 /// The plain release (see release.lua). Built outside the request's future, so that its
 /// temporaries do not take room in it.
-fn release_command(key: &str, token: &str, contended: bool) -> redis::Cmd {
+fn release_command(key: &str, token: &str, contended: bool, quiet_bound: u64) -> redis::Cmd {
     let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
     let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
     let names = queue.len() + prefix.len();
     let mut cmd = if contended {
-        let bytes = key.len() + names + leases.len() + since.len() + token.len();
-        let mut cmd = evalsha(&RELEASE, 4, 6, bytes);
+        let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
+        let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
         cmd.arg(key).arg(queue).arg(leases).arg(since);
         cmd
     } else {
@@ -689,6 +704,9 @@ fn release_command(key: &str, token: &str, contended: bool) -> redis::Cmd {
         cmd
     };
     cmd.arg(token).arg(prefix);
+    if contended {
+        cmd.arg(quiet_bound);
+    }
     cmd
 }
 

@@ -12,8 +12,9 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions};
 use crate::owner::Owners;
+use crate::quiet::QuietWatch;
 use crate::quorum::Tally;
-use crate::wakeup::Waiters;
+use crate::wakeup::{QUIET_GRACE, Waiters};
 use crate::watchdog::Watchdog;
 
 /// After this many attempts in a row that found a majority of nodes unreachable, acquire
@@ -30,10 +31,42 @@ pub(crate) struct Shared {
     pub owners: Owners,
     /// Waiters, their local queues and the pub/sub connections that wake them.
     pub waiters: Waiters,
+    /// Our quiet releases, checked after their grace (see `quiet.rs`).
+    pub quiet: QuietWatch,
     /// Keys on which this manager recently saw waiters or a busy lock (see `contended`).
-    contention: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+    contention: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
     handle: Option<Handle>,
+}
+
+/// What this manager knows of other contenders on a key.
+#[derive(Clone, Copy)]
+struct Seen {
+    /// When it last saw contention (a busy answer, a release that found waiters).
+    at: Instant,
+    /// When its last release of the key was quiet (see `Contention::quiet`).
+    quiet: Option<Instant>,
+    /// When it last released the key.
+    released: Option<Instant>,
+    /// When it last sent an attempt on the key.
+    attempted: Option<Instant>,
+    /// Its current grant on the key was asked for right after its previous release (a worker
+    /// in a loop): the release of this grant may be quiet.
+    streak: bool,
+}
+
+/// `Shared::contention`'s answer for one key.
+pub(crate) struct Contention {
+    /// Contention was seen lately: a first attempt goes through the server's waiter queue.
+    pub contended: bool,
+    /// Our last release of the key, less than `QUIET_GRACE` ago, was quiet: we may take the
+    /// lock back during the grace after the head's barging bound.
+    pub quiet: bool,
+    /// We released the key less than `QUIET_GRACE` ago: a worker in a loop, likely to take the
+    /// lock back right after each release, so its next release may be quiet. One that
+    /// acquires once (or seldom) releases loudly: nobody waits for a head's own re-check
+    /// because a releaser that never came back let the bound run.
+    pub looping: bool,
 }
 
 /// How long a sign of contention on a key (a busy answer, a release that found waiters)
@@ -43,22 +76,106 @@ const CONTENTION_MEMORY: Duration = Duration::from_secs(2);
 impl Shared {
     /// Remembers that `key` has, or had a moment ago, other contenders.
     pub fn mark_contended(&self, key: &str) {
+        self.update(key, |s| s.quiet = None);
+    }
+
+    /// Remembers that our release of `key` left waiters queued without telling the first one
+    /// (its barging bound had not ended): our next attempt may take the lock back within the
+    /// grace that follows the bound (see DESIGN.md, "Waiter queue").
+    pub fn mark_quiet_release(&self, key: &str) {
+        let now = Instant::now();
+        self.update(key, |s| {
+            s.quiet = Some(now);
+            s.released = Some(now);
+        });
+        self.quiet.released(key, now);
+    }
+
+    /// Remembers that our release of `key` found waiters queued and told the first one.
+    pub fn mark_loud_release(&self, key: &str) {
+        let now = Instant::now();
+        self.update(key, |s| {
+            s.quiet = None;
+            s.released = Some(now);
+        });
+    }
+
+    /// Whether our quiet release of `key` at `at` was our last act on it: no attempt and no
+    /// other release since (see `quiet.rs`).
+    pub fn left_after_quiet_release(&self, key: &str, at: Instant) -> bool {
+        let seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(key).is_some_and(|s| {
+            s.quiet == Some(at) && s.released == s.quiet && s.attempted.is_none_or(|t| t < at)
+        })
+    }
+
+    /// Remembers that our grant on `key` is part of a loop (see `Seen::streak`).
+    pub fn mark_streak(self: &Arc<Self>, key: &str) {
+        self.update(key, |s| s.streak = true);
+        self.quiet.ensure_running(self);
+    }
+
+    fn update(&self, key: &str, change: impl FnOnce(&mut Seen)) {
         let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if seen.len() >= 4096 {
-            seen.retain(|_, at| now.duration_since(*at) < CONTENTION_MEMORY);
+            seen.retain(|_, s| now.duration_since(s.at) < CONTENTION_MEMORY);
         }
-        seen.insert(key.to_string(), now);
+        let s = match seen.get_mut(key) {
+            Some(s) => s,
+            None => seen.entry(key.to_string()).or_insert(Seen {
+                at: now,
+                quiet: None,
+                released: None,
+                attempted: None,
+                streak: false,
+            }),
+        };
+        s.at = now;
+        change(s);
     }
 
-    /// Whether a first attempt on `key` should respect the server's waiter queue. When this
-    /// manager saw no contention on it lately, the first attempt is a plain `SET NX PX` (the
-    /// cheapest possible grant); a process that just released into a queue of waiters, or
-    /// that waits itself, always goes through the queue, so it cannot barge ahead of them.
-    pub fn contended(&self, key: &str) -> bool {
-        let seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
-        seen.get(key)
-            .is_some_and(|at| at.elapsed() < CONTENTION_MEMORY)
+    /// Whether a first attempt on `key` should respect the server's waiter queue, and more
+    /// (see `Contention`). When this manager saw no contention on the key lately, the first
+    /// attempt is a plain `SET NX PX` (the cheapest possible grant); a process that just
+    /// released into a queue of waiters, or that waits itself, always goes through the queue,
+    /// so it cannot barge ahead of them beyond the barging bound.
+    pub fn contention(&self, key: &str) -> Contention {
+        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let recent = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < QUIET_GRACE);
+        match seen.get_mut(key) {
+            Some(s) => {
+                s.attempted = Some(Instant::now());
+                Contention {
+                    contended: s.at.elapsed() < CONTENTION_MEMORY,
+                    quiet: recent(s.quiet),
+                    looping: recent(s.released),
+                }
+            }
+            None => Contention {
+                contended: false,
+                quiet: false,
+                looping: false,
+            },
+        }
+    }
+
+    /// For a release of `key`: whether contention was seen lately, and whether the grant
+    /// released is part of a loop (`Seen::streak`, forgotten here: the next grant says anew).
+    /// Notes the release's time for `Contention::looping` (moved to its end when it found
+    /// waiters: `mark_quiet_release`, `mark_loud_release`).
+    pub fn release_view(&self, key: &str) -> (bool, bool) {
+        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.get_mut(key) {
+            Some(s) => {
+                s.released = Some(Instant::now());
+                (
+                    s.at.elapsed() < CONTENTION_MEMORY,
+                    std::mem::take(&mut s.streak),
+                )
+            }
+            None => (false, false),
+        }
     }
 
     pub fn handle(&self) -> Handle {
@@ -132,6 +249,7 @@ impl LockManager {
                 owners: Owners::default(),
                 waiters: Waiters::new(node_count),
                 contention: Default::default(),
+                quiet: Default::default(),
                 handle: crate::runtime::ambient(),
             }),
         })
@@ -169,6 +287,15 @@ impl LockManager {
     /// Acquires `key` with the manager's default options.
     pub async fn acquire(&self, key: &str) -> Result<Lock> {
         self.acquire_with(key, &self.shared.defaults.clone()).await
+    }
+
+    /// Tells now, instead of after the grace, the first waiter of every key this manager
+    /// released quietly a moment ago and did not take back (a worker in a loop on a key,
+    /// one node: see DESIGN.md, "Quiet streaks"). Call it before dropping a manager, or
+    /// before the process exits, right after such a loop: the Python binding's `close()`
+    /// does. Without it that waiter takes over at its own re-check, a few ms later.
+    pub async fn flush_quiet_releases(&self) {
+        self.shared.quiet.flush(&self.shared).await;
     }
 
     /// Tries once (`wait` = 0).

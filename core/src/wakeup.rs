@@ -53,16 +53,38 @@ const LINGER: Duration = Duration::from_secs(1);
 /// Bounded barging (see DESIGN.md, "Waiter queue"): while the head of the server queue has
 /// been queued for less than this (server clock), a free lock goes to whoever asks first
 /// (usually the process that just released it, one round trip after its release), which saves
-/// the cross-process hand-off (publish, pub/sub delivery, wake-up, attempt: ~0.4 ms on one
+/// the cross-process hand-off (publish, pub/sub delivery, wake-up, attempt: ~0.3 ms on one
 /// local node, ~1 ms on five); past it, only the head may take it. A waiter therefore waits at
-/// most about this long plus one section and one hand-off per waiter ahead of it. 4 ms is ten
-/// one-node hand-offs (so a streak saves most of them) and leaves room under the 14 ms
-/// worst-wait target for three waiters ahead on five nodes (~2 ms each).
+/// most about this long (plus `QUIET_GRACE` on one node) plus one section and one hand-off per
+/// waiter ahead of it, which leaves room under the 14 ms worst-wait target for three waiters
+/// ahead. One node: 6 ms, a streak of many hot sections per hand-off. N nodes: 4 ms, as
+/// hand-offs cost ~2 ms each there (and releases are never quiet).
+const BARGE_BOUND_ONE_NODE: Duration = Duration::from_millis(6);
 const BARGE_BOUND: Duration = Duration::from_millis(4);
 
-/// The barging bound in ms, as the scripts take it.
-pub(crate) fn barge_bound_ms() -> u64 {
-    BARGE_BOUND.as_millis() as u64
+/// Quiet streaks: a release does not tell the first waiter while its barging bound lasts,
+/// and the releasing process may take the lock back for this long after the bound (if its
+/// last act on the key was such a quiet release): its next attempt arrives a round trip or
+/// more after the release, and must not find the lock promised to a head nobody told. The
+/// head re-checks by itself once bound + grace have passed. 1 ms of the server's whole-ms
+/// clock: a quiet release leaves at least one whole tick of the bound, so the real grace is
+/// 1-2 ms, several round trips. Also how soon after its release a manager must ask again to
+/// count as a worker in a loop (`Contention::looping`), and when `quiet.rs` checks that it did.
+pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(1);
+
+/// `QUIET_GRACE` in ms, as the scripts take it.
+pub(crate) fn quiet_grace_ms() -> u64 {
+    QUIET_GRACE.as_millis() as u64
+}
+
+/// The barging bound in ms, as the scripts take it, for a manager of `nodes` nodes.
+pub(crate) fn barge_bound_ms(nodes: usize) -> u64 {
+    let bound = if nodes == 1 {
+        BARGE_BOUND_ONE_NODE
+    } else {
+        BARGE_BOUND
+    };
+    bound.as_millis() as u64
 }
 /// A waiter's lease in the server queue is never shorter than this.
 const MIN_LEASE: Duration = Duration::from_millis(250);
@@ -574,6 +596,12 @@ async fn dequeue_everywhere(shared: &Shared, key: &str, id: &str, channel: &str)
         })
     }))
     .await;
+}
+
+/// Tells the first waiter of a plain lock's queue to re-check if the lock is free (after our
+/// quiet release, when we did not take it back: see `quiet.rs`).
+pub(crate) async fn wake_if_free(shared: &Shared, key: &str) {
+    dequeue_everywhere(shared, key, "", &release_channel(key)).await;
 }
 
 /// One per node per manager: owns the pub/sub connection, keeps its subscriptions equal to the

@@ -3,7 +3,8 @@
 //! during a reconnect, wakes at the holder's PTTL and within the retry bound when nothing is
 //! published; 64 waiters in one process make one attempt per wake-up; a releasing process may
 //! barge ahead of the queue head only while the head has waited less than the barging bound,
-//! so a waiter is never starved; a crashed waiter's queue entry expires; a dropped waiter
+//! so a waiter is never starved; a worker in a loop releases quietly, and the waiter is told
+//! once the loop stops; a crashed waiter's queue entry expires; a dropped waiter
 //! unsubscribes and leaves the queue. Serial: they measure (generous) bounds.
 
 // Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
@@ -21,8 +22,8 @@ use ferrolock::{LockManager, LockOptions};
 use ferrolock_testbed::{Cluster, RedisServer};
 
 const LONG: Duration = Duration::from_secs(60);
-/// The core's barging bound (`BARGE_BOUND` in wakeup.rs).
-const BARGE_BOUND: Duration = Duration::from_millis(4);
+/// The core's barging bound on one node (`BARGE_BOUND_ONE_NODE` in wakeup.rs).
+const BARGE_BOUND: Duration = Duration::from_millis(6);
 
 /// The server's clock in ms, as the queue scripts read it.
 fn server_ms(server: &RedisServer) -> u64 {
@@ -174,19 +175,20 @@ async fn sixty_four_waiters_in_one_process_make_one_attempt_per_wake_up() {
             assert!(lock.release().await.unwrap());
         });
     }
-    // Every waiter made its first attempt (64) and the head re-checked once after the
-    // subscription was confirmed (1); then all is quiet: nobody polls.
+    // Every waiter made its first attempt (64), the head re-checked once after the
+    // subscription was confirmed (1, which queued it) and once when its barging bound + grace
+    // ended (1: a release within the bound may be quiet); then all is quiet: nobody polls.
     wait_for_subscribers(&server, &ferrolock::release_channel(key), 1).await;
-    wait_until("64 first attempts and one re-check", || {
-        m.round_trips()[0] >= base + 65
+    wait_until("64 first attempts and two re-checks", || {
+        m.round_trips()[0] >= base + 66
     })
     .await;
     tokio::time::sleep(ms(300)).await;
     let before = m.round_trips()[0];
     assert_eq!(
         before,
-        base + 64 + 1,
-        "64 first attempts + 1 re-check, then quiet"
+        base + 64 + 2,
+        "64 first attempts + 2 re-checks, then quiet"
     );
     held.release().await.unwrap();
     tokio::time::timeout(Duration::from_secs(30), waiters.join_all())
@@ -620,4 +622,103 @@ async fn a_release_tells_only_the_queue_heads_process() {
             .unwrap();
         lock.release().await.unwrap();
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stops() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "quiet-streak";
+    let (q, s) = (
+        ferrolock::queue_key(key),
+        format!("ferrolock:queue-since:{{{key}}}"),
+    );
+    // A waiter's own re-checks are 5 s apart at the soonest: anything quicker is a message.
+    let o = slow_poll(Duration::from_secs(10));
+    let h = manager(&[server.url()], o.clone());
+    let w = manager(&[server.url()], o.clone());
+    // h has met contention on the key, and then loops: it asks again right after releasing.
+    let x = manager(&[server.url()], o.clone());
+    let held = x.acquire(key).await.unwrap();
+    assert!(h.try_acquire(key).await.is_err());
+    held.release().await.unwrap();
+    let first = h.acquire(key).await.unwrap();
+    first.release().await.unwrap();
+    let mut lock = h.acquire(key).await.unwrap();
+
+    // w waits: its first attempt, its queued attempt once subscribed, and its re-check at the
+    // end of its barging bound + grace; after that it sleeps until told.
+    let base = w.round_trips()[0];
+    let waiter = tokio::spawn({
+        let w = w.clone();
+        async move { w.acquire(key).await.unwrap() }
+    });
+    wait_until("w queued and re-checked at the end of its bound", || {
+        w.round_trips()[0] >= base + 3
+    })
+    .await;
+    tokio::time::sleep(BARGE_BOUND * 5).await;
+    let settled = w.round_trips()[0];
+    let ids: Vec<String> = server.cmd(&["ZRANGE", &q, "0", "-1"]);
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let w_channel = ferrolock::waiter_channel(key, &ids[0]);
+    // For the test, w stays within its barging bound for a minute (joined in the future), so
+    // every release of h's loop may be quiet, however slow this machine is.
+    let later = (server_ms(&server) + 60_000).to_string();
+    server.cmd::<i64>(&["ZADD", &s, "XX", &later, &ids[0]]);
+
+    let mut watcher = redis::Client::open(server.url())
+        .unwrap()
+        .get_async_pubsub()
+        .await
+        .unwrap();
+    watcher.psubscribe("ferrolock:release:*").await.unwrap();
+    let mut messages = watcher.on_message();
+
+    assert_eq!(
+        w.round_trips()[0],
+        settled,
+        "w re-checked again: it was woken"
+    );
+    let short = o.clone().wait(Some(Duration::from_secs(2)));
+    let releases = 20;
+    for i in 0..releases {
+        lock.release().await.unwrap();
+        lock = h
+            .acquire_with(key, &short)
+            .await
+            .unwrap_or_else(|e| panic!("release {i} of the loop lost the lock to w: {e}"));
+    }
+    lock.release().await.unwrap();
+    let stopped = Instant::now();
+    // h's loop ended: its manager tells w, which takes the lock long before its own re-check.
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("w was not told after the loop stopped")
+        .unwrap();
+    eprintln!(
+        "w got the lock {:?} after the loop stopped",
+        stopped.elapsed()
+    );
+    got.release().await.unwrap();
+
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) =
+        tokio::time::timeout(ms(200), futures::StreamExt::next(&mut messages)).await
+    {
+        seen.push((
+            m.get_channel_name().to_string(),
+            String::from_utf8_lossy(m.get_payload_bytes()).to_string(),
+        ));
+    }
+    let released = seen.iter().filter(|(_, p)| p == "0").count();
+    assert!(
+        released < releases / 2,
+        "{released} of {} releases of a loop woke the waiter: {seen:?}",
+        releases + 1
+    );
+    assert!(
+        seen.iter().any(|(c, p)| c == &w_channel && p == "?"),
+        "the looping manager never told the waiter that it left: {seen:?}"
+    );
 }

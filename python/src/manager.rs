@@ -272,20 +272,24 @@ impl PyManager {
     }
 
     /// Releases every lock from this manager that this process still holds, waiting at most
-    /// `timeout` seconds. Returns how many were released on a quorum.
+    /// `timeout` seconds. Returns how many were released on a quorum. Also tells at once the
+    /// waiters of keys this manager released quietly a moment ago (a worker loop that just
+    /// ended: see the core's `flush_quiet_releases`), as this runs before close and at exit.
     #[pyo3(signature = (timeout = 5.0))]
     fn release_all(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
         if self.pid != std::process::id() {
             return Ok(0);
         }
-        let held = self.handed.held();
-        if held.is_empty() {
+        let Ok(manager) = self.core(py) else {
             return Ok(0);
-        }
+        };
+        let held = self.handed.held();
         let limit = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::from_secs(5));
         let done = bridge::wait_at_most(py, limit, async move {
             let all = held.iter().map(|l| l.release());
-            futures::future::join_all(all).await
+            let released = futures::future::join_all(all).await;
+            manager.flush_quiet_releases().await;
+            released
         })?;
         Ok(done
             .map(|results| results.iter().filter(|r| matches!(r, Ok(true))).count())

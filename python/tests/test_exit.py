@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 
+import ferrolock
 from conftest import Child, RedisNode
 
 HOLDER = r"""
@@ -91,3 +94,67 @@ def test_exit_right_after_asyncio_use_never_crashes(node: RedisNode, key: str) -
         finally:
             child.kill()
     assert not node.client().exists(key + ":kept")
+
+
+LOOPER = r"""
+import os, sys, time, ferrolock
+url, key, go = sys.argv[1], sys.argv[2], sys.argv[3]
+m = ferrolock.LockManager([url], ttl=30, restart_guard=0, watchdog=False)
+# m meets contention on the key, then loops on it: acquire, release, acquire at once.
+other = ferrolock.LockManager([url], ttl=30, restart_guard=0)
+held = other.acquire(key)
+try:
+    m.acquire(key, wait=0)
+except ferrolock.NotAcquired:
+    pass
+held.release()
+other.close()
+m.acquire(key).release()
+lock = m.acquire(key)
+print("holding", flush=True)
+while not os.path.exists(go):
+    time.sleep(0.001)
+for _ in range(50):
+    lock.release()
+    lock = m.acquire(key)
+lock.release()
+print("done", flush=True)
+"""
+
+
+def test_a_worker_loop_that_exits_tells_its_waiter_at_once(node: RedisNode, key: str, tmp_path: Path) -> None:
+    """A worker in a loop releases quietly while the first waiter is within its barging bound
+    (DESIGN.md, "Quiet streaks"); when its process exits right after the loop, exit tells that
+    waiter, which would otherwise wait for its own re-check (here: seconds away)."""
+    go = tmp_path / "go"
+    child = Child(LOOPER, node.url, key, str(go))
+    try:
+        child.expect("holding")
+        # The waiter re-checks on its own only every 5 s or more (retry_delay 10 s, jittered).
+        waiter = ferrolock.LockManager([node.url], ttl=30, restart_guard=0, retry_delay=10.0)
+        got: list[float] = []
+        t = threading.Thread(target=lambda: (waiter.acquire(key).release(), got.append(time.monotonic())))
+        t.start()
+        r = node.client()
+        q = f"ferrolock:queue:{{{key}}}"
+        deadline = time.monotonic() + 10
+        while r.zcard(q) != 1:
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.005)
+        # Past its queued attempt and its re-check at the end of its bound (the lock is held).
+        time.sleep(0.2)
+        # For the test, the waiter stays within its barging bound for a minute: every release
+        # of the loop may be quiet, however slow this machine is.
+        (waiter_id,) = r.zrange(q, 0, -1)
+        now_ms = int(r.time()[0]) * 1000 + int(r.time()[1]) // 1000
+        r.zadd(f"ferrolock:queue-since:{{{key}}}", {waiter_id: now_ms + 60_000}, xx=True)
+        go.touch()
+        child.expect("done")
+        assert child.wait(15) == 0, "".join(child.err)
+        exited = time.monotonic()
+        t.join(timeout=3)
+        assert got, "the waiter was not told when the looping process exited"
+        assert got[0] - exited < 3
+        waiter.close()
+    finally:
+        child.kill()
