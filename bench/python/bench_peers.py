@@ -559,11 +559,13 @@ def contended_one(args: argparse.Namespace, cls: type[Impl], n: int, servers: li
     waits = sorted((r.t1 - r.t0) / 1e6 for r in recs)
     overlaps = sum(1 for a, b in zip(recs, recs[1:]) if b.t1 < a.t2)
     handoff = sorted((b.t1 - a.t2) / 1e3 for a, b in zip(recs, recs[1:]) if a.worker != b.worker)
+    again = sorted((b.t1 - a.t2) / 1e3 for a, b in zip(recs, recs[1:]) if a.worker == b.worker)
     others = len(handoff)
     return {
         "name": cls.name, "nodes": n, "sections": len(recs),
         "per_sec": sum(1 for r in recs if r.t1 <= window_end) / args.duration,
         "per": per, "waits": waits, "overlaps": overlaps, "counter": value, "handoff": handoff,
+        "again": again,
         "other_share": others / max(1, len(recs) - 1),
         "section": sorted((r.t2 - r.t1) / 1e3 for r in recs),
         "release": sorted((r.t3 - r.t2) / 1e3 for r in recs),
@@ -607,12 +609,12 @@ def contended(args: argparse.Namespace, servers: list[Server], counter: Server) 
     notes = []
     for r in results:
         if r["name"] == Ferrolock.name and r["handoff"] and r["section"]:
-            cycle = pct(r["section"], 0.5) + pct(r["handoff"], 0.5)
+            streak = (f"; in the others the releasing process took the lock back, "
+                      f"{pct(r['again'], 0.5):.0f} µs from its release call (p50)") if r["again"] else ""
             notes.append(
                 f"- ferrolock, {r['nodes']} node(s): {100 * r['other_share']:.0f} % of sections go to another "
-                f"process, so each costs a section ({pct(r['section'], 0.5):.0f} µs) plus a hand-off "
-                f"({pct(r['handoff'], 0.5):.0f} µs): 1 / {cycle:.0f} µs = {num(1e6 / cycle)} sections/s "
-                f"(measured {num(r['per_sec'])}).")
+                f"process, {pct(r['handoff'], 0.5):.0f} µs from the release call to the grant (p50){streak}; "
+                f"sections {pct(r['section'], 0.5):.0f} µs (p50): {num(r['per_sec'])} sections/s.")
         elif r["waits"] and r["other_share"] < 0.5:
             notes.append(
                 f"- {r['name']}, {r['nodes']} node(s): only {100 * r['other_share']:.0f} % of sections go to "

@@ -6,7 +6,7 @@
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
 -- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] the prefix of
 -- the waiters' own channels ('' = none; see wake_head), ARGV[9] the grace after the bound in ms
--- (see recheck()), ARGV[10] '1' when the caller's last act on the key was a quiet release: it
+-- (see recheck(); 0 with N nodes, whose releases are never quiet), ARGV[10] '1' when the caller's last act on the key was a quiet release: it
 -- may take the lock back until the head's bound + grace.
 -- Returns nil on a grant ({counter} with fencing); otherwise the ms after which a re-check is
 -- worth it: the holder's PTTL (-1: it has none), or the lease left to the waiter whose turn it
@@ -15,9 +15,16 @@ local id = ARGV[4]
 local pttl = redis.call('PTTL', KEYS[1])
 local prefix = ARGV[8] or ''
 local bound, grace = tonumber(ARGV[7]), tonumber(ARGV[9])
+-- Releases may be quiet (one node: grace > 0): a waiter re-checks when its bound ends.
+local function hint(ms)
+  if grace > 0 then
+    return recheck(ms, id, bound)
+  end
+  return ms
+end
 if pttl ~= -2 then
   enqueue(id, ARGV[5], tonumber(ARGV[6]))
-  return recheck(pttl, id, bound + grace)
+  return hint(pttl)
 end
 local barge = ARGV[10] == '1' and bound + grace or bound
 local head
@@ -42,7 +49,7 @@ if not may_take(head, id, barge) then
     -- A lapsed head was dropped and the lock is free: the new head re-checks now.
     wake_head(prefix, 'q')
   end
-  return recheck(lease_left(head), id, bound + grace)
+  return hint(lease_left(head))
 end
 -- A grant needs no announcement: the lock is held now, and its release wakes the new head.
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -95,9 +95,9 @@ local function wake_head(prefix, message)
 end
 -- Quiet streaks: while the head is within the barging bound, a release does not tell it (the
 -- releasing process usually takes the lock back at once, and a woken head would only lose the
--- race and cost CPU), and the releasing process may still take it back for a grace after the
--- bound. So a waiter re-checks by itself when its bound + grace (`bound` here) end: the busy
--- hint `ms` is cut to that moment (-1, no TTL, becomes it).
+-- race and cost CPU). Every release after the bound tells it, so a waiter re-checks by itself
+-- once, when its bound ends (a quiet release whose process never came back left the lock
+-- free): the busy hint `ms` is cut to that moment (-1, no TTL, becomes it).
 local function recheck(ms, id, bound)
   if id == '' then
     return ms

@@ -569,7 +569,7 @@ async fn ask(
                     .arg(lease)
                     .arg(bound)
                     .arg(wake_prefix)
-                    .arg(quiet_grace_ms())
+                    .arg(if n == 1 { quiet_grace_ms() } else { 0 })
                     .arg(r.grace);
                 inv
             };

@@ -66,7 +66,7 @@ const BARGE_BOUND: Duration = Duration::from_millis(4);
 /// and the releasing process may take the lock back for this long after the bound (if its
 /// last act on the key was such a quiet release): its next attempt arrives a round trip or
 /// more after the release, and must not find the lock promised to a head nobody told. The
-/// head re-checks by itself once bound + grace have passed. 1 ms of the server's whole-ms
+/// head re-checks by itself once its bound has passed. 1 ms of the server's whole-ms
 /// clock: a quiet release leaves at least one whole tick of the bound, so the real grace is
 /// 1-2 ms, several round trips. Also how soon after its release a manager must ask again to
 /// count as a worker in a loop (`Contention::looping`), and when `quiet.rs` checks that it did.

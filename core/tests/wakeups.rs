@@ -176,7 +176,7 @@ async fn sixty_four_waiters_in_one_process_make_one_attempt_per_wake_up() {
         });
     }
     // Every waiter made its first attempt (64), the head re-checked once after the
-    // subscription was confirmed (1, which queued it) and once when its barging bound + grace
+    // subscription was confirmed (1, which queued it) and once when its barging bound
     // ended (1: a release within the bound may be quiet); then all is quiet: nobody polls.
     wait_for_subscribers(&server, &ferrolock::release_channel(key), 1).await;
     wait_until("64 first attempts and two re-checks", || {
@@ -647,7 +647,7 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
     let mut lock = h.acquire(key).await.unwrap();
 
     // w waits: its first attempt, its queued attempt once subscribed, and its re-check at the
-    // end of its barging bound + grace; after that it sleeps until told.
+    // end of its barging bound; after that it sleeps until told.
     let base = w.round_trips()[0];
     let waiter = tokio::spawn({
         let w = w.clone();
