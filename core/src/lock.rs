@@ -641,55 +641,73 @@ pub(crate) async fn release_everywhere(
         String::new()
     };
     let redisson = redisson.as_str();
-    let tally = fan_out(&shared.nodes, shared.quorum, false, |i, node| {
-        let wanted = only.is_none_or(|m| m[i]);
-        async move {
-            if !wanted {
-                return Ok(None);
-            }
-            node.run(timeout, false, move |mut conn| async move {
-                if reentrant {
-                    // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
-                    let left: Option<i64> = RELEASE_REENTRANT
-                        .key(key)
-                        .arg(token)
-                        .arg(ttl_ms)
-                        .arg(redisson)
-                        .invoke_async(&mut conn)
+    let tally = fan_out(
+        &shared.nodes,
+        shared.quorum,
+        timeout,
+        false,
+        |i, node, deadline| {
+            let wanted = only.is_none_or(|m| m[i]);
+            async move {
+                if !wanted {
+                    return Ok(None);
+                }
+                node.run_bounded(deadline, timeout, false, move |mut conn| async move {
+                    if reentrant {
+                        // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
+                        // Boxed, so the plain release's future does not carry this one's size.
+                        let left: Option<i64> = Box::pin(
+                            RELEASE_REENTRANT
+                                .key(key)
+                                .arg(token)
+                                .arg(ttl_ms)
+                                .arg(redisson)
+                                .invoke_async(&mut conn),
+                        )
                         .await?;
-                    return Ok(yes_if(left.is_some()));
-                }
-                let mut cmd = if contended {
-                    let mut cmd = evalsha(&RELEASE, 4);
-                    cmd.arg(key).arg(Tagged::queue(key));
-                    cmd.arg(Tagged::queue_leases(key))
-                        .arg(Tagged::queue_since(key));
-                    cmd
-                } else {
-                    let mut cmd = evalsha(&RELEASE, 2);
-                    cmd.arg(key).arg(Tagged::queue(key));
-                    cmd
-                };
-                cmd.arg(token).arg(Tagged::waiter_channel_prefix(key));
-                if contended {
-                    cmd.arg(quiet_bound);
-                }
-                let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-                if deleted == 3 && shared.nodes.len() == 1 {
-                    // Waiters, but the first was not told: we may take it back at once.
-                    shared.mark_quiet_release(key);
-                } else if deleted >= 2 {
-                    // Someone waits: our next acquire of this key queues too.
-                    shared.mark_loud_release(key);
-                }
-                Ok(yes_if(deleted >= 1))
-            })
-            .await
-        }
-    })
+                        return Ok(yes_if(left.is_some()));
+                    }
+                    let cmd = release_command(key, token, contended, quiet_bound);
+                    let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
+                    if deleted == 3 && shared.nodes.len() == 1 {
+                        // Waiters, but the first was not told: we may take it back at once.
+                        shared.mark_quiet_release(key);
+                    } else if deleted >= 2 {
+                        // Someone waits: our next acquire of this key queues too.
+                        shared.mark_loud_release(key);
+                    }
+                    Ok(yes_if(deleted >= 1))
+                })
+                .await
+            }
+        },
+    )
     .await;
     shared.waiters.released_locally(key, reentrant);
     tally
+}
+
+/// The plain release (see release.lua). Built outside the request's future, so that its
+/// temporaries do not take room in it.
+fn release_command(key: &str, token: &str, contended: bool, quiet_bound: u64) -> redis::Cmd {
+    let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
+    let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
+    let names = queue.len() + prefix.len();
+    let mut cmd = if contended {
+        let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
+        let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
+        cmd.arg(key).arg(queue).arg(leases).arg(since);
+        cmd
+    } else {
+        let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+        cmd.arg(key).arg(queue);
+        cmd
+    };
+    cmd.arg(token).arg(prefix);
+    if contended {
+        cmd.arg(quiet_bound);
+    }
+    cmd
 }
 
 pub(crate) async fn extend_everywhere(
@@ -705,16 +723,22 @@ pub(crate) async fn extend_everywhere(
     } else {
         &*EXTEND
     };
-    fan_out(&shared.nodes, shared.quorum, true, |_, node| {
-        node.run(timeout, true, move |mut conn| async move {
-            let extended: i64 = script
-                .key(key)
-                .arg(token)
-                .arg(ttl_ms)
-                .invoke_async(&mut conn)
-                .await?;
-            Ok(yes_if(extended == 1))
-        })
-    })
+    fan_out(
+        &shared.nodes,
+        shared.quorum,
+        timeout,
+        true,
+        |_, node, deadline| {
+            node.run_bounded(deadline, timeout, true, move |mut conn| async move {
+                let extended: i64 = script
+                    .key(key)
+                    .arg(token)
+                    .arg(ttl_ms)
+                    .invoke_async(&mut conn)
+                    .await?;
+                Ok(yes_if(extended == 1))
+            })
+        },
+    )
     .await
 }

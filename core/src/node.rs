@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -265,6 +266,15 @@ impl Node {
         Ok(conn)
     }
 
+    /// The connection `connection` would return without waiting, if there is one.
+    fn open_now(&self) -> Option<(MultiplexedConnection, u64)> {
+        if crate::runtime::driving_locally() {
+            THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self))
+        } else {
+            self.current()
+        }
+    }
+
     fn current(&self) -> Option<(MultiplexedConnection, u64)> {
         let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
         match slot.as_ref() {
@@ -329,24 +339,84 @@ impl Node {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let deadline = Instant::now() + timeout;
-        let (conn, generation) = self.connection(timeout).await?;
+        self.run_until(Instant::now() + timeout, timeout, voting, f)
+            .await
+    }
+
+    /// `run`, with the deadline given.
+    async fn run_until<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        voting: bool,
+        f: F,
+    ) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let (conn, generation) = match self.open_now() {
+            Some(c) => c,
+            // Boxed: opening a connection is rare, and its future is several KB, which every
+            // request future would otherwise carry (and a fan-out allocate, once per node).
+            None => Box::pin(self.connection(timeout)).await?,
+        };
         if voting {
             self.guarded()?;
         }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout_at(deadline, f(conn)).await {
-            Err(_) => Err(NodeError::Unreachable(format!(
-                "no reply within {timeout:?}"
-            ))),
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() {
-                    self.invalidate(generation);
-                }
-                Err(self.classify(&e))
-            }
+            Err(_) => Err(timed_out(timeout)),
+            Ok(reply) => self.settle(reply, generation),
         }
+    }
+
+    /// `run`, for a request whose caller wakes it at `deadline` (see `quorum::FanOut`, which
+    /// has one timer for all its nodes' requests): on a connection already open it has no
+    /// timer of its own, and gives up when polled at or after the deadline. A timer each cost
+    /// every request a registration in the runtime's timer wheel, measurably. A request that
+    /// must open its connection first runs as `run` does (connecting has timeouts of its own,
+    /// and is not cut short by the request's).
+    pub(crate) async fn run_bounded<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        voting: bool,
+        f: F,
+    ) -> Result<T, NodeError>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let Some((conn, generation)) = self.open_now() else {
+            return Box::pin(self.run_until(deadline, timeout, voting, f)).await;
+        };
+        if voting {
+            self.guarded()?;
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let reply = f(conn);
+        let mut reply = std::pin::pin!(reply);
+        let reply = std::future::poll_fn(|cx| match reply.as_mut().poll(cx) {
+            Poll::Ready(r) => Poll::Ready(Some(r)),
+            Poll::Pending if Instant::now() >= deadline => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        })
+        .await;
+        match reply {
+            None => Err(timed_out(timeout)),
+            Some(reply) => self.settle(reply, generation),
+        }
+    }
+
+    /// A reply as a request's result; forgets the connection if it broke.
+    fn settle<T>(&self, reply: redis::RedisResult<T>, generation: u64) -> Result<T, NodeError> {
+        reply.map_err(|e| {
+            if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() {
+                self.invalidate(generation);
+            }
+            self.classify(&e)
+        })
     }
 
     fn classify(&self, e: &redis::RedisError) -> NodeError {
@@ -361,6 +431,11 @@ impl Node {
             NodeError::Redis(text)
         }
     }
+}
+
+/// A request that got no reply within the node timeout.
+pub(crate) fn timed_out(timeout: Duration) -> NodeError {
+    NodeError::Unreachable(format!("no reply within {timeout:?}"))
 }
 
 /// Connection generations, unique in the process, so a failure invalidates only the

@@ -4,7 +4,13 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use crate::node::{Node, NodeError};
+use futures::FutureExt;
+
+use std::time::Duration;
+
+use tokio::time::{Instant, Sleep};
+
+use crate::node::{Node, NodeError, timed_out};
 
 /// What each node said. `Pending` nodes had not answered when the outcome was decided.
 #[derive(Debug, Clone)]
@@ -98,35 +104,41 @@ pub(crate) fn yes_if(ok: bool) -> Option<i64> {
 /// `stop_early`, returns as soon as the outcome is decided (a quorum said yes, or too many
 /// said no); the unfinished requests are dropped, but what they already sent stays
 /// ordered on each node's connection ahead of anything sent later.
+///
+/// `request(i, node, deadline)` must give up once polled at or after `deadline` (now +
+/// `timeout`), as `Node::run_bounded` does: the fan-out wakes it then.
 pub(crate) async fn fan_out<'a, F, Fut>(
     nodes: &'a [Node],
     quorum: usize,
+    timeout: Duration,
     stop_early: bool,
     request: F,
 ) -> Tally
 where
-    F: Fn(usize, &'a Node) -> Fut,
+    F: Fn(usize, &'a Node, Instant) -> Fut,
     Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,
 {
     if let [node] = nodes {
         // One node: no set of futures to build and poll.
-        let answer = match request(0, node).await {
-            Ok(Some(v)) => Answer::Yes(v),
-            Ok(None) => Answer::No,
-            Err(e) => Answer::Failed(e),
+        let deadline = Instant::now() + timeout;
+        let answer = match tokio::time::timeout_at(deadline, request(0, node, deadline)).await {
+            Err(_) => Answer::Failed(timed_out(timeout)),
+            Ok(Ok(Some(v))) => Answer::Yes(v),
+            Ok(Ok(None)) => Answer::No,
+            Ok(Err(e)) => Answer::Failed(e),
         };
         return Tally {
             quorum,
             answers: vec![answer],
         };
     }
-    let mut requests = FanOut::start(nodes, quorum, request);
+    let mut requests = FanOut::start(nodes, quorum, timeout, request);
     if stop_early {
         requests.until_decided().await;
     } else {
         while requests.next().await {}
     }
-    requests.tally()
+    requests.into_tally()
 }
 
 /// A fan-out whose answers can be taken in two steps: until the outcome is decided, then the
@@ -141,6 +153,10 @@ where
 /// `epoll_wait`) per request. A node count is small; polling the few unfinished requests
 /// that were not woken is cheaper than that turn.
 pub(crate) struct FanOut<R> {
+    /// When every request still unanswered gives up (polled then, it fails).
+    deadline: Instant,
+    /// Wakes the fan-out at the deadline: one timer for every node's request.
+    timer: Option<Pin<Box<Sleep>>>,
     answers: Vec<Answer>,
     quorum: usize,
     yes: usize,
@@ -156,27 +172,58 @@ impl FanOut<()> {
     pub(crate) fn start<'a, F, Fut>(
         nodes: &'a [Node],
         quorum: usize,
+        timeout: Duration,
         request: F,
     ) -> FanOut<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + 'a>
     where
-        F: Fn(usize, &'a Node) -> Fut,
+        F: Fn(usize, &'a Node, Instant) -> Fut,
         Fut: Future<Output = Result<Option<i64>, NodeError>> + 'a,
     {
+        let deadline = Instant::now() + timeout;
         let in_flight: Box<[_]> = nodes
             .iter()
             .enumerate()
-            .map(|(i, node)| {
-                let fut = request(i, node);
-                Some(async move { (i, fut.await) })
-            })
+            .map(|(i, node)| Some(request(i, node, deadline).map(tag(i))))
             .collect();
         FanOut {
+            deadline,
+            timer: None,
             answers: vec![Answer::Pending; nodes.len()],
             quorum,
             yes: 0,
             no: 0,
             in_flight: Box::into_pin(in_flight),
             left: nodes.len(),
+        }
+    }
+}
+
+impl FanOut<()> {
+    /// As `start`, for requests that own what they use (`request(i)` asks node `i` of
+    /// `nodes`), so that the unfinished ones can be handed to a task.
+    pub(crate) fn start_owned<F, Fut>(
+        nodes: usize,
+        quorum: usize,
+        timeout: Duration,
+        request: F,
+    ) -> FanOut<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static>
+    where
+        F: Fn(usize, Instant) -> Fut,
+        Fut: Future<Output = Result<Option<i64>, NodeError>> + Send + 'static,
+    {
+        let deadline = Instant::now() + timeout;
+        let in_flight: Box<[_]> = (0..nodes)
+            .map(|i| Some(request(i, deadline).map(tag(i))))
+            .collect();
+        FanOut {
+            deadline,
+            timer: None,
+            answers: vec![Answer::Pending; nodes],
+            quorum,
+            yes: 0,
+            no: 0,
+            in_flight: Box::into_pin(in_flight),
+            left: nodes,
         }
     }
 }
@@ -191,6 +238,10 @@ where
     pub(crate) fn decided(&self) -> bool {
         let n = self.answers.len();
         self.yes >= self.quorum || self.no > n - self.quorum
+    }
+
+    pub(crate) fn all_answered(&self) -> bool {
+        self.left == 0
     }
 
     pub(crate) async fn until_decided(&mut self) {
@@ -208,6 +259,12 @@ where
 
     /// Polls every unfinished request; ready once at least one has answered.
     fn poll_answers(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        // First, so that at the deadline the requests polled below see it has passed.
+        let deadline = self.deadline;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+        let _ = timer.as_mut().poll(cx);
         let mut answered = false;
         for mut slot in iter_pin_mut(self.in_flight.as_mut()) {
             let Some(request) = slot.as_mut().as_pin_mut() else {
@@ -245,6 +302,21 @@ where
             answers: self.answers.clone(),
         }
     }
+
+    /// The answers, moved out (no copy).
+    pub(crate) fn into_tally(mut self) -> Tally {
+        Tally {
+            quorum: self.quorum,
+            answers: std::mem::take(&mut self.answers),
+        }
+    }
+}
+
+/// Labels a node's answer with its index. A combinator, not `async move { (i, fut.await) }`:
+/// an async block keeps the moved-in future and the awaited one as two fields, which doubled
+/// the size of every request (and so of every fan-out's allocation).
+fn tag<T>(i: usize) -> impl FnOnce(T) -> (usize, T) {
+    move |answer| (i, answer)
 }
 
 /// The elements of a pinned slice, each pinned.
