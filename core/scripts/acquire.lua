@@ -45,8 +45,9 @@ if not may_take(head, id, barge) then
   if not queued then
     enqueue(id, ARGV[5], tonumber(ARGV[6]))
   end
-  if pruned then
-    -- A lapsed head was dropped and the lock is free: the new head re-checks now.
+  if pruned or ARGV[10] == '1' then
+    -- The lock is free and it is the head's turn, but nobody told it: a lapsed head was
+    -- dropped, or our own release was quiet and we came back too late to take it back.
     wake_head(prefix, 'q')
   end
   return hint(lease_left(head))
