@@ -630,30 +630,34 @@ async fn a_release_tells_only_the_queue_heads_process() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stops() {
-    let _serial = serial();
-    let server = RedisServer::start();
-    let key = "quiet-streak";
-    let (q, s) = (
-        ferrolock::queue_key(key),
-        format!("ferrolock:queue-since:{{{key}}}"),
-    );
-    // A waiter's own re-checks are 5 s apart at the soonest: anything quicker is a message.
+/// A loop on one node, set up for the quiet-streak tests: `h` has met contention on `key` and
+/// holds a grant of a loop (it asked right after releasing); `w` waits, queued, past its first
+/// attempts and its re-check at the end of its bound (so it sleeps until told: its own re-checks
+/// are 5 s apart at the soonest), and stays within its barging bound for a minute (joined in the
+/// future), so that h's releases may be quiet however slow this machine is.
+struct QuietLoop {
+    h: LockManager,
+    w: LockManager,
+    lock: ferrolock::Lock,
+    waiter: tokio::task::JoinHandle<ferrolock::Lock>,
+    /// w's queue id, and its entry in the join times.
+    w_id: String,
+    since_key: String,
+    /// w's round trips once settled.
+    settled: u64,
+}
+
+async fn quiet_loop(server: &RedisServer, key: &'static str) -> QuietLoop {
     let o = slow_poll(Duration::from_secs(10));
     let h = manager(&[server.url()], o.clone());
     let w = manager(&[server.url()], o.clone());
-    // h has met contention on the key, and then loops: it asks again right after releasing.
     let x = manager(&[server.url()], o.clone());
     let held = x.acquire(key).await.unwrap();
     assert!(h.try_acquire(key).await.is_err());
     held.release().await.unwrap();
-    let first = h.acquire(key).await.unwrap();
-    first.release().await.unwrap();
-    let mut lock = h.acquire(key).await.unwrap();
+    h.acquire(key).await.unwrap().release().await.unwrap();
+    let lock = h.acquire(key).await.unwrap();
 
-    // w waits: its first attempt, its queued attempt once subscribed, and its re-check at the
-    // end of its barging bound; after that it sleeps until told.
     let base = w.round_trips()[0];
     let waiter = tokio::spawn({
         let w = w.clone();
@@ -664,15 +668,53 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
     })
     .await;
     tokio::time::sleep(BARGE_BOUND * 5).await;
-    let settled = w.round_trips()[0];
-    let ids: Vec<String> = server.cmd(&["ZRANGE", &q, "0", "-1"]);
+    let ids: Vec<String> = server.cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "-1"]);
     assert_eq!(ids.len(), 1, "{ids:?}");
-    let w_channel = ferrolock::waiter_channel(key, &ids[0]);
-    // For the test, w stays within its barging bound for a minute (joined in the future), so
-    // every release of h's loop may be quiet, however slow this machine is.
-    let later = (server_ms(&server) + 60_000).to_string();
-    server.cmd::<i64>(&["ZADD", &s, "XX", &later, &ids[0]]);
+    let since_key = format!("ferrolock:queue-since:{{{key}}}");
+    let later = (server_ms(server) + 60_000).to_string();
+    server.cmd::<i64>(&["ZADD", &since_key, "XX", &later, &ids[0]]);
+    let settled = w.round_trips()[0];
+    QuietLoop {
+        h,
+        w,
+        lock,
+        waiter,
+        w_id: ids[0].clone(),
+        since_key,
+        settled,
+    }
+}
 
+/// What was published, as (channel, message), until nothing more comes for 200 ms.
+async fn drain(
+    messages: &mut (impl futures::Stream<Item = redis::Msg> + Unpin),
+) -> Vec<(String, String)> {
+    let mut seen = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(ms(200), futures::StreamExt::next(messages)).await
+    {
+        seen.push((
+            m.get_channel_name().to_string(),
+            String::from_utf8_lossy(m.get_payload_bytes()).to_string(),
+        ));
+    }
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stops() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "quiet-streak";
+    let QuietLoop {
+        h,
+        w,
+        mut lock,
+        waiter,
+        w_id,
+        settled,
+        ..
+    } = quiet_loop(&server, key).await;
+    let w_channel = ferrolock::waiter_channel(key, &w_id);
     let mut watcher = watch_releases(&server).await;
     let mut messages = watcher.on_message();
 
@@ -681,7 +723,7 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
         settled,
         "w re-checked again: it was woken"
     );
-    let short = o.clone().wait(Some(Duration::from_secs(2)));
+    let short = slow_poll(Duration::from_secs(10)).wait(Some(Duration::from_secs(2)));
     let releases = 20;
     for i in 0..releases {
         lock.release().await.unwrap();
@@ -703,15 +745,7 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
     );
     got.release().await.unwrap();
 
-    let mut seen = Vec::new();
-    while let Ok(Some(m)) =
-        tokio::time::timeout(ms(200), futures::StreamExt::next(&mut messages)).await
-    {
-        seen.push((
-            m.get_channel_name().to_string(),
-            String::from_utf8_lossy(m.get_payload_bytes()).to_string(),
-        ));
-    }
+    let seen = drain(&mut messages).await;
     let released = seen.iter().filter(|(_, p)| p == "0").count();
     assert!(
         released < releases / 2,
@@ -721,5 +755,48 @@ async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stop
     assert!(
         seen.iter().any(|(c, p)| c == &w_channel && p == "?"),
         "the looping manager never told the waiter that it left: {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "quiet-late";
+    let QuietLoop {
+        h,
+        w,
+        lock,
+        waiter,
+        w_id,
+        since_key,
+        settled,
+    } = quiet_loop(&server, key).await;
+    let w_channel = ferrolock::waiter_channel(key, &w_id);
+    let mut watcher = watch_releases(&server).await;
+    let mut messages = watcher.on_message();
+    // w within its bound: h's release is quiet ...
+    lock.release().await.unwrap();
+    // ... and then w's bound is long over (as if h came back late): h's next attempt, right
+    // away (so h's manager sees it came back and says nothing), is refused on a free lock.
+    let long_ago = (server_ms(&server) - 60_000).to_string();
+    server.cmd::<i64>(&["ZADD", &since_key, "XX", &long_ago, &w_id]);
+    assert_eq!(
+        w.round_trips()[0],
+        settled,
+        "w was woken by the quiet release"
+    );
+    let err = h.try_acquire(key).await.unwrap_err();
+    assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
+    // Only that refused attempt can tell w now (its own re-checks are seconds away).
+    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("w was not told that the lock was free")
+        .unwrap();
+    got.release().await.unwrap();
+    let seen = drain(&mut messages).await;
+    assert!(
+        seen.iter().any(|(c, p)| c == &w_channel && p == "q"),
+        "the refused attempt told nobody: {seen:?}"
     );
 }
