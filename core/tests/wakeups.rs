@@ -704,99 +704,139 @@ async fn drain(
 async fn a_worker_in_a_loop_releases_quietly_and_the_waiter_is_told_once_it_stops() {
     let _serial = serial();
     let server = RedisServer::start();
-    let key = "quiet-streak";
-    let QuietLoop {
-        h,
-        w,
-        mut lock,
-        waiter,
-        w_id,
-        settled,
-        ..
-    } = quiet_loop(&server, key).await;
-    let w_channel = ferrolock::waiter_channel(key, &w_id);
-    let mut watcher = watch_releases(&server).await;
-    let mut messages = watcher.on_message();
+    // The last release of h's loop must be quiet (h asked again within the grace, 1 ms) for
+    // the watcher to have something to do; on a loaded machine it may not be: another round.
+    for round in 0..5 {
+        let key: &'static str = Box::leak(format!("quiet-streak:{round}").into_boxed_str());
+        let QuietLoop {
+            h,
+            w,
+            mut lock,
+            waiter,
+            w_id,
+            settled,
+            ..
+        } = quiet_loop(&server, key).await;
+        let w_channel = ferrolock::waiter_channel(key, &w_id);
+        let mut watcher = watch_releases(&server).await;
+        let mut messages = watcher.on_message();
 
-    assert_eq!(
-        w.round_trips()[0],
-        settled,
-        "w re-checked again: it was woken"
-    );
-    let short = slow_poll(Duration::from_secs(10)).wait(Some(Duration::from_secs(2)));
-    let releases = 20;
-    for i in 0..releases {
+        assert_eq!(
+            w.round_trips()[0],
+            settled,
+            "w re-checked again: it was woken"
+        );
+        let short = slow_poll(Duration::from_secs(10)).wait(Some(Duration::from_secs(2)));
+        let releases = 20;
+        let mut lost = None;
+        for i in 0..releases {
+            lock.release().await.unwrap();
+            match h.acquire_with(key, &short).await {
+                Ok(l) => lock = l,
+                Err(e) => {
+                    lost = Some(format!("release {i} of the loop lost the lock to w: {e}"));
+                    break;
+                }
+            }
+        }
+        if let Some(why) = lost {
+            // A loud release (h asked again too late to count as a loop) woke w, which took
+            // its turn.
+            eprintln!("round {round}: {why}");
+            let got = tokio::time::timeout(Duration::from_secs(3), waiter).await;
+            got.expect("w neither had the lock nor got it")
+                .unwrap()
+                .release()
+                .await
+                .unwrap();
+            continue;
+        }
         lock.release().await.unwrap();
-        lock = h
-            .acquire_with(key, &short)
+        let stopped = Instant::now();
+        // h's loop ended: its manager tells w, which takes the lock long before its own
+        // re-check.
+        let got = tokio::time::timeout(Duration::from_secs(3), waiter)
             .await
-            .unwrap_or_else(|e| panic!("release {i} of the loop lost the lock to w: {e}"));
-    }
-    lock.release().await.unwrap();
-    let stopped = Instant::now();
-    // h's loop ended: its manager tells w, which takes the lock long before its own re-check.
-    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("w was not told after the loop stopped")
-        .unwrap();
-    eprintln!(
-        "w got the lock {:?} after the loop stopped",
-        stopped.elapsed()
-    );
-    got.release().await.unwrap();
+            .expect("w was not told after the loop stopped")
+            .unwrap();
+        eprintln!(
+            "w got the lock {:?} after the loop stopped",
+            stopped.elapsed()
+        );
+        got.release().await.unwrap();
 
-    let seen = drain(&mut messages).await;
-    let released = seen.iter().filter(|(_, p)| p == "0").count();
-    assert!(
-        released < releases / 2,
-        "{released} of {} releases of a loop woke the waiter: {seen:?}",
-        releases + 1
-    );
-    assert!(
-        seen.iter().any(|(c, p)| c == &w_channel && p == "?"),
-        "the looping manager never told the waiter that it left: {seen:?}"
-    );
+        let seen = drain(&mut messages).await;
+        let released = seen.iter().filter(|(_, p)| p == "0").count();
+        assert!(
+            released < releases / 2,
+            "{released} of {} releases of a loop woke the waiter: {seen:?}",
+            releases + 1
+        );
+        if seen
+            .last()
+            .is_some_and(|(c, p)| c == &w_channel && p == "0")
+        {
+            eprintln!("round {round}: the loop's last release was loud: {seen:?}");
+            continue;
+        }
+        assert!(
+            seen.iter().any(|(c, p)| c == &w_channel && p == "?"),
+            "the looping manager never told the waiter that it left: {seen:?}"
+        );
+        return;
+    }
+    panic!("in 5 rounds the loop's last release was never quiet");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() {
     let _serial = serial();
     let server = RedisServer::start();
-    let key = "quiet-late";
-    let QuietLoop {
-        h,
-        w,
-        lock,
-        waiter,
-        w_id,
-        since_key,
-        settled,
-    } = quiet_loop(&server, key).await;
-    let w_channel = ferrolock::waiter_channel(key, &w_id);
-    let mut watcher = watch_releases(&server).await;
-    let mut messages = watcher.on_message();
-    // w within its bound: h's release is quiet ...
-    lock.release().await.unwrap();
-    // ... and then w's bound is long over (as if h came back late): h's next attempt, right
-    // away (so h's manager sees it came back and says nothing), is refused on a free lock.
-    let long_ago = (server_ms(&server) - 60_000).to_string();
-    server.cmd::<i64>(&["ZADD", &since_key, "XX", &long_ago, &w_id]);
-    assert_eq!(
-        w.round_trips()[0],
-        settled,
-        "w was woken by the quiet release"
-    );
-    let err = h.try_acquire(key).await.unwrap_err();
-    assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
-    // Only that refused attempt can tell w now (its own re-checks are seconds away).
-    let got = tokio::time::timeout(Duration::from_secs(3), waiter)
-        .await
-        .expect("w was not told that the lock was free")
-        .unwrap();
-    got.release().await.unwrap();
-    let seen = drain(&mut messages).await;
-    assert!(
-        seen.iter().any(|(c, p)| c == &w_channel && p == "q"),
-        "the refused attempt told nobody: {seen:?}"
-    );
+    // h must loop within the grace (1 ms) for its release to be quiet and its manager to stay
+    // silent; on a loaded machine it may not, which proves nothing here: another round.
+    for round in 0..5 {
+        let key: &'static str = Box::leak(format!("quiet-late:{round}").into_boxed_str());
+        let QuietLoop {
+            h,
+            lock,
+            waiter,
+            w_id,
+            since_key,
+            ..
+        } = quiet_loop(&server, key).await;
+        let w_channel = ferrolock::waiter_channel(key, &w_id);
+        let mut watcher = watch_releases(&server).await;
+        let mut messages = watcher.on_message();
+        // w within its bound: h's release is quiet ...
+        lock.release().await.unwrap();
+        // ... and then w's bound is long over (as if h came back late): h's next attempt,
+        // right away, is refused on a free lock.
+        let long_ago = (server_ms(&server) - 60_000).to_string();
+        server.cmd::<i64>(&["ZADD", &since_key, "XX", &long_ago, &w_id]);
+        let err = h.try_acquire(key).await.unwrap_err();
+        assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
+        // Only that refused attempt (or h's watcher) can tell w now: its own re-checks are
+        // seconds away.
+        let got = tokio::time::timeout(Duration::from_secs(3), waiter)
+            .await
+            .expect("w was not told that the lock was free")
+            .unwrap();
+        got.release().await.unwrap();
+        let seen = drain(&mut messages).await;
+        if seen
+            .iter()
+            .any(|(c, p)| c == &w_channel && (p == "?" || p == "0"))
+        {
+            // h's release was loud (its acquire came too late to count as a loop), or its
+            // watcher told w first.
+            eprintln!("round {round}: w was told by something else: {seen:?}");
+            continue;
+        }
+        assert!(
+            seen.iter().any(|(c, p)| c == &w_channel && p == "q"),
+            "the refused attempt told nobody: {seen:?}"
+        );
+        return;
+    }
+    panic!("in 5 rounds h never looped within the grace");
 }
