@@ -67,6 +67,26 @@ async fn wait_for_subscribers(server: &RedisServer, channel: &str, n: i64) {
     }
 }
 
+/// Releases `held` while `waiter` still waits: the lock the waiter then gets, and how long
+/// after the release it got it.
+async fn release_to(
+    held: ferrolock::Lock,
+    waiter: tokio::task::JoinHandle<ferrolock::Result<ferrolock::Lock>>,
+) -> (ferrolock::Lock, Duration) {
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got the lock before the release"
+    );
+    let released = Instant::now();
+    held.release().await.unwrap();
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("woken")
+        .unwrap()
+        .unwrap();
+    (lock, released.elapsed())
+}
+
 /// A pub/sub connection subscribed to everything published on ferrolock's release channels.
 async fn watch_releases(server: &RedisServer) -> redis::aio::PubSub {
     let mut watcher = redis::Client::open(server.url())
@@ -104,15 +124,7 @@ async fn a_release_wakes_the_waiter_long_before_the_poll_bound() {
             wait_for_subscribers(s, &channel, 1).await;
         }
         tokio::time::sleep(ms(50)).await; // past the post-subscription re-check
-        assert!(!waiter.is_finished());
-        let released = Instant::now();
-        held.release().await.unwrap();
-        let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
-            .await
-            .expect("woken")
-            .unwrap()
-            .unwrap();
-        let latency = released.elapsed();
+        let (lock, latency) = release_to(held, waiter).await;
         // A safety-style bound, not a speed assertion: half the shortest poll interval.
         assert!(
             latency < retry / 4,
@@ -551,15 +563,7 @@ async fn waiting_again_soon_reuses_the_subscription_and_is_woken_by_the_release(
     })
     .await;
     tokio::time::sleep(ms(50)).await;
-    assert!(!waiter.is_finished());
-    let released = Instant::now();
-    held.release().await.unwrap();
-    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("woken")
-        .unwrap()
-        .unwrap();
-    let latency = released.elapsed();
+    let (lock, latency) = release_to(held, waiter).await;
     assert!(
         latency < retry / 4,
         "took {latency:?}: the release did not wake the lingering waiter"
