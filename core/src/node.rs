@@ -361,10 +361,7 @@ impl Node {
             // request future would otherwise carry (and a fan-out allocate, once per node).
             None => Box::pin(self.connection(timeout)).await?,
         };
-        if voting {
-            self.guarded()?;
-        }
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.begin_request(voting)?;
         match tokio::time::timeout_at(deadline, f(conn)).await {
             Err(_) => Err(timed_out(timeout)),
             Ok(reply) => self.settle(reply, generation),
@@ -391,10 +388,7 @@ impl Node {
         let Some((conn, generation)) = self.open_now() else {
             return Box::pin(self.run_until(deadline, timeout, voting, f)).await;
         };
-        if voting {
-            self.guarded()?;
-        }
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.begin_request(voting)?;
         let reply = f(conn);
         let mut reply = std::pin::pin!(reply);
         let reply = std::future::poll_fn(|cx| match reply.as_mut().poll(cx) {
@@ -407,6 +401,16 @@ impl Node {
             None => Err(timed_out(timeout)),
             Some(reply) => self.settle(reply, generation),
         }
+    }
+
+    /// Before a request is sent: a voting request is refused while the restart guard holds;
+    /// every request counts as a round trip.
+    fn begin_request(&self, voting: bool) -> Result<(), NodeError> {
+        if voting {
+            self.guarded()?;
+        }
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     /// A reply as a request's result; forgets the connection if it broke.

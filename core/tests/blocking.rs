@@ -20,16 +20,6 @@ fn info_field(server: &RedisServer, section: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// `calls=` of one command in `INFO commandstats`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0)
-}
-
 #[test]
 fn threads_blocking_on_one_manager_exclude_each_other() {
     let server = RedisServer::start();

@@ -517,16 +517,6 @@ async fn a_dropped_waiter_unsubscribes_and_leaves_the_queue() {
     wait_until("dequeued", || server.cmd::<i64>(&["EXISTS", &q]) == 0).await;
 }
 
-/// `calls=` of one command in `INFO commandstats`.
-fn calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = server.cmd(&["INFO", "commandstats"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
-        .and_then(|rest| rest.split(',').next())
-        .map(|v| v.parse().unwrap())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn waiting_again_soon_reuses_the_subscription_and_is_woken_by_the_release() {
     let _serial = serial();

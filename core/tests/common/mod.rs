@@ -44,3 +44,13 @@ pub fn ms(n: u64) -> Duration {
 pub fn unique_key(name: &str) -> String {
     format!("test:{name}:{}", std::process::id())
 }
+
+/// `calls=` of one command in `INFO commandstats`.
+pub fn calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{command}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0)
+}
