@@ -42,6 +42,7 @@ mod quiet;
 mod quorum;
 pub mod runtime;
 mod scripts;
+mod spin;
 mod wakeup;
 mod watchdog;
 

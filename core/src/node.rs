@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::spin::Awaiting;
 
 /// Why one node did not answer a request usefully.
 #[derive(Debug, Clone)]
@@ -361,7 +362,7 @@ impl Node {
             // request future would otherwise carry (and a fan-out allocate, once per node).
             None => Box::pin(self.connection(timeout)).await?,
         };
-        self.begin_request(voting)?;
+        let _awaiting = self.begin_request(voting)?;
         match tokio::time::timeout_at(deadline, f(conn)).await {
             Err(_) => Err(timed_out(timeout)),
             Ok(reply) => self.settle(reply, generation),
@@ -388,7 +389,7 @@ impl Node {
         let Some((conn, generation)) = self.open_now() else {
             return Box::pin(self.run_until(deadline, timeout, voting, f)).await;
         };
-        self.begin_request(voting)?;
+        let _awaiting = self.begin_request(voting)?;
         let reply = f(conn);
         let mut reply = std::pin::pin!(reply);
         let reply = std::future::poll_fn(|cx| match reply.as_mut().poll(cx) {
@@ -404,13 +405,14 @@ impl Node {
     }
 
     /// Before a request is sent: a voting request is refused while the restart guard holds;
-    /// every request counts as a round trip.
-    fn begin_request(&self, voting: bool) -> Result<(), NodeError> {
+    /// every request counts as a round trip; a blocking caller may poll for its reply (see
+    /// `spin.rs`) until the returned guard is dropped.
+    fn begin_request(&self, voting: bool) -> Result<Awaiting, NodeError> {
         if voting {
             self.guarded()?;
         }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(Awaiting::start())
     }
 
     /// A reply as a request's result; forgets the connection if it broke.

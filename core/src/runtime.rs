@@ -187,7 +187,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     );
     let rt = caller_runtime();
     let _depth = Depth::enter();
-    let out = rt.block_on(future);
+    let out = rt.block_on(crate::spin::polling(future));
     finish_cleanup(&rt);
     out
 }
@@ -200,11 +200,11 @@ fn finish_cleanup(rt: &Runtime) {
         if pending.is_empty() {
             return;
         }
-        rt.block_on(async {
+        rt.block_on(crate::spin::polling(async {
             for task in pending {
                 let _ = task.await;
             }
-        });
+        }));
     }
 }
 
