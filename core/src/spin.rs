@@ -47,6 +47,8 @@ struct State {
     misses: u32,
     /// Requests left to send without polling, after `MISSES` misses in a row.
     resting: u32,
+    /// Polling turns since the oldest request in flight was sent.
+    turns: u32,
 }
 
 impl State {
@@ -56,12 +58,14 @@ impl State {
             since: None,
             misses: 0,
             resting: 0,
+            turns: 0,
         }
     }
 
     fn sent(&mut self, now: Instant) {
         if self.in_flight == 0 {
             self.since = Some(now);
+            self.turns = 0;
         }
         self.in_flight += 1;
     }
@@ -151,6 +155,19 @@ fn poll_now() -> bool {
         .unwrap_or(false)
 }
 
+/// Counts a polling turn, and whether it should give the CPU away first: every turn but the
+/// first since the oldest request in flight was sent.
+fn yield_cpu_now() -> bool {
+    STATE
+        .try_with(|s| {
+            let mut st = s.get();
+            st.turns += 1;
+            s.set(st);
+            st.turns > 1
+        })
+        .unwrap_or(true)
+}
+
 /// Drives `future` on a blocking caller's runtime, polling for replies as described above
 /// instead of sleeping while `poll_now` says so.
 pub(crate) async fn polling<F: Future>(future: F) -> F::Output {
@@ -165,10 +182,13 @@ pub(crate) async fn polling<F: Future>(future: F) -> F::Output {
         if let Some(out) = step {
             return out;
         }
-        // Let whatever else is runnable on this CPU (a Redis server) go first, then have the
-        // runtime look for I/O without sleeping (tokio polls its driver with a zero timeout
-        // before it resumes a yielded task).
-        std::thread::yield_now();
+        // Have the runtime look for I/O without sleeping (tokio polls its driver with a zero
+        // timeout before it resumes a yielded task). The first turn after a send also lets the
+        // runtime's connection task write the request; on later turns whatever else is
+        // runnable on this CPU (a Redis server) goes first.
+        if yield_cpu_now() {
+            std::thread::yield_now();
+        }
         tokio::task::yield_now().await;
     }
 }
