@@ -462,7 +462,7 @@ def uncontended(args: argparse.Namespace, servers: list[Server]) -> tuple[str, l
 
 def worker(cls_name: str, urls: list[str], counter_port: int, key: str, counter_key: str,
            ready: multiprocessing.Queue, go: multiprocessing.synchronize.Event,
-           start_end: multiprocessing.Array, out: str) -> None:
+           start_end: multiprocessing.Array, looped: multiprocessing.synchronize.Barrier, out: str) -> None:
     servers = [Server(int(u.rsplit(":", 1)[1]), None, "") for u in urls]  # type: ignore[arg-type]
     impl = IMPLS[cls_name](servers, key)
     counter = redis.Redis(host="127.0.0.1", port=counter_port)
@@ -488,6 +488,9 @@ def worker(cls_name: str, urls: list[str], counter_port: int, key: str, counter_
         t3 = clock()
         recs.append(f"{t0} {t1} {t2} {t3}\n")
     share = (run_delay_ns() - q0) / max(1, clock() - w0)
+    # The records are written once every worker is out of its loop: writing them (and exiting)
+    # takes CPU that would otherwise delay the last waits of the workers still looping.
+    looped.wait(timeout=60)
     with open(out, "w") as f:
         f.write(f"# {share}\n")
         f.writelines(recs)
@@ -495,29 +498,34 @@ def worker(cls_name: str, urls: list[str], counter_port: int, key: str, counter_
 
 
 class StallProbe:
-    """A thread of this (otherwise idle) process that sleeps 1 ms at a time until ``end``
-    (monotonic ns) and records, in ms, how much later than asked it woke whenever that was over
-    2 ms: windows in which a runnable thread got no CPU (the machine or the hypervisor stalled).
-    A waiter whose wake-up fell into one waits that much longer, whatever the library."""
+    """One thread of this (otherwise idle) process per CPU, pinned to it, sleeping 1 ms at a time
+    until ``end`` (monotonic ns), recording in ms how much later than asked it woke whenever
+    that was over 2 ms: windows in which that CPU ran nothing of ours (the hypervisor ran
+    something else). Any process on that CPU then (a waiter being woken, a holder, a Redis
+    server) is that much late, whatever the library."""
 
     def __init__(self, end: int) -> None:
         self.end = end
         self.stalls: list[float] = []
-        self.thread = threading.Thread(target=self.run, daemon=True)
-        self.thread.start()
+        self.threads = [threading.Thread(target=self.run, args=(cpu,), daemon=True)
+                        for cpu in sorted(os.sched_getaffinity(0))]
+        for t in self.threads:
+            t.start()
 
-    def run(self) -> None:
+    def run(self, cpu: int) -> None:
+        os.sched_setaffinity(0, {cpu})  # 0: the calling thread
         last = time.monotonic_ns()
         while last < self.end:
             time.sleep(0.001)
             now = time.monotonic_ns()
             late = (now - last) / 1e6 - 1.0
             if late > 2.0:
-                self.stalls.append(late)
+                self.stalls.append(late)  # list.append is atomic
             last = now
 
     def join(self) -> list[float]:
-        self.thread.join()
+        for t in self.threads:
+            t.join()
         return self.stalls
 
 
@@ -548,9 +556,10 @@ def contended_one(args: argparse.Namespace, cls: type[Impl], n: int, servers: li
     ready = ctx.Queue()
     go = ctx.Event()
     start_end = ctx.Array("q", 2)
+    looped = ctx.Barrier(args.workers)
     outs = [os.path.join(tmp, f"w{i}.log") for i in range(args.workers)]
     procs = [ctx.Process(target=worker, args=(cls.name, [s.url for s in servers[:n]], counter.port, key,
-                                               counter_key, ready, go, start_end, outs[i]))
+                                               counter_key, ready, go, start_end, looped, outs[i]))
              for i in range(args.workers)]
     for p in procs:
         p.start()
@@ -638,7 +647,7 @@ def contended(args: argparse.Namespace, servers: list[Server], counter: Server) 
             f"1 node: ferrolock {num(fl['per_sec'])} sections/s vs redis-py Lock {num(rp['per_sec'])} "
             f"({'met' if fl['per_sec'] >= rp['per_sec'] else '**missed**'}); ferrolock worst wait {worst:.2f} ms "
             f"(target ≤ {TARGET_WORST_WAIT_MS:.0f} ms: {'met' if worst <= TARGET_WORST_WAIT_MS else '**missed**'}; "
-            f"longest machine stall in that run {fl['stall']:.1f} ms{prl_note})")
+            f"longest CPU stall in that run {fl['stall']:.1f} ms{prl_note})")
     fl5 = by.get((Ferrolock.name, 5))
     if fl5 and fl5["waits"]:
         verdicts.append(f"5 nodes: ferrolock worst wait {fl5['waits'][-1]:.2f} ms")
@@ -669,9 +678,10 @@ def contended(args: argparse.Namespace, servers: list[Server], counter: Server) 
                  "sections held by different processes; release→grant: release called → next grant in another "
                  "process; waiting for CPU: time a worker's threads were runnable but not running (schedstat), "
                  "per second of its loop, averaged over the workers; stall: the longest time an idle thread "
-                 "of the bench process, sleeping 1 ms at a time, woke later than asked (the machine gave no "
-                 "CPU to a runnable thread), and how many such stalls reached 5 ms; a wait that overlaps "
-                 "one is that much longer, whatever the library; exclusion: no overlapping [granted, "
+                 "of the bench process pinned to one CPU (one per CPU), sleeping 1 ms at a time, woke later "
+                 "than asked (that CPU ran nothing of ours: the hypervisor ran something else), and how "
+                 "many such stalls reached 5 ms; a wait that overlaps one is that much longer, whatever "
+                 "the library; exclusion: no overlapping [granted, "
                  "release called] intervals and the non-atomic "
                  "counter exact.")
     if notes:
