@@ -12,7 +12,6 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions};
 use crate::owner::Owners;
-use crate::quiet::QuietWatch;
 use crate::quorum::Tally;
 use crate::wakeup::{QUIET_GRACE, Waiters};
 use crate::watchdog::Watchdog;
@@ -31,8 +30,6 @@ pub(crate) struct Shared {
     pub owners: Owners,
     /// Waiters, their local queues and the pub/sub connections that wake them.
     pub waiters: Waiters,
-    /// Our quiet releases, checked after their grace (see `quiet.rs`).
-    pub quiet: QuietWatch,
     /// Keys on which this manager recently saw waiters or a busy lock (see `contended`).
     contention: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
@@ -88,7 +85,6 @@ impl Shared {
             s.quiet = Some(now);
             s.released = Some(now);
         });
-        self.quiet.released(key, now);
     }
 
     /// Remembers that our release of `key` found waiters queued and told the first one.
@@ -100,19 +96,22 @@ impl Shared {
         });
     }
 
-    /// Whether our quiet release of `key` at `at` was our last act on it: no attempt and no
-    /// other release since (see `quiet.rs`).
-    pub fn left_after_quiet_release(&self, key: &str, at: Instant) -> bool {
+    /// The keys whose last act by this manager was a quiet release: no attempt and no other
+    /// release since (see `quiet.rs`).
+    pub fn left_after_quiet_releases(&self) -> Vec<String> {
         let seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
-        seen.get(key).is_some_and(|s| {
-            s.quiet == Some(at) && s.released == s.quiet && s.attempted.is_none_or(|t| t < at)
-        })
+        seen.iter()
+            .filter(|(_, s)| {
+                s.quiet
+                    .is_some_and(|at| s.released == s.quiet && s.attempted.is_none_or(|t| t < at))
+            })
+            .map(|(key, _)| key.clone())
+            .collect()
     }
 
     /// Remembers that our grant on `key` is part of a loop (see `Seen::streak`).
-    pub fn mark_streak(self: &Arc<Self>, key: &str) {
+    pub fn mark_streak(&self, key: &str) {
         self.update(key, |s| s.streak = true);
-        self.quiet.ensure_running(self);
     }
 
     fn update(&self, key: &str, change: impl FnOnce(&mut Seen)) {
@@ -249,7 +248,6 @@ impl LockManager {
                 owners: Owners::default(),
                 waiters: Waiters::new(node_count),
                 contention: Default::default(),
-                quiet: Default::default(),
                 handle: crate::runtime::ambient(),
             }),
         })
@@ -289,13 +287,13 @@ impl LockManager {
         self.acquire_with(key, &self.shared.defaults.clone()).await
     }
 
-    /// Tells now, instead of after the grace, the first waiter of every key this manager
-    /// released quietly a moment ago and did not take back (a worker in a loop on a key,
-    /// one node: see DESIGN.md, "Quiet streaks"). Call it before dropping a manager, or
-    /// before the process exits, right after such a loop: the Python binding's `close()`
-    /// does. Without it that waiter takes over at its own re-check, a few ms later.
+    /// Tells now the first waiter of every key this manager released quietly and did not take
+    /// back (a worker in a loop on a key, one node: see DESIGN.md, "Quiet streaks"). Call it
+    /// when such a loop ends, and before dropping a manager or exiting right after one: the
+    /// Python binding's `close()`, `release_all()` and exit hook do. Without it that waiter
+    /// takes over at its own re-check, when its barging bound ends (6 ms at most).
     pub async fn flush_quiet_releases(&self) {
-        self.shared.quiet.flush(&self.shared).await;
+        crate::quiet::flush(&self.shared).await;
     }
 
     /// Tries once (`wait` = 0).

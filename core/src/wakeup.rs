@@ -69,7 +69,7 @@ const BARGE_BOUND: Duration = Duration::from_millis(4);
 /// head re-checks by itself once its bound has passed. 1 ms of the server's whole-ms
 /// clock: a quiet release leaves at least one whole tick of the bound, so the real grace is
 /// 1-2 ms, several round trips. Also how soon after its release a manager must ask again to
-/// count as a worker in a loop (`Contention::looping`), and when `quiet.rs` checks that it did.
+/// count as a worker in a loop (`Contention::looping`).
 pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(1);
 
 /// `QUIET_GRACE` in ms, as the scripts take it.
