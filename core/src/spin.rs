@@ -7,8 +7,8 @@
 //! with a polling one. This is what the kernel's `haltpoll` idle driver and the spinning
 //! phase of adaptive mutexes do, for the same reason.
 //!
-//! The polling yields the CPU on every turn (`sched_yield`), so a Redis server or anything
-//! else runnable on the same CPU runs first, and it stops by itself where it does not pay: a
+//! The polling yields the CPU on every turn but the first (`sched_yield`), so a Redis server
+//! or anything else runnable on the same CPU runs first, and it stops by itself where it does not pay: a
 //! thread whose replies came after the window `MISSES` times in a row (a remote server, whose
 //! round trip is longer) sends the next `REST` requests without polling, then tries again,
 //! so polling costs it about `MISSES` windows every `MISSES + REST` requests.
@@ -90,6 +90,13 @@ impl State {
         }
     }
 
+    /// Counts a polling turn; true for every turn but the first since the oldest request in
+    /// flight was sent (that one lets the runtime write the request first).
+    fn turn(&mut self) -> bool {
+        self.turns += 1;
+        self.turns > 1
+    }
+
     fn poll_now(&self, now: Instant, window: Duration) -> bool {
         self.in_flight > 0 && self.resting == 0 && self.since.is_some_and(|t| now - t < window)
     }
@@ -114,12 +121,16 @@ fn window() -> Duration {
     })
 }
 
-fn update(f: impl FnOnce(&mut State)) {
-    let _ = STATE.try_with(|s| {
-        let mut st = s.get();
-        f(&mut st);
-        s.set(st);
-    });
+/// Runs `f` on this thread's state; `None` while the thread is being torn down.
+fn update<R>(f: impl FnOnce(&mut State) -> R) -> Option<R> {
+    STATE
+        .try_with(|s| {
+            let mut st = s.get();
+            let out = f(&mut st);
+            s.set(st);
+            out
+        })
+        .ok()
 }
 
 /// A request in flight on a blocking caller's thread: from its send to its reply (or until
@@ -150,22 +161,12 @@ impl Drop for Awaiting {
 /// Whether the thread should poll rather than sleep now: a request is in flight and its
 /// window has not run out.
 fn poll_now() -> bool {
-    STATE
-        .try_with(|s| s.get().poll_now(Instant::now(), window()))
-        .unwrap_or(false)
+    update(|st| st.poll_now(Instant::now(), window())).unwrap_or(false)
 }
 
-/// Counts a polling turn, and whether it should give the CPU away first: every turn but the
-/// first since the oldest request in flight was sent.
+/// Counts a polling turn, and whether it should give the CPU away first.
 fn yield_cpu_now() -> bool {
-    STATE
-        .try_with(|s| {
-            let mut st = s.get();
-            st.turns += 1;
-            s.set(st);
-            st.turns > 1
-        })
-        .unwrap_or(true)
+    update(State::turn).unwrap_or(true)
 }
 
 /// Drives `future` on a blocking caller's runtime, polling for replies as described above
