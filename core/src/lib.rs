@@ -33,11 +33,13 @@
 
 mod acquire;
 mod error;
+mod hooks;
 mod lock;
 mod manager;
 mod node;
 mod options;
 mod owner;
+mod per_process;
 mod quiet;
 mod quorum;
 pub mod runtime;
@@ -47,6 +49,8 @@ mod wakeup;
 mod watchdog;
 
 pub use error::{Error, ErrorKind, Result};
+#[doc(hidden)]
+pub use hooks::{__set_test_hook, Point as HookPoint};
 pub use lock::{Lock, LockStatus, LossReason};
 pub use manager::LockManager;
 pub use node::redact_url;

@@ -99,6 +99,8 @@ impl std::fmt::Display for LossReason {
 pub(crate) struct State {
     pub status: LockStatus,
     pub deadline: Instant,
+    /// The lease renewals ask for: the acquire's ttl until an `extend_for` sets another.
+    pub ttl: Duration,
     pub extensions: u32,
     /// When the watchdog renews next.
     pub next_renewal: Instant,
@@ -187,7 +189,7 @@ impl LockInner {
             .clone()
             .unwrap_or_else(|| LossReason::Expiring {
                 key: self.key.clone(),
-                ttl: self.opts.ttl,
+                ttl: s.ttl,
             });
         self.finish_locked(s, LockStatus::Lost(reason));
         self.state()
@@ -196,23 +198,18 @@ impl LockInner {
     /// When the lock is declared lost unless a renewal has moved its deadline.
     pub fn lose_at(&self, s: &State) -> Instant {
         s.deadline
-            .checked_sub(self.loss_margin())
+            .checked_sub(loss_margin(&self.opts, s.ttl))
             .unwrap_or(s.deadline)
     }
 
-    /// The renewal period: ttl/3.
-    pub fn period(&self) -> Duration {
-        self.opts.ttl / 3
+    /// The options in force: the acquire's, with the ttl of the last `extend_for` (its node
+    /// timeout and drift follow from it).
+    pub fn lease(&self, s: &State) -> LockOptions {
+        self.opts.clone().ttl(s.ttl)
     }
 
-    /// How long before the deadline the lock is declared lost if no renewal has confirmed:
-    /// time for one more renewal to be sent and answered, twice, so the signal lands before
-    /// the deadline even when the watchdog is busy with a batch at that moment.
-    pub fn loss_margin(&self) -> Duration {
-        self.opts.effective_node_timeout() * 2
-    }
-
-    /// A renewal (or extend) confirmed by a quorum at `start`.
+    /// A renewal (or extend) for `ttl` confirmed by a quorum at `start`. The watchdog renews
+    /// with `ttl` from now on, and is woken if it must look at this lock sooner than planned.
     pub fn renewed(&self, start: Instant, ttl: Duration, drift: Duration) -> Option<Duration> {
         let deadline = start + ttl - drift;
         let now = Instant::now();
@@ -222,12 +219,58 @@ impl LockInner {
         let mut s = self.state();
         if s.status == LockStatus::Held {
             s.deadline = deadline;
+            s.ttl = ttl;
             s.next_renewal = start + ttl / 3;
             s.last_failure = None;
             s.retry_at = None;
+            if s.watched {
+                let next = self.next_event(&s);
+                drop(s);
+                self.shared.watchdog.reschedule(next);
+            }
         }
         Some(deadline - now)
     }
+
+    /// When the watchdog must look at this lock next: its renewal (or retry) time when it is
+    /// renewed, and never later than the moment it is to be declared lost.
+    pub fn next_event(&self, s: &State) -> Instant {
+        let mut at = self.lose_at(s);
+        // A renewal in flight settles by itself (and reschedules then).
+        if self.opts.watchdog && !s.renewing {
+            at = at.min(s.retry_at.unwrap_or(s.next_renewal));
+        }
+        if let Some(max_hold) = self.opts.max_hold {
+            at = at.min(self.acquired_at + max_hold);
+        }
+        at
+    }
+
+    /// Whether this handle was made in another process (a forked child's copy of its
+    /// parent's lock): such a handle is inert, never renewed, released, extended or
+    /// signalled, and its mutexes are never touched (the parent's threads may have held them
+    /// at the fork).
+    pub fn inherited(&self) -> bool {
+        self.pid != crate::runtime::pid()
+    }
+}
+
+/// How long before the deadline a lock is declared lost if no renewal has confirmed: time
+/// for one more renewal to be sent and answered, twice, so the signal lands before the
+/// deadline even when the watchdog is busy with a batch at that moment.
+pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
+    opts.clone().ttl(ttl).effective_node_timeout() * 2
+}
+
+/// The error every call on an inherited handle returns (see `LockInner::inherited`).
+fn inherited_error(key: &str, pid: u32) -> Error {
+    Error::new(
+        ErrorKind::NotHeld,
+        format!(
+            "lock {key:?} belongs to process {pid}, which acquired it; a forked child cannot \
+             use, extend or release its parent's locks"
+        ),
+    )
 }
 
 /// A lock held on a quorum of nodes. Dropping it without `release` releases it in the
@@ -260,6 +303,7 @@ impl Lock {
         holder: Option<Holder>,
     ) -> Lock {
         let next_renewal = acquired_at + opts.ttl / 3;
+        let ttl = opts.ttl;
         let inner = Arc::new(LockInner {
             shared,
             key,
@@ -272,6 +316,7 @@ impl Lock {
             state: Mutex::new(State {
                 status: LockStatus::Held,
                 deadline,
+                ttl,
                 extensions: 0,
                 next_renewal,
                 last_failure: None,
@@ -292,9 +337,10 @@ impl Lock {
         Lock { inner }
     }
 
-    /// The state, with an `Expiring` loss the watchdog has not been asked to signal applied.
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.current()
+    /// The state, with an `Expiring` loss the watchdog has not been asked to signal applied;
+    /// `None` for a handle inherited from the parent process (never locked in the child).
+    fn state(&self) -> Option<MutexGuard<'_, State>> {
+        (!self.inner.inherited()).then(|| self.inner.current())
     }
 
     pub fn key(&self) -> &str {
@@ -318,35 +364,55 @@ impl Lock {
         &self.inner.opts
     }
 
+    /// Where the lock stands. A handle a forked child inherited from its parent reads as
+    /// `Released`: the child never held it (see `check` for the reason in words).
     pub fn status(&self) -> LockStatus {
-        self.state().status.clone()
+        match self.state() {
+            Some(s) => s.status.clone(),
+            None => LockStatus::Released,
+        }
     }
 
-    /// The instant (monotonic clock) after which the lock may be held by someone else.
+    /// The instant (monotonic clock) after which the lock may be held by someone else (for an
+    /// inherited handle: when it was acquired, as it guarantees the child nothing).
     pub fn deadline(&self) -> Instant {
-        self.state().deadline
+        match self.state() {
+            Some(s) => s.deadline,
+            None => self.inner.acquired_at,
+        }
+    }
+
+    /// The lease renewals and `extend` ask for: the acquire's ttl, or the last `extend_for`'s.
+    pub fn ttl(&self) -> Duration {
+        match self.state() {
+            Some(s) => s.ttl,
+            None => self.inner.opts.ttl,
+        }
     }
 
     /// Time left before the deadline; zero once it has passed or the lock is released/lost.
     pub fn validity(&self) -> Duration {
-        let s = self.state();
-        match s.status {
-            LockStatus::Held => s.deadline.saturating_duration_since(Instant::now()),
+        match self.state() {
+            Some(s) if s.status == LockStatus::Held => {
+                s.deadline.saturating_duration_since(Instant::now())
+            }
             _ => Duration::ZERO,
         }
     }
 
     /// Held, and the deadline has not passed.
     pub fn is_held(&self) -> bool {
-        let s = self.state();
-        s.status == LockStatus::Held && Instant::now() < s.deadline
+        self.state()
+            .is_some_and(|s| s.status == LockStatus::Held && Instant::now() < s.deadline)
     }
 
     /// `Ok` while held; `LockLost` (with the reason) once lost, `NotHeld` once released or
-    /// past the deadline.
+    /// past the deadline, or in a forked child (the lock is its parent's).
     pub fn check(&self) -> Result<()> {
-        let s = self.state();
         let key = &self.inner.key;
+        let Some(s) = self.state() else {
+            return Err(inherited_error(key, self.inner.pid));
+        };
         match &s.status {
             LockStatus::Lost(reason) => Err(Error::new(ErrorKind::LockLost, reason.to_string())),
             LockStatus::Released => Err(Error::new(
@@ -357,7 +423,7 @@ impl Lock {
                 ErrorKind::LockLost,
                 format!(
                     "lock {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)",
-                    self.inner.opts.ttl
+                    s.ttl
                 ),
             )),
             LockStatus::Held => Ok(()),
@@ -367,19 +433,29 @@ impl Lock {
     /// Resolves with the reason once the lock is lost (before its deadline, when the process
     /// keeps running), or with `None` once it is released. Owns what it needs: it can be
     /// spawned, and outlives the `Lock`.
+    /// An inherited handle's future never resolves: the child is never told of its parent's
+    /// lock.
     pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+        let inherited = self.inner.inherited();
         let (mut rx, register) = {
-            let mut s = self.state();
-            let rx = match &s.status_tx {
-                Some(tx) => tx.subscribe(),
-                None => {
-                    let tx = watch::Sender::new(s.status.clone());
-                    let rx = tx.subscribe();
-                    s.status_tx = Some(tx);
-                    rx
-                }
-            };
-            (rx, listening(&mut s))
+            if inherited {
+                // A channel of its own, never sent on: the parent's state is not touched.
+                let (tx, rx) = watch::channel(LockStatus::Held);
+                std::mem::forget(tx);
+                (rx, false)
+            } else {
+                let mut s = self.inner.current();
+                let rx = match &s.status_tx {
+                    Some(tx) => tx.subscribe(),
+                    None => {
+                        let tx = watch::Sender::new(s.status.clone());
+                        let rx = tx.subscribe();
+                        s.status_tx = Some(tx);
+                        rx
+                    }
+                };
+                (rx, listening(&mut s))
+            }
         };
         if register {
             // Someone waits to hear of the loss: the watchdog signals it on time.
@@ -400,57 +476,79 @@ impl Lock {
     }
 
     /// Calls `callback` once with the reason if the lock is lost (at once if it already is),
-    /// never if it is released first. It runs on whatever thread declares the loss (usually a
-    /// runtime worker running the watchdog), so it must be quick and must not block: hand
-    /// the news on. Cheaper than spawning a task to await [`Lock::lost`] for every lock.
+    /// never if it is released first (nor for a handle a forked child inherited). It runs on
+    /// whatever thread declares the loss (usually a runtime worker running the watchdog), so
+    /// it must be quick and must not block: hand the news on. Cheaper than spawning a task to
+    /// await [`Lock::lost`] for every lock.
     pub fn on_lost<F>(&self, callback: F)
     where
         F: FnOnce(&LossReason) + Send + 'static,
     {
-        // `status()` may declare an `Expiring` loss (which takes the callback list): read it
-        // first, then look again with the list held.
-        if self.status() != LockStatus::Held {
-            if let LockStatus::Lost(reason) = self.status() {
-                callback(&reason);
-            }
+        if self.inner.inherited() {
             return;
         }
-        let register = {
-            let mut callbacks = self.inner.on_lost.lock().unwrap_or_else(|p| p.into_inner());
-            let mut s = self.state();
-            match &s.status {
-                LockStatus::Held => callbacks.push(Box::new(callback)),
-                LockStatus::Lost(reason) => {
-                    let reason = reason.clone();
-                    drop((s, callbacks));
-                    callback(&reason);
-                    return;
-                }
-                LockStatus::Released => return,
+        // Lock order: the state, then the callback list (`finish_locked` takes the list only
+        // after it has let go of the state). The state is read and the callback registered
+        // under one hold of the state, so a loss declared meanwhile (an `Expiring` one found
+        // by `current`) either came first, and is seen here, or comes after, and finds the
+        // callback in the list.
+        let mut s = self.inner.current();
+        crate::hooks::run(crate::hooks::Point::OnLostRegistering, &self.inner.key);
+        let register = match &s.status {
+            LockStatus::Held => {
+                self.inner
+                    .on_lost
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Box::new(callback));
+                listening(&mut s)
             }
-            listening(&mut s)
+            LockStatus::Lost(reason) => {
+                let reason = reason.clone();
+                drop(s);
+                callback(&reason);
+                return;
+            }
+            LockStatus::Released => return,
         };
+        drop(s);
         if register {
             // Someone listens for the loss: the watchdog signals it on time.
             self.inner.shared.watchdog.watch(&self.inner);
         }
     }
 
-    /// Resets the ttl on every node that still holds our token (compare-and-pexpire).
-    /// Succeeds only when a quorum confirms within the new validity, and returns it. On
-    /// failure nothing is deleted, nothing expired is re-created, and the deadline stays.
+    /// Resets the ttl on every node that still holds our token (compare-and-pexpire) to the
+    /// lease in force (`ttl()`). Succeeds only when a quorum confirms within the new
+    /// validity, and returns it. On failure nothing is deleted, nothing expired is
+    /// re-created, and the deadline stays.
     pub async fn extend(&self) -> Result<Duration> {
-        self.extend_for(self.inner.opts.ttl).await
+        self.extend_for(self.ttl()).await
     }
 
-    /// As `extend`, with a different ttl from now on.
+    /// As `extend`, with a lease of `ttl` from now on: the watchdog renews with it, and the
+    /// node timeout and loss margin follow from it. A plain key's ttl is set to `ttl` (so it
+    /// may shorten); a reentrant key's expiry never drops below what it already has (another
+    /// handle of the acquisition may count on it).
     pub async fn extend_for(&self, ttl: Duration) -> Result<Duration> {
+        let key = &self.inner.key;
+        if self.inner.inherited() {
+            return Err(inherited_error(key, self.inner.pid));
+        }
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
-        let key = &self.inner.key;
+        let margin = loss_margin(&opts, ttl);
+        if margin >= ttl / 3 {
+            return Err(Error::invalid(format!(
+                "ttl {ttl:?} is too short to extend lock {key:?} to: its loss margin (2 × node \
+                 timeout = {margin:?}) must be under a third of it, or the watchdog could not \
+                 renew it before declaring it lost"
+            )));
+        }
         let _op = self.inner.op.lock().await;
+        crate::hooks::run(crate::hooks::Point::Extending, key);
         {
-            let s = self.state();
+            let s = self.inner.current();
             if let LockStatus::Lost(reason) = &s.status {
                 return Err(Error::new(
                     ErrorKind::LockLost,
@@ -483,7 +581,7 @@ impl Lock {
         if tally.won()
             && let Some(validity) = self.inner.renewed(start, opts.ttl, opts.drift())
         {
-            self.state().extensions += 1;
+            self.inner.state().extensions += 1;
             return Ok(validity);
         }
         let nodes = &self.inner.shared.nodes;
@@ -518,6 +616,9 @@ impl Lock {
     /// `Ok(false)` when it had already expired or been taken. Waits for a renewal in flight.
     /// A release whose future is dropped still completes in the background.
     pub async fn release(&self) -> Result<bool> {
+        if self.inner.inherited() {
+            return Err(inherited_error(&self.inner.key, self.inner.pid));
+        }
         // Runs inline (no task spawn on the hot path); if this future is dropped part-way,
         // the guard finishes the release in the background.
         let mut unfinished = FinishRelease(Some(self.inner.clone()));
@@ -597,8 +698,8 @@ impl LockInner {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        let releasable = !self.inner.state().released;
-        if releasable && self.inner.pid == crate::runtime::pid() {
+        // Never in a forked child: the lock is the parent's (and its state is not touched).
+        if !self.inner.inherited() && !self.inner.state().released {
             let inner = self.inner.clone();
             self.inner.shared.handle().spawn(async move {
                 let _ = inner.release().await;

@@ -12,6 +12,7 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions};
 use crate::owner::Owners;
+use crate::per_process::PerProcess;
 use crate::quorum::Tally;
 use crate::wakeup::{QUIET_GRACE, Waiters};
 use crate::watchdog::Watchdog;
@@ -31,7 +32,7 @@ pub(crate) struct Shared {
     /// Waiters, their local queues and the pub/sub connections that wake them.
     pub waiters: Waiters,
     /// Keys on which this manager recently saw waiters or a busy lock (see `contended`).
-    contention: std::sync::Mutex<std::collections::HashMap<String, Seen>>,
+    contention: PerProcess<std::sync::Mutex<std::collections::HashMap<String, Seen>>>,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
     handle: Option<Handle>,
 }
@@ -99,7 +100,7 @@ impl Shared {
     /// The keys whose last act by this manager was a quiet release: no attempt and no other
     /// release since (see `quiet.rs`).
     pub fn left_after_quiet_releases(&self) -> Vec<String> {
-        let seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = self.seen();
         seen.iter()
             .filter(|(_, s)| {
                 s.quiet
@@ -115,7 +116,7 @@ impl Shared {
     }
 
     fn update(&self, key: &str, change: impl FnOnce(&mut Seen)) {
-        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen();
         let now = Instant::now();
         if seen.len() >= 4096 {
             seen.retain(|_, s| now.duration_since(s.at) < CONTENTION_MEMORY);
@@ -140,7 +141,7 @@ impl Shared {
     /// released into a queue of waiters, or that waits itself, always goes through the queue,
     /// so it cannot barge ahead of them beyond the barging bound.
     pub fn contention(&self, key: &str) -> Contention {
-        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen();
         let recent = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() < QUIET_GRACE);
         match seen.get_mut(key) {
             Some(s) => {
@@ -164,7 +165,7 @@ impl Shared {
     /// Notes the release's time for `Contention::looping` (moved to its end when it found
     /// waiters: `mark_quiet_release`, `mark_loud_release`).
     pub fn release_view(&self, key: &str) -> (bool, bool) {
-        let mut seen = self.contention.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen();
         match seen.get_mut(key) {
             Some(s) => {
                 s.released = Some(Instant::now());
@@ -175,6 +176,14 @@ impl Shared {
             }
             None => (false, false),
         }
+    }
+
+    /// This process's memory of contention (a forked child starts with none).
+    fn seen(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Seen>> {
+        self.contention
+            .get_or_init(Default::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn handle(&self) -> Handle {

@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::per_process::PerProcess;
 use crate::spin::Awaiting;
 
 /// Why one node did not answer a request usefully.
@@ -44,8 +45,8 @@ pub(crate) struct Node {
     display: String,
     /// Kept so it can be scrubbed from driver error texts.
     password: Option<String>,
-    conn: Mutex<Option<Slot>>,
-    connecting: tokio::sync::Mutex<()>,
+    /// The shared connection and the restart guard's memory, per process (see `PerProcess`).
+    local: PerProcess<NodeLocal>,
     /// Identifies this node in the blocking callers' per-thread connections; they drop theirs
     /// once this is gone.
     alive: Arc<()>,
@@ -53,6 +54,14 @@ pub(crate) struct Node {
     round_trips: AtomicU64,
     /// The restart guard window; zero is off.
     guard_window: Duration,
+}
+
+/// What one process knows of a node: a forked child opens its own connection (the parent's
+/// driver task lived on the parent's runtime) and never locks the parent's mutexes.
+#[derive(Default)]
+struct NodeLocal {
+    conn: Mutex<Option<Slot>>,
+    connecting: tokio::sync::Mutex<()>,
     guard: Mutex<Guard>,
 }
 
@@ -66,9 +75,6 @@ struct Guard {
 
 struct Slot {
     conn: MultiplexedConnection,
-    /// Connections belong to the runtime of the process that opened them; a forked child
-    /// must open its own.
-    pid: u32,
     generation: u64,
 }
 
@@ -110,12 +116,10 @@ impl Node {
             client,
             display,
             password,
-            conn: Mutex::new(None),
-            connecting: tokio::sync::Mutex::new(()),
+            local: PerProcess::default(),
             alive: Arc::new(()),
             round_trips: AtomicU64::new(0),
             guard_window,
-            guard: Mutex::new(Guard::default()),
         })
     }
 
@@ -152,7 +156,7 @@ impl Node {
             .unwrap_or(0);
         let run_id = field("run_id");
         let now = Instant::now();
-        let mut g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
         let restarted_under_us = g.run_id.is_some() && run_id.is_some() && g.run_id != run_id;
         // Uptime is whole seconds, rounded down: counting from it is conservative.
         let wait = if restarted_under_us {
@@ -194,7 +198,7 @@ impl Node {
 
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
-        let g = self.guard.lock().unwrap_or_else(|p| p.into_inner());
+        let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
         match g.until {
             Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
                 "restarted recently: restart guard holds its vote for another {:?}",
@@ -233,18 +237,17 @@ impl Node {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        let _one_at_a_time = tokio::time::timeout(timeout, self.connecting.lock())
+        let _one_at_a_time = tokio::time::timeout(timeout, self.local().connecting.lock())
             .await
             .map_err(|_| NodeError::Unreachable(format!("connect timed out after {timeout:?}")))?;
         if let Some(c) = self.current() {
             return Ok(c);
         }
         let conn = self.open_connection(timeout).await?;
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
         let generation = next_generation();
         *slot = Some(Slot {
             conn: conn.clone(),
-            pid: crate::runtime::pid(),
             generation,
         });
         Ok((conn, generation))
@@ -277,17 +280,12 @@ impl Node {
     }
 
     fn current(&self) -> Option<(MultiplexedConnection, u64)> {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
-        match slot.as_ref() {
-            Some(s) if s.pid == crate::runtime::pid() => Some((s.conn.clone(), s.generation)),
-            Some(_) => {
-                // Inherited across fork: its driver task lived on the parent's runtime. Leak
-                // it rather than drop it, so nothing touches that runtime's state.
-                std::mem::forget(slot.take());
-                None
-            }
-            None => None,
-        }
+        let slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
+        slot.as_ref().map(|s| (s.conn.clone(), s.generation))
+    }
+
+    fn local(&self) -> &NodeLocal {
+        self.local.get_or_init(NodeLocal::default)
     }
 
     /// This thread's connection to this node, opened on this thread's runtime (its driver
@@ -316,7 +314,7 @@ impl Node {
     /// Forgets a broken connection so the next request reconnects. Only the generation that
     /// failed is dropped, so a late failure cannot discard a fresh connection.
     fn invalidate(&self, generation: u64) {
-        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
         if slot.as_ref().is_some_and(|s| s.generation == generation) {
             *slot = None;
         }

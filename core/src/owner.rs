@@ -11,6 +11,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::per_process::PerProcess;
+
 /// The reentrancy side of a held lock: whose it is and which acquisition it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Holder {
@@ -20,16 +22,15 @@ pub(crate) struct Holder {
     pub owner_id: u64,
 }
 
+/// The reentrant acquisitions of one manager, per process: a forked child starts afresh
+/// (a new client uuid, nothing held), so it neither shares its parent's uuid nor re-enters
+/// its parent's locks.
 #[derive(Default)]
 pub(crate) struct Owners {
-    state: Mutex<State>,
+    state: PerProcess<Mutex<State>>,
 }
 
-#[derive(Default)]
 struct State {
-    /// The process the uuid and the registry belong to: a forked child starts afresh, so it
-    /// neither shares its parent's uuid nor re-enters its parent's locks.
-    pid: Option<u32>,
     client_id: String,
     held: HashMap<(String, u64), Held>,
 }
@@ -43,14 +44,15 @@ struct Held {
 
 impl Owners {
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = crate::runtime::pid();
-        if s.pid != Some(pid) {
-            s.pid = Some(pid);
-            s.client_id = new_uuid();
-            s.held.clear();
-        }
-        s
+        self.state
+            .get_or_init(|| {
+                Mutex::new(State {
+                    client_id: new_uuid(),
+                    held: HashMap::new(),
+                })
+            })
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// This manager's client uuid in this process (36-char canonical form).

@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::manager::Shared;
 use crate::options::LockOptions;
+use crate::per_process::PerProcess;
 use crate::scripts::{
     DEQUEUE, fence_key, queue_key, queue_lease_key, queue_since_key, release_channel,
     waiter_channel, waiter_channel_prefix,
@@ -94,15 +95,12 @@ pub type Hook = Arc<dyn Fn(&str) -> BoxFuture<'static, ()> + Send + Sync>;
 
 pub(crate) struct Waiters {
     nodes: usize,
-    state: Mutex<State>,
+    state: PerProcess<Mutex<State>>,
     /// Test hook run between a failed first attempt and joining the queue (subscribing).
     pub hook: Mutex<Option<Hook>>,
 }
 
-#[derive(Default)]
 struct State {
-    /// The process these queues and tasks belong to; a forked child starts afresh.
-    pid: Option<u32>,
     queues: HashMap<String, Arc<KeyQueue>>,
     /// The same queues, by what they are subscribed to.
     by_subscription: HashMap<String, Arc<KeyQueue>>,
@@ -113,6 +111,8 @@ struct State {
 
 /// The waiters of one channel (one key, one lock kind) in this manager.
 pub(crate) struct KeyQueue {
+    /// The process whose queue this is.
+    pid: u32,
     key: String,
     /// The key's release channel: the local queue's name.
     channel: String,
@@ -166,24 +166,25 @@ impl Waiters {
     pub fn new(nodes: usize) -> Waiters {
         Waiters {
             nodes,
-            state: Mutex::new(State::default()),
+            state: PerProcess::default(),
             hook: Mutex::new(None),
         }
     }
 
+    /// This process's queues: a forked child starts with none (the parent's tasks and
+    /// connections lived on the parent's runtime, and their mutexes may be held for good).
     fn state(&self) -> MutexGuard<'_, State> {
-        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let pid = crate::runtime::pid();
-        if s.pid != Some(pid) {
-            // Inherited across fork: the tasks and connections lived on the parent's runtime.
-            // Leak them rather than drop them, as Node does with its connection.
-            std::mem::forget(std::mem::take(&mut s.queues));
-            std::mem::forget(std::mem::take(&mut s.by_subscription));
-            std::mem::forget(std::mem::take(&mut s.signals));
-            s.signals = (0..self.nodes).map(|_| None).collect();
-            s.pid = Some(pid);
-        }
-        s
+        self.state
+            .get_or_init(|| {
+                Mutex::new(State {
+                    queues: HashMap::new(),
+                    by_subscription: HashMap::new(),
+                    signals: (0..self.nodes).map(|_| None).collect(),
+                    next_ticket: 0,
+                })
+            })
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this manager has any local queue (waiting or lingering): cheap, so that an
@@ -224,6 +225,7 @@ impl Waiters {
                     channel.to_string()
                 };
                 Arc::new(KeyQueue {
+                    pid: crate::runtime::pid(),
                     key: key.to_string(),
                     channel: channel.to_string(),
                     subscription,
@@ -292,10 +294,11 @@ impl Waiters {
     }
 
     fn leave(&self, ticket: &Ticket) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.pid != Some(crate::runtime::pid()) {
+        if ticket.kq.pid != crate::runtime::pid() {
+            // A ticket inherited across fork: its queue is the parent's.
             return false;
         }
+        let mut st = self.state();
         let kq = &ticket.kq;
         let mut q = kq.q();
         if let Some(pos) = q.waiters.iter().position(|(id, _)| *id == ticket.id) {

@@ -15,6 +15,8 @@ use tokio::time::Instant;
 use crate::lock::{LockInner, LockStatus, LossReason};
 use crate::manager::Shared;
 use crate::node::NodeError;
+use crate::options::LockOptions;
+use crate::per_process::PerProcess;
 use crate::quorum::{Answer, Tally};
 use crate::scripts::{EXTEND, EXTEND_REENTRANT};
 
@@ -23,8 +25,15 @@ const IDLE: Duration = Duration::from_secs(1);
 /// Time allowed per renewal in a batch, on top of the node timeout.
 const PER_RENEWAL: Duration = Duration::from_micros(50);
 
+/// The watchdog of one manager. Its registry, wake-up and task belong to one process: a
+/// forked child starts its own, empty (its parent's locks are not its to renew).
 #[derive(Default)]
 pub(crate) struct Watchdog {
+    local: PerProcess<Local>,
+}
+
+#[derive(Default)]
+struct Local {
     next_id: AtomicU64,
     registry: Mutex<Registry>,
     wake: Arc<Notify>,
@@ -33,50 +42,58 @@ pub(crate) struct Watchdog {
 #[derive(Default)]
 struct Registry {
     locks: HashMap<u64, Weak<LockInner>>,
-    /// The pid whose runtime runs the task; a forked child starts its own.
-    running_in: Option<u32>,
-    /// When the task next wakes by itself: a new lock wakes it only if it needs it sooner,
-    /// so acquiring 10,000 locks does not mean 10,000 scans.
+    /// The task runs (in this process).
+    running: bool,
+    /// When the task next wakes by itself: never later than the earliest loss deadline of a
+    /// registered lock. A change that needs it sooner wakes it (`reschedule`); one that does
+    /// not costs nothing, so 10,000 acquires or extends do not mean 10,000 scans.
     wakes_at: Option<Instant>,
 }
 
 impl Watchdog {
+    fn local(&self) -> &Local {
+        self.local.get_or_init(Local::default)
+    }
+
     /// Starts watching a held lock, starting the task when none runs in this process. Locks
     /// with the watchdog off are watched once someone waits on their `lost()` (or when they
     /// have a `max_hold`): they are never renewed, but that waiter hears that they are about
     /// to expire. Unwatched, their `Expiring` loss is applied when their status is read
     /// (`LockInner::current`).
     pub fn watch(&self, lock: &Arc<LockInner>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let first_event = {
+        let local = self.local();
+        let id = local.next_id.fetch_add(1, Ordering::Relaxed);
+        let event = {
             let s = lock.state();
-            let lose_at = s
-                .deadline
-                .checked_sub(lock.loss_margin())
-                .unwrap_or(s.deadline);
-            Some(if lock.opts.watchdog {
-                s.next_renewal.min(lose_at)
-            } else {
-                lose_at
-            })
+            lock.next_event(&s)
         };
-        let (start, wake) = {
-            let mut reg = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        let start = {
+            let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
             reg.locks.insert(id, Arc::downgrade(lock));
-            let pid = crate::runtime::pid();
-            let start = reg.running_in != Some(pid);
-            reg.running_in = Some(pid);
-            let wake = match (first_event, reg.wakes_at) {
-                (Some(event), Some(planned)) => event < planned,
-                _ => true,
-            };
-            (start, wake)
+            !std::mem::replace(&mut reg.running, true)
         };
         if start {
             let shared = Arc::downgrade(&lock.shared);
             lock.shared.handle().spawn(run(shared));
-        } else if wake {
-            self.wake.notify_one();
+        } else {
+            self.reschedule(event);
+        }
+    }
+
+    /// A registered lock needs looking at by `at`: wakes the task if it planned to sleep
+    /// longer.
+    pub fn reschedule(&self, at: Instant) {
+        let local = self.local();
+        let wake = {
+            let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
+            let sooner = reg.running && reg.wakes_at.is_none_or(|planned| at < planned);
+            if sooner {
+                reg.wakes_at = Some(at);
+            }
+            sooner
+        };
+        if wake {
+            local.wake.notify_one();
         }
     }
 }
@@ -84,22 +101,22 @@ impl Watchdog {
 async fn run(weak: Weak<Shared>) {
     loop {
         let Some(shared) = weak.upgrade() else { return };
+        let local = shared.watchdog.local();
         let now = Instant::now();
         let mut due: Vec<Arc<LockInner>> = Vec::new();
         let mut wake_at = now + IDLE;
         {
-            let mut reg = shared
-                .watchdog
-                .registry
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
+            crate::hooks::run(crate::hooks::Point::WatchdogScan, "");
             reg.locks.retain(|_, weak_lock| {
                 let Some(lock) = weak_lock.upgrade() else {
                     return false;
                 };
                 match inspect(&lock, now) {
                     Next::Forget => false,
-                    Next::RenewNow => {
+                    Next::RenewNow(lose_at) => {
+                        // Renewed beside this loop; the loss deadline still bounds the sleep.
+                        wake_at = wake_at.min(lose_at);
                         due.push(lock);
                         true
                     }
@@ -110,7 +127,7 @@ async fn run(weak: Weak<Shared>) {
                 }
             });
             if reg.locks.is_empty() {
-                reg.running_in = None;
+                reg.running = false;
                 reg.wakes_at = None;
                 return;
             }
@@ -120,7 +137,7 @@ async fn run(weak: Weak<Shared>) {
             // Renewal runs beside the loop, so a slow batch never delays a loss signal.
             tokio::spawn(renew(shared.clone(), due));
         }
-        let wake = shared.watchdog.wake.clone();
+        let wake = local.wake.clone();
         drop(shared); // a sleeping watchdog must not keep its manager alive
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
@@ -131,13 +148,14 @@ async fn run(weak: Weak<Shared>) {
 
 enum Next {
     Forget,
-    RenewNow,
+    /// Renew in this tick; declare it lost at this instant if no renewal has confirmed.
+    RenewNow(Instant),
     At(Instant),
 }
 
 /// Decides what one lock needs now: declared lost, renewed in this tick, or looked at later.
 fn inspect(lock: &LockInner, now: Instant) -> Next {
-    let s = lock.state();
+    let mut s = lock.state();
     if s.status != LockStatus::Held {
         return Next::Forget;
     }
@@ -153,10 +171,7 @@ fn inspect(lock: &LockInner, now: Instant) -> Next {
             return Next::Forget;
         }
     }
-    let lose_at = s
-        .deadline
-        .checked_sub(lock.loss_margin())
-        .unwrap_or(s.deadline);
+    let lose_at = lock.lose_at(&s);
     if now >= lose_at {
         let reason = s.last_failure.clone().unwrap_or_else(|| {
             if lock.opts.watchdog {
@@ -164,7 +179,7 @@ fn inspect(lock: &LockInner, now: Instant) -> Next {
             } else {
                 LossReason::Expiring {
                     key: key.clone(),
-                    ttl: lock.opts.ttl,
+                    ttl: s.ttl,
                 }
             }
         });
@@ -172,44 +187,59 @@ fn inspect(lock: &LockInner, now: Instant) -> Next {
         lock.finish(LockStatus::Lost(reason));
         return Next::Forget;
     }
-    let mut next = lose_at;
-    if let Some(max_hold) = lock.opts.max_hold {
-        next = next.min(lock.acquired_at + max_hold);
-    }
     if lock.opts.watchdog && !s.renewing {
         // The task wakes at the first lock's renewal time and then renews every lock due
         // within the next half period as well: locks acquired at different moments end up in
         // one batch after their first renewal, so a tick is one pipeline per node. Retries
         // after a failure have no such slack.
-        let (wake, due_from) = match s.retry_at {
-            Some(t) => (t, t),
-            None => (
-                s.next_renewal,
-                s.next_renewal
-                    .checked_sub(lock.period() / 2)
-                    .unwrap_or(s.next_renewal),
-            ),
+        let due_from = match s.retry_at {
+            Some(t) => t,
+            None => s
+                .next_renewal
+                .checked_sub(s.ttl / 6)
+                .unwrap_or(s.next_renewal),
         };
         if now >= due_from {
-            drop(s);
-            lock.state().renewing = true;
-            return Next::RenewNow;
+            s.renewing = true;
+            return Next::RenewNow(lose_at);
         }
-        next = next.min(wake);
     }
-    Next::At(next)
+    Next::At(lock.next_event(&s))
+}
+
+/// One lock of a batch: the guard that keeps its extend and release out, and the lease it is
+/// renewed for.
+struct Renewal {
+    lock: Arc<LockInner>,
+    _op: tokio::sync::OwnedMutexGuard<()>,
+    lease: LockOptions,
 }
 
 /// Renews `due` with one pipeline per node, all nodes at once, then settles each lock.
 async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
-    // A lock whose extend or release is in flight sits this tick out: release waits for a
-    // renewal in flight, never the other way round.
-    let batch: Vec<(Arc<LockInner>, tokio::sync::OwnedMutexGuard<()>)> = due
+    let shared = &*shared;
+    // A lock whose extend or release is in flight sits this tick out (release waits for a
+    // renewal in flight, never the other way round); it is looked at again shortly, and
+    // before its loss deadline in any case.
+    let batch: Vec<Renewal> = due
         .into_iter()
         .filter_map(|lock| match lock.op.clone().try_lock_owned() {
-            Ok(guard) => Some((lock, guard)),
+            Ok(op) => {
+                let lease = lock.lease(&lock.state());
+                Some(Renewal {
+                    lock,
+                    _op: op,
+                    lease,
+                })
+            }
             Err(_) => {
-                lock.state().renewing = false;
+                let next = {
+                    let mut s = lock.state();
+                    s.renewing = false;
+                    s.retry_at = Some(Instant::now() + retry_pause(&lock.lease(&s)));
+                    lock.next_event(&s)
+                };
+                shared.watchdog.reschedule(next);
                 None
             }
         })
@@ -220,11 +250,10 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
     // A pipeline of many renewals takes longer than one request; allow for it.
     let timeout = batch
         .iter()
-        .map(|(l, _)| l.opts.effective_node_timeout())
+        .map(|r| r.lease.effective_node_timeout())
         .max()
         .unwrap_or(Duration::from_millis(200))
         + PER_RENEWAL * batch.len() as u32;
-    let shared = &*shared;
     let start = Instant::now();
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
         futures::future::join_all(shared.nodes.iter().map(|node| {
@@ -232,10 +261,10 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
             node.run(timeout, true, move |mut conn| async move {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
-                for (lock, _) in batch {
+                for r in batch {
                     // Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
                     // compare-field-and-pexpire.
-                    let script = if lock.opts.reentrant {
+                    let script = if r.lock.opts.reentrant {
                         &*EXTEND_REENTRANT
                     } else {
                         &*EXTEND
@@ -243,15 +272,15 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                     pipe.cmd("EVALSHA")
                         .arg(script.get_hash())
                         .arg(1)
-                        .arg(&lock.key)
-                        .arg(&lock.token)
-                        .arg(lock.opts.ttl_millis());
+                        .arg(&r.lock.key)
+                        .arg(&r.lock.token)
+                        .arg(r.lease.ttl_millis());
                 }
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if replies.iter().any(is_noscript) {
                     // A restarted node forgot the scripts: load them once and send the batch again.
                     let _: String = EXTEND.load_async(&mut conn).await?;
-                    if batch.iter().any(|(l, _)| l.opts.reentrant) {
+                    if batch.iter().any(|r| r.lock.opts.reentrant) {
                         let _: String = EXTEND_REENTRANT.load_async(&mut conn).await?;
                     }
                     replies = pipe.query_async(&mut conn).await?;
@@ -260,10 +289,10 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
             })
         }))
         .await;
-    for (i, (lock, _guard)) in batch.iter().enumerate() {
+    for (i, r) in batch.iter().enumerate() {
         let answers = per_node
             .iter()
-            .map(|r| match r {
+            .map(|replies| match replies {
                 Err(e) => Answer::Failed(e.clone()),
                 Ok(replies) => match replies.get(i) {
                     Some(Value::Int(1)) => Answer::Yes(0),
@@ -275,27 +304,23 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                 },
             })
             .collect();
-        settle(
-            shared,
-            lock,
-            &Tally {
-                quorum: shared.quorum,
-                answers,
-            },
-            start,
-        );
-        lock.state().renewing = false;
+        let tally = Tally {
+            quorum: shared.quorum,
+            answers,
+        };
+        settle(shared, &r.lock, &r.lease, &tally, start);
+        r.lock.state().renewing = false;
     }
-    drop(batch);
-    shared.watchdog.wake.notify_one();
 }
 
-fn settle(shared: &Shared, lock: &LockInner, tally: &Tally, start: Instant) {
-    if tally.won()
-        && lock
-            .renewed(start, lock.opts.ttl, lock.opts.drift())
-            .is_some()
-    {
+/// How long after a failed (or skipped) renewal to try again: within what is left of the
+/// validity.
+fn retry_pause(lease: &LockOptions) -> Duration {
+    (lease.ttl / 10).max(lease.effective_node_timeout() / 2)
+}
+
+fn settle(shared: &Shared, lock: &LockInner, lease: &LockOptions, tally: &Tally, start: Instant) {
+    if tally.won() && lock.renewed(start, lease.ttl, lease.drift()).is_some() {
         return;
     }
     let key = lock.key.clone();
@@ -318,10 +343,13 @@ fn settle(shared: &Shared, lock: &LockInner, tally: &Tally, start: Instant) {
         }
     };
     // Transient: retry soon, within what is left of the validity.
-    let mut s = lock.state();
-    s.last_failure = Some(failure);
-    s.retry_at =
-        Some(Instant::now() + (lock.opts.ttl / 10).max(lock.opts.effective_node_timeout() / 2));
+    let next = {
+        let mut s = lock.state();
+        s.last_failure = Some(failure);
+        s.retry_at = Some(Instant::now() + retry_pause(lease));
+        lock.next_event(&s)
+    };
+    shared.watchdog.reschedule(next);
 }
 
 fn is_noscript(v: &Value) -> bool {

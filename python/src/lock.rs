@@ -89,8 +89,8 @@ impl PyLock {
 
     fn ttl_arg(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
         match ttl {
-            None => Ok(self.lock.options().ttl),
-            Some(v) if v.is_none() => Ok(self.lock.options().ttl),
+            None => Ok(self.lock.ttl()),
+            Some(v) if v.is_none() => Ok(self.lock.ttl()),
             Some(v) => {
                 let d = PyDict::new(py);
                 d.set_item("ttl", v)?;
@@ -153,7 +153,7 @@ impl PyLock {
     /// The lease on each node, in seconds.
     #[getter]
     fn ttl(&self) -> f64 {
-        self.lock.options().ttl.as_secs_f64()
+        self.lock.ttl().as_secs_f64()
     }
 
     /// `"held"`, `"released"` or `"lost"`.

@@ -1,0 +1,43 @@
+//! Test-only hooks at points where a race decides the outcome, so that a test can hold a
+//! thread there and make the race happen every time. Off (one relaxed atomic load) unless a
+//! test sets one.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Where a hook runs.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Point {
+    /// `Lock::on_lost`, after the state was read and before the callback is registered.
+    OnLostRegistering,
+    /// The watchdog's scan, while it holds its registry (a fork now leaves it held).
+    WatchdogScan,
+    /// `Lock::extend_for`, holding the lock's operation guard (a renewal due now is skipped).
+    Extending,
+}
+
+/// Called with the point and the lock's key (empty where there is none).
+type Hook = Arc<dyn Fn(Point, &str) + Send + Sync>;
+
+static SET: AtomicBool = AtomicBool::new(false);
+static HOOK: Mutex<Option<Hook>> = Mutex::new(None);
+
+/// Test hook: `hook` runs at every `Point` until replaced (`None` removes it).
+#[doc(hidden)]
+pub fn __set_test_hook(hook: Option<Hook>) {
+    let mut h = HOOK.lock().unwrap_or_else(|p| p.into_inner());
+    SET.store(hook.is_some(), Ordering::SeqCst);
+    *h = hook;
+}
+
+pub(crate) fn run(point: Point, key: &str) {
+    if !SET.load(Ordering::Relaxed) {
+        return;
+    }
+    let hook = HOOK.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(hook) = hook {
+        hook(point, key);
+    }
+}

@@ -1,0 +1,232 @@
+//! The watchdog looks at every lock no later than its loss deadline, whatever changed the
+//! deadline (an extend to a shorter ttl, a renewal skipped because an extend was in flight),
+//! and an `extend_for` sets the lease the watchdog renews with. `on_lost` cannot deadlock on a
+//! loss declared while it registers. Serial: these measure deadlines.
+
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use common::*;
+use ferrolock::{__set_test_hook, ErrorKind, HookPoint, LockStatus, LossReason};
+use ferrolock_testbed::RedisServer;
+use tokio::time::Instant;
+
+/// Clears the process-wide test hook when the test ends, also on a failure.
+struct HookGuard;
+impl Drop for HookGuard {
+    fn drop(&mut self) {
+        __set_test_hook(None);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extend_for_sets_the_lease_the_watchdog_renews_with() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("extend-for-lease");
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_secs(30)),
+    );
+    let lock = m.acquire(&key).await.unwrap();
+    // Shorter than the watchdog's longest idle sleep (1 s), so only a wake-up for the new
+    // lease renews it in time.
+    lock.extend_for(ms(900)).await.unwrap();
+    assert_eq!(lock.ttl(), ms(900));
+    // Past the new lease several times over: only renewals with the new ttl keep it (before,
+    // the watchdog slept on its old plan and the key expired).
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        tokio::time::sleep(ms(250)).await;
+        assert!(lock.is_held(), "lost: {:?}", lock.status());
+        assert_eq!(
+            get(&server, &key).as_deref(),
+            Some(lock.token()),
+            "key gone"
+        );
+        let left = pttl(&server, &key);
+        assert!(
+            (0..=900).contains(&left),
+            "renewed with another ttl than the extend's: PTTL {left}"
+        );
+    }
+    // `extend()` keeps the lease in force.
+    lock.extend().await.unwrap();
+    assert!(pttl(&server, &key) <= 900);
+    assert!(lock.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_extend_for_a_shorter_ttl_loss_is_signalled_before_the_new_deadline() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("extend-for-loss");
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_secs(30)),
+    );
+    let lock = m.acquire(&key).await.unwrap();
+    let lost = lock.lost();
+    lock.extend_for(ms(900)).await.unwrap();
+    server.pause();
+    let reason = tokio::time::timeout(Duration::from_secs(40), lost)
+        .await
+        .expect("loss never signalled")
+        .expect("released instead of lost");
+    let at = Instant::now();
+    server.resume();
+    // The last deadline a renewal set (none confirms once the node is paused).
+    let deadline = lock.deadline();
+    assert!(
+        at < deadline,
+        "loss ({reason}) signalled {:?} after the deadline",
+        at - deadline
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_the_watchdog_a_listener_hears_before_an_extend_for_deadline() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("extend-for-expiring");
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(30)));
+    let lock = m.acquire(&key).await.unwrap();
+    let lost = lock.lost();
+    lock.extend_for(ms(900)).await.unwrap();
+    let deadline = lock.deadline();
+    let reason = tokio::time::timeout(Duration::from_secs(40), lost)
+        .await
+        .expect("loss never signalled")
+        .expect("released instead of lost");
+    let at = Instant::now();
+    assert!(matches!(reason, LossReason::Expiring { .. }), "{reason}");
+    assert!(
+        at < deadline,
+        "Expiring signalled {:?} after the deadline",
+        at - deadline
+    );
+    // The key itself expires at the extend's ttl.
+    assert!(pttl(&server, &key) <= 900);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn extend_for_rejects_a_ttl_its_loss_margin_would_eat() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("extend-for-margin");
+    let m = manager(
+        &[server.url()],
+        opts().ttl(Duration::from_secs(10)).node_timeout(ms(200)),
+    );
+    let lock = m.acquire(&key).await.unwrap();
+    // Loss margin 2 × 200 ms = 400 ms, not under a third of 1 s.
+    let err = lock.extend_for(Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.to_string().contains("1s"),
+        "does not name the ttl: {err}"
+    );
+    assert_eq!(
+        lock.ttl(),
+        Duration::from_secs(10),
+        "a rejected ttl was kept"
+    );
+    assert!(
+        pttl(&server, &key) > 5000,
+        "a rejected extend reached the node"
+    );
+    lock.extend_for(Duration::from_secs(2)).await.unwrap();
+    assert!(lock.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_skipped_for_an_extend_in_flight_still_signals_loss_in_time() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let server = RedisServer::start();
+    let key = unique_key("skipped-renewal");
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_secs(3)),
+    );
+    let lock = Arc::new(m.acquire(&key).await.unwrap());
+    let lost = lock.lost();
+    // The extend holds the lock's operation guard for 5 s: every renewal due meanwhile is
+    // skipped, and nothing else will move the deadline.
+    let hooked = key.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::Extending && key == hooked {
+            std::thread::sleep(Duration::from_secs(5));
+        }
+    })));
+    let extending = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.extend().await })
+    };
+    let reason = tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("loss never signalled")
+        .expect("released instead of lost");
+    let at = Instant::now();
+    let deadline = lock.deadline();
+    assert!(
+        at < deadline,
+        "loss ({reason}) signalled {:?} after the deadline",
+        at - deadline
+    );
+    let extended = extending.await.unwrap();
+    assert_eq!(extended.unwrap_err().kind(), ErrorKind::LockLost);
+}
+
+#[test]
+fn on_lost_registered_as_the_deadline_passes_calls_back_instead_of_deadlocking() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let server = RedisServer::start();
+    let key = unique_key("on-lost-race");
+    // Watchdog off: the `Expiring` loss is declared by whoever reads the state after the
+    // margin, here `on_lost` itself.
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(1)));
+    let lock = ferrolock::runtime::block_on(m.acquire(&key)).unwrap();
+    let lose_at = lock.deadline() - ms(200);
+    let hooked = key.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::OnLostRegistering && key == hooked {
+            // Registering straddles the loss deadline.
+            let now = std::time::Instant::now();
+            let wait = lose_at.into_std().saturating_duration_since(now);
+            std::thread::sleep(wait + Duration::from_millis(50));
+        }
+    })));
+    let called = Arc::new(AtomicBool::new(false));
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let lock = Arc::new(lock);
+    {
+        let (lock, called) = (lock.clone(), called.clone());
+        std::thread::spawn(move || {
+            lock.on_lost(move |reason| {
+                assert!(matches!(reason, LossReason::Expiring { .. }), "{reason}");
+                called.store(true, Ordering::SeqCst);
+            });
+            let _ = done_tx.send(());
+        });
+    }
+    done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("on_lost deadlocked");
+    __set_test_hook(None);
+    let start = std::time::Instant::now();
+    while !called.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(ms(10));
+    }
+    assert!(
+        called.load(Ordering::SeqCst),
+        "the callback was never called"
+    );
+    assert!(matches!(lock.status(), LockStatus::Lost(_)));
+}
