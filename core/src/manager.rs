@@ -398,6 +398,14 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("lock key must not be empty"));
     }
+    // The queue, fence and channel names must hash to the key's Cluster slot (every script
+    // touches one slot); for this key no name can (see `scripts::has_slot_tag`).
+    if !crate::scripts::has_slot_tag(key) {
+        return Err(Error::invalid(format!(
+            "lock key {key:?} has no hash tag and contains '}}', so no name derived from it can \
+             share its Redis Cluster slot: give it a hash tag (a non-empty {{...}}) or drop the '}}'"
+        )));
+    }
     Ok(())
 }
 
