@@ -83,10 +83,10 @@ async fn a_re_entry_at_the_default_ttl_never_shortens_an_extended_hold() {
     assert!(outer.extend_for(secs(30)).await.unwrap() > secs(25));
     let inner = m.acquire_owned(key, 1, &o).await.unwrap();
     assert_eq!(inner.token(), outer.token(), "a re-entry");
-    assert!(pttl(&server, key) > 25_000, "{}", pttl(&server, key));
     // Past the re-entry's ttl, the inner handle not released yet.
     tokio::time::sleep(ms(2300)).await;
     other_owner_is_refused(&server, key, &outer).await;
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
     assert!(inner.release().await.unwrap());
     assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
     other_owner_is_refused(&server, key, &outer).await;
@@ -103,9 +103,9 @@ async fn an_inner_handles_shorter_extend_never_shortens_the_outer_hold() {
     let outer = m.acquire_owned(key, 1, &o).await.unwrap();
     let inner = m.acquire_owned(key, 1, &o).await.unwrap();
     assert!(inner.extend_for(secs(1)).await.unwrap() <= secs(1));
-    assert!(pttl(&server, key) > 25_000, "{}", pttl(&server, key));
     tokio::time::sleep(ms(1300)).await;
     other_owner_is_refused(&server, key, &outer).await;
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
     // A longer extend still lengthens it.
     assert!(outer.extend_for(secs(60)).await.unwrap() > secs(55));
     assert!(pttl(&server, key) > 55_000, "{}", pttl(&server, key));
