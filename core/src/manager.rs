@@ -316,9 +316,10 @@ impl LockManager {
 
     /// Acquires `key` for `owner`, an identity of the caller's choosing (a thread id, an
     /// asyncio task id, an explicit handle). With `opts.reentrant`, an owner that already
-    /// holds `key` through this manager re-enters: the hold count goes up, the ttl is reset
-    /// (on a quorum), and the new handle keeps the outer grant's token (the hash field) and
-    /// fence. Each handle is released on its own; only the last release frees the key. An
+    /// holds `key` through this manager re-enters: the hold count goes up, the key's expiry
+    /// becomes at least `opts.ttl` (never shorter: its other handles count on it; on a
+    /// quorum), and the new handle keeps the outer grant's token (the hash field) and fence.
+    /// Each handle is released on its own; only the last release frees the key. An
     /// owner's next outermost acquisition gets a new random owner id, so the hash field is
     /// unique per acquisition. Without `reentrant`, `owner` is ignored.
     pub async fn acquire_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {

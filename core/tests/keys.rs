@@ -133,10 +133,7 @@ async fn a_reentrant_acquire_waits_for_a_plain_holder_and_gets_the_key_after() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], opts());
     let key = "plain-then-hash";
-    let plain = m
-        .acquire_with(key, &opts().ttl(secs(30)))
-        .await
-        .unwrap();
+    let plain = m.acquire_with(key, &opts().ttl(secs(30))).await.unwrap();
     let other = manager(&[server.url()], ropts());
     for o in [ropts(), ropts().fencing(true)] {
         let err = other
@@ -283,8 +280,21 @@ fn raise_fence_and_undo_treat_the_other_type_as_not_ours() {
             format!("ferrolock:release:{{{key}}}:")
         };
         let freed: i64 = server.cmd(&[
-            "EVAL", &undo, "5", key, &fence, &q, &l, &s, "our-token", reentrant, &channel, "w1",
-            "1", "1000", "6",
+            "EVAL",
+            &undo,
+            "5",
+            key,
+            &fence,
+            &q,
+            &l,
+            &s,
+            "our-token",
+            reentrant,
+            &channel,
+            "w1",
+            "1",
+            "1000",
+            "6",
         ]);
         assert_eq!(freed, 0, "{key}");
     }
