@@ -7,9 +7,16 @@
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
 -- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (never a new grant),
 -- ARGV[8] barging bound ms.
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then
+-- A key of another type (a plain lock: redis-py, node-redlock, ferrolock) is held by someone
+-- else: HEXISTS fails inside pcall, and the PTTL below makes it a busy answer.
+if redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  -- Never shorten: the outer handles keep the deadlines their own ttls gave them (-1, no
+  -- expiry, is longer than any ttl).
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left < tonumber(ARGV[1]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[1])
+  end
   return nil
 end
 local pttl = redis.call('PTTL', KEYS[1])

@@ -1,7 +1,14 @@
 -- Redisson's renewal: compare-field-and-pexpire. Never re-creates an expired or foreign lock.
--- KEYS[1] lock key; ARGV[1] field; ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+-- Unlike Redisson's, it never shortens the key: every handle of one acquisition shares the
+-- key and computed its deadline from its own ttl, so the key lives to the latest of them
+-- (-1, no expiry, counts as the latest). A plain key's extend resets its ttl instead.
+-- KEYS[1] lock key; ARGV[1] field; ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise (also
+-- for a key of another type: a plain lock is someone else's, and pcall keeps WRONGTYPE out).
+if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   return 1
 end
 return 0

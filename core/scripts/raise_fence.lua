@@ -2,11 +2,12 @@
 -- so the raise happens-before any later grant on this node. Never lowers it.
 -- KEYS[1] lock key, KEYS[2] fence counter; ARGV[1] token (plain) or field (reentrant),
 -- ARGV[2] fence, ARGV[3] '1' for a reentrant (hash) lock.
+-- A key of the other type is someone else's grant (pcall turns WRONGTYPE into "not ours").
 local ours
 if ARGV[3] == '1' then
-  ours = redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1
+  ours = redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1
 else
-  ours = redis.call('GET', KEYS[1]) == ARGV[1]
+  ours = redis.pcall('GET', KEYS[1]) == ARGV[1]
 end
 if ours then
   local current = tonumber(redis.call('GET', KEYS[2]) or '0')

@@ -10,7 +10,9 @@
 -- Returns 0 (not ours), 1 (released), 2 (released, and waiters are queued: contention, which
 -- makes this client's next attempt on the key respect the waiter queue), 3 (released quietly:
 -- waiters are queued, the first was not told).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+-- A key of another type (a reentrant lock's hash) is someone else's: pcall turns WRONGTYPE
+-- into a mismatch, at no extra call.
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])

@@ -1,13 +1,19 @@
 -- Redisson's unlock: decrement our hold count; the last release deletes the key and publishes
--- "0" on the Redisson channel. A field that is not ours (another owner) is never touched.
+-- "0" on the Redisson channel. A field that is not ours (another owner), or a key of another
+-- type (a plain lock; pcall keeps WRONGTYPE out), is never touched.
+-- While the count stays above 0 the key is never shortened (as in extend_reentrant.lua): the
+-- handles still live computed their deadlines from their own ttls.
 -- KEYS[1] lock key; ARGV[1] field, ARGV[2] ttl ms, ARGV[3] channel (same hash slot).
 -- Returns nil when the field is not there, 0 when still held (count > 0), 1 when released.
-if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then
+if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left < tonumber(ARGV[2]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
   return 0
 end
 redis.call('DEL', KEYS[1])

@@ -10,9 +10,10 @@
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
+-- A key of the other type is someone else's grant: pcall turns WRONGTYPE into "not ours".
 local freed = 0
 if ARGV[2] == '1' then
-  if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     -- A fresh grant's count is 1: this is the last release.
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
       redis.call('DEL', KEYS[1])
@@ -20,7 +21,7 @@ if ARGV[2] == '1' then
     end
     freed = 1
   end
-elseif redis.call('GET', KEYS[1]) == ARGV[1] then
+elseif redis.pcall('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
   freed = 1
 end

@@ -325,9 +325,10 @@ impl LockManager {
 
     /// Acquires `key` for `owner`, an identity of the caller's choosing (a thread id, an
     /// asyncio task id, an explicit handle). With `opts.reentrant`, an owner that already
-    /// holds `key` through this manager re-enters: the hold count goes up, the ttl is reset
-    /// (on a quorum), and the new handle keeps the outer grant's token (the hash field) and
-    /// fence. Each handle is released on its own; only the last release frees the key. An
+    /// holds `key` through this manager re-enters: the hold count goes up, the key's expiry
+    /// becomes at least `opts.ttl` (never shorter: its other handles count on it; on a
+    /// quorum), and the new handle keeps the outer grant's token (the hash field) and fence.
+    /// Each handle is released on its own; only the last release frees the key. An
     /// owner's next outermost acquisition gets a new random owner id, so the hash field is
     /// unique per acquisition. Without `reentrant`, `owner` is ignored.
     pub async fn acquire_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
@@ -406,6 +407,14 @@ impl LockManager {
 pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {
         return Err(Error::invalid("lock key must not be empty"));
+    }
+    // The queue, fence and channel names must hash to the key's Cluster slot (every script
+    // touches one slot); for this key no name can (see `scripts::has_slot_tag`).
+    if !crate::scripts::has_slot_tag(key) {
+        return Err(Error::invalid(format!(
+            "lock key {key:?} has no hash tag and contains '}}', so no name derived from it can \
+             share its Redis Cluster slot: give it a hash tag (a non-empty {{...}}) or drop the '}}'"
+        )));
     }
     Ok(())
 }

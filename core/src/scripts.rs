@@ -59,9 +59,9 @@ pub(crate) fn sources() -> [&'static str; 9] {
     ]
 }
 
-/// The channel a release publishes on: `ferrolock:release:{<key>}`, or without the extra
-/// braces when the key already has a hash tag, so that key and channel share a slot (the
-/// rule Redisson uses for its channel).
+/// The channel a release publishes on: `ferrolock:release:<key>`, its key carried as `tagged`
+/// says, so that key and channel share a Cluster slot (sharded pub/sub checks a channel's slot
+/// like a key's).
 pub fn release_channel(key: &str) -> String {
     tagged("ferrolock:release:", key)
 }
@@ -79,10 +79,21 @@ pub(crate) fn waiter_channel_prefix(key: &str) -> String {
     prefix
 }
 
-/// The channel a reentrant lock's last release publishes `"0"` on: Redisson's
-/// `redisson_lock__channel:{<key>}` (no extra braces when the key has a hash tag).
+/// The channel a reentrant lock's last release publishes `"0"` on, byte for byte as Redisson
+/// builds it (`prefixName`): `redisson_lock__channel:{<key>}`, or no braces when the key
+/// contains `{` at all (then its slot is the key's only when that `{` starts a valid tag).
 pub fn redisson_channel(key: &str) -> String {
-    tagged("redisson_lock__channel:", key)
+    const PREFIX: &str = "redisson_lock__channel:";
+    let mut s = String::with_capacity(PREFIX.len() + key.len() + 2);
+    s.push_str(PREFIX);
+    if key.contains('{') {
+        s.push_str(key);
+    } else {
+        s.push('{');
+        s.push_str(key);
+        s.push('}');
+    }
+    s
 }
 
 /// The waiter queue of `key` (a ZSET of waiter ids by arrival), in the key's hash slot.
@@ -101,7 +112,42 @@ pub fn queue_since_key(key: &str) -> String {
     tagged("ferrolock:queue-since:", key)
 }
 
-/// A name derived from a key (`<prefix>{<key>}<suffix>`, braces as in `tagged`), written
+/// Where the fence counter for `key` lives.
+pub fn fence_key(key: &str) -> String {
+    tagged("ferrolock:fence:", key)
+}
+
+/// Whether a name derived from `key` (`<prefix><key><suffix>`, the prefix without braces)
+/// needs braces around the key to hash to the key's Cluster slot.
+///
+/// Redis hashes only a key's tag when it has one: from its first `{` to the first `}` after
+/// it, with at least one byte between. A key with a valid tag keeps it in the derived name
+/// (no braces). A key without one is hashed whole, so the derived name wraps it in braces,
+/// which works only when the key holds no `}` (it would end the tag early). Keys that have
+/// neither are refused by `LockManager`'s key check (`has_slot_tag`), before any I/O.
+fn braces(key: &str) -> bool {
+    !has_tag(key)
+}
+
+/// Redis's hash-tag rule (`keyHashSlot`): the key has a non-empty `{...}`.
+fn has_tag(key: &str) -> bool {
+    let b = key.as_bytes();
+    match b.iter().position(|&c| c == b'{') {
+        Some(open) => b[open + 1..]
+            .iter()
+            .position(|&c| c == b'}')
+            .is_some_and(|len| len > 0),
+        None => false,
+    }
+}
+
+/// Whether names derived from `key` can share its Cluster slot: it has a valid hash tag, or
+/// contains no `}` (then the derived names wrap it whole in braces).
+pub(crate) fn has_slot_tag(key: &str) -> bool {
+    has_tag(key) || !key.as_bytes().contains(&b'}')
+}
+
+/// A name derived from a key (`<prefix><key><suffix>`, braces as `braces` says), written
 /// straight into a command's buffer: the release sends three or four of them on every call,
 /// and building each as a `String` first cost an allocation apiece.
 #[derive(Clone, Copy)]
@@ -143,15 +189,20 @@ impl<'a> Tagged<'a> {
     }
 }
 
-impl Tagged<'_> {
+impl<'a> Tagged<'a> {
+    /// The name in pieces: the one place that lays a derived name out.
+    fn parts(&self) -> [&'a str; 5] {
+        let (open, close) = if braces(self.key) {
+            ("{", "}")
+        } else {
+            ("", "")
+        };
+        [self.prefix, open, self.key, close, self.suffix]
+    }
+
     /// The length of the name.
     pub fn len(&self) -> usize {
-        let braces = if self.key.as_bytes().contains(&b'{') {
-            0
-        } else {
-            2
-        };
-        self.prefix.len() + self.key.len() + braces + self.suffix.len()
+        self.parts().iter().map(|p| p.len()).sum()
     }
 }
 
@@ -162,34 +213,24 @@ impl redis::ToRedisArgs for Tagged<'_> {
     {
         use std::io::Write;
         let mut w = out.writer_for_next_arg();
-        // Writes into a Vec: cannot fail.
-        let _ = w.write_all(self.prefix.as_bytes());
-        if self.key.as_bytes().contains(&b'{') {
-            let _ = w.write_all(self.key.as_bytes());
-        } else {
-            let _ = w.write_all(b"{");
-            let _ = w.write_all(self.key.as_bytes());
-            let _ = w.write_all(b"}");
+        for part in self.parts() {
+            // Writes into a Vec: cannot fail.
+            let _ = w.write_all(part.as_bytes());
         }
-        let _ = w.write_all(self.suffix.as_bytes());
     }
 }
 
-/// Where the fence counter for `key` lives.
-pub fn fence_key(key: &str) -> String {
-    tagged("ferrolock:fence:", key)
-}
-
-fn tagged(prefix: &str, key: &str) -> String {
-    // Pushed by hand: `format!` costs several times as much, on every acquire and release.
-    let mut s = String::with_capacity(prefix.len() + key.len() + 2);
-    s.push_str(prefix);
-    if key.contains('{') {
-        s.push_str(key);
-    } else {
-        s.push('{');
-        s.push_str(key);
-        s.push('}');
+/// `<prefix><key>`, braces as `braces` says. Pushed by hand: `format!` costs several times as
+/// much, on every acquire and release.
+fn tagged(prefix: &'static str, key: &str) -> String {
+    let name = Tagged {
+        prefix,
+        key,
+        suffix: "",
+    };
+    let mut s = String::with_capacity(name.len());
+    for part in name.parts() {
+        s.push_str(part);
     }
     s
 }
@@ -234,45 +275,145 @@ pub(crate) async fn run_script<T: redis::FromRedisValue>(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use redis::ToRedisArgs;
+
+    /// Redis Cluster's `keyHashSlot`: CRC16-XMODEM of the hash tag (or of the whole key) mod
+    /// 16384.
+    fn slot(name: &str) -> u16 {
+        let b = name.as_bytes();
+        let hashed = match b.iter().position(|&c| c == b'{') {
+            Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
+                Some(len) if len > 0 => &b[open + 1..open + 1 + len],
+                _ => b,
+            },
+            None => b,
+        };
+        let mut crc: u16 = 0;
+        for &byte in hashed {
+            crc ^= u16::from(byte) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc & 16383
+    }
+
+    fn arg(t: Tagged<'_>) -> String {
+        String::from_utf8(t.to_redis_args().remove(0)).unwrap()
+    }
+
+    /// Every name ferrolock derives from `key`, by both writers.
+    fn derived(key: &str) -> Vec<String> {
+        let names = vec![
+            release_channel(key),
+            waiter_channel(key, "w1"),
+            waiter_channel_prefix(key),
+            queue_key(key),
+            queue_lease_key(key),
+            queue_since_key(key),
+            fence_key(key),
+            arg(Tagged::queue(key)),
+            arg(Tagged::queue_leases(key)),
+            arg(Tagged::queue_since(key)),
+            arg(Tagged::waiter_channel_prefix(key)),
+        ];
+        for t in [
+            Tagged::queue(key),
+            Tagged::queue_leases(key),
+            Tagged::queue_since(key),
+            Tagged::waiter_channel_prefix(key),
+        ] {
+            assert_eq!(t.len(), arg(t).len(), "{key:?}");
+        }
+        names
+    }
+
     #[test]
-    fn channel_keeps_the_keys_hash_slot() {
+    fn the_slot_check_is_redis_cluster_s() {
+        // The examples of the Redis Cluster specification and its CRC16 test vector.
+        assert_eq!(slot("123456789"), 0x31C3 & 16383);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+        assert_eq!(slot("foo{{bar}}zap"), slot("{bar"));
+        assert_eq!(slot("foo{bar}{zap}"), slot("bar"));
+    }
+
+    #[test]
+    fn derived_names_land_in_the_keys_slot() {
+        for key in [
+            "a",
+            "orders:1",
+            "{user42}:cart",
+            "cart:{user42}",
+            "a{b",
+            "{",
+            "{{",
+            "{{bar}}",
+            "x{y}z}",
+            "ключ",
+        ] {
+            assert!(has_slot_tag(key), "{key:?}");
+            for name in derived(key) {
+                assert_eq!(slot(&name), slot(key), "{key:?} -> {name:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn keys_whose_slot_no_derived_name_can_share_are_refused() {
+        // No valid tag (so hashed whole) and a `}` that would end any tag we add.
+        for key in ["user}1", "}", "{}", "a{}", "a{}b}", "}{x", "foo{}{bar}"] {
+            assert!(!has_slot_tag(key), "{key:?}");
+        }
+        // Today's bug: `user}1` would give `ferrolock:queue:{user}1}`, tag `user`.
+        assert_ne!(slot("ferrolock:queue:{user}1}"), slot("user}1"));
+    }
+
+    #[test]
+    fn names_are_laid_out_as_documented() {
+        assert_eq!(release_channel("orders:1"), "ferrolock:release:{orders:1}");
         assert_eq!(
-            super::release_channel("orders:1"),
-            "ferrolock:release:{orders:1}"
-        );
-        assert_eq!(
-            super::release_channel("{user42}:cart"),
+            release_channel("{user42}:cart"),
             "ferrolock:release:{user42}:cart"
         );
-        assert_eq!(super::fence_key("a"), "ferrolock:fence:{a}");
         assert_eq!(
-            super::redisson_channel("orders:1"),
+            waiter_channel("orders:1", "w1"),
+            "ferrolock:release:{orders:1}:w1"
+        );
+        assert_eq!(fence_key("a"), "ferrolock:fence:{a}");
+        assert_eq!(queue_key("a"), "ferrolock:queue:{a}");
+        assert_eq!(queue_lease_key("a"), "ferrolock:queue-lease:{a}");
+        assert_eq!(queue_since_key("a"), "ferrolock:queue-since:{a}");
+        // A `{` that starts no valid tag: wrapped (it used to be left bare, hashed whole).
+        assert_eq!(queue_key("a{b"), "ferrolock:queue:{a{b}");
+        assert_eq!(queue_key("{"), "ferrolock:queue:{{}");
+        for key in ["a", "{user42}:cart", "a{b", "{"] {
+            assert_eq!(arg(Tagged::queue(key)), queue_key(key));
+            assert_eq!(arg(Tagged::queue_leases(key)), queue_lease_key(key));
+            assert_eq!(arg(Tagged::queue_since(key)), queue_since_key(key));
+            assert_eq!(
+                arg(Tagged::waiter_channel_prefix(key)),
+                waiter_channel_prefix(key)
+            );
+        }
+    }
+
+    #[test]
+    fn redissons_channel_stays_as_redisson_builds_it() {
+        assert_eq!(
+            redisson_channel("orders:1"),
             "redisson_lock__channel:{orders:1}"
         );
         assert_eq!(
-            super::redisson_channel("{user42}:cart"),
+            redisson_channel("{user42}:cart"),
             "redisson_lock__channel:{user42}:cart"
         );
-        assert_eq!(super::queue_key("a"), "ferrolock:queue:{a}");
-        for key in ["a", "{user42}:cart"] {
-            use redis::ToRedisArgs;
-            let arg =
-                |t: super::Tagged<'_>| String::from_utf8(t.to_redis_args().remove(0)).unwrap();
-            assert_eq!(arg(super::Tagged::queue(key)), super::queue_key(key));
-            assert_eq!(
-                arg(super::Tagged::queue_leases(key)),
-                super::queue_lease_key(key)
-            );
-            assert_eq!(
-                arg(super::Tagged::queue_since(key)),
-                super::queue_since_key(key)
-            );
-            assert_eq!(
-                arg(super::Tagged::waiter_channel_prefix(key)),
-                super::waiter_channel_prefix(key)
-            );
-        }
-        assert_eq!(super::queue_lease_key("a"), "ferrolock:queue-lease:{a}");
-        assert_eq!(super::queue_since_key("a"), "ferrolock:queue-since:{a}");
+        // Redisson's `prefixName` adds no braces to any key containing `{`.
+        assert_eq!(redisson_channel("a{b"), "redisson_lock__channel:a{b");
     }
 }

@@ -1,0 +1,368 @@
+//! What a lock key holds and what it is called: a reentrant acquisition's expiry is never
+//! shortened by one of its handles (issue 12, item 1), a key of the other type (a plain lock's
+//! string, a reentrant lock's hash) is someone else's grant for every script, and the names
+//! ferrolock derives from a key follow Redis's hash-tag rule (issue 12, item 8).
+
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes the watchdog test across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, LockOptions, LossReason, ManagerOptions};
+use ferrolock_testbed::RedisServer;
+
+fn ropts() -> LockOptions {
+    opts().reentrant(true)
+}
+
+fn secs(n: u64) -> Duration {
+    Duration::from_secs(n)
+}
+
+fn hash(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
+    server.cmd(&["HGETALL", key])
+}
+
+/// Another manager (another client uuid) tries once to take `key` as a reentrant owner: it
+/// must be refused while `outer` believes it holds the lock.
+async fn other_owner_is_refused(server: &RedisServer, key: &str, outer: &ferrolock::Lock) {
+    let other = manager(&[server.url()], ropts());
+    assert!(outer.is_held(), "the outer handle still believes it holds");
+    let tried = other
+        .acquire_owned(key, 1, &ropts().wait(Some(Duration::ZERO)))
+        .await;
+    assert!(outer.is_held(), "the outer handle still believes it holds");
+    match tried {
+        Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
+        Ok(lock) => panic!(
+            "{key:?} granted to another owner ({}) while the outer handle holds it for {:?} more",
+            lock.token(),
+            outer.validity()
+        ),
+    }
+}
+
+/// Item 1 (a): a re-entry with a shorter ttl, then its release, left the key with that ttl.
+#[tokio::test]
+async fn a_short_re_entry_and_its_release_never_shorten_the_outer_hold() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], ropts());
+    let key = "short-inner";
+    let outer = m
+        .acquire_owned(key, 1, &ropts().ttl(secs(30)))
+        .await
+        .unwrap();
+    let inner = m
+        .acquire_owned(key, 1, &ropts().ttl(secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(inner.token(), outer.token(), "a re-entry");
+    assert!(inner.release().await.unwrap());
+    assert_eq!(hash(&server, key)[outer.token()], "1");
+    // Past the inner ttl: the outer hold has 28 s left.
+    tokio::time::sleep(ms(1300)).await;
+    other_owner_is_refused(&server, key, &outer).await;
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
+    assert!(outer.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
+
+/// Item 1 (b): an extended outer hold, then a nested re-entry at the default ttl.
+#[tokio::test]
+async fn a_re_entry_at_the_default_ttl_never_shortens_an_extended_hold() {
+    let server = RedisServer::start();
+    let o = ropts().ttl(secs(2));
+    let m = manager(&[server.url()], o.clone());
+    let key = "extended-outer";
+    let outer = m.acquire_owned(key, 1, &o).await.unwrap();
+    assert!(outer.extend_for(secs(30)).await.unwrap() > secs(25));
+    let inner = m.acquire_owned(key, 1, &o).await.unwrap();
+    assert_eq!(inner.token(), outer.token(), "a re-entry");
+    // Past the re-entry's ttl, the inner handle not released yet.
+    tokio::time::sleep(ms(2300)).await;
+    other_owner_is_refused(&server, key, &outer).await;
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
+    assert!(inner.release().await.unwrap());
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
+    other_owner_is_refused(&server, key, &outer).await;
+}
+
+/// Item 1: an inner handle's extend (the watchdog's renewal runs the same script) with its
+/// own shorter ttl.
+#[tokio::test]
+async fn an_inner_handles_shorter_extend_never_shortens_the_outer_hold() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], ropts());
+    let key = "short-extend";
+    let o = ropts().ttl(secs(30));
+    let outer = m.acquire_owned(key, 1, &o).await.unwrap();
+    let inner = m.acquire_owned(key, 1, &o).await.unwrap();
+    assert!(inner.extend_for(secs(1)).await.unwrap() <= secs(1));
+    tokio::time::sleep(ms(1300)).await;
+    other_owner_is_refused(&server, key, &outer).await;
+    assert!(pttl(&server, key) > 20_000, "{}", pttl(&server, key));
+    // A longer extend still lengthens it.
+    assert!(outer.extend_for(secs(60)).await.unwrap() > secs(55));
+    assert!(pttl(&server, key) > 55_000, "{}", pttl(&server, key));
+}
+
+/// A plain key's extend keeps resetting the ttl (one handle: node-redlock's and redsync's
+/// rule), shorter included.
+#[tokio::test]
+async fn a_plain_extend_resets_the_ttl_even_to_a_shorter_one() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let lock = m
+        .acquire_with("plain-reset", &opts().ttl(secs(30)))
+        .await
+        .unwrap();
+    lock.extend_for(secs(2)).await.unwrap();
+    let left = pttl(&server, "plain-reset");
+    assert!((0..=2000).contains(&left), "{left}");
+}
+
+/// Item 8: a reentrant acquire on a key a plain lock holds waits like any busy answer
+/// (it was a WRONGTYPE Redis error) and gets the key once the plain lock is released.
+#[tokio::test]
+async fn a_reentrant_acquire_waits_for_a_plain_holder_and_gets_the_key_after() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "plain-then-hash";
+    let plain = m.acquire_with(key, &opts().ttl(secs(30))).await.unwrap();
+    let other = manager(&[server.url()], ropts());
+    for o in [ropts(), ropts().fencing(true)] {
+        let err = other
+            .acquire_owned(key, 1, &o.wait(Some(Duration::ZERO)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    }
+    let err = other
+        .acquire_owned(key, 1, &ropts().wait(Some(ms(300))))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert_eq!(get(&server, key).as_deref(), Some(plain.token()));
+
+    let o = ropts().wait(Some(secs(20))).retry_delay(ms(100));
+    let waiter = tokio::spawn(async move { other.acquire_owned(key, 1, &o).await });
+    tokio::time::sleep(ms(300)).await;
+    assert!(!waiter.is_finished(), "waits while the plain lock is held");
+    assert!(plain.release().await.unwrap());
+    let got = tokio::time::timeout(secs(25), waiter)
+        .await
+        .expect("the reentrant waiter gets the key")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([(got.token().to_string(), "1".to_string())])
+    );
+}
+
+/// Item 8: a plain acquire on a key a reentrant lock holds is busy, on the plain SET path and
+/// on the script's.
+#[tokio::test]
+async fn a_plain_acquire_on_a_reentrant_key_is_busy() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], ropts());
+    let key = "hash-then-plain";
+    let held = m.acquire_owned(key, 1, &ropts()).await.unwrap();
+    let other = manager(&[server.url()], opts());
+    for o in [opts(), opts().fencing(true)] {
+        let err = other
+            .acquire_with(key, &o.wait(Some(Duration::ZERO)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    }
+    assert!(held.release().await.unwrap());
+    other.try_acquire(key).await.unwrap();
+}
+
+/// Item 8: a plain handle whose key now holds a hash finds its token gone: extend says so,
+/// release answers "not ours", and the hash is untouched.
+#[tokio::test]
+async fn a_plain_release_or_extend_on_a_hash_is_not_ours() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "plain-replaced";
+    let lock = m.acquire_with(key, &opts()).await.unwrap();
+    server.cmd::<i64>(&["DEL", key]);
+    server.cmd::<i64>(&["HSET", key, "someone-else:1", "1"]);
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(!lock.release().await.unwrap(), "not ours");
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([("someone-else:1".into(), "1".into())])
+    );
+}
+
+/// Item 8: the same for a reentrant handle whose key now holds a string.
+#[tokio::test]
+async fn a_reentrant_release_or_extend_on_a_string_is_not_ours() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], ropts());
+    let key = "hash-replaced";
+    let lock = m.acquire_owned(key, 1, &ropts()).await.unwrap();
+    server.cmd::<i64>(&["DEL", key]);
+    server.cmd::<()>(&["SET", key, "someone-else"]);
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(!lock.release().await.unwrap(), "not ours");
+    assert_eq!(get(&server, key).as_deref(), Some("someone-else"));
+}
+
+/// Item 8: the watchdog's renewal of a plain lock whose key was replaced by a hash reports
+/// the token gone (it was QuorumUnreachable: WRONGTYPE counted as a node failure).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_that_meets_a_hash_reports_the_token_gone() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(true).ttl(secs(1));
+    let m = manager(&[server.url()], o.clone());
+    let key = "dog-replaced";
+    let lock = m.acquire_with(key, &o).await.unwrap();
+    server.cmd::<i64>(&["DEL", key]);
+    server.cmd::<i64>(&["HSET", key, "someone-else:1", "1"]);
+    let reason = tokio::time::timeout(secs(5), lock.lost())
+        .await
+        .expect("the loss is reported")
+        .expect("a loss");
+    assert!(matches!(reason, LossReason::TokenGone { .. }), "{reason:?}");
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([("someone-else:1".into(), "1".into())])
+    );
+}
+
+const QUEUE_LUA: &str = include_str!("../scripts/queue.lua");
+const UNDO_LUA: &str = include_str!("../scripts/undo.lua");
+const RAISE_FENCE_LUA: &str = include_str!("../scripts/raise_fence.lua");
+
+/// Item 8, the scripts only the N-node paths run (a raise after a quorum's grant, an undo
+/// after a missed quorum): a key of the other type is not ours and is left alone.
+#[test]
+fn raise_fence_and_undo_treat_the_other_type_as_not_ours() {
+    let server = RedisServer::start();
+    server.cmd::<i64>(&["HSET", "h", "someone-else:1", "1"]);
+    server.cmd::<()>(&["SET", "s", "someone-else"]);
+    // Plain (ARGV[3] '0') on the hash, reentrant ('1') on the string.
+    for (key, reentrant) in [("h", "0"), ("s", "1")] {
+        let fence = format!("ferrolock:fence:{{{key}}}");
+        let raised: i64 = server.cmd(&[
+            "EVAL",
+            RAISE_FENCE_LUA,
+            "2",
+            key,
+            &fence,
+            "our-token",
+            "7",
+            reentrant,
+        ]);
+        assert_eq!(raised, 0, "{key}");
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &fence]), 0);
+        let undo = format!("{QUEUE_LUA}{UNDO_LUA}");
+        let (q, l, s) = (
+            format!("ferrolock:queue:{{{key}}}"),
+            format!("ferrolock:queue-lease:{{{key}}}"),
+            format!("ferrolock:queue-since:{{{key}}}"),
+        );
+        let channel = if reentrant == "1" {
+            format!("redisson_lock__channel:{{{key}}}")
+        } else {
+            format!("ferrolock:release:{{{key}}}:")
+        };
+        let freed: i64 = server.cmd(&[
+            "EVAL",
+            &undo,
+            "5",
+            key,
+            &fence,
+            &q,
+            &l,
+            &s,
+            "our-token",
+            reentrant,
+            &channel,
+            "w1",
+            "1",
+            "1000",
+            "6",
+        ]);
+        assert_eq!(freed, 0, "{key}");
+    }
+    assert_eq!(
+        hash(&server, "h"),
+        BTreeMap::from([("someone-else:1".into(), "1".into())])
+    );
+    assert_eq!(get(&server, "s").as_deref(), Some("someone-else"));
+}
+
+/// Item 8: a key that has no hash tag and contains `}` cannot share a slot with any derived
+/// name; every acquire path refuses it by name, before any I/O (the manager's only node does
+/// not exist).
+#[tokio::test]
+async fn a_key_no_derived_name_can_share_a_slot_with_is_refused_by_name() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([format!("redis://127.0.0.1:{port}")])
+            .restart_guard(Duration::ZERO)
+            .lock(opts()),
+    )
+    .unwrap();
+    for key in ["user}1", "}", "a{}b"] {
+        let errs = [
+            m.acquire(key).await.unwrap_err(),
+            m.try_acquire(key).await.unwrap_err(),
+            m.acquire_with(key, &opts()).await.unwrap_err(),
+            m.acquire_owned(key, 1, &ropts()).await.unwrap_err(),
+        ];
+        for err in errs {
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+            assert!(err.to_string().contains(&format!("{key:?}")), "{err}");
+        }
+    }
+}
+
+/// Item 8: a key with a `{` that starts no valid hash tag is hashed whole by Redis, so its
+/// queue wraps it in braces (it was `ferrolock:queue:q{x`, hashed whole: another slot).
+#[tokio::test]
+async fn the_queue_of_a_key_without_a_valid_tag_wraps_it_whole() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "q{x";
+    let held = m.acquire_with(key, &opts()).await.unwrap();
+    let other = manager(&[server.url()], opts());
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire_with(key, &opts().wait(Some(secs(20))).retry_delay(ms(50)))
+            .await
+    });
+    let queue = "ferrolock:queue:{q{x}";
+    let queued = tokio::time::timeout(secs(10), async {
+        while server.cmd::<i64>(&["EXISTS", queue]) == 0 {
+            tokio::time::sleep(ms(20)).await;
+        }
+    })
+    .await;
+    let keys: Vec<String> = server.cmd(&["KEYS", "ferrolock:*"]);
+    assert!(queued.is_ok(), "no {queue:?}; ferrolock keys: {keys:?}");
+    assert!(held.release().await.unwrap());
+    tokio::time::timeout(secs(25), waiter)
+        .await
+        .expect("the waiter gets the key")
+        .unwrap()
+        .unwrap();
+}
