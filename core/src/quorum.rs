@@ -88,7 +88,7 @@ impl Tally {
         })
     }
 
-    /// A release's answers, each kind kept apart: "released on 1 of 3 nodes (redis://a); not
+    /// A release's answers, each kind kept apart: "released on 1 of 4 nodes (redis://a); not
     /// ours (expired or taken) on redis://b; error on redis://c: NOPERM ...; no answer from
     /// redis://d (no reply within 2s)". Kinds no node gave are left out.
     pub fn describe_release(&self, nodes: &[Node]) -> String {
@@ -110,15 +110,19 @@ impl Tally {
                 format!(" ({})", released.join(", "))
             }
         )];
-        let mut add = |label: &str, list: Vec<String>, sep: &str| {
-            if !list.is_empty() {
-                parts.push(format!("{label} {}", list.join(sep)));
+        // Nodes with nothing more to say share a label; an error or a failure is one part
+        // per node, each with its own label, as its text may hold any punctuation.
+        let mut add = |label: &str, list: Vec<String>, each: bool| {
+            if each {
+                parts.extend(list.iter().map(|d| format!("{label} {d}")));
+            } else if !list.is_empty() {
+                parts.push(format!("{label} {}", list.join(", ")));
             }
         };
         add(
             "not ours (expired or taken) on",
             names(&|a| matches!(a, Answer::No).then(String::new)),
-            ", ",
+            false,
         );
         add(
             "error on",
@@ -126,7 +130,7 @@ impl Tally {
                 Answer::Failed(NodeError::Redis(e)) => Some(format!(": {e}")),
                 _ => None,
             }),
-            "; ",
+            true,
         );
         add(
             "no answer from",
@@ -136,12 +140,12 @@ impl Tally {
                 }
                 _ => None,
             }),
-            "; ",
+            true,
         );
         add(
             "no answer yet (finishing in the background) from",
             names(&|a| matches!(a, Answer::Pending).then(String::new)),
-            ", ",
+            false,
         );
         parts.join("; ")
     }
