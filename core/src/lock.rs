@@ -10,9 +10,9 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::Shared;
+use crate::node::NodeError;
 use crate::options::LockOptions;
 use crate::owner::Holder;
-use crate::node::NodeError;
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
@@ -820,21 +820,19 @@ pub(crate) async fn release_everywhere(
 }
 
 /// Node `i`'s release request, owning what it uses, so that it can be handed to a task.
-fn release_owned(
+async fn release_owned(
     inner: Arc<LockInner>,
     i: usize,
     deadline: Instant,
     how: How,
-) -> impl Future<Output = std::result::Result<Option<i64>, NodeError>> + Send + 'static {
-    async move {
-        let redisson = if how.reentrant {
-            redisson_channel(&inner.key)
-        } else {
-            String::new()
-        };
-        let (shared, key, token) = (&inner.shared, &inner.key, &inner.token);
-        release_on(shared, i, key, token, how, &redisson, deadline).await
-    }
+) -> std::result::Result<Option<i64>, NodeError> {
+    let redisson = if how.reentrant {
+        redisson_channel(&inner.key)
+    } else {
+        String::new()
+    };
+    let (shared, key, token) = (&inner.shared, &inner.key, &inner.token);
+    release_on(shared, i, key, token, how, &redisson, deadline).await
 }
 
 /// Node `i`'s release: Some = released, None = not ours (expired or taken).

@@ -125,7 +125,11 @@ fn a_blocking_release_on_three_nodes_runs_after_a_slow_nodes_grant() {
     let cluster = Cluster::start(3);
     let slow = &cluster.servers[2];
     let proxy = Proxy::start(slow.port());
-    let urls = vec![cluster.servers[0].url(), cluster.servers[1].url(), proxy.url()];
+    let urls = vec![
+        cluster.servers[0].url(),
+        cluster.servers[1].url(),
+        proxy.url(),
+    ];
     let m = manager(
         &urls,
         opts()
@@ -285,11 +289,17 @@ async fn an_error_reply_is_a_redis_error_naming_the_node_and_its_reply() {
     let denied = no_script_server();
     let m = manager(&[locker_url(&denied)], o.clone());
     let lock = m.acquire(&unique_key("nopermit-1")).await.unwrap();
-    let err = lock.release().await.expect_err("a NOPERM release is not a release");
+    let err = lock
+        .release()
+        .await
+        .expect_err("a NOPERM release is not a release");
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
     let msg = err.message();
     assert!(
-        msg.contains(&format!("node {} answered with an error", locker_name(&denied))),
+        msg.contains(&format!(
+            "node {} answered with an error",
+            locker_name(&denied)
+        )),
         "{err}"
     );
     assert!(msg.to_uppercase().contains("NOPERM"), "{err}");
@@ -301,11 +311,17 @@ async fn an_error_reply_is_a_redis_error_naming_the_node_and_its_reply() {
     let urls = vec![ok.url(), locker_url(&denied), locker_url(&denied2)];
     let m = manager(&urls, o.clone());
     let lock = m.acquire(&unique_key("nopermit-3")).await.unwrap();
-    let err = lock.release().await.expect_err("released on one node of three");
+    let err = lock
+        .release()
+        .await
+        .expect_err("released on one node of three");
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
     let msg = err.message();
     assert!(
-        msg.contains(&format!("node {} answered with an error", locker_name(&denied))),
+        msg.contains(&format!(
+            "node {} answered with an error",
+            locker_name(&denied)
+        )),
         "{err}"
     );
     assert!(msg.to_uppercase().contains("NOPERM"), "{err}");
@@ -317,7 +333,10 @@ async fn an_error_reply_is_a_redis_error_naming_the_node_and_its_reply() {
         msg.contains(&format!("error on {}", locker_name(&denied2))),
         "{err}"
     );
-    assert!(!msg.contains("no answer") && !msg.contains("not ours"), "{err}");
+    assert!(
+        !msg.contains("no answer") && !msg.contains("not ours"),
+        "{err}"
+    );
 
     // One refusing node of three does not sink a quorum.
     let ok2 = RedisServer::start();
@@ -342,7 +361,10 @@ async fn a_read_only_replica_is_a_redis_error_not_a_lost_lock() {
     let lock = m.acquire(&unique_key("readonly")).await.unwrap();
     let port = master.port().to_string();
     let _: String = node.cmd(&["REPLICAOF", "127.0.0.1", &port]);
-    let err = lock.release().await.expect_err("a READONLY release is not a release");
+    let err = lock
+        .release()
+        .await
+        .expect_err("a READONLY release is not a release");
     let _: String = node.cmd(&["REPLICAOF", "NO", "ONE"]);
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
     assert!(err.message().to_uppercase().contains("READONLY"), "{err}");
@@ -369,11 +391,17 @@ async fn not_ours_and_no_answer_are_told_apart() {
     let lock = m.acquire(&key).await.unwrap();
     let _: i64 = cluster.servers[0].cmd(&["DEL", &key]);
     cluster.servers[1].pause();
-    let err = lock.release().await.expect_err("released on one node of three");
+    let err = lock
+        .release()
+        .await
+        .expect_err("released on one node of three");
     cluster.servers[1].resume();
     assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
     let msg = err.message();
-    assert!(msg.contains(&format!("released on 1 of 3 nodes ({c})")), "{err}");
+    assert!(
+        msg.contains(&format!("released on 1 of 3 nodes ({c})")),
+        "{err}"
+    );
     assert!(
         msg.contains(&format!("not ours (expired or taken) on {a}")),
         "{err}"
