@@ -10,9 +10,10 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::manager::Shared;
+use crate::node::NodeError;
 use crate::options::LockOptions;
 use crate::owner::Holder;
-use crate::quorum::{Tally, fan_out, yes_if};
+use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
     run_script,
@@ -612,17 +613,40 @@ impl Lock {
         ))
     }
 
-    /// Compare-and-delete on every node. `Ok(true)` when a quorum still held our token,
-    /// `Ok(false)` when it had already expired or been taken. Waits for a renewal in flight.
-    /// A release whose future is dropped still completes in the background.
+    /// Compare-and-delete on every node (reentrant: Redisson's unlock, a decrement of the
+    /// hold count). `Ok(true)` once a quorum released; `Ok(false)` once our token is gone
+    /// (expired or taken) on more than N − quorum nodes; otherwise a `Redis` error naming the
+    /// first node that answered with an error and its reply, else `QuorumUnreachable` naming
+    /// the nodes that did not answer. Returns, and wakes this manager's waiters, as soon as
+    /// one of the first two is decided; the slower nodes' requests finish in the background.
+    /// Waits for a renewal in flight. Each node is sent the release once: a release whose
+    /// future is dropped still completes, in the background, with the requests already sent.
     pub async fn release(&self) -> Result<bool> {
         if self.inner.inherited() {
             return Err(inherited_error(&self.inner.key, self.inner.pid));
         }
+        let inner = &self.inner;
+        if inner.shared.nodes.len() > 1 && crate::runtime::driving_locally() {
+            // A blocking caller's multi-node grant went out on the shared connections (its
+            // attempt runs as a task there, and a slow node's request may still be in flight):
+            // its release goes out there too, so on each node it runs after the grant. The
+            // task finishes the release even if this caller goes away.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let task = inner.clone();
+            inner.shared.handle().spawn(async move {
+                let _ = tx.send(task.release().await);
+            });
+            return rx.await.unwrap_or_else(|_| {
+                Err(Error::new(
+                    ErrorKind::Redis,
+                    "release task ended without an outcome (runtime shutting down?)",
+                ))
+            });
+        }
         // Runs inline (no task spawn on the hot path); if this future is dropped part-way,
         // the guard finishes the release in the background.
-        let mut unfinished = FinishRelease(Some(self.inner.clone()));
-        let result = self.inner.release().await;
+        let mut unfinished = FinishRelease(Some(inner.clone()));
+        let result = inner.release().await;
         unfinished.0 = None;
         result
     }
@@ -637,16 +661,23 @@ fn listening(s: &mut State) -> bool {
 }
 
 /// Completes a release whose caller went away (a cancelled `release().await`): redis-py
-/// #3847 leaked locks forever that way. Compare-and-delete is idempotent, so re-sending it
-/// where the first try already went through is harmless.
+/// #3847 leaked locks forever that way. Before anything was sent, it runs the release in a
+/// task. After: requests that own what they use were handed on to a task by `Releasing`;
+/// only the inline one-node plain release is sent again, which is harmless because its
+/// compare-and-delete is idempotent (a reentrant release is a decrement, and is never sent
+/// twice).
 struct FinishRelease(Option<Arc<LockInner>>);
 
 impl Drop for FinishRelease {
     fn drop(&mut self) {
         if let Some(inner) = self.0.take() {
+            let released = inner.state().released;
+            if released && !inner.releases_inline() {
+                return;
+            }
             let handle = inner.shared.handle();
             crate::runtime::spawn_cleanup(&handle, async move {
-                if inner.state().released {
+                if released {
                     release_everywhere(&inner.shared, &inner.key, &inner.token, &inner.opts, None)
                         .await;
                 } else {
@@ -657,8 +688,60 @@ impl Drop for FinishRelease {
     }
 }
 
+/// A release's requests, which own what they use. Dropped with requests unanswered (the
+/// outcome was decided before every node answered, or the caller went away), it hands them
+/// to a task on the runtime they were sent from (a blocking caller's: `spawn_cleanup`), which
+/// drives them to their end on the connections they went out on, and wakes this manager's
+/// waiters if the release had not yet.
+struct Releasing<R>
+where
+    R: Future<Output = (usize, std::result::Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    inner: Arc<LockInner>,
+    requests: Option<FanOut<R>>,
+    woke: bool,
+}
+
+impl<R> Drop for Releasing<R>
+where
+    R: Future<Output = (usize, std::result::Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    fn drop(&mut self) {
+        let Some(mut requests) = self.requests.take() else {
+            return;
+        };
+        let (inner, woke) = (self.inner.clone(), self.woke);
+        crate::runtime::spawn_cleanup(&inner.shared.handle(), {
+            let inner = inner.clone();
+            async move {
+                while requests.next().await {}
+                if !woke {
+                    inner
+                        .shared
+                        .waiters
+                        .released_locally(&inner.key, inner.opts.reentrant);
+                }
+                let tally = requests.into_tally();
+                if tally.answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
+                    tracing::warn!(
+                        "lock {:?}: release finished in the background: {}",
+                        inner.key,
+                        tally.describe_release(&inner.shared.nodes)
+                    );
+                }
+            }
+        });
+    }
+}
+
 impl LockInner {
-    async fn release(&self) -> Result<bool> {
+    /// The one-node plain release runs inline with borrowed data (the benchmarked path: no
+    /// task, no allocation for a fan-out), and is sent again if dropped (see `FinishRelease`).
+    fn releases_inline(&self) -> bool {
+        self.shared.nodes.len() == 1 && !self.opts.reentrant
+    }
+
+    async fn release(self: &Arc<Self>) -> Result<bool> {
         let key = &self.key;
         let _op = self.op.lock().await;
         {
@@ -677,22 +760,73 @@ impl LockInner {
         // A lost lock stays `Lost` (its reason is what its holder needs to see); its token
         // may still sit on some nodes, so it is released all the same.
         self.finish(LockStatus::Released);
-        let tally = release_everywhere(&self.shared, key, &self.token, &self.opts, None).await;
+        let shared = &self.shared;
+        if self.releases_inline() {
+            let tally = release_everywhere(shared, key, &self.token, &self.opts, None).await;
+            return self.release_result(&tally);
+        }
+        // From here until every node has answered, `Releasing` owns the requests: no await
+        // between marking the lock released and creating them (see `FinishRelease`).
+        let how = How::new(shared, key, &self.opts);
+        let requests = FanOut::start_owned(
+            shared.nodes.len(),
+            shared.quorum,
+            how.timeout,
+            |i, deadline| release_owned(self.clone(), i, deadline, how),
+        );
+        let mut run = Releasing {
+            inner: self.clone(),
+            requests: Some(requests),
+            woke: false,
+        };
+        if let Some(requests) = run.requests.as_mut() {
+            requests.until_decided().await;
+        }
+        shared.waiters.released_locally(key, self.opts.reentrant);
+        run.woke = true;
+        let tally = match run.requests.take_if(|r| r.all_answered()) {
+            Some(done) => done.into_tally(),
+            // Decided before every node answered: the rest goes on in a task (`Releasing`).
+            None => match &run.requests {
+                Some(requests) => requests.tally(),
+                None => unreachable!("taken only when all answered"),
+            },
+        };
+        drop(run);
+        self.release_result(&tally)
+    }
+
+    /// The outcome of a release, from what each node said (see `Lock::release`).
+    fn release_result(&self, tally: &Tally) -> Result<bool> {
+        let (key, nodes) = (&self.key, &self.shared.nodes);
+        let n = tally.answers.len();
         if tally.won() {
+            if tally.yes() < n {
+                tracing::info!("lock {key:?} released: {}", tally.describe_release(nodes));
+            }
             return Ok(true);
         }
-        if tally.yes() + tally.unreachable() >= tally.quorum {
+        let described = tally.describe_release(nodes);
+        if tally.no() > n - tally.quorum {
+            tracing::debug!("lock {key:?} was no longer ours: {described}");
+            return Ok(false);
+        }
+        if let Some((i, e)) = tally.first_error_reply() {
             return Err(Error::new(
-                ErrorKind::QuorumUnreachable,
+                ErrorKind::Redis,
                 format!(
-                    "lock {key:?}: released on {} of {} nodes, the others did not answer and keep it until its ttl: {}",
-                    tally.yes(),
-                    tally.answers.len(),
-                    tally.describe_failures(&self.shared.nodes)
+                    "lock {key:?} not released on a quorum: node {} answered with an error: {}; {described}",
+                    nodes[i].name(),
+                    e.detail()
                 ),
             ));
         }
-        Ok(false)
+        Err(Error::new(
+            ErrorKind::QuorumUnreachable,
+            format!(
+                "lock {key:?} not released on a quorum (the nodes that did not answer keep it until its ttl): {described}"
+            ),
+        ))
     }
 }
 
@@ -708,6 +842,47 @@ impl Drop for Lock {
     }
 }
 
+/// How one release request is sent, worked out once per release.
+#[derive(Clone, Copy)]
+struct How {
+    reentrant: bool,
+    ttl_ms: u64,
+    timeout: Duration,
+    /// Plain: contention seen lately (the queue's lapsed waiters are dropped first).
+    contended: bool,
+    /// Plain, one node, a worker in a loop: the head's barging bound within which the
+    /// release is quiet; 0: never quiet.
+    quiet_bound: u64,
+}
+
+impl How {
+    fn new(shared: &Shared, key: &str, opts: &LockOptions) -> How {
+        let reentrant = opts.reentrant;
+        // Plain: the queue whose first waiter is told, on its own channel; with contention
+        // seen lately, every queue key (the script drops lapsed waiters before it wakes the
+        // first), otherwise the queue alone (see release.lua).
+        // A worker in a loop on the key (one node) releases quietly while the first waiter is
+        // within its barging bound: bound 0 means never quiet.
+        let (contended, streak) = if reentrant {
+            (false, false)
+        } else {
+            shared.release_view(key)
+        };
+        let quiet_bound = if streak && shared.nodes.len() == 1 {
+            barge_bound_ms(1)
+        } else {
+            0
+        };
+        How {
+            reentrant,
+            ttl_ms: opts.ttl_millis(),
+            timeout: opts.effective_node_timeout(),
+            contended,
+            quiet_bound,
+        }
+    }
+}
+
 /// Compare-and-delete on every node (or on those marked in `only`), waiting for each up to
 /// the node timeout.
 pub(crate) async fn release_everywhere(
@@ -717,26 +892,9 @@ pub(crate) async fn release_everywhere(
     opts: &LockOptions,
     only: Option<&[bool]>,
 ) -> Tally {
-    let timeout = opts.effective_node_timeout();
-    let reentrant = opts.reentrant;
-    let ttl_ms = opts.ttl_millis();
-    // Plain: the queue whose first waiter is told, on its own channel; with contention seen
-    // lately, every queue key (the script drops lapsed waiters before it wakes the first),
-    // otherwise the queue alone (see release.lua).
-    // A worker in a loop on the key (one node) releases quietly while the first waiter is
-    // within its barging bound: bound 0 means never quiet.
-    let (contended, streak) = if reentrant {
-        (false, false)
-    } else {
-        shared.release_view(key)
-    };
-    let quiet_bound = if streak && shared.nodes.len() == 1 {
-        barge_bound_ms(1)
-    } else {
-        0
-    };
+    let how = How::new(shared, key, opts);
     // Reentrant: Redisson's channel (only its unlock publishes there).
-    let redisson = if reentrant {
+    let redisson = if how.reentrant {
         redisson_channel(key)
     } else {
         String::new()
@@ -745,47 +903,77 @@ pub(crate) async fn release_everywhere(
     let tally = fan_out(
         &shared.nodes,
         shared.quorum,
-        timeout,
+        how.timeout,
         false,
-        |i, node, deadline| {
+        |i, _, deadline| {
             let wanted = only.is_none_or(|m| m[i]);
             async move {
                 if !wanted {
                     return Ok(None);
                 }
-                node.run_bounded(deadline, timeout, false, move |mut conn| async move {
-                    if reentrant {
-                        // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
-                        // Boxed, so the plain release's future does not carry this one's size.
-                        let left: Option<i64> = Box::pin(
-                            RELEASE_REENTRANT
-                                .key(key)
-                                .arg(token)
-                                .arg(ttl_ms)
-                                .arg(redisson)
-                                .invoke_async(&mut conn),
-                        )
-                        .await?;
-                        return Ok(yes_if(left.is_some()));
-                    }
-                    let cmd = release_command(key, token, contended, quiet_bound);
-                    let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-                    if deleted == 3 && shared.nodes.len() == 1 {
-                        // Waiters, but the first was not told: we may take it back at once.
-                        shared.mark_quiet_release(key);
-                    } else if deleted >= 2 {
-                        // Someone waits: our next acquire of this key queues too.
-                        shared.mark_loud_release(key);
-                    }
-                    Ok(yes_if(deleted >= 1))
-                })
-                .await
+                release_on(shared, i, key, token, how, redisson, deadline).await
             }
         },
     )
     .await;
-    shared.waiters.released_locally(key, reentrant);
+    shared.waiters.released_locally(key, how.reentrant);
     tally
+}
+
+/// Node `i`'s release request, owning what it uses, so that it can be handed to a task.
+async fn release_owned(
+    inner: Arc<LockInner>,
+    i: usize,
+    deadline: Instant,
+    how: How,
+) -> std::result::Result<Option<i64>, NodeError> {
+    let redisson = if how.reentrant {
+        redisson_channel(&inner.key)
+    } else {
+        String::new()
+    };
+    let (shared, key, token) = (&inner.shared, &inner.key, &inner.token);
+    release_on(shared, i, key, token, how, &redisson, deadline).await
+}
+
+/// Node `i`'s release: Some = released, None = not ours (expired or taken).
+async fn release_on(
+    shared: &Shared,
+    i: usize,
+    key: &str,
+    token: &str,
+    how: How,
+    redisson: &str,
+    deadline: Instant,
+) -> std::result::Result<Option<i64>, NodeError> {
+    shared.nodes[i]
+        .run_bounded(deadline, how.timeout, false, move |mut conn| async move {
+            if how.reentrant {
+                // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
+                // Boxed, so the plain release's future does not carry this one's size.
+                let left: Option<i64> = Box::pin(
+                    RELEASE_REENTRANT
+                        .key(key)
+                        .arg(token)
+                        .arg(how.ttl_ms)
+                        .arg(redisson)
+                        .invoke_async(&mut conn),
+                )
+                .await?;
+                return Ok(yes_if(left.is_some()));
+            }
+            let cmd = release_command(key, token, how.contended, how.quiet_bound);
+            let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
+            if deleted == 3 && shared.nodes.len() == 1 {
+                // Waiters, but the first was not told: we may take it back at once.
+                shared.mark_quiet_release(key);
+            } else if deleted >= 2 {
+                // Someone waits: our next acquire of this key queues too.
+                shared.mark_loud_release(key);
+            }
+            Ok(yes_if(deleted >= 1))
+        })
+        .await
 }
 
 /// The plain release (see release.lua). Built outside the request's future, so that its

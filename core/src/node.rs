@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::Duration;
@@ -61,7 +61,11 @@ pub(crate) struct Node {
 #[derive(Default)]
 struct NodeLocal {
     conn: Mutex<Option<Slot>>,
+    /// The shared connection's turns while it is being opened: first come, first written.
     connecting: tokio::sync::Mutex<()>,
+    /// Requests on the shared connection that hold or wait for a turn: while there are any,
+    /// a new request takes a turn too instead of writing at once (see `connection`).
+    opening: AtomicUsize,
     guard: Mutex<Guard>,
 }
 
@@ -225,23 +229,34 @@ impl Node {
 
     /// The connection to send on, opening it when there is none (or it belongs to a parent
     /// process): this thread's own when it is a blocking caller driving its own runtime (see
-    /// `runtime`), else the shared one. Only one task opens the shared one at a time; the
-    /// others wait for its result.
+    /// `runtime`), else the shared one, with a `Turn`.
+    ///
+    /// Requests on a node's shared connection are written in the order they were first
+    /// polled, also while it is being opened: a release must reach a node after the request
+    /// of its grant that was still waiting for the connection (the grant was decided by the
+    /// other nodes). So a request that finds one waiting takes a turn behind it (`open_now`
+    /// sends it here), and the turns pass on, first come first served, only once the request
+    /// holding one has been handed to the connection.
     pub(crate) async fn connection(
         &self,
         timeout: Duration,
-    ) -> Result<(MultiplexedConnection, u64), NodeError> {
+    ) -> Result<(MultiplexedConnection, u64, Option<Turn<'_>>), NodeError> {
         if crate::runtime::driving_locally() {
-            return self.thread_connection(timeout).await;
+            let (conn, generation) = self.thread_connection(timeout).await?;
+            return Ok((conn, generation, None));
         }
-        if let Some(c) = self.current() {
-            return Ok(c);
-        }
-        let _one_at_a_time = tokio::time::timeout(timeout, self.local().connecting.lock())
+        let local = self.local();
+        local.opening.fetch_add(1, Ordering::AcqRel);
+        let waiting = Waiting(&local.opening);
+        let guard = tokio::time::timeout(timeout, local.connecting.lock())
             .await
             .map_err(|_| NodeError::Unreachable(format!("connect timed out after {timeout:?}")))?;
-        if let Some(c) = self.current() {
-            return Ok(c);
+        let turn = Turn {
+            _guard: guard,
+            _waiting: waiting,
+        };
+        if let Some((conn, generation)) = self.current() {
+            return Ok((conn, generation, Some(turn)));
         }
         let conn = self.open_connection(timeout).await?;
         let mut slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
@@ -250,7 +265,7 @@ impl Node {
             conn: conn.clone(),
             generation,
         });
-        Ok((conn, generation))
+        Ok((conn, generation, Some(turn)))
     }
 
     /// A new connection on the current runtime, checked by the restart guard and with every
@@ -274,6 +289,9 @@ impl Node {
     fn open_now(&self) -> Option<(MultiplexedConnection, u64)> {
         if crate::runtime::driving_locally() {
             THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self))
+        } else if self.local().opening.load(Ordering::Acquire) > 0 {
+            // A request is waiting for its turn: this one goes behind it (see `connection`).
+            None
         } else {
             self.current()
         }
@@ -354,14 +372,31 @@ impl Node {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let (conn, generation) = match self.open_now() {
-            Some(c) => c,
+        let (conn, generation, turn) = match self.open_now() {
+            Some((conn, generation)) => (conn, generation, None),
             // Boxed: opening a connection is rare, and its future is several KB, which every
             // request future would otherwise carry (and a fan-out allocate, once per node).
             None => Box::pin(self.connection(timeout)).await?,
         };
         let _awaiting = self.begin_request(voting)?;
-        match tokio::time::timeout_at(deadline, f(conn)).await {
+        let reply = tokio::time::timeout_at(deadline, f(conn));
+        let mut reply = std::pin::pin!(reply);
+        if let Some(turn) = turn {
+            // The first poll hands the request to the connection's writer (unconstrained: a
+            // spent task budget would defer that); only then does the next turn begin.
+            let first = tokio::task::unconstrained(std::future::poll_fn(|cx| {
+                Poll::Ready(reply.as_mut().poll(cx))
+            }))
+            .await;
+            drop(turn);
+            if let Poll::Ready(done) = first {
+                return match done {
+                    Err(_) => Err(timed_out(timeout)),
+                    Ok(reply) => self.settle(reply, generation),
+                };
+            }
+        }
+        match reply.await {
             Err(_) => Err(timed_out(timeout)),
             Ok(reply) => self.settle(reply, generation),
         }
@@ -434,6 +469,21 @@ impl Node {
         } else {
             NodeError::Redis(text)
         }
+    }
+}
+
+/// A request's turn on a shared connection being opened (see `Node::connection`).
+pub(crate) struct Turn<'a> {
+    _guard: tokio::sync::MutexGuard<'a, ()>,
+    _waiting: Waiting<'a>,
+}
+
+/// Counts a request in `Node::opening` until it has been written (or given up).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

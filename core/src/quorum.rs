@@ -80,6 +80,76 @@ impl Tally {
             _ => None,
         })
     }
+    /// The first node that answered a release (or any request) with an error reply.
+    pub fn first_error_reply(&self) -> Option<(usize, &NodeError)> {
+        self.answers.iter().enumerate().find_map(|(i, a)| match a {
+            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e)),
+            _ => None,
+        })
+    }
+
+    /// A release's answers, each kind kept apart: "released on 1 of 4 nodes (redis://a); not
+    /// ours (expired or taken) on redis://b; error on redis://c: NOPERM ...; no answer from
+    /// redis://d (no reply within 2s)". Kinds no node gave are left out.
+    pub fn describe_release(&self, nodes: &[Node]) -> String {
+        let names = |pick: &dyn Fn(&Answer) -> Option<String>| -> Vec<String> {
+            self.answers
+                .iter()
+                .zip(nodes)
+                .filter_map(|(a, n)| pick(a).map(|d| format!("{}{d}", n.name())))
+                .collect()
+        };
+        let released = names(&|a| matches!(a, Answer::Yes(_)).then(String::new));
+        let mut parts = vec![format!(
+            "released on {} of {} nodes{}",
+            released.len(),
+            self.answers.len(),
+            if released.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", released.join(", "))
+            }
+        )];
+        // Nodes with nothing more to say share a label; an error or a failure is one part
+        // per node, each with its own label, as its text may hold any punctuation.
+        let mut add = |label: &str, list: Vec<String>, each: bool| {
+            if each {
+                parts.extend(list.iter().map(|d| format!("{label} {d}")));
+            } else if !list.is_empty() {
+                parts.push(format!("{label} {}", list.join(", ")));
+            }
+        };
+        add(
+            "not ours (expired or taken) on",
+            names(&|a| matches!(a, Answer::No).then(String::new)),
+            false,
+        );
+        add(
+            "error on",
+            names(&|a| match a {
+                Answer::Failed(NodeError::Redis(e)) => Some(format!(": {e}")),
+                _ => None,
+            }),
+            true,
+        );
+        add(
+            "no answer from",
+            names(&|a| match a {
+                Answer::Failed(e @ (NodeError::Unreachable(_) | NodeError::Guarded(_))) => {
+                    Some(format!(" ({})", e.detail()))
+                }
+                _ => None,
+            }),
+            true,
+        );
+        add(
+            "no answer yet (finishing in the background) from",
+            names(&|a| matches!(a, Answer::Pending).then(String::new)),
+            false,
+        );
+        parts.join("; ")
+    }
+
     /// "redis://a:1 (connection refused); redis://b:2 (no reply within 200ms)"
     pub fn describe_failures(&self, nodes: &[Node]) -> String {
         let parts: Vec<String> = self
