@@ -27,7 +27,7 @@ TTL = 1.5  # the bound below is 2 x TTL; long enough for a loaded 2-core machine
 def _loop_factories() -> list[Any]:
     factories: list[Any] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
     try:
-        import uvloop  # not a dependency: checked only where it is already installed
+        import uvloop  # type: ignore[import-not-found, unused-ignore]  # not a dependency: only where installed
     except ImportError:
         factories.append(pytest.param(None, id="uvloop", marks=pytest.mark.skip("uvloop not installed")))
     else:
