@@ -159,6 +159,8 @@ fn a_forked_childs_watchdog_is_woken_for_its_own_locks() {
     let m = &m;
     let child = fork(move || {
         let long = block_on(m.acquire(&format!("{key}:long"))).expect("acquire");
+        // The child's watchdog task has started, scanned and gone to sleep.
+        std::thread::sleep(Duration::from_millis(200));
         // Its first renewal is due before the watchdog's planned wake-up: it must be woken.
         let opts = watched(Duration::from_millis(900));
         let short = block_on(m.acquire_with(&format!("{key}:short"), &opts)).expect("acquire");

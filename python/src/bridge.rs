@@ -224,13 +224,14 @@ where
     });
 }
 
-/// Calls `callback(arg)` on the event loop (`call_soon_threadsafe`), from a runtime task.
-pub fn notify_loop(event_loop: Py<PyAny>, callback: Py<PyAny>, arg: String) {
+/// Calls `callback(arg)` with the GIL on a blocking-pool thread (see [`with_gil_later`]); an
+/// exception it raises is reported as unraisable.
+pub fn call_later(callback: Py<PyAny>, arg: String) {
     with_gil_later(move |py| {
-        // Err: the loop is closed, nobody is listening.
-        let _ = event_loop
-            .bind(py)
-            .call_method1("call_soon_threadsafe", (callback.bind(py), arg));
+        let callback = callback.bind(py);
+        if let Err(e) = callback.call1((arg,)) {
+            e.write_unraisable(py, Some(callback));
+        }
     });
 }
 

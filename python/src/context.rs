@@ -168,11 +168,18 @@ impl PyLockContext {
             st.lost = None;
             st.generation
         };
-        let (shared, interrupt) = (self.shared.clone(), self.interrupt);
+        // Weakly: the core lock keeps this callback, out of sight of Python's garbage
+        // collector, and `shared` holds the lock; a strong reference would keep a context
+        // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.
+        let (shared, interrupt) = (Arc::downgrade(&self.shared), self.interrupt);
         lock.get().lock.on_lost(move |reason| {
             let reason = reason.to_string();
             // Never wait for the GIL where the loss is declared (a runtime worker).
-            bridge::with_gil_later(move |py| shared.on_lost(py, generation, reason, interrupt));
+            bridge::with_gil_later(move |py| {
+                if let Some(shared) = shared.upgrade() {
+                    shared.on_lost(py, generation, reason, interrupt);
+                }
+            });
         });
         Ok(lock)
     }

@@ -283,12 +283,16 @@ impl PyLock {
         })
     }
 
-    /// Calls `callback(reason)` on `loop` (with `call_soon_threadsafe`) if the lock is lost.
-    /// Used by `async with`.
-    fn _notify_lost(&self, event_loop: &Bound<'_, PyAny>, callback: &Bound<'_, PyAny>) {
-        let (event_loop, callback) = (event_loop.clone().unbind(), callback.clone().unbind());
+    /// Calls `callback(reason)` if the lock is lost, with the GIL, from a background thread:
+    /// it must be quick and thread-safe (`async with` hands the news to its loop with
+    /// `call_soon_threadsafe`). The core lock keeps the callback until the lock is released
+    /// or lost, where Python's garbage collector cannot see it: it must reach whatever holds
+    /// this lock (a block's state, its task) only weakly, or an abandoned holder is never
+    /// collected and its lock is renewed for ever.
+    fn _notify_lost(&self, callback: &Bound<'_, PyAny>) {
+        let callback = callback.clone().unbind();
         self.lock.on_lost(move |reason| {
-            bridge::notify_loop(event_loop, callback, reason.to_string());
+            bridge::call_later(callback, reason.to_string());
         });
     }
 

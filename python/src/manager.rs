@@ -30,12 +30,15 @@ impl Handed {
         v.push(Arc::downgrade(lock));
     }
 
-    fn held(&self) -> Vec<Arc<CoreLock>> {
+    /// The locks not released yet: held ones, and lost ones too, whose token may still stand
+    /// on some nodes (a loss deletes nothing) until their ttl. A lost lock that was already
+    /// released answers `NotHeld` to another release, without any I/O.
+    fn unreleased(&self) -> Vec<Arc<CoreLock>> {
         let mut v = self.locks.lock().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0);
         v.iter()
             .filter_map(Weak::upgrade)
-            .filter(|l| matches!(l.status(), LockStatus::Held))
+            .filter(|l| !matches!(l.status(), LockStatus::Released))
             .collect()
     }
 }
@@ -271,8 +274,9 @@ impl PyManager {
         self.acquire_future(py, key, args.opts, owner)
     }
 
-    /// Releases every lock from this manager that this process still holds, waiting at most
-    /// `timeout` seconds. Returns how many were released on a quorum. Also tells at once the
+    /// Releases every lock from this manager that this process has not released, lost ones
+    /// included (their token may still stand on some nodes), waiting at most `timeout`
+    /// seconds. Returns how many were released on a quorum. Also tells at once the
     /// waiters of keys this manager released quietly a moment ago (a worker loop that just
     /// ended: see the core's `flush_quiet_releases`), as this runs before close and at exit.
     #[pyo3(signature = (timeout = 5.0))]
@@ -283,7 +287,7 @@ impl PyManager {
         let Ok(manager) = self.core(py) else {
             return Ok(0);
         };
-        let held = self.handed.held();
+        let held = self.handed.unreleased();
         let limit = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::from_secs(5));
         let done = bridge::wait_at_most(py, limit, async move {
             let all = held.iter().map(|l| l.release());

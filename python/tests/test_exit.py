@@ -158,3 +158,33 @@ def test_a_worker_loop_that_exits_tells_its_waiter_at_once(node: RedisNode, key:
         waiter.close()
     finally:
         child.kill()
+
+
+def test_exit_releases_a_lost_lock_whose_token_still_stands(node: RedisNode, key: str) -> None:
+    # The lock stays referenced by a daemon thread (never finalized), so only the exit hook
+    # can release it.
+    code = r"""
+import sys, threading, time, ferrolock, redis
+m = ferrolock.LockManager([sys.argv[1]], ttl=30)
+ready = threading.Event()
+
+def hold():
+    lock = m.acquire(sys.argv[2], max_hold=0.5)   # lost after 0.5 s, its key kept for 30 s
+    deadline = time.monotonic() + 10
+    while not lock.lost and time.monotonic() < deadline:
+        time.sleep(0.02)
+    standing = redis.Redis.from_url(sys.argv[1]).get(sys.argv[2]) == lock.token.encode()
+    print("lost, token standing" if lock.lost and standing else f"lost={lock.lost} standing={standing}", flush=True)
+    ready.set()
+    time.sleep(1000)
+
+threading.Thread(target=hold, daemon=True).start()
+ready.wait()
+"""
+    child = Child(code, node.url, key)
+    try:
+        child.expect("lost, token standing")
+        assert child.wait(15) == 0, "".join(child.err)
+        assert not node.client().exists(key), "exit left a lost lock's token until its ttl"
+    finally:
+        child.kill()

@@ -224,3 +224,22 @@ def test_other_threads_are_not_interrupted(node: RedisNode, key: str) -> None:
     stop.set()
     t.join()
     assert not errors
+
+
+def _wait_lost(lock: object) -> None:
+    deadline = time.monotonic() + 10
+    while not lock.lost and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.02)
+    assert lock.lost, "the lock was never declared lost"  # type: ignore[attr-defined]
+
+
+def test_release_all_releases_a_lost_lock_whose_token_still_stands(node: RedisNode, key: str) -> None:
+    # max_hold declares the lock lost while its key still has most of its 30 s ttl.
+    m = LockManager([node.url], ttl=30.0)
+    lock = m.acquire(key, max_hold=0.5)
+    _wait_lost(lock)
+    r = node.client()
+    assert r.get(key) == lock.token, "the loss left no token to release"
+    m.release_all()
+    assert not r.exists(key), "release_all left a lost lock's token until its ttl"
+    m.close()

@@ -59,17 +59,44 @@ _MANAGER_OPTIONS: tuple[str, ...] = tuple(_ferrolock.MANAGER_OPTIONS)
 
 
 class _AsyncUse:
-    """State of one `async with` use of a LockContext."""
+    """State of one `async with` use of a LockContext. Only the context (and so the block's
+    frame) holds it strongly; the loss callback reaches it weakly (see `_signal_loss`)."""
 
-    __slots__ = ("lock", "task", "cancelling", "in_body", "reason", "cancelled")
+    __slots__ = ("lock", "task", "loop", "interrupt", "cancelling", "in_body", "reason", "cancelled", "__weakref__")
 
-    def __init__(self) -> None:
+    def __init__(self, interrupt: bool) -> None:
         self.lock: Lock | None = None
         self.task: asyncio.Task[Any] | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.interrupt = interrupt
         self.cancelling = 0
         self.in_body = False
         self.reason: str | None = None
         self.cancelled = False
+
+
+def _signal_loss(use_ref: weakref.ReferenceType[_AsyncUse], reason: str) -> None:
+    # From a background thread, with the GIL. The core lock keeps this callback where Python's
+    # garbage collector cannot see it, so it holds the block's state weakly: held strongly, the
+    # state would keep its task, and the task the lock, alive for ever once the task is
+    # abandoned (its loop closed, or a dropped task awaiting what never comes), the lock renewed
+    # all the while.
+    use = use_ref()
+    if use is None or use.loop is None:
+        return  # the block is gone
+    try:
+        use.loop.call_soon_threadsafe(_lost_in_body, use, reason)
+    except RuntimeError:
+        pass  # the loop is closed: nobody is in the block any more
+
+
+def _lost_in_body(use: _AsyncUse, reason: str) -> None:
+    # On the event loop. The core has logged the loss.
+    if use.reason is None:
+        use.reason = reason
+    if use.in_body and use.interrupt and not use.cancelled and use.task is not None and not use.task.done():
+        use.cancelled = True
+        use.task.cancel(f"ferrolock: {reason}")
 
 
 class LockContext(_LockContextBase):
@@ -97,26 +124,18 @@ class LockContext(_LockContextBase):
                 f"lock {self.key!r}: this context is already entered (async); call manager.lock() again",
                 self.key,
             )
-        use = self._ause = _AsyncUse()
+        use = self._ause = _AsyncUse(self.interrupt)
         try:
             lock = await self._acquire_async(_owner.task_owner())
         except BaseException:
             self._ause = None
             raise
         task = asyncio.current_task()
-        use.lock, use.task = lock, task
+        use.lock, use.task, use.loop = lock, task, asyncio.get_running_loop()
         use.cancelling = task.cancelling() if task is not None else 0
         use.in_body = True
-        lock._notify_lost(asyncio.get_running_loop(), functools.partial(self._lost_in_body, use))
+        lock._notify_lost(functools.partial(_signal_loss, weakref.ref(use)))
         return lock
-
-    def _lost_in_body(self, use: _AsyncUse, reason: str) -> None:
-        # On the event loop, via call_soon_threadsafe. The core has logged the loss.
-        if use.reason is None:
-            use.reason = reason
-        if use.in_body and self.interrupt and not use.cancelled and use.task is not None and not use.task.done():
-            use.cancelled = True
-            use.task.cancel(f"ferrolock: {reason}")
 
     async def __aexit__(
         self,
@@ -129,6 +148,11 @@ class LockContext(_LockContextBase):
             return False
         use.in_body = False
         lock = use.lock
+        if exc_type is not None and issubclass(exc_type, GeneratorExit):
+            # The coroutine is being closed (its task was collected, or its loop closed): it
+            # cannot await, so the release runs in the background.
+            lock._abandon()
+            return False
         ours = False
         if use.cancelled and use.task is not None:
             remaining = use.task.uncancel()
@@ -216,8 +240,9 @@ class LockManager:
         return self._manager.closed
 
     def release_all(self, timeout: float = 5.0) -> int:
-        """Releases every lock of this manager that this process still holds; returns how
-        many were still held on a quorum. Also tells at once the next waiter of a key this
+        """Releases every lock of this manager that this process has not released, including
+        lost ones (a loss deletes nothing: their token may still stand on some nodes); returns
+        how many were still held on a quorum. Also tells at once the next waiter of a key this
         manager was looping on (its last release was quiet: docs/reentrancy-and-waiters.md),
         which would otherwise take over a few ms later. ``close()`` and interpreter exit call
         it."""

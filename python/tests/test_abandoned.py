@@ -1,0 +1,129 @@
+"""A lock whose handle nobody can reach any more is released, so its ttl safety net holds:
+an `async with` abandoned by a closed loop or a dropped task, a `with` entered and never
+exited. The loss callbacks a block registers with the core must not keep the block (its task,
+its context, its lock) alive from Rust, where Python's garbage collector cannot see them.
+
+Bounds are 2 x ttl after `gc.collect()`: a safety-net deadline (the key would otherwise be
+renewed forever), not a speed claim."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from ferrolock import LockManager
+
+from conftest import RedisNode
+
+TTL = 1.5  # the bound below is 2 x TTL; long enough for a loaded 2-core machine
+
+
+def _loop_factories() -> list[Any]:
+    factories: list[Any] = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    try:
+        import uvloop  # type: ignore[import-not-found, unused-ignore]  # not a dependency: only where installed
+    except ImportError:
+        factories.append(pytest.param(None, id="uvloop", marks=pytest.mark.skip("uvloop not installed")))
+    else:
+        factories.append(pytest.param(uvloop.new_event_loop, id="uvloop"))
+    return factories
+
+
+def _gone_within(node: RedisNode, key: str, bound: float) -> bool:
+    r = node.client()
+    deadline = time.monotonic() + bound
+    while r.exists(key):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+async def _gone_within_async(node: RedisNode, key: str, bound: float) -> bool:
+    r = node.client()
+    deadline = time.monotonic() + bound
+    while r.exists(key):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["plain", "reentrant"])
+@pytest.mark.parametrize("new_loop", _loop_factories())
+def test_async_with_in_a_task_of_a_closed_loop_is_released(
+    node: RedisNode, key: str, new_loop: Callable[[], asyncio.AbstractEventLoop], reentrant: bool
+) -> None:
+    m = LockManager([node.url], ttl=TTL)
+    try:
+
+        async def body(entered: asyncio.Event) -> None:
+            async with m.lock(key, reentrant=reentrant):
+                entered.set()
+                await asyncio.get_running_loop().create_future()  # never resolved
+
+        loop = new_loop()
+        try:
+
+            async def start() -> asyncio.Task[None]:
+                entered = asyncio.Event()
+                task = asyncio.get_running_loop().create_task(body(entered))
+                await entered.wait()
+                return task
+
+            task = loop.run_until_complete(start())
+            assert not task.done()
+        finally:
+            loop.close()  # the task stays suspended inside the block
+        assert node.client().exists(key)
+        del task, loop
+        gc.collect()
+        assert _gone_within(node, key, 2 * TTL), "the abandoned block's lock is still renewed"
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("new_loop", _loop_factories())
+def test_async_with_in_a_dropped_task_is_released(
+    node: RedisNode, key: str, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    m = LockManager([node.url], ttl=TTL)
+
+    async def body(entered: asyncio.Event) -> None:
+        async with m.lock(key):
+            entered.set()
+            await asyncio.get_running_loop().create_future()  # nobody resolves it
+
+    async def main() -> bool:
+        entered = asyncio.Event()
+        asyncio.get_running_loop().create_task(body(entered))  # fire and forget
+        await entered.wait()
+        assert node.client().exists(key)
+        gc.collect()
+        return await _gone_within_async(node, key, 2 * TTL)
+
+    try:
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            gone = runner.run(main())
+        assert gone, "the dropped task's lock is still renewed"
+    finally:
+        m.close()
+
+
+def test_with_entered_and_never_exited_is_released(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=TTL)
+    try:
+        stack = contextlib.ExitStack()  # dropped without close(): the block never exits
+        lock = stack.enter_context(m.lock(key))
+        assert node.client().get(key) == lock.token
+        del stack, lock
+        gc.collect()
+        assert _gone_within(node, key, 2 * TTL), "the abandoned block's lock is still renewed"
+    finally:
+        m.close()
