@@ -239,7 +239,9 @@ impl LockManager {
     /// task, once it has sent its outcome to the caller (who may not have read it yet).
     #[doc(hidden)]
     pub fn __set_hook_won_reported(&self, hook: Option<Hook>) {
-        self.shared.waiters.set_attempt_hooks(|h| h.won_reported = hook);
+        self.shared
+            .waiters
+            .set_attempt_hooks(|h| h.won_reported = hook);
     }
 
     fn plan(&self, key: &str, owner: Option<u64>, opts: &LockOptions, stale: Option<u64>) -> Plan {
@@ -558,10 +560,7 @@ async fn undo_one(
         queue_lease_key(key),
         queue_since_key(key),
     );
-    let queue = req
-        .queue
-        .as_ref()
-        .filter(|q| requeue && q.still_waiting());
+    let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
     let (id, score, lease) = queue.map_or(("", "", 0), |q| {
         (q.id.as_str(), q.score.as_str(), q.lease_ms)
     });
@@ -617,6 +616,9 @@ where
     shared: Arc<Shared>,
     req: Arc<Req>,
     requests: Option<FanOut<R>>,
+    /// Where the grant may be held, when every node had answered before a last await (the
+    /// fence raise) and `requests` is gone.
+    answered: Option<Vec<bool>>,
     then: Then,
 }
 
@@ -631,14 +633,16 @@ where
             return;
         }
         let (shared, req) = (self.shared.clone(), self.req.clone());
+        let answered = self.answered.take();
         crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
-            let mask = match requests {
-                Some(mut requests) => {
+            let mask = match (requests, answered) {
+                (Some(mut requests), _) => {
                     while requests.next().await {}
                     undo_mask(&requests.tally(), req.reentry)
                 }
+                (None, Some(mask)) => mask,
                 // One node, inline (never a re-entry: see `attempt`): nothing is known.
-                None => vec![!req.reentry; shared.nodes.len()],
+                (None, None) => vec![!req.reentry; shared.nodes.len()],
             };
             if undo && mask.contains(&true) {
                 undo_detached(&shared, &req, mask, true).finish().await;
@@ -651,12 +655,8 @@ where
 /// lost attempt when it was decided may hold: each once its reply is in (a grant), or at once
 /// if it timed out or failed (unknown: a fresh grant only; a re-entry is undone only where
 /// it was granted). Compare-and-delete only, on the connection the request went out on.
-fn undo_late<R>(
-    shared: &Arc<Shared>,
-    req: &Arc<Req>,
-    requests: Option<FanOut<R>>,
-    tally: &Tally,
-) where
+fn undo_late<R>(shared: &Arc<Shared>, req: &Arc<Req>, requests: Option<FanOut<R>>, tally: &Tally)
+where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
 {
     let late: Vec<bool> = tally.answers.iter().map(is_late).collect();
@@ -690,7 +690,11 @@ fn undo_late<R>(
                 if undo {
                     let (shared, req) = (shared.clone(), req.clone());
                     let deadline = Instant::now() + req.opts.effective_node_timeout();
-                    undos.push(async move { undo_one(&shared, &req, i, deadline, false).await });
+                    // Its own timer: nothing else wakes it at the deadline.
+                    undos.push(async move {
+                        let undo = undo_one(&shared, &req, i, deadline, false);
+                        tokio::time::timeout_at(deadline, undo).await
+                    });
                 }
             }
             let more = requests.as_ref().is_some_and(|r| !r.all_answered());
@@ -710,7 +714,10 @@ fn undo_late<R>(
 /// A node whose answer a lost attempt did not wait for, or never got: pending, or failed
 /// without a reply (timed out, connection lost).
 fn is_late(answer: &Answer) -> bool {
-    matches!(answer, Answer::Pending | Answer::Failed(NodeError::Unreachable(_)))
+    matches!(
+        answer,
+        Answer::Pending | Answer::Failed(NodeError::Unreachable(_))
+    )
 }
 
 /// Runs one attempt inline: no task and no channel on the hot path. Requests still in flight
@@ -866,6 +873,7 @@ async fn attempt(
         shared: shared.clone(),
         req: req.clone(),
         requests: None,
+        answered: None,
         then: Then::UndoAll,
     };
     // One node, inline: a dropped request leaves nothing to hand on, and its undo (a
@@ -912,6 +920,9 @@ async fn attempt(
         if n == 1 {
             fence = Some(seen);
         } else {
+            if run.requests.is_none() {
+                run.answered = Some(undo_mask(&tally, reentry));
+            }
             let next = seen + 1;
             let (key, token, fk) = (req.key.as_str(), req.token.as_str(), req.names[0].as_str());
             let hash = if opts.reentrant { "1" } else { "0" };
@@ -1041,10 +1052,14 @@ async fn attempt(
 /// Why a raise that did not reach a quorum failed: an error reply (an ACL denial, say) is the
 /// cause when there is one; otherwise timeouts, or the grant was no longer ours there.
 fn raise_failure(shared: &Shared, raised: &Tally) -> Spoiled {
-    let error = raised.answers.iter().enumerate().find_map(|(i, a)| match a {
-        Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e.clone())),
-        _ => None,
-    });
+    let error = raised
+        .answers
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| match a {
+            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e.clone())),
+            _ => None,
+        });
     if let Some((i, e)) = error {
         return Spoiled::FenceError(i, e);
     }

@@ -719,7 +719,14 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
             shared.waiters.already_subscribed(node, &kept);
             drop(shared);
             if !remove.is_empty() {
-                if !op(sink.unsubscribe(remove.as_slice()), &mut stream, &weak, node).await {
+                if !op(
+                    sink.unsubscribe(remove.as_slice()),
+                    &mut stream,
+                    &weak,
+                    node,
+                )
+                .await
+                {
                     break true;
                 }
                 for c in &remove {

@@ -59,7 +59,11 @@ fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
     // A long ttl: a key left behind cannot be mistaken for one that expired.
     let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)));
     for hold_task in [true, false] {
-        let key = if hold_task { "won-dropped-1" } else { "won-dropped-2" };
+        let key = if hold_task {
+            "won-dropped-1"
+        } else {
+            "won-dropped-2"
+        };
         let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
         let sent_tx = Mutex::new(sent_tx);
         let go_on = Arc::new(tokio::sync::Notify::new());
@@ -85,8 +89,15 @@ fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
         sent_rx
             .recv_timeout(HANG)
             .expect("the attempt never reported a win");
-        let holding = cluster.servers.iter().filter(|s| get(s, key).is_some()).count();
-        assert!(holding >= 2, "the attempt won, yet only {holding} nodes hold the key");
+        let holding = cluster
+            .servers
+            .iter()
+            .filter(|s| get(s, key).is_some())
+            .count();
+        assert!(
+            holding >= 2,
+            "the attempt won, yet only {holding} nodes hold the key"
+        );
         if !hold_task {
             std::thread::sleep(ms(200));
         }
@@ -132,7 +143,9 @@ async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
                 .await
                 .unwrap();
             let _: () = redis::cmd("CLIENT")
-                .arg("PAUSE").arg("30000").arg("WRITE")
+                .arg("PAUSE")
+                .arg("30000")
+                .arg("WRITE")
                 .query_async(&mut c)
                 .await
                 .unwrap();
@@ -284,7 +297,10 @@ async fn a_refused_attempt_does_not_wait_for_a_silent_node() {
     let took = started.elapsed();
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
     // A deadline far from the node timeout (2 s; before: 2 of them), not a speed claim.
-    assert!(took < Duration::from_secs(1), "a refused attempt took {took:?}");
+    assert!(
+        took < Duration::from_secs(1),
+        "a refused attempt took {took:?}"
+    );
     silent.resume();
     // The silent node now grants (its queued SET), then runs the background undo.
     let start = Instant::now();
@@ -325,7 +341,8 @@ async fn a_fence_raise_refused_by_an_acl_fails_fast_naming_the_node() {
     eprintln!("{err}; {sent} script calls");
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
     // Redis 7.0 words an ACL denial inside a script this way; later versions say NOPERM.
-    let denied = err.message().contains("NOPERM") || err.message().contains("can't run this command");
+    let denied =
+        err.message().contains("NOPERM") || err.message().contains("can't run this command");
     assert!(denied, "{err}");
     let named = cluster.servers[1..]
         .iter()
@@ -334,6 +351,10 @@ async fn a_fence_raise_refused_by_an_acl_fails_fast_naming_the_node() {
     // An attempt, its raise and its undo, on 3 nodes.
     assert!(sent <= 12, "{sent} script calls");
     for s in &cluster.servers {
-        assert_eq!(s.cmd::<i64>(&["EXISTS", "fence-acl"]), 0, "grant left behind");
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", "fence-acl"]),
+            0,
+            "grant left behind"
+        );
     }
 }
