@@ -6,7 +6,8 @@
 -- times (one slot).
 -- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] Redisson's channel
 -- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
--- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms.
+-- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms. Waiter id '': compare-and-delete only
+-- (an undo sent late, or for a caller that no longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
@@ -14,7 +15,8 @@
 local freed = 0
 if ARGV[2] == '1' then
   if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-    -- A fresh grant's count is 1: this is the last release.
+    -- One decrement: a fresh grant's count is 1 (this frees the key); a re-entry's undo leaves
+    -- the outer grant's count. The client sends it exactly once.
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
       redis.call('DEL', KEYS[1])
       redis.call('PUBLISH', ARGV[3], '0')

@@ -2,15 +2,18 @@
 //! in the key's local queue with push wake-ups (see `wakeup.rs`) and in the key's server-side
 //! waiter queue (see `scripts/queue.lua` and DESIGN.md, "Waiter queue").
 //!
-//! Cancel safety: an attempt runs inline, with an armed `Undo` from before its first request.
+//! Cancel safety: an attempt runs inline, armed (`InFlight`) from before its first request.
 //! Its requests own what they use, so whatever is still in flight when the attempt stops (its
-//! caller dropped it, or it won while slower nodes had not answered) goes on in a task
-//! (`InFlight`): a request still waiting for its node's connection has not been sent, and
-//! dropping it would leave that node without the key. A failed attempt is undone once every
-//! node has answered, with exact knowledge of which nodes granted, before the caller hears of
-//! it; a dropped one likewise, by that task. A won attempt becomes a `Lock` with no await in
-//! between. A re-entry is undone only where it was granted: decrementing a hold count where
-//! our increment never ran would take a count from the outer grant.
+//! caller dropped it, or it won while slower nodes had not answered) goes on in a task: a
+//! request still waiting for its node's connection has not been sent, and dropping it would
+//! leave that node without the key. A dropped attempt is undone by that task once every node
+//! has answered, with exact knowledge of which nodes granted. A failed attempt reports once
+//! its outcome is decided: the nodes that answered are undone before the caller hears of it,
+//! the others in the background once each has answered or timed out (`undo_late`). A won
+//! attempt becomes a `Lock` with no await in between; one that went to a blocking caller
+//! through a channel carries a `Claim`, undone if the caller is gone before it read it. Every
+//! undo runs exactly once (`Detached`): a re-entry is undone with a decrement, only where it
+//! was granted, and never twice (either would take a count from the outer grant).
 //! Dropping a waiting acquire drops its `Ticket`, which leaves the queue.
 
 use std::future::Future;
@@ -21,7 +24,7 @@ use redis::Value;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::lock::{Lock, release_everywhere};
+use crate::lock::Lock;
 use crate::manager::{LockManager, Shared, UNREACHABLE_ATTEMPTS, check_key, jitter, new_token};
 use crate::node::{NodeError, node_error, timed_out};
 use crate::options::LockOptions;
@@ -31,7 +34,7 @@ use crate::scripts::{
     ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, command, fence_key, queue_key, queue_lease_key,
     queue_since_key, redisson_channel, waiter_channel_prefix,
 };
-use crate::wakeup::{QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
+use crate::wakeup::{Hook, QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
 
 /// Who this attempt acquires as.
 struct Plan {
@@ -78,12 +81,15 @@ impl LockManager {
             // re-entries go straight to Redis without queueing.
             let head = ticket.as_ref().filter(|t| t.is_head());
             let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
-            let seen = head.map(Ticket::epoch);
+            let seen = head.map(Ticket::epochs);
 
             let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
-            let (outcome, req) = run_attempt(shared, req).await?;
+            let (mut outcome, req) = run_attempt(shared, req).await?;
             let first_looping = *first_looping.get_or_insert(outcome.looping);
             if outcome.won {
+                if let Some(claim) = outcome.claim.take() {
+                    claim.claim();
+                }
                 let fence = if plan.reentry {
                     plan.fence
                 } else {
@@ -116,11 +122,32 @@ impl LockManager {
                     plan.holder,
                 ));
             }
-            // A failed attempt has been undone already.
+            // A failed attempt has been undone already (in the background where a node had not
+            // answered).
             let tally = outcome.tally;
-            let hint = wake_hint(&tally, &outcome.hints);
-            let deadline = outcome.deadline;
+            let spoiled = outcome.spoiled;
+            // A grant given back because its fence could not be raised: its busy hints say
+            // "now", which would retry at once, in a loop, for as long as the cause lasts.
+            let hint = match spoiled {
+                Some(Spoiled::FenceFailed(_)) => None,
+                _ => wake_hint(&tally, &outcome.hints),
+            };
+            // After the attempt, only wake-ups from nodes that did not grant it count: the
+            // others come from our own undo.
+            let not_granted: Vec<bool> = tally
+                .answers
+                .iter()
+                .map(|a| !matches!(a, Answer::Yes(_)))
+                .collect();
 
+            if let Some(Spoiled::FenceError(i, e)) = &spoiled {
+                return Err(node_error(
+                    ErrorKind::Redis,
+                    &format!("lock {key:?}: fence raise failed"),
+                    &shared.nodes[*i],
+                    e,
+                ));
+            }
             if let Some((i, e)) = tally.redis_error() {
                 return Err(node_error(
                     ErrorKind::Redis,
@@ -149,7 +176,7 @@ impl LockManager {
                 }
             }
             if out_of_time {
-                return Err(self.not_acquired_error(key, opts, &tally, deadline));
+                return Err(self.not_acquired_error(key, opts, &tally, spoiled.as_ref()));
             }
 
             // Wait for a wake-up. The first time: join the key's local queue, which subscribes
@@ -170,19 +197,21 @@ impl LockManager {
             let Some(t) = ticket.as_mut() else {
                 unreachable!("joined above")
             };
-            let seen = match seen {
-                Some(s) => s,
+            let (seen, from) = match seen {
+                Some(s) => (s, not_granted),
                 None => {
                     let turn = tokio::select! {
                         turn = t.my_turn() => turn,
                         _ = until(give_up_at) => {
-                            return Err(self.not_acquired_error(key, opts, &tally, deadline));
+                            return Err(self.not_acquired_error(key, opts, &tally, spoiled.as_ref()));
                         }
                     };
                     if turn.attempt_now {
                         continue;
                     }
-                    turn.seen
+                    // A new head (or a new queue, whose subscription is confirmed on every
+                    // node at once): no attempt of its own has seen the lock since.
+                    (turn.seen, vec![true; n])
                 }
             };
             let mut pause = jitter(opts.retry_delay);
@@ -193,10 +222,26 @@ impl LockManager {
                 pause = pause.min(end.saturating_duration_since(Instant::now()));
             }
             tokio::select! {
-                _ = t.woken_since(seen) => {}
+                _ = t.woken_since(&seen, &from) => {}
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+    }
+
+    /// Test hook: runs in a lost attempt once its answers are in, before its undo and its
+    /// report (the attempt is still in flight for its caller).
+    #[doc(hidden)]
+    pub fn __set_hook_lost_attempt(&self, hook: Option<Hook>) {
+        self.shared.waiters.set_attempt_hooks(|h| h.lost = hook);
+    }
+
+    /// Test hook: runs in a won attempt that a blocking caller with several nodes runs as a
+    /// task, once it has sent its outcome to the caller (who may not have read it yet).
+    #[doc(hidden)]
+    pub fn __set_hook_won_reported(&self, hook: Option<Hook>) {
+        self.shared
+            .waiters
+            .set_attempt_hooks(|h| h.won_reported = hook);
     }
 
     fn plan(&self, key: &str, owner: Option<u64>, opts: &LockOptions, stale: Option<u64>) -> Plan {
@@ -346,8 +391,9 @@ impl Req {
     }
 }
 
-/// The result of one attempt, as decided. A lost one has been undone already; a won one
-/// belongs to the caller, who makes it a `Lock` at once (no await in between).
+/// The result of one attempt, as decided. A lost one has been undone already on the nodes that
+/// answered (the rest are undone in the background); a won one belongs to the caller, who
+/// makes it a `Lock` at once (no await in between).
 struct Outcome {
     won: bool,
     /// Sent through the waiter queue (not a plain `SET NX`) by a manager that released the key
@@ -359,86 +405,221 @@ struct Outcome {
     started: Instant,
     deadline: Instant,
     fence: Option<u64>,
+    /// Why a grant on a quorum was not kept.
+    spoiled: Option<Spoiled>,
+    /// A won grant sent to a blocking caller through a channel: undone unless claimed.
+    claim: Option<Claim>,
 }
 
-/// Releases what an attempt may hold, unless disarmed.
-struct Undo {
-    shared: Option<Arc<Shared>>,
+/// Why a quorum's grant was given back.
+pub(crate) enum Spoiled {
+    /// Confirmed only after its validity had ended.
+    TooLate,
+    /// The fence could not be raised on a quorum: node `i` answered the raise with an error.
+    FenceError(usize, NodeError),
+    /// The fence could not be raised on a quorum (timeouts, or the grant was no longer ours
+    /// there): the failures, described.
+    FenceFailed(String),
+}
+
+/// A won attempt's grant on its way to a blocking caller (see `run_attempt`). The attempt's
+/// task keeps driving the slower nodes' requests after it sent the outcome; whichever of the
+/// task and this guard finishes second undoes the grant, unless the caller claimed it. So a
+/// grant whose receiver is dropped before it was read (Ctrl-C between wait slices, the
+/// exit-time close) is released, once every node has answered.
+struct Claim {
+    shared: Arc<Shared>,
     req: Arc<Req>,
-    /// Where we may hold a grant; `None`: on every node (nothing is known yet).
-    only: Option<Vec<bool>>,
+    state: Arc<Mutex<ClaimState>>,
 }
 
-impl Undo {
-    fn disarm(&mut self) {
-        self.shared = None;
-    }
+#[derive(Default)]
+struct ClaimState {
+    claimed: bool,
+    /// The guard was dropped unclaimed before the task knew every node's answer: the task
+    /// undoes.
+    abandoned: bool,
+    /// Set by the task once every node has answered: where the grant may be held.
+    mask: Option<Vec<bool>>,
+}
 
-    /// Releases where `only` says we may hold the grant. With a place in the server queue
-    /// (and still waiting), the same script puts our id back where the grant dequeued it.
-    /// Stays armed until it has run: if the caller drops it part-way, `Drop` runs it again in
-    /// the background (compare-and-delete and the re-enqueue are idempotent).
-    async fn execute(&mut self) {
-        let Some(shared) = self.shared.clone() else {
-            return;
-        };
-        let all;
-        let only = match &self.only {
-            Some(only) => only.as_slice(),
-            None => {
-                all = vec![true; shared.nodes.len()];
-                all.as_slice()
-            }
-        };
-        if only.iter().any(|&m| m) {
-            let r = &*self.req;
-            match &r.queue {
-                Some(q) if q.still_waiting() => {
-                    undo_everywhere(&shared, &r.key, &r.token, &r.opts, only, q).await
-                }
-                _ => {
-                    release_everywhere(&shared, &r.key, &r.token, &r.opts, Some(only)).await;
-                }
-            }
-        }
-        self.shared = None;
+impl Claim {
+    /// The caller turns the grant into a `Lock`.
+    fn claim(self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).claimed = true;
     }
 }
 
-impl Drop for Undo {
+impl Drop for Claim {
     fn drop(&mut self) {
-        if let Some(shared) = self.shared.take() {
-            let (req, only) = (self.req.clone(), self.only.take());
-            crate::runtime::spawn_cleanup(&shared.handle(), {
-                let shared = shared.clone();
-                async move {
-                    // Armed only once running: a clean-up dropped before it ran (its runtime
-                    // shutting down) does not start another.
-                    let mut undo = Undo {
-                        shared: Some(shared),
-                        req,
-                        only,
-                    };
-                    undo.execute().await;
-                }
-            });
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.claimed {
+            return;
+        }
+        match st.mask.take() {
+            None => st.abandoned = true,
+            Some(mask) => {
+                drop(st);
+                let (shared, req) = (self.shared.clone(), self.req.clone());
+                crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
+                    undo_detached(&shared, &req, mask, false).finish().await;
+                });
+            }
         }
     }
 }
 
-/// An attempt's requests that may still be in flight, and the undo of what they may take.
-/// Dropped with requests unanswered (the caller went away, or a won attempt returned while
-/// slower nodes had not answered), it hands them to a task, which keeps them going (a request
-/// still waiting for its node's connection has not been sent: dropping it would leave that
-/// node without the key) and, if the undo is still armed, undoes exactly what they granted
-/// once every node has answered.
-struct InFlight<R>
+/// Requests that must each run exactly once: driven by their caller, and handed to a task
+/// if the caller is dropped first (a request not yet written goes out from the task; one
+/// written is not sent again). An undo of a re-entry decrements a hold count: sending it
+/// twice would take a count from the outer grant.
+struct Detached<R>
 where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
 {
     shared: Arc<Shared>,
     requests: Option<FanOut<R>>,
-    undo: Undo,
+}
+
+/// The undo of what `req` may hold on the nodes marked in `mask` (see `undo_one`).
+fn undo_detached(
+    shared: &Arc<Shared>,
+    req: &Arc<Req>,
+    mask: Vec<bool>,
+    requeue: bool,
+) -> Detached<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static> {
+    let timeout = req.opts.effective_node_timeout();
+    let requests = FanOut::start_owned(shared.nodes.len(), shared.quorum, timeout, {
+        let (shared, req) = (shared.clone(), req.clone());
+        move |i, deadline| {
+            let (shared, req, wanted) = (shared.clone(), req.clone(), mask[i]);
+            async move {
+                if !wanted {
+                    return Ok(None);
+                }
+                undo_one(&shared, &req, i, deadline, requeue).await
+            }
+        }
+    });
+    Detached {
+        shared: shared.clone(),
+        requests: Some(requests),
+    }
+}
+
+impl<R> Detached<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    async fn finish(mut self) {
+        if let Some(requests) = self.requests.as_mut() {
+            while requests.next().await {}
+        }
+        self.requests = None;
+    }
+}
+
+impl<R> Drop for Detached<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    fn drop(&mut self) {
+        if let Some(mut requests) = self.requests.take()
+            && !requests.all_answered()
+        {
+            crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
+                while requests.next().await {}
+            });
+        }
+    }
+}
+
+/// Node `i`'s undo of what `req` may hold there (`undo.lua`): compare-and-delete, or one
+/// decrement of our hold count (reentrant); with `requeue`, while this manager still waits for
+/// the key, the same script puts our waiter id back in the server queue where the grant
+/// dequeued it. Without it, compare-and-delete only: a re-enqueue arriving late (after this
+/// process's next grant) would leave a stale head in the queue.
+async fn undo_one(
+    shared: &Shared,
+    req: &Req,
+    i: usize,
+    deadline: Instant,
+    requeue: bool,
+) -> Result<Option<i64>, NodeError> {
+    let (key, token, opts) = (req.key.as_str(), req.token.as_str(), &req.opts);
+    let timeout = opts.effective_node_timeout();
+    // Reentrant: Redisson's channel; plain: the prefix of the waiters' own channels.
+    let channel = if opts.reentrant {
+        redisson_channel(key)
+    } else {
+        waiter_channel_prefix(key)
+    };
+    let (fk, qk, lk, sk) = (
+        fence_key(key),
+        queue_key(key),
+        queue_lease_key(key),
+        queue_since_key(key),
+    );
+    let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
+    let (id, score, lease) = queue.map_or(("", "", 0), |q| {
+        (q.id.as_str(), q.score.as_str(), q.lease_ms)
+    });
+    let bound = barge_bound_ms(shared.nodes.len());
+    let reentrant = if opts.reentrant { "1" } else { "0" };
+    let (channel, fk, qk, lk, sk) = (
+        channel.as_str(),
+        fk.as_str(),
+        qk.as_str(),
+        lk.as_str(),
+        sk.as_str(),
+    );
+    shared.nodes[i]
+        .run_bounded(deadline, timeout, false, move |mut conn| async move {
+            let freed: i64 = UNDO
+                .key(key)
+                .key(fk)
+                .key(qk)
+                .key(lk)
+                .key(sk)
+                .arg(token)
+                .arg(reentrant)
+                .arg(channel)
+                .arg(id)
+                .arg(score)
+                .arg(lease)
+                .arg(bound)
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(yes_if(freed == 1))
+        })
+        .await
+}
+
+/// What becomes of an attempt's requests still in flight when it is dropped.
+enum Then {
+    /// Dropped before its outcome was known (or while raising the fence): once every node
+    /// has answered, undo exactly what was granted.
+    UndoAll,
+    /// Won, and the grant is the caller's: only keep the slower nodes' requests going.
+    Drive,
+}
+
+/// An attempt's requests that may still be in flight. Dropped with requests unanswered (the
+/// caller went away, or a won attempt returned while slower nodes had not answered), it hands
+/// them to a task, which keeps them going (a request still waiting for its node's connection
+/// has not been sent: dropping it would leave that node without the key) and, with
+/// `Then::UndoAll`, undoes exactly what they granted once every node has answered.
+struct InFlight<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    shared: Arc<Shared>,
+    req: Arc<Req>,
+    requests: Option<FanOut<R>>,
+    /// Where the grant may be held, when every node had answered before a last await (the
+    /// fence raise) and `requests` is gone.
+    answered: Option<Vec<bool>>,
+    then: Then,
 }
 
 impl<R> Drop for InFlight<R>
@@ -446,35 +627,104 @@ where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
 {
     fn drop(&mut self) {
-        let Some(mut requests) = self.requests.take() else {
-            return;
-        };
-        let armed = self.undo.shared.take().is_some();
-        if !armed && requests.all_answered() {
+        let undo = matches!(self.then, Then::UndoAll);
+        let requests = self.requests.take();
+        if !undo && requests.as_ref().is_none_or(|r| r.all_answered()) {
             return;
         }
-        let req = self.undo.req.clone();
-        let shared = self.shared.clone();
+        let (shared, req) = (self.shared.clone(), self.req.clone());
+        let answered = self.answered.take();
         crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
-            while requests.next().await {}
-            if armed {
-                let only = undo_mask(&requests.tally(), req.reentry);
-                let mut undo = Undo {
-                    shared: Some(shared),
-                    req,
-                    only: Some(only),
-                };
-                undo.execute().await;
+            let mask = match (requests, answered) {
+                (Some(mut requests), _) => {
+                    while requests.next().await {}
+                    undo_mask(&requests.tally(), req.reentry)
+                }
+                (None, Some(mask)) => mask,
+                // One node, inline (never a re-entry: see `attempt`): nothing is known.
+                (None, None) => vec![!req.reentry; shared.nodes.len()],
+            };
+            if undo && mask.contains(&true) {
+                undo_detached(&shared, &req, mask, true).finish().await;
             }
         });
     }
+}
+
+/// Undoes, in the background and each exactly once, what the nodes that had not answered a
+/// lost attempt when it was decided may hold: each once its reply is in (a grant), or at once
+/// if it timed out or failed (unknown: a fresh grant only; a re-entry is undone only where
+/// it was granted). Compare-and-delete only, on the connection the request went out on.
+fn undo_late<R>(shared: &Arc<Shared>, req: &Arc<Req>, requests: Option<FanOut<R>>, tally: &Tally)
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    let late: Vec<bool> = tally.answers.iter().map(is_late).collect();
+    if !late.contains(&true) {
+        return;
+    }
+    let answers = tally.answers.clone();
+    let (shared, req) = (shared.clone(), req.clone());
+    crate::runtime::spawn_cleanup(&shared.handle(), async move {
+        let n = shared.nodes.len();
+        let mut started = vec![false; n];
+        let mut undos = futures::stream::FuturesUnordered::new();
+        let mut requests = requests;
+        loop {
+            let answers = match &requests {
+                Some(r) => r.tally().answers,
+                None => answers.clone(),
+            };
+            for i in 0..n {
+                if !late[i] || started[i] {
+                    continue;
+                }
+                let answer = answers.get(i).unwrap_or(&Answer::Pending);
+                let undo = match answer {
+                    Answer::Pending => continue,
+                    Answer::Yes(_) => true,
+                    Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
+                    Answer::Failed(_) => !req.reentry,
+                };
+                started[i] = true;
+                if undo {
+                    let (shared, req) = (shared.clone(), req.clone());
+                    let deadline = Instant::now() + req.opts.effective_node_timeout();
+                    // Its own timer: nothing else wakes it at the deadline.
+                    undos.push(async move {
+                        let undo = undo_one(&shared, &req, i, deadline, false);
+                        tokio::time::timeout_at(deadline, undo).await
+                    });
+                }
+            }
+            let more = requests.as_ref().is_some_and(|r| !r.all_answered());
+            if !more {
+                break;
+            }
+            let Some(r) = requests.as_mut() else { break };
+            tokio::select! {
+                _ = r.next() => {}
+                Some(_) = futures::StreamExt::next(&mut undos), if !undos.is_empty() => {}
+            }
+        }
+        while futures::StreamExt::next(&mut undos).await.is_some() {}
+    });
+}
+
+/// A node whose answer a lost attempt did not wait for, or never got: pending, or failed
+/// without a reply (timed out, connection lost).
+fn is_late(answer: &Answer) -> bool {
+    matches!(
+        answer,
+        Answer::Pending | Answer::Failed(NodeError::Unreachable(_))
+    )
 }
 
 /// Runs one attempt inline: no task and no channel on the hot path. Requests still in flight
 /// once the outcome is decided go on in a task (see `InFlight`). A blocking caller with
 /// several nodes still runs the attempt as a task on the manager's runtime, on the shared
 /// connections, so that slower nodes do not hold its thread once the quorum has answered
-/// (see DESIGN.md, "Blocking callers").
+/// (see DESIGN.md, "Blocking callers"); a won outcome then carries a `Claim`.
 async fn run_attempt(shared: &Arc<Shared>, req: Req) -> Result<(Outcome, Arc<Req>)> {
     let req = Arc::new(req);
     let outcome = if shared.nodes.len() > 1 && crate::runtime::driving_locally() {
@@ -501,22 +751,35 @@ enum Reply {
     Busy(i64),
 }
 
-/// Where to undo a fresh grant: wherever we may hold it (a yes, or an answer we never saw; a
-/// node that said no holds nothing of ours). A re-entry only where it was granted.
+/// Where to undo a fresh grant once every node has answered: wherever we may hold it (a yes,
+/// or an answer we never saw; a node that said no holds nothing of ours). A re-entry only
+/// where it was granted.
 fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
     tally
         .answers
         .iter()
         .map(|ans| match ans {
             Answer::Yes(_) => true,
-            Answer::No => false,
+            Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
             _ => !reentry,
         })
         .collect()
 }
 
-/// Node `i`'s request of an attempt: owns what it uses, so it can outlive its caller. Gives
-/// up when polled at or after `deadline` (its caller wakes it then).
+/// Where a lost attempt is undone before its caller hears of it: the nodes that answered and
+/// may hold our grant (a yes; an error reply, for a fresh grant). The others are `is_late`.
+fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
+    tally
+        .answers
+        .iter()
+        .map(|ans| match ans {
+            Answer::Yes(_) => true,
+            Answer::Failed(NodeError::Redis(_)) => !reentry,
+            _ => false,
+        })
+        .collect()
+}
+
 async fn ask(
     shared: Arc<Shared>,
     req: Arc<Req>,
@@ -591,7 +854,7 @@ async fn ask(
 }
 
 /// One attempt on every node. Returns the outcome, or with `report` (run as a task), sends it
-/// there: a won grant nobody claims is then undone once every node has answered.
+/// there: a won grant nobody claims is then undone once every node has answered (`Claim`).
 async fn attempt(
     shared: Arc<Shared>,
     req: Arc<Req>,
@@ -608,15 +871,16 @@ async fn attempt(
     // have taken is released (see `InFlight`).
     let mut run = InFlight {
         shared: shared.clone(),
+        req: req.clone(),
         requests: None,
-        undo: Undo {
-            shared: Some(shared.clone()),
-            req: req.clone(),
-            only: None,
-        },
+        answered: None,
+        then: Then::UndoAll,
     };
-    let tally = if n == 1 {
-        // One node: no set of requests to build, and nothing left in flight once it answered.
+    // One node, inline: a dropped request leaves nothing to hand on, and its undo (a
+    // compare-and-delete) may go to the node whether or not the request ran. A re-entry's
+    // undo is a decrement, sent only where the re-entry is known to have run: its request
+    // goes through the owned fan-out, whose answer a task can still wait for.
+    let tally = if n == 1 && !reentry {
         let deadline = Instant::now() + timeout;
         let ask = ask(shared.clone(), req.clone(), 0, deadline);
         let answer = match tokio::time::timeout_at(deadline, ask).await {
@@ -650,11 +914,15 @@ async fn attempt(
         shared.mark_contended(&req.key);
     }
     let mut fence = None;
+    let mut spoiled = None;
     if tally.won() && fencing {
         let seen = u64::try_from(tally.max_yes_value()).unwrap_or(0);
         if n == 1 {
             fence = Some(seen);
         } else {
+            if run.requests.is_none() {
+                run.answered = Some(undo_mask(&tally, reentry));
+            }
             let next = seen + 1;
             let (key, token, fk) = (req.key.as_str(), req.token.as_str(), req.names[0].as_str());
             let hash = if opts.reentrant { "1" } else { "0" };
@@ -671,8 +939,8 @@ async fn attempt(
                     Ok(yes_if(ok == 1))
                 })
             });
-            // Keep the slower nodes' acquire requests moving meanwhile. Boxed, like the undo
-            // below: rare paths, kept out of the attempt future's own size.
+            // Keep the slower nodes' acquire requests moving meanwhile. Boxed: a rare path,
+            // kept out of the attempt future's own size.
             let mut raise = Box::pin(raise);
             let raised = match run.requests.as_mut() {
                 Some(requests) => loop {
@@ -685,13 +953,20 @@ async fn attempt(
                 },
                 None => raise.await,
             };
-            fence = raised.won().then_some(next);
+            if raised.won() {
+                fence = Some(next);
+            } else {
+                spoiled = Some(raise_failure(&shared, &raised));
+            }
         }
     }
-    let won = tally.won() && Instant::now() < deadline && (fence.is_some() || !fencing);
+    if tally.won() && spoiled.is_none() && Instant::now() >= deadline {
+        spoiled = Some(Spoiled::TooLate);
+    }
+    let won = tally.won() && spoiled.is_none();
     let take_hints = || std::mem::take(&mut *req.hints.lock().unwrap_or_else(|p| p.into_inner()));
     if won {
-        let outcome = Outcome {
+        let mut outcome = Outcome {
             won,
             looping: req.looping && !req.plain_set,
             tally,
@@ -699,37 +974,59 @@ async fn attempt(
             started: start,
             deadline,
             fence,
+            spoiled,
+            claim: None,
         };
+        run.then = Then::Drive;
         let Some(report) = report else {
             // The caller makes it a `Lock` at once. Slower nodes' requests go on in a task
             // (`InFlight`'s drop).
-            run.undo.disarm();
             return Some(outcome);
         };
-        // A caller that is gone gets its grant undone, once every node has answered: where
-        // the tally says, or (requests still in flight) where their final tally says.
-        run.undo.only = Some(undo_mask(&outcome.tally, reentry));
-        let claimed = report.send(outcome).is_ok();
-        if claimed {
-            run.undo.disarm();
+        let state = Arc::new(Mutex::new(ClaimState::default()));
+        outcome.claim = Some(Claim {
+            shared: shared.clone(),
+            req: req.clone(),
+            state: state.clone(),
+        });
+        let mask = undo_mask(&outcome.tally, reentry);
+        // A receiver already gone drops the outcome here, and its `Claim` leaves the undo to
+        // us below.
+        let _ = report.send(outcome);
+        if let Some(hook) = shared.waiters.attempt_hook(|h| &h.won_reported) {
+            hook(&req.key).await;
         }
-        if let Some(requests) = run.requests.as_mut() {
-            while requests.next().await {}
-            run.undo.only = Some(undo_mask(&requests.tally(), reentry));
+        let mask = match run.requests.as_mut() {
+            Some(requests) => {
+                while requests.next().await {}
+                undo_mask(&requests.tally(), reentry)
+            }
+            None => mask,
+        };
+        let abandoned = {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            if !st.abandoned && !st.claimed {
+                st.mask = Some(mask.clone());
+            }
+            st.abandoned
+        };
+        if abandoned {
+            Box::pin(undo_detached(&shared, &req, mask, false).finish()).await;
         }
-        Box::pin(run.undo.execute()).await;
         return None;
     }
-    // Lost: wait for every answer, undo exactly what was granted, then report.
-    let only = match run.requests.as_mut() {
-        Some(requests) => {
-            while requests.next().await {}
-            undo_mask(&requests.tally(), reentry)
-        }
-        None => undo_mask(&tally, reentry),
-    };
-    run.undo.only = Some(only);
-    Box::pin(run.undo.execute()).await;
+    // Lost. The nodes that have not answered (or timed out) are undone in the background, each
+    // once its reply is in; the nodes that answered are undone now, before the caller hears of
+    // it, so that its next attempt cannot meet its own stale grant.
+    run.then = Then::Drive;
+    undo_late(&shared, &req, run.requests.take(), &tally);
+    if let Some(hook) = shared.waiters.attempt_hook(|h| &h.lost) {
+        hook(&req.key).await;
+    }
+    let now = undo_now_mask(&tally, reentry);
+    if now.contains(&true) {
+        Box::pin(undo_detached(&shared, &req, now, true).finish()).await;
+    }
     let mut hints = take_hints();
     hints.resize(n, None); // one per node, for `wake_hint`
     let outcome = Outcome {
@@ -740,6 +1037,8 @@ async fn attempt(
         started: start,
         deadline,
         fence,
+        spoiled,
+        claim: None,
     };
     match report {
         None => Some(outcome),
@@ -750,72 +1049,34 @@ async fn attempt(
     }
 }
 
-/// Releases a fresh grant where `only` says we may hold it and, in the same script, puts our
-/// waiter id back in the server queue with its score.
-async fn undo_everywhere(
-    shared: &Shared,
-    key: &str,
-    token: &str,
-    opts: &LockOptions,
-    only: &[bool],
-    queue: &QueueArgs,
-) {
-    let timeout = opts.effective_node_timeout();
-    // Reentrant: Redisson's channel; plain: the prefix of the waiters' own channels.
-    let channel = if opts.reentrant {
-        redisson_channel(key)
-    } else {
-        waiter_channel_prefix(key)
-    };
-    let (fk, qk, lk, sk) = (
-        fence_key(key),
-        queue_key(key),
-        queue_lease_key(key),
-        queue_since_key(key),
+/// Why a raise that did not reach a quorum failed: an error reply (an ACL denial, say) is the
+/// cause when there is one; otherwise timeouts, or the grant was no longer ours there.
+fn raise_failure(shared: &Shared, raised: &Tally) -> Spoiled {
+    let error = raised
+        .answers
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| match a {
+            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e.clone())),
+            _ => None,
+        });
+    if let Some((i, e)) = error {
+        return Spoiled::FenceError(i, e);
+    }
+    let gone = raised.no();
+    let failures = raised.describe_failures(&shared.nodes);
+    let mut why = format!(
+        "raised on {} of {} nodes",
+        raised.yes(),
+        raised.answers.len()
     );
-    let (channel, fk, qk, lk, sk) = (
-        channel.as_str(),
-        fk.as_str(),
-        qk.as_str(),
-        lk.as_str(),
-        sk.as_str(),
-    );
-    let bound = barge_bound_ms(shared.nodes.len());
-    let reentrant = if opts.reentrant { "1" } else { "0" };
-    fan_out(
-        &shared.nodes,
-        shared.quorum,
-        timeout,
-        false,
-        |i, node, deadline| {
-            let wanted = only[i];
-            async move {
-                if !wanted {
-                    return Ok(None);
-                }
-                node.run_bounded(deadline, timeout, false, move |mut conn| async move {
-                    let freed: i64 = UNDO
-                        .key(key)
-                        .key(fk)
-                        .key(qk)
-                        .key(lk)
-                        .key(sk)
-                        .arg(token)
-                        .arg(reentrant)
-                        .arg(channel)
-                        .arg(&queue.id)
-                        .arg(&queue.score)
-                        .arg(queue.lease_ms)
-                        .arg(bound)
-                        .invoke_async(&mut conn)
-                        .await?;
-                    Ok(yes_if(freed == 1))
-                })
-                .await
-            }
-        },
-    )
-    .await;
+    if gone > 0 {
+        why.push_str(&format!(", our grant was gone on {gone}"));
+    }
+    if !failures.is_empty() {
+        why.push_str(&format!(", failed: {failures}"));
+    }
+    Spoiled::FenceFailed(why)
 }
 
 /// nil: granted; {counter}: granted with the fence counter; an integer: busy, with the ms

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
 
+use crate::acquire::Spoiled;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
 use crate::node::Node;
@@ -370,26 +371,32 @@ impl LockManager {
         key: &str,
         opts: &LockOptions,
         tally: &Tally,
-        deadline: Instant,
+        spoiled: Option<&Spoiled>,
     ) -> Error {
         let waited = match opts.wait {
             Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
             Some(w) => format!("within wait={w:?}"),
             None => "before giving up".to_string(),
         };
-        let why = if tally.won() {
-            format!(
+        let why = match spoiled {
+            Some(Spoiled::TooLate) => format!(
                 "a quorum granted it but the acquire took longer than the validity (ttl {:?} minus drift {:?}), so it was released",
                 opts.ttl,
                 opts.drift()
-            )
-        } else {
-            let _ = deadline;
-            format!(
+            ),
+            Some(Spoiled::FenceFailed(detail)) => format!(
+                "a quorum granted it but its fencing token could not be raised on a quorum ({detail}), so it was released"
+            ),
+            Some(Spoiled::FenceError(i, e)) => format!(
+                "a quorum granted it but raising its fencing token failed on {}: {}, so it was released",
+                self.shared.nodes[*i].name(),
+                e.detail()
+            ),
+            None => format!(
                 "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
                 tally.no(),
                 tally.answers.len()
-            )
+            ),
         };
         let failures = tally.describe_failures(&self.shared.nodes);
         let tail = if failures.is_empty() {

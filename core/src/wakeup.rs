@@ -7,15 +7,19 @@
 //!   connection per node per manager, run by one task per node; the last one to leave
 //!   unsubscribes (a reference count per channel: the queue length).
 //! - Only the head of a local queue talks to Redis: it attempts when the channel's epoch moves
-//!   (a message on any node, or a (re)subscription confirmed), at the PTTL the busy reply
-//!   returned, or after the jittered `retry_delay` (holders that do not publish). So waiters on
-//!   one key in one manager make ONE attempt per wake-up between them, and the others sleep
-//!   without timers until it is their turn.
+//!   on a node that counts (a message on it, or a (re)subscription confirmed), at the PTTL the
+//!   busy reply returned, or after the jittered `retry_delay` (holders that do not publish). So
+//!   waiters on one key in one manager make ONE attempt per wake-up between them, and the
+//!   others sleep without timers until it is their turn.
+//! - Epochs are per node. After a failed attempt only the nodes that did not grant it count:
+//!   a node that granted was undone by the attempt itself, and its undo's publish (which may
+//!   wake this very waiter) says nothing about the holder the attempt lost to.
 //! - The subscription is confirmed before the re-check: a new head waits for the epoch bump of
 //!   the confirmation, and every resubscription after a reconnect bumps the epoch again. A
 //!   release between a failed attempt and the subscription is therefore never missed.
-//! - The head reads the epoch before each attempt, so a publish that lands while its attempt is
-//!   in flight makes it attempt once more instead of sleeping through it.
+//! - The head reads the epochs before each attempt, so a publish that lands while its attempt
+//!   is in flight (on a node that did not grant it) makes it attempt once more instead of
+//!   sleeping through it.
 //! - When the head leaves with the lock, the next waiter becomes head and waits for the next
 //!   wake-up (the lock is ours now: attempting would be wasted). When the head leaves without it
 //!   (cancelled, out of time, error), the next one attempts at once: the wake-up the leaver may
@@ -98,6 +102,18 @@ pub(crate) struct Waiters {
     state: PerProcess<Mutex<State>>,
     /// Test hook run between a failed first attempt and joining the queue (subscribing).
     pub hook: Mutex<Option<Hook>>,
+    /// Test hooks inside an attempt (see acquire.rs); looked at only once `hooked` is set.
+    attempt_hooks: Mutex<AttemptHooks>,
+    hooked: AtomicBool,
+}
+
+/// Test hooks inside an attempt.
+#[derive(Default)]
+pub(crate) struct AttemptHooks {
+    /// A lost attempt's answers are in; its undo and its report have not happened yet.
+    pub lost: Option<Hook>,
+    /// A won attempt run as a task has sent its outcome to its (blocking) caller.
+    pub won_reported: Option<Hook>,
 }
 
 struct State {
@@ -123,8 +139,9 @@ pub(crate) struct KeyQueue {
     server_id: String,
     /// Still has waiters: an undo puts our id back in the server queue only while it does.
     active: Arc<AtomicBool>,
-    /// Moves on every message on the channel and every confirmed (re)subscription.
-    epoch: watch::Sender<u64>,
+    /// Per node: moves on every message on the channel there and every confirmed
+    /// (re)subscription there.
+    epoch: watch::Sender<Epochs>,
     q: Mutex<Q>,
 }
 
@@ -142,14 +159,29 @@ struct Q {
     lingering_until: Option<std::time::Instant>,
 }
 
+/// The wake-up count of each node's pub/sub connection for one channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Epochs(Vec<u64>);
+
+impl Epochs {
+    /// Whether any node marked in `from` has moved since `seen`.
+    fn moved_since(&self, seen: &Epochs, from: &[bool]) -> bool {
+        self.0
+            .iter()
+            .zip(&seen.0)
+            .zip(from)
+            .any(|((now, then), &counts)| counts && now != then)
+    }
+}
+
 /// The turn handed to a waiter that becomes the head of its local queue.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Turn {
     /// Attempt at once (the previous head left without the lock), instead of waiting for the
     /// next wake-up.
     pub attempt_now: bool,
-    /// The epoch when the turn was handed over: a wake-up is any later epoch.
-    pub seen: u64,
+    /// The epochs when the turn was handed over: a wake-up is a later epoch on any node.
+    pub seen: Epochs,
 }
 
 impl KeyQueue {
@@ -157,8 +189,21 @@ impl KeyQueue {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn bump(&self) {
-        self.epoch.send_modify(|e| *e = e.wrapping_add(1));
+    /// A wake-up from `node`, or from every node (`None`: a local release, or the first
+    /// subscription confirmed everywhere: a re-check is due whatever the last attempt saw).
+    fn bump(&self, node: Option<usize>) {
+        self.epoch.send_modify(|e| match node {
+            Some(i) => {
+                if let Some(n) = e.0.get_mut(i) {
+                    *n = n.wrapping_add(1);
+                }
+            }
+            None => e.0.iter_mut().for_each(|n| *n = n.wrapping_add(1)),
+        });
+    }
+
+    fn epochs(&self) -> Epochs {
+        self.epoch.borrow().clone()
     }
 }
 
@@ -168,7 +213,22 @@ impl Waiters {
             nodes,
             state: PerProcess::default(),
             hook: Mutex::new(None),
+            attempt_hooks: Mutex::new(AttemptHooks::default()),
+            hooked: AtomicBool::new(false),
         }
+    }
+
+    /// The attempt hook `which` picks, if a test set one.
+    pub fn attempt_hook(&self, which: impl Fn(&AttemptHooks) -> &Option<Hook>) -> Option<Hook> {
+        if !self.hooked.load(Ordering::Relaxed) {
+            return None;
+        }
+        which(&self.attempt_hooks.lock().unwrap_or_else(|p| p.into_inner())).clone()
+    }
+
+    pub fn set_attempt_hooks(&self, change: impl FnOnce(&mut AttemptHooks)) {
+        change(&mut self.attempt_hooks.lock().unwrap_or_else(|p| p.into_inner()));
+        self.hooked.store(true, Ordering::SeqCst);
     }
 
     /// This process's queues: a forked child starts with none (the parent's tasks and
@@ -231,7 +291,7 @@ impl Waiters {
                     subscription,
                     server_id,
                     active: Arc::new(AtomicBool::new(true)),
-                    epoch: watch::Sender::new(0),
+                    epoch: watch::Sender::new(Epochs(vec![0; self.nodes])),
                     q: Mutex::new(Q {
                         waiters: VecDeque::new(),
                         pending: vec![true; self.nodes],
@@ -255,7 +315,7 @@ impl Waiters {
                 let turn = if created {
                     Turn {
                         attempt_now: false,
-                        seen: *kq.epoch.borrow(),
+                        seen: kq.epochs(),
                     }
                 } else {
                     // Lingering: subscribed already.
@@ -263,7 +323,7 @@ impl Waiters {
                     kq.active.store(true, Ordering::SeqCst);
                     Turn {
                         attempt_now: true,
-                        seen: *kq.epoch.borrow(),
+                        seen: kq.epochs(),
                     }
                 };
                 tx.send_replace(Some(turn));
@@ -308,7 +368,7 @@ impl Waiters {
             {
                 next.send_replace(Some(Turn {
                     attempt_now: ticket.granted.is_none(),
-                    seen: *kq.epoch.borrow(),
+                    seen: kq.epochs(),
                 }));
             }
         }
@@ -360,7 +420,7 @@ impl Waiters {
         if let Some(kq) = kq
             && !kq.q().waiters.is_empty()
         {
-            kq.bump();
+            kq.bump(None);
         }
     }
 
@@ -380,11 +440,12 @@ impl Waiters {
 
     /// A message on one of our subscriptions: the lock may be free (our own channel: `0`
     /// released, `q` the turn passed to us on a free lock, `?` a waiter ahead left; Redisson's
-    /// channel: `0` released). Every message wakes the head of the local queue.
-    fn wake(&self, subscription: &str) {
+    /// channel: `0` released) on `node`. Every message wakes the head of the local queue,
+    /// unless that node granted the head's last attempt.
+    fn wake(&self, node: usize, subscription: &str) {
         let kq = self.state().by_subscription.get(subscription).cloned();
         if let Some(kq) = kq {
-            kq.bump();
+            kq.bump(Some(node));
         }
     }
 
@@ -409,7 +470,7 @@ impl Waiters {
                 let done = !q.pending.contains(&true);
                 drop(q);
                 if done {
-                    kq.bump();
+                    kq.bump(None);
                 }
             }
         }
@@ -430,10 +491,14 @@ impl Waiters {
             }
             let done = !q.pending.contains(&true);
             drop(q);
-            // First subscription: wake the head once every node has answered. Resubscription
-            // after a reconnect: wake it at once, since publishes were lost meanwhile.
-            if (was_pending && done) || (fresh && !was_pending) {
-                kq.bump();
+            // First subscription: wake the head once every node has answered (every node's
+            // epoch: no attempt has seen the lock with the subscription in place yet).
+            // Resubscription after a reconnect: wake it at once, since publishes on this node
+            // were lost meanwhile.
+            if was_pending && done {
+                kq.bump(None);
+            } else if fresh && !was_pending {
+                kq.bump(Some(node));
             }
         }
     }
@@ -458,28 +523,29 @@ impl Ticket {
     /// Waits until this waiter is the head of its local queue.
     pub async fn my_turn(&mut self) -> Turn {
         loop {
-            if let Some(turn) = *self.turn.borrow_and_update() {
+            if let Some(turn) = self.turn.borrow_and_update().clone() {
                 return turn;
             }
             if self.turn.changed().await.is_err() {
                 // The queue was torn down (fork): act as a head that must re-check.
                 return Turn {
                     attempt_now: true,
-                    seen: self.epoch(),
+                    seen: self.epochs(),
                 };
             }
         }
     }
 
-    pub fn epoch(&self) -> u64 {
-        *self.kq.epoch.borrow()
+    /// Every node's epoch now: read before an attempt.
+    pub fn epochs(&self) -> Epochs {
+        self.kq.epochs()
     }
 
-    /// Resolves once the epoch has moved past `seen`: a release was published, or a
-    /// subscription was (re)confirmed.
-    pub async fn woken_since(&self, seen: u64) {
+    /// Resolves once the epoch of a node marked in `from` has moved past `seen`: a release
+    /// was published there, or a subscription there was (re)confirmed.
+    pub async fn woken_since(&self, seen: &Epochs, from: &[bool]) {
         let mut rx = self.kq.epoch.subscribe();
-        let _ = rx.wait_for(|e| *e != seen).await;
+        let _ = rx.wait_for(|e| e.moved_since(seen, from)).await;
     }
 
     /// The server-queue arguments of a head's attempt: our id, the score ('' = arrival order
@@ -656,7 +722,14 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
             shared.waiters.already_subscribed(node, &kept);
             drop(shared);
             if !remove.is_empty() {
-                if !op(sink.unsubscribe(remove.as_slice()), &mut stream, &weak).await {
+                if !op(
+                    sink.unsubscribe(remove.as_slice()),
+                    &mut stream,
+                    &weak,
+                    node,
+                )
+                .await
+                {
                     break true;
                 }
                 for c in &remove {
@@ -664,7 +737,7 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
                 }
             }
             if !add.is_empty() {
-                if !op(sink.subscribe(add.as_slice()), &mut stream, &weak).await {
+                if !op(sink.subscribe(add.as_slice()), &mut stream, &weak, node).await {
                     break true;
                 }
                 on_server.extend(add.iter().cloned());
@@ -679,7 +752,7 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
             tokio::select! {
                 s = signal.recv() => if s.is_none() { return },
                 m = stream.next() => match m {
-                    Some(m) => deliver(&weak, &m),
+                    Some(m) => deliver(&weak, node, &m),
                     None => break true,
                 },
                 _ = tokio::time::sleep(IDLE_CLOSE), if idle => break false,
@@ -710,6 +783,7 @@ async fn op(
     fut: impl std::future::Future<Output = redis::RedisResult<()>>,
     stream: &mut PubSubStream,
     weak: &Weak<Shared>,
+    node: usize,
 ) -> bool {
     tokio::pin!(fut);
     let timeout = tokio::time::sleep(OP_TIMEOUT);
@@ -718,7 +792,7 @@ async fn op(
         tokio::select! {
             r = &mut fut => return r.is_ok(),
             m = stream.next() => match m {
-                Some(m) => deliver(weak, &m),
+                Some(m) => deliver(weak, node, &m),
                 None => return false,
             },
             _ = &mut timeout => return false,
@@ -726,9 +800,9 @@ async fn op(
     }
 }
 
-fn deliver(weak: &Weak<Shared>, msg: &redis::Msg) {
+fn deliver(weak: &Weak<Shared>, node: usize, msg: &redis::Msg) {
     if let Some(s) = weak.upgrade() {
-        s.waiters.wake(msg.get_channel_name());
+        s.waiters.wake(node, msg.get_channel_name());
     }
 }
 

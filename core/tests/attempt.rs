@@ -1,0 +1,360 @@
+//! One attempt and what follows it: a won grant is handed to a live caller or undone; an
+//! undo runs exactly once; a waiter retries only on a wake-up from a node that did not grant
+//! its last attempt (never on its own undo's publish), without missing a release published
+//! while the attempt was in flight; a refused attempt reports without waiting for a silent
+//! node; a fence raise refused by an ACL fails the acquire at once. Serial: they pause nodes
+//! or count commands.
+
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::ErrorKind;
+use ferrolock_testbed::{Cluster, RedisServer};
+
+/// Fails a test that would otherwise hang on a regression.
+const HANG: Duration = Duration::from_secs(20);
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(ms(10));
+    }
+}
+
+/// A field of `INFO` (`blocked_clients`, say).
+fn info_field(server: &RedisServer, field: &str) -> u64 {
+    let info: String = server.cmd(&["INFO"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn scripts(server: &RedisServer) -> u64 {
+    calls(server, "evalsha") + calls(server, "eval")
+}
+
+/// Issue 12 item 6: a blocking caller with several nodes gets its outcome through a channel
+/// from the attempt's task. Dropping the acquire after the task sent a won outcome, before the
+/// caller read it, must release the grant (before, it was counted as claimed and the key was
+/// left on every node until its ttl).
+#[test]
+fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    // A long ttl: a key left behind cannot be mistaken for one that expired.
+    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)));
+    for hold_task in [true, false] {
+        let key = if hold_task {
+            "won-dropped-1"
+        } else {
+            "won-dropped-2"
+        };
+        let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+        let sent_tx = Mutex::new(sent_tx);
+        let go_on = Arc::new(tokio::sync::Notify::new());
+        let go = go_on.clone();
+        m.__set_hook_won_reported(Some(Arc::new(move |_key: &str| {
+            let _ = sent_tx.lock().unwrap().send(());
+            let go = go.clone();
+            Box::pin(async move {
+                // Either the caller is dropped while the task still drives its requests, or
+                // after it has finished with them.
+                if hold_task {
+                    let _ = tokio::time::timeout(HANG, go.notified()).await;
+                }
+            })
+        })));
+        let mut acquire = Box::pin(m.acquire(key));
+        // One poll as a blocking caller: the attempt starts as a task on the process runtime,
+        // and the caller then waits for its outcome.
+        let first = ferrolock::runtime::block_on(futures::future::poll_fn(|cx| {
+            Poll::Ready(acquire.as_mut().poll(cx).is_pending())
+        }));
+        assert!(first, "the acquire finished within its first poll");
+        sent_rx
+            .recv_timeout(HANG)
+            .expect("the attempt never reported a win");
+        let holding = cluster
+            .servers
+            .iter()
+            .filter(|s| get(s, key).is_some())
+            .count();
+        assert!(
+            holding >= 2,
+            "the attempt won, yet only {holding} nodes hold the key"
+        );
+        if !hold_task {
+            std::thread::sleep(ms(200));
+        }
+        // Ctrl-C between two wait slices: the outcome sent is never read.
+        drop(acquire);
+        go_on.notify_one();
+        wait_until("the unclaimed grant is released on every node", || {
+            cluster.servers.iter().all(|s| get(s, key).is_none())
+        });
+    }
+    m.__set_hook_won_reported(None);
+}
+
+/// Issue 12 item 2: the undo of a re-entry is a decrement. Dropped while that decrement is in
+/// flight, it must not be sent again: the outer acquisition keeps its count.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let o = opts()
+        .reentrant(true)
+        .ttl(Duration::from_secs(60))
+        .node_timeout(ms(5_000))
+        .wait(Some(Duration::ZERO));
+    let m = manager(&cluster.urls(), o.clone());
+    let key = "reentry-undo";
+    let outer = m.acquire_owned(key, 7, &o).await.unwrap();
+    // The outer grant is gone on two nodes: the re-entry is granted on node 0 only, and is
+    // undone there.
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["DEL", key]);
+    }
+    let node0 = &cluster.servers[0];
+    let paused = Arc::new(AtomicUsize::new(0));
+    let (p, url) = (paused.clone(), node0.url());
+    m.__set_hook_lost_attempt(Some(Arc::new(move |_key: &str| {
+        let (p, url) = (p.clone(), url.clone());
+        Box::pin(async move {
+            // Hold the undo in flight: node 0 accepts it but runs it only once unpaused.
+            let mut c = redis::Client::open(url)
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap();
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg("30000")
+                .arg("WRITE")
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            p.fetch_add(1, Ordering::SeqCst);
+        })
+    })));
+    let m2 = m.clone();
+    let o2 = o.clone();
+    let reentry = tokio::spawn(async move { m2.acquire_owned(key, 7, &o2).await });
+    let start = Instant::now();
+    while paused.load(Ordering::SeqCst) == 0 || info_field(node0, "blocked_clients") == 0 {
+        assert!(start.elapsed() < HANG, "the undo never reached node 0");
+        tokio::time::sleep(ms(10)).await;
+    }
+    reentry.abort();
+    assert!(reentry.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(ms(200)).await; // room for a second decrement, were one sent
+    node0.cmd::<()>(&["CLIENT", "UNPAUSE"]);
+    let start = Instant::now();
+    loop {
+        let count: Option<String> = node0.cmd(&["HGET", key, outer.token()]);
+        match count.as_deref() {
+            Some("1") => break,
+            Some("2") if start.elapsed() < HANG => tokio::time::sleep(ms(10)).await,
+            other => panic!("the outer acquisition's count on node 0 is {other:?}, not 1"),
+        }
+    }
+    // Nothing else arrives later.
+    tokio::time::sleep(ms(300)).await;
+    let count: Option<String> = node0.cmd(&["HGET", key, outer.token()]);
+    assert_eq!(count.as_deref(), Some("1"), "the undo was applied twice");
+    m.__set_hook_lost_attempt(None);
+}
+
+/// Issue 13 item 1: a holder with a bare quorum (nodes 1 and 2; node 0 lost its key). Node 0
+/// grants the waiter, the others refuse, and the undo on node 0 wakes the head of node 0's
+/// queue: the waiter itself. That wake-up must not make it retry (before: thousands of script
+/// calls a second).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_does_not_spin_on_its_own_undo_against_a_bare_quorum_holder() {
+    let _serial = serial();
+    for reentrant in [false, true] {
+        let cluster = Cluster::start(3);
+        let key = "bare-quorum";
+        for s in &cluster.servers[1..] {
+            if reentrant {
+                s.cmd::<()>(&["HSET", key, "someone:1", "1"]);
+                s.cmd::<()>(&["PEXPIRE", key, "60000"]);
+            } else {
+                s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
+            }
+        }
+        let o = opts()
+            .reentrant(reentrant)
+            .ttl(Duration::from_secs(30))
+            .retry_delay(ms(100))
+            .wait(Some(Duration::from_secs(1)));
+        let m = manager(&cluster.urls(), o.clone());
+        let node0 = &cluster.servers[0];
+        let before = scripts(node0);
+        let err = tokio::time::timeout(HANG, m.acquire(key))
+            .await
+            .expect("hung")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+        let sent = scripts(node0) - before;
+        eprintln!("reentrant={reentrant}: {sent} script calls to node 0 in 1 s");
+        // About 2 per 100 ms (an attempt and its undo): 60 is a generous upper bound.
+        assert!(
+            sent <= 60,
+            "reentrant={reentrant}: {sent} script calls to node 0 within a 1 s wait"
+        );
+        // The fault was real: node 0 granted the waiter, and was undone.
+        assert!(sent >= 2, "node 0 was never asked");
+        assert_eq!(get(node0, key), None);
+    }
+}
+
+/// Issue 13 item 1, the other half: the epochs are read before the attempt is sent, so a
+/// release published while it is in flight (here: once its answers are in, before its undo
+/// and report) wakes the waiter at once, long before its 5 s timer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_while_the_attempt_is_in_flight_is_not_missed() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let key = "in-flight";
+    let holder_m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)));
+    let held = holder_m.acquire(key).await.unwrap();
+    // A bare quorum: node 0 lost the holder's key.
+    cluster.servers[0].cmd::<()>(&["DEL", key]);
+    let o = opts()
+        .ttl(Duration::from_secs(30))
+        .retry_delay(Duration::from_secs(5))
+        .wait(Some(Duration::from_secs(2)));
+    let m = manager(&cluster.urls(), o.clone());
+    let held = Arc::new(tokio::sync::Mutex::new(Some(held)));
+    let attempts = Arc::new(AtomicUsize::new(0));
+    let (h, a) = (held.clone(), attempts.clone());
+    m.__set_hook_lost_attempt(Some(Arc::new(move |_key: &str| {
+        let (h, a) = (h.clone(), a.clone());
+        Box::pin(async move {
+            // The first attempt is a plain SET before the waiter queues; the second is the
+            // queue head's, which queued it on nodes 1 and 2: their releases tell it.
+            if a.fetch_add(1, Ordering::SeqCst) == 1
+                && let Some(lock) = h.lock().await.take()
+            {
+                assert!(lock.release().await.unwrap());
+            }
+        })
+    })));
+    let lock = tokio::time::timeout(HANG, m.acquire(key))
+        .await
+        .expect("hung")
+        .expect("the release during the attempt was missed");
+    assert!(
+        attempts.load(Ordering::SeqCst) >= 2,
+        "the race was not forced"
+    );
+    assert!(held.lock().await.is_none(), "the holder was never released");
+    lock.release().await.unwrap();
+}
+
+/// Issue 13 item 2 (acquire): with one node silent, a refused attempt reports once refused on a
+/// majority, not after that node's timeout and then its undo's; the silent node is undone in
+/// the background once it answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_attempt_does_not_wait_for_a_silent_node() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let key = "silent";
+    for s in &cluster.servers[..2] {
+        s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
+    }
+    let o = opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(2))
+        .wait(Some(Duration::ZERO));
+    let m = manager(&cluster.urls(), o.clone());
+    // Connections open before the fault.
+    m.acquire("warm-up").await.unwrap().release().await.unwrap();
+    let silent = &cluster.servers[2];
+    let (sets, evals) = (calls(silent, "set"), scripts(silent));
+    silent.pause();
+    let started = Instant::now();
+    let err = tokio::time::timeout(HANG, m.acquire(key))
+        .await
+        .expect("hung")
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    // A deadline far from the node timeout (2 s; before: 2 of them), not a speed claim.
+    assert!(
+        took < Duration::from_secs(1),
+        "a refused attempt took {took:?}"
+    );
+    silent.resume();
+    // The silent node now grants (its queued SET), then runs the background undo.
+    let start = Instant::now();
+    while get(silent, key).is_some() || calls(silent, "set") == sets || scripts(silent) == evals {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the silent node kept our key (or never ran our attempt and its undo)"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    for s in &cluster.servers[..2] {
+        assert_eq!(get(s, key).as_deref(), Some("someone"));
+    }
+}
+
+/// Issue 13 item 4: the fence raise's SET is refused by an ACL on 2 of 3 nodes. The acquire
+/// fails at once with the Redis error and its node, instead of retrying every millisecond
+/// and blaming the validity.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fence_raise_refused_by_an_acl_fails_fast_naming_the_node() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    // A reentrant lock: its grant is HINCRBY + PEXPIRE, so SET is used only by the raise.
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["ACL", "SETUSER", "default", "-set"]);
+    }
+    let o = opts()
+        .reentrant(true)
+        .fencing(true)
+        .wait(Some(Duration::from_secs(1)));
+    let m = manager(&cluster.urls(), o.clone());
+    let before: u64 = cluster.servers.iter().map(scripts).sum();
+    let err = tokio::time::timeout(HANG, m.acquire("fence-acl"))
+        .await
+        .expect("hung")
+        .unwrap_err();
+    let sent = cluster.servers.iter().map(scripts).sum::<u64>() - before;
+    eprintln!("{err}; {sent} script calls");
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    // Redis 7.0 words an ACL denial inside a script this way; later versions say NOPERM.
+    let denied =
+        err.message().contains("NOPERM") || err.message().contains("can't run this command");
+    assert!(denied, "{err}");
+    let named = cluster.servers[1..]
+        .iter()
+        .any(|s| err.message().contains(&s.url()));
+    assert!(named, "the error names no refusing node: {err}");
+    // An attempt, its raise and its undo, on 3 nodes.
+    assert!(sent <= 12, "{sent} script calls");
+    for s in &cluster.servers {
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", "fence-acl"]),
+            0,
+            "grant left behind"
+        );
+    }
+}
