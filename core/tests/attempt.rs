@@ -57,7 +57,11 @@ fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
     let _serial = serial();
     let cluster = Cluster::start(3);
     // A long ttl: a key left behind cannot be mistaken for one that expired.
-    let m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)));
+    // A node timeout well past the pause below.
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(60)).node_timeout(ms(5_000)),
+    );
     for hold_task in [true, false] {
         let key = if hold_task {
             "won-dropped-1"
@@ -79,6 +83,11 @@ fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
                 }
             })
         })));
+        // Every node holds writes for a moment, so the attempt cannot be decided before the
+        // caller's first poll returns, however late this thread gets the CPU back.
+        for s in &cluster.servers {
+            s.cmd::<()>(&["CLIENT", "PAUSE", "500", "WRITE"]);
+        }
         let mut acquire = Box::pin(m.acquire(key));
         // One poll as a blocking caller: the attempt starts as a task on the process runtime,
         // and the caller then waits for its outcome.
@@ -152,6 +161,12 @@ async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
             p.fetch_add(1, Ordering::SeqCst);
         })
     })));
+    // Nodes 1 and 2 refuse only after node 0 has granted: its answer is in when the attempt
+    // is decided, so its undo goes out before the caller is told (a node that answered after
+    // the decision is undone in the background instead).
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["CLIENT", "PAUSE", "500", "WRITE"]);
+    }
     let m2 = m.clone();
     let o2 = o.clone();
     let reentry = tokio::spawn(async move { m2.acquire_owned(key, 7, &o2).await });

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolock::runtime::block_on;
-use ferrolock::{ErrorKind, HookPoint, LockOptions, LockStatus, __set_test_hook};
+use ferrolock::{__set_test_hook, ErrorKind, HookPoint, LockOptions, LockStatus};
 use ferrolock_testbed::RedisServer;
 
 /// Forks; the child runs `body` and exits 0 when it returns true (1 when false or panicking,
@@ -90,7 +90,11 @@ fn a_forked_child_cannot_use_renew_or_release_its_parents_lock() {
         drop(unsafe { std::ptr::read(lock) });
         inert && own
     });
-    assert_eq!(wait(child, Duration::from_secs(30)), Some(0), "child failed or hung");
+    assert_eq!(
+        wait(child, Duration::from_secs(30)),
+        Some(0),
+        "child failed or hung"
+    );
     assert!(lock.is_held(), "{:?}", lock.status());
     assert_eq!(get(&server, &key).as_deref(), Some(lock.token()));
     assert!(block_on(lock.release()).unwrap());
@@ -124,7 +128,11 @@ fn a_holder_that_exits_after_forking_leaves_its_key_to_expire() {
         // SAFETY: the holder dies without releasing, as a crashed process would.
         unsafe { libc::_exit(0) }
     });
-    assert_eq!(wait(holder, Duration::from_secs(30)), Some(0), "holder failed");
+    assert_eq!(
+        wait(holder, Duration::from_secs(30)),
+        Some(0),
+        "holder failed"
+    );
     let mut buf = [0u8; 4];
     // SAFETY: reads 4 bytes into a live buffer.
     assert_eq!(unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), 4) }, 4);
@@ -144,7 +152,10 @@ fn a_holder_that_exits_after_forking_leaves_its_key_to_expire() {
     let alive = unsafe { libc::kill(grandchild, 0) } == 0;
     unsafe { libc::kill(grandchild, libc::SIGKILL) };
     assert!(alive, "the child exited early: the test proves nothing");
-    assert!(gone, "the forked child kept renewing its exited parent's key");
+    assert!(
+        gone,
+        "the forked child kept renewing its exited parent's key"
+    );
 }
 
 #[test]
@@ -204,7 +215,10 @@ fn a_fork_while_the_watchdog_holds_its_registry_leaves_the_child_a_working_manag
     let lock = block_on(m.acquire(&format!("{key}:parent"))).unwrap();
     let start = Instant::now();
     while !scanning.load(Ordering::SeqCst) {
-        assert!(start.elapsed() < Duration::from_secs(20), "the watchdog never scanned");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the watchdog never scanned"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
     let child = fork(|| {
@@ -213,6 +227,10 @@ fn a_fork_while_the_watchdog_holds_its_registry_leaves_the_child_a_working_manag
     });
     let result = wait(child, Duration::from_secs(30));
     __set_test_hook(None);
-    assert_eq!(result, Some(0), "the child hung on the registry it inherited locked");
+    assert_eq!(
+        result,
+        Some(0),
+        "the child hung on the registry it inherited locked"
+    );
     assert!(block_on(lock.release()).unwrap());
 }
