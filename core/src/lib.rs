@@ -55,8 +55,9 @@ pub use lock::{Lock, LockStatus, LossReason};
 pub use manager::LockManager;
 pub use node::redact_url;
 pub use options::{
-    DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, TLS_CA_ENV, parse_duration,
-    split_nodes,
+    DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, OPTIONS, OptionSpec,
+    Scope as OptionScope, TLS_CA_ENV, Type as OptionType, Value as OptionValue, parse_duration,
+    spec as option_spec, split_nodes,
 };
 pub use scripts::{
     fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,

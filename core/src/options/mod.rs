@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 
+mod table;
+pub use table::{OPTIONS, OptionSpec, Scope, Type, Value, spec};
+
 /// Environment variable holding comma-separated node URLs.
 pub const NODES_ENV: &str = "FERROLOCK_NODES";
 /// Environment variable holding a CA file for `rediss://` nodes.
