@@ -486,6 +486,7 @@ fn validity_warning_is_printed_while_the_child_still_runs() {
             &server.url(),
             "--ttl",
             "300ms",
+            "--no-watchdog",
             "short",
             "--",
             "sh",
