@@ -127,6 +127,10 @@ pub struct RunArgs {
     #[arg(long, short)]
     verbose: bool,
 
+    /// At exit, print this process's lock metrics (Prometheus text format) on stderr
+    #[arg(long)]
+    stats: bool,
+
     /// The lock's name: the Redis key that holds it
     #[arg(value_parser = parse_key)]
     key: String,
@@ -181,7 +185,12 @@ pub fn main(args: RunArgs) -> u8 {
             );
         }
     };
-    runtime.block_on(run(args))
+    let stats = args.stats;
+    let code = runtime.block_on(run(args));
+    if stats {
+        eprint!("{}", ferrolock::metrics::prometheus_text());
+    }
+    code
 }
 
 fn fail(code: u8, message: std::fmt::Arguments<'_>) -> u8 {

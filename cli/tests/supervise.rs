@@ -434,3 +434,29 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
         "inspect/scan wrote"
     );
 }
+
+#[test]
+fn stats_prints_the_counts_of_the_run() {
+    let server = RedisServer::start();
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--stats",
+        "jobs:42",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("ferrolock_grants_total{prefix=\"jobs\"} 1\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ferrolock_hold_seconds_count{prefix=\"jobs\"} 1\n"),
+        "{err}"
+    );
+}

@@ -36,6 +36,7 @@ mod error;
 mod hooks;
 mod lock;
 mod manager;
+pub mod metrics;
 mod node;
 mod options;
 mod owner;
