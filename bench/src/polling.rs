@@ -9,8 +9,9 @@
 //! then counts its thread's voluntary context switches (`getrusage(RUSAGE_THREAD)`) over
 //! `pairs` blocking acquire + release pairs on one node.
 //!
-//! A thread that sleeps for each reply switches out at least twice per pair (two requests);
-//! one that polls, only for replies that came after the window. This figure used to be a test
+//! Each reply a thread sleeps for costs it a switch (two requests per pair; with polling off,
+//! measured here, about one of them was already there when the thread looked); a thread that
+//! polls sleeps only for replies that came after the window. This figure used to be a test
 //! (core/tests/polling.rs) and failed in debug builds on a loaded machine, where replies are
 //! late: it is a property of the machine, so it is reported here.
 
@@ -124,8 +125,8 @@ pub fn run(ctx: &Ctx) -> BoxResult<Section> {
     ])
     .caption(
         "**Reply polling** — sleeps/pair: voluntary context switches of the calling thread per \
-         blocking acquire + release (two requests: a thread that sleeps for every reply switches \
-         out at least twice); on/off: the medians' ratio, polling on (default window, 100 µs) \
+         blocking acquire + release (two requests; each reply the thread slept for is one \
+         switch); on/off: the medians' ratio, polling on (default window, 100 µs) \
          over off (`FERROLOCK_SPIN_US=0`), measured in alternation in this run.",
     );
     for &placement in &ctx.placements {

@@ -791,7 +791,7 @@ async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() 
     let server = RedisServer::start();
     // h must loop within the grace (1 ms) for its release to be quiet and its manager to stay
     // silent; on a loaded machine it may not, which proves nothing here: another round.
-    for round in 0..5 {
+    for round in 0..10 {
         let key: &'static str = Box::leak(format!("quiet-late:{round}").into_boxed_str());
         let QuietLoop {
             h,
@@ -813,10 +813,20 @@ async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() 
         let err = h.try_acquire(key).await.unwrap_err();
         assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
         // Only that refused attempt can tell w now: its own re-checks are seconds away.
-        let got = tokio::time::timeout(Duration::from_secs(3), waiter)
-            .await
-            .expect("w was not told that the lock was free")
-            .unwrap();
+        let mut waiter = waiter;
+        let got = match tokio::time::timeout(Duration::from_secs(3), &mut waiter).await {
+            Ok(got) => got.unwrap(),
+            Err(_) => {
+                // On a loaded machine h may not act within the grace (1 ms) that makes its
+                // release quiet and its next attempt the loop's late return; then nothing
+                // tells w here (its re-check is a minute away): another round. A refused
+                // attempt that never tells would fail every round.
+                let seen = drain(&mut messages).await;
+                eprintln!("round {round}: w was not told; h was too slow? {seen:?}");
+                waiter.abort();
+                continue;
+            }
+        };
         got.release().await.unwrap();
         let seen = drain(&mut messages).await;
         if seen
@@ -833,5 +843,5 @@ async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() 
         );
         return;
     }
-    panic!("in 5 rounds h never looped within the grace");
+    panic!("in 10 rounds h never looped within the grace");
 }
