@@ -266,6 +266,13 @@ async fn two_managers_contending_never_both_hold_the_lock() {
 async fn release_by_a_non_owner_never_deletes_the_new_holders_key() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], opts().ttl(ms(200)));
+    // Connected first: a 200 ms ttl is less than connecting may take on a loaded machine.
+    m.acquire_with("warmup", &opts())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let stale = m.acquire("owner").await.unwrap();
     tokio::time::sleep(ms(300)).await;
     assert_eq!(

@@ -39,8 +39,16 @@ async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
         .ttl(ms(150))
         .node_timeout(ms(3_000))
         .wait(Some(Duration::ZERO));
-    let m = manager(&cluster.urls(), o);
-    m.acquire("warmup").await.unwrap().release().await.unwrap(); // connections open before the fault
+    let m = manager(&cluster.urls(), o.clone());
+    // Connections open before the fault, with a ttl that connecting on a loaded machine
+    // cannot outlast.
+    let warm = o.ttl(Duration::from_secs(10));
+    m.acquire_with("warmup", &warm)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let resumer = pause_for(&cluster, &[1, 2], ms(400));
     let started = Instant::now();
     let result = m.acquire("slow").await;
@@ -96,6 +104,13 @@ async fn a_failed_extend_never_recreates_an_expired_key() {
     let cluster = Cluster::start(1);
     let s = &cluster.servers[0];
     let m = manager(&cluster.urls(), opts().ttl(ms(200)));
+    // Connected first: a 200 ms ttl is less than connecting may take on a loaded machine.
+    m.acquire_with("warmup", &opts())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let lock = m.acquire("expired").await.unwrap();
     tokio::time::sleep(ms(300)).await;
     assert_eq!(get(s, "expired"), None, "precondition: the key expired");

@@ -309,6 +309,13 @@ async fn a_stale_handle_of_an_expired_acquisition_cannot_touch_the_next_one() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], ropts());
     let key = "stale-owner";
+    // Connected first: a 200 ms ttl is less than connecting may take on a loaded machine.
+    m.acquire_owned("warmup", 1, &ropts())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let stale = m
         .acquire_owned(key, 1, &ropts().ttl(ms(200)))
         .await
