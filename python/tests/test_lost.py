@@ -113,8 +113,9 @@ def test_max_hold_interrupts_the_with_block(node: RedisNode, key: str) -> None:
 
 def test_watchdog_off_body_outliving_the_ttl_is_interrupted_before_expiry(node: RedisNode, key: str) -> None:
     m = LockManager([node.url])
+    # Warned two node timeouts (0.8 s) before the deadline: slack for a loaded machine.
     with pytest.raises(LockLost):
-        with m.lock(key, ttl=1.5, watchdog=False) as lock:
+        with m.lock(key, ttl=3.0, node_timeout=0.4, watchdog=False) as lock:
             try:
                 while True:
                     time.sleep(0.01)
