@@ -557,7 +557,9 @@ impl Lock {
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
         let margin = loss_margin(&opts, ttl);
-        if margin >= ttl / 3 {
+        // A new lease must leave the watchdog room to renew before it declares a loss; the
+        // lease the lock was granted with (or last extended to) was accepted as it is.
+        if ttl != self.ttl() && margin >= ttl / 3 {
             return Err(Error::invalid(format!(
                 "ttl {ttl:?} is too short to extend lock {key:?} to: its loss margin (2 × node \
                  timeout = {margin:?}) must be under a third of it, or the watchdog could not \

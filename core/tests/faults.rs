@@ -95,7 +95,7 @@ async fn an_extend_that_could_confirm_after_its_new_validity_is_refused_and_move
         before,
         "a failed extend must leave the deadline alone"
     );
-    assert_eq!(lock.ttl(), Duration::from_secs(5));
+    assert_eq!(lock.ttl(), Duration::from_secs(10));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -245,11 +245,17 @@ async fn a_partial_grant_is_released_on_every_node() {
     let err = m.acquire("partial").await.unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAcquired);
     assert!(err.message().contains("2 of 3"), "{err}");
-    assert_eq!(
-        get(&cluster.servers[0], "partial"),
-        None,
-        "our minority grant was left behind"
-    );
+    // Node 0's grant is undone before the caller hears of the refusal when its answer was in
+    // first, or in the background once it answers late (issue 13 item 2): either way it goes,
+    // well within its 60 s ttl.
+    let start = std::time::Instant::now();
+    while get(&cluster.servers[0], "partial").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "our minority grant was left behind"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
     for s in &cluster.servers[1..] {
         assert_eq!(get(s, "partial").as_deref(), Some("other-owner"));
     }
