@@ -57,7 +57,13 @@ function fromCode(code, message, key, cause) {
 function fromNative(e, key) {
   if (e instanceof Error && typeof e.message === 'string') {
     const at = e.message.indexOf(SEP);
-    if (at > 0) return fromCode(e.message.slice(0, at), e.message.slice(at + 1), key);
+    if (at > 0) {
+      const code = e.message.slice(0, at);
+      let message = e.message.slice(at + 1);
+      // The core's option errors name the option, not the key the caller was locking.
+      if (key !== undefined && !message.includes(JSON.stringify(key))) message = `lock ${JSON.stringify(key)}: ${message}`;
+      return fromCode(code, message, key);
+    }
   }
   return e;
 }
