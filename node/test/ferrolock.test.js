@@ -235,3 +235,13 @@ test('the TypeScript declarations compile against a typed usage file', T, () => 
   const tsc = path.resolve(__dirname, '..', 'node_modules', '.bin', 'tsc');
   execFileSync(tsc, ['-p', path.join(__dirname, 'types')], { encoding: 'utf8' });
 });
+
+test("the README's Node example runs", T, async () => {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## First example: Node'));
+  const example = section.match(/```js\n([\s\S]*?)```/)[1];
+  const r = await runNode(example, { FERROLOCK_NODES: one.url }, 20_000);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /holding orders:1001 for \d+ ms more/);
+  assert.match(r.out, /result 42/);
+});
