@@ -21,10 +21,11 @@ test-rust: redis
 test-python: redis
 	python/test.sh
 
-## The Node package: `npm install` in node/ (builds the addon, installs typescript for the
-## declarations test), then `node --test` against real redis-servers.
+## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
+## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
+## against real redis-servers.
 test-node: redis
-	cd node && npm install --no-audit --no-fund
+	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
 	cd node && npm test
 
 ## Several `ferrolock run` processes contending for one key, on a redis-server of its own.

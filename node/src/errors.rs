@@ -12,7 +12,10 @@ pub fn to_napi(err: Error) -> napi::Error {
 }
 
 pub fn coded(code: &str, message: &str) -> napi::Error {
-    napi::Error::new(napi::Status::GenericFailure, format!("{code}{SEP}{message}"))
+    napi::Error::new(
+        napi::Status::GenericFailure,
+        format!("{code}{SEP}{message}"),
+    )
 }
 
 pub fn invalid(message: impl AsRef<str>) -> napi::Error {

@@ -136,9 +136,9 @@ pub fn release_all_blocking(limit: Duration) {
         .filter_map(Weak::upgrade)
         .collect();
     ferrolock::runtime::runtime().block_on(async move {
-        let each = handed.into_iter().map(|h| {
-            tokio::spawn(async move { h.release_all(limit).await })
-        });
+        let each = handed
+            .into_iter()
+            .map(|h| tokio::spawn(async move { h.release_all(limit).await }));
         let tasks: Vec<_> = each.collect();
         let _ = tokio::time::timeout(limit, async move {
             for t in tasks {

@@ -2,8 +2,8 @@
 //! of lock logic is the core's (and, until `ferrolock::host` lands, `host.rs`'s). I/O runs on
 //! the core's runtime, never on the JavaScript thread nor on napi's runtime.
 
-mod errors;
-mod host;
-mod lock;
-mod manager;
-mod options;
+pub mod errors;
+pub mod host;
+pub mod lock;
+pub mod manager;
+pub mod options;

@@ -88,7 +88,9 @@ impl NativeLock {
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
         let lock = self.inner.clone();
-        env.spawn_future(on_core(async move { lock.release().await.map_err(to_napi) }))
+        env.spawn_future(on_core(
+            async move { lock.release().await.map_err(to_napi) },
+        ))
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
@@ -98,7 +100,9 @@ impl NativeLock {
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
         let lost = self.inner.lost();
-        env.spawn_future(on_core(async move { Ok(lost.await.map(|r| r.to_string())) }))
+        env.spawn_future(on_core(
+            async move { Ok(lost.await.map(|r| r.to_string())) },
+        ))
     }
 
     /// The end of a `withLock` body (the decision is the host layer's: `host::end_of_scope`).

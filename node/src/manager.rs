@@ -65,7 +65,8 @@ impl NativeManager {
     /// The manager `withLock` shares with every call on the same connection options.
     #[napi(factory)]
     pub fn shared(entries: Vec<OptionEntry>) -> Result<Self> {
-        let (manager, handed) = host::shared_manager(manager_options(&entries)?).map_err(to_napi)?;
+        let (manager, handed) =
+            host::shared_manager(manager_options(&entries)?).map_err(to_napi)?;
         Ok(NativeManager {
             defaults: manager.defaults().clone(),
             handed,
@@ -98,7 +99,10 @@ impl NativeManager {
 
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        self.manager.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+        self.manager
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
     }
 
     /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the

@@ -245,3 +245,24 @@ test("the README's Node example runs", T, async () => {
   assert.match(r.out, /holding orders:1001 for \d+ ms more/);
   assert.match(r.out, /result 42/);
 });
+
+test('a ferrolock plain lock and node-redlock on the same key exclude each other', T, async () => {
+  const Redis = require('ioredis');
+  const Redlock = require('redlock').default;
+  const client = new Redis(one.port, '127.0.0.1', { lazyConnect: false, maxRetriesPerRequest: 1 });
+  const redlock = new Redlock([client], { retryCount: 0 });
+  const manager = new LockManager({ nodes: [one.url] });
+  try {
+    const ours = await manager.acquire('interop:k');
+    await assert.rejects(redlock.acquire(['interop:k'], 5000), 'node-redlock acquired a key ferrolock holds');
+    await ours.release();
+    const theirs = await redlock.acquire(['interop:k'], 5000);
+    await assert.rejects(manager.tryAcquire('interop:k'), NotAcquiredError);
+    await theirs.release();
+    const again = await manager.tryAcquire('interop:k');
+    await again.release();
+  } finally {
+    await manager.close();
+    client.disconnect();
+  }
+});
