@@ -4,8 +4,8 @@
 //! crate only converts values, maps errors and awaits. When `ferrolock::host` lands, each item
 //! becomes one call into it and this file goes away:
 //! - `shared_manager`: one manager per distinct connection options (what `withLock` uses);
-//! - `Handed` / `release_all`: the locks handed out, released by `close()` and at exit within
-//!   a time bound;
+//! - `Handed` / `release_all` / `release_locks_blocking`: the locks handed out, released by
+//!   `close()`, at exit and at a worker's teardown within a time bound;
 //! - `end_of_scope`: the decision at the end of a `withLock` body.
 
 use std::collections::HashMap;
@@ -67,21 +67,12 @@ pub struct Handed {
     locks: Mutex<Vec<Weak<Lock>>>,
 }
 
-fn every_handed() -> &'static Mutex<Vec<Weak<Handed>>> {
-    static ALL: OnceLock<Mutex<Vec<Weak<Handed>>>> = OnceLock::new();
-    ALL.get_or_init(Default::default)
-}
-
 impl Handed {
     pub fn new(manager: LockManager) -> Arc<Handed> {
-        let h = Arc::new(Handed {
+        Arc::new(Handed {
             manager,
             locks: Mutex::new(Vec::new()),
-        });
-        let mut all = every_handed().lock().unwrap_or_else(|p| p.into_inner());
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(&h));
-        h
+        })
     }
 
     pub fn add(&self, lock: &Arc<Lock>) {
@@ -126,26 +117,14 @@ async fn release_each(locks: Vec<Arc<Lock>>) {
     }
 }
 
-/// At process exit (`process.on('exit')`, synchronous): releases every lock still held by any
-/// manager, waiting at most `limit`; the quiet releases are flushed as well.
-pub fn release_all_blocking(limit: Duration) {
-    let handed: Vec<Arc<Handed>> = every_handed()
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .filter_map(Weak::upgrade)
-        .collect();
+/// At exit or an environment's teardown (synchronous): releases `locks`, waiting at most
+/// `limit`.
+pub fn release_locks_blocking(locks: Vec<Arc<Lock>>, limit: Duration) {
+    if locks.is_empty() {
+        return;
+    }
     ferrolock::runtime::runtime().block_on(async move {
-        let each = handed
-            .into_iter()
-            .map(|h| tokio::spawn(async move { h.release_all(limit).await }));
-        let tasks: Vec<_> = each.collect();
-        let _ = tokio::time::timeout(limit, async move {
-            for t in tasks {
-                let _ = t.await;
-            }
-        })
-        .await;
+        let _ = tokio::time::timeout(limit, release_each(locks)).await;
     });
 }
 

@@ -126,6 +126,7 @@ impl NativeManager {
             lock_options(&key, &self.defaults, &entries)?
         };
         let handed = self.handed.clone();
+        let env_locks = crate::env::locks_of(env)?;
         let mut cancel = cancel.map(|c| c.tx.subscribe());
         env.spawn_future(on_core(async move {
             let acquire = async {
@@ -144,6 +145,13 @@ impl NativeManager {
             };
             let lock = Arc::new(lock.map_err(to_napi)?);
             handed.add(&lock);
+            if !env_locks.add(&lock) {
+                let _ = lock.release().await;
+                return Err(crate::errors::coded(
+                    "NOT_ACQUIRED",
+                    &format!("lock {key:?} not acquired: its JavaScript environment was torn down"),
+                ));
+            }
             Ok(NativeLock { inner: lock })
         }))
     }
@@ -168,10 +176,12 @@ impl NativeManager {
     }
 }
 
-/// At `process.on('exit')`: releases every lock still held, blocking at most `limitMs`.
+/// At `process.on('exit')`: releases the locks of this environment (this thread) still held,
+/// blocking at most `limitMs`.
 #[napi]
-pub fn release_all_sync(limit_ms: u32) {
-    host::release_all_blocking(Duration::from_millis(limit_ms.into()));
+pub fn release_all_sync(env: &Env, limit_ms: u32) -> Result<()> {
+    crate::env::locks_of(env)?.release_all_blocking(Duration::from_millis(limit_ms.into()));
+    Ok(())
 }
 
 /// A reentrancy owner id unique in the process (worker threads share the core's managers, so

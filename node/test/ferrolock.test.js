@@ -266,3 +266,33 @@ test('a ferrolock plain lock and node-redlock on the same key exclude each other
     client.disconnect();
   }
 });
+
+test("a terminated worker thread's lock is released (and no longer renewed)", T, async () => {
+  const { Worker } = require('node:worker_threads');
+  const worker = new Worker(
+    `const { parentPort } = require('node:worker_threads');
+     const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+     (async () => {
+       const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
+       const lock = await m.acquire('worker:k');
+       parentPort.postMessage(lock.token);
+       setInterval(() => {}, 1000);
+     })();`,
+    { eval: true },
+  );
+  await new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  assert.ok(one.exists('worker:k'));
+  // The main thread holds a lock of its own: a worker's teardown must not release it.
+  const mine = new LockManager({ nodes: [one.url] });
+  const kept = await mine.acquire('worker:main');
+  await worker.terminate();
+  const deadline = Date.now() + 10_000;
+  while (one.exists('worker:k') && Date.now() < deadline) await sleep(50);
+  assert.ok(!one.exists('worker:k'), "the terminated worker's lock is still there (ttl 60 s)");
+  assert.ok(one.exists('worker:main') && kept.status === 'held');
+  await mine.close();
+  assert.ok(!one.exists('worker:main'));
+});
