@@ -24,9 +24,21 @@ function abortError(key, signal) {
   });
 }
 
+// A core manager's identity (its client uuid), read once per native manager.
+const ids = new WeakMap();
+function managerId(nm) {
+  let id = ids.get(nm);
+  if (id === undefined) {
+    id = nm.clientId;
+    ids.set(nm, id);
+  }
+  return id;
+}
+
 /** The enclosing scope holding `key` on the same core manager, if any. */
 function enclosing(nm, key) {
-  const id = nm.clientId;
+  if (scopes.getStore() === undefined) return undefined;
+  const id = managerId(nm);
   for (let s = scopes.getStore(); s; s = s.parent) if (s.key === key && s.manager === id) return s;
   return undefined;
 }
@@ -143,7 +155,7 @@ async function withLock(key, fn, options) {
   const conv = convert(options, key, { manager: true, lock: true });
   const nm = sharedManager(conv.manager);
   const { lock, owner } = await acquireNative(nm, key, conv);
-  const scope = { parent: scopes.getStore(), key, manager: nm.clientId, owner, reentrant: conv.reentrant === true };
+  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true };
   let result;
   let failed = false;
   let error;
