@@ -2,13 +2,13 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python fmt
+.PHONY: test demo bench redis lint test-rust test-python test-node fmt
 
 redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust test-python
+test: redis lint test-rust test-python test-node
 
 lint:
 	$(CARGO) fmt --all --check
@@ -20,6 +20,13 @@ test-rust: redis
 ## The Python package: built into .venv, stubs checked, pytest against real redis-servers.
 test-python: redis
 	python/test.sh
+
+## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
+## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
+## against real redis-servers.
+test-node: redis
+	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
+	cd node && npm test
 
 ## Several `ferrolock run` processes contending for one key, on a redis-server of its own.
 demo: redis
