@@ -245,8 +245,12 @@ impl PyLockContext {
             false,
             move |py, end| {
                 let exc = exc.as_ref().map(|e| e.bind(py));
-                scope_end(py, end, exc, &key)
-                    .map(|b| pyo3::types::PyBool::new(py, b).to_owned().into_any().unbind())
+                scope_end(py, end, exc, &key).map(|b| {
+                    pyo3::types::PyBool::new(py, b)
+                        .to_owned()
+                        .into_any()
+                        .unbind()
+                })
             },
         )
     }
