@@ -45,8 +45,8 @@ impl ErrorKind {
         ErrorKind::Cancelled,
     ];
 
-    /// A stable number, never 0 (C's `FERROLOCK_OK`) and never reused: C's status is its
-    /// negation (`FERROLOCK_ERR_<code> = -number`).
+    /// A stable number, never 0 (left for C's `FERROLOCK_OK`) and never reused: C's status
+    /// values and Go's error values derive from it.
     pub fn number(self) -> u32 {
         match self {
             ErrorKind::InvalidArgument => 1,
