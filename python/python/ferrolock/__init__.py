@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import functools
+import logging
 import weakref
 from types import TracebackType
 from typing import Any
@@ -49,6 +50,8 @@ __all__ = [
     "RedisError",
     "redlock",
 ]
+
+logger = logging.getLogger("ferrolock")
 
 _MANAGER_OPTIONS: tuple[str, ...] = tuple(_ferrolock.MANAGER_OPTIONS)
 
