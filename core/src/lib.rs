@@ -34,6 +34,7 @@
 mod acquire;
 mod error;
 mod hooks;
+pub mod host;
 mod lock;
 mod manager;
 pub mod metrics;
