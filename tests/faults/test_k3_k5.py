@@ -43,7 +43,10 @@ def test_k3_clock_jump_on_a_bare_quorum_node_overlaps_and_fencing_rejects_the_st
     assert len(report["overlaps"]) == 1, report["overlaps"]
     ov = report["overlaps"][0]
     assert {ov["a"], ov["b"]} == {"A:a1", "B:b1"}
-    assert report["lost_updates"] == [] and report["resource_rejected"] == 1
+    # Refused at its read already: B's read raised the highest fence the resource has seen.
+    assert stale["read"] is None
+    assert report["lost_updates"] == []
+    assert h.resource.client().get("faults:resource:counter") == "1"
     assert report["fence_violations"] == []
     assert [f["fault"] for f in h.faults.read()] == ["expire_early"]
 
@@ -75,9 +78,11 @@ def test_k4_restart_without_persistence_of_a_bare_quorum_node(h, guard):
         ev = h.history_events()
         b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
         assert b_acq["t1"] >= hold["grant"]["deadline"]
+        assert report["fence_violations"] == []
     else:
         assert len(report["overlaps"]) == 1, report["overlaps"]
-    assert report["fence_violations"] == []
+        # B's quorum (n2 restarted empty, n3, n4) never saw A's fence: the order is lost too.
+        assert len(report["fence_violations"]) == 1, report["fence_violations"]
     print(f"K4 guard={guard}: B granted {waited:.2f}s after the restart")
 
 

@@ -713,13 +713,7 @@ fn accept_loop(listener: TcpListener, shared: Arc<ProxyShared>) {
 
 /// One direction of a link: a reader stamps each chunk with its due time and a writer releases it
 /// then, so a delay adds latency without throttling throughput or reordering bytes.
-fn pump(
-    shared: Arc<ProxyShared>,
-    id: u64,
-    dir: Direction,
-    mut from: TcpStream,
-    mut to: TcpStream,
-) {
+fn pump(shared: Arc<ProxyShared>, id: u64, dir: Direction, mut from: TcpStream, mut to: TcpStream) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     let reader_shared = Arc::clone(&shared);
     thread::spawn(move || {

@@ -41,7 +41,9 @@ fn run(proxies: &mut HashMap<u64, Proxy>, line: &str) -> Result<String, String> 
     let (id, rest) = words
         .split_first()
         .ok_or_else(|| "empty command".to_string())?;
-    let id: u64 = id.parse().map_err(|_| format!("proxy id {id:?} is not a number"))?;
+    let id: u64 = id
+        .parse()
+        .map_err(|_| format!("proxy id {id:?} is not a number"))?;
     let proxy = proxies
         .get(&id)
         .ok_or_else(|| format!("no proxy with id {id}"))?;
