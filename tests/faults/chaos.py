@@ -24,7 +24,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -195,15 +194,26 @@ def violations(report: dict) -> dict:
     return {k: n for k, n in v.items() if n}
 
 
+def duration(text: str) -> float:
+    """Seconds, or with a unit: 90s, 10m, 1h."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text and text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is not like 60, 90s, 10m or 1h")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--duration", type=duration, default=60.0)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(1 << 31)
     print(f"chaos: seed {seed}, duration {a.duration:.0f}s", flush=True)
-    out = Path(a.out or tempfile.mkdtemp(prefix=f"ferrolock-chaos-{seed}-"))
+    out = Path(a.out or HERE.parent.parent / "target" / "chaos" / f"seed-{seed}-{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
     chaos = Chaos(seed, a.duration, out)
     try:
