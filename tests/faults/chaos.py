@@ -135,8 +135,9 @@ class Chaos:
             wait_until("client stopped", lambda: proc_state(proc.pid) in ("T", None))
             fid = nem._start("pause_client", self.name(c), pid=proc.pid)
             time.sleep(f["length"])
+            t = time.monotonic()
             os.kill(proc.pid, signal.SIGCONT)
-            nem._end(fid)
+            nem._end(fid, t)
         elif kind == "kill_client":
             t = time.monotonic()
             if proc.poll() is None:

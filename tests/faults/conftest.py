@@ -4,6 +4,7 @@ processes, fault log and history, all stopped at the end."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from checker import check  # noqa: E402
-from harness import (ClientProc, FaultLog, Nemesis, Node, ProxyHub,  # noqa: E402
+from harness import (ROOT, ClientProc, FaultLog, Nemesis, Node, ProxyHub,  # noqa: E402
                      read_history)
 from resource import read_log  # noqa: E402
 
@@ -77,11 +78,25 @@ class Harness:
         self.hub.stop()
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    rep = yield
+    if rep.when == "call":
+        item.failed_call = rep.failed
+    return rep
+
+
 @pytest.fixture
-def h():
+def h(request):
+    """A failed test's history and fault log are kept in target/faults-failures/<test>/."""
     with tempfile.TemporaryDirectory(prefix="ferrolock-faults-") as d:
         harness = Harness(Path(d))
         try:
             yield harness
         finally:
             harness.close()
+            if getattr(request.node, "failed_call", False):
+                keep = ROOT / "target" / "faults-failures" / request.node.name
+                shutil.rmtree(keep, ignore_errors=True)
+                shutil.copytree(d, keep)
+                print(f"history and faults kept in {keep}")

@@ -252,9 +252,10 @@ class Nemesis:
         self._open[fid] = ev
         return fid
 
-    def _end(self, fid: str) -> None:
+    def _end(self, fid: str, t: float | None = None) -> None:
+        """``t``: when the fault stopped acting (the SIGCONT sent, the link healed)."""
         ev = self._open.pop(fid)
-        ev["end"] = time.monotonic()
+        ev["end"] = time.monotonic() if t is None else t
         self.faults.log(**ev)
 
     def _instant(self, kind: str, target: str, t_start: float, **extra) -> None:
@@ -267,17 +268,19 @@ class Nemesis:
         return self._start("pause_client", c.name, pid=c.pid)
 
     def resume_client(self, c: ClientProc, fid: str) -> None:
+        t = time.monotonic()
         os.kill(c.pid, signal.SIGCONT)
         wait_until(f"client {c.name} runs", lambda: proc_state(c.pid) not in ("T", None))
-        self._end(fid)
+        self._end(fid, t)
 
     def pause_node(self, n: Node) -> str:
         n.pause()
         return self._start("pause_node", n.name, pid=n.pid)
 
     def resume_node(self, n: Node, fid: str) -> None:
+        t = time.monotonic()
         n.resume()
-        self._end(fid)
+        self._end(fid, t)
 
     def kill_node(self, n: Node) -> str:
         n.kill()
@@ -303,9 +306,10 @@ class Nemesis:
 
     def heal(self, proxy_id: int, fid: str, *cmds: str) -> None:
         assert self.hub is not None
+        t = time.monotonic()
         for c in cmds or ("heal",):
             self.hub.cmd(f"{proxy_id} {c}")
-        self._end(fid)
+        self._end(fid, t)
 
     def expire_key(self, n: Node, key: str) -> None:
         """A forward clock jump on one node, as far as a lock key is concerned: it expires now."""

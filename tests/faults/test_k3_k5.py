@@ -55,7 +55,9 @@ def test_k3_clock_jump_on_a_bare_quorum_node_overlaps_and_fencing_rejects_the_st
 def test_k4_restart_without_persistence_of_a_bare_quorum_node(h, guard):
     h.start_nodes(5)
     h.start_resource()
-    window = TTL if guard else 0.0
+    # One second over the ttl: the guard reads uptimes that can be up to 1 s high (see the
+    # xfail test below, which shows the window = ttl case failing).
+    window = TTL + 1.0 if guard else 0.0
     if guard:
         # The guard counts a node's uptime: let the fresh cluster age past the window first.
         wait_until("nodes older than the guard window",
@@ -112,3 +114,51 @@ def test_k5_holder_cut_from_the_majority_is_told_before_its_deadline(h):
     assert lost[0]["t"] > t_cut
     for pid, fid in zip((h.proxy("A", i) for i in (0, 1, 2)), cuts):
         h.nemesis.heal(pid, fid)
+
+
+def _wall_frac() -> float:
+    return time.time() % 1.0
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "core bug (core/src/node.rs check_restart): the restart guard counts its window from INFO "
+    "uptime_in_seconds, taking it as 'whole seconds, rounded down'. Redis computes it as the "
+    "difference of two truncated wall-clock seconds (unixtime - stat_starttime), which reads 1 "
+    "as soon as the wall clock ticks over, however little time has passed: it overstates the "
+    "real uptime by up to 1 s, so a node restarted without persistence votes up to 1 s before "
+    "the window ends, while the old holder's keys on the other nodes are still valid."))
+def test_k4_guard_window_counted_from_uptime_in_seconds_is_up_to_a_second_short(h):
+    """K4 with the timing that shows the bug every time: n2 restarts late in a wall-clock
+    second and B first contacts it just after the next second begins, so its uptime reads 1 s
+    when it is a few hundred ms. With the guard counted right, B gets no quorum before A's keys
+    on n0, n1 expire, and there is no overlap."""
+    h.start_nodes(5)
+    window = TTL
+    wait_until("nodes older than the guard window",
+               lambda: all(n.client().info("server")["uptime_in_seconds"] > window
+                           for n in h.nodes), timeout=30)
+    a = h.client("A", proxied=True, restart_guard=0.0)
+    for i in (3, 4):
+        h.nemesis.link("cut", h.proxy("A", i), f"A->n{i}", "cut")
+    opts = {"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0}
+    for attempt in range(6):
+        key = f"k4b-{attempt}"
+        b = h.client(f"B{attempt}", restart_guard=window)  # has never seen n2: no run_id yet
+        wait_until("late in a wall-clock second", lambda: 0.55 <= _wall_frac() < 0.6, timeout=5)
+        got = a.call(op="acquire", h=f"a{attempt}", key=key, opts=opts)
+        assert got["ok"], got
+        w0 = time.time()
+        h.nemesis.restart_node(h.nodes[2], keep_data=False)
+        w1 = time.time()
+        if int(w0) != int(w1):
+            continue  # the restart crossed the second: this attempt cannot show it
+        wait_until("the next wall-clock second", lambda: int(time.time()) > int(w1), timeout=5)
+        if time.time() - int(time.time()) > 0.2:
+            continue
+        b_got = b.call(op="acquire", h="b", key=key, opts=dict(opts, retry_delay=0.05))
+        assert b_got["ok"], b_got
+        report = h.check()
+        assert [o for o in report["overlaps"] if o["b"] == f"B{attempt}:b"] == [], (
+            report["overlaps"], f"uptime read high by up to {1 - (w1 % 1) + 0.2:.2f}s")
+        return
+    pytest.skip("the machine was too slow to place a restart inside one wall-clock second")
