@@ -163,7 +163,7 @@ class Client:
         e = self.handles[h]
         t0 = time.monotonic()
         try:
-            v = self.resource.read(mode, e["fence"])
+            v = self.resource.read(e["key"], mode, e["fence"])
             self.hist.log(ev="read", h=h, key=e["key"], episode=e["episode"],
                           t=time.monotonic(), read=v)
             if v is None:

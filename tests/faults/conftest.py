@@ -73,7 +73,7 @@ class Harness:
             c.stop()
         for n in self.nodes:
             n.stop()
-        if self.resource:
+        if self.resource and self.resource not in self.nodes:
             self.resource.stop()
         self.hub.stop()
 

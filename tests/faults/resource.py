@@ -18,11 +18,12 @@ import json
 
 import redis
 
-COUNTER = "faults:resource:counter"
-MAXFENCE = "faults:resource:maxfence"
+COUNTER = "faults:resource:counter:"
+MAXFENCE = "faults:resource:maxfence:"
 LOG = "faults:resource:log"
 
-# KEYS: counter, maxfence, log. ARGV: mode, client, fence ('' = none), read value, written value.
+# KEYS: counter, maxfence, log. ARGV: mode, client, fence ('' = none), read value, written
+# value, lock key.
 _WRITE = """
 local mode, fence = ARGV[1], ARGV[3]
 local before = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -39,11 +40,12 @@ if ok == 1 then
   redis.call('SET', KEYS[1], ARGV[5])
 end
 redis.call('RPUSH', KEYS[3], cjson.encode({client = ARGV[2], fence = fence, read = tonumber(ARGV[4]),
-  written = tonumber(ARGV[5]), before = before, maxfence = maxfence, ok = ok, mode = mode}))
+  written = tonumber(ARGV[5]), before = before, maxfence = maxfence, ok = ok, mode = mode,
+  key = ARGV[6]}))
 return ok
 """
 
-# KEYS: lock key, counter, maxfence, log. ARGV: token, client, fence, read, written.
+# KEYS: lock key, counter, maxfence, log. ARGV: token, client, fence, read, written, lock key.
 _CHECKED = """
 local t = redis.call('TYPE', KEYS[1])['ok']
 local mine = false
@@ -59,7 +61,7 @@ if mine then
   redis.call('SET', KEYS[2], ARGV[5])
 end
 redis.call('RPUSH', KEYS[4], cjson.encode({client = ARGV[2], fence = ARGV[3], read = tonumber(ARGV[4]),
-  written = tonumber(ARGV[5]), before = before, ok = ok, mode = 'checked'}))
+  written = tonumber(ARGV[5]), before = before, ok = ok, mode = 'checked', key = ARGV[6]}))
 return ok
 """
 
@@ -85,21 +87,23 @@ class ResourceClient:
         self._checked = self.r.register_script(_CHECKED)
         self._fenced_read = self.r.register_script(_FENCED_READ)
 
-    def read(self, mode: str = "unfenced", fence: int | None = None) -> int | None:
-        """The counter; None when a fenced read is refused (a newer fence was seen)."""
+    def read(self, key: str, mode: str = "unfenced", fence: int | None = None) -> int | None:
+        """The counter of lock ``key``; None when a fenced read is refused (a newer fence was
+        seen). Each lock key has its own counter and highest fence: fences of different keys
+        are not ordered."""
         if mode == "fenced":
-            v = int(self._fenced_read(keys=[COUNTER, MAXFENCE], args=[fence or 0]))
+            v = int(self._fenced_read(keys=[COUNTER + key, MAXFENCE + key], args=[fence or 0]))
             return None if v < 0 else v
-        return int(self.r.get(COUNTER) or 0)
+        return int(self.r.get(COUNTER + key) or 0)
 
     def write(self, mode: str, client: str, fence: int | None, read: int, written: int,
               lock_key: str = "", token: str = "") -> bool:
         f = "" if fence is None else str(fence)
         if mode == "checked":
-            return bool(self._checked(keys=[lock_key, COUNTER, MAXFENCE, LOG],
-                                      args=[token, client, f, read, written]))
-        return bool(self._write(keys=[COUNTER, MAXFENCE, LOG],
-                                args=[mode, client, f, read, written]))
+            return bool(self._checked(keys=[lock_key, COUNTER + lock_key, MAXFENCE + lock_key, LOG],
+                                      args=[token, client, f, read, written, lock_key]))
+        return bool(self._write(keys=[COUNTER + lock_key, MAXFENCE + lock_key, LOG],
+                                args=[mode, client, f, read, written, lock_key]))
 
 
 def read_log(port: int) -> list[dict]:

@@ -21,10 +21,15 @@ def wait_event(h, pred, what: str, timeout: float = 30.0) -> dict:
     return found[0]
 
 
-@pytest.mark.parametrize("mode", ["unfenced", "fenced"])
+@pytest.mark.parametrize("mode", ["unfenced", "fenced", "checked"])
 def test_k1_paused_holder_writes_after_its_ttl(h, mode):
-    h.start_nodes(1)
-    h.start_resource()
+    node = h.start_nodes(1)[0]
+    if mode == "checked":
+        # Token-checked: the resource lives on the lock's own node, and a write applies only
+        # while the lock key still holds the writer's token.
+        h.resource = node
+    else:
+        h.start_resource()
     a, b = h.client("A"), h.client("B")
     opts = {"ttl": TTL, "fencing": True, "wait": 30.0}
     assert a.call(op="acquire", h="a1", key="k1", opts=opts)["ok"]
@@ -63,6 +68,7 @@ def test_k1_paused_holder_writes_after_its_ttl(h, mode):
         assert report["lost_updates"] == []
         assert report["resource_rejected"] == 1
         assert report["fence_violations"] == []
+        assert h.resource.client().get("faults:resource:counter:k1") == "1"
 
 
 def test_k2_acquire_replies_held_past_the_ttl_are_no_grant(h):

@@ -46,7 +46,7 @@ def test_k3_clock_jump_on_a_bare_quorum_node_overlaps_and_fencing_rejects_the_st
     # Refused at its read already: B's read raised the highest fence the resource has seen.
     assert stale["read"] is None
     assert report["lost_updates"] == []
-    assert h.resource.client().get("faults:resource:counter") == "1"
+    assert h.resource.client().get("faults:resource:counter:k") == "1"
     assert report["fence_violations"] == []
     assert [f["fault"] for f in h.faults.read()] == ["expire_early"]
 
