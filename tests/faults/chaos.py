@@ -185,7 +185,8 @@ class Chaos:
         self.hub.stop()
 
 
-VIOLATIONS = ("overlaps", "fence_violations", "lost_updates", "non_owner_touch")
+VIOLATIONS = ("overlaps", "fence_violations", "lost_updates", "non_owner_touch",
+              "fork_inherited_held", "client_errors")
 
 
 def violations(report: dict) -> dict:

@@ -229,6 +229,12 @@ def check(history: list[dict], faults: list[dict] | None = None,
         "recovery": {k: {"n": len(v), "median": statistics.median(v), "max": max(v)}
                      for k, v in sorted(recovery.items())},
         "faults": dict(sorted(_count(f["fault"] for f in faults).items())),
+        "forks": sum(1 for ev in history if ev.get("ev") == "fork_done"),
+        # A forked child that saw its parent's lock as held by itself (the package must not).
+        "fork_inherited_held": [ev for ev in history if ev.get("ev") == "fork_inherited_held"],
+        "interrupted": sum(1 for ev in history if ev.get("ev") == "interrupted"),
+        # Exceptions in the client's own code (not lock errors): a harness bug, not a finding.
+        "client_errors": [ev for ev in history if ev.get("ev") == "client_error"],
     }
 
 

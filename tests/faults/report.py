@@ -78,6 +78,9 @@ def render(report: dict, violations: dict, out: Path | None = None) -> str:
         f"| acquire latency p50 / p99 / max (s) | {_f(report['latency']['p50'])} / "
         f"{_f(report['latency']['p99'])} / {_f(report['latency']['max'])} |",
         f"| faults injected | {report['faults']} |",
+        f"| forks / child saw the parent's lock as held | {report['forks']} / {len(report['fork_inherited_held'])} |",
+        f"| calls cancelled by SIGINT | {report['interrupted']} |",
+        f"| harness errors in clients | {len(report['client_errors'])} |",
         "",
         "Time from each fault's end to the next grant (any key, any client):",
         "",
