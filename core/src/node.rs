@@ -15,7 +15,7 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
-use crate::spin::Awaiting;
+use crate::runtime::Awaiting;
 
 /// Why one node did not answer a request usefully.
 #[derive(Debug, Clone)]

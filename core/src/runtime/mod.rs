@@ -22,6 +22,12 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+/// Reply polling for blocking callers: only `block_on` drives it, and only a request's
+/// `Awaiting` feeds it.
+mod spin;
+
+pub(crate) use spin::Awaiting;
+
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
 
@@ -187,7 +193,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     );
     let rt = caller_runtime();
     let _depth = Depth::enter();
-    let out = rt.block_on(crate::spin::polling(future));
+    let out = rt.block_on(spin::polling(future));
     finish_cleanup(&rt);
     out
 }
@@ -200,7 +206,7 @@ fn finish_cleanup(rt: &Runtime) {
         if pending.is_empty() {
             return;
         }
-        rt.block_on(crate::spin::polling(async {
+        rt.block_on(spin::polling(async {
             for task in pending {
                 let _ = task.await;
             }

@@ -142,7 +142,7 @@ pub(crate) struct Awaiting {
 impl Awaiting {
     /// Call as a request is sent.
     pub(crate) fn start() -> Awaiting {
-        if !crate::runtime::driving_locally() || window().is_zero() {
+        if !super::driving_locally() || window().is_zero() {
             return Awaiting { active: false };
         }
         update(|st| st.sent(Instant::now()));
