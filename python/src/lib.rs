@@ -38,9 +38,6 @@ fn _sync_log_level(py: Python<'_>) {
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // False until the core's owner-taking acquire is wired in `manager::acquire_owned`: the
-    // reentrancy tests are expected to fail until then.
-    m.add("_REENTRANT_OWNERS", manager::REENTRANT_OWNERS)?;
     m.add("LOCK_OPTIONS", options::LOCK_OPTIONS.to_vec())?;
     m.add("MANAGER_OPTIONS", options::MANAGER_OPTIONS.to_vec())?;
     m.add_class::<manager::PyManager>()?;

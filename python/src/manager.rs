@@ -55,10 +55,6 @@ pub struct PyManager {
     pid: u32,
 }
 
-/// Whether reentrant acquires re-enter per owner (the test suite's reentrancy tests are
-/// expected to fail while this is false).
-pub(crate) const REENTRANT_OWNERS: bool = true;
-
 /// Set at interpreter exit, before the last locks are released: from then on an acquire
 /// that completes releases its lock at once instead of handing it to a thread that may never
 /// run again (a daemon thread waiting for the lock that exit just released).
