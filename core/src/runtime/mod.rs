@@ -5,9 +5,8 @@
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
-//!   synchronous client does. Handing each request to a worker thread and waking the caller
-//!   back cost 8-12 context switches per acquire + release, which on two CPUs doubled the
-//!   latency and starved other processes (see DESIGN.md, "Blocking callers").
+//!   synchronous client does, instead of handing each request to a worker thread and waking
+//!   the caller back (see DESIGN.md, "Blocking callers", and docs/decisions/).
 //!
 //! A forked child gets fresh runtimes: the parent's worker threads do not exist in the child,
 //! so the inherited runtimes are leaked there, never dropped (dropping would try to join
