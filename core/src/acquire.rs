@@ -865,34 +865,37 @@ async fn ask(
                     Value::Nil
                 });
             }
-            let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
-            let bound_ms = barge_bound_ms(n);
-            let inv = if opts.reentrant {
-                AcquireReentrant {
-                    key,
-                    names: &r.names,
-                    ttl_ms,
-                    field: token,
-                    fence_mode: r.fence_mode,
-                    place,
-                    reentry: r.reentry,
-                    bound_ms,
+            // Built in a block: only the invocation lives across the await.
+            let inv = {
+                let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
+                let bound_ms = barge_bound_ms(n);
+                if opts.reentrant {
+                    AcquireReentrant {
+                        key,
+                        names: &r.names,
+                        ttl_ms,
+                        field: token,
+                        fence_mode: r.fence_mode,
+                        place,
+                        reentry: r.reentry,
+                        bound_ms,
+                    }
+                    .invocation()
+                } else {
+                    Acquire {
+                        key,
+                        names: &r.names,
+                        token,
+                        ttl_ms,
+                        fence_mode: r.fence_mode,
+                        place,
+                        bound_ms,
+                        wake_prefix: &r.wake_prefix,
+                        grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
+                        quiet: r.quiet,
+                    }
+                    .invocation()
                 }
-                .invocation()
-            } else {
-                Acquire {
-                    key,
-                    names: &r.names,
-                    token,
-                    ttl_ms,
-                    fence_mode: r.fence_mode,
-                    place,
-                    bound_ms,
-                    wake_prefix: &r.wake_prefix,
-                    grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
-                    quiet: r.quiet,
-                }
-                .invocation()
             };
             // Boxed: the queue path is off the uncontended hot path, and its future would
             // size every node's request.
