@@ -110,7 +110,7 @@ fn a_holder_that_exits_after_forking_leaves_its_key_to_expire() {
     // SAFETY: a plain pipe, for the grandchild's pid.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let holder = fork(|| {
-        let m = manager(&[url.clone()], watched(Duration::from_secs(1)));
+        let m = manager(std::slice::from_ref(&url), watched(Duration::from_secs(1)));
         let lock = block_on(m.acquire(&key)).expect("holder acquires");
         let grandchild = fork(|| {
             // A child that keeps using the manager (its watchdog runs) long after the holder
