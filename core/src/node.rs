@@ -15,7 +15,7 @@ use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
-use crate::spin::Awaiting;
+use crate::runtime::Awaiting;
 
 /// Why one node did not answer a request usefully.
 #[derive(Debug, Clone)]
@@ -441,7 +441,7 @@ impl Node {
 
     /// Before a request is sent: a voting request is refused while the restart guard holds;
     /// every request counts as a round trip; a blocking caller may poll for its reply (see
-    /// `spin.rs`) until the returned guard is dropped.
+    /// `runtime/spin.rs`) until the returned guard is dropped.
     fn begin_request(&self, voting: bool) -> Result<Awaiting, NodeError> {
         if voting {
             self.guarded()?;
