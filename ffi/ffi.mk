@@ -39,7 +39,7 @@ test-c: redis ffi-lib check-header
 	mkdir -p target/ffi/bin
 	$(CC) $(FFI_CFLAGS) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock $(FFI_PC_FLAGS)
 	$(CC) $(FFI_CFLAGS) ffi/examples/hello_lock.c -o target/ffi/bin/hello_lock $(FFI_PC_FLAGS)
-	ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
+	timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
 	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/hello_lock
 	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=1000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
 	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
@@ -48,8 +48,8 @@ test-c: redis ffi-lib check-header
 test-go: redis ffi-lib
 	cd ffi/go && export PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig && \
 	  go vet ./... && \
-	  ../tests/with-redis.sh go test -count=1 ./... && \
-	  ../tests/with-redis.sh go test -count=1 -race ./...
+	  timeout 900 ../tests/with-redis.sh go test -count=1 ./... && \
+	  timeout 900 ../tests/with-redis.sh go test -count=1 -race ./...
 
 install:
 	$(call ffi_stage,--release,release,$(PREFIX))
