@@ -209,6 +209,7 @@ func TestExclusionBetweenProcesses(t *testing.T) {
 func TestCtxCancelledOnLossBeforeValidityEnds(t *testing.T) {
 	m := manager(t, ferrolock.TTL(1500*time.Millisecond))
 	var deadline, noticed time.Time
+	var bodyErr error
 	err := m.WithLock(context.Background(), key("lost"), func(ctx context.Context, l *ferrolock.Lock) error {
 		pauseMajority(true)
 		defer pauseMajority(false)
@@ -218,13 +219,17 @@ func TestCtxCancelledOnLossBeforeValidityEnds(t *testing.T) {
 		case <-ctx.Done():
 			noticed = time.Now()
 		case <-time.After(20 * time.Second):
-			return errors.New("the body's context was never cancelled")
+			bodyErr = errors.New("the body's context was never cancelled")
+			return nil
 		}
 		if !errors.Is(context.Cause(ctx), ferrolock.ErrLockLost) {
-			return fmt.Errorf("cause %v", context.Cause(ctx))
+			bodyErr = fmt.Errorf("cause %v", context.Cause(ctx))
 		}
 		return nil
 	})
+	if bodyErr != nil {
+		t.Fatal(bodyErr)
+	}
 	if !errors.Is(err, ferrolock.ErrLockLost) {
 		t.Fatalf("WithLock returned %v, want the loss", err)
 	}
