@@ -49,7 +49,8 @@ test-go: redis ffi-lib
 	cd ffi/go && export PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig && \
 	  go vet ./... && \
 	  timeout 900 ../tests/with-redis.sh go test -count=1 ./... && \
-	  timeout 900 ../tests/with-redis.sh go test -count=1 -race ./...
+	  timeout 900 ../tests/with-redis.sh go test -count=1 -race ./... && \
+	  FERROLOCK_TEST_NODES=1 timeout 300 ../tests/with-redis.sh go run ./examples/withlock
 
 install:
 	$(call ffi_stage,--release,release,$(PREFIX))
