@@ -7,6 +7,8 @@
 #   make install PREFIX=/usr/local   a release build into PREFIX/{lib,include,lib/pkgconfig}
 
 FFI_STAGE := $(CURDIR)/target/ffi
+# Where cargo builds (CARGO_TARGET_DIR when set).
+FFI_TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 PREFIX ?= /usr/local
 CC ?= cc
@@ -22,8 +24,8 @@ FFI_PC_FLAGS = $(shell if command -v pkg-config >/dev/null 2>&1; then \
 define ffi_stage
 	$(CARGO) build --locked -p ferrolock-ffi $(1)
 	mkdir -p $(3)/lib/pkgconfig $(3)/include
-	cp target/$(2)/libferrolock_ffi.a $(3)/lib/libferrolock.a
-	cp target/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so
+	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.a $(3)/lib/libferrolock.a
+	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so
 	cp ffi/include/ferrolock.h $(3)/include/ferrolock.h
 	sed -e 's|@PREFIX@|$(3)|' -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
 endef
