@@ -75,7 +75,8 @@ typedef struct ferrolock_lock ferrolock_lock;
 typedef struct ferrolock_manager ferrolock_manager;
 
 // Options for a manager (every option) or for one acquire (lock options only: it starts from
-// the manager's defaults and changes what was set here).
+// the manager's defaults and changes what was set here). Not to be set from two threads at
+// once; once set, it may be read by many calls at once.
 typedef struct ferrolock_options ferrolock_options;
 
 // Called once when an acquisition is done (acquired, failed or cancelled), on a library

@@ -133,13 +133,10 @@ impl Pending {
             cancel: Cancel::default(),
             done: CallbackSlot::new(done),
         });
-        let task = pending.clone();
+        let task = Completes(pending.clone());
         ferrolock::runtime::runtime().spawn(async move {
-            let out = cancellable("acquire", Some(&task.cancel), request.run()).await;
-            *task.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done(out);
-            // The caller's callback may block (or call back in): not on a runtime worker.
-            let slot = task.clone();
-            drop(tokio::task::spawn_blocking(move || slot.done.fire(())));
+            let out = cancellable("acquire", Some(&task.0.cancel), request.run()).await;
+            task.complete(out);
         });
         pending
     }
@@ -165,6 +162,39 @@ impl Pending {
         self.cancel.trigger();
         self.done.disarm();
         drop(self.take());
+    }
+}
+
+/// Completes a `Pending` exactly once: with the acquire's outcome, or, if the task panicked or
+/// was dropped (the runtime shutting down), with an error, so that a caller waiting for `done`
+/// is never left waiting forever.
+struct Completes(Arc<Pending>);
+
+impl Completes {
+    fn complete(&self, out: Result<Lock, Failure>) {
+        *self.0.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Outcome::Done(out);
+        // The caller's callback may block (or call back in): not on a runtime worker.
+        let pending = self.0.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            drop(handle.spawn_blocking(move || pending.done.fire(())));
+        } else {
+            pending.done.fire(());
+        }
+    }
+}
+
+impl Drop for Completes {
+    fn drop(&mut self) {
+        let waiting = matches!(
+            *self.0.outcome.lock().unwrap_or_else(|p| p.into_inner()),
+            Outcome::Waiting
+        );
+        if waiting {
+            self.complete(Err(Failure::new(
+                crate::status::FERROLOCK_ERR_PANIC,
+                "ferrolock bug: the acquire task ended without an outcome (a panic, or the runtime shut down)",
+            )));
+        }
     }
 }
 

@@ -16,7 +16,8 @@ pub const FERROLOCK_WAIT_FOREVER: u64 = u64::MAX;
 pub const FERROLOCK_TRY_ONCE: u64 = 0;
 
 /// Options for a manager (every option) or for one acquire (lock options only: it starts from
-/// the manager's defaults and changes what was set here).
+/// the manager's defaults and changes what was set here). Not to be set from two threads at
+/// once; once set, it may be read by many calls at once.
 pub struct ferrolock_options {
     /// Every successful set, in order, replayed over a manager's defaults for an acquire.
     sets: Vec<(String, OptionValue, String)>,
