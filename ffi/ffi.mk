@@ -43,7 +43,7 @@ test-c: redis ffi-lib check-header
 	$(CC) $(FFI_CFLAGS) ffi/examples/hello_lock.c -o target/ffi/bin/hello_lock $(FFI_PC_FLAGS)
 	timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
 	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/hello_lock
-	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=1000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
+	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=3000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
 	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
 	  target/ffi/bin/test_ferrolock --only acquire_release,completion_acquire,cancel_blocked_acquire,bad_inputs
 

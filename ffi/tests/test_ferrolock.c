@@ -144,7 +144,7 @@ static void pause_majority(int on) {
 /* ---- tests ---- */
 
 static void test_acquire_release(void) {
-  ferrolock_options *o = options_ms("ttl", (uint64_t)5000, NULL);
+  ferrolock_options *o = options_ms("ttl", (uint64_t)30000, NULL);
   EXPECT(ferrolock_options_set_bool(o, "fencing", true, &err), FERROLOCK_OK, NULL);
   ferrolock_manager *m = manager_with(o);
   const char *key = fresh_key("basic");
@@ -154,7 +154,7 @@ static void test_acquire_release(void) {
   CHECK(strcmp(ferrolock_lock_key(lock), key) == 0);
   CHECK(strlen(ferrolock_lock_token(lock)) >= 32, "token %s", ferrolock_lock_token(lock));
   uint64_t v = ferrolock_lock_validity_ms(lock);
-  CHECK(v > 0 && v <= 5000, "validity %llu", (unsigned long long)v);
+  CHECK(v > 0 && v <= 30000, "validity %llu", (unsigned long long)v);
   CHECK(ferrolock_lock_is_held(lock) && !ferrolock_lock_is_lost(lock));
   EXPECT(ferrolock_lock_check(lock, &err), FERROLOCK_OK, NULL);
   uint64_t fence1 = 0;
