@@ -62,6 +62,8 @@ install:
 ## harness with ASan. FUZZ_SECONDS=600 by default. Separate from `make test`.
 FUZZ_SECONDS ?= 600
 FUZZ_TARGET := $(CURDIR)/target/fuzz
+# An explicit --target, so that RUSTFLAGS reach the library and not the build scripts.
+FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
 FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=3 \
 	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 	-Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions -Coverflow-checks
@@ -70,9 +72,9 @@ FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=3
 fuzz:
 	@command -v clang >/dev/null 2>&1 || { echo "installing clang (libFuzzer)" >&2; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
-	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=$(FUZZ_TARGET) $(CARGO) build --locked -p ferrolock-ffi --release
+	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=$(FUZZ_TARGET) $(CARGO) build --locked -p ferrolock-ffi --release --target $(FUZZ_TRIPLE)
 	mkdir -p target/ffi/bin target/fuzz/corpus
 	clang -g -O1 -fsanitize=fuzzer,address -Iffi/include ffi/fuzz/fuzz_entry.c \
-	  $(FUZZ_TARGET)/release/libferrolock_ffi.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o target/ffi/bin/fuzz_entry
+	  $(FUZZ_TARGET)/$(FUZZ_TRIPLE)/release/libferrolock_ffi.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o target/ffi/bin/fuzz_entry
 	ASAN_OPTIONS=detect_leaks=1 target/ffi/bin/fuzz_entry -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
 	  -artifact_prefix=target/fuzz/ target/fuzz/corpus ffi/fuzz/corpus
