@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python fmt
+.PHONY: test demo bench redis lint test-rust test-python test-node fmt
 
 include ffi/ffi.mk
 
@@ -10,7 +10,7 @@ redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust test-python test-c test-go
+test: redis lint test-rust test-python test-node test-c test-go
 
 lint:
 	$(CARGO) fmt --all --check
@@ -22,6 +22,13 @@ test-rust: redis
 ## The Python package: built into .venv, stubs checked, pytest against real redis-servers.
 test-python: redis
 	python/test.sh
+
+## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
+## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
+## against real redis-servers.
+test-node: redis
+	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
+	cd node && npm test
 
 ## Several `ferrolock run` processes contending for one key, on a redis-server of its own.
 demo: redis

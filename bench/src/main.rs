@@ -12,6 +12,7 @@ mod affinity;
 mod clock;
 mod contention;
 mod machine;
+mod polling;
 mod report;
 mod stats;
 mod uncontended;
@@ -46,6 +47,12 @@ const SCENARIOS: &[Scenario] = &[
         run: uncontended::run,
     },
     Scenario {
+        name: "polling",
+        what: "sleeps per blocking acquire+release with reply polling on vs off (FERROLOCK_SPIN_US=0)",
+        nodes: &[1],
+        run: polling::run,
+    },
+    Scenario {
         name: "watchdog",
         what: "CPU and round trips of the watchdog renewing 10,000 held locks (issue 4)",
         nodes: &[1, 3],
@@ -53,8 +60,9 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "contention",
-        what: "4 processes on one key: sections/s, waits, hand-off latency, exclusion (issue 5)",
-        nodes: &[1, 5],
+        what: "4 processes on one key: sections/s, waits, hand-off latency, exclusion (issue 5); \
+               with 3 nodes also one paused (issue 13)",
+        nodes: &[1, 3, 5],
         run: contention::run,
     },
 ];
@@ -75,7 +83,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,watchdog,contention"
+        default_value = "uncontended,polling,watchdog,contention"
     )]
     scenario: Vec<String>,
     /// Placements: `pinned` (client and servers on one CPU), `split` (client on --cpu, servers
@@ -85,11 +93,11 @@ struct Args {
     /// The CPU of the pinned pass.
     #[arg(long, default_value_t = 0)]
     cpu: usize,
-    /// Node counts (comma separated); default per scenario: uncontended 1,5, watchdog 1,3,
-    /// contention 1,5.
+    /// Node counts (comma separated); default per scenario: uncontended 1,5, polling 1,
+    /// watchdog 1,3, contention 1,3,5 (3 also with one node paused).
     #[arg(long, value_delimiter = ',')]
     nodes: Vec<usize>,
-    /// Timed runs per implementation and configuration (uncontended).
+    /// Timed runs per implementation and configuration (uncontended; polling: per mode).
     #[arg(long, default_value_t = 5)]
     runs: usize,
     /// Operations per run (default: per scenario and node count).
@@ -152,6 +160,11 @@ impl Ctx {
         self.only.is_empty() || self.only.iter().any(|o| o == name)
     }
 
+    /// Server `i` (0-based), e.g. to pause it.
+    pub fn server(&self, i: usize) -> &ferrolock_testbed::RedisServer {
+        &self.servers.servers[i]
+    }
+
     pub fn server_pids(&self) -> Vec<u32> {
         self.servers.servers.iter().map(|s| s.pid()).collect()
     }
@@ -182,6 +195,9 @@ fn real_main() -> BoxResult<()> {
     let argv: Vec<String> = std::env::args().collect();
     if argv.get(1).map(String::as_str) == Some(contention::WORKER_ARG) {
         return contention::worker(&argv[2..]);
+    }
+    if argv.get(1).map(String::as_str) == Some(polling::WORKER_ARG) {
+        return polling::worker(&argv[2..]);
     }
     let args = Args::parse();
     if args.scenario.iter().any(|s| s == "list") {

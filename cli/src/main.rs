@@ -2,6 +2,8 @@
 //!
 //! This file only parses arguments and maps outcomes to exit codes; `run.rs` does the work.
 
+mod child;
+mod inspect;
 mod run;
 
 use std::process::ExitCode;
@@ -17,6 +19,9 @@ mod exit {
     pub const UNAVAILABLE: u8 = 69;
     /// A failure that should not happen (a bug, or the OS refusing a runtime or signal handler).
     pub const SOFTWARE: u8 = 70;
+    /// The lock was lost while the child ran, and the child was stopped (EX_SOFTWARE's number:
+    /// the job did not complete under the lock, which no child status may hide).
+    pub const LOST: u8 = 70;
     /// The lock was not acquired within `--wait`.
     pub const TEMPFAIL: u8 = 75;
     /// The command exists but could not be executed (shell convention).
@@ -42,6 +47,10 @@ struct Cli {
 enum Command {
     /// Run COMMAND while holding the lock KEY, then release it and exit with COMMAND's status.
     Run(run::RunArgs),
+    /// Show who holds KEY on each node: type, holder, hold counts, ttl, fence, waiters.
+    Inspect(inspect::InspectArgs),
+    /// List keys that look like locks (ferrolock, redis-py, Redisson), flagging leaked ones.
+    Scan(inspect::ScanArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +60,8 @@ fn main() -> ExitCode {
     };
     let code = match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Inspect(args) => inspect::inspect(args),
+        Command::Scan(args) => inspect::scan(args),
     };
     ExitCode::from(code)
 }

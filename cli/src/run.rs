@@ -3,9 +3,11 @@
 use std::ffi::OsString;
 use std::io;
 use std::process::ExitStatus;
+
+use crate::child;
 use std::time::Duration;
 
-use ferrolock::{Error, ErrorKind, Lock, LockManager, LockOptions, ManagerOptions};
+use ferrolock::{Error, ErrorKind, Lock, LockManager, ManagerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
@@ -13,34 +15,43 @@ use crate::exit;
 
 const AFTER_HELP: &str = "\
 Durations are a number and a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is refused
-(seconds or milliseconds?), except 0 for --wait.
+(seconds or milliseconds?), except 0 for --wait and --restart-guard.
 
-The child sees FERROLOCK_KEY (the key) and FERROLOCK_TOKEN (the random value stored at the
-key while it holds the lock).
+The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored at the key
+while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
+to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
+FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
+nodes, a tab, the key). A nested `ferrolock run` on a key an enclosing one holds on the same
+nodes fails at once (exit 64) instead of waiting for itself.
 
-No renewal: the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) from the
-moment it was acquired. If COMMAND is still running when that validity ends, ferrolock
-prints a warning on stderr at that moment: another process may then acquire the lock while
-COMMAND keeps running. Pick a --ttl comfortably longer than COMMAND can take.
+Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
+(the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
+and everything in its process group get SIGTERM before the lock's validity ends, then
+SIGKILL after --grace, and ferrolock exits 70 whatever COMMAND's status. With
+--no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) and
+ferrolock only warns on stderr when that validity ends while COMMAND still runs.
 
-Signals: SIGINT and SIGTERM sent to ferrolock are forwarded to COMMAND; ferrolock keeps
-running until COMMAND exits and then releases the lock. COMMAND stays in ferrolock's
-process group, so Ctrl-C in a terminal already reaches COMMAND directly; while ferrolock is
-the terminal's foreground job it therefore does not forward SIGINT (a second SIGINT makes
-many programs abandon their cleanup). To interrupt such a job from elsewhere, send SIGTERM.
-A signal that arrives while ferrolock is still waiting for the lock ends the wait, and
-COMMAND never runs.
+COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is killed too
+(SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
+are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
+foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
+directly. ferrolock releases the lock once COMMAND has exited. A signal that arrives while
+ferrolock is still waiting for the lock ends the wait, and COMMAND never runs.
 
 Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
   64      bad usage or bad input (the message names the bad value)
   69      no quorum of nodes reachable, or Redis refused the commands
+  70      the lock was lost while COMMAND ran (COMMAND was stopped)
   75      the lock was not acquired within --wait
   126     COMMAND could not be executed (the lock is released)
   127     COMMAND was not found (the lock is released)
   128+N   ferrolock got signal N while still waiting for the lock
 COMMAND's own status can collide with these (a COMMAND that exits 75 looks like a timeout);
 when ferrolock itself fails it always prints a \"ferrolock: ...\" line on stderr.";
+
+/// How long a child stopped for a lost lock has between SIGTERM and SIGKILL, by default.
+const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 #[derive(clap::Args)]
 #[command(after_long_help = AFTER_HELP)]
@@ -52,16 +63,73 @@ pub struct RunArgs {
     #[arg(long, value_name = "URLS")]
     nodes: Option<String>,
 
-    /// Lease on each node; not renewed while COMMAND runs [default: 10s]
+    /// Lease on each node, renewed every ttl/3 while COMMAND runs [default: 10s]
     // Hyphen values reach our parser, so `--ttl -1s` is named as a bad duration rather than
     // reported as an unknown flag `-1`.
-    #[arg(long, value_name = "DURATION", value_parser = parse_ttl, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
     ttl: Option<Duration>,
 
     /// Give up after this long if the lock is held elsewhere; 0 tries once
     /// [default: wait until acquired]
-    #[arg(long, value_name = "DURATION", value_parser = parse_wait, allow_hyphen_values = true)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_or_zero, allow_hyphen_values = true)]
     wait: Option<Duration>,
+
+    /// Mean pause between attempts while waiting, jittered ±50% [default: 100ms]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
+    retry_delay: Option<Duration>,
+
+    /// Per node, per request [default: min(200ms, ttl/10)]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
+    node_timeout: Option<Duration>,
+
+    /// Clock drift allowance: drift = ttl × factor + 2ms [default: 0.01]
+    #[arg(long, value_name = "FACTOR", allow_hyphen_values = true)]
+    drift_factor: Option<String>,
+
+    /// Stop renewing (and stop COMMAND as for a lost lock) after this long [default: none]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
+    max_hold: Option<Duration>,
+
+    /// Cap on extensions (none are made by `run`; kept for the options table) [default: none]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    max_extensions: Option<String>,
+
+    /// Do not renew: the lock lasts --ttl, and ferrolock warns when it ends while COMMAND runs
+    #[arg(long)]
+    no_watchdog: bool,
+
+    /// Take a Redisson-compatible (hash) lock instead of a plain one
+    #[arg(long)]
+    reentrant: bool,
+
+    /// Fence the grant and export its token as FERROLOCK_FENCE
+    #[arg(long, visible_alias = "fence")]
+    fencing: bool,
+
+    /// Window after a node's (re)start in which its vote does not count; 0 = off
+    /// [default: ttl with 3 nodes or more, else off]
+    #[arg(long, value_name = "DURATION", value_parser = parse_or_zero, allow_hyphen_values = true)]
+    restart_guard: Option<Duration>,
+
+    /// CA file for rediss:// nodes [default: $FERROLOCK_TLS_CA, else the system roots]
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<String>,
+
+    /// Between SIGTERM and SIGKILL when the lock is lost [default: 10s]
+    #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
+    grace: Option<Duration>,
+
+    /// Print nothing but errors (no warnings)
+    #[arg(long, short, conflicts_with = "verbose")]
+    quiet: bool,
+
+    /// Say what happens: acquired, renewed, released (on stderr)
+    #[arg(long, short)]
+    verbose: bool,
+
+    /// At exit, print this process's lock metrics (Prometheus text format) on stderr
+    #[arg(long)]
+    stats: bool,
 
     /// The lock's name: the Redis key that holds it
     #[arg(value_parser = parse_key)]
@@ -78,19 +146,19 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-fn parse_ttl(text: &str) -> Result<Duration, Error> {
+fn parse_positive(text: &str) -> Result<Duration, Error> {
     let d = ferrolock::parse_duration(text)?;
     if d.is_zero() {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
-            "the ttl must be greater than zero",
+            "must be greater than zero",
         ));
     }
     Ok(d)
 }
 
 /// A bare `0` is the one number without a unit that cannot be misread.
-fn parse_wait(text: &str) -> Result<Duration, Error> {
+fn parse_or_zero(text: &str) -> Result<Duration, Error> {
     if text.trim() == "0" {
         return Ok(Duration::ZERO);
     }
@@ -117,7 +185,12 @@ pub fn main(args: RunArgs) -> u8 {
             );
         }
     };
-    runtime.block_on(run(args))
+    let stats = args.stats;
+    let code = runtime.block_on(run(args));
+    if stats {
+        eprint!("{}", ferrolock::metrics::prometheus_text());
+    }
+    code
 }
 
 fn fail(code: u8, message: std::fmt::Arguments<'_>) -> u8 {
@@ -138,6 +211,7 @@ fn fail_with(e: &Error) -> u8 {
 struct Signals {
     int: Signal,
     term: Signal,
+    hup: Signal,
 }
 
 impl Signals {
@@ -145,35 +219,106 @@ impl Signals {
         Ok(Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
+            hup: signal(SignalKind::hangup())?,
         })
     }
 
-    /// The next SIGINT or SIGTERM. tokio keeps delivering after a `recv` completes, so this can
-    /// be called again and again (a second Ctrl-C is forwarded too).
+    /// The next SIGINT, SIGTERM or SIGHUP. tokio keeps delivering after a `recv` completes, so
+    /// this can be called again and again (a second Ctrl-C is forwarded too).
     async fn next(&mut self) -> libc::c_int {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
+            _ = self.hup.recv() => libc::SIGHUP,
         }
     }
 }
 
-async fn run(args: RunArgs) -> u8 {
-    let mut opts = LockOptions::default().wait(args.wait).watchdog(false);
-    if let Some(ttl) = args.ttl {
-        opts = opts.ttl(ttl);
+/// The options from the flags, set through the core's options table (so every value is
+/// checked, and named in the error, as in every other binding).
+fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
+    use ferrolock::OptionValue as V;
+    let mut o = ManagerOptions::new();
+    let nodes = args.nodes.as_deref().map(ferrolock::split_nodes);
+    o.set(
+        "nodes",
+        nodes.map_or(V::None, V::List),
+        args.nodes.as_deref().unwrap_or(""),
+    )?;
+    let durations = [
+        ("ttl", args.ttl),
+        ("retry_delay", args.retry_delay),
+        ("node_timeout", args.node_timeout),
+        ("max_hold", args.max_hold),
+    ];
+    for (name, value) in durations {
+        if let Some(d) = value {
+            o.set(name, V::Duration(d), &format!("{d:?}"))?;
+        }
     }
-    let nodes = args
-        .nodes
-        .as_deref()
-        .map(ferrolock::split_nodes)
-        .unwrap_or_default();
-    // Built inside the runtime, so the manager spawns its background work (a release
-    // whose caller went away) on this runtime rather than starting one of its own.
-    let manager = match LockManager::new(ManagerOptions::new().nodes(nodes).lock(opts.clone())) {
+    // `None` is a value of these (block until acquired; the default guard).
+    o.set("wait", args.wait.map_or(V::None, V::Duration), "")?;
+    if let Some(g) = args.restart_guard {
+        o.set("restart_guard", V::Duration(g), &format!("{g:?}"))?;
+    }
+    if let Some(text) = &args.drift_factor {
+        let f = text.trim().parse().map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("--drift-factor {text:?}: not a number"),
+            )
+        })?;
+        o.set("drift_factor", V::Number(f), text)?;
+    }
+    if let Some(text) = &args.max_extensions {
+        let n = text.trim().parse().map_err(|_| {
+            Error::new(
+                ErrorKind::InvalidArgument,
+                format!("--max-extensions {text:?}: not a non-negative integer"),
+            )
+        })?;
+        o.set("max_extensions", V::Count(n), text)?;
+    }
+    o.set("watchdog", V::Bool(!args.no_watchdog), "")?;
+    o.set("reentrant", V::Bool(args.reentrant), "")?;
+    o.set("fencing", V::Bool(args.fencing), "")?;
+    if let Some(path) = &args.tls_ca {
+        o.set("tls_ca", V::Text(path.clone()), path)?;
+    }
+    o.lock.validate()?;
+    Ok(o)
+}
+
+/// The `FERROLOCK_HELD` line of a lock: the node list (passwords redacted), a tab, the key.
+fn held_entry(manager: &LockManager, key: &str) -> String {
+    format!("{}\t{key}", manager.node_names().join(","))
+}
+
+async fn run(args: RunArgs) -> u8 {
+    let options = match manager_options(&args) {
+        Ok(o) => o,
+        Err(e) => return fail_with(&e),
+    };
+    let opts = options.lock.clone();
+    // Built inside the runtime, so the manager spawns its background work (the watchdog, a
+    // release whose caller went away) on this runtime rather than starting one of its own.
+    let manager = match LockManager::new(options) {
         Ok(m) => m,
         Err(e) => return fail_with(&e),
     };
+    let held_here = held_entry(&manager, &args.key);
+    let enclosing = std::env::var("FERROLOCK_HELD").unwrap_or_default();
+    if enclosing.lines().any(|l| l == held_here) {
+        return fail(
+            exit::USAGE,
+            format_args!(
+                "lock {:?} on {} is already held by an enclosing `ferrolock run`: waiting for \
+                 it would wait for ourselves",
+                args.key,
+                manager.node_names().join(",")
+            ),
+        );
+    }
     // Before acquiring: a Ctrl-C during a long wait must not kill us by the default action,
     // which would skip the cleanup of a half-taken Redlock.
     let mut signals = match Signals::install() {
@@ -207,32 +352,65 @@ async fn run(args: RunArgs) -> u8 {
             );
         }
     };
+    if args.verbose {
+        eprintln!(
+            "ferrolock: acquired lock {:?} (validity {:?}{})",
+            args.key,
+            lock.validity(),
+            lock.fence()
+                .map(|f| format!(", fence {f}"))
+                .unwrap_or_default()
+        );
+    }
 
-    let code = supervise(&args, &lock, &mut signals).await;
+    let mut held = enclosing;
+    if !held.is_empty() && !held.ends_with('\n') {
+        held.push('\n');
+    }
+    held.push_str(&held_here);
+    let mut env = vec![
+        ("FERROLOCK_KEY", args.key.clone()),
+        ("FERROLOCK_TOKEN", lock.token().to_string()),
+        ("FERROLOCK_HELD", held),
+    ];
+    if let Some(nodes) = &args.nodes {
+        env.push(("FERROLOCK_NODES", nodes.clone()));
+    }
+    if let Some(fence) = lock.fence() {
+        env.push(("FERROLOCK_FENCE", fence.to_string()));
+    }
+    let code = supervise(&args, &lock, &env, &mut signals).await;
     match lock.release().await {
-        Ok(true) => {}
-        // The validity warning (if it fired) already said so; this covers a key deleted or
-        // overwritten behind our back before the deadline.
-        Ok(false) if Instant::now() >= lock.deadline() => {}
-        Ok(false) => eprintln!(
+        Ok(true) => {
+            if args.verbose {
+                eprintln!("ferrolock: released lock {:?}", args.key);
+            }
+        }
+        // A loss was reported when it happened (and the validity warning, if it fired).
+        Ok(false) if code == exit::LOST || Instant::now() >= lock.deadline() => {}
+        Ok(false) if !args.quiet => eprintln!(
             "ferrolock: warning: lock {:?} was no longer ours at release: it was deleted or taken over while {} ran",
             args.key,
             program(&args)
         ),
-        Err(e) => eprintln!("ferrolock: warning: {e} [{}]", e.kind().code()),
+        Ok(false) => {}
+        Err(e) if !args.quiet || e.kind() != ErrorKind::NotHeld => {
+            eprintln!("ferrolock: warning: {e} [{}]", e.kind().code())
+        }
+        Err(_) => {}
     }
     code
 }
 
-/// Runs the child to completion while forwarding signals and watching the deadline. Returns
-/// the exit code to pass on.
-async fn supervise(args: &RunArgs, lock: &Lock, signals: &mut Signals) -> u8 {
-    let mut child = match tokio::process::Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("FERROLOCK_KEY", &args.key)
-        .env("FERROLOCK_TOKEN", lock.token())
-        .spawn()
-    {
+/// Runs the child to completion while forwarding signals and watching the lock. Returns the
+/// exit code to pass on: the child's, or `LOST` when the lock was lost while it ran.
+async fn supervise(
+    args: &RunArgs,
+    lock: &Lock,
+    env: &[(&str, String)],
+    signals: &mut Signals,
+) -> u8 {
+    let mut child = match child::spawn(&args.command, env) {
         Ok(child) => child,
         Err(e) => {
             let code = if e.kind() == io::ErrorKind::NotFound {
@@ -243,27 +421,55 @@ async fn supervise(args: &RunArgs, lock: &Lock, signals: &mut Signals) -> u8 {
             return fail(code, format_args!("cannot run {}: {e}", program(args)));
         }
     };
-    // Taken now: once `wait` has reaped the child the pid may be reused, and we never signal
-    // after that (the loop ends with the reap).
-    let pid = child.id().map(|p| p as libc::pid_t);
+    let watchdog = !args.no_watchdog;
+    // Without the watchdog (and no max_hold) nothing renews: the deadline warning below is
+    // all there is, and nobody listens for an `Expiring` loss.
+    let mut lost = (watchdog || args.max_hold.is_some()).then(|| Box::pin(lock.lost()));
     let deadline = lock.deadline();
+    let grace = args.grace.unwrap_or(DEFAULT_GRACE);
     let mut warned = false;
+    let mut loss: Option<String> = None;
+    let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
-            sig = signals.next() => forward(sig, pid),
-            _ = tokio::time::sleep_until(deadline), if !warned => {
-                warned = true;
+            status = child.process.wait() => break status,
+            sig = signals.next() => forward(sig, &child),
+            reason = async { lost.as_mut().expect("guarded").await }, if lost.is_some() => {
+                lost = None; // resolves once
+                // `None`: released, which only we do, after the child is gone.
+                let Some(reason) = reason else { continue };
                 eprintln!(
-                    "ferrolock: warning: lock {:?} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, no renewal)",
-                    args.key,
+                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
                     program(args),
-                    pid.unwrap_or(0),
-                    lock.options().ttl,
+                    child.pgid
                 );
+                child.signal_group(libc::SIGTERM);
+                loss = Some(reason.to_string());
+                kill_at = Some(Instant::now() + grace);
+            }
+            _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
+                kill_at = None;
+                child.signal_group(libc::SIGKILL);
+            }
+            _ = tokio::time::sleep_until(deadline), if !watchdog && !warned => {
+                warned = true;
+                if !args.quiet {
+                    eprintln!(
+                        "ferrolock: warning: lock {:?} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, --no-watchdog)",
+                        args.key,
+                        program(args),
+                        child.pgid,
+                        lock.ttl(),
+                    );
+                }
             }
         }
     };
+    child.restore_terminal();
+    if loss.is_some() {
+        // The child's own status would hide that it ran (and was stopped) without the lock.
+        return exit::LOST;
+    }
     match status {
         Ok(status) => exit_code(status),
         Err(e) => fail(
@@ -273,33 +479,14 @@ async fn supervise(args: &RunArgs, lock: &Lock, signals: &mut Signals) -> u8 {
     }
 }
 
-fn forward(sig: libc::c_int, pid: Option<libc::pid_t>) {
-    if sig == libc::SIGINT && foreground_of_terminal() {
+/// Passes a signal sent to us on to the child's process group. While we are the terminal's
+/// foreground job, a SIGINT came from the terminal, which delivered it to the child's group
+/// as well (it has the foreground): not forwarded again.
+fn forward(sig: libc::c_int, child: &child::Child) {
+    if sig == libc::SIGINT && child::foreground_of_terminal() {
         return;
     }
-    if let Some(pid) = pid {
-        // SAFETY: plain syscall on our own unreaped child, so the pid cannot have been reused.
-        unsafe { libc::kill(pid, sig) };
-    }
-}
-
-/// True when our process group is the foreground job of our controlling terminal: then a
-/// terminal-generated SIGINT went to the whole group, the child included. A SIGINT sent with
-/// kill(1) to such a job is not forwarded either; nothing in the signal tells them apart.
-fn foreground_of_terminal() -> bool {
-    // SAFETY: open/tcgetpgrp/close on a descriptor we own; getpgrp cannot fail.
-    unsafe {
-        let fd = libc::open(
-            c"/dev/tty".as_ptr(),
-            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            return false;
-        }
-        let foreground = libc::tcgetpgrp(fd);
-        libc::close(fd);
-        foreground == libc::getpgrp()
-    }
+    child.signal_group(sig);
 }
 
 fn exit_code(status: ExitStatus) -> u8 {
@@ -319,6 +506,7 @@ fn signal_name(sig: libc::c_int) -> &'static str {
     match sig {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
         _ => "a signal",
     }
 }

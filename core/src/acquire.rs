@@ -17,6 +17,7 @@
 //! Dropping a waiting acquire drops its `Ticket`, which leaves the queue.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +58,26 @@ impl LockManager {
     ) -> Result<Lock> {
         check_key(key)?;
         opts.validate()?;
+        let stats = crate::metrics::stats(key);
+        let started = Instant::now();
+        let result = self.acquire_loop(key, owner, opts, &stats).await;
+        match &result {
+            Ok(_) => {
+                stats.grants.fetch_add(1, Ordering::Relaxed);
+                stats.wait.observe(started.elapsed());
+            }
+            Err(e) => stats.failed(e.kind().code()),
+        }
+        result
+    }
+
+    async fn acquire_loop(
+        &self,
+        key: &str,
+        owner: Option<u64>,
+        opts: &LockOptions,
+        stats: &Arc<crate::metrics::Stats>,
+    ) -> Result<Lock> {
         let shared = &self.shared;
         let n = shared.nodes.len();
         let started = Instant::now();
@@ -84,6 +105,7 @@ impl LockManager {
             let seen = head.map(Ticket::epochs);
 
             let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
+            stats.attempts.fetch_add(1, Ordering::Relaxed);
             let (mut outcome, req) = run_attempt(shared, req).await?;
             let first_looping = *first_looping.get_or_insert(outcome.looping);
             if outcome.won {
@@ -111,6 +133,10 @@ impl LockManager {
                     Ok(r) => (r.key, r.token),
                     Err(r) => (r.key.clone(), r.token.clone()),
                 };
+                if ticket.is_some() {
+                    // Granted after waiting for a release.
+                    stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                }
                 return Ok(Lock::new(
                     shared.clone(),
                     key,
@@ -120,6 +146,7 @@ impl LockManager {
                     outcome.started,
                     fence,
                     plan.holder,
+                    stats.clone(),
                 ));
             }
             // A failed attempt has been undone already (in the background where a node had not

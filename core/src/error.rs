@@ -1,6 +1,8 @@
-//! One error type with a fixed set of kinds. Every binding maps `ErrorKind` once
-//! (Python exception classes, JS `err.code`, C status codes), so adding a kind is a
-//! deliberate, visible change everywhere.
+//! One error type with a fixed set of kinds: the error table every binding derives from.
+//! Each kind has a stable string code (Python's `.code`, JavaScript's `err.code`, the suffix
+//! of C's `FERROLOCK_ERR_*`) and a stable number (C's status value, Go's error values).
+//! Adding a kind is a deliberate, visible change everywhere; a kind's code and number never
+//! change once released, and a retired number is never reused.
 
 use std::fmt;
 
@@ -22,6 +24,50 @@ pub enum ErrorKind {
     QuorumUnreachable,
     /// Redis answered with an error that is none of the above (ACL denial, OOM, ...).
     Redis,
+    /// The caller cancelled the call (a `host::Cancel` fired, or the binding's own way of
+    /// interrupting: a signal, an asyncio cancellation, an AbortSignal, a Go context). An
+    /// acquire cancelled this way left no key behind; a release still completed; an extend
+    /// left the old deadline. Bindings map it to their own cancellation: Python's
+    /// `KeyboardInterrupt` (a blocking call interrupted by a signal) or
+    /// `asyncio.CancelledError`, JavaScript's `AbortError`, Go's `ctx.Err()`.
+    Cancelled,
+}
+
+impl ErrorKind {
+    /// Every kind, in the order of their numbers.
+    pub const ALL: [ErrorKind; 7] = [
+        ErrorKind::InvalidArgument,
+        ErrorKind::NotAcquired,
+        ErrorKind::NotHeld,
+        ErrorKind::LockLost,
+        ErrorKind::QuorumUnreachable,
+        ErrorKind::Redis,
+        ErrorKind::Cancelled,
+    ];
+
+    /// A stable number, never 0 (left for C's `FERROLOCK_OK`) and never reused: C's status
+    /// values and Go's error values derive from it.
+    pub fn number(self) -> u32 {
+        match self {
+            ErrorKind::InvalidArgument => 1,
+            ErrorKind::NotAcquired => 2,
+            ErrorKind::NotHeld => 3,
+            ErrorKind::LockLost => 4,
+            ErrorKind::QuorumUnreachable => 5,
+            ErrorKind::Redis => 6,
+            ErrorKind::Cancelled => 7,
+        }
+    }
+
+    /// The kind with this number, if any.
+    pub fn from_number(number: u32) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.number() == number)
+    }
+
+    /// The kind with this code, if any.
+    pub fn from_code(code: &str) -> Option<ErrorKind> {
+        ErrorKind::ALL.into_iter().find(|k| k.code() == code)
+    }
 }
 
 impl ErrorKind {
@@ -34,6 +80,7 @@ impl ErrorKind {
             ErrorKind::LockLost => "LOCK_LOST",
             ErrorKind::QuorumUnreachable => "QUORUM_UNREACHABLE",
             ErrorKind::Redis => "REDIS_ERROR",
+            ErrorKind::Cancelled => "CANCELLED",
         }
     }
 }
@@ -81,3 +128,23 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_and_numbers_are_unique_and_round_trip() {
+        for (i, kind) in ErrorKind::ALL.into_iter().enumerate() {
+            assert_eq!(
+                kind.number() as usize,
+                i + 1,
+                "{kind}: numbers follow ALL's order"
+            );
+            assert_eq!(ErrorKind::from_number(kind.number()), Some(kind));
+            assert_eq!(ErrorKind::from_code(kind.code()), Some(kind));
+        }
+        assert_eq!(ErrorKind::from_number(0), None);
+        assert_eq!(ErrorKind::Cancelled.code(), "CANCELLED");
+    }
+}

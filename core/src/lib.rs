@@ -34,8 +34,10 @@
 mod acquire;
 mod error;
 mod hooks;
+pub mod host;
 mod lock;
 mod manager;
+pub mod metrics;
 mod node;
 mod options;
 mod owner;

@@ -58,6 +58,19 @@ pub enum LossReason {
     },
 }
 
+impl LossReason {
+    /// A stable snake_case name of the reason (the metrics' `reason` label).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LossReason::TokenGone { .. } => "token_gone",
+            LossReason::QuorumUnreachable { .. } => "quorum_unreachable",
+            LossReason::RenewalTooSlow { .. } => "renewal_too_slow",
+            LossReason::MaxHold { .. } => "max_hold",
+            LossReason::Expiring { .. } => "expiring",
+        }
+    }
+}
+
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -132,6 +145,8 @@ pub(crate) struct LockInner {
     pub acquired_at: Instant,
     /// Reentrant locks: the owner and the owner id in the hash field.
     pub holder: Option<Holder>,
+    /// The metrics of the key's prefix (`metrics.rs`), looked up once, at the grant.
+    pub stats: Arc<crate::metrics::Stats>,
     /// Only the process that acquired the lock may release it: a forked child inherits the
     /// handle but not the right to drop the parent's lock.
     pid: u32,
@@ -162,6 +177,7 @@ impl LockInner {
         drop(s);
         if let LockStatus::Lost(reason) = &status {
             tracing::warn!("{reason}");
+            self.stats.lost(reason.code());
         }
         // After the status is set, so a callback registered from now on sees it instead.
         let callbacks =
@@ -302,6 +318,7 @@ impl Lock {
         acquired_at: Instant,
         fence: Option<u64>,
         holder: Option<Holder>,
+        stats: Arc<crate::metrics::Stats>,
     ) -> Lock {
         let next_renewal = acquired_at + opts.ttl / 3;
         let ttl = opts.ttl;
@@ -313,6 +330,7 @@ impl Lock {
             fence,
             acquired_at,
             holder,
+            stats,
             pid: crate::runtime::pid(),
             state: Mutex::new(State {
                 status: LockStatus::Held,
@@ -539,7 +557,9 @@ impl Lock {
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
         let margin = loss_margin(&opts, ttl);
-        if margin >= ttl / 3 {
+        // A new lease must leave the watchdog room to renew before it declares a loss; the
+        // lease the lock was granted with (or last extended to) was accepted as it is.
+        if ttl != self.ttl() && margin >= ttl / 3 {
             return Err(Error::invalid(format!(
                 "ttl {ttl:?} is too short to extend lock {key:?} to: its loss margin (2 × node \
                  timeout = {margin:?}) must be under a third of it, or the watchdog could not \
@@ -754,6 +774,7 @@ impl LockInner {
             }
             s.released = true;
         }
+        self.stats.hold.observe(self.acquired_at.elapsed());
         if let Some(holder) = self.holder {
             self.shared.owners.released(key, holder);
         }

@@ -22,6 +22,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+#[doc(hidden)]
+pub use crate::spin::__polled_requests;
+
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
 

@@ -103,22 +103,42 @@ impl State {
 }
 
 fn window() -> Duration {
+    #[cfg(test)]
+    if let Some(w) = tests::WINDOW.with(Cell::get) {
+        return w;
+    }
     static WINDOW: OnceLock<Duration> = OnceLock::new();
-    *WINDOW.get_or_init(|| {
-        let Ok(value) = std::env::var("FERROLOCK_SPIN_US") else {
-            return WINDOW_DEFAULT;
-        };
-        match value.trim().parse::<u64>() {
-            Ok(us) => Duration::from_micros(us.min(MAX_WINDOW_US)),
-            Err(_) => {
-                tracing::warn!(
-                    "FERROLOCK_SPIN_US={value:?} is not a whole number of microseconds; \
-                     polling for {WINDOW_DEFAULT:?}"
-                );
-                WINDOW_DEFAULT
-            }
+    *WINDOW.get_or_init(|| parse_window(std::env::var("FERROLOCK_SPIN_US").ok()))
+}
+
+/// The window `FERROLOCK_SPIN_US` asks for (unset: the default).
+fn parse_window(value: Option<String>) -> Duration {
+    let Some(value) = value else {
+        return WINDOW_DEFAULT;
+    };
+    match value.trim().parse::<u64>() {
+        Ok(us) => Duration::from_micros(us.min(MAX_WINDOW_US)),
+        Err(_) => {
+            tracing::warn!(
+                "FERROLOCK_SPIN_US={value:?} is not a whole number of microseconds; \
+                 polling for {WINDOW_DEFAULT:?}"
+            );
+            WINDOW_DEFAULT
         }
-    })
+    }
+}
+
+thread_local! {
+    /// Requests this thread sent with polling on (the test hook below).
+    static POLLED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Test hook: how many requests the calling thread has sent with reply polling on. Blocking
+/// callers count theirs; async callers and `FERROLOCK_SPIN_US=0` never do. (How many of them
+/// were answered while the thread polled depends on the machine: `make bench` reports it.)
+#[doc(hidden)]
+pub fn __polled_requests() -> u64 {
+    POLLED.try_with(Cell::get).unwrap_or(0)
 }
 
 /// Runs `f` on this thread's state; `None` while the thread is being torn down.
@@ -146,6 +166,7 @@ impl Awaiting {
             return Awaiting { active: false };
         }
         update(|st| st.sent(Instant::now()));
+        let _ = POLLED.try_with(|n| n.set(n.get() + 1));
         Awaiting { active: true }
     }
 }
@@ -200,6 +221,12 @@ mod tests {
 
     const W: Duration = Duration::from_micros(100);
 
+    thread_local! {
+        /// Overrides `window()` on this test's thread: the glue tests below must not depend on
+        /// how fast this machine runs them.
+        pub(super) static WINDOW: Cell<Option<Duration>> = const { Cell::new(None) };
+    }
+
     /// One request sent at `t0`, answered `after` later; returns the time of the answer.
     fn request(st: &mut State, t0: Instant, after: Duration) -> Instant {
         st.sent(t0);
@@ -248,5 +275,128 @@ mod tests {
         }
         st.sent(t);
         assert!(st.poll_now(t, W), "polling again after {REST} requests");
+    }
+
+    #[test]
+    fn the_first_turn_after_a_send_does_not_yield_the_cpu_later_ones_do() {
+        let mut st = State::new();
+        let t0 = Instant::now();
+        st.sent(t0);
+        assert!(!st.turn(), "first turn: the runtime writes the request");
+        assert!(st.turn() && st.turn());
+        // A second request while one is in flight does not restart the count...
+        st.sent(t0);
+        assert!(st.turn());
+        // ...a send once nothing is in flight does.
+        st.settled(t0, W);
+        st.settled(t0, W);
+        st.sent(t0);
+        assert!(!st.turn());
+    }
+
+    #[test]
+    fn the_window_comes_from_ferrolock_spin_us() {
+        assert_eq!(parse_window(None), WINDOW_DEFAULT);
+        assert_eq!(parse_window(Some("0".into())), Duration::ZERO, "off");
+        assert_eq!(
+            parse_window(Some(" 250 ".into())),
+            Duration::from_micros(250)
+        );
+        assert_eq!(
+            parse_window(Some("5000".into())),
+            Duration::from_micros(MAX_WINDOW_US),
+            "capped"
+        );
+        assert_eq!(parse_window(Some("fast".into())), WINDOW_DEFAULT);
+    }
+
+    /// A future that is ready after `pending` polls and never arranges a wake-up itself: only
+    /// a caller that polls again without being woken (one that spins) gets it ready.
+    struct NeverWakes {
+        pending: u32,
+        polls: u32,
+    }
+
+    impl Future for NeverWakes {
+        type Output = u32;
+        fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>) -> Poll<u32> {
+            self.polls += 1;
+            if self.polls > self.pending {
+                Poll::Ready(self.polls)
+            } else {
+                Poll::Pending
+            }
+        }
+    }
+
+    struct CountWakes(std::sync::atomic::AtomicU32);
+
+    impl std::task::Wake for CountWakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// Polls `polling(NeverWakes)` by hand, outside any runtime, `times` times at most: the
+    /// wake-ups `polling` arranged itself (one per turn it spun instead of sleeping), and the
+    /// output if it finished.
+    fn drive(pending: u32, times: u32) -> (u32, Option<u32>) {
+        let wakes = std::sync::Arc::new(CountWakes(Default::default()));
+        let waker = std::task::Waker::from(wakes.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        let mut fut = pin!(polling(NeverWakes { pending, polls: 0 }));
+        let mut out = None;
+        for _ in 0..times {
+            if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+                out = Some(v);
+                break;
+            }
+        }
+        (wakes.0.load(std::sync::atomic::Ordering::SeqCst), out)
+    }
+
+    fn set_state(st: State) {
+        STATE.with(|s| s.set(st));
+    }
+
+    #[test]
+    fn polling_spins_while_a_request_is_in_flight_and_its_window_lasts() {
+        // A window no machine outlasts: the test is about the glue, not the clock.
+        WINDOW.with(|w| w.set(Some(Duration::from_secs(3600))));
+        let mut st = State::new();
+        st.sent(Instant::now());
+        set_state(st);
+        // Each turn the future is pending, `polling` wakes itself (a turn of the runtime
+        // that looks for I/O without sleeping) instead of waiting for the I/O driver.
+        let (wakes, out) = drive(5, 100);
+        assert_eq!(out, Some(6), "the future was polled until ready");
+        assert_eq!(wakes, 5, "one self-arranged wake-up per pending turn");
+        assert_eq!(STATE.with(Cell::get).turns, 5);
+        WINDOW.with(|w| w.set(None));
+        set_state(State::new());
+    }
+
+    #[test]
+    fn polling_sleeps_when_nothing_is_in_flight_or_the_window_is_over_or_resting() {
+        WINDOW.with(|w| w.set(Some(Duration::from_secs(3600))));
+        let t0 = Instant::now();
+        let mut in_flight = State::new();
+        in_flight.sent(t0);
+        let mut resting = in_flight;
+        resting.resting = 3;
+        for (what, st) in [("nothing in flight", State::new()), ("resting", resting)] {
+            set_state(st);
+            let (wakes, out) = drive(5, 3);
+            assert_eq!((wakes, out), (0, None), "{what}: it spun");
+        }
+        // The window over: a zero-length window has always run out.
+        WINDOW.with(|w| w.set(Some(Duration::ZERO)));
+        set_state(in_flight);
+        assert_eq!(drive(5, 3), (0, None), "window over: it spun");
+        WINDOW.with(|w| w.set(None));
+        set_state(State::new());
     }
 }

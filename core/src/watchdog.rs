@@ -321,8 +321,10 @@ fn retry_pause(lease: &LockOptions) -> Duration {
 
 fn settle(shared: &Shared, lock: &LockInner, lease: &LockOptions, tally: &Tally, start: Instant) {
     if tally.won() && lock.renewed(start, lease.ttl, lease.drift()).is_some() {
+        lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
         return;
     }
+    lock.stats.renewal_failures.fetch_add(1, Ordering::Relaxed);
     let key = lock.key.clone();
     let n = tally.answers.len();
     if tally.no() > n - tally.quorum {

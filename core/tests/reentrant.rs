@@ -309,6 +309,13 @@ async fn a_stale_handle_of_an_expired_acquisition_cannot_touch_the_next_one() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], ropts());
     let key = "stale-owner";
+    // Connected first: a 200 ms ttl is less than connecting may take on a loaded machine.
+    m.acquire_owned("warmup", 1, &ropts())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let stale = m
         .acquire_owned(key, 1, &ropts().ttl(ms(200)))
         .await
@@ -410,19 +417,22 @@ async fn re_entry_on_three_nodes_needs_a_quorum_of_them() {
 async fn the_watchdog_renews_a_reentrant_lock_and_reports_a_stolen_field() {
     let _serial = serial();
     let server = RedisServer::start();
-    let o = ropts().watchdog(true).ttl(Duration::from_secs(1));
+    // Renewals every 666 ms, each with 300 ms to answer (not the default 200 ms; the loss
+    // margin, 600 ms, within a period): a loaded machine must not lose them for being slow.
+    let ttl = Duration::from_secs(2);
+    let o = ropts().watchdog(true).ttl(ttl).node_timeout(ms(300));
     let m = manager(&[server.url()], o.clone());
     let a = m.acquire_owned("dog-r", 1, &o).await.unwrap();
     let b = m.acquire_owned("dog-r", 1, &o).await.unwrap();
     let plain = m
         .acquire_with(
             "dog-plain",
-            &opts().watchdog(true).ttl(Duration::from_secs(1)),
+            &opts().watchdog(true).ttl(ttl).node_timeout(ms(300)),
         )
         .await
         .unwrap();
-    // Three ttls: only renewals (one pipeline carrying both kinds) keep them.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // More than two ttls: only renewals (one pipeline carrying both kinds) keep them.
+    tokio::time::sleep(ttl * 2 + ms(500)).await;
     assert!(a.is_held() && b.is_held() && plain.is_held());
     assert_eq!(hash(&server, "dog-r")[a.token()], "2");
     assert!(pttl(&server, "dog-r") > 300);
@@ -430,7 +440,7 @@ async fn the_watchdog_renews_a_reentrant_lock_and_reports_a_stolen_field() {
     // Someone replaces our field: renewal (compare-field-and-pexpire) fails and says so.
     server.cmd::<i64>(&["DEL", "dog-r"]);
     server.cmd::<i64>(&["HSET", "dog-r", "someone-else:1", "1"]);
-    let reason = tokio::time::timeout(Duration::from_secs(3), a.lost())
+    let reason = tokio::time::timeout(Duration::from_secs(10), a.lost())
         .await
         .unwrap()
         .unwrap();

@@ -3,6 +3,9 @@
 
 mod common;
 
+/// A TLS handshake in a debug build on a loaded machine can outlast the default 200 ms.
+const TLS_NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
 use std::time::Duration;
 
 use common::*;
@@ -40,7 +43,11 @@ async fn tls_with_a_ca_file_and_an_acl_user_restricted_to_lock_keys() {
         ManagerOptions::new()
             .nodes([locker_url(&server)])
             .tls_ca(&tls.ca_cert)
-            .lock(opts().wait(Some(Duration::ZERO))),
+            .lock(
+                opts()
+                    .node_timeout(TLS_NODE_TIMEOUT)
+                    .wait(Some(Duration::ZERO)),
+            ),
     )
     .unwrap();
     let lock = m.acquire("lock:tls").await.unwrap();
@@ -78,7 +85,7 @@ async fn the_ca_file_can_come_from_the_environment() {
     let m = LockManager::new(
         ManagerOptions::new()
             .nodes([locker_url(&server)])
-            .lock(opts()),
+            .lock(opts().node_timeout(TLS_NODE_TIMEOUT)),
     );
     unsafe { std::env::remove_var("FERROLOCK_TLS_CA") };
     let lock = m.unwrap().acquire("lock:env-ca").await.unwrap();
@@ -93,7 +100,11 @@ async fn an_untrusted_certificate_is_an_unreachable_node_named_without_its_passw
         ManagerOptions::new()
             .nodes([locker_url(&server)])
             .tls_ca(&other_ca.ca_cert)
-            .lock(opts().wait(Some(Duration::ZERO))),
+            .lock(
+                opts()
+                    .node_timeout(TLS_NODE_TIMEOUT)
+                    .wait(Some(Duration::ZERO)),
+            ),
     )
     .unwrap();
     let err = m.acquire("lock:x").await.unwrap_err();
@@ -110,7 +121,11 @@ async fn a_wrong_password_is_an_error_without_the_password() {
         ManagerOptions::new()
             .nodes([url])
             .tls_ca(&tls.ca_cert)
-            .lock(opts().wait(Some(Duration::ZERO))),
+            .lock(
+                opts()
+                    .node_timeout(TLS_NODE_TIMEOUT)
+                    .wait(Some(Duration::ZERO)),
+            ),
     )
     .unwrap();
     let err = m.acquire("lock:x").await.unwrap_err();

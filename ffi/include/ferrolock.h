@@ -50,7 +50,7 @@
 #define FERROLOCK_ERR_REDIS 6
 
 // The call was cancelled through a `ferrolock_cancel` (or `ferrolock_acquisition_cancel`);
-// whatever it had taken was given back.
+// whatever it had taken was given back. (`CANCELLED` in the core's error table.)
 #define FERROLOCK_ERR_CANCELLED 7
 
 // A bug in ferrolock: a panic was caught at the boundary. The message says where.

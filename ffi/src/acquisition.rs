@@ -103,7 +103,7 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
 pub unsafe extern "C" fn ferrolock_acquisition_cancel(acquisition: *const ferrolock_acquisition) {
     guard((), || {
         if let Some(a) = crate::ctext::optional(acquisition) {
-            a.pending.cancel.trigger();
+            a.pending.cancel.cancel();
         }
     })
 }

@@ -17,7 +17,7 @@ pub struct ferrolock_cancel {
 pub extern "C" fn ferrolock_cancel_new() -> *mut ferrolock_cancel {
     guard(std::ptr::null_mut(), || {
         Box::into_raw(Box::new(ferrolock_cancel {
-            inner: Arc::new(Cancel::default()),
+            inner: Arc::new(Cancel::new()),
         }))
     })
 }
@@ -28,7 +28,7 @@ pub extern "C" fn ferrolock_cancel_new() -> *mut ferrolock_cancel {
 pub unsafe extern "C" fn ferrolock_cancel_trigger(cancel: *const ferrolock_cancel) {
     guard((), || {
         if let Some(c) = crate::ctext::optional(cancel) {
-            c.inner.trigger();
+            c.inner.cancel();
         }
     })
 }
@@ -37,7 +37,7 @@ pub unsafe extern "C" fn ferrolock_cancel_trigger(cancel: *const ferrolock_cance
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_cancel_is_triggered(cancel: *const ferrolock_cancel) -> bool {
     guard(false, || {
-        crate::ctext::optional(cancel).is_some_and(|c| c.inner.is_triggered())
+        crate::ctext::optional(cancel).is_some_and(|c| c.inner.is_cancelled())
     })
 }
 

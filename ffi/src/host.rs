@@ -1,54 +1,24 @@
-//! STAND-IN FOR THE CORE'S HOST LAYER (`ferrolock::host`, issue 14, item 1, not merged yet).
+//! WHERE THE C ABI MEETS THE CORE'S HOST LAYER (`ferrolock::host`, issue 14, item 1).
 //!
-//! Everything here is what that layer is to provide to every binding: a cancel token that
-//! interrupts a blocking call from another thread, a completion-based acquire that holds no
-//! thread while it waits, and a callback slot with the loss callback's guarantees (at most
-//! once, on a library thread, never after disarm has returned, disarm waits for a running
-//! call). The rest of this crate reaches these only through this module, so swapping it for
-//! host calls touches no other file. No lock logic is here: interrupting an acquire is dropping
-//! the core's future, which gives back whatever it had taken (`LockManager::acquire_with`).
+//! Cancel tokens and blocking calls are the host layer's (`host::Cancel`, `host::block_on`).
+//! Still here until this crate moves onto `host::Manager` / `host::Lock` (whose
+//! `acquire_start`, `on_lost` and `free` give the same guarantees): the completion-based
+//! acquire that holds no thread while it waits, and a callback slot with the loss callback's
+//! guarantees (at most once, on a library thread, never after disarm has returned, disarm waits
+//! for a running call). The rest of this crate reaches these only through this module. No lock
+//! logic is here: interrupting an acquire is dropping the core's future, which gives back
+//! whatever it had taken (`LockManager::acquire_with`).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
 use ferrolock::{Lock, LockManager, LockOptions};
-use tokio::sync::Notify;
 
 use crate::status::{FERROLOCK_ERR_CANCELLED, Failure};
 
-/// A one-shot cancellation: triggered once, seen by every call that holds it.
-#[derive(Default)]
-pub(crate) struct Cancel {
-    fired: AtomicBool,
-    notify: Notify,
-}
-
-impl Cancel {
-    pub fn trigger(&self) {
-        self.fired.store(true, Ordering::SeqCst);
-        self.notify.notify_waiters();
-    }
-
-    pub fn is_triggered(&self) -> bool {
-        self.fired.load(Ordering::SeqCst)
-    }
-
-    /// Resolves once triggered (at once if it already was).
-    pub async fn triggered(&self) {
-        loop {
-            let notified = self.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the flag is read, so a trigger in between is not missed.
-            notified.as_mut().enable();
-            if self.is_triggered() {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
+/// The core's cancel token (`ferrolock::host::Cancel`).
+pub(crate) use ferrolock::host::Cancel;
 
 fn cancelled(what: &str) -> Failure {
     Failure::new(
@@ -62,28 +32,30 @@ fn cancelled(what: &str) -> Failure {
 /// took, a release completes in the background).
 async fn cancellable<T>(
     what: &str,
-    cancel: Option<&Cancel>,
+    cancel: &Cancel,
     work: impl Future<Output = Result<T, Failure>>,
 ) -> Result<T, Failure> {
-    match cancel {
-        None => work.await,
-        Some(cancel) => tokio::select! {
-            biased;
-            _ = cancel.triggered() => Err(cancelled(what)),
-            out = work => out,
-        },
+    tokio::select! {
+        biased;
+        _ = cancel.cancelled() => Err(cancelled(what)),
+        out = work => out,
     }
 }
 
-/// Runs `work` on the calling thread (the core's blocking path: the thread drives its own
-/// requests), interruptible through `cancel` from another thread. `block_on` finishes the
-/// clean-up the dropped future left (an undo on this thread's connections) before returning.
+/// Runs `work` on the calling thread through the host layer's blocking call (the thread drives
+/// its own requests), interruptible through `cancel` from another thread; the clean-up a
+/// dropped future left (an undo on this thread's connections) is finished before it returns.
 pub(crate) fn blocking<T>(
     what: &str,
     cancel: Option<&Cancel>,
     work: impl Future<Output = Result<T, Failure>>,
 ) -> Result<T, Failure> {
-    ferrolock::runtime::block_on(cancellable(what, cancel, work))
+    let never = Cancel::new();
+    let cancel = cancel.unwrap_or(&never);
+    if cancel.is_cancelled() {
+        return Err(cancelled(what));
+    }
+    ferrolock::host::block_on(work, cancel, None).unwrap_or_else(|| Err(cancelled(what)))
 }
 
 /// What an acquire asks for.
@@ -130,12 +102,12 @@ impl Pending {
     ) -> Arc<Pending> {
         let pending = Arc::new(Pending {
             outcome: Mutex::new(Outcome::Waiting),
-            cancel: Cancel::default(),
+            cancel: Cancel::new(),
             done: CallbackSlot::new(done),
         });
         let task = Completes(pending.clone());
         ferrolock::runtime::runtime().spawn(async move {
-            let out = cancellable("acquire", Some(&task.0.cancel), request.run()).await;
+            let out = cancellable("acquire", &task.0.cancel, request.run()).await;
             task.complete(out);
         });
         pending
@@ -159,7 +131,7 @@ impl Pending {
     /// The caller lets go: the acquire is cancelled, `done` is never called after this returns,
     /// and a lock granted meanwhile is released (the core releases a dropped `Lock`).
     pub fn abandon(&self) {
-        self.cancel.trigger();
+        self.cancel.cancel();
         self.done.disarm();
         drop(self.take());
     }

@@ -1,10 +1,10 @@
 //! Waiting on core futures from Python, in both worlds, on ferrolock's own process runtime
 //! (reset in a forked child; pyo3-async-runtimes' global runtime could not be).
 //!
-//! - Blocking: the calling thread drives the future with the GIL released, in slices, and
-//!   runs Python's signal handlers between slices, so Ctrl-C interrupts any wait promptly.
-//!   The thread does the I/O itself, on connections of its own (one per node), as redis-py
-//!   does. Interrupting drops the future; the core then releases whatever it had taken.
+//! - Blocking: the calling thread runs the host layer's blocking call with the GIL released
+//!   and runs Python's signal handlers every `host::CHECK_EVERY`, so Ctrl-C interrupts any
+//!   wait promptly (through the call's `host::Cancel`). The thread does the I/O itself, on
+//!   connections of its own (one per node), as redis-py does.
 //! - asyncio: the future runs as a task on the runtime; its result is handed to the event
 //!   loop with `call_soon_threadsafe` from a blocking-pool thread. A runtime worker never
 //!   waits for the GIL.
@@ -13,14 +13,13 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use ferrolock::host::{Cancel, Check};
+
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use tokio::task::AbortHandle;
 
 use crate::lock::PyLock;
-
-/// How long a blocked thread waits between two looks at pending signals.
-const SLICE: Duration = Duration::from_millis(50);
 
 /// Set at interpreter exit (by `shutdown`): from then on no background thread attaches to
 /// the interpreter, and a thread coming back from a wait parks instead of re-taking the GIL.
@@ -60,7 +59,7 @@ pub fn shutdown(py: Python<'_>, limit: Duration) {
 
 /// Waits, without the GIL and at most `limit`, until `count` is zero (threads leaving a
 /// region that exit must not overlap).
-pub fn wait_for_zero(py: Python<'_>, count: &AtomicUsize, limit: Duration) {
+fn wait_for_zero(py: Python<'_>, count: &AtomicUsize, limit: Duration) {
     py.detach(|| {
         let deadline = std::time::Instant::now() + limit;
         while count.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
@@ -91,48 +90,34 @@ where
     drop(ferrolock::runtime::handle().spawn_blocking(move || attach_if_alive(f)));
 }
 
-/// Runs `fut` to completion on the calling thread, GIL released, interruptible by signals
-/// (`KeyboardInterrupt` propagates; the future is dropped).
-pub fn wait<F>(py: Python<'_>, fut: F) -> PyResult<F::Output>
+/// Runs a blocking host call (`host::Manager::acquire_blocking`, `host::Lock::release_blocking`,
+/// ...) with the GIL released. Every `host::CHECK_EVERY` the waiting thread runs Python's
+/// signal handlers; one that raises (`KeyboardInterrupt`) fires the call's cancel token, and
+/// its exception is returned instead of the call's `Cancelled` (the host has then undone the
+/// acquire, or completed the release).
+pub fn blocking<T, C>(py: Python<'_>, call: C) -> PyResult<ferrolock::Result<T>>
 where
-    F: Future + Send,
-    F::Output: Send,
+    T: Send,
+    C: FnOnce(&Cancel, Check<'_>) -> ferrolock::Result<T> + Send,
 {
-    // Boxed so that an interrupted wait can drop it without the GIL: dropping may finish
-    // clean-up (undo a partial grant) on this thread, over this thread's connections.
-    let mut fut = Box::pin(fut);
-    loop {
-        // The thread drives the future's I/O itself (see `ferrolock::runtime::block_on`); the
-        // timer is made inside the runtime (it needs its time driver).
-        let done = py.detach(|| {
-            let done = ferrolock::runtime::block_on(async {
-                tokio::time::timeout(SLICE, fut.as_mut()).await
-            });
+    let cancel = Cancel::new();
+    let mut raised: Option<PyErr> = None;
+    let out = py.detach(|| {
+        let mut check = || {
             park_if_exiting();
-            done
-        });
-        match done {
-            Ok(out) => return Ok(out),
-            Err(_slice_over) => {
-                if let Err(interrupted) = py.check_signals() {
-                    py.detach(move || drop(fut));
-                    return Err(interrupted);
-                }
+            if let Some(Err(e)) = Python::try_attach(|py| py.check_signals()) {
+                raised = Some(e);
+                cancel.cancel();
             }
-        }
+        };
+        let out = call(&cancel, Some(&mut check));
+        park_if_exiting();
+        out
+    });
+    match raised {
+        Some(interrupted) => Err(interrupted),
+        None => Ok(out),
     }
-}
-
-/// As [`wait`], but gives up (returning `None`) after `limit`.
-pub fn wait_at_most<F>(py: Python<'_>, limit: Duration, fut: F) -> PyResult<Option<F::Output>>
-where
-    F: Future + Send,
-    F::Output: Send,
-{
-    wait(
-        py,
-        async move { tokio::time::timeout(limit, fut).await.ok() },
-    )
 }
 
 /// Wraps an `asyncio.Future` in a coroutine (`ferrolock._aio.wrap`), so public `async`
@@ -224,20 +209,9 @@ where
     });
 }
 
-/// Calls `callback(arg)` with the GIL on a blocking-pool thread (see [`with_gil_later`]); an
-/// exception it raises is reported as unraisable.
-pub fn call_later(callback: Py<PyAny>, arg: String) {
-    with_gil_later(move |py| {
-        let callback = callback.bind(py);
-        if let Err(e) = callback.call1((arg,)) {
-            e.write_unraisable(py, Some(callback));
-        }
-    });
-}
-
 fn abandon(value: &Bound<'_, PyAny>) {
     if let Ok(lock) = value.cast::<PyLock>() {
-        lock.get().abandon();
+        lock.get().lock.abandon();
     }
 }
 

@@ -10,12 +10,13 @@
 use std::os::raw::c_long;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ferrolock::{ErrorKind, LockOptions, LockStatus};
+use ferrolock::LockOptions;
+use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::bridge;
-use crate::errors::{injected_class, make, to_py};
+use crate::errors::{injected_class, to_py};
 use crate::lock::PyLock;
 use crate::manager::PyManager;
 use crate::options::key_str;
@@ -31,7 +32,6 @@ struct State {
     in_body: bool,
     /// An exception is pending in (or was raised into) the entering thread.
     injected: bool,
-    lost: Option<String>,
 }
 
 #[derive(Default)]
@@ -46,13 +46,12 @@ impl Shared {
 
     /// Called with the GIL held, from a blocking-pool thread, when the watchdog declares
     /// the lock lost.
-    fn on_lost(&self, py: Python<'_>, generation: u64, reason: String, interrupt: bool) {
+    fn on_lost(&self, py: Python<'_>, generation: u64, interrupt: bool) {
         // (The core logs the loss itself, as a warning on the "ferrolock" logger.)
         let mut st = self.state();
         if st.generation != generation {
             return;
         }
-        st.lost = Some(reason);
         if st.in_body
             && interrupt
             && !st.injected
@@ -165,19 +164,17 @@ impl PyLockContext {
             st.thread = thread_ident();
             st.in_body = true;
             st.injected = false;
-            st.lost = None;
             st.generation
         };
         // Weakly: the core lock keeps this callback, out of sight of Python's garbage
         // collector, and `shared` holds the lock; a strong reference would keep a context
         // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.
         let (shared, interrupt) = (Arc::downgrade(&self.shared), self.interrupt);
-        lock.get().lock.on_lost(move |reason| {
-            let reason = reason.to_string();
-            // Never wait for the GIL where the loss is declared (a runtime worker).
-            bridge::with_gil_later(move |py| {
+        // The host runs this on a blocking-pool thread, never where the loss is declared.
+        lock.get().lock.on_lost(move |_reason| {
+            bridge::attach_if_alive(move |py| {
                 if let Some(shared) = shared.upgrade() {
-                    shared.on_lost(py, generation, reason, interrupt);
+                    shared.on_lost(py, generation, interrupt);
                 }
             });
         });
@@ -194,7 +191,7 @@ impl PyLockContext {
     ) -> PyResult<bool> {
         // First, before anything can run bytecode: leave the body and revoke an injection
         // that has not fired yet.
-        let (lock, lost) = {
+        let lock = {
             let mut st = self.shared.state();
             if st.injected {
                 // SAFETY: GIL held; NULL clears the thread's pending async exception.
@@ -206,77 +203,56 @@ impl PyLockContext {
             st.entered = false;
             st.generation += 1;
             st.injected = false;
-            (st.lock.take(), st.lost.take())
+            st.lock.take()
         };
         let Some(lock) = lock else {
             return Ok(false);
         };
-        let lock = lock.bind(py).get();
+        let lock = lock.bind(py).get().lock.clone();
         let exc = exc.filter(|e| !e.is_none());
-        let injected = match exc {
-            Some(e) => e.is_instance(&injected_class(py)?)?,
-            None => false,
+        let body = match exc {
+            None => Body::Finished,
+            Some(e) if e.is_instance(&injected_class(py)?)? => Body::StoppedByLoss,
+            Some(e) => body_of(e),
         };
-        let lost = lost.or_else(|| match lock.lock.status() {
-            LockStatus::Lost(r) => Some(r.to_string()),
-            _ => None,
-        });
+        let end = py.detach(|| host::scope::end_blocking(&lock, body));
+        scope_end(py, end, exc, &self.key)
+    }
 
-        // Released in the body (lock.release()) is fine: nothing left to do.
-        let released_already = matches!(lock.lock.status(), LockStatus::Released);
-        let released = if lock.in_owner_process() && !released_already {
-            let core = lock.lock.clone();
-            Some(bridge::wait(py, async move { core.release().await })?)
-        } else {
-            None
+    /// The end of an `async with` (`__aexit__`), awaited: the same decision and messages as
+    /// `__exit__` (`host::scope`). `stopped` says the body's `exc` is the cancellation this
+    /// context made on loss. Cancelling the await does not cancel the release.
+    #[pyo3(signature = (lock, stopped, exc = None))]
+    fn _end_async<'py>(
+        &self,
+        py: Python<'py>,
+        lock: &Bound<'py, PyLock>,
+        stopped: bool,
+        exc: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let exc = exc.filter(|e| !e.is_none());
+        let body = match &exc {
+            None => Body::Finished,
+            Some(_) if stopped => Body::StoppedByLoss,
+            Some(e) => body_of(e),
         };
-
-        let is_exception =
-            |e: &Bound<'_, PyAny>| e.is_instance_of::<pyo3::exceptions::PyException>();
-        if let Some(reason) = lost {
-            // KeyboardInterrupt, SystemExit, ... go through; anything else (including the
-            // injected placeholder) becomes the full LockLost.
-            if let Some(e) = exc
-                && !injected
-                && !is_exception(e)
-            {
-                return Ok(false);
-            }
-            let err = make(py, ErrorKind::LockLost, &reason, Some(&self.key));
-            let cause = exc
-                .filter(|_| !injected)
-                .map(|e| PyErr::from_value(e.clone()));
-            err.set_cause(py, cause);
-            return Err(err);
-        }
-        match released {
-            None | Some(Ok(true)) => Ok(false),
-            Some(Ok(false)) => {
-                let msg = format!(
-                    "lock {:?} lost: it was no longer held on a quorum when the block exited (expired or taken: did the body outlive the ttl with the watchdog off?)",
-                    self.key
-                );
-                if exc.is_some() {
-                    crate::log::python_log(py, 30, &msg);
-                    return Ok(false);
-                }
-                Err(make(py, ErrorKind::LockLost, &msg, Some(&self.key)))
-            }
-            Some(Err(e)) => {
-                if exc.is_some() {
-                    crate::log::python_log(
-                        py,
-                        30,
-                        &format!(
-                            "while leaving the block after an exception: {}",
-                            e.message()
-                        ),
-                    );
-                    return Ok(false);
-                }
-                Err(to_py(py, &e, Some(&self.key)))
-            }
-        }
+        let lock = lock.get().lock.clone();
+        let key = self.key.clone();
+        let exc = exc.map(Bound::unbind);
+        bridge::spawn_coroutine(
+            py,
+            async move { host::scope::end(&lock, body).await },
+            false,
+            move |py, end| {
+                let exc = exc.as_ref().map(|e| e.bind(py));
+                scope_end(py, end, exc, &key).map(|b| {
+                    pyo3::types::PyBool::new(py, b)
+                        .to_owned()
+                        .into_any()
+                        .unbind()
+                })
+            },
+        )
     }
 
     /// An `asyncio.Future` acquiring this context's lock for `owner` (used by `__aenter__`).
@@ -288,5 +264,46 @@ impl PyLockContext {
 
     fn __repr__(&self) -> String {
         format!("<ferrolock.LockContext key={:?}>", self.key)
+    }
+}
+
+/// How a body that raised `exc` ended: an `Exception` failed it; anything else
+/// (`KeyboardInterrupt`, `SystemExit`, a cancellation) interrupted it and goes through.
+pub fn body_of(exc: &Bound<'_, PyAny>) -> Body {
+    if exc.is_instance_of::<pyo3::exceptions::PyException>() {
+        Body::Failed
+    } else {
+        Body::Interrupted
+    }
+}
+
+/// Carries out `host::scope`'s decision for `with` and `async with` alike: `Ok(false)` lets
+/// the body's outcome stand (after logging, if so decided); `Err` is the exception to raise,
+/// caused by the body's `exc` when the decision chains it, else shown without a cause.
+pub fn scope_end(
+    py: Python<'_>,
+    end: ScopeEnd,
+    exc: Option<&Bound<'_, PyAny>>,
+    key: &str,
+) -> PyResult<bool> {
+    match end {
+        ScopeEnd::Clean => Ok(false),
+        ScopeEnd::Log(message) => {
+            crate::log::python_log(py, 30, &message);
+            Ok(false)
+        }
+        ScopeEnd::Raise { error, chain } => {
+            let err = to_py(py, &error, Some(key));
+            match exc.filter(|_| chain) {
+                Some(cause) => err.set_cause(py, Some(PyErr::from_value(cause.clone()))),
+                None => {
+                    // `raise ... from None`.
+                    let value = err.value(py);
+                    value.setattr("__cause__", py.None())?;
+                    value.setattr("__suppress_context__", true)?;
+                }
+            }
+            Err(err)
+        }
     }
 }

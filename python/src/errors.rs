@@ -28,8 +28,14 @@ fn class_name(kind: ErrorKind) -> &'static str {
     }
 }
 
-/// Builds the exception for `kind`, carrying the message and the key (`.key`).
+/// Builds the exception for `kind`, carrying the message and the key (`.key`). A cancelled
+/// call is Python's own cancellation: the blocking calls raise the signal handler's exception
+/// themselves (`bridge::blocking`) and asyncio raises `CancelledError`; a `Cancelled` that
+/// gets here anyway becomes a `KeyboardInterrupt` (`CANCELLED_AS` in `_errors.py`).
 pub fn make(py: Python<'_>, kind: ErrorKind, message: &str, key: Option<&str>) -> PyErr {
+    if kind == ErrorKind::Cancelled {
+        return pyo3::exceptions::PyKeyboardInterrupt::new_err(message.to_string());
+    }
     let built = module(py)
         .and_then(|m| m.getattr(class_name(kind)))
         .and_then(|cls| cls.call1((message, key)));

@@ -1,7 +1,9 @@
 //! The Python binding of ferrolock, built by maturin into `ferrolock._ferrolock`.
 //!
-//! No lock logic lives here: options are converted (`options`), core errors mapped once
-//! (`errors`), futures driven from blocking or asyncio callers (`bridge`). The public Python
+//! No lock logic lives here: it is in the core's host layer (`ferrolock::host`). Options are
+//! converted (`options`), core errors mapped once (`errors`), host calls waited for from
+//! blocking or asyncio callers (`bridge`), and the `with` state kept (`context`: the GIL's
+//! way of interrupting a thread). The public Python
 //! API is assembled in `python/ferrolock/__init__.py`.
 
 mod bridge;
@@ -14,18 +16,17 @@ mod options;
 
 use pyo3::prelude::*;
 
-/// Called at interpreter exit, before the held locks are released: waiting acquires give up,
-/// and those that complete from now on release at once.
-#[pyfunction]
-fn _closing(py: Python<'_>) {
-    manager::close_all(py, std::time::Duration::from_secs(2));
-}
+/// How long exit may spend releasing what is still held (`host::exit`).
+const EXIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(6);
 
-/// Called at interpreter exit, after held locks were released: from then on no background
-/// thread attaches to the interpreter; waits briefly for those attached to leave.
+/// The `atexit` hook: runs the host's exit protocol with the GIL released (waiting acquires
+/// give up, what is still held is released, bounded in time), then stops background threads
+/// from attaching to the finalizing interpreter and waits briefly for those attached.
 #[pyfunction]
-fn _shutdown(py: Python<'_>) {
+fn _exit(py: Python<'_>) -> usize {
+    let released = py.detach(|| ferrolock::host::exit(EXIT_LIMIT));
     bridge::shutdown(py, std::time::Duration::from_secs(2));
+    released
 }
 
 /// Re-reads the level of the "ferrolock" logger (done at each LockManager creation).
@@ -38,16 +39,21 @@ fn _sync_log_level(py: Python<'_>) {
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // False until the core's owner-taking acquire is wired in `manager::acquire_owned`: the
-    // reentrancy tests are expected to fail until then.
-    m.add("_REENTRANT_OWNERS", manager::REENTRANT_OWNERS)?;
+    // Read by test_reentrant.py's marker (test scaffolding; issue 14 item 5 removes both).
+    m.add("_REENTRANT_OWNERS", true)?;
+    // The core's error table: (code, number) of every kind, for the check that each Python
+    // exception class's `.code` is the core's.
+    let codes: Vec<(&str, u32)> = ferrolock::ErrorKind::ALL
+        .iter()
+        .map(|k| (k.code(), k.number()))
+        .collect();
+    m.add("ERROR_CODES", codes)?;
     m.add("LOCK_OPTIONS", options::LOCK_OPTIONS.to_vec())?;
     m.add("MANAGER_OPTIONS", options::MANAGER_OPTIONS.to_vec())?;
     m.add_class::<manager::PyManager>()?;
     m.add_class::<lock::PyLock>()?;
     m.add_class::<context::PyLockContext>()?;
-    m.add_function(wrap_pyfunction!(_shutdown, m)?)?;
-    m.add_function(wrap_pyfunction!(_closing, m)?)?;
+    m.add_function(wrap_pyfunction!(_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_log_level, m)?)?;
     Ok(())
 }

@@ -1,25 +1,23 @@
 //! `ferrolock.Lock`: a held lock. Every method is a conversion around the core's `Lock`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ferrolock::{ErrorKind, Lock as CoreLock, LockStatus};
+use ferrolock::host;
+use ferrolock::{Lock as CoreLock, LockStatus};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::bridge;
-use crate::errors::{make, to_py};
+use crate::errors::to_py;
 
 /// A lock held on a quorum of nodes. Dropping the last reference releases it in the
 /// background; `release()` releases it now.
 #[pyclass(name = "Lock", module = "ferrolock", frozen)]
 pub struct PyLock {
-    pub(crate) lock: Arc<CoreLock>,
-    /// The thread or asyncio task that acquired it (see `ferrolock._owner`).
-    owner: u64,
-    /// A forked child inherits the object but not the lock.
-    pid: u32,
+    /// The owner it carries is the thread or asyncio task that acquired it (see
+    /// `ferrolock._owner`). A forked child's copy is inert (the host and the core see to it).
+    pub(crate) lock: host::Lock,
 }
 
 pub(crate) fn current_owner(py: Python<'_>) -> PyResult<u64> {
@@ -39,65 +37,29 @@ pub(crate) fn current_thread_owner(py: Python<'_>) -> PyResult<u64> {
 }
 
 impl PyLock {
-    pub(crate) fn new(lock: Arc<CoreLock>, owner: u64) -> PyLock {
-        PyLock {
-            lock,
-            owner,
-            pid: std::process::id(),
-        }
+    pub(crate) fn new(lock: host::Lock) -> PyLock {
+        PyLock { lock }
     }
 
-    pub(crate) fn in_owner_process(&self) -> bool {
-        self.pid == std::process::id()
+    fn core(&self) -> &CoreLock {
+        self.lock.core()
     }
 
-    /// `NotHeld` in a forked child: it must not extend or release its parent's lock.
-    fn check_process(&self, py: Python<'_>, what: &str) -> PyResult<()> {
-        if self.in_owner_process() {
-            return Ok(());
-        }
-        Err(make(
-            py,
-            ErrorKind::NotHeld,
-            &format!(
-                "lock {:?} cannot be {what} here: it was acquired by process {}, and this forked child ({}) does not hold it",
-                self.lock.key(),
-                self.pid,
-                std::process::id()
-            ),
-            Some(self.lock.key()),
-        ))
-    }
-
-    /// Releases in the background, without waiting (a result nobody will await).
-    pub(crate) fn abandon(&self) {
-        if !self.in_owner_process() {
-            return;
-        }
-        let lock = self.lock.clone();
-        ferrolock::runtime::handle().spawn(async move {
-            let _ = lock.release().await;
-        });
-    }
-
-    pub(crate) fn loss_reason_text(&self) -> Option<String> {
-        match self.lock.status() {
-            LockStatus::Lost(reason) => Some(reason.to_string()),
-            _ => None,
-        }
+    fn key_str(&self) -> &str {
+        self.lock.key()
     }
 
     fn ttl_arg(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<Duration> {
         match ttl {
-            None => Ok(self.lock.ttl()),
-            Some(v) if v.is_none() => Ok(self.lock.ttl()),
+            None => Ok(self.core().ttl()),
+            Some(v) if v.is_none() => Ok(self.core().ttl()),
             Some(v) => {
                 let d = PyDict::new(py);
                 d.set_item("ttl", v)?;
                 let args = crate::options::lock_args(
                     py,
-                    self.lock.key(),
-                    self.lock.options(),
+                    self.key_str(),
+                    self.core().options(),
                     true,
                     Some(&d),
                 )?;
@@ -112,37 +74,34 @@ impl PyLock {
     /// The lock's key.
     #[getter]
     fn key(&self) -> &str {
-        self.lock.key()
+        self.key_str()
     }
 
     /// The value stored at the key on each node, unique to this acquisition (for a
     /// reentrant lock, the hash field `<client uuid>:<owner>`).
     #[getter]
     fn token(&self) -> &str {
-        self.lock.token()
+        self.core().token()
     }
 
     /// The fencing token of this grant (`fencing=True`), else `None`. Strictly greater than
     /// that of every earlier grant of the key: pass it to the storage you protect.
     #[getter]
     fn fence(&self) -> Option<u64> {
-        self.lock.fence()
+        self.core().fence()
     }
 
     /// Seconds of validity left (monotonic clock); 0.0 once released, lost or expired.
     #[getter]
     fn validity(&self) -> f64 {
-        if !self.in_owner_process() {
-            return 0.0;
-        }
-        self.lock.validity().as_secs_f64()
+        self.core().validity().as_secs_f64()
     }
 
     /// `time.monotonic()` value at which the validity ends.
     #[getter]
     fn deadline(&self, py: Python<'_>) -> PyResult<f64> {
         let now: f64 = py.import("time")?.call_method0("monotonic")?.extract()?;
-        let (deadline, instant) = (self.lock.deadline(), tokio::time::Instant::now());
+        let (deadline, instant) = (self.core().deadline(), tokio::time::Instant::now());
         Ok(if deadline >= instant {
             now + (deadline - instant).as_secs_f64()
         } else {
@@ -153,13 +112,13 @@ impl PyLock {
     /// The lease on each node, in seconds.
     #[getter]
     fn ttl(&self) -> f64 {
-        self.lock.ttl().as_secs_f64()
+        self.core().ttl().as_secs_f64()
     }
 
     /// `"held"`, `"released"` or `"lost"`.
     #[getter]
     fn status(&self) -> &'static str {
-        match self.lock.status() {
+        match self.core().status() {
             LockStatus::Held => "held",
             LockStatus::Released => "released",
             LockStatus::Lost(_) => "lost",
@@ -171,39 +130,38 @@ impl PyLock {
     /// `max_hold` reached). Raised as `LockLost` inside `with` blocks; this is for polling.
     #[getter]
     fn lost(&self) -> bool {
-        matches!(self.lock.status(), LockStatus::Lost(_))
+        self.lock.loss_reason().is_some()
     }
 
     /// Why the lock was lost, or None.
     #[getter]
     fn loss_reason(&self) -> Option<String> {
-        self.loss_reason_text()
+        self.lock.loss_reason().map(|r| r.to_string())
     }
 
     /// The id of the thread or asyncio task that acquired the lock (see `owned()`).
     #[getter]
     fn owner(&self) -> u64 {
-        self.owner
+        self.lock.owner()
     }
 
     /// True while this handle holds the lock and its validity has not ended. No I/O.
     fn locked(&self) -> bool {
-        self.in_owner_process() && self.lock.is_held()
+        self.core().is_held()
     }
 
     /// `locked()`, and the caller is the thread (sync code) or asyncio task (async code)
     /// that acquired it.
     fn owned(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.locked() && current_owner(py)? == self.owner)
+        Ok(self.locked() && current_owner(py)? == self.lock.owner())
     }
 
     /// Returns None while held; raises `LockLost` (with the reason) once lost, `NotHeld`
     /// once released or past its validity.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
-        self.check_process(py, "used")?;
-        self.lock
+        self.core()
             .check()
-            .map_err(|e| to_py(py, &e, Some(self.lock.key())))
+            .map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
     /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
@@ -211,21 +169,21 @@ impl PyLock {
     /// `QuorumUnreachable`; on failure the validity is unchanged.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
-        self.check_process(py, "extended")?;
         let ttl = self.ttl_arg(py, ttl)?;
-        let lock = self.lock.clone();
-        let out = bridge::wait(py, async move { lock.extend_for(ttl).await })?;
+        let lock = &self.lock;
+        let out = bridge::blocking(py, |cancel, check| {
+            lock.extend_blocking(Some(ttl), cancel, check)
+        })?;
         out.map(|d| d.as_secs_f64())
-            .map_err(|e| to_py(py, &e, Some(self.lock.key())))
+            .map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
     /// Releases on every node. Returns True when a quorum still held it, False when it had
     /// already expired or been taken. Raises `NotHeld` if already released.
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        self.check_process(py, "released")?;
-        let lock = self.lock.clone();
-        let out = bridge::wait(py, async move { lock.release().await })?;
-        out.map_err(|e| to_py(py, &e, Some(self.lock.key())))
+        let lock = &self.lock;
+        let out = bridge::blocking(py, |cancel, check| lock.release_blocking(cancel, check))?;
+        out.map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
     /// `await lock.extend_async(ttl=None)`: as `extend()`.
@@ -235,13 +193,12 @@ impl PyLock {
         py: Python<'py>,
         ttl: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.check_process(py, "extended")?;
         let ttl = self.ttl_arg(py, ttl)?;
         let lock = self.lock.clone();
-        let key = self.lock.key().to_string();
+        let key = self.key_str().to_string();
         bridge::spawn_coroutine(
             py,
-            async move { lock.extend_for(ttl).await },
+            async move { lock.extend(Some(ttl)).await },
             true,
             move |py, out| match out {
                 Ok(d) => Ok(d.as_secs_f64().into_pyobject(py)?.into_any().unbind()),
@@ -253,9 +210,8 @@ impl PyLock {
     /// `await lock.release_async()`: as `release()`. Cancelling the await does not cancel
     /// the release: it completes in the background.
     fn release_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.check_process(py, "released")?;
         let lock = self.lock.clone();
-        let key = self.lock.key().to_string();
+        let key = self.key_str().to_string();
         bridge::spawn_coroutine(
             py,
             async move { lock.release().await },
@@ -283,22 +239,28 @@ impl PyLock {
         })
     }
 
-    /// Calls `callback(reason)` if the lock is lost, with the GIL, from a background thread:
-    /// it must be quick and thread-safe (`async with` hands the news to its loop with
-    /// `call_soon_threadsafe`). The core lock keeps the callback until the lock is released
-    /// or lost, where Python's garbage collector cannot see it: it must reach whatever holds
-    /// this lock (a block's state, its task) only weakly, or an abandoned holder is never
-    /// collected and its lock is renewed for ever.
+    /// Calls `callback(reason)` if the lock is lost, with the GIL, from a background thread
+    /// (`host::Lock::on_lost`): it must be quick and thread-safe (`async with` hands the news
+    /// to its loop with `call_soon_threadsafe`). The host keeps the callback where Python's
+    /// garbage collector cannot see it: it must reach whatever holds this lock (a block's
+    /// state, its task) only weakly, or an abandoned holder is never collected and its lock
+    /// is renewed for ever.
     fn _notify_lost(&self, callback: &Bound<'_, PyAny>) {
         let callback = callback.clone().unbind();
         self.lock.on_lost(move |reason| {
-            bridge::call_later(callback, reason.to_string());
+            let reason = reason.to_string();
+            bridge::attach_if_alive(move |py| {
+                let callback = callback.bind(py);
+                if let Err(e) = callback.call1((reason,)) {
+                    e.write_unraisable(py, Some(callback));
+                }
+            });
         });
     }
 
     /// Releases in the background without waiting.
     fn _abandon(&self) {
-        self.abandon();
+        self.lock.abandon();
     }
 
     /// `with manager.acquire(...) as lock:` releases on exit (no interruption on loss: use
@@ -309,20 +271,20 @@ impl PyLock {
 
     #[pyo3(signature = (*_exc))]
     fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        if self.in_owner_process() && !matches!(self.lock.status(), LockStatus::Released) {
+        if !matches!(self.core().status(), LockStatus::Released) {
             self.release(py)?;
         }
         Ok(false)
     }
 
     fn __repr__(&self) -> String {
-        let fence = match self.lock.fence() {
+        let fence = match self.core().fence() {
             Some(f) => format!(" fence={f}"),
             None => String::new(),
         };
         format!(
             "<ferrolock.Lock key={:?} status={} validity={:.3}s{fence}>",
-            self.lock.key(),
+            self.key_str(),
             self.status(),
             self.validity()
         )

@@ -1,11 +1,10 @@
-//! `ferrolock._ferrolock._Manager`: the core `LockManager` plus the bookkeeping a Python
-//! process needs (close, release at exit). `ferrolock.LockManager` wraps it.
+//! `ferrolock._ferrolock._Manager`: a `ferrolock::host::Manager` and the default of the
+//! Python-only `interrupt` option. `ferrolock.LockManager` wraps it.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ferrolock::{ErrorKind, Lock as CoreLock, LockManager, LockOptions, LockStatus};
+use ferrolock::LockOptions;
+use ferrolock::host;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -14,143 +13,28 @@ use crate::errors::to_py;
 use crate::lock::PyLock;
 use crate::options::{LockArgs, key_str, lock_args, manager_args};
 
-/// The locks a manager handed out, weakly, so `close()` and interpreter exit can release
-/// those still held.
-#[derive(Default)]
-pub(crate) struct Handed {
-    locks: Mutex<Vec<Weak<CoreLock>>>,
-}
-
-impl Handed {
-    pub(crate) fn add(&self, lock: &Arc<CoreLock>) {
-        let mut v = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if v.len() >= 64 && v.len().is_power_of_two() {
-            v.retain(|w| w.strong_count() > 0);
-        }
-        v.push(Arc::downgrade(lock));
-    }
-
-    /// The locks not released yet: held ones, and lost ones too, whose token may still stand
-    /// on some nodes (a loss deletes nothing) until their ttl. A lost lock that was already
-    /// released answers `NotHeld` to another release, without any I/O.
-    fn unreleased(&self) -> Vec<Arc<CoreLock>> {
-        let mut v = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        v.retain(|w| w.strong_count() > 0);
-        v.iter()
-            .filter_map(Weak::upgrade)
-            .filter(|l| !matches!(l.status(), LockStatus::Released))
-            .collect()
-    }
-}
-
 #[pyclass(name = "_Manager", module = "ferrolock._ferrolock", frozen)]
 pub struct PyManager {
-    manager: Mutex<Option<LockManager>>,
-    defaults: LockOptions,
+    host: host::Manager,
     /// Default of the Python-only `interrupt` option.
     interrupt: bool,
-    handed: Arc<Handed>,
-    nodes: Vec<String>,
-    quorum: usize,
-    pid: u32,
 }
 
-/// Whether reentrant acquires re-enter per owner (the test suite's reentrancy tests are
-/// expected to fail while this is false).
-pub(crate) const REENTRANT_OWNERS: bool = true;
-
-/// Set at interpreter exit, before the last locks are released: from then on an acquire
-/// that completes releases its lock at once instead of handing it to a thread that may never
-/// run again (a daemon thread waiting for the lock that exit just released).
-pub(crate) static CLOSING: AtomicBool = AtomicBool::new(false);
-/// Wakes the acquires still waiting when `CLOSING` is set: they give up.
-static CLOSING_NOW: tokio::sync::Notify = tokio::sync::Notify::const_new();
-/// Blocking acquires in progress (counted until their thread is back from the wait, clean-up
-/// included): exit lets them end before it releases what is held.
-static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
-
-/// At interpreter exit: every waiting acquire gives up (undoing what it had taken), and this
-/// waits (at most `limit`) until the blocking ones are back, so that no grant lands after the
-/// last release pass.
-pub(crate) fn close_all(py: Python<'_>, limit: Duration) {
-    CLOSING.store(true, Ordering::SeqCst);
-    CLOSING_NOW.notify_waiters();
-    bridge::wait_for_zero(py, &BLOCKING_ACQUIRES, limit);
-}
-
-/// Resolves once the interpreter is exiting.
-async fn closing() {
-    let notified = CLOSING_NOW.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    if !CLOSING.load(Ordering::SeqCst) {
-        notified.await;
-    }
-}
-
-struct BlockingAcquire;
-
-impl BlockingAcquire {
-    fn enter() -> BlockingAcquire {
-        BLOCKING_ACQUIRES.fetch_add(1, Ordering::SeqCst);
-        BlockingAcquire
-    }
-}
-
-impl Drop for BlockingAcquire {
-    fn drop(&mut self) {
-        BLOCKING_ACQUIRES.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// Acquires with an owner id: the reentrancy owner (the calling thread for sync code, the
-/// current asyncio task for async code; see `ferrolock/_owner.py`). The core ignores it
-/// unless `opts.reentrant`. The lock is registered with the manager (for `close()` and exit)
-/// on the runtime, before any Python code runs.
-pub(crate) async fn acquire_owned(
-    manager: LockManager,
-    handed: Arc<Handed>,
-    key: String,
-    opts: LockOptions,
-    owner: u64,
-) -> ferrolock::Result<Arc<CoreLock>> {
-    let exiting = || {
-        ferrolock::Error::new(
-            ErrorKind::NotAcquired,
-            format!("lock {key:?} not acquired: the interpreter is exiting"),
-        )
-    };
-    let lock = tokio::select! {
-        lock = manager.acquire_owned(&key, owner, &opts) => Arc::new(lock?),
-        // Dropping the acquire undoes whatever it had taken.
-        _ = closing() => return Err(exiting()),
-    };
-    handed.add(&lock);
-    if CLOSING.load(Ordering::SeqCst) {
-        let _ = lock.release().await;
-        return Err(exiting());
-    }
-    Ok(lock)
-}
+/// The timeout of `close()` (and of the `with LockManager` exit).
+const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
 impl PyManager {
-    pub(crate) fn core(&self, py: Python<'_>) -> PyResult<LockManager> {
-        let m = self.manager.lock().unwrap_or_else(|p| p.into_inner());
-        m.clone()
-            .ok_or_else(|| crate::errors::invalid(py, "this LockManager is closed", None))
-    }
-
     pub(crate) fn args(
         &self,
         py: Python<'_>,
         key: &str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<LockArgs> {
-        lock_args(py, key, &self.defaults, self.interrupt, options)
+        lock_args(py, key, self.host.defaults(), self.interrupt, options)
     }
 
-    /// Blocking acquire with the GIL released; Ctrl-C drops the attempt (the core releases
-    /// whatever it had taken).
+    /// Blocking acquire with the GIL released; Ctrl-C stops the wait (nothing is left
+    /// behind) and raises `KeyboardInterrupt`.
     pub(crate) fn acquire_blocking(
         &self,
         py: Python<'_>,
@@ -158,15 +42,16 @@ impl PyManager {
         opts: LockOptions,
         owner: u64,
     ) -> PyResult<PyLock> {
-        let manager = self.core(py)?;
-        let fut = acquire_owned(manager, self.handed.clone(), key.to_string(), opts, owner);
-        let in_progress = BlockingAcquire::enter();
-        let waited = bridge::wait(py, fut);
-        drop(in_progress);
-        let core = waited?.map_err(|e| to_py(py, &e, Some(key)))?;
-        Ok(PyLock::new(core, owner))
+        let m = &self.host;
+        let out = bridge::blocking(py, |cancel, check| {
+            m.acquire_blocking(key, owner, &opts, cancel, check)
+        })?;
+        let lock = out.map_err(|e| to_py(py, &e, Some(key)))?;
+        Ok(PyLock::new(lock))
     }
 
+    /// An `asyncio.Future` resolving to a `Lock`. Cancelling it abandons the attempt (whatever
+    /// was taken is released).
     pub(crate) fn acquire_future<'py>(
         &self,
         py: Python<'py>,
@@ -174,10 +59,11 @@ impl PyManager {
         opts: LockOptions,
         owner: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let manager = self.core(py)?;
-        let fut = acquire_owned(manager, self.handed.clone(), key.clone(), opts, owner);
+        let m = self.host.clone();
+        let k = key.clone();
+        let fut = async move { m.acquire(&k, owner, &opts).await };
         bridge::spawn(py, fut, true, move |py, out| match out {
-            Ok(core) => Ok(Py::new(py, PyLock::new(core, owner))?.into_any()),
+            Ok(lock) => Ok(Py::new(py, PyLock::new(lock))?.into_any()),
             Err(e) => Err(to_py(py, &e, Some(&key))),
         })
     }
@@ -194,42 +80,53 @@ impl PyManager {
     ) -> PyResult<Self> {
         let args = manager_args(py, nodes, options)?;
         crate::log::sync_level(py);
-        let defaults = args.options.lock.clone();
-        let manager = LockManager::new(args.options).map_err(|e| to_py(py, &e, None))?;
+        let host = host::Manager::new(args.options).map_err(|e| to_py(py, &e, None))?;
         Ok(PyManager {
-            nodes: manager.node_names(),
-            quorum: manager.quorum(),
-            manager: Mutex::new(Some(manager)),
-            defaults,
+            host,
             interrupt: args.interrupt,
-            handed: Arc::default(),
-            pid: std::process::id(),
         })
+    }
+
+    /// The manager `redlock()` uses for these connection options (`nodes`, `tls_ca`,
+    /// `restart_guard`): one per distinct setup, shared by every call (`host::shared`).
+    #[staticmethod]
+    #[pyo3(signature = (options = None))]
+    fn shared(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let args = manager_args(py, None, options)?;
+        crate::log::sync_level(py);
+        let host = host::shared(&args.options).map_err(|e| to_py(py, &e, None))?;
+        Ok(PyManager {
+            host,
+            interrupt: true,
+        })
+    }
+
+    /// How many shared managers this process holds (see `shared`).
+    #[staticmethod]
+    fn shared_count() -> usize {
+        host::shared_count()
     }
 
     /// The node URLs, passwords redacted.
     #[getter]
     fn nodes(&self) -> Vec<String> {
-        self.nodes.clone()
+        self.host.nodes().to_vec()
     }
 
     #[getter]
     fn quorum(&self) -> usize {
-        self.quorum
+        self.host.quorum()
     }
 
     #[getter]
     fn closed(&self) -> bool {
-        self.manager
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
+        self.host.is_closed()
     }
 
     /// The manager's default lock options, as Python values (seconds as float).
     fn defaults<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let d = PyDict::new(py);
-        let o = &self.defaults;
+        let o = self.host.defaults();
         let secs = |x: Duration| x.as_secs_f64();
         d.set_item("ttl", secs(o.ttl))?;
         d.set_item("wait", o.wait.map(secs))?;
@@ -259,8 +156,7 @@ impl PyManager {
         self.acquire_blocking(py, &key, args.opts, owner)
     }
 
-    /// Returns an `asyncio.Future` resolving to a `Lock`. Cancelling it abandons the attempt
-    /// (whatever was taken is released).
+    /// Returns an `asyncio.Future` resolving to a `Lock` (see `acquire_future`).
     #[pyo3(signature = (key, options, owner))]
     fn acquire_async<'py>(
         &self,
@@ -274,53 +170,24 @@ impl PyManager {
         self.acquire_future(py, key, args.opts, owner)
     }
 
-    /// Releases every lock from this manager that this process has not released, lost ones
-    /// included (their token may still stand on some nodes), waiting at most `timeout`
-    /// seconds. Returns how many were released on a quorum. Also tells at once the
-    /// waiters of keys this manager released quietly a moment ago (a worker loop that just
-    /// ended: see the core's `flush_quiet_releases`), as this runs before close and at exit.
+    /// `host::Manager::release_all`, waiting at most `timeout` seconds with the GIL released.
     #[pyo3(signature = (timeout = 5.0))]
-    fn release_all(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
-        if self.pid != std::process::id() {
-            return Ok(0);
-        }
-        let Ok(manager) = self.core(py) else {
-            return Ok(0);
-        };
-        let held = self.handed.unreleased();
-        let limit = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::from_secs(5));
-        let done = bridge::wait_at_most(py, limit, async move {
-            let all = held.iter().map(|l| l.release());
-            let released = futures::future::join_all(all).await;
-            manager.flush_quiet_releases().await;
-            released
-        })?;
-        Ok(done
-            .map(|results| results.iter().filter(|r| matches!(r, Ok(true))).count())
-            .unwrap_or(0))
+    fn release_all(&self, py: Python<'_>, timeout: f64) -> usize {
+        let limit = Duration::try_from_secs_f64(timeout).unwrap_or(CLOSE_LIMIT);
+        py.detach(|| self.host.release_all(limit))
     }
 
-    /// Releases the locks still held (see `release_all`) and drops the connections. Later
-    /// acquires raise `InvalidArgument`. Idempotent.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if self.closed() {
-            return Ok(());
-        }
-        self.release_all(py, 5.0)?;
-        let taken = self
-            .manager
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        drop(taken);
-        Ok(())
+    /// `host::Manager::close`: releases the locks still held, then later acquires raise
+    /// `InvalidArgument`. Idempotent.
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.host.close(CLOSE_LIMIT));
     }
 
     fn __repr__(&self) -> String {
         format!(
             "<ferrolock.LockManager nodes={:?} quorum={}{}>",
-            self.nodes,
-            self.quorum,
+            self.host.nodes(),
+            self.host.quorum(),
             if self.closed() { " closed" } else { "" }
         )
     }

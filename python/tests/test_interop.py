@@ -35,4 +35,5 @@ def test_redis_py_holder_excludes_ferrolock(node: RedisNode, manager: LockManage
     with manager.lock(key, wait=5) as lock:
         waited = time.monotonic() - t
         assert r.get(key) == lock.token.encode()
-    assert 0.25 < waited < 2.0, waited
+    # After the release; the upper bound is a failure bound (redis-py's lock had 10 s left).
+    assert 0.25 < waited < 8.0, waited

@@ -11,7 +11,10 @@ import pytest
 from conftest import Child, RedisNode
 
 WAITER = r"""
-import sys, time, ferrolock
+import signal, sys, time, ferrolock
+# A child of a background job (`make test &`, a CI step run without job control) inherits
+# SIGINT ignored, and Python then installs no handler: restore Ctrl-C's usual meaning.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 urls = sys.argv[1].split(",")
 m = ferrolock.LockManager(urls, node_timeout=float(sys.argv[3]), restart_guard=0)
 print("waiting", flush=True)

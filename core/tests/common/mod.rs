@@ -54,3 +54,42 @@ pub fn calls(server: &RedisServer, command: &str) -> u64 {
         .map(|v| v.parse().unwrap())
         .unwrap_or(0)
 }
+
+/// Bytes the kernel holds for `server` that it has not read yet, over its established
+/// connections (/proc/net/tcp{,6}): with the server paused, proof that a request was written
+/// to it, whatever the speed of the machine.
+pub fn unread_bytes(server: &RedisServer) -> u64 {
+    let port = format!(":{:04X}", server.port());
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|text| {
+            text.lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let f: Vec<&str> = line.split_whitespace().collect();
+                    // local address, remote address, state (01: established), tx:rx queues
+                    let (local, state, queues) = (f.get(1)?, f.get(3)?, f.get(4)?);
+                    if !local.ends_with(&port) || *state != "01" {
+                        return None;
+                    }
+                    u64::from_str_radix(queues.split(':').nth(1)?, 16).ok()
+                })
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Waits until a request has been written to the paused `server` (see `unread_bytes`); the
+/// bound is a failure bound.
+pub async fn written_to(server: &RedisServer) {
+    let start = std::time::Instant::now();
+    while unread_bytes(server) == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "nothing was ever written to the paused node at {}",
+            server.url()
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}

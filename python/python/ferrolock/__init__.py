@@ -9,8 +9,8 @@ watchdog that keeps held locks alive and tells you when one is lost.
     async with redlock("orders:1001") as lock:
         ...
 
-All lock logic lives in the Rust core; this package converts arguments, maps errors, and
-bridges blocking and asyncio callers to the core's runtime.
+All lock logic lives in the Rust core (its host layer, ``ferrolock::host``); this package
+converts arguments, maps errors, and bridges blocking and asyncio callers to the core.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import asyncio
 import atexit
 import functools
 import logging
-import os
-import threading
 import weakref
 from types import TracebackType
 from typing import Any
@@ -157,36 +155,11 @@ class LockContext(_LockContextBase):
         if use.cancelled and use.task is not None:
             remaining = use.task.uncancel()
             ours = isinstance(exc, asyncio.CancelledError) and remaining <= use.cancelling
-        released: bool | None = None
-        release_error: LockError | None = None
-        try:
-            # If this await is cancelled, the release still completes in the background.
-            released = await lock.release_async()
-        except NotHeld:
-            released = None  # released meanwhile (e.g. by lock.release() in the body)
-        except LockError as e:
-            release_error = e
-        reason = use.reason or lock.loss_reason
-        if reason is not None:
-            if exc is None or ours or isinstance(exc, Exception):
-                raise LockLost(reason, lock.key) from (None if exc is None or ours else exc)
-            return False
-        if exc is not None:
-            if release_error is not None:
-                logger.warning("while leaving the block after an exception: %s", release_error)
-            return False
-        if release_error is not None:
-            raise release_error
-        if released is False:
-            raise LockLost(
-                f"lock {lock.key!r} lost: it was no longer held on a quorum when the block exited "
-                "(expired or taken: did the body outlive the ttl with the watchdog off?)",
-                lock.key,
-            )
-        return False
+        # The same decision and messages as `with` (the core's host::scope). If this await is
+        # cancelled, the release still completes in the background.
+        return await self._end_async(lock, ours, exc)  # type: ignore[no-any-return]
 
 
-_managers: weakref.WeakSet[LockManager] = weakref.WeakSet()
 
 
 class LockManager:
@@ -203,7 +176,6 @@ class LockManager:
 
     def __init__(self, nodes: Any = None, **options: Any) -> None:
         self._manager = _Manager(nodes, options)
-        _managers.add(self)
 
     def lock(self, key: str, **options: Any) -> LockContext:
         """A context manager for ``with`` and ``async with`` (see :class:`LockContext`)."""
@@ -269,40 +241,6 @@ class LockManager:
         return repr(self._manager)
 
 
-_shared: dict[tuple[Any, ...], LockManager] = {}
-_shared_guard = threading.Lock()
-
-
-def _shared_key(conn: dict[str, Any]) -> tuple[Any, ...]:
-    nodes = conn.get("nodes")
-    if nodes is None:
-        nodes_key: Any = ("$env", os.environ.get("FERROLOCK_NODES"))
-    elif isinstance(nodes, str):
-        nodes_key = ("$str", nodes)
-    else:
-        nodes_key = tuple(nodes)
-    tls = conn.get("tls_ca")
-    if isinstance(tls, os.PathLike):
-        tls = os.fspath(tls)
-    tls_env = os.environ.get("FERROLOCK_TLS_CA") if tls is None else None
-    key = (nodes_key, tls, tls_env, repr(conn.get("restart_guard")))
-    hash(key)
-    return key
-
-
-def _shared_manager(conn: dict[str, Any]) -> LockManager:
-    try:
-        key = _shared_key(conn)
-    except TypeError:
-        # Unhashable (so malformed) options: let LockManager report them precisely.
-        return LockManager(**conn)
-    with _shared_guard:
-        manager = _shared.get(key)
-        if manager is None or manager.closed:
-            manager = _shared[key] = LockManager(**conn)
-        return manager
-
-
 def redlock(key: str, **options: Any) -> LockContext:
     """``with redlock(key, **options) as lock:`` (or ``async with``).
 
@@ -313,28 +251,14 @@ def redlock(key: str, **options: Any) -> LockContext:
     apply to this lock.
     """
     conn = {name: options.pop(name) for name in _MANAGER_OPTIONS if name in options}
-    return _shared_manager(conn).lock(key, **options)
-
-
-def _reinit_after_fork() -> None:
-    global _shared_guard
-    _shared_guard = threading.Lock()
+    return LockContext(_Manager.shared(conn), key, options)
 
 
 def _at_exit() -> None:
-    # Release what is still held (bounded: each release waits at most the node timeout), then
-    # stop background threads from attaching to the finalizing interpreter. Whatever could not
-    # be released expires with its ttl. Acquires that complete from here on (a daemon thread
-    # waiting for a lock released below) release at once; a second pass catches those in flight.
-    _ferrolock._closing()
-    for _ in range(2):
-        for manager in list(_managers):
-            try:
-                manager.release_all(2.0)
-            except BaseException:  # noqa: BLE001 - exiting anyway
-                pass
-    _ferrolock._shutdown()
+    # The core's exit protocol (bounded in time): waiting acquires give up, what is still held
+    # or lost is released, then no background thread attaches to the finalizing interpreter.
+    # Whatever could not be released expires with its ttl.
+    _ferrolock._exit()
 
 
-os.register_at_fork(after_in_child=_reinit_after_fork)
 atexit.register(_at_exit)

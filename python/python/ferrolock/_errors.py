@@ -7,6 +7,8 @@ the message, the lock's key (``.key``, None for manager-level errors) and a stab
 
 from __future__ import annotations
 
+import asyncio
+
 
 class LockError(Exception):
     """Base of every ferrolock error."""
@@ -61,6 +63,15 @@ class RedisError(LockError):
     """Redis answered with an error that is none of the above (ACL denial, OOM, ...)."""
 
     code = "REDIS_ERROR"
+
+
+CANCELLED_AS: dict[str, type[BaseException]] = {
+    "sync": KeyboardInterrupt,
+    "async": asyncio.CancelledError,
+}
+"""The core's ``CANCELLED`` kind has no class of its own: a blocking call interrupted by a
+signal raises the signal handler's exception (``KeyboardInterrupt``), a cancelled await raises
+``asyncio.CancelledError``."""
 
 
 class _InjectedLockLost(LockLost):

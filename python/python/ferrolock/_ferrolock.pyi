@@ -13,8 +13,8 @@ __all__ = [
     "_Manager",
     "Lock",
     "_LockContextBase",
-    "_shutdown",
-    "_closing",
+    "_exit",
+    "ERROR_CODES",
     "_sync_log_level",
     "_REENTRANT_OWNERS",
 ]
@@ -22,6 +22,7 @@ __version__: Final[str]
 LOCK_OPTIONS: list[str]
 _REENTRANT_OWNERS: bool
 MANAGER_OPTIONS: list[str]
+ERROR_CODES: list[tuple[str, int]]
 
 @final
 class Lock:
@@ -64,6 +65,10 @@ class Lock:
 @final
 class _Manager:
     def __new__(cls, nodes: Any = None, options: dict[str, Any] | None = None) -> _Manager: ...
+    @staticmethod
+    def shared(options: dict[str, Any] | None = None) -> _Manager: ...
+    @staticmethod
+    def shared_count() -> int: ...
     @property
     def nodes(self) -> list[str]: ...
     @property
@@ -92,8 +97,8 @@ class _LockContextBase:
         exc: BaseException | None = None,
         _tb: TracebackType | None = None,
     ) -> bool: ...
+    def _end_async(self, lock: Lock, stopped: bool, exc: BaseException | None = None) -> Coroutine[Any, Any, bool]: ...
     def _acquire_async(self, owner: int) -> asyncio.Future[Lock]: ...
 
-def _shutdown() -> None: ...
-def _closing() -> None: ...
+def _exit() -> int: ...
 def _sync_log_level() -> None: ...

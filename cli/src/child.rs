@@ -1,0 +1,124 @@
+//! The child of `ferrolock run`: started in a process group of its own (so a lost lock can
+//! stop it with everything it started, `sh -c` grandchildren included), tied to our life
+//! (PR_SET_PDEATHSIG: if `ferrolock` is killed, the child is killed too rather than running on
+//! unprotected), handed the terminal's foreground when we had it (so Ctrl-C still reaches it
+//! directly, as it would without us), and signalled as a group.
+
+use std::ffi::OsString;
+use std::io;
+
+/// A spawned child and its process group (the same id).
+pub struct Child {
+    pub process: tokio::process::Child,
+    pub pgid: libc::pid_t,
+    /// The terminal whose foreground we handed to the child, to take back when it ends.
+    terminal: Option<libc::c_int>,
+}
+
+/// Spawns `command` in a new process group with `env` added.
+pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> {
+    let parent = std::process::id() as libc::pid_t;
+    let mut cmd = tokio::process::Command::new(&command[0]);
+    cmd.args(&command[1..]).process_group(0);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // We died between fork and prctl: the signal would never come.
+            if libc::getppid() != parent {
+                libc::_exit(129);
+            }
+            Ok(())
+        });
+    }
+    let process = cmd.spawn()?;
+    let pgid = process.id().map_or(0, |p| p as libc::pid_t);
+    let terminal = give_terminal(pgid);
+    Ok(Child {
+        process,
+        pgid,
+        terminal,
+    })
+}
+
+impl Child {
+    /// Sends `sig` to the child's process group (the child and whatever it started there).
+    /// Only before the child has been reaped: its pid (the group id) cannot be reused while
+    /// it is our unreaped child.
+    pub fn signal_group(&self, sig: libc::c_int) {
+        if self.pgid > 0 {
+            // SAFETY: plain syscall.
+            unsafe { libc::kill(-self.pgid, sig) };
+        }
+    }
+
+    /// Takes the terminal's foreground back, once the child is gone.
+    pub fn restore_terminal(&mut self) {
+        if let Some(fd) = self.terminal.take() {
+            // SAFETY: we are in a background group now: a tcsetpgrp from there raises
+            // SIGTTOU, which is blocked around the call (as shells do).
+            unsafe {
+                let mut block: libc::sigset_t = std::mem::zeroed();
+                let mut old: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut block);
+                libc::sigaddset(&mut block, libc::SIGTTOU);
+                libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+                libc::tcsetpgrp(fd, libc::getpgrp());
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.restore_terminal();
+    }
+}
+
+/// When our process group is the foreground job of our controlling terminal, makes the
+/// child's group the foreground instead (the terminal's Ctrl-C then reaches the child, as it
+/// would have without us) and returns the terminal to take it back later.
+fn give_terminal(pgid: libc::pid_t) -> Option<libc::c_int> {
+    if pgid <= 0 {
+        return None;
+    }
+    // SAFETY: open/tcgetpgrp/tcsetpgrp/close on a descriptor we own.
+    unsafe {
+        let fd = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        if libc::tcgetpgrp(fd) != libc::getpgrp() || libc::tcsetpgrp(fd, pgid) != 0 {
+            libc::close(fd);
+            return None;
+        }
+        Some(fd)
+    }
+}
+
+/// True when our process group is the foreground job of our controlling terminal.
+pub fn foreground_of_terminal() -> bool {
+    // SAFETY: open/tcgetpgrp/close on a descriptor we own; getpgrp cannot fail.
+    unsafe {
+        let fd = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return false;
+        }
+        let foreground = libc::tcgetpgrp(fd);
+        libc::close(fd);
+        foreground == libc::getpgrp()
+    }
+}

@@ -1,0 +1,462 @@
+//! `ferrolock run` as a supervisor (renewal, stopping the child on loss, its process group,
+//! its death with ours, nesting, the environment) and `inspect` / `scan`, as real processes
+//! against real redis-servers. Bounds are deadlines or failure limits, never speed claims.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ferrolock_testbed::{Cluster, RedisServer};
+
+const HANG: Duration = Duration::from_secs(30);
+
+fn ferrolock() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrolock"));
+    cmd.env_remove("FERROLOCK_NODES")
+        .env_remove("FERROLOCK_HELD")
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let end = Instant::now() + HANG;
+    while child.try_wait().expect("try_wait").is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("ferrolock did not exit within {HANG:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
+fn wait(child: &mut Child) -> std::process::ExitStatus {
+    let end = Instant::now() + HANG;
+    loop {
+        if let Some(s) = child.try_wait().expect("try_wait") {
+            return s;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("ferrolock did not exit within {HANG:?}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let end = Instant::now() + HANG;
+    while !done() {
+        assert!(Instant::now() < end, "{what} never happened");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tmp() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ferrolock-cli-")
+        .tempdir()
+        .expect("tempdir")
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Wall-clock nanoseconds, comparable with `date +%s%N` in a child.
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+fn alive(pid: i32) -> bool {
+    // A zombie still answers kill(0): look at its state too.
+    let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // SAFETY: kill with signal 0 only checks existence.
+    let exists = unsafe { libc::kill(pid, 0) } == 0;
+    exists && !state.contains(") Z")
+}
+
+#[test]
+fn renewal_keeps_a_short_lock_for_a_child_that_outlives_its_ttl() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let done = dir.path().join("done");
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--ttl",
+        "3s",
+        "renewed",
+        "--",
+    ])
+    .args(["sh", "-c", &format!("sleep 10; touch {}", p(&done))]);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn");
+    let start = Instant::now();
+    let token: Option<String> = loop {
+        let t: Option<String> = server.cmd(&["GET", "renewed"]);
+        if t.is_some() || start.elapsed() > HANG {
+            break t;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let token = token.expect("never acquired");
+    // Past three ttls: the key stays, with the same token, only because it is renewed.
+    while !done.exists() {
+        let now: Option<String> = server.cmd(&["GET", "renewed"]);
+        assert_eq!(
+            now.as_deref(),
+            Some(token.as_str()),
+            "lost after {:?}",
+            start.elapsed()
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(wait(&mut child).code(), Some(0));
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "renewed"]).is_none(),
+        "not released"
+    );
+}
+
+#[test]
+fn a_lost_lock_stops_the_child_and_its_group_before_the_deadline_and_exits_70() {
+    let cluster = Cluster::start(3);
+    let dir = tmp();
+    let (child_term, grand_term, started) = (
+        dir.path().join("child"),
+        dir.path().join("grandchild"),
+        dir.path().join("started"),
+    );
+    // A grandchild started through `sh -c`, in the background, traps TERM too.
+    let script = format!(
+        "sh -c 'trap \"date +%s%N > {g}; exit 0\" TERM; while :; do sleep 0.05; done' &
+         trap 'date +%s%N > {c}; wait; exit 0' TERM; touch {s}; while :; do sleep 0.05; done",
+        g = p(&grand_term),
+        c = p(&child_term),
+        s = p(&started)
+    );
+    let nodes = cluster.urls().join(",");
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &nodes,
+        "--ttl",
+        "3s",
+        "--restart-guard",
+        "0",
+    ])
+    .args(["--grace", "20s", "lost-run", "--", "sh", "-c", &script]);
+    let mut run = cmd.stderr(Stdio::piped()).spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    // No renewal confirms once the majority is paused: the lock's deadline is at most a ttl
+    // (3 s) from now.
+    let paused_at = now_ns();
+    cluster.servers[1].pause();
+    cluster.servers[2].pause();
+    let status = wait(&mut run);
+    cluster.servers[1].resume();
+    cluster.servers[2].resume();
+    let mut err = String::new();
+    use std::io::Read;
+    run.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(err.contains("lost"), "{err}");
+    let deadline = paused_at + Duration::from_secs(3).as_nanos();
+    for (who, file) in [("child", &child_term), ("grandchild", &grand_term)] {
+        let at: u128 = fs::read_to_string(file)
+            .unwrap_or_else(|_| panic!("the {who} never got SIGTERM: {err}"))
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(
+            at < deadline,
+            "the {who} got SIGTERM {} ms after the deadline",
+            (at - deadline) / 1_000_000
+        );
+    }
+}
+
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (term, started) = (dir.path().join("term"), dir.path().join("started"));
+    let script = format!(
+        "trap 'date +%s%N > {t}' TERM; touch {s}; while :; do sleep 0.05; done",
+        t = p(&term),
+        s = p(&started)
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--ttl",
+        "5s",
+        "--grace",
+        "2s",
+    ])
+    .args(["ignores", "--", "sh", "-c", &script]);
+    let mut run = cmd.stderr(Stdio::null()).spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    // The lock is lost: its key is gone (the watchdog's next renewal finds it missing).
+    server.cmd::<i64>(&["DEL", "ignores"]);
+    let status = wait(&mut run);
+    let ended = now_ns();
+    assert_eq!(status.code(), Some(70));
+    let at: u128 = fs::read_to_string(&term)
+        .expect("no SIGTERM")
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        ended - at >= Duration::from_secs(2).as_nanos(),
+        "killed {} ms after SIGTERM, before the 2 s grace",
+        (ended - at) / 1_000_000
+    );
+}
+
+#[test]
+fn killing_ferrolock_takes_its_child_down() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let pidfile = dir.path().join("pid");
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", &server.url(), "orphan", "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!("echo $$ > {}; exec sleep 60", p(&pidfile)),
+        ]);
+    let mut run = cmd.spawn().expect("spawn");
+    wait_for("the child wrote its pid", || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    run.kill().unwrap(); // SIGKILL
+    run.wait().unwrap();
+    wait_for("the child died with ferrolock", || !alive(pid));
+}
+
+#[test]
+fn sighup_is_forwarded_to_the_child() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (got, started) = (dir.path().join("got"), dir.path().join("started"));
+    let script = format!(
+        "trap 'echo HUP > {g}; exit 4' HUP; touch {s}; while :; do sleep 0.05; done",
+        g = p(&got),
+        s = p(&started)
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "hup",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let mut run = cmd.spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    // SAFETY: our own unreaped child.
+    unsafe { libc::kill(run.id() as i32, libc::SIGHUP) };
+    assert_eq!(wait(&mut run).code(), Some(4));
+    assert_eq!(fs::read_to_string(&got).unwrap().trim(), "HUP");
+    assert!(server.cmd::<Option<String>>(&["GET", "hup"]).is_none());
+}
+
+#[test]
+fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let exe = env!("CARGO_BIN_EXE_ferrolock");
+    let script = format!(
+        "echo \"key=$FERROLOCK_KEY fence=$FERROLOCK_FENCE nodes=$FERROLOCK_NODES\"; \
+         printf 'held=%s\\n' \"$FERROLOCK_HELD\"; \
+         {exe} run --nodes {url} --wait 0 other -- sh -c 'printf \"inner=%s\\n\" \"$FERROLOCK_HELD\"'; \
+         {exe} run --nodes {url} outer -- true; echo nested=$?"
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run", "--nodes", &url, "--fence", "outer", "--", "sh", "-c", &script,
+    ]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text} {err}");
+    assert!(
+        text.contains(&format!("key=outer fence=1 nodes={url}")),
+        "{text}"
+    );
+    assert!(text.contains(&format!("held={url}\touter\n")), "{text}");
+    assert!(
+        text.contains(&format!("inner={url}\touter\n{url}\tother\n")),
+        "{text}"
+    );
+    assert!(text.contains("nested=64"), "{text}");
+    assert!(err.contains("already held by an enclosing"), "{err}");
+}
+
+#[test]
+fn new_flags_refuse_bad_values_naming_them() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--drift-factor", "abc"], "abc"),
+        (&["--drift-factor", "1.5"], "1.5"),
+        (&["--max-extensions", "-1"], "-1"),
+        (&["--grace", "0s"], "0s"),
+        (&["--retry-delay", "5"], "'5'"),
+        (&["--max-hold", "-1s"], "-1s"),
+    ];
+    for (flags, needle) in cases {
+        let mut cmd = ferrolock();
+        cmd.args(["run", "--nodes", "redis://127.0.0.1:1"])
+            .args(*flags)
+            .args(["k", "--", "true"]);
+        let out = output(cmd);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flags:?}: {err}");
+        assert!(err.contains(needle), "{flags:?}: {needle:?} not in {err}");
+    }
+}
+
+#[test]
+fn every_lock_option_of_the_table_is_a_flag() {
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--help"]);
+    let help = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    for o in ferrolock::OPTIONS {
+        if matches!(o.scope, ferrolock::OptionScope::Binding(_)) {
+            continue;
+        }
+        let flag = if o.name == "watchdog" {
+            "--no-watchdog".to_string()
+        } else {
+            format!("--{}", o.kebab_case())
+        };
+        assert!(
+            help.contains(&flag),
+            "{flag} missing from `ferrolock run --help`"
+        );
+    }
+}
+
+#[test]
+fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = "0123456789abcdef0123456789abcdef";
+    server.cmd::<()>(&["SET", "plain", token, "PX", "60000"]);
+    server.cmd::<()>(&["SET", "leaked", token]); // no ttl
+    let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f:42";
+    server.cmd::<()>(&["HSET", "redisson", field, "2"]);
+    server.cmd::<()>(&["PEXPIRE", "redisson", "30000"]);
+    server.cmd::<()>(&["SET", "not-a-lock", "hello"]);
+    server.cmd::<()>(&["SET", "ferrolock:fence:{plain}", "7"]);
+    let dirty_before: String = server.cmd(&["INFO", "persistence"]);
+    let changes = |info: &str| {
+        info.lines()
+            .find(|l| l.starts_with("rdb_changes_since_last_save"))
+            .map(str::to_string)
+    };
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "plain"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(&format!("holder token: {token}")), "{text}");
+    assert!(text.contains("fence counter: 7"), "{text}");
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &url, "redisson"]);
+    let out = output(cmd);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+    assert_eq!(json["nodes"][0]["type"], "hash");
+    assert_eq!(json["nodes"][0]["holder"]["owners"][field], "2");
+    assert!(json["nodes"][0]["pttl_ms"].as_i64().unwrap() > 0);
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &url]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"leaked\"") && text.contains("LEAKED: no ttl"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"plain\"") && text.contains("\"redisson\""),
+        "{text}"
+    );
+    assert!(
+        !text.contains("not-a-lock") && !text.contains("ferrolock:fence"),
+        "{text}"
+    );
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--long", "20s", "--nodes", &url]);
+    let out = output(cmd);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let locks = json["locks"].as_array().unwrap();
+    let find = |k: &str| locks.iter().find(|l| l["key"] == k).cloned().unwrap();
+    assert_eq!(locks.len(), 3, "{json}");
+    assert_eq!(find("leaked")["leaked"], true);
+    assert_eq!(find("plain")["long"], true, "60 s ttl over --long 20s");
+    assert_eq!(
+        find("redisson")["kind"],
+        "reentrant (Redisson RLock layout)"
+    );
+
+    let dirty_after: String = server.cmd(&["INFO", "persistence"]);
+    assert_eq!(
+        changes(&dirty_before),
+        changes(&dirty_after),
+        "inspect/scan wrote"
+    );
+}
+
+#[test]
+fn stats_prints_the_counts_of_the_run() {
+    let server = RedisServer::start();
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--stats",
+        "jobs:42",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("ferrolock_grants_total{prefix=\"jobs\"} 1\n"),
+        "{err}"
+    );
+    assert!(
+        err.contains("ferrolock_hold_seconds_count{prefix=\"jobs\"} 1\n"),
+        "{err}"
+    );
+}

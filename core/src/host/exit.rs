@@ -1,0 +1,80 @@
+//! The process-exit protocol, bounded in time: waiting acquires give up, the blocking ones
+//! are let back, then every manager's unreleased locks (held or lost) are released and its
+//! quiet releases flushed, twice (an acquire that completed meanwhile is caught by the second
+//! pass). What could not be released in time expires with its ttl.
+//!
+//! A binding calls [`exit`] from its exit hook (Python's `atexit`, Node's `process.on('exit')`,
+//! C's `ferrolock_shutdown` or a destructor) on one thread, before it stops its own callbacks.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use crate::error::{Error, ErrorKind};
+
+/// Set by [`exit`]: from then on an acquire gives up, and one that completes releases its
+/// lock at once instead of handing it to a caller that may never run again (a daemon thread
+/// waiting for the lock that exit just released). Inherited by a forked child on purpose: a
+/// child forked during exit must not start new work either.
+static EXITING: AtomicBool = AtomicBool::new(false);
+static EXITING_NOW: Notify = Notify::const_new();
+/// Blocking acquires in progress, counted until their thread is back (clean-up included).
+static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
+
+pub fn is_exiting() -> bool {
+    EXITING.load(Ordering::SeqCst)
+}
+
+/// Resolves once the process is exiting.
+pub(crate) async fn exiting() {
+    let notified = EXITING_NOW.notified();
+    tokio::pin!(notified);
+    notified.as_mut().enable();
+    if !is_exiting() {
+        notified.await;
+    }
+}
+
+pub(crate) fn exiting_error(key: &str) -> Error {
+    Error::new(
+        ErrorKind::NotAcquired,
+        format!("lock {key:?} not acquired: the process is exiting"),
+    )
+}
+
+/// Counts a blocking acquire for as long as it lives.
+pub(crate) struct BlockingAcquire;
+
+impl BlockingAcquire {
+    pub fn enter() -> BlockingAcquire {
+        BLOCKING_ACQUIRES.fetch_add(1, Ordering::SeqCst);
+        BlockingAcquire
+    }
+}
+
+impl Drop for BlockingAcquire {
+    fn drop(&mut self) {
+        BLOCKING_ACQUIRES.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs the exit protocol on the calling thread (not inside an async runtime) and returns
+/// within `limit` (plus scheduling delays), however slow or paused the nodes are: a third for
+/// the blocking acquires to come back, a third for each release pass. Returns how many locks
+/// were released on a quorum. Idempotent; later calls find nothing left to release.
+pub fn exit(limit: Duration) -> usize {
+    EXITING.store(true, Ordering::SeqCst);
+    EXITING_NOW.notify_waiters();
+    let share = limit / 3;
+    let until = Instant::now() + share;
+    while BLOCKING_ACQUIRES.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut released = 0;
+    for _ in 0..2 {
+        let managers = crate::host::manager::all();
+        released += crate::host::manager::release_all_of(&managers, share);
+    }
+    released
+}

@@ -1,0 +1,170 @@
+//! `host::Lock`: a held lock as a binding hands it to its caller: the core lock, the
+//! reentrancy owner the binding supplied, and the loss subscriptions (see `loss`).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::host::cancel::{self, Cancel, Check};
+use crate::host::loss::Gate;
+use crate::lock::{Lock as CoreLock, LockStatus, LossReason};
+
+/// A lock a binding hands out. Cheap to clone (clones share the lock and its subscriptions).
+/// Dropping the last handle without a release releases it in the background (the core's
+/// rule); [`Lock::free`] also waits for a loss callback already running.
+#[derive(Clone)]
+pub struct Lock {
+    core: Arc<CoreLock>,
+    owner: u64,
+    gate: Arc<Gate>,
+    /// The process the lock was handed out in. In a forked child the handle is inert and the
+    /// gate (whose mutex a parent's thread may have held at the fork) is never touched.
+    pid: u32,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("host::Lock")
+            .field("lock", &self.core)
+            .field("owner", &self.owner)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(core: Arc<CoreLock>, owner: u64) -> Lock {
+        Lock {
+            core,
+            owner,
+            gate: Arc::default(),
+            pid: crate::runtime::pid(),
+        }
+    }
+
+    /// The core lock: key, token, fence, validity, status, `check`, `lost()`.
+    pub fn core(&self) -> &Arc<CoreLock> {
+        &self.core
+    }
+
+    pub fn key(&self) -> &str {
+        self.core.key()
+    }
+
+    /// The reentrancy owner the binding supplied to the acquire.
+    pub fn owner(&self) -> u64 {
+        self.owner
+    }
+
+    /// Whether this handle was made in another process (a forked child's copy).
+    pub fn inherited(&self) -> bool {
+        self.pid != crate::runtime::pid()
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn loss_reason(&self) -> Option<LossReason> {
+        match self.core.status() {
+            LockStatus::Lost(reason) => Some(reason),
+            _ => None,
+        }
+    }
+
+    /// Calls `callback(reason)` if the lock is lost: at most once, on a library thread that
+    /// may block (the runtime's blocking pool), never started after this handle's
+    /// [`release`](Lock::release) or [`free`](Lock::free) has returned (nor after the lock
+    /// was released by another handle of the same grant). Never called for a handle a forked
+    /// child inherited. The callback must reach the binding's scope state only weakly (see
+    /// the `loss` module).
+    pub fn on_lost<F>(&self, callback: F)
+    where
+        F: FnOnce(&LossReason) + Send + 'static,
+    {
+        if self.inherited() {
+            return;
+        }
+        let gate = self.gate.clone();
+        self.core.on_lost(move |reason| {
+            let reason = reason.clone();
+            // Off the thread that declared the loss (a runtime worker, or a caller reading
+            // the status): the callback may block.
+            drop(crate::runtime::runtime().spawn_blocking(move || gate.run(callback, &reason)));
+        });
+    }
+
+    /// Resolves with the reason once the lock is lost, or `None` once it is released: the
+    /// awaitable form of [`on_lost`](Lock::on_lost).
+    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+        self.core.lost()
+    }
+
+    /// Releases on every node (see `ferrolock::Lock::release`); from its return no loss
+    /// callback of this lock starts.
+    pub async fn release(&self) -> Result<bool> {
+        let out = self.core.release().await;
+        self.close_gate(false);
+        out
+    }
+
+    /// [`release`](Lock::release) on the calling thread. Interrupted by `cancel` (or by the
+    /// binding's check firing it), it returns `Cancelled` and the release still completes,
+    /// once, before this returns (bounded by the node timeout).
+    pub fn release_blocking(&self, cancel: &Cancel, check: Check<'_>) -> Result<bool> {
+        let out = cancel::block_on(self.core.release(), cancel, check);
+        self.close_gate(false);
+        out.unwrap_or_else(|| {
+            Err(cancel::cancelled(format_args!(
+                "lock {:?}: waiting for the release (it completed anyway)",
+                self.key()
+            )))
+        })
+    }
+
+    /// Extends to `ttl` (the lease in force when `None`): see `ferrolock::Lock::extend_for`.
+    pub async fn extend(&self, ttl: Option<Duration>) -> Result<Duration> {
+        let ttl = ttl.unwrap_or_else(|| self.core.ttl());
+        self.core.extend_for(ttl).await
+    }
+
+    /// [`extend`](Lock::extend) on the calling thread. Interrupted by `cancel`, it returns
+    /// `Cancelled` and the deadline is the one before the call (nodes that applied the
+    /// extension keep the key longer, which costs no safety).
+    pub fn extend_blocking(
+        &self,
+        ttl: Option<Duration>,
+        cancel: &Cancel,
+        check: Check<'_>,
+    ) -> Result<Duration> {
+        cancel::block_on(self.extend(ttl), cancel, check).unwrap_or_else(|| {
+            Err(cancel::cancelled(format_args!(
+                "lock {:?}: extend (the validity is unchanged)",
+                self.key()
+            )))
+        })
+    }
+
+    /// Releases in the background, without waiting (a result nobody will take: a cancelled
+    /// asyncio future, a closed event loop, a coroutine being closed).
+    pub fn abandon(&self) {
+        if self.inherited() || matches!(self.core.status(), LockStatus::Released) {
+            return;
+        }
+        let this = self.clone();
+        crate::runtime::runtime().spawn(async move {
+            let _ = this.release().await;
+        });
+    }
+
+    /// Frees this handle: no loss callback starts from now on, and one already running has
+    /// returned when this returns (unless it runs on this thread: a callback freeing its own
+    /// lock). A lock still held is released in the background once its last handle is gone.
+    /// Call it without holding anything the callbacks wait for (Python's GIL).
+    pub fn free(self) {
+        self.close_gate(true);
+    }
+
+    fn close_gate(&self, wait: bool) {
+        if !self.inherited() {
+            self.gate.close(wait);
+        }
+    }
+}

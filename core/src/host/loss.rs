@@ -1,0 +1,139 @@
+//! The loss subscription every binding attaches to: a callback run on a library thread,
+//! at most once, never started after the lock's release or free has returned; a free waits
+//! for a callback already running.
+//!
+//! The core's `Lock::on_lost` runs its callbacks where the loss is declared (a runtime worker
+//! running the watchdog) and drops them uncalled once the lock is released; but a callback
+//! taken out of the list just before the release can still be running, or not yet started,
+//! when the release returns. The gate closes that gap: each callback is started on the
+//! runtime's blocking pool (a binding's callback may wait for its own lock, such as Python's
+//! GIL: a worker must not) and runs only while the gate is open; closing it stops callbacks
+//! not yet started and, for a free, waits for the ones running.
+//!
+//! Callbacks live inside the core, out of sight of a binding's garbage collector: a callback
+//! must reach the binding's scope state (a `with` block's, an `async with`'s, a `withLock`
+//! callback's) only weakly. Held strongly, an abandoned scope (its event loop closed, its
+//! task dropped, its context never exited) would keep its lock, and so the lock's renewal,
+//! alive for ever.
+
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
+
+use crate::lock::LossReason;
+
+#[derive(Default)]
+pub(crate) struct Gate {
+    state: Mutex<GateState>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    closed: bool,
+    /// The threads running a callback now.
+    running: Vec<ThreadId>,
+}
+
+impl Gate {
+    fn state(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `callback(reason)` on the calling thread unless the gate is closed.
+    pub fn run(&self, callback: impl FnOnce(&LossReason), reason: &LossReason) {
+        let me = std::thread::current().id();
+        {
+            let mut s = self.state();
+            if s.closed {
+                return;
+            }
+            s.running.push(me);
+        }
+        /// Leaves the running list also when the callback panics.
+        struct Leave<'a>(&'a Gate, ThreadId);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                let mut s = self.0.state();
+                if let Some(i) = s.running.iter().position(|t| *t == self.1) {
+                    s.running.swap_remove(i);
+                }
+                drop(s);
+                self.0.idle.notify_all();
+            }
+        }
+        let _leave = Leave(self, me);
+        callback(reason);
+    }
+
+    /// Stops every callback not started yet. With `wait`, also waits for those running,
+    /// except one running on this very thread (a callback that frees its own lock).
+    pub fn close(&self, wait: bool) {
+        let me = std::thread::current().id();
+        let mut s = self.state();
+        s.closed = true;
+        while wait && s.running.iter().any(|t| *t != me) {
+            s = self.idle.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    fn reason() -> LossReason {
+        LossReason::RenewalTooSlow { key: "k".into() }
+    }
+
+    #[test]
+    fn a_closed_gate_runs_nothing() {
+        let gate = Gate::default();
+        gate.close(false);
+        let calls = AtomicUsize::new(0);
+        gate.run(
+            |_| {
+                calls.fetch_add(1, Ordering::SeqCst);
+            },
+            &reason(),
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_waiting_close_returns_only_after_the_running_callback() {
+        let gate = Arc::new(Gate::default());
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let done = Arc::new(AtomicUsize::new(0));
+        let t = {
+            let (gate, done) = (gate.clone(), done.clone());
+            std::thread::spawn(move || {
+                gate.run(
+                    |_| {
+                        entered_tx.send(()).unwrap();
+                        std::thread::sleep(Duration::from_millis(50));
+                        done.store(1, Ordering::SeqCst);
+                    },
+                    &reason(),
+                )
+            })
+        };
+        entered_rx.recv().unwrap();
+        gate.close(true);
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            1,
+            "close returned while the callback ran"
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_callback_may_close_its_own_gate() {
+        let gate = Gate::default();
+        gate.run(|_| gate.close(true), &reason());
+    }
+}

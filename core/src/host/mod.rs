@@ -1,0 +1,37 @@
+//! The host layer: everything a binding (Python, Node, C/Go) needs beyond converting its
+//! values, so that each binding holds no lock logic, only conversion, its error mapping and
+//! its way of waiting.
+//!
+//! - [`Manager`]: the core manager plus the locks it handed out (`release_all`, `close`),
+//!   acquires taking the binding's reentrancy owner as an opaque `u64`; [`shared`]: one
+//!   manager per distinct connection options (`redlock()`, `withLock`, C's default manager).
+//! - Three ways to call: `async` (a binding with an event loop of its own drives the future,
+//!   or spawns it on `ferrolock::runtime::handle()`); blocking on the caller's thread,
+//!   interruptible from any thread by a [`Cancel`] and by the binding's own [`Check`]
+//!   (`Manager::acquire_blocking`, `Lock::release_blocking`, `Lock::extend_blocking`); and
+//!   completion-based, on the process runtime, with a callback or a [`Call`] handle
+//!   (`Manager::acquire_start`, `Manager::acquire_call`, [`start`] for any other call).
+//! - [`Lock`]: a handed-out lock, its loss subscription (`on_lost`: a callback on a library
+//!   thread; `lost`: an awaitable), `free` (waits for a running callback), `abandon`.
+//! - [`scope`]: the end of a `with` / `withLock` scope, one decision table for every binding.
+//! - [`exit()`]: the process-exit protocol, bounded in time.
+//!
+//! Fork: every registry here is per process (`PerProcess`): a forked child makes its own
+//! managers, hands out its own locks, and never touches what it inherited (an inherited
+//! `Lock` is inert: never signalled, released or extended).
+
+mod call;
+mod cancel;
+mod exit;
+mod lock;
+mod loss;
+mod manager;
+pub mod scope;
+mod shared;
+
+pub use call::{Call, start};
+pub use cancel::{CHECK_EVERY, Cancel, Check, block_on};
+pub use exit::{exit, is_exiting};
+pub use lock::Lock;
+pub use manager::Manager;
+pub use shared::{shared, shared_count};

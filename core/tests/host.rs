@@ -1,0 +1,520 @@
+//! The host layer (`ferrolock::host`) driven the way a binding drives it: blocking calls
+//! interrupted from another thread, completion-based calls, the end-of-scope decision, the
+//! loss subscription, the exit protocol. Real servers; faults are real (a paused or killed
+//! server, a key deleted behind the lock's back). Races run under a timeout.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::host::scope::{self, Body, ScopeEnd};
+use ferrolock::host::{self, Cancel};
+use ferrolock::{ErrorKind, LockOptions, ManagerOptions};
+use ferrolock_testbed::{Cluster, RedisServer};
+
+fn host_manager(urls: &[String], opts: LockOptions) -> host::Manager {
+    host::Manager::new(
+        ManagerOptions::new()
+            .nodes(urls.iter().cloned())
+            .restart_guard(Duration::ZERO)
+            .lock(opts),
+    )
+    .expect("manager")
+}
+
+/// Runs `f` on a thread of its own and fails the test if it has not returned by `limit` (a
+/// regression fails instead of hanging the suite).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(out) => {
+            t.join().unwrap();
+            out
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(t.join().unwrap_err())
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("did not finish within {limit:?}"),
+    }
+}
+
+/// Polls `cond` every 10 ms until it holds; false if it never did within `limit`.
+fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(ms(10));
+    }
+    cond()
+}
+
+#[test]
+fn a_cancel_from_another_thread_during_a_blocked_acquire_leaves_no_key() {
+    let _serial = serial();
+    within(Duration::from_secs(60), || {
+        let cluster = Cluster::start(3);
+        let [a, b, c] = &cluster.servers[..] else {
+            unreachable!()
+        };
+        let key = unique_key("host-cancel-acquire");
+        // b and c answer nothing: the attempt takes a, then waits for the others with a
+        // partial grant in hand, until the cancel. Left alone it would win once they answer.
+        let m = host_manager(
+            &cluster.urls(),
+            opts()
+                .wait(None)
+                .ttl(Duration::from_secs(60))
+                .node_timeout(Duration::from_secs(5)),
+        );
+        b.pause();
+        c.pause();
+        let cancel = Cancel::new();
+        let remote = cancel.clone();
+        let (probe_key, a_url) = (key.clone(), a.url());
+        let canceller = std::thread::spawn(move || {
+            let mut conn = redis::Client::open(a_url)
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let taken = eventually(Duration::from_secs(20), || {
+                redis::cmd("EXISTS")
+                    .arg(&probe_key)
+                    .query::<bool>(&mut conn)
+                    .unwrap()
+            });
+            remote.cancel();
+            taken
+        });
+        let out = m.acquire_blocking(&key, 1, m.defaults(), &cancel, None);
+        let took_a = canceller.join().unwrap();
+        assert!(
+            took_a,
+            "the attempt never took node a: the fault did not happen"
+        );
+        let err = out.expect_err("a cancelled acquire returned a lock");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        b.resume();
+        c.resume();
+        // The undo reaches every node, b and c included once they answer again (their grant
+        // runs first, then the undo, on one connection). Well within the ttl (60 s).
+        for (name, server) in [("a", a), ("b", b), ("c", c)] {
+            assert!(
+                eventually(Duration::from_secs(15), || get(server, &key).is_none()),
+                "the cancelled acquire left its key on node {name}"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_cancelled_release_completes_exactly_once() {
+    let _serial = serial();
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let key = unique_key("host-cancel-release");
+        let o = opts()
+            .reentrant(true)
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(10));
+        let m = host_manager(&[server.url()], o.clone());
+        let never = Cancel::new();
+        let outer = m.acquire_blocking(&key, 7, &o, &never, None).unwrap();
+        let inner = m.acquire_blocking(&key, 7, &o, &never, None).unwrap();
+        let field = outer.core().token().to_string();
+        let count = |s: &RedisServer| s.cmd::<Option<i64>>(&["HGET", &key, &field]);
+        assert_eq!(count(&server), Some(2));
+
+        // The release goes out to a paused server; the cancel comes while it waits there, and
+        // the server answers only after the cancel.
+        server.pause();
+        let cancel = Cancel::new();
+        let remote = cancel.clone();
+        let pid = server.pid();
+        let unpauser = std::thread::spawn(move || {
+            std::thread::sleep(ms(200));
+            remote.cancel();
+            std::thread::sleep(ms(200));
+            // SAFETY: signals a child process of the test bed.
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        });
+        let out = inner.release_blocking(&cancel, None);
+        unpauser.join().unwrap();
+        let err = out.expect_err("the release was not interrupted");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        // Completed (the hold count went down) and only once (not to 0).
+        assert!(
+            eventually(Duration::from_secs(10), || count(&server) == Some(1)),
+            "the cancelled release did not complete: count {:?}",
+            count(&server)
+        );
+        std::thread::sleep(ms(300));
+        assert_eq!(count(&server), Some(1), "the release was applied twice");
+        assert_eq!(outer.release_blocking(&never, None), Ok(true));
+        assert!(get(&server, &key).is_none() && count(&server).is_none());
+    });
+}
+
+#[test]
+fn a_completion_based_acquire_is_cancelled_without_a_key_and_delivers_its_lock() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let key = unique_key("host-call");
+        let m = host_manager(&[server.url()], opts().wait(None));
+        let never = Cancel::new();
+        let holder = m
+            .acquire_blocking(&key, 1, m.defaults(), &never, None)
+            .unwrap();
+
+        let waiting = m.acquire_call(&key, 2, m.defaults(), Cancel::new());
+        std::thread::sleep(ms(100));
+        assert!(!waiting.is_done(), "acquired a key someone holds");
+        waiting.cancel();
+        let err = waiting
+            .wait()
+            .unwrap()
+            .expect_err("cancelled, yet acquired");
+        assert_eq!(err.kind(), ErrorKind::Cancelled);
+        assert_eq!(
+            get(&server, &key).as_deref(),
+            Some(holder.core().token()),
+            "the holder's key was touched"
+        );
+
+        let (tx, rx) = mpsc::channel();
+        m.acquire_start(&key, 3, m.defaults(), Cancel::new(), move |out| {
+            let _ = tx.send(out);
+        });
+        assert_eq!(holder.release_blocking(&never, None), Ok(true));
+        let lock = rx.recv().unwrap().expect("acquired after the release");
+        assert_eq!(get(&server, &key).as_deref(), Some(lock.core().token()));
+        assert_eq!(lock.release_blocking(&never, None), Ok(true));
+        assert!(get(&server, &key).is_none());
+    });
+}
+
+/// A lock of `m` on a fresh key.
+fn take(m: &host::Manager, name: &str) -> host::Lock {
+    let lock = m.acquire_blocking(&unique_key(name), 1, m.defaults(), &Cancel::new(), None);
+    lock.expect("acquire")
+}
+
+/// Waits for the lock's loss to be declared.
+fn wait_lost(lock: &host::Lock) {
+    let lost = lock.lost();
+    let reason = ferrolock::runtime::block_on(async {
+        tokio::time::timeout(Duration::from_secs(20), lost).await
+    });
+    assert!(
+        matches!(reason, Ok(Some(_))),
+        "the loss was never declared: {reason:?}"
+    );
+}
+
+fn raises(end: &ScopeEnd, kind: ErrorKind, chain: bool) -> bool {
+    matches!(end, ScopeEnd::Raise { error, chain: c } if error.kind() == kind && *c == chain)
+}
+
+#[test]
+fn scope_end_held_lock_is_released_whatever_the_body_did() {
+    let server = RedisServer::start();
+    let m = host_manager(&[server.url()], opts());
+    for body in [
+        Body::Finished,
+        Body::Failed,
+        Body::Interrupted,
+        Body::StoppedByLoss,
+    ] {
+        let lock = take(&m, "scope-held");
+        assert_eq!(
+            scope::end_blocking(&lock, body),
+            ScopeEnd::Clean,
+            "{body:?}"
+        );
+        assert!(get(&server, lock.key()).is_none(), "{body:?}: not released");
+    }
+}
+
+#[test]
+fn scope_end_released_elsewhere_adds_nothing() {
+    let server = RedisServer::start();
+    let m = host_manager(&[server.url()], opts());
+    for body in [Body::Finished, Body::Failed] {
+        let lock = take(&m, "scope-elsewhere");
+        assert_eq!(lock.release_blocking(&Cancel::new(), None), Ok(true));
+        assert_eq!(
+            scope::end_blocking(&lock, body),
+            ScopeEnd::Clean,
+            "{body:?}"
+        );
+    }
+}
+
+#[test]
+fn scope_end_lost_lock_reports_the_loss_unless_the_body_was_interrupted() {
+    let server = RedisServer::start();
+    // Watchdog on: deleting the key behind its back makes the next renewal declare it lost.
+    let m = host_manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_millis(900)),
+    );
+    let cases = [
+        (Body::Finished, Some(false)),
+        (Body::StoppedByLoss, Some(false)),
+        (Body::Failed, Some(true)),
+        (Body::Interrupted, None),
+    ];
+    for (body, chain) in cases {
+        let lock = take(&m, "scope-lost");
+        let _: i64 = server.cmd(&["DEL", lock.key()]);
+        wait_lost(&lock);
+        let end = scope::end_blocking(&lock, body);
+        match chain {
+            Some(chain) => assert!(
+                raises(&end, ErrorKind::LockLost, chain),
+                "{body:?}: {end:?}"
+            ),
+            None => assert_eq!(end, ScopeEnd::Clean, "{body:?}"),
+        }
+        if let ScopeEnd::Raise { error, .. } = end {
+            assert!(error.message().contains("our token is gone"), "{error:?}");
+        }
+    }
+}
+
+#[test]
+fn scope_end_lock_gone_at_release_raises_after_a_finished_body_and_logs_otherwise() {
+    let server = RedisServer::start();
+    // Watchdog off and a long ttl: nothing notices the key is gone before the release.
+    let m = host_manager(&[server.url()], opts().ttl(Duration::from_secs(60)));
+    for body in [Body::Finished, Body::Failed, Body::Interrupted] {
+        let lock = take(&m, "scope-gone");
+        let _: i64 = server.cmd(&["DEL", lock.key()]);
+        let end = scope::end_blocking(&lock, body);
+        let message = scope::gone_message(lock.key());
+        if body == Body::Finished {
+            assert!(raises(&end, ErrorKind::LockLost, false), "{end:?}");
+        } else {
+            assert_eq!(end, ScopeEnd::Log(message), "{body:?}");
+        }
+    }
+}
+
+#[test]
+fn scope_end_failed_release_raises_after_a_finished_body_and_logs_otherwise() {
+    for body in [Body::Finished, Body::Failed] {
+        let mut server = RedisServer::start();
+        let m = host_manager(
+            &[server.url()],
+            opts().ttl(Duration::from_secs(60)).node_timeout(ms(300)),
+        );
+        let lock = take(&m, "scope-failed");
+        server.kill();
+        let end = scope::end_blocking(&lock, body);
+        match body {
+            Body::Finished => assert!(
+                matches!(&end, ScopeEnd::Raise { error, chain: false } if error.kind() != ErrorKind::LockLost),
+                "{end:?}"
+            ),
+            _ => assert!(
+                matches!(&end, ScopeEnd::Log(m) if m.starts_with("while leaving the block after an exception: ")),
+                "{end:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn a_freed_lock_is_never_called_back_and_free_waits_for_a_running_callback() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let m = host_manager(
+            &[server.url()],
+            opts().watchdog(true).ttl(Duration::from_millis(900)),
+        );
+
+        // Freed before the loss: never called.
+        let lock = take(&m, "loss-after-free");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        lock.on_lost(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+        });
+        let kept = lock.clone();
+        lock.free();
+        let _: i64 = server.cmd(&["DEL", kept.key()]);
+        wait_lost(&kept);
+        // The core hands the callback on when it declares the loss; give it time to run.
+        std::thread::sleep(ms(500));
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "called after free returned"
+        );
+
+        // Running when free is called: free returns only after it.
+        let lock = take(&m, "loss-during-free");
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let finished = Arc::new(AtomicUsize::new(0));
+        let f = finished.clone();
+        lock.on_lost(move |reason| {
+            entered_tx.send(reason.to_string()).unwrap();
+            std::thread::sleep(ms(300));
+            f.store(1, Ordering::SeqCst);
+        });
+        let _: i64 = server.cmd(&["DEL", lock.key()]);
+        let reason = entered_rx.recv().unwrap();
+        assert!(reason.contains("our token is gone"), "{reason}");
+        lock.free();
+        assert_eq!(
+            finished.load(Ordering::SeqCst),
+            1,
+            "free returned while the callback was running"
+        );
+    });
+}
+
+#[test]
+fn a_loss_callback_is_not_started_after_release_returns() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let m = host_manager(
+            &[server.url()],
+            opts().watchdog(true).ttl(Duration::from_millis(900)),
+        );
+        let lock = take(&m, "loss-after-release");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        lock.on_lost(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(lock.release_blocking(&Cancel::new(), None), Ok(true));
+        std::thread::sleep(ms(1500));
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn one_shared_manager_per_connection_options() {
+    let a = host::shared(&ManagerOptions::new().nodes(["redis://127.0.0.1:1"])).unwrap();
+    let b = host::shared(
+        &ManagerOptions::new()
+            .nodes(["redis://127.0.0.1:1"])
+            .lock(LockOptions::default().ttl(Duration::from_secs(3))),
+    )
+    .unwrap();
+    let other = host::shared(&ManagerOptions::new().nodes(["redis://127.0.0.1:2"])).unwrap();
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    a.close(ms(100));
+    assert!(b.is_closed(), "the lock options made a second manager");
+    assert!(!other.is_closed());
+    let again = host::shared(&ManagerOptions::new().nodes(["redis://127.0.0.1:1"])).unwrap();
+    assert!(
+        !again.is_closed(),
+        "a closed shared manager was handed out again"
+    );
+}
+
+/// The exit protocol sets a process-wide flag: it runs in a child process of its own (this
+/// test binary, re-run on `exit_protocol_child`).
+const EXIT_CHILD: &str = "FERROLOCK_HOST_EXIT_CHILD";
+
+#[test]
+fn the_exit_protocol_keeps_its_time_bound_with_a_paused_majority() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "exit_protocol_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(EXIT_CHILD, cluster.nodes_env())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("exit-child-ok"),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn exit_protocol_child() {
+    let Ok(nodes) = std::env::var(EXIT_CHILD) else {
+        return; // only as the child of the test above
+    };
+    let urls: Vec<String> = ferrolock::split_nodes(&nodes);
+    let servers: Vec<u32> = urls
+        .iter()
+        .map(|u| {
+            let mut c = redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let info: String = redis::cmd("INFO").arg("server").query(&mut c).unwrap();
+            info.lines()
+                .find_map(|l| l.strip_prefix("process_id:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    // A node timeout far beyond the exit's limit: a release that waited for its nodes would
+    // blow the bound.
+    let node_timeout = Duration::from_secs(20);
+    let m = host_manager(
+        &urls,
+        opts()
+            .ttl(Duration::from_secs(120))
+            .node_timeout(node_timeout),
+    );
+    let held = take(&m, "exit-held");
+    for pid in &servers[1..] {
+        // SAFETY: stops a test-bed server (resumed below).
+        unsafe { libc::kill(*pid as i32, libc::SIGSTOP) };
+        let stopped = eventually(Duration::from_secs(10), || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('T'))
+                })
+                .unwrap_or(false)
+        });
+        assert!(
+            stopped,
+            "server {pid} did not stop: the fault is not in place"
+        );
+    }
+    let limit = Duration::from_secs(3);
+    let start = Instant::now();
+    let released = host::exit(limit);
+    let took = start.elapsed();
+    for pid in &servers[1..] {
+        // SAFETY: as above.
+        unsafe { libc::kill(*pid as i32, libc::SIGCONT) };
+    }
+    assert_eq!(released, 0, "released on a quorum with a paused majority");
+    // A safety bound, not a speed one: far below the node timeout the release waits for.
+    assert!(
+        took < limit + Duration::from_secs(5),
+        "exit took {took:?} with a limit of {limit:?}"
+    );
+    assert!(host::is_exiting());
+    let after = m.acquire_blocking("exit-after", 1, m.defaults(), &Cancel::new(), None);
+    assert_eq!(after.unwrap_err().kind(), ErrorKind::NotAcquired);
+    drop(held);
+    println!("exit-child-ok");
+}

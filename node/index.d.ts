@@ -1,0 +1,108 @@
+// ferrolock: distributed locks over Redis. Durations are integer milliseconds.
+
+/** Options of a lock; a LockManager's are the defaults of each acquire. */
+export interface LockOptions {
+  /** The lease on each node, ms; the watchdog renews it every ttl/3. Default 10000. */
+  ttl?: number;
+  /** ms to wait for the lock: omitted, null or Infinity blocks until acquired; 0 tries once. */
+  wait?: number | null;
+  /** Between attempts, ms (jittered ±50 %). Default 100. */
+  retryDelay?: number;
+  /** Per node, per request, ms. Default min(200, ttl/10). */
+  nodeTimeout?: number | null;
+  /** drift = ttl × driftFactor + 2 ms. Default 0.01. */
+  driftFactor?: number;
+  /** Renew the lock while held. Default true. */
+  watchdog?: boolean;
+  /** The watchdog stops renewing (and signals loss) after this many ms. Default none. */
+  maxHold?: number | null;
+  /** Cap on manual extends. Default none. */
+  maxExtensions?: number | null;
+  /** Redisson-compatible hash lock; the owner is the async context (withLock). Default false. */
+  reentrant?: boolean;
+  /** Every grant carries a fence token. Default false. */
+  fencing?: boolean;
+}
+
+/** How a manager reaches its nodes, plus the default options of its locks. */
+export interface ManagerOptions extends LockOptions {
+  /** Node URLs; default FERROLOCK_NODES, else redis://127.0.0.1:6379. */
+  nodes?: string[] | string;
+  /** CA file for rediss:// nodes; default FERROLOCK_TLS_CA, else the system roots. */
+  tlsCa?: string | null;
+  /** ms after a node's (re)start in which its vote does not count; 0 = off. */
+  restartGuard?: number | null;
+}
+
+export interface AcquireOptions extends LockOptions {
+  /** Governs the wait only: aborting it rejects with AbortError and leaves no key behind. */
+  signal?: AbortSignal;
+}
+
+export interface WithLockOptions extends ManagerOptions {
+  /** Governs the wait only; once granted, watch it yourself in the callback. */
+  signal?: AbortSignal;
+}
+
+export declare class Lock implements AsyncDisposable {
+  private constructor();
+  readonly key: string;
+  /** The value stored at the key (a reentrant lock's hash field). */
+  readonly token: string;
+  /** The fence token when `fencing: true`, else null. Fences stay below 2^53. */
+  readonly fence: number | null;
+  /** ms left before the validity ends; 0 once released or lost. */
+  readonly validity: number;
+  readonly status: 'held' | 'released' | 'lost';
+  /** Aborted with a LockLostError reason on loss. Watching it keeps the event loop alive until release. */
+  readonly signal: AbortSignal;
+  /** Resets the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms. */
+  extend(ttl?: number): Promise<number>;
+  /** true once released on a quorum, false if the token was already gone. */
+  release(): Promise<boolean>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class LockManager implements AsyncDisposable {
+  constructor(options?: ManagerOptions);
+  readonly nodes: string[];
+  readonly quorum: number;
+  readonly closed: boolean;
+  acquire(key: string, options?: AcquireOptions): Promise<Lock>;
+  /** Tries once; rejects with NotAcquiredError if held elsewhere. */
+  tryAcquire(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
+  /** Releases the locks it handed out that are still held, then closes. */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * Runs `fn` holding `key` and resolves to its result. Always releases; rejects with
+ * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
+ */
+export declare function withLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
+
+export type ErrorCode =
+  | 'LOCK_ERROR'
+  | 'INVALID_ARGUMENT'
+  | 'NOT_ACQUIRED'
+  | 'NOT_HELD'
+  | 'LOCK_LOST'
+  | 'QUORUM_UNREACHABLE'
+  | 'REDIS_ERROR'
+  | 'ABORT_ERR';
+
+export declare class LockError extends Error {
+  constructor(message: string, options?: { key?: string; cause?: unknown });
+  readonly code: ErrorCode | (string & {});
+  readonly key?: string;
+  static readonly code: string;
+}
+export declare class InvalidArgumentError extends LockError {}
+export declare class NotAcquiredError extends LockError {}
+export declare class NotHeldError extends LockError {}
+export declare class LockLostError extends LockError {}
+export declare class QuorumUnreachableError extends LockError {}
+export declare class RedisError extends LockError {}
+/** The caller's AbortSignal stopped a wait: `name === 'AbortError'`, `code === 'ABORT_ERR'`. */
+export declare class AbortError extends LockError {}

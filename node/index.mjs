@@ -1,0 +1,19 @@
+import { createRequire } from 'node:module';
+
+const require = createRequire(import.meta.url);
+const ferrolock = require('./index.js');
+
+export const {
+  withLock,
+  LockManager,
+  Lock,
+  LockError,
+  InvalidArgumentError,
+  NotAcquiredError,
+  NotHeldError,
+  LockLostError,
+  QuorumUnreachableError,
+  RedisError,
+  AbortError,
+} = ferrolock;
+export default ferrolock;

@@ -1,0 +1,75 @@
+'use strict';
+const { LockLostError, InvalidArgumentError, fromNative } = require('./errors');
+const { millis } = require('./options');
+
+/** A held lock. Release it (or let `withLock` / `await using` do it). */
+class Lock {
+  #native;
+  #controller = null;
+  constructor(native) {
+    this.#native = native;
+  }
+  /** @internal */
+  get _native() {
+    return this.#native;
+  }
+  get key() {
+    return this.#native.key;
+  }
+  get token() {
+    return this.#native.token;
+  }
+  /** The fence token (a number) when `fencing: true`, else null. */
+  get fence() {
+    return this.#native.fence ?? null;
+  }
+  /** Milliseconds left before the validity ends; 0 once released or lost. */
+  get validity() {
+    return this.#native.validity;
+  }
+  /** 'held', 'released' or 'lost'. */
+  get status() {
+    return this.#native.status;
+  }
+  /**
+   * Aborted with a LockLostError reason when the lock is lost (before its validity ends
+   * while the process runs). Asked for lazily: until the lock is released, watching it keeps
+   * the event loop alive.
+   */
+  get signal() {
+    if (this.#controller === null) {
+      const controller = new AbortController();
+      this.#controller = controller;
+      const key = this.key;
+      this.#native.lost().then(
+        (message) => {
+          if (message != null) controller.abort(new LockLostError(message, { key }));
+        },
+        () => {},
+      );
+    }
+    return this.#controller.signal;
+  }
+  /** Resets the lease on a quorum; resolves to the new validity in ms. */
+  async extend(ttl) {
+    if (ttl !== undefined) millis(this.key, 'ttl', ttl, false);
+    try {
+      return await this.#native.extend(ttl);
+    } catch (e) {
+      throw fromNative(e, this.key);
+    }
+  }
+  /** Resolves to true once released on a quorum, false if the token was already gone. */
+  async release() {
+    try {
+      return await this.#native.release();
+    } catch (e) {
+      throw fromNative(e, this.key);
+    }
+  }
+  async [Symbol.asyncDispose]() {
+    if (this.status !== 'released') await this.release();
+  }
+}
+
+module.exports = { Lock, InvalidArgumentError };

@@ -1,0 +1,176 @@
+'use strict';
+const { AsyncLocalStorage } = require('node:async_hooks');
+const native = require('./native');
+const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
+const { convert, checkKey } = require('./options');
+const { Lock } = require('./lock');
+
+// The reentrancy owner is the async context: each withLock scope pushes what it holds.
+const scopes = new AsyncLocalStorage();
+
+let exitHook = false;
+/** Milliseconds `process.on('exit')` may spend releasing the locks still held. */
+const EXIT_LIMIT_MS = 1000;
+function hookExit() {
+  if (exitHook) return;
+  exitHook = true;
+  process.on('exit', () => native.releaseAllSync(EXIT_LIMIT_MS));
+}
+
+function abortError(key, signal) {
+  return new AbortError(`lock ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
+    key,
+    cause: signal.reason,
+  });
+}
+
+// A core manager's identity (its client uuid), read once per native manager.
+const ids = new WeakMap();
+function managerId(nm) {
+  let id = ids.get(nm);
+  if (id === undefined) {
+    id = nm.clientId;
+    ids.set(nm, id);
+  }
+  return id;
+}
+
+/** The enclosing scope holding `key` on the same core manager, if any. */
+function enclosing(nm, key) {
+  if (scopes.getStore() === undefined) return undefined;
+  const id = managerId(nm);
+  for (let s = scopes.getStore(); s; s = s.parent) if (s.key === key && s.manager === id) return s;
+  return undefined;
+}
+
+async function acquireNative(nm, key, conv) {
+  const held = enclosing(nm, key);
+  let owner = null;
+  if (held) {
+    if (!(held.reentrant && conv.reentrant)) {
+      throw new NotAcquiredError(
+        `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing withLock), so waiting would deadlock; pass reentrant: true to both to re-enter`,
+        { key },
+      );
+    }
+    owner = held.owner;
+  } else if (conv.reentrant) {
+    owner = native.newOwner();
+  }
+  const signal = conv.signal;
+  if (signal?.aborted) throw abortError(key, signal);
+  let token = null;
+  let onAbort = null;
+  if (signal) {
+    token = new native.CancelToken();
+    onAbort = () => token.cancel();
+    signal.addEventListener('abort', onAbort, { once: true });
+  }
+  let inner;
+  try {
+    inner = await nm.acquire(key, conv.lock, owner, token);
+  } catch (e) {
+    const err = fromNative(e, key);
+    if (err instanceof AbortError && signal) throw abortError(key, signal);
+    throw err;
+  } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
+  }
+  if (signal?.aborted) {
+    await inner.release().catch(() => {});
+    throw abortError(key, signal);
+  }
+  return { lock: new Lock(inner), owner };
+}
+
+/** Hands out locks on a fixed set of nodes. Reusable; close() when done. */
+class LockManager {
+  #native;
+  constructor(options) {
+    const conv = convert(options, undefined, { manager: true, lock: false });
+    if (conv.signal) throw new InvalidArgumentError('LockManager: signal is an option of acquire, not of a manager');
+    try {
+      this.#native = new native.NativeManager(conv.manager);
+    } catch (e) {
+      throw fromNative(e);
+    }
+    hookExit();
+  }
+  /** The nodes, passwords redacted. */
+  get nodes() {
+    return this.#native.nodes;
+  }
+  get quorum() {
+    return this.#native.quorum;
+  }
+  get closed() {
+    return this.#native.closed;
+  }
+  /** Acquires `key`; `wait` omitted or Infinity blocks, 0 tries once. */
+  async acquire(key, options) {
+    checkKey(key);
+    const conv = convert(options, key, { manager: false, lock: true });
+    return (await acquireNative(this.#native, key, conv)).lock;
+  }
+  /** Tries once: rejects with NotAcquiredError if the lock is held elsewhere. */
+  async tryAcquire(key, options) {
+    return this.acquire(key, { ...options, wait: 0 });
+  }
+  /** Releases the locks this manager handed out that are still held, then closes it. */
+  async close() {
+    await this.#native.close();
+  }
+  async [Symbol.asyncDispose]() {
+    await this.close();
+  }
+}
+
+// Shared managers per distinct connection options (the registry itself is the native
+// host layer's; this only saves re-converting the same options).
+const sharedCache = new Map();
+function sharedManager(entries) {
+  const id = JSON.stringify(entries);
+  let nm = sharedCache.get(id);
+  if (!nm) {
+    try {
+      nm = native.NativeManager.shared(entries);
+    } catch (e) {
+      throw fromNative(e);
+    }
+    sharedCache.set(id, nm);
+    hookExit();
+  }
+  return nm;
+}
+
+/**
+ * Runs `fn(lock)` holding `key`; resolves to its result. Always releases; rejects with
+ * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
+ */
+async function withLock(key, fn, options) {
+  checkKey(key);
+  if (typeof fn !== 'function') {
+    throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: withLock needs a callback function, got ${typeof fn}`, { key });
+  }
+  const conv = convert(options, key, { manager: true, lock: true });
+  const nm = sharedManager(conv.manager);
+  const { lock, owner } = await acquireNative(nm, key, conv);
+  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true };
+  let result;
+  let failed = false;
+  let error;
+  try {
+    result = await scopes.run(scope, () => fn(lock));
+  } catch (e) {
+    failed = true;
+    error = e;
+  }
+  // The end-of-scope decision (release, report the loss) is the host layer's.
+  const end = await lock._native.endScope();
+  if (end.code === 'LOCK_LOST') throw fromCode(end.code, end.message, key, failed ? error : undefined);
+  if (failed) throw error;
+  if (end.code) throw fromCode(end.code, end.message, key);
+  return result;
+}
+
+module.exports = { LockManager, withLock };

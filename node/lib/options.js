@@ -1,0 +1,140 @@
+'use strict';
+// Options from JavaScript values into the core's units. Names come from the core's options
+// table (camelCase); durations are integer milliseconds, as node-redlock and ioredis take
+// them. Only JavaScript types are checked here; ranges (ttl >= 1 ms, drift < ttl, ...) are
+// the core's, whose messages quote the value as written.
+const native = require('./native');
+const { InvalidArgumentError } = require('./errors');
+
+const TABLE = native.optionTable();
+const BY_NAME = new Map(TABLE.map((row) => [row.name, row]));
+const MAX_MS = 2 ** 31 - 1;
+
+function show(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'bigint') return `${v}n`;
+  if (Array.isArray(v)) {
+    try {
+      return JSON.stringify(v);
+    } catch {
+      return '[array]';
+    }
+  }
+  if (typeof v === 'symbol') return v.toString();
+  if (v !== null && typeof v === 'object') return Object.prototype.toString.call(v);
+  return String(v);
+}
+
+function where(key) {
+  return key === undefined ? 'LockManager: ' : `lock ${JSON.stringify(key)}: `;
+}
+
+function bad(key, name, v, why) {
+  const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
+  return new InvalidArgumentError(`${where(key)}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
+}
+
+function millis(key, name, v, zeroOk) {
+  const expected = `expected a whole number of milliseconds${zeroOk ? ' >= 0' : ' > 0'}`;
+  if (typeof v !== 'number') throw bad(key, name, v, expected);
+  if (Number.isNaN(v)) throw bad(key, name, v, `not a number; ${expected}`);
+  if (v < 0) throw bad(key, name, v, `must not be negative; ${expected}`);
+  if (!Number.isFinite(v) || v > MAX_MS) throw bad(key, name, v, `too long: the maximum is ${MAX_MS} ms (about 24.8 days)`);
+  if (!Number.isInteger(v)) throw bad(key, name, v, `must be a whole number of milliseconds`);
+  return v;
+}
+
+/** One entry for the native setter: the core name, the value as written, the value. */
+function entry(key, row, v) {
+  const e = { name: row.core, written: show(v) };
+  switch (row.kind) {
+    case 'duration':
+      e.ms = millis(key, row.name, v, false);
+      return e;
+    case 'optionalDurationOrZero':
+      // wait: omitted, null or Infinity blocks until acquired; 0 tries once.
+      if (v === null || (row.name === 'wait' && v === Infinity)) return e;
+      e.ms = millis(key, row.name, v, true);
+      return e;
+    case 'optionalDuration':
+      if (v === null) return e;
+      e.ms = millis(key, row.name, v, false);
+      return e;
+    case 'bool':
+      if (typeof v !== 'boolean') throw bad(key, row.name, v, 'expected true or false');
+      e.flag = v;
+      return e;
+    case 'optionalCount':
+      if (v === null) return e;
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw bad(key, row.name, v, 'expected a whole number >= 0 or null');
+      if (v > 2 ** 32 - 1) throw bad(key, row.name, v, 'too large (at most 4294967295)');
+      e.count = v;
+      return e;
+    case 'fraction':
+      if (typeof v !== 'number') throw bad(key, row.name, v, 'expected a number in [0, 1)');
+      e.number = v;
+      return e;
+    case 'urls':
+      if (typeof v === 'string') e.text = v;
+      else if (Array.isArray(v) && v.every((u) => typeof u === 'string')) e.list = [...v];
+      else throw bad(key, row.name, v, 'expected an array of node URLs (or a comma-separated string)');
+      return e;
+    case 'optionalPath':
+      if (v === null) return e;
+      if (typeof v !== 'string') throw bad(key, row.name, v, 'expected a file path');
+      e.text = v;
+      return e;
+    default:
+      throw bad(key, row.name, v, `option kind ${row.kind} is not supported by this binding`);
+  }
+}
+
+function checkSignal(key, signal) {
+  if (signal === undefined || signal === null) return undefined;
+  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
+    throw bad(key, 'signal', signal, 'expected an AbortSignal');
+  }
+  return signal;
+}
+
+/**
+ * Splits `options` into the manager's entries and the lock's entries (the caller decides
+ * which may appear), plus the binding's own `signal`.
+ */
+function convert(options, key, { manager = true, lock = true } = {}) {
+  const out = { manager: [], lock: [], signal: undefined, reentrant: undefined };
+  if (options === undefined || options === null) return out;
+  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object');
+  for (const name of Object.keys(options)) {
+    const v = options[name];
+    if (v === undefined) continue;
+    if (name === 'signal') {
+      out.signal = checkSignal(key, v);
+      continue;
+    }
+    const row = BY_NAME.get(name);
+    if (!row) {
+      const known = [...BY_NAME.keys(), ...(lock ? ['signal'] : [])].join(', ');
+      throw new InvalidArgumentError(`${where(key)}unknown option ${JSON.stringify(name)} (known: ${known})`, { key });
+    }
+    const scope = row.scope === 'manager' ? 'manager' : 'lock';
+    if (scope === 'manager' && !manager) {
+      throw new InvalidArgumentError(
+        `${where(key)}${name} is a LockManager option (how to reach the nodes), not one of a single acquire`,
+        { key },
+      );
+    }
+    if (name === 'reentrant') out.reentrant = entry(key, row, v).flag;
+    (scope === 'manager' ? out.manager : lock ? out.lock : out.manager).push(entry(key, row, v));
+  }
+  return out;
+}
+
+function checkKey(key) {
+  if (typeof key !== 'string' || key.length === 0) {
+    const type = key === null ? 'null' : typeof key;
+    throw new InvalidArgumentError(`lock key must be a non-empty string, got ${show(key)} (${type})`, { key });
+  }
+}
+
+module.exports = { convert, checkKey, millis, TABLE };

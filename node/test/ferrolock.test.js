@@ -1,0 +1,298 @@
+'use strict';
+// Against real redis-servers started here. Bounds are deadlines, never speed.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn, execFileSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { setTimeout: sleep } = require('node:timers/promises');
+const { servers } = require('./redis');
+const ferrolock = require('..');
+const { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, InvalidArgumentError } = ferrolock;
+
+const T = { timeout: 60_000 };
+let one;
+let three;
+test.before(async () => {
+  [one] = await servers(1);
+  three = await servers(3);
+});
+test.after(() => {
+  for (const s of [one, ...three]) s?.stop();
+});
+
+function runNode(script, env = {}, limitMs = 30_000) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['-e', script], {
+      cwd: path.resolve(__dirname, '..'),
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out, err });
+    });
+  });
+}
+
+test('withLock resolves to the result and releases, also when the callback throws', T, async () => {
+  const nodes = [one.url];
+  const result = await withLock(
+    'wl:result',
+    async (lock) => {
+      assert.equal(lock.status, 'held');
+      assert.ok(one.exists('wl:result'));
+      assert.ok(lock.validity > 0 && lock.validity <= 10_000);
+      assert.equal(typeof lock.token, 'string');
+      return 42;
+    },
+    { nodes },
+  );
+  assert.equal(result, 42);
+  assert.ok(!one.exists('wl:result'));
+  const boom = new Error('boom');
+  await assert.rejects(
+    withLock('wl:throw', async () => {
+      assert.ok(one.exists('wl:throw'));
+      throw boom;
+    }, { nodes }),
+    (e) => e === boom,
+  );
+  assert.ok(!one.exists('wl:throw'));
+});
+
+test('manager: acquire, tryAcquire rejects with NotAcquiredError, extend, release, fence', T, async () => {
+  const manager = new LockManager({ nodes: [one.url], ttl: 5000 });
+  test.after(() => manager[Symbol.asyncDispose]());
+  const lock = await manager.acquire('m:k', { fencing: true });
+  assert.equal(typeof lock.fence, 'number');
+  await assert.rejects(manager.tryAcquire('m:k'), (e) => e instanceof NotAcquiredError && e.code === 'NOT_ACQUIRED' && e.message.includes('m:k'));
+  assert.ok((await lock.extend(8000)) > 5000);
+  assert.equal(await lock.release(), true);
+  assert.ok(!one.exists('m:k'));
+  const again = await manager.tryAcquire('m:k', { fencing: true });
+  assert.ok(again.fence > lock.fence);
+  await again[Symbol.asyncDispose]();
+  assert.equal(again.status, 'released');
+});
+
+test('exclusion across processes: a non-atomic counter ends exact', T, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ferrolock-count-'));
+  const file = path.join(dir, 'n');
+  fs.writeFileSync(file, '0');
+  const script = `
+    const fs = require('node:fs');
+    const { withLock } = require('.');
+    (async () => {
+      for (let i = 0; i < 15; i++) {
+        await withLock('count', async () => {
+          const n = Number(fs.readFileSync(${JSON.stringify(file)}, 'utf8'));
+          await new Promise((r) => setTimeout(r, 2));
+          fs.writeFileSync(${JSON.stringify(file)}, String(n + 1));
+        });
+      }
+    })();`;
+  const runs = await Promise.all([1, 2, 3].map(() => runNode(script, { FERROLOCK_NODES: three.map((s) => s.url).join(',') })));
+  for (const r of runs) assert.equal(r.code, 0, r.err);
+  assert.equal(fs.readFileSync(file, 'utf8'), '45');
+});
+
+test('signal aborts before the validity ends when the majority is paused; withLock rejects with LockLostError', T, async () => {
+  const nodes = three.map((s) => s.url);
+  let pausedAt;
+  let deadline;
+  let abortedAt;
+  let reason;
+  try {
+    await assert.rejects(
+      withLock(
+        'lost:k',
+        async (lock) => {
+          const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+          pausedAt = performance.now();
+          deadline = pausedAt + lock.validity;
+          three[0].pause();
+          three[1].pause();
+          await aborted;
+          abortedAt = performance.now();
+          reason = lock.signal.reason;
+          return 'done';
+        },
+        { nodes, ttl: 1500 },
+      ),
+      (e) => e instanceof LockLostError && e.code === 'LOCK_LOST' && e.message.includes('lost:k'),
+    );
+  } finally {
+    three[0].resume();
+    three[1].resume();
+  }
+  assert.ok(reason instanceof LockLostError, String(reason));
+  assert.ok(abortedAt < deadline, `aborted at +${abortedAt - pausedAt} ms, validity ended at +${deadline - pausedAt} ms`);
+});
+
+test("the caller's signal stops the wait and leaves no key behind", T, async () => {
+  const nodes = [one.url];
+  const holder = new LockManager({ nodes });
+  test.after(() => holder.close());
+  const held = await holder.acquire('abort:k');
+  const controller = new AbortController();
+  let ran = false;
+  const waiting = withLock('abort:k', async () => { ran = true; }, { nodes, signal: controller.signal });
+  setTimeout(() => controller.abort(new Error('stop')), 300);
+  await assert.rejects(waiting, (e) => e instanceof AbortError && e.name === 'AbortError' && e.code === 'ABORT_ERR');
+  await held.release();
+  await sleep(500);
+  assert.equal(ran, false);
+  assert.ok(!one.exists('abort:k'), 'the aborted waiter took the key after the release');
+  const pre = AbortSignal.abort();
+  await assert.rejects(withLock('abort:k2', async () => 1, { nodes, signal: pre }), AbortError);
+});
+
+test('nested withLock re-enters with reentrant: true, and rejects at once without it', T, async () => {
+  const nodes = [one.url];
+  const inner = await withLock(
+    're:k',
+    async () => withLock('re:k', async (l) => { assert.equal(l.status, 'held'); return 'inner'; }, { nodes, reentrant: true }),
+    { nodes, reentrant: true },
+  );
+  assert.equal(inner, 'inner');
+  assert.ok(!one.exists('re:k'));
+  await assert.rejects(
+    withLock('re:k', async () => withLock('re:k', async () => 'never', { nodes }), { nodes }),
+    (e) => e instanceof NotAcquiredError && /deadlock/.test(e.message),
+  );
+  assert.ok(!one.exists('re:k'));
+});
+
+test('bad inputs reject clearly and never crash the process', T, async () => {
+  const nodes = [one.url];
+  const cases = [
+    [['', async () => 1, { nodes }], /non-empty string/],
+    [[42, async () => 1, { nodes }], /non-empty string, got 42/],
+    [['k', async () => 1, { nodes, ttl: 0 }], /ttl = 0/],
+    [['k', async () => 1, { nodes, ttl: -5 }], /ttl=-5.*negative/],
+    [['k', async () => 1, { nodes, ttl: NaN }], /ttl=NaN.*not a number/],
+    [['k', async () => 1, { nodes, ttl: 1.5 }], /ttl=1\.5.*whole number/],
+    [['k', async () => 1, { nodes, ttl: '10' }], /ttl="10" \(string\)/],
+    [['k', async () => 1, { nodes, wait: -1 }], /wait=-1/],
+    [['k', async () => 1, { nodes: ['http://nope'] }], /http:\/\/nope/],
+    [['k', 'not a function', { nodes }], /callback function/],
+    [['k', async () => 1, { nodes, tll: 5 }], /unknown option "tll"/],
+  ];
+  for (const [args, re] of cases) {
+    await assert.rejects(withLock(...args), (e) => e instanceof InvalidArgumentError && e.code === 'INVALID_ARGUMENT' && re.test(e.message), String(args[2] && JSON.stringify(args[2])));
+  }
+  assert.throws(() => new LockManager({ nodes, ttl: 2.5 }), /ttl=2\.5/);
+  await assert.rejects(withLock('k', async () => 1, { nodes: ['redis://127.0.0.1:1'], wait: 0 }), (e) => e.code === 'QUORUM_UNREACHABLE' && e.message.includes('127.0.0.1:1'));
+});
+
+test('the process exits after use, and locks still held at exit are released', T, async () => {
+  const script = `
+    const { withLock, LockManager } = require('.');
+    (async () => {
+      await withLock('exit:a', async (lock) => { lock.signal; return 1; });
+      const m = new LockManager();
+      const l = await m.acquire('exit:b');
+      l.signal;
+      await l.release();
+      await m.close();
+      const kept = new LockManager();
+      await kept.acquire('exit:c');
+      console.log('done');
+    })();`;
+  const r = await runNode(script, { FERROLOCK_NODES: one.url }, 10_000);
+  assert.equal(r.signal, null, 'the process did not exit within 10 s');
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /done/);
+  assert.ok(!one.exists('exit:c'), 'the lock held at exit was left to its ttl');
+});
+
+test('ESM entry point', T, async () => {
+  const r = await runNode('', {}, 20_000).then(() =>
+    new Promise((resolve) => {
+      const c = spawn(process.execPath, ['--input-type=module', '-e', "import { withLock, LockLostError } from 'ferrolock'; import d from 'ferrolock'; console.log(typeof withLock, typeof LockLostError, typeof d.LockManager)"], {
+        cwd: path.resolve(__dirname, '..'),
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let out = '';
+      let err = '';
+      c.stdout.on('data', (d) => (out += d));
+      c.stderr.on('data', (d) => (err += d));
+      c.on('exit', (code) => resolve({ code, out, err }));
+    }),
+  );
+  assert.equal(r.code, 0, r.err);
+  assert.equal(r.out.trim(), 'function function function');
+});
+
+test('the TypeScript declarations compile against a typed usage file', T, () => {
+  const tsc = path.resolve(__dirname, '..', 'node_modules', '.bin', 'tsc');
+  execFileSync(tsc, ['-p', path.join(__dirname, 'types')], { encoding: 'utf8' });
+});
+
+test("the README's Node example runs", T, async () => {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## First example: Node'));
+  const example = section.match(/```js\n([\s\S]*?)```/)[1];
+  const r = await runNode(example, { FERROLOCK_NODES: one.url }, 20_000);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /holding orders:1001 for \d+ ms more/);
+  assert.match(r.out, /result 42/);
+});
+
+test('a ferrolock plain lock and node-redlock on the same key exclude each other', T, async () => {
+  const Redis = require('ioredis');
+  const Redlock = require('redlock').default;
+  const client = new Redis(one.port, '127.0.0.1', { lazyConnect: false, maxRetriesPerRequest: 1 });
+  const redlock = new Redlock([client], { retryCount: 0 });
+  const manager = new LockManager({ nodes: [one.url] });
+  try {
+    const ours = await manager.acquire('interop:k');
+    await assert.rejects(redlock.acquire(['interop:k'], 5000), 'node-redlock acquired a key ferrolock holds');
+    await ours.release();
+    const theirs = await redlock.acquire(['interop:k'], 5000);
+    await assert.rejects(manager.tryAcquire('interop:k'), NotAcquiredError);
+    await theirs.release();
+    const again = await manager.tryAcquire('interop:k');
+    await again.release();
+  } finally {
+    await manager.close();
+    client.disconnect();
+  }
+});
+
+test("a terminated worker thread's lock is released (and no longer renewed)", T, async () => {
+  const { Worker } = require('node:worker_threads');
+  const worker = new Worker(
+    `const { parentPort } = require('node:worker_threads');
+     const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+     (async () => {
+       const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
+       const lock = await m.acquire('worker:k');
+       parentPort.postMessage(lock.token);
+       setInterval(() => {}, 1000);
+     })();`,
+    { eval: true },
+  );
+  await new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  assert.ok(one.exists('worker:k'));
+  // The main thread holds a lock of its own: a worker's teardown must not release it.
+  const mine = new LockManager({ nodes: [one.url] });
+  const kept = await mine.acquire('worker:main');
+  await worker.terminate();
+  const deadline = Date.now() + 10_000;
+  while (one.exists('worker:k') && Date.now() < deadline) await sleep(50);
+  assert.ok(!one.exists('worker:k'), "the terminated worker's lock is still there (ttl 60 s)");
+  assert.ok(one.exists('worker:main') && kept.status === 'held');
+  await mine.close();
+  assert.ok(!one.exists('worker:main'));
+});

@@ -1,0 +1,32 @@
+// Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
+import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, type Lock } from 'ferrolock';
+
+export async function usage(nodes: string[]): Promise<number> {
+  const result: number = await withLock(
+    'orders:1001',
+    async (lock: Lock) => {
+      const s: AbortSignal = lock.signal;
+      const t: string = lock.token;
+      const f: number | null = lock.fence;
+      const v: number = lock.validity;
+      void s, t, f, v;
+      return 42;
+    },
+    { nodes, ttl: 10_000, wait: 5_000, signal: AbortSignal.timeout(1000) },
+  );
+  await using manager = new LockManager({ nodes, ttl: 10_000 });
+  try {
+    await using lock = await manager.acquire('k', { wait: 0 });
+    const validity: number = await lock.extend();
+    void validity;
+  } catch (e) {
+    if (e instanceof NotAcquiredError || e instanceof LockLostError || e instanceof AbortError) {
+      const code: string = e.code;
+      void code;
+    }
+  }
+  const again = await manager.tryAcquire('k');
+  const released: boolean = await again.release();
+  void released;
+  return result;
+}
