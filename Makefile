@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python test-node fmt
+.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt
 
 include ffi/ffi.mk
 
@@ -10,7 +10,7 @@ redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust test-python test-node test-c test-go
+test: redis lint test-rust test-python test-node test-faults test-c test-go
 
 lint:
 	$(CARGO) fmt --all --check
@@ -29,6 +29,16 @@ test-python: redis
 test-node: redis
 	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
 	cd node && npm test
+
+## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
+test-faults: redis
+	tests/faults/run.sh
+
+## The long randomized run: `make chaos DURATION=10m SEED=7` (a seed replays its schedule;
+## without one a random seed is drawn and printed). Writes a markdown report.
+DURATION ?= 10m
+chaos: redis
+	tests/faults/run.sh chaos --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
 
 ## Several `ferrolock run` processes contending for one key, on a redis-server of its own.
 demo: redis

@@ -14,6 +14,9 @@
 
 use std::time::{Duration, Instant};
 
+use ferrolock::__wire::{
+    Acquire, KeyNames, Place, Release, barge_bound_ms, quiet_grace_ms, waiter_channel_prefix,
+};
 use ferrolock::{LockManager, LockOptions, ManagerOptions};
 use futures::future::join_all;
 use redis::Value;
@@ -68,12 +71,15 @@ struct Floor {
     seed: u64,
 }
 
-/// What the core sends on an uncontended first try, mirrored by hand.
+/// What the core sends on a first try through its acquire script, built with the core's own
+/// argument structs (`ferrolock::__wire`), sent on the floor's connections. The scripts are
+/// loaded there from the same sources, so their SHAs are the core's.
 struct CoreWire {
-    acquire_sha: String,
-    /// fence counter, waiter queue, queue leases: the acquire script's KEYS[2..4].
-    more_keys: [String; 4],
-    channel: String,
+    /// The acquire script's KEYS[2..5]: fence counter, queue, queue leases, join times.
+    names: KeyNames,
+    /// The waiters' own channels' prefix.
+    wake_prefix: String,
+    nodes: usize,
 }
 
 async fn load(conns: &mut [MultiplexedConnection], script: &str) -> BoxResult<String> {
@@ -99,15 +105,11 @@ impl Floor {
             );
         }
         let (release_sha, core_wire) = if wire == Impl::FloorScripts {
+            load(&mut conns, CORE_ACQUIRE).await?;
             let wire = CoreWire {
-                acquire_sha: load(&mut conns, CORE_ACQUIRE).await?,
-                more_keys: [
-                    ferrolock::fence_key(&key),
-                    ferrolock::queue_key(&key),
-                    ferrolock::queue_lease_key(&key),
-                    ferrolock::queue_since_key(&key),
-                ],
-                channel: ferrolock::waiter_channel(&key, ""),
+                names: KeyNames::of(&key),
+                wake_prefix: waiter_channel_prefix(&key),
+                nodes: conns.len(),
             };
             (load(&mut conns, CORE_RELEASE).await?, Some(wire))
         } else {
@@ -134,48 +136,49 @@ impl Floor {
         // at no cost (the core draws from the OS CSPRNG).
         let token = format!("{:016x}{:016x}", self.seed, self.counter);
         let ttl_ms = TTL.as_millis() as u64;
-        let mut acquire;
-        let mut release = redis::cmd("EVALSHA");
-        release.arg(&self.release_sha);
-        match &self.core_wire {
-            // The core's release script: KEYS key, waiter queue (3 keys); ARGV token, the
-            // waiters' channel prefix.
-            Some(w) => release.arg(4).arg(&self.key).arg(&w.more_keys[1..]),
-            None => release.arg(1).arg(&self.key),
-        }
-        .arg(&token);
-        match &self.core_wire {
+        let (acquire, release) = match &self.core_wire {
             None => {
-                acquire = redis::cmd("SET");
+                let mut acquire = redis::cmd("SET");
                 acquire
                     .arg(&self.key)
                     .arg(&token)
                     .arg("NX")
                     .arg("PX")
                     .arg(ttl_ms);
-            }
-            Some(w) => {
-                // KEYS: key, fence, queue, leases, join times; ARGV: token, ttl, fence mode
-                // (off), waiter id, queue score (none: a first try does not queue), lease ms,
-                // barging bound ms, the waiters' channel prefix.
-                acquire = redis::cmd("EVALSHA");
-                acquire
-                    .arg(&w.acquire_sha)
-                    .arg(5)
+                let mut release = redis::cmd("EVALSHA");
+                release
+                    .arg(&self.release_sha)
+                    .arg(1)
                     .arg(&self.key)
-                    .arg(&w.more_keys);
-                acquire
-                    .arg(&token)
-                    .arg(ttl_ms)
-                    .arg("")
-                    .arg("")
-                    .arg("")
-                    .arg(0)
-                    .arg(4)
-                    .arg(&w.channel);
-                release.arg(&w.channel);
+                    .arg(&token);
+                (acquire, release)
             }
-        }
+            // A first try that goes through the queue script (not queued itself: no waiter
+            // id), and a release that has seen contention (every queue key).
+            Some(w) => {
+                let acquire = Acquire {
+                    key: &self.key,
+                    names: &w.names,
+                    token: &token,
+                    ttl_ms,
+                    fence_mode: "",
+                    place: Place::default(),
+                    bound_ms: barge_bound_ms(w.nodes),
+                    wake_prefix: &w.wake_prefix,
+                    grace_ms: if w.nodes == 1 { quiet_grace_ms() } else { 0 },
+                    quiet: false,
+                }
+                .command();
+                let release = Release {
+                    key: &self.key,
+                    token: &token,
+                    contended: true,
+                    quiet_bound_ms: 0,
+                }
+                .command();
+                (acquire, release)
+            }
+        };
         // SET NX answers OK or nil; the core's acquire script answers nil on a grant.
         let granted = |v: &Value| (*v == Value::Nil) == self.core_wire.is_some();
         if let [conn] = self.conns.as_mut_slice() {

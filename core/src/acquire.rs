@@ -1,5 +1,5 @@
 //! The acquire loop: one attempt on every node at once, then, while the lock is busy, a place
-//! in the key's local queue with push wake-ups (see `wakeup.rs`) and in the key's server-side
+//! in the key's local queue with push wake-ups (see `queue/waiters.rs`) and in the key's server-side
 //! waiter queue (see `scripts/queue.lua` and DESIGN.md, "Waiter queue").
 //!
 //! Cancel safety: an attempt runs inline, armed (`InFlight`) from before its first request.
@@ -26,16 +26,22 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
-use crate::manager::{LockManager, Shared, UNREACHABLE_ATTEMPTS, check_key, jitter, new_token};
 use crate::node::{NodeError, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
+use crate::queue::{QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
-    ACQUIRE, ACQUIRE_REENTRANT, RAISE_FENCE, UNDO, command, fence_key, queue_key, queue_lease_key,
-    queue_since_key, redisson_channel, waiter_channel_prefix,
+    Acquire, AcquireReentrant, KeyNames, RaiseFence, Undo, command, redisson_channel,
+    waiter_channel_prefix,
 };
-use crate::wakeup::{Hook, QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
+use crate::shared::Shared;
+use crate::token::new_token;
+
+/// After this many attempts in a row that found a majority of nodes unreachable, acquire
+/// gives up with `QuorumUnreachable` instead of waiting out its budget: a dead cluster should
+/// answer in well under a second, not block forever.
+const UNREACHABLE_ATTEMPTS: u32 = 3;
 
 /// Who this attempt acquires as.
 struct Plan {
@@ -48,263 +54,255 @@ struct Plan {
     fence: Option<u64>,
 }
 
-impl LockManager {
-    /// The acquire loop behind `acquire_with` (`owner: None`) and `acquire_owned`.
-    pub(crate) async fn acquire_inner(
-        &self,
-        key: &str,
-        owner: Option<u64>,
-        opts: &LockOptions,
-    ) -> Result<Lock> {
-        check_key(key)?;
-        opts.validate()?;
-        let stats = crate::metrics::stats(key);
-        let started = Instant::now();
-        let result = self.acquire_loop(key, owner, opts, &stats).await;
-        match &result {
-            Ok(_) => {
-                stats.grants.fetch_add(1, Ordering::Relaxed);
-                stats.wait.observe(started.elapsed());
-            }
-            Err(e) => stats.failed(e.kind().code()),
+/// The acquire loop behind `LockManager::acquire_with` (`owner: None`) and `acquire_owned`.
+pub(crate) async fn acquire(
+    shared: &Arc<Shared>,
+    key: &str,
+    owner: Option<u64>,
+    opts: &LockOptions,
+) -> Result<Lock> {
+    check_key(key)?;
+    opts.validate()?;
+    let stats = crate::metrics::stats(key);
+    let started = Instant::now();
+    let result = acquire_loop(shared, key, owner, opts, &stats).await;
+    match &result {
+        Ok(_) => {
+            stats.grants.fetch_add(1, Ordering::Relaxed);
+            stats.wait.observe(started.elapsed());
         }
-        result
+        Err(e) => stats.failed(e.kind().code()),
     }
+    result
+}
 
-    async fn acquire_loop(
-        &self,
-        key: &str,
-        owner: Option<u64>,
-        opts: &LockOptions,
-        stats: &Arc<crate::metrics::Stats>,
-    ) -> Result<Lock> {
-        let shared = &self.shared;
-        let n = shared.nodes.len();
-        let started = Instant::now();
-        let give_up_at = opts.wait.map(|w| started + w);
-        let mut unreachable_streak = 0;
-        let mut ticket: Option<Ticket> = None;
-        // An owner id whose re-entry found our field gone: that acquisition was lost.
-        let mut stale: Option<u64> = None;
-        // Whether the first attempt found us looping on the key (see `Contention::looping`).
-        let mut first_looping: Option<bool> = None;
-        loop {
-            // Waited on this key a moment ago (its queue still lingers, subscribed): join before
-            // the first attempt, so that it queues and a release tells us.
-            if ticket.is_none() && opts.wait != Some(Duration::ZERO) && shared.waiters.any() {
-                let channel = channel_of(key, opts);
-                if shared.waiters.lingering(&channel) {
-                    ticket = Some(shared.waiters.join(shared, key, &channel));
-                }
+async fn acquire_loop(
+    shared: &Arc<Shared>,
+    key: &str,
+    owner: Option<u64>,
+    opts: &LockOptions,
+    stats: &Arc<crate::metrics::Stats>,
+) -> Result<Lock> {
+    let n = shared.cluster.nodes.len();
+    let started = Instant::now();
+    let give_up_at = opts.wait.map(|w| started + w);
+    let mut unreachable_streak = 0;
+    let mut ticket: Option<Ticket> = None;
+    // An owner id whose re-entry found our field gone: that acquisition was lost.
+    let mut stale: Option<u64> = None;
+    // Whether the first attempt found us looping on the key (see `Contention::looping`).
+    let mut first_looping: Option<bool> = None;
+    loop {
+        // Waited on this key a moment ago (its queue still lingers, subscribed): join before
+        // the first attempt, so that it queues and a release tells us.
+        if ticket.is_none() && opts.wait != Some(Duration::ZERO) && shared.waiters.any() {
+            let channel = channel_of(key, opts);
+            if shared.waiters.lingering(&channel) {
+                ticket = Some(shared.waiters.join(key, &channel));
             }
-            let plan = self.plan(key, owner, opts, stale);
-            // Only the head of the local queue carries our queue id; first attempts and
-            // re-entries go straight to Redis without queueing.
-            let head = ticket.as_ref().filter(|t| t.is_head());
-            let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
-            let seen = head.map(Ticket::epochs);
+        }
+        let plan = plan(shared, key, owner, opts, stale);
+        // Only the head of the local queue carries our queue id; first attempts and
+        // re-entries go straight to Redis without queueing.
+        let head = ticket.as_ref().filter(|t| t.is_head());
+        let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
+        let seen = head.map(Ticket::epochs);
 
-            let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
-            stats.attempts.fetch_add(1, Ordering::Relaxed);
-            let (mut outcome, req) = run_attempt(shared, req).await?;
-            let first_looping = *first_looping.get_or_insert(outcome.looping);
-            if outcome.won {
-                if let Some(claim) = outcome.claim.take() {
-                    claim.claim();
-                }
-                let fence = if plan.reentry {
-                    plan.fence
-                } else {
-                    outcome.fence
-                };
-                if let Some(t) = ticket.as_mut() {
-                    t.granted(outcome.tally.yes() == n);
-                }
-                if let Some(h) = plan.holder {
-                    shared.owners.granted(key, h, fence);
-                }
-                if first_looping && n == 1 && !opts.reentrant {
-                    // A worker in a loop on this key: its release may be quiet (release.lua).
-                    shared.mark_streak(key);
-                }
-                // The key and token move into the lock, unless requests still in flight
-                // hold them.
-                let (key, token) = match Arc::try_unwrap(req) {
-                    Ok(r) => (r.key, r.token),
-                    Err(r) => (r.key.clone(), r.token.clone()),
-                };
-                if ticket.is_some() {
-                    // Granted after waiting for a release.
-                    stats.handoffs.fetch_add(1, Ordering::Relaxed);
-                }
-                return Ok(Lock::new(
-                    shared.clone(),
-                    key,
-                    token,
-                    opts.clone(),
-                    outcome.deadline,
-                    outcome.started,
-                    fence,
-                    plan.holder,
-                    stats.clone(),
-                ));
+        let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
+        stats.attempts.fetch_add(1, Ordering::Relaxed);
+        let (mut outcome, req) = run_attempt(shared, req).await?;
+        let first_looping = *first_looping.get_or_insert(outcome.looping);
+        if outcome.won {
+            if let Some(claim) = outcome.claim.take() {
+                claim.claim();
             }
-            // A failed attempt has been undone already (in the background where a node had not
-            // answered).
-            let tally = outcome.tally;
-            let spoiled = outcome.spoiled;
-            // A grant given back because its fence could not be raised: its busy hints say
-            // "now", which would retry at once, in a loop, for as long as the cause lasts.
-            let hint = match spoiled {
-                Some(Spoiled::FenceFailed(_)) => None,
-                _ => wake_hint(&tally, &outcome.hints),
-            };
-            // After the attempt, only wake-ups from nodes that did not grant it count: the
-            // others come from our own undo.
-            let not_granted: Vec<bool> = tally
-                .answers
-                .iter()
-                .map(|a| !matches!(a, Answer::Yes(_)))
-                .collect();
-
-            if let Some(Spoiled::FenceError(i, e)) = &spoiled {
-                return Err(node_error(
-                    ErrorKind::Redis,
-                    &format!("lock {key:?}: fence raise failed"),
-                    &shared.nodes[*i],
-                    e,
-                ));
-            }
-            if let Some((i, e)) = tally.redis_error() {
-                return Err(node_error(
-                    ErrorKind::Redis,
-                    &format!("lock {key:?}: acquire failed"),
-                    &shared.nodes[i],
-                    e,
-                ));
-            }
-            unreachable_streak = if tally.quorum_unreachable() {
-                unreachable_streak + 1
+            let fence = if plan.reentry {
+                plan.fence
             } else {
-                0
+                outcome.fence
             };
-            let now = Instant::now();
-            let out_of_time = give_up_at.is_some_and(|end| now >= end);
-            if unreachable_streak >= UNREACHABLE_ATTEMPTS || (out_of_time && unreachable_streak > 0)
-            {
-                return Err(self.unreachable_error(key, &tally));
+            if let Some(t) = ticket.as_mut() {
+                t.granted(outcome.tally.yes() == n);
             }
-            if plan.reentry && tally.no() > n - shared.quorum {
-                // Our field is gone from too many nodes: the outer acquisition was lost.
-                // Acquire afresh, at once, under a new owner id.
-                stale = plan.holder.map(|h| h.owner_id);
-                if !out_of_time {
+            if let Some(h) = plan.holder {
+                shared.owners.granted(key, h, fence);
+            }
+            if first_looping && n == 1 && !opts.reentrant {
+                // A worker in a loop on this key: its release may be quiet (release.lua).
+                shared.contention.mark_streak(key);
+            }
+            // The key and token move into the lock, unless requests still in flight
+            // hold them.
+            let (key, token) = match Arc::try_unwrap(req) {
+                Ok(r) => (r.key, r.token),
+                Err(r) => (r.key.clone(), r.token.clone()),
+            };
+            if ticket.is_some() {
+                // Granted after waiting for a release.
+                stats.handoffs.fetch_add(1, Ordering::Relaxed);
+            }
+            return Ok(Lock::new(
+                shared.clone(),
+                key,
+                token,
+                opts.clone(),
+                outcome.deadline,
+                outcome.started,
+                fence,
+                plan.holder,
+                stats.clone(),
+            ));
+        }
+        // A failed attempt has been undone already (in the background where a node had not
+        // answered).
+        let tally = outcome.tally;
+        let spoiled = outcome.spoiled;
+        // A grant given back because its fence could not be raised: its busy hints say
+        // "now", which would retry at once, in a loop, for as long as the cause lasts.
+        let hint = match spoiled {
+            Some(Spoiled::FenceFailed(_)) => None,
+            _ => wake_hint(&tally, &outcome.hints),
+        };
+        // After the attempt, only wake-ups from nodes that did not grant it count: the
+        // others come from our own undo.
+        let not_granted: Vec<bool> = tally
+            .answers
+            .iter()
+            .map(|a| !matches!(a, Answer::Yes(_)))
+            .collect();
+
+        if let Some(Spoiled::FenceError(i, e)) = &spoiled {
+            return Err(node_error(
+                ErrorKind::Redis,
+                &format!("lock {key:?}: fence raise failed"),
+                &shared.cluster.nodes[*i],
+                e,
+            ));
+        }
+        if let Some((i, e)) = tally.redis_error() {
+            return Err(node_error(
+                ErrorKind::Redis,
+                &format!("lock {key:?}: acquire failed"),
+                &shared.cluster.nodes[i],
+                e,
+            ));
+        }
+        unreachable_streak = if tally.quorum_unreachable() {
+            unreachable_streak + 1
+        } else {
+            0
+        };
+        let now = Instant::now();
+        let out_of_time = give_up_at.is_some_and(|end| now >= end);
+        if unreachable_streak >= UNREACHABLE_ATTEMPTS || (out_of_time && unreachable_streak > 0) {
+            return Err(unreachable_error(shared, key, &tally));
+        }
+        if plan.reentry && tally.no() > n - shared.cluster.quorum {
+            // Our field is gone from too many nodes: the outer acquisition was lost.
+            // Acquire afresh, at once, under a new owner id.
+            stale = plan.holder.map(|h| h.owner_id);
+            if !out_of_time {
+                continue;
+            }
+        }
+        if out_of_time {
+            return Err(not_acquired_error(
+                shared,
+                key,
+                opts,
+                &tally,
+                spoiled.as_ref(),
+            ));
+        }
+
+        // Wait for a wake-up. The first time: join the key's local queue, which subscribes
+        // the release channel; the turn of a new head comes with the confirmation.
+        if ticket.is_none() {
+            let hook = shared
+                .waiters
+                .hook
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(hook) = hook {
+                hook(key).await;
+            }
+            // The release channel is named only here: a first try on a free key never needs it.
+            ticket = Some(shared.waiters.join(key, &channel_of(key, opts)));
+        }
+        let Some(t) = ticket.as_mut() else {
+            unreachable!("joined above")
+        };
+        let (seen, from) = match seen {
+            Some(s) => (s, not_granted),
+            None => {
+                let turn = tokio::select! {
+                    turn = t.my_turn() => turn,
+                    _ = until(give_up_at) => {
+                        return Err(not_acquired_error(shared, key, opts, &tally, spoiled.as_ref()));
+                    }
+                };
+                if turn.attempt_now {
                     continue;
                 }
+                // A new head (or a new queue, whose subscription is confirmed on every
+                // node at once): no attempt of its own has seen the lock since.
+                (turn.seen, vec![true; n])
             }
-            if out_of_time {
-                return Err(self.not_acquired_error(key, opts, &tally, spoiled.as_ref()));
-            }
-
-            // Wait for a wake-up. The first time: join the key's local queue, which subscribes
-            // the release channel; the turn of a new head comes with the confirmation.
-            if ticket.is_none() {
-                let hook = shared
-                    .waiters
-                    .hook
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                if let Some(hook) = hook {
-                    hook(key).await;
-                }
-                // The release channel is named only here: a first try on a free key never needs it.
-                ticket = Some(shared.waiters.join(shared, key, &channel_of(key, opts)));
-            }
-            let Some(t) = ticket.as_mut() else {
-                unreachable!("joined above")
-            };
-            let (seen, from) = match seen {
-                Some(s) => (s, not_granted),
-                None => {
-                    let turn = tokio::select! {
-                        turn = t.my_turn() => turn,
-                        _ = until(give_up_at) => {
-                            return Err(self.not_acquired_error(key, opts, &tally, spoiled.as_ref()));
-                        }
-                    };
-                    if turn.attempt_now {
-                        continue;
-                    }
-                    // A new head (or a new queue, whose subscription is confirmed on every
-                    // node at once): no attempt of its own has seen the lock since.
-                    (turn.seen, vec![true; n])
-                }
-            };
-            let mut pause = jitter(opts.retry_delay);
-            if let Some(h) = hint {
-                pause = pause.min(h);
-            }
-            if let Some(end) = give_up_at {
-                pause = pause.min(end.saturating_duration_since(Instant::now()));
-            }
-            tokio::select! {
-                _ = t.woken_since(&seen, &from) => {}
-                _ = tokio::time::sleep(pause) => {}
-            }
+        };
+        let mut pause = jitter(opts.retry_delay);
+        if let Some(h) = hint {
+            pause = pause.min(h);
+        }
+        if let Some(end) = give_up_at {
+            pause = pause.min(end.saturating_duration_since(Instant::now()));
+        }
+        tokio::select! {
+            _ = t.woken_since(&seen, &from) => {}
+            _ = tokio::time::sleep(pause) => {}
         }
     }
+}
 
-    /// Test hook: runs in a lost attempt once its answers are in, before its undo and its
-    /// report (the attempt is still in flight for its caller).
-    #[doc(hidden)]
-    pub fn __set_hook_lost_attempt(&self, hook: Option<Hook>) {
-        self.shared.waiters.set_attempt_hooks(|h| h.lost = hook);
-    }
-
-    /// Test hook: runs in a won attempt that a blocking caller with several nodes runs as a
-    /// task, once it has sent its outcome to the caller (who may not have read it yet).
-    #[doc(hidden)]
-    pub fn __set_hook_won_reported(&self, hook: Option<Hook>) {
-        self.shared
-            .waiters
-            .set_attempt_hooks(|h| h.won_reported = hook);
-    }
-
-    fn plan(&self, key: &str, owner: Option<u64>, opts: &LockOptions, stale: Option<u64>) -> Plan {
-        if !opts.reentrant {
-            return Plan {
-                token: new_token(),
-                holder: None,
-                reentry: false,
-                fence: None,
-            };
-        }
-        let owners = &self.shared.owners;
-        if let Some(o) = owner
-            && let Some((owner_id, fence)) = owners.lookup(key, o)
-            && stale != Some(owner_id)
-        {
-            return Plan {
-                token: owners.field(owner_id),
-                holder: Some(Holder { owner, owner_id }),
-                reentry: true,
-                fence,
-            };
-        }
-        let owner_id = new_owner_id();
-        Plan {
-            token: owners.field(owner_id),
-            holder: Some(Holder { owner, owner_id }),
+fn plan(
+    shared: &Shared,
+    key: &str,
+    owner: Option<u64>,
+    opts: &LockOptions,
+    stale: Option<u64>,
+) -> Plan {
+    if !opts.reentrant {
+        return Plan {
+            token: new_token(),
+            holder: None,
             reentry: false,
             fence: None,
-        }
+        };
+    }
+    let owners = &shared.owners;
+    if let Some(o) = owner
+        && let Some((owner_id, fence)) = owners.lookup(key, o)
+        && stale != Some(owner_id)
+    {
+        return Plan {
+            token: owners.field(owner_id),
+            holder: Some(Holder { owner, owner_id }),
+            reentry: true,
+            fence,
+        };
+    }
+    let owner_id = new_owner_id();
+    Plan {
+        token: owners.field(owner_id),
+        holder: Some(Holder { owner, owner_id }),
+        reentry: false,
+        fence: None,
     }
 }
 
 /// The key's release channel: the name of its local waiter queue.
 fn channel_of(key: &str, opts: &LockOptions) -> String {
-    crate::wakeup::queue_channel(key, opts.reentrant)
+    crate::queue::queue_channel(key, opts.reentrant)
 }
 
 async fn until(t: Option<Instant>) {
@@ -312,6 +310,85 @@ async fn until(t: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
     }
+}
+
+fn unreachable_error(shared: &Shared, key: &str, tally: &Tally) -> Error {
+    Error::new(
+        ErrorKind::QuorumUnreachable,
+        format!(
+            "lock {key:?}: quorum unreachable: {} of {} nodes did not answer (need {}): {}",
+            tally.unreachable(),
+            tally.answers.len(),
+            tally.quorum,
+            tally.describe_failures(&shared.cluster.nodes)
+        ),
+    )
+}
+
+fn not_acquired_error(
+    shared: &Shared,
+    key: &str,
+    opts: &LockOptions,
+    tally: &Tally,
+    spoiled: Option<&Spoiled>,
+) -> Error {
+    let waited = match opts.wait {
+        Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
+        Some(w) => format!("within wait={w:?}"),
+        None => "before giving up".to_string(),
+    };
+    let why = match spoiled {
+        Some(Spoiled::TooLate) => format!(
+            "a quorum granted it but the acquire took longer than the validity (ttl {:?} minus drift {:?}), so it was released",
+            opts.ttl,
+            opts.drift()
+        ),
+        Some(Spoiled::FenceFailed(detail)) => format!(
+            "a quorum granted it but its fencing token could not be raised on a quorum ({detail}), so it was released"
+        ),
+        Some(Spoiled::FenceError(i, e)) => format!(
+            "a quorum granted it but raising its fencing token failed on {}: {}, so it was released",
+            shared.cluster.nodes[*i].name(),
+            e.detail()
+        ),
+        None => format!(
+            "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
+            tally.no(),
+            tally.answers.len()
+        ),
+    };
+    let failures = tally.describe_failures(&shared.cluster.nodes);
+    let tail = if failures.is_empty() {
+        String::new()
+    } else {
+        format!("; failed: {failures}")
+    };
+    Error::new(
+        ErrorKind::NotAcquired,
+        format!("lock {key:?} not acquired {waited}: {why}{tail}"),
+    )
+}
+
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::invalid("lock key must not be empty"));
+    }
+    // The queue, fence and channel names must hash to the key's Cluster slot (every script
+    // touches one slot); for this key no name can (see `scripts::has_slot_tag`).
+    if !crate::scripts::has_slot_tag(key) {
+        return Err(Error::invalid(format!(
+            "lock key {key:?} has no hash tag and contains '}}', so no name derived from it can \
+             share its Redis Cluster slot: give it a hash tag (a non-empty {{...}}) or drop the '}}'"
+        )));
+    }
+    Ok(())
+}
+
+/// `base` ± 50 %, so contenders that failed together do not retry together.
+pub(crate) fn jitter(base: Duration) -> Duration {
+    let r = getrandom::u64().unwrap_or(0);
+    let fraction = (r >> 11) as f64 / (1u64 << 53) as f64; // uniform in [0, 1)
+    base.mul_f64(0.5 + fraction)
 }
 
 /// When a re-check is first worth it: the time after which a quorum of nodes could grant,
@@ -345,14 +422,15 @@ struct Req {
     /// Nobody known to be waiting: a plain SET NX PX, the cheapest grant there is (and no
     /// queue or fence key names to build for it).
     plain_set: bool,
-    /// "1": our last release of this key was quiet (see release.lua).
-    grace: &'static str,
+    /// Our last release of this key was quiet (see release.lua).
+    quiet: bool,
     /// A manager that released the key a moment before (see `Contention::looping`).
     looping: bool,
     fence_mode: &'static str,
-    /// Fence, queue, queue leases, queue join times, and the waiters' channel prefix (plain
-    /// locks with a queue): empty for a plain SET.
-    names: [String; 5],
+    /// Fence, queue, queue leases, queue join times: empty for a plain SET.
+    names: KeyNames,
+    /// Plain locks with a queue: where the script tells the next waiter that the lock is free.
+    wake_prefix: String,
     /// Filled (one slot per node) only when a node answers busy: a grant allocates nothing.
     hints: Mutex<Vec<Option<i64>>>,
 }
@@ -372,29 +450,19 @@ impl Req {
         // hold our grant. Any later grant's quorum shares a node with that raise quorum, and
         // that node grants again only after our grant is gone there, so it reads a counter >=
         // our fence. (The max over *different* quorums alone would not be monotonic.)
-        let fence_mode = match (fencing, shared.nodes.len()) {
+        let fence_mode = match (fencing, shared.cluster.nodes.len()) {
             (false, _) => "",
             (true, 1) => "1",
             (true, _) => "0",
         };
-        let seen = shared.contention(key);
+        let seen = shared.contention.contention(key);
         let plain_set = !opts.reentrant && !fencing && queue.is_none() && !seen.contended;
-        let names = if plain_set {
+        let (names, wake_prefix) = if plain_set {
             Default::default()
+        } else if opts.reentrant {
+            (KeyNames::of(key), String::new())
         } else {
-            [
-                fence_key(key),
-                queue_key(key),
-                queue_lease_key(key),
-                queue_since_key(key),
-                // Plain locks with a queue: where the script tells the next waiter that the
-                // lock is free.
-                if opts.reentrant {
-                    String::new()
-                } else {
-                    waiter_channel_prefix(key)
-                },
-            ]
+            (KeyNames::of(key), waiter_channel_prefix(key))
         };
         Req {
             key: key.to_string(),
@@ -405,10 +473,11 @@ impl Req {
             plain_set,
             // Our last release of this key was quiet (N = 1): we may take it back within the
             // grace.
-            grace: if seen.quiet { "1" } else { "0" },
+            quiet: seen.quiet,
             looping: seen.looping,
             fence_mode,
             names,
+            wake_prefix,
             hints: Mutex::new(Vec::new()),
         }
     }
@@ -488,7 +557,7 @@ impl Drop for Claim {
             Some(mask) => {
                 drop(st);
                 let (shared, req) = (self.shared.clone(), self.req.clone());
-                crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
+                crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
                     undo_detached(&shared, &req, mask, false).finish().await;
                 });
             }
@@ -516,18 +585,23 @@ fn undo_detached(
     requeue: bool,
 ) -> Detached<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static> {
     let timeout = req.opts.effective_node_timeout();
-    let requests = FanOut::start_owned(shared.nodes.len(), shared.quorum, timeout, {
-        let (shared, req) = (shared.clone(), req.clone());
-        move |i, deadline| {
-            let (shared, req, wanted) = (shared.clone(), req.clone(), mask[i]);
-            async move {
-                if !wanted {
-                    return Ok(None);
+    let requests = FanOut::start_owned(
+        shared.cluster.nodes.len(),
+        shared.cluster.quorum,
+        timeout,
+        {
+            let (shared, req) = (shared.clone(), req.clone());
+            move |i, deadline| {
+                let (shared, req, wanted) = (shared.clone(), req.clone(), mask[i]);
+                async move {
+                    if !wanted {
+                        return Ok(None);
+                    }
+                    undo_one(&shared, &req, i, deadline, requeue).await
                 }
-                undo_one(&shared, &req, i, deadline, requeue).await
             }
-        }
-    });
+        },
+    );
     Detached {
         shared: shared.clone(),
         requests: Some(requests),
@@ -554,7 +628,7 @@ where
         if let Some(mut requests) = self.requests.take()
             && !requests.all_answered()
         {
-            crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
+            crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
                 while requests.next().await {}
             });
         }
@@ -581,42 +655,21 @@ async fn undo_one(
     } else {
         waiter_channel_prefix(key)
     };
-    let (fk, qk, lk, sk) = (
-        fence_key(key),
-        queue_key(key),
-        queue_lease_key(key),
-        queue_since_key(key),
-    );
+    let names = KeyNames::of(key);
     let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
-    let (id, score, lease) = queue.map_or(("", "", 0), |q| {
-        (q.id.as_str(), q.score.as_str(), q.lease_ms)
-    });
-    let bound = barge_bound_ms(shared.nodes.len());
-    let reentrant = if opts.reentrant { "1" } else { "0" };
-    let (channel, fk, qk, lk, sk) = (
-        channel.as_str(),
-        fk.as_str(),
-        qk.as_str(),
-        lk.as_str(),
-        sk.as_str(),
-    );
-    shared.nodes[i]
+    let undo = Undo {
+        key,
+        names: &names,
+        token,
+        reentrant: opts.reentrant,
+        channel: &channel,
+        place: queue.map(QueueArgs::place).unwrap_or_default(),
+        bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
+    };
+    let undo = &undo;
+    shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, false, move |mut conn| async move {
-            let freed: i64 = UNDO
-                .key(key)
-                .key(fk)
-                .key(qk)
-                .key(lk)
-                .key(sk)
-                .arg(token)
-                .arg(reentrant)
-                .arg(channel)
-                .arg(id)
-                .arg(score)
-                .arg(lease)
-                .arg(bound)
-                .invoke_async(&mut conn)
-                .await?;
+            let freed: i64 = undo.invocation().invoke_async(&mut conn).await?;
             Ok(yes_if(freed == 1))
         })
         .await
@@ -661,7 +714,7 @@ where
         }
         let (shared, req) = (self.shared.clone(), self.req.clone());
         let answered = self.answered.take();
-        crate::runtime::spawn_cleanup(&self.shared.handle(), async move {
+        crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
             let mask = match (requests, answered) {
                 (Some(mut requests), _) => {
                     while requests.next().await {}
@@ -669,7 +722,7 @@ where
                 }
                 (None, Some(mask)) => mask,
                 // One node, inline (never a re-entry: see `attempt`): nothing is known.
-                (None, None) => vec![!req.reentry; shared.nodes.len()],
+                (None, None) => vec![!req.reentry; shared.cluster.nodes.len()],
             };
             if undo && mask.contains(&true) {
                 undo_detached(&shared, &req, mask, true).finish().await;
@@ -692,8 +745,8 @@ where
     }
     let answers = tally.answers.clone();
     let (shared, req) = (shared.clone(), req.clone());
-    crate::runtime::spawn_cleanup(&shared.handle(), async move {
-        let n = shared.nodes.len();
+    crate::runtime::spawn_cleanup(&shared.cluster.handle(), async move {
+        let n = shared.cluster.nodes.len();
         let mut started = vec![false; n];
         let mut undos = futures::stream::FuturesUnordered::new();
         let mut requests = requests;
@@ -754,9 +807,10 @@ fn is_late(answer: &Answer) -> bool {
 /// (see DESIGN.md, "Blocking callers"); a won outcome then carries a `Claim`.
 async fn run_attempt(shared: &Arc<Shared>, req: Req) -> Result<(Outcome, Arc<Req>)> {
     let req = Arc::new(req);
-    let outcome = if shared.nodes.len() > 1 && crate::runtime::driving_locally() {
+    let outcome = if shared.cluster.nodes.len() > 1 && crate::runtime::driving_locally() {
         let (tx, rx) = tokio::sync::oneshot::channel();
         shared
+            .cluster
             .handle()
             .spawn(attempt(shared.clone(), req.clone(), Some(tx)));
         rx.await.ok()
@@ -818,8 +872,8 @@ async fn ask(
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
     let (key, token) = (r.key.as_str(), r.token.as_str());
-    let n = shared.nodes.len();
-    let reply = shared.nodes[i]
+    let n = shared.cluster.nodes.len();
+    let reply = shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, true, move |mut conn| async move {
             if r.plain_set {
                 // A `Value`, not a `String`: "OK" needs no allocation of its own.
@@ -838,30 +892,37 @@ async fn ask(
                     Value::Nil
                 });
             }
-            let [fk, qk, lk, sk, wake_prefix] = &r.names;
-            let (id, score, lease) = r.queue.as_ref().map_or(("", "", 0), |q| {
-                (q.id.as_str(), q.score.as_str(), q.lease_ms)
-            });
-            let bound = barge_bound_ms(n);
-            let inv = if opts.reentrant {
-                let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
-                inv.key(key).key(fk).key(qk).key(lk).key(sk);
-                inv.arg(ttl_ms).arg(token).arg(r.fence_mode);
-                inv.arg(id).arg(score).arg(lease);
-                inv.arg(if r.reentry { "1" } else { "0" }).arg(bound);
-                inv
-            } else {
-                let mut inv = ACQUIRE.prepare_invoke();
-                inv.key(key).key(fk).key(qk).key(lk).key(sk);
-                inv.arg(token).arg(ttl_ms).arg(r.fence_mode);
-                inv.arg(id)
-                    .arg(score)
-                    .arg(lease)
-                    .arg(bound)
-                    .arg(wake_prefix)
-                    .arg(if n == 1 { quiet_grace_ms() } else { 0 })
-                    .arg(r.grace);
-                inv
+            // Built in a block: only the invocation lives across the await.
+            let inv = {
+                let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
+                let bound_ms = barge_bound_ms(n);
+                if opts.reentrant {
+                    AcquireReentrant {
+                        key,
+                        names: &r.names,
+                        ttl_ms,
+                        field: token,
+                        fence_mode: r.fence_mode,
+                        place,
+                        reentry: r.reentry,
+                        bound_ms,
+                    }
+                    .invocation()
+                } else {
+                    Acquire {
+                        key,
+                        names: &r.names,
+                        token,
+                        ttl_ms,
+                        fence_mode: r.fence_mode,
+                        place,
+                        bound_ms,
+                        wake_prefix: &r.wake_prefix,
+                        grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
+                        quiet: r.quiet,
+                    }
+                    .invocation()
+                }
             };
             // Boxed: the queue path is off the uncontended hot path, and its future would
             // size every node's request.
@@ -891,8 +952,8 @@ async fn attempt(
     let opts = &req.opts;
     let deadline = start + opts.ttl - opts.drift();
     let timeout = opts.effective_node_timeout();
-    let nodes = &shared.nodes;
-    let (n, quorum) = (nodes.len(), shared.quorum);
+    let nodes = &shared.cluster.nodes;
+    let (n, quorum) = (nodes.len(), shared.cluster.quorum);
     let (fencing, reentry) = (req.fencing(), req.reentry);
     // Armed before anything is sent: if this attempt is dropped part-way, whatever it may
     // have taken is released (see `InFlight`).
@@ -938,7 +999,7 @@ async fn attempt(
         }
     };
     if !tally.won() {
-        shared.mark_contended(&req.key);
+        shared.contention.mark_contended(&req.key);
     }
     let mut fence = None;
     let mut spoiled = None;
@@ -951,18 +1012,17 @@ async fn attempt(
                 run.answered = Some(undo_mask(&tally, reentry));
             }
             let next = seen + 1;
-            let (key, token, fk) = (req.key.as_str(), req.token.as_str(), req.names[0].as_str());
-            let hash = if opts.reentrant { "1" } else { "0" };
+            let raise = RaiseFence {
+                key: &req.key,
+                fence_key: &req.names.fence,
+                token: &req.token,
+                fence: next,
+                reentrant: opts.reentrant,
+            };
+            let raise = &raise;
             let raise = fan_out(nodes, quorum, timeout, true, |_, node, deadline| {
                 node.run_bounded(deadline, timeout, true, move |mut conn| async move {
-                    let ok: i64 = RAISE_FENCE
-                        .key(key)
-                        .key(fk)
-                        .arg(token)
-                        .arg(next)
-                        .arg(hash)
-                        .invoke_async(&mut conn)
-                        .await?;
+                    let ok: i64 = raise.invocation().invoke_async(&mut conn).await?;
                     Ok(yes_if(ok == 1))
                 })
             });
@@ -1091,7 +1151,7 @@ fn raise_failure(shared: &Shared, raised: &Tally) -> Spoiled {
         return Spoiled::FenceError(i, e);
     }
     let gone = raised.no();
-    let failures = raised.describe_failures(&shared.nodes);
+    let failures = raised.describe_failures(&shared.cluster.nodes);
     let mut why = format!(
         "raised on {} of {} nodes",
         raised.yes(),
@@ -1121,5 +1181,21 @@ fn parse_reply(v: Value) -> Result<Reply, NodeError> {
         other => Err(NodeError::Redis(format!(
             "unexpected acquire reply {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_half_either_side() {
+        for _ in 0..1000 {
+            let j = jitter(Duration::from_millis(100));
+            assert!(
+                j >= Duration::from_millis(50) && j < Duration::from_millis(150),
+                "{j:?}"
+            );
+        }
     }
 }

@@ -32,6 +32,7 @@
 //! back in ahead of them (DESIGN.md, "Waiters" and "Waiter queue").
 
 mod acquire;
+mod cluster;
 mod error;
 mod hooks;
 pub mod host;
@@ -42,12 +43,12 @@ mod node;
 mod options;
 mod owner;
 mod per_process;
-mod quiet;
+mod queue;
 mod quorum;
 pub mod runtime;
 mod scripts;
-mod spin;
-mod wakeup;
+mod shared;
+mod token;
 mod watchdog;
 
 pub use error::{Error, ErrorKind, Result};
@@ -65,3 +66,11 @@ pub use scripts::{
     fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,
     waiter_channel,
 };
+
+/// What the core sends on the wire, for the benchmark's hand-written mirror of it
+/// (`bench/src/uncontended.rs`): the same argument structs the core builds its requests with.
+#[doc(hidden)]
+pub mod __wire {
+    pub use crate::queue::{barge_bound_ms, quiet_grace_ms};
+    pub use crate::scripts::{Acquire, KeyNames, Place, Release, waiter_channel_prefix};
+}

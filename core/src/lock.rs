@@ -2,23 +2,23 @@
 //! extend and release it on a quorum.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::manager::Shared;
+use crate::node::Node;
 use crate::node::NodeError;
 use crate::options::LockOptions;
 use crate::owner::Holder;
+use crate::queue::barge_bound_ms;
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
-use crate::scripts::{
-    EXTEND, EXTEND_REENTRANT, RELEASE, RELEASE_REENTRANT, Tagged, evalsha, redisson_channel,
-    run_script,
-};
-use crate::wakeup::barge_bound_ms;
+use crate::scripts::{Extend, Release, ReleaseReentrant, redisson_channel};
+use crate::shared::Shared;
+use crate::watchdog::{Next, Watched};
 
 /// Where a lock stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -605,7 +605,7 @@ impl Lock {
             self.inner.state().extensions += 1;
             return Ok(validity);
         }
-        let nodes = &self.inner.shared.nodes;
+        let nodes = &self.inner.shared.cluster.nodes;
         let failures = tally.describe_failures(nodes);
         let (kind, why) = if tally.won() {
             (
@@ -646,14 +646,14 @@ impl Lock {
             return Err(inherited_error(&self.inner.key, self.inner.pid));
         }
         let inner = &self.inner;
-        if inner.shared.nodes.len() > 1 && crate::runtime::driving_locally() {
+        if inner.shared.cluster.nodes.len() > 1 && crate::runtime::driving_locally() {
             // A blocking caller's multi-node grant went out on the shared connections (its
             // attempt runs as a task there, and a slow node's request may still be in flight):
             // its release goes out there too, so on each node it runs after the grant. The
             // task finishes the release even if this caller goes away.
             let (tx, rx) = tokio::sync::oneshot::channel();
             let task = inner.clone();
-            inner.shared.handle().spawn(async move {
+            inner.shared.cluster.handle().spawn(async move {
                 let _ = tx.send(task.release().await);
             });
             return rx.await.unwrap_or_else(|_| {
@@ -695,7 +695,7 @@ impl Drop for FinishRelease {
             if released && !inner.releases_inline() {
                 return;
             }
-            let handle = inner.shared.handle();
+            let handle = inner.shared.cluster.handle();
             crate::runtime::spawn_cleanup(&handle, async move {
                 if released {
                     release_everywhere(&inner.shared, &inner.key, &inner.token, &inner.opts, None)
@@ -731,7 +731,7 @@ where
             return;
         };
         let (inner, woke) = (self.inner.clone(), self.woke);
-        crate::runtime::spawn_cleanup(&inner.shared.handle(), {
+        crate::runtime::spawn_cleanup(&inner.shared.cluster.handle(), {
             let inner = inner.clone();
             async move {
                 while requests.next().await {}
@@ -746,7 +746,7 @@ where
                     tracing::warn!(
                         "lock {:?}: release finished in the background: {}",
                         inner.key,
-                        tally.describe_release(&inner.shared.nodes)
+                        tally.describe_release(&inner.shared.cluster.nodes)
                     );
                 }
             }
@@ -758,7 +758,7 @@ impl LockInner {
     /// The one-node plain release runs inline with borrowed data (the benchmarked path: no
     /// task, no allocation for a fan-out), and is sent again if dropped (see `FinishRelease`).
     fn releases_inline(&self) -> bool {
-        self.shared.nodes.len() == 1 && !self.opts.reentrant
+        self.shared.cluster.nodes.len() == 1 && !self.opts.reentrant
     }
 
     async fn release(self: &Arc<Self>) -> Result<bool> {
@@ -790,8 +790,8 @@ impl LockInner {
         // between marking the lock released and creating them (see `FinishRelease`).
         let how = How::new(shared, key, &self.opts);
         let requests = FanOut::start_owned(
-            shared.nodes.len(),
-            shared.quorum,
+            shared.cluster.nodes.len(),
+            shared.cluster.quorum,
             how.timeout,
             |i, deadline| release_owned(self.clone(), i, deadline, how),
         );
@@ -819,7 +819,7 @@ impl LockInner {
 
     /// The outcome of a release, from what each node said (see `Lock::release`).
     fn release_result(&self, tally: &Tally) -> Result<bool> {
-        let (key, nodes) = (&self.key, &self.shared.nodes);
+        let (key, nodes) = (&self.key, &self.shared.cluster.nodes);
         let n = tally.answers.len();
         if tally.won() {
             if tally.yes() < n {
@@ -856,7 +856,7 @@ impl Drop for Lock {
         // Never in a forked child: the lock is the parent's (and its state is not touched).
         if !self.inner.inherited() && !self.inner.state().released {
             let inner = self.inner.clone();
-            self.inner.shared.handle().spawn(async move {
+            self.inner.shared.cluster.handle().spawn(async move {
                 let _ = inner.release().await;
             });
         }
@@ -887,9 +887,9 @@ impl How {
         let (contended, streak) = if reentrant {
             (false, false)
         } else {
-            shared.release_view(key)
+            shared.contention.release_view(key)
         };
-        let quiet_bound = if streak && shared.nodes.len() == 1 {
+        let quiet_bound = if streak && shared.cluster.nodes.len() == 1 {
             barge_bound_ms(1)
         } else {
             0
@@ -922,8 +922,8 @@ pub(crate) async fn release_everywhere(
     };
     let redisson = redisson.as_str();
     let tally = fan_out(
-        &shared.nodes,
-        shared.quorum,
+        &shared.cluster.nodes,
+        shared.cluster.quorum,
         how.timeout,
         false,
         |i, _, deadline| {
@@ -967,30 +967,29 @@ async fn release_on(
     redisson: &str,
     deadline: Instant,
 ) -> std::result::Result<Option<i64>, NodeError> {
-    shared.nodes[i]
+    shared.cluster.nodes[i]
         .run_bounded(deadline, how.timeout, false, move |mut conn| async move {
             if how.reentrant {
                 // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
                 // Boxed, so the plain release's future does not carry this one's size.
-                let left: Option<i64> = Box::pin(
-                    RELEASE_REENTRANT
-                        .key(key)
-                        .arg(token)
-                        .arg(how.ttl_ms)
-                        .arg(redisson)
-                        .invoke_async(&mut conn),
-                )
-                .await?;
+                let unlock = ReleaseReentrant {
+                    key,
+                    field: token,
+                    ttl_ms: how.ttl_ms,
+                    channel: redisson,
+                };
+                let left: Option<i64> =
+                    Box::pin(unlock.invocation().invoke_async(&mut conn)).await?;
                 return Ok(yes_if(left.is_some()));
             }
             let cmd = release_command(key, token, how.contended, how.quiet_bound);
-            let deleted: i64 = run_script(&RELEASE, &cmd, &mut conn).await?;
-            if deleted == 3 && shared.nodes.len() == 1 {
+            let deleted: i64 = Release::send(&cmd, &mut conn).await?;
+            if deleted == 3 && shared.cluster.nodes.len() == 1 {
                 // Waiters, but the first was not told: we may take it back at once.
-                shared.mark_quiet_release(key);
+                shared.contention.mark_quiet_release(key);
             } else if deleted >= 2 {
                 // Someone waits: our next acquire of this key queues too.
-                shared.mark_loud_release(key);
+                shared.contention.mark_loud_release(key);
             }
             Ok(yes_if(deleted >= 1))
         })
@@ -1000,24 +999,13 @@ async fn release_on(
 /// The plain release (see release.lua). Built outside the request's future, so that its
 /// temporaries do not take room in it.
 fn release_command(key: &str, token: &str, contended: bool, quiet_bound: u64) -> redis::Cmd {
-    let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
-    let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
-    let names = queue.len() + prefix.len();
-    let mut cmd = if contended {
-        let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
-        let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
-        cmd.arg(key).arg(queue).arg(leases).arg(since);
-        cmd
-    } else {
-        let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
-        cmd.arg(key).arg(queue);
-        cmd
-    };
-    cmd.arg(token).arg(prefix);
-    if contended {
-        cmd.arg(quiet_bound);
+    Release {
+        key,
+        token,
+        contended,
+        quiet_bound_ms: quiet_bound,
     }
-    cmd
+    .command()
 }
 
 pub(crate) async fn extend_everywhere(
@@ -1028,27 +1016,165 @@ pub(crate) async fn extend_everywhere(
 ) -> Tally {
     let timeout = opts.effective_node_timeout();
     let ttl_ms = opts.ttl_millis();
-    let script = if opts.reentrant {
-        &*EXTEND_REENTRANT
-    } else {
-        &*EXTEND
+    let extend = Extend {
+        key,
+        token,
+        ttl_ms,
+        reentrant: opts.reentrant,
     };
+    let extend = &extend;
     fan_out(
-        &shared.nodes,
-        shared.quorum,
+        &shared.cluster.nodes,
+        shared.cluster.quorum,
         timeout,
         true,
         |_, node, deadline| {
             node.run_bounded(deadline, timeout, true, move |mut conn| async move {
-                let extended: i64 = script
-                    .key(key)
-                    .arg(token)
-                    .arg(ttl_ms)
-                    .invoke_async(&mut conn)
-                    .await?;
+                let extended: i64 = extend.invocation().invoke_async(&mut conn).await?;
                 Ok(yes_if(extended == 1))
             })
         },
     )
     .await
+}
+
+/// How long after a failed (or skipped) renewal to try again: within what is left of the
+/// validity.
+fn retry_pause(lease: &LockOptions) -> Duration {
+    (lease.ttl / 10).max(lease.effective_node_timeout() / 2)
+}
+
+impl Watched for LockInner {
+    /// Declared lost, renewed in this tick, or looked at later.
+    fn inspect(&self, now: Instant) -> Next {
+        let lock = self;
+        let mut s = lock.state();
+        if s.status != LockStatus::Held {
+            return Next::Forget;
+        }
+        let key = &lock.key;
+        if let Some(max_hold) = lock.opts.max_hold {
+            let end = lock.acquired_at + max_hold;
+            if now >= end {
+                drop(s);
+                lock.finish(LockStatus::Lost(LossReason::MaxHold {
+                    key: key.clone(),
+                    max_hold,
+                }));
+                return Next::Forget;
+            }
+        }
+        let lose_at = lock.lose_at(&s);
+        if now >= lose_at {
+            let reason = s.last_failure.clone().unwrap_or_else(|| {
+                if lock.opts.watchdog {
+                    LossReason::RenewalTooSlow { key: key.clone() }
+                } else {
+                    LossReason::Expiring {
+                        key: key.clone(),
+                        ttl: s.ttl,
+                    }
+                }
+            });
+            drop(s);
+            lock.finish(LockStatus::Lost(reason));
+            return Next::Forget;
+        }
+        if lock.opts.watchdog && !s.renewing {
+            // The task wakes at the first lock's renewal time and then renews every lock due
+            // within the next half period as well: locks acquired at different moments end up in
+            // one batch after their first renewal, so a tick is one pipeline per node. Retries
+            // after a failure have no such slack.
+            let due_from = match s.retry_at {
+                Some(t) => t,
+                None => s
+                    .next_renewal
+                    .checked_sub(s.ttl / 6)
+                    .unwrap_or(s.next_renewal),
+            };
+            if now >= due_from {
+                s.renewing = true;
+                return Next::RenewNow(lose_at);
+            }
+        }
+        Next::At(lock.next_event(&s))
+    }
+
+    fn due(&self) -> Instant {
+        let s = self.state();
+        self.next_event(&s)
+    }
+
+    fn begin_renewal(&self) -> std::result::Result<(OwnedMutexGuard<()>, LockOptions), Instant> {
+        match self.op.clone().try_lock_owned() {
+            Ok(op) => Ok((op, self.lease(&self.state()))),
+            Err(_) => {
+                let mut s = self.state();
+                s.renewing = false;
+                s.retry_at = Some(Instant::now() + retry_pause(&self.lease(&s)));
+                Err(self.next_event(&s))
+            }
+        }
+    }
+
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn token(&self) -> &str {
+        &self.token
+    }
+
+    fn settle(
+        &self,
+        lease: &LockOptions,
+        tally: &Tally,
+        start: Instant,
+        nodes: &[Node],
+    ) -> Option<Instant> {
+        let next = self.settle_renewal(lease, tally, start, nodes);
+        self.state().renewing = false;
+        next
+    }
+}
+
+impl LockInner {
+    fn settle_renewal(
+        &self,
+        lease: &LockOptions,
+        tally: &Tally,
+        start: Instant,
+        nodes: &[Node],
+    ) -> Option<Instant> {
+        let lock = self;
+        if tally.won() && lock.renewed(start, lease.ttl, lease.drift()).is_some() {
+            lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        lock.stats.renewal_failures.fetch_add(1, Ordering::Relaxed);
+        let key = lock.key.clone();
+        let n = tally.answers.len();
+        if tally.no() > n - tally.quorum {
+            // Our token is gone from too many nodes for any retry to succeed.
+            lock.finish(LockStatus::Lost(LossReason::TokenGone {
+                key,
+                missing_on: tally.no(),
+                nodes: n,
+            }));
+            return None;
+        }
+        let failure = if tally.won() {
+            LossReason::RenewalTooSlow { key }
+        } else {
+            LossReason::QuorumUnreachable {
+                key,
+                detail: tally.describe_failures(nodes),
+            }
+        };
+        // Transient: retry soon, within what is left of the validity.
+        let mut s = lock.state();
+        s.last_failure = Some(failure);
+        s.retry_at = Some(Instant::now() + retry_pause(lease));
+        Some(lock.next_event(&s))
+    }
 }

@@ -9,26 +9,62 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::Value;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
-use crate::lock::{LockInner, LockStatus, LossReason};
-use crate::manager::Shared;
-use crate::node::NodeError;
+use crate::cluster::Cluster;
+use crate::node::{Node, NodeError};
 use crate::options::LockOptions;
 use crate::per_process::PerProcess;
 use crate::quorum::{Answer, Tally};
-use crate::scripts::{EXTEND, EXTEND_REENTRANT};
+use crate::scripts::Extend;
 
 /// Longest sleep when nothing is due, so a dropped manager's task notices and ends.
 const IDLE: Duration = Duration::from_secs(1);
 /// Time allowed per renewal in a batch, on top of the node timeout.
 const PER_RENEWAL: Duration = Duration::from_micros(50);
 
+/// What the watchdog keeps alive: a held lock (`lock.rs`), which decides for itself when it
+/// is due, lost or renewed; the watchdog batches the renewals and runs the clock.
+pub(crate) trait Watched: Send + Sync {
+    /// What it needs now: it may declare itself lost (`Next::Forget`).
+    fn inspect(&self, now: Instant) -> Next;
+    /// When it next needs looking at.
+    fn due(&self) -> Instant;
+    /// Starts this tick's renewal: the guard that keeps its extend and release out, and the
+    /// lease to renew for. `Err`: one of those is in flight; sit this tick out and look again
+    /// at the instant given.
+    fn begin_renewal(&self) -> Result<(OwnedMutexGuard<()>, LockOptions), Instant>;
+    fn key(&self) -> &str;
+    fn token(&self) -> &str;
+    /// Takes the renewal's answers (`nodes` to describe failures); returns when it needs
+    /// looking at again, if sooner than planned.
+    fn settle(
+        &self,
+        lease: &LockOptions,
+        tally: &Tally,
+        start: Instant,
+        nodes: &[Node],
+    ) -> Option<Instant>;
+}
+
+/// What one lock needs now (`Watched::inspect`).
+pub(crate) enum Next {
+    Forget,
+    /// Renew in this tick; declare it lost at this instant if no renewal has confirmed.
+    RenewNow(Instant),
+    At(Instant),
+}
+
 /// The watchdog of one manager. Its registry, wake-up and task belong to one process: a
 /// forked child starts its own, empty (its parent's locks are not its to renew).
-#[derive(Default)]
 pub(crate) struct Watchdog {
+    core: Arc<Core>,
+}
+
+/// What the watchdog's task holds (weakly: it ends with the manager).
+struct Core {
+    cluster: Arc<Cluster>,
     local: PerProcess<Local>,
 }
 
@@ -41,7 +77,7 @@ struct Local {
 
 #[derive(Default)]
 struct Registry {
-    locks: HashMap<u64, Weak<LockInner>>,
+    locks: HashMap<u64, Weak<dyn Watched>>,
     /// The task runs (in this process).
     running: bool,
     /// When the task next wakes by itself: never later than the earliest loss deadline of a
@@ -50,9 +86,20 @@ struct Registry {
     wakes_at: Option<Instant>,
 }
 
-impl Watchdog {
+impl Core {
     fn local(&self) -> &Local {
         self.local.get_or_init(Local::default)
+    }
+}
+
+impl Watchdog {
+    pub fn new(cluster: Arc<Cluster>) -> Watchdog {
+        Watchdog {
+            core: Arc::new(Core {
+                cluster,
+                local: PerProcess::default(),
+            }),
+        }
     }
 
     /// Starts watching a held lock, starting the task when none runs in this process. Locks
@@ -60,21 +107,19 @@ impl Watchdog {
     /// have a `max_hold`): they are never renewed, but that waiter hears that they are about
     /// to expire. Unwatched, their `Expiring` loss is applied when their status is read
     /// (`LockInner::current`).
-    pub fn watch(&self, lock: &Arc<LockInner>) {
-        let local = self.local();
+    pub fn watch<L: Watched + 'static>(&self, lock: &Arc<L>) {
+        let local = self.core.local();
         let id = local.next_id.fetch_add(1, Ordering::Relaxed);
-        let event = {
-            let s = lock.state();
-            lock.next_event(&s)
-        };
+        let event = lock.due();
+        let weak: Weak<L> = Arc::downgrade(lock);
         let start = {
             let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
-            reg.locks.insert(id, Arc::downgrade(lock));
+            reg.locks.insert(id, weak);
             !std::mem::replace(&mut reg.running, true)
         };
         if start {
-            let shared = Arc::downgrade(&lock.shared);
-            lock.shared.handle().spawn(run(shared));
+            let core = Arc::downgrade(&self.core);
+            self.core.cluster.handle().spawn(run(core));
         } else {
             self.reschedule(event);
         }
@@ -83,6 +128,12 @@ impl Watchdog {
     /// A registered lock needs looking at by `at`: wakes the task if it planned to sleep
     /// longer.
     pub fn reschedule(&self, at: Instant) {
+        self.core.reschedule(at);
+    }
+}
+
+impl Core {
+    fn reschedule(&self, at: Instant) {
         let local = self.local();
         let wake = {
             let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -98,12 +149,12 @@ impl Watchdog {
     }
 }
 
-async fn run(weak: Weak<Shared>) {
+async fn run(weak: Weak<Core>) {
     loop {
-        let Some(shared) = weak.upgrade() else { return };
-        let local = shared.watchdog.local();
+        let Some(core) = weak.upgrade() else { return };
+        let local = core.local();
         let now = Instant::now();
-        let mut due: Vec<Arc<LockInner>> = Vec::new();
+        let mut due: Vec<Arc<dyn Watched>> = Vec::new();
         let mut wake_at = now + IDLE;
         {
             let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -112,7 +163,7 @@ async fn run(weak: Weak<Shared>) {
                 let Some(lock) = weak_lock.upgrade() else {
                     return false;
                 };
-                match inspect(&lock, now) {
+                match lock.inspect(now) {
                     Next::Forget => false,
                     Next::RenewNow(lose_at) => {
                         // Renewed beside this loop; the loss deadline still bounds the sleep.
@@ -135,10 +186,10 @@ async fn run(weak: Weak<Shared>) {
         }
         if !due.is_empty() {
             // Renewal runs beside the loop, so a slow batch never delays a loss signal.
-            tokio::spawn(renew(shared.clone(), due));
+            tokio::spawn(renew(core.clone(), due));
         }
         let wake = local.wake.clone();
-        drop(shared); // a sleeping watchdog must not keep its manager alive
+        drop(core); // a sleeping watchdog must not keep its manager alive
         tokio::select! {
             _ = tokio::time::sleep_until(wake_at) => {}
             _ = wake.notified() => {}
@@ -146,100 +197,30 @@ async fn run(weak: Weak<Shared>) {
     }
 }
 
-enum Next {
-    Forget,
-    /// Renew in this tick; declare it lost at this instant if no renewal has confirmed.
-    RenewNow(Instant),
-    At(Instant),
-}
-
-/// Decides what one lock needs now: declared lost, renewed in this tick, or looked at later.
-fn inspect(lock: &LockInner, now: Instant) -> Next {
-    let mut s = lock.state();
-    if s.status != LockStatus::Held {
-        return Next::Forget;
-    }
-    let key = &lock.key;
-    if let Some(max_hold) = lock.opts.max_hold {
-        let end = lock.acquired_at + max_hold;
-        if now >= end {
-            drop(s);
-            lock.finish(LockStatus::Lost(LossReason::MaxHold {
-                key: key.clone(),
-                max_hold,
-            }));
-            return Next::Forget;
-        }
-    }
-    let lose_at = lock.lose_at(&s);
-    if now >= lose_at {
-        let reason = s.last_failure.clone().unwrap_or_else(|| {
-            if lock.opts.watchdog {
-                LossReason::RenewalTooSlow { key: key.clone() }
-            } else {
-                LossReason::Expiring {
-                    key: key.clone(),
-                    ttl: s.ttl,
-                }
-            }
-        });
-        drop(s);
-        lock.finish(LockStatus::Lost(reason));
-        return Next::Forget;
-    }
-    if lock.opts.watchdog && !s.renewing {
-        // The task wakes at the first lock's renewal time and then renews every lock due
-        // within the next half period as well: locks acquired at different moments end up in
-        // one batch after their first renewal, so a tick is one pipeline per node. Retries
-        // after a failure have no such slack.
-        let due_from = match s.retry_at {
-            Some(t) => t,
-            None => s
-                .next_renewal
-                .checked_sub(s.ttl / 6)
-                .unwrap_or(s.next_renewal),
-        };
-        if now >= due_from {
-            s.renewing = true;
-            return Next::RenewNow(lose_at);
-        }
-    }
-    Next::At(lock.next_event(&s))
-}
-
 /// One lock of a batch: the guard that keeps its extend and release out, and the lease it is
 /// renewed for.
 struct Renewal {
-    lock: Arc<LockInner>,
-    _op: tokio::sync::OwnedMutexGuard<()>,
+    lock: Arc<dyn Watched>,
+    _op: OwnedMutexGuard<()>,
     lease: LockOptions,
 }
 
 /// Renews `due` with one pipeline per node, all nodes at once, then settles each lock.
-async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
-    let shared = &*shared;
+async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
+    let core = &*core;
     // A lock whose extend or release is in flight sits this tick out (release waits for a
     // renewal in flight, never the other way round); it is looked at again shortly, and
     // before its loss deadline in any case.
     let batch: Vec<Renewal> = due
         .into_iter()
-        .filter_map(|lock| match lock.op.clone().try_lock_owned() {
-            Ok(op) => {
-                let lease = lock.lease(&lock.state());
-                Some(Renewal {
-                    lock,
-                    _op: op,
-                    lease,
-                })
-            }
-            Err(_) => {
-                let next = {
-                    let mut s = lock.state();
-                    s.renewing = false;
-                    s.retry_at = Some(Instant::now() + retry_pause(&lock.lease(&s)));
-                    lock.next_event(&s)
-                };
-                shared.watchdog.reschedule(next);
+        .filter_map(|lock| match lock.begin_renewal() {
+            Ok((op, lease)) => Some(Renewal {
+                lock,
+                _op: op,
+                lease,
+            }),
+            Err(next) => {
+                core.reschedule(next);
                 None
             }
         })
@@ -256,7 +237,7 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
         + PER_RENEWAL * batch.len() as u32;
     let start = Instant::now();
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
-        futures::future::join_all(shared.nodes.iter().map(|node| {
+        futures::future::join_all(core.cluster.nodes.iter().map(|node| {
             let batch = &batch;
             node.run(timeout, true, move |mut conn| async move {
                 let mut pipe = redis::pipe();
@@ -264,25 +245,18 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
                 for r in batch {
                     // Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
                     // compare-field-and-pexpire.
-                    let script = if r.lock.opts.reentrant {
-                        &*EXTEND_REENTRANT
-                    } else {
-                        &*EXTEND
-                    };
-                    pipe.cmd("EVALSHA")
-                        .arg(script.get_hash())
-                        .arg(1)
-                        .arg(&r.lock.key)
-                        .arg(&r.lock.token)
-                        .arg(r.lease.ttl_millis());
+                    Extend {
+                        key: r.lock.key(),
+                        token: r.lock.token(),
+                        ttl_ms: r.lease.ttl_millis(),
+                        reentrant: r.lease.reentrant,
+                    }
+                    .add_to(&mut pipe);
                 }
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if replies.iter().any(is_noscript) {
                     // A restarted node forgot the scripts: load them once and send the batch again.
-                    let _: String = EXTEND.load_async(&mut conn).await?;
-                    if batch.iter().any(|r| r.lock.opts.reentrant) {
-                        let _: String = EXTEND_REENTRANT.load_async(&mut conn).await?;
-                    }
+                    Extend::load(&mut conn, batch.iter().any(|r| r.lease.reentrant)).await?;
                     replies = pipe.query_async(&mut conn).await?;
                 }
                 Ok(replies)
@@ -305,53 +279,13 @@ async fn renew(shared: Arc<Shared>, due: Vec<Arc<LockInner>>) {
             })
             .collect();
         let tally = Tally {
-            quorum: shared.quorum,
+            quorum: core.cluster.quorum,
             answers,
         };
-        settle(shared, &r.lock, &r.lease, &tally, start);
-        r.lock.state().renewing = false;
-    }
-}
-
-/// How long after a failed (or skipped) renewal to try again: within what is left of the
-/// validity.
-fn retry_pause(lease: &LockOptions) -> Duration {
-    (lease.ttl / 10).max(lease.effective_node_timeout() / 2)
-}
-
-fn settle(shared: &Shared, lock: &LockInner, lease: &LockOptions, tally: &Tally, start: Instant) {
-    if tally.won() && lock.renewed(start, lease.ttl, lease.drift()).is_some() {
-        lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
-        return;
-    }
-    lock.stats.renewal_failures.fetch_add(1, Ordering::Relaxed);
-    let key = lock.key.clone();
-    let n = tally.answers.len();
-    if tally.no() > n - tally.quorum {
-        // Our token is gone from too many nodes for any retry to succeed.
-        lock.finish(LockStatus::Lost(LossReason::TokenGone {
-            key,
-            missing_on: tally.no(),
-            nodes: n,
-        }));
-        return;
-    }
-    let failure = if tally.won() {
-        LossReason::RenewalTooSlow { key }
-    } else {
-        LossReason::QuorumUnreachable {
-            key,
-            detail: tally.describe_failures(&shared.nodes),
+        if let Some(next) = r.lock.settle(&r.lease, &tally, start, &core.cluster.nodes) {
+            core.reschedule(next);
         }
-    };
-    // Transient: retry soon, within what is left of the validity.
-    let next = {
-        let mut s = lock.state();
-        s.last_failure = Some(failure);
-        s.retry_at = Some(Instant::now() + retry_pause(lease));
-        lock.next_event(&s)
-    };
-    shared.watchdog.reschedule(next);
+    }
 }
 
 fn is_noscript(v: &Value) -> bool {

@@ -39,8 +39,6 @@ fn _sync_log_level(py: Python<'_>) {
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // Read by test_reentrant.py's marker (test scaffolding; issue 14 item 5 removes both).
-    m.add("_REENTRANT_OWNERS", true)?;
     // The core's error table: (code, number) of every kind, for the check that each Python
     // exception class's `.code` is the core's.
     let codes: Vec<(&str, u32)> = ferrolock::ErrorKind::ALL

@@ -1,7 +1,4 @@
-"""Reentrant locks: the owner is the thread (sync) or the asyncio task (async).
-
-Expected to fail until the core's owner-taking acquire is wired into the binding
-(`_ferrolock._REENTRANT_OWNERS`); strict, so the marker must go once it passes."""
+"""Reentrant locks: the owner is the thread (sync) or the asyncio task (async)."""
 
 from __future__ import annotations
 
@@ -11,16 +8,9 @@ import threading
 
 import pytest
 
-import ferrolock
 from ferrolock import LockManager, NotAcquired
 
 from conftest import RedisNode
-
-pytestmark = pytest.mark.xfail(
-    not getattr(ferrolock._ferrolock, "_REENTRANT_OWNERS", False),
-    reason="core owner-taking acquire (acquire_owned) not wired yet",
-    strict=True,
-)
 
 
 def test_same_thread_reenters_other_threads_wait(node: RedisNode, manager: LockManager, key: str) -> None:

@@ -16,11 +16,9 @@ __all__ = [
     "_exit",
     "ERROR_CODES",
     "_sync_log_level",
-    "_REENTRANT_OWNERS",
 ]
 __version__: Final[str]
 LOCK_OPTIONS: list[str]
-_REENTRANT_OWNERS: bool
 MANAGER_OPTIONS: list[str]
 ERROR_CODES: list[tuple[str, int]]
 

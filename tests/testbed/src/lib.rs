@@ -535,9 +535,31 @@ enum Mode {
     Cut,
 }
 
+/// One direction of a proxied link.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Direction {
+    /// Client to server: requests.
+    Up,
+    /// Server to client: replies.
+    Down,
+}
+
+impl Direction {
+    fn index(self) -> usize {
+        match self {
+            Direction::Up => 0,
+            Direction::Down => 1,
+        }
+    }
+}
+
 struct ProxyState {
     mode: Mode,
-    delay: Duration,
+    /// Per direction, indexed by `Direction::index`.
+    delay: [Duration; 2],
+    /// Per direction: bytes are read and kept in order, and delivered only once released, so a
+    /// request is applied on the server while its reply arrives as late as the test wants.
+    held: [bool; 2],
     /// Clones of both sockets of every live link, so that `cut` can shut them down.
     links: HashMap<u64, [TcpStream; 2]>,
 }
@@ -573,7 +595,8 @@ impl Proxy {
             target_port,
             state: Mutex::new(ProxyState {
                 mode: Mode::Forward,
-                delay: Duration::ZERO,
+                delay: [Duration::ZERO; 2],
+                held: [false; 2],
                 links: HashMap::new(),
             }),
             next_id: AtomicU64::new(0),
@@ -603,7 +626,23 @@ impl Proxy {
 
     /// Latency added to every chunk read from now on, in each direction (so twice per round trip).
     pub fn set_delay(&self, d: Duration) {
-        lock(&self.shared.state).delay = d;
+        lock(&self.shared.state).delay = [d; 2];
+    }
+
+    /// Latency added to every chunk read from now on in one direction only.
+    pub fn set_delay_dir(&self, dir: Direction, d: Duration) {
+        lock(&self.shared.state).delay[dir.index()] = d;
+    }
+
+    /// Keeps every byte going in `dir` (on all links, new ones included) until `release`: the
+    /// bytes are read and queued in order, so a held request or reply is delivered later, intact.
+    pub fn hold(&self, dir: Direction) {
+        lock(&self.shared.state).held[dir.index()] = true;
+    }
+
+    /// Delivers what `hold` kept, in order, and forwards normally from then on.
+    pub fn release(&self, dir: Direction) {
+        lock(&self.shared.state).held[dir.index()] = false;
     }
 
     /// Links stay open and new ones are accepted, but every byte is dropped: a silent network.
@@ -620,11 +659,13 @@ impl Proxy {
         }
     }
 
-    /// Plain forwarding again, without delay. Links cut earlier stay closed.
+    /// Plain forwarding again, without delay; held bytes are delivered. Links cut earlier stay
+    /// closed.
     pub fn heal(&self) {
         let mut state = lock(&self.shared.state);
         state.mode = Mode::Forward;
-        state.delay = Duration::ZERO;
+        state.delay = [Duration::ZERO; 2];
+        state.held = [false; 2];
     }
 }
 
@@ -665,14 +706,14 @@ fn accept_loop(listener: TcpListener, shared: Arc<ProxyShared>) {
         // Small redis commands would otherwise sit in Nagle's buffer, adding latency of our own.
         let _ = c_read.set_nodelay(true);
         let _ = u_read.set_nodelay(true);
-        pump(Arc::clone(&shared), id, c_read, u_write);
-        pump(Arc::clone(&shared), id, u_read, c_write);
+        pump(Arc::clone(&shared), id, Direction::Up, c_read, u_write);
+        pump(Arc::clone(&shared), id, Direction::Down, u_read, c_write);
     }
 }
 
 /// One direction of a link: a reader stamps each chunk with its due time and a writer releases it
 /// then, so a delay adds latency without throttling throughput or reordering bytes.
-fn pump(shared: Arc<ProxyShared>, id: u64, mut from: TcpStream, mut to: TcpStream) {
+fn pump(shared: Arc<ProxyShared>, id: u64, dir: Direction, mut from: TcpStream, mut to: TcpStream) {
     let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
     let reader_shared = Arc::clone(&shared);
     thread::spawn(move || {
@@ -680,7 +721,7 @@ fn pump(shared: Arc<ProxyShared>, id: u64, mut from: TcpStream, mut to: TcpStrea
         while let Ok(n @ 1..) = from.read(&mut buf) {
             let (mode, delay) = {
                 let state = lock(&reader_shared.state);
-                (state.mode, state.delay)
+                (state.mode, state.delay[dir.index()])
             };
             match mode {
                 Mode::Forward if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_ok() => {}
@@ -693,7 +734,20 @@ fn pump(shared: Arc<ProxyShared>, id: u64, mut from: TcpStream, mut to: TcpStrea
     thread::spawn(move || {
         for (due, bytes) in rx {
             thread::sleep(due.saturating_duration_since(Instant::now()));
-            if to.write_all(&bytes).is_err() {
+            // A hold keeps this chunk, and so every later one, until released (or the link is
+            // cut or the proxy stopped, which drop them).
+            let live = loop {
+                let state = lock(&shared.state);
+                if shared.stop.load(Ordering::SeqCst) || !state.links.contains_key(&id) {
+                    break false;
+                }
+                if !state.held[dir.index()] {
+                    break true;
+                }
+                drop(state);
+                thread::sleep(Duration::from_millis(2));
+            };
+            if !live || to.write_all(&bytes).is_err() {
                 break;
             }
         }

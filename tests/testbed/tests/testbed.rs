@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ferrolock_testbed::{Cluster, Proxy, RedisServer, ServerOptions, TlsFiles};
+use ferrolock_testbed::{Cluster, Direction, Proxy, RedisServer, ServerOptions, TlsFiles};
 
 /// Tests that pause or kill servers or measure time run one at a time (DESIGN.md, Tests), so that
 /// parallel starts on a 2-core machine cannot stretch their timings.
@@ -345,4 +345,43 @@ fn proxy_forwards_delays_blackholes_cuts_and_heals() {
         ping(&mut connect(&proxy.url(), Duration::from_secs(5)).unwrap()).unwrap(),
         "PONG"
     );
+}
+
+#[test]
+fn proxy_delays_one_direction_and_holds_replies_until_released() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut con = connect(&proxy.url(), Duration::from_secs(10)).unwrap();
+    assert_eq!(ping(&mut con).unwrap(), "PONG");
+
+    proxy.set_delay_dir(Direction::Up, Duration::from_millis(300));
+    let started = Instant::now();
+    assert_eq!(ping(&mut con).unwrap(), "PONG");
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "round trip took {:?}",
+        started.elapsed()
+    );
+    proxy.set_delay_dir(Direction::Up, Duration::ZERO);
+
+    // A held reply: the request is applied on the server, the client hears nothing until release.
+    proxy.hold(Direction::Down);
+    con.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let err = redis::cmd("SET")
+        .arg("held")
+        .arg("1")
+        .query::<String>(&mut con)
+        .expect_err("a held reply arrived");
+    assert!(err.is_timeout(), "{err}");
+    assert_eq!(server.cmd::<String>(&["GET", "held"]), "1");
+    let mut raw = TcpStream::connect(("127.0.0.1", proxy.port())).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    raw.write_all(b"PING\r\n").unwrap();
+    proxy.release(Direction::Down);
+    // The held bytes come through in order and intact once released.
+    let mut buf = [0u8; 7];
+    raw.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"+PONG\r\n");
 }

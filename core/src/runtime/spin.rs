@@ -2,9 +2,8 @@
 //!
 //! A thread blocked in `runtime::block_on` with a request in flight polls for the reply for
 //! a short window before it sleeps in `epoll_wait`. On a virtual machine a sleeping CPU is
-//! halted, and waking it for the reply costs tens of microseconds (an interrupt through the
-//! hypervisor): measured here, a local round trip took 63 µs with a sleeping client and 24 µs
-//! with a polling one. This is what the kernel's `haltpoll` idle driver and the spinning
+//! halted, and waking it for the reply costs more than a local round trip (an interrupt through
+//! the hypervisor; figures in docs/decisions/). This is what the kernel's `haltpoll` idle driver and the spinning
 //! phase of adaptive mutexes do, for the same reason.
 //!
 //! The polling yields the CPU on every turn but the first (`sched_yield`), so a Redis server
@@ -25,7 +24,7 @@ use std::time::{Duration, Instant};
 /// How long to poll for a reply, unless `FERROLOCK_SPIN_US` says otherwise: about twice a
 /// local round trip on a polling client, far shorter than a remote one.
 const WINDOW_DEFAULT: Duration = Duration::from_micros(100);
-/// `FERROLOCK_SPIN_US` is capped at this (1 ms): a longer window only burns CPU.
+/// `FERROLOCK_SPIN_US` is capped at this: a longer window only burns CPU.
 const MAX_WINDOW_US: u64 = 1_000;
 /// After this many replies in a row that came too late to be polled for...
 const MISSES: u32 = 8;
@@ -162,7 +161,7 @@ pub(crate) struct Awaiting {
 impl Awaiting {
     /// Call as a request is sent.
     pub(crate) fn start() -> Awaiting {
-        if !crate::runtime::driving_locally() || window().is_zero() {
+        if !super::driving_locally() || window().is_zero() {
             return Awaiting { active: false };
         }
         update(|st| st.sent(Instant::now()));

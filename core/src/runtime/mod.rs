@@ -5,9 +5,8 @@
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
-//!   synchronous client does. Handing each request to a worker thread and waking the caller
-//!   back cost 8-12 context switches per acquire + release, which on two CPUs doubled the
-//!   latency and starved other processes (see DESIGN.md, "Blocking callers").
+//!   synchronous client does, instead of handing each request to a worker thread and waking
+//!   the caller back (see DESIGN.md, "Blocking callers", and docs/decisions/).
 //!
 //! A forked child gets fresh runtimes: the parent's worker threads do not exist in the child,
 //! so the inherited runtimes are leaked there, never dropped (dropping would try to join
@@ -22,8 +21,13 @@ use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
 
+/// Reply polling for blocking callers: only `block_on` drives it, and only a request's
+/// `Awaiting` feeds it.
+mod spin;
+
 #[doc(hidden)]
-pub use crate::spin::__polled_requests;
+pub use spin::__polled_requests;
+pub(crate) use spin::Awaiting;
 
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
@@ -190,7 +194,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
     );
     let rt = caller_runtime();
     let _depth = Depth::enter();
-    let out = rt.block_on(crate::spin::polling(future));
+    let out = rt.block_on(spin::polling(future));
     finish_cleanup(&rt);
     out
 }
@@ -203,7 +207,7 @@ fn finish_cleanup(rt: &Runtime) {
         if pending.is_empty() {
             return;
         }
-        rt.block_on(crate::spin::polling(async {
+        rt.block_on(spin::polling(async {
             for task in pending {
                 let _ = task.await;
             }

@@ -1,48 +1,50 @@
-//! The Lua scripts, kept as `.lua` files. `redis::Script` sends EVALSHA and, on NOSCRIPT (a
+//! The Lua scripts, kept as `.lua` files in `core/scripts/`, and their arguments (`args.rs`). `redis::Script` sends EVALSHA and, on NOSCRIPT (a
 //! restarted node, SCRIPT FLUSH), loads the script and retries once.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
-const EXTEND_SRC: &str = include_str!("../scripts/extend.lua");
-const RAISE_FENCE_SRC: &str = include_str!("../scripts/raise_fence.lua");
+mod args;
+
+pub use args::{Acquire, KeyNames, Place, Release};
+pub(crate) use args::{AcquireReentrant, Dequeue, Extend, RaiseFence, ReleaseReentrant, Undo};
+
+const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
+const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
 // The acquire scripts, the undo and the dequeue start with the waiter-queue functions of
 // `queue.lua`.
-const RELEASE_SRC: &str = include_str!("../scripts/release.lua");
+const RELEASE_SRC: &str = include_str!("../../scripts/release.lua");
 const DEQUEUE_SRC: &str = concat!(
-    include_str!("../scripts/queue.lua"),
-    include_str!("../scripts/dequeue.lua")
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/dequeue.lua")
 );
 const ACQUIRE_SRC: &str = concat!(
-    include_str!("../scripts/queue.lua"),
-    include_str!("../scripts/acquire.lua")
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/acquire.lua")
 );
 const ACQUIRE_REENTRANT_SRC: &str = concat!(
-    include_str!("../scripts/queue.lua"),
-    include_str!("../scripts/acquire_reentrant.lua")
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/acquire_reentrant.lua")
 );
 const UNDO_SRC: &str = concat!(
-    include_str!("../scripts/queue.lua"),
-    include_str!("../scripts/undo.lua")
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/undo.lua")
 );
-const RELEASE_REENTRANT_SRC: &str = include_str!("../scripts/release_reentrant.lua");
-const EXTEND_REENTRANT_SRC: &str = include_str!("../scripts/extend_reentrant.lua");
+const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
+const EXTEND_REENTRANT_SRC: &str = include_str!("../../scripts/extend_reentrant.lua");
 
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
-pub(crate) static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE_SRC));
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
-pub(crate) static ACQUIRE_REENTRANT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(ACQUIRE_REENTRANT_SRC));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
+static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
+static RAISE_FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(RAISE_FENCE_SRC));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SRC));
+static ACQUIRE_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_REENTRANT_SRC));
 /// Undoes a fresh grant that missed the quorum and puts the waiter back in the queue.
-pub(crate) static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
+static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
 /// Takes a waiter that gave up out of the queue, and wakes the next one if the lock is free.
-pub(crate) static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_SRC));
-pub(crate) static RELEASE_REENTRANT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
-pub(crate) static EXTEND_REENTRANT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
+static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_SRC));
+static RELEASE_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
+static EXTEND_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
 
 /// The source of every script, loaded on each new connection.
 pub(crate) fn sources() -> [&'static str; 9] {
@@ -73,7 +75,7 @@ pub fn waiter_channel(key: &str, id: &str) -> String {
 }
 
 /// `waiter_channel(key, "")`: what the scripts append a waiter id to.
-pub(crate) fn waiter_channel_prefix(key: &str) -> String {
+pub fn waiter_channel_prefix(key: &str) -> String {
     let mut prefix = release_channel(key);
     prefix.push(':');
     prefix

@@ -1,11 +1,13 @@
-//! Push wake-ups for waiters, and the local half of the waiter queue.
+//! The local half of the waiter queue, and the push wake-ups that drive it.
 //!
 //! Design (see DESIGN.md, "Waiters"):
-//! - A waiter whose first attempt failed joins the local queue of its key's release channel
-//!   (`ferrolock:release:{key}` for plain locks, `redisson_lock__channel:{key}` for reentrant
-//!   ones). The first waiter on a channel subscribes to it on every node, over ONE pub/sub
+//! - A waiter whose first attempt failed joins its key's local queue, named by the key's
+//!   release channel (`queue_channel`). The queue subscribes, on every node, to what tells it
+//!   that the lock may be free: for a plain lock, this process's own waiter channel
+//!   (`waiter_channel(key, id)`), on which the scripts tell only the head of the server queue;
+//!   for a reentrant lock, Redisson's channel. The first waiter subscribes over ONE pub/sub
 //!   connection per node per manager, run by one task per node; the last one to leave
-//!   unsubscribes (a reference count per channel: the queue length).
+//!   unsubscribes (after `LINGER` when it left with the lock).
 //! - Only the head of a local queue talks to Redis: it attempts when the channel's epoch moves
 //!   on a node that counts (a message on it, or a (re)subscription confirmed), at the PTTL the
 //!   busy reply returned, or after the jittered `retry_delay` (holders that do not publish). So
@@ -37,13 +39,10 @@ use futures::future::BoxFuture;
 use redis::aio::PubSubStream;
 use tokio::sync::{mpsc, watch};
 
-use crate::manager::Shared;
+use crate::cluster::Cluster;
 use crate::options::LockOptions;
 use crate::per_process::PerProcess;
-use crate::scripts::{
-    DEQUEUE, fence_key, queue_key, queue_lease_key, queue_since_key, release_channel,
-    waiter_channel, waiter_channel_prefix,
-};
+use crate::scripts::{Dequeue, Place, release_channel, waiter_channel};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
@@ -55,42 +54,6 @@ const IDLE_CLOSE: Duration = Duration::from_secs(30);
 /// to twice as long), so a process that waits on the key again soon (a worker in a loop)
 /// neither unsubscribes and resubscribes nor waits for a confirmation each time.
 const LINGER: Duration = Duration::from_secs(1);
-/// Bounded barging (see DESIGN.md, "Waiter queue"): while the head of the server queue has
-/// been queued for less than this (server clock), a free lock goes to whoever asks first
-/// (usually the process that just released it, one round trip after its release), which saves
-/// the cross-process hand-off (publish, pub/sub delivery, wake-up, attempt: ~0.3 ms on one
-/// local node, ~1 ms on five); past it, only the head may take it. A waiter therefore waits at
-/// most about this long (plus `QUIET_GRACE` on one node) plus one section and one hand-off per
-/// waiter ahead of it, which leaves room under the 14 ms worst-wait target for three waiters
-/// ahead. One node: 6 ms, a streak of many hot sections per hand-off. N nodes: 4 ms, as
-/// hand-offs cost ~2 ms each there (and releases are never quiet).
-const BARGE_BOUND_ONE_NODE: Duration = Duration::from_millis(6);
-const BARGE_BOUND: Duration = Duration::from_millis(4);
-
-/// Quiet streaks: a release does not tell the first waiter while its barging bound lasts,
-/// and the releasing process may take the lock back for this long after the bound (if its
-/// last act on the key was such a quiet release): its next attempt arrives a round trip or
-/// more after the release, and must not find the lock promised to a head nobody told. The
-/// head re-checks by itself once its bound has passed. 1 ms of the server's whole-ms
-/// clock: a quiet release leaves at least one whole tick of the bound, so the real grace is
-/// 1-2 ms, several round trips. Also how soon after its release a manager must ask again to
-/// count as a worker in a loop (`Contention::looping`).
-pub(crate) const QUIET_GRACE: Duration = Duration::from_millis(1);
-
-/// `QUIET_GRACE` in ms, as the scripts take it.
-pub(crate) fn quiet_grace_ms() -> u64 {
-    QUIET_GRACE.as_millis() as u64
-}
-
-/// The barging bound in ms, as the scripts take it, for a manager of `nodes` nodes.
-pub(crate) fn barge_bound_ms(nodes: usize) -> u64 {
-    let bound = if nodes == 1 {
-        BARGE_BOUND_ONE_NODE
-    } else {
-        BARGE_BOUND
-    };
-    bound.as_millis() as u64
-}
 /// A waiter's lease in the server queue is never shorter than this.
 const MIN_LEASE: Duration = Duration::from_millis(250);
 
@@ -98,7 +61,10 @@ const MIN_LEASE: Duration = Duration::from_millis(250);
 pub type Hook = Arc<dyn Fn(&str) -> BoxFuture<'static, ()> + Send + Sync>;
 
 pub(crate) struct Waiters {
+    cluster: Arc<Cluster>,
     nodes: usize,
+    /// The manager's default node timeout: what a dequeue waits for each node.
+    node_timeout: Duration,
     state: PerProcess<Mutex<State>>,
     /// Test hook run between a failed first attempt and joining the queue (subscribing).
     pub hook: Mutex<Option<Hook>>,
@@ -208,9 +174,11 @@ impl KeyQueue {
 }
 
 impl Waiters {
-    pub fn new(nodes: usize) -> Waiters {
+    pub fn new(cluster: Arc<Cluster>, node_timeout: Duration) -> Waiters {
         Waiters {
-            nodes,
+            nodes: cluster.nodes.len(),
+            cluster,
+            node_timeout,
             state: PerProcess::default(),
             hook: Mutex::new(None),
             attempt_hooks: Mutex::new(AttemptHooks::default()),
@@ -269,7 +237,7 @@ impl Waiters {
     /// node; its turn then comes with the confirmation (an epoch bump). On a lingering queue
     /// the subscription is already there: the turn says "attempt now" (a plain lock's waiter
     /// is told of releases only once its attempt has queued it).
-    pub fn join(&self, shared: &Arc<Shared>, key: &str, channel: &str) -> Ticket {
+    pub fn join(self: &Arc<Self>, key: &str, channel: &str) -> Ticket {
         let mut st = self.state();
         let mut created = false;
         let kq = st
@@ -277,7 +245,7 @@ impl Waiters {
             .entry(channel.to_string())
             .or_insert_with(|| {
                 created = true;
-                let server_id = crate::manager::new_token();
+                let server_id = crate::token::new_token();
                 // Plain locks: a channel of our own, told only when we are the queue head.
                 let subscription = if channel == release_channel(key) {
                     waiter_channel(key, &server_id)
@@ -335,9 +303,9 @@ impl Waiters {
                 if st.signals[node].as_ref().is_none_or(|s| s.is_closed()) {
                     let (tx, rx) = mpsc::unbounded_channel();
                     st.signals[node] = Some(tx);
-                    shared
+                    self.cluster
                         .handle()
-                        .spawn(subscriber(Arc::downgrade(shared), node, rx));
+                        .spawn(subscriber(Arc::downgrade(self), node, rx));
                 }
                 if let Some(s) = &st.signals[node] {
                     let _ = s.send(());
@@ -345,7 +313,7 @@ impl Waiters {
             }
         }
         Ticket {
-            shared: shared.clone(),
+            waiters: self.clone(),
             kq,
             id,
             turn: rx,
@@ -506,7 +474,7 @@ impl Waiters {
 
 /// A waiter's place in its key's local queue. Dropping it leaves the queue.
 pub(crate) struct Ticket {
-    shared: Arc<Shared>,
+    waiters: Arc<Waiters>,
     kq: Arc<KeyQueue>,
     id: u64,
     turn: watch::Receiver<Option<Turn>>,
@@ -553,7 +521,7 @@ impl Ticket {
     pub fn queue_args(&self, opts: &LockOptions) -> QueueArgs {
         let mut q = self.kq.q();
         q.dirty = true;
-        let score = if self.shared.nodes.len() == 1 {
+        let score = if self.waiters.nodes == 1 {
             String::new()
         } else {
             q.score
@@ -580,12 +548,12 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if self.shared.waiters.leave(self) {
-            let shared = self.shared.clone();
+        if self.waiters.leave(self) {
+            let waiters = self.waiters.clone();
             let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
             let channel = self.kq.channel.clone();
-            self.shared.handle().spawn(async move {
-                dequeue_everywhere(&shared, &key, &id, &channel).await;
+            self.waiters.cluster.handle().spawn(async move {
+                waiters.dequeue_everywhere(&key, &id, &channel).await;
             });
         }
     }
@@ -602,6 +570,15 @@ pub(crate) struct QueueArgs {
 }
 
 impl QueueArgs {
+    /// Our place, as the scripts take it.
+    pub fn place(&self) -> Place<'_> {
+        Place {
+            id: &self.id,
+            score: &self.score,
+            lease_ms: self.lease_ms,
+        }
+    }
+
     pub fn still_waiting(&self) -> bool {
         self.active
             .as_ref()
@@ -625,71 +602,54 @@ pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
     }
 }
 
-/// Takes our id out of the server queue on every node (best effort: its lease ends anyway).
-/// We may have been the head: on a plain lock's channel, waiters that skip release publishes
-/// are told to re-check (`?`).
-async fn dequeue_everywhere(shared: &Shared, key: &str, id: &str, channel: &str) {
-    // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
-    // on Redisson's channel, where only Redisson's messages go: they re-check on their timers.
-    let prefix = if channel == release_channel(key) {
-        waiter_channel_prefix(key)
-    } else {
-        String::new()
-    };
-    let timeout = shared.defaults.effective_node_timeout();
-    let (f, q, l, s) = (
-        fence_key(key),
-        queue_key(key),
-        queue_lease_key(key),
-        queue_since_key(key),
-    );
-    let (f, q, l, s, prefix) = (
-        f.as_str(),
-        q.as_str(),
-        l.as_str(),
-        s.as_str(),
-        prefix.as_str(),
-    );
-    futures::future::join_all(shared.nodes.iter().map(|node| {
-        node.run(timeout, false, move |mut conn| async move {
-            DEQUEUE
-                .key(key)
-                .key(f)
-                .key(q)
-                .key(l)
-                .key(s)
-                .arg(id)
-                .arg(prefix)
-                .invoke_async::<()>(&mut conn)
-                .await
-        })
-    }))
-    .await;
-}
+impl Waiters {
+    /// Takes our id out of the server queue on every node (best effort: its lease ends
+    /// anyway). We may have been the head: on a plain lock's channel, waiters that skip
+    /// release publishes are told to re-check (`?`).
+    async fn dequeue_everywhere(&self, key: &str, id: &str, channel: &str) {
+        // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
+        // on Redisson's channel, where only Redisson's messages go: they re-check on their
+        // timers.
+        let dequeue = Dequeue::new(key, id, channel == release_channel(key));
+        let dequeue = &dequeue;
+        futures::future::join_all(self.cluster.nodes.iter().map(|node| {
+            node.run(self.node_timeout, false, move |mut conn| async move {
+                dequeue.invocation().invoke_async::<()>(&mut conn).await
+            })
+        }))
+        .await;
+    }
 
-/// Tells the first waiter of a plain lock's queue to re-check if the lock is free (after our
-/// quiet release, when we did not take it back: see `quiet.rs`).
-pub(crate) async fn wake_if_free(shared: &Shared, key: &str) {
-    dequeue_everywhere(shared, key, "", &release_channel(key)).await;
+    /// Tells the first waiter of a plain lock's queue to re-check if the lock is free (after
+    /// our quiet release, when we did not take it back: see `quiet.rs`).
+    pub async fn wake_if_free(&self, key: &str) {
+        self.dequeue_everywhere(key, "", &release_channel(key))
+            .await;
+    }
 }
 
 /// One per node per manager: owns the pub/sub connection, keeps its subscriptions equal to the
 /// channels that have waiters, and turns messages into wake-ups. Ends with the manager.
-async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::UnboundedReceiver<()>) {
+async fn subscriber(weak: Weak<Waiters>, node: usize, mut signal: mpsc::UnboundedReceiver<()>) {
     let mut backoff = MIN_BACKOFF;
     loop {
         // Idle (no connection) until some channel has waiters.
         loop {
-            let Some(shared) = weak.upgrade() else { return };
-            if !shared.waiters.wanted().is_empty() {
+            let Some(waiters) = weak.upgrade() else {
+                return;
+            };
+            if !waiters.wanted().is_empty() {
                 break;
             }
-            drop(shared);
+            drop(waiters);
             if signal.recv().await.is_none() {
                 return;
             }
         }
-        let Some(client) = weak.upgrade().map(|s| s.nodes[node].client().clone()) else {
+        let Some(client) = weak
+            .upgrade()
+            .map(|w| w.cluster.nodes[node].client().clone())
+        else {
             return;
         };
         let pubsub = match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
@@ -700,8 +660,9 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
                         Ok(Err(e)) => e.to_string(),
                         _ => format!("no connection within {CONNECT_TIMEOUT:?}"),
                     };
-                    tracing::debug!(node = %s.nodes[node].name(), "pub/sub connect failed: {}", s.nodes[node].scrub(&why));
-                    s.waiters.node_failed(node);
+                    let n = &s.cluster.nodes[node];
+                    tracing::debug!(node = %n.name(), "pub/sub connect failed: {}", n.scrub(&why));
+                    s.node_failed(node);
                 }
                 if !pause(&mut signal, backoff).await {
                     return;
@@ -714,13 +675,15 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
         let (mut sink, mut stream) = pubsub.split();
         let mut on_server: HashSet<String> = HashSet::new();
         let lost = loop {
-            let Some(shared) = weak.upgrade() else { return };
-            let wanted = shared.waiters.wanted();
+            let Some(waiters) = weak.upgrade() else {
+                return;
+            };
+            let wanted = waiters.wanted();
             let add: Vec<String> = wanted.difference(&on_server).cloned().collect();
             let remove: Vec<String> = on_server.difference(&wanted).cloned().collect();
             let kept: Vec<String> = wanted.intersection(&on_server).cloned().collect();
-            shared.waiters.already_subscribed(node, &kept);
-            drop(shared);
+            waiters.already_subscribed(node, &kept);
+            drop(waiters);
             if !remove.is_empty() {
                 if !op(
                     sink.unsubscribe(remove.as_slice()),
@@ -742,7 +705,7 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
                 }
                 on_server.extend(add.iter().cloned());
                 if let Some(s) = weak.upgrade() {
-                    s.waiters.subscribed(node, &add);
+                    s.subscribed(node, &add);
                 }
             }
             if !add.is_empty() || !remove.is_empty() {
@@ -767,8 +730,8 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
         // Connection lost: whatever was published meanwhile is gone. Pending confirmations
         // settle as failed now, and the resubscription wakes every head to re-check.
         if let Some(s) = weak.upgrade() {
-            tracing::debug!(node = %s.nodes[node].name(), "pub/sub connection lost; resubscribing");
-            s.waiters.node_failed(node);
+            tracing::debug!(node = %s.cluster.nodes[node].name(), "pub/sub connection lost; resubscribing");
+            s.node_failed(node);
         }
         if !pause(&mut signal, backoff).await {
             return;
@@ -782,7 +745,7 @@ async fn subscriber(weak: Weak<Shared>, node: usize, mut signal: mpsc::Unbounded
 async fn op(
     fut: impl std::future::Future<Output = redis::RedisResult<()>>,
     stream: &mut PubSubStream,
-    weak: &Weak<Shared>,
+    weak: &Weak<Waiters>,
     node: usize,
 ) -> bool {
     tokio::pin!(fut);
@@ -800,9 +763,9 @@ async fn op(
     }
 }
 
-fn deliver(weak: &Weak<Shared>, node: usize, msg: &redis::Msg) {
+fn deliver(weak: &Weak<Waiters>, node: usize, msg: &redis::Msg) {
     if let Some(s) = weak.upgrade() {
-        s.waiters.wake(node, msg.get_channel_name());
+        s.wake(node, msg.get_channel_name());
     }
 }
 

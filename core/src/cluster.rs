@@ -1,0 +1,33 @@
+//! The nodes one manager talks to, their quorum, and where its background work runs: what
+//! the acquire loop, releases, the waiters and the watchdog share (each holds its own
+//! settings besides).
+
+use tokio::runtime::Handle;
+
+use crate::node::Node;
+
+pub(crate) struct Cluster {
+    pub nodes: Vec<Node>,
+    pub quorum: usize,
+    /// `None`: the process runtime, looked up at each use so a forked child uses its own.
+    handle: Option<Handle>,
+}
+
+impl Cluster {
+    pub fn new(nodes: Vec<Node>) -> Cluster {
+        let quorum = nodes.len() / 2 + 1;
+        Cluster {
+            nodes,
+            quorum,
+            handle: crate::runtime::ambient(),
+        }
+    }
+
+    /// Where background work (tasks that outlive a call) is spawned.
+    pub fn handle(&self) -> Handle {
+        match &self.handle {
+            Some(h) => h.clone(),
+            None => crate::runtime::runtime().handle().clone(),
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! Each script's KEYS and ARGV, as typed structs: the only code that lays them out. Each
+//! struct's fields are in the order of the script's header comment (`core/scripts/*.lua`).
+//! They borrow what they send, so building one allocates nothing of its own.
+
+use redis::aio::MultiplexedConnection;
+use redis::{Cmd, Pipeline, RedisResult, ScriptInvocation};
+
+use super::{
+    ACQUIRE, ACQUIRE_REENTRANT, DEQUEUE, EXTEND, EXTEND_REENTRANT, RAISE_FENCE, RELEASE,
+    RELEASE_REENTRANT, Tagged, UNDO, evalsha, fence_key, queue_key, queue_lease_key,
+    queue_since_key, run_script,
+};
+
+/// The names the queue-aware scripts derive from the lock key: KEYS[2..5] of the acquire
+/// scripts, the undo and the dequeue.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct KeyNames {
+    pub fence: String,
+    pub queue: String,
+    pub leases: String,
+    pub since: String,
+}
+
+impl KeyNames {
+    pub fn of(key: &str) -> KeyNames {
+        KeyNames {
+            fence: fence_key(key),
+            queue: queue_key(key),
+            leases: queue_lease_key(key),
+            since: queue_since_key(key),
+        }
+    }
+
+    fn add_to(&self, inv: &mut ScriptInvocation<'_>) {
+        inv.key(&self.fence)
+            .key(&self.queue)
+            .key(&self.leases)
+            .key(&self.since);
+    }
+}
+
+/// A waiter's place in the server queue, as an attempt or an undo sends it: its id, its score
+/// ('' = arrival order by the node's clock) and its lease. All empty: not queued.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Place<'a> {
+    pub id: &'a str,
+    pub score: &'a str,
+    pub lease_ms: u64,
+}
+
+/// `acquire.lua` (plain lock).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Acquire<'a> {
+    pub key: &'a str,
+    pub names: &'a KeyNames,
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    /// '' no fence, '1' INCR (one node), '0' read the counter (N nodes).
+    pub fence_mode: &'a str,
+    pub place: Place<'a>,
+    pub bound_ms: u64,
+    /// The prefix of the waiters' own channels ('' = none).
+    pub wake_prefix: &'a str,
+    /// The grace after the bound (0 with N nodes, whose releases are never quiet).
+    pub grace_ms: u64,
+    /// The caller's last act on the key was a quiet release.
+    pub quiet: bool,
+}
+
+impl Acquire<'_> {
+    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = ACQUIRE.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.arg(self.token).arg(self.ttl_ms).arg(self.fence_mode);
+        inv.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms);
+        inv.arg(self.bound_ms)
+            .arg(self.wake_prefix)
+            .arg(self.grace_ms)
+            .arg(flag(self.quiet));
+        inv
+    }
+
+    /// The same as one `EVALSHA` command, for a caller with connections of its own (the
+    /// benchmark's mirror of the wire): the script must be loaded there.
+    pub fn command(&self) -> Cmd {
+        let mut cmd = evalsha(&ACQUIRE, 5, 15, 0);
+        let n = self.names;
+        cmd.arg(self.key)
+            .arg(&n.fence)
+            .arg(&n.queue)
+            .arg(&n.leases)
+            .arg(&n.since);
+        cmd.arg(self.token).arg(self.ttl_ms).arg(self.fence_mode);
+        cmd.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms);
+        cmd.arg(self.bound_ms)
+            .arg(self.wake_prefix)
+            .arg(self.grace_ms)
+            .arg(flag(self.quiet));
+        cmd
+    }
+}
+
+/// `acquire_reentrant.lua`.
+pub(crate) struct AcquireReentrant<'a> {
+    pub key: &'a str,
+    pub names: &'a KeyNames,
+    pub ttl_ms: u64,
+    /// The hash field `"<client uuid>:<owner id>"`.
+    pub field: &'a str,
+    pub fence_mode: &'a str,
+    pub place: Place<'a>,
+    /// A re-entry only: never a new grant.
+    pub reentry: bool,
+    pub bound_ms: u64,
+}
+
+impl AcquireReentrant<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.arg(self.ttl_ms).arg(self.field).arg(self.fence_mode);
+        inv.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms);
+        inv.arg(flag(self.reentry)).arg(self.bound_ms);
+        inv
+    }
+}
+
+/// `raise_fence.lua`.
+pub(crate) struct RaiseFence<'a> {
+    pub key: &'a str,
+    pub fence_key: &'a str,
+    /// The token (plain) or the hash field (reentrant).
+    pub token: &'a str,
+    pub fence: u64,
+    pub reentrant: bool,
+}
+
+impl RaiseFence<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = RAISE_FENCE.prepare_invoke();
+        inv.key(self.key).key(self.fence_key);
+        inv.arg(self.token)
+            .arg(self.fence)
+            .arg(flag(self.reentrant));
+        inv
+    }
+}
+
+/// `undo.lua`.
+pub(crate) struct Undo<'a> {
+    pub key: &'a str,
+    pub names: &'a KeyNames,
+    pub token: &'a str,
+    pub reentrant: bool,
+    /// Redisson's channel (reentrant) or the prefix of the waiters' own channels (plain).
+    pub channel: &'a str,
+    /// Where to put our waiter id back; an empty id: compare-and-delete only.
+    pub place: Place<'a>,
+    pub bound_ms: u64,
+}
+
+impl Undo<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = UNDO.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.arg(self.token)
+            .arg(flag(self.reentrant))
+            .arg(self.channel);
+        inv.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms)
+            .arg(self.bound_ms);
+        inv
+    }
+}
+
+/// `dequeue.lua`: owns its names, as it goes to a task.
+pub(crate) struct Dequeue<'a> {
+    pub key: &'a str,
+    pub names: KeyNames,
+    pub id: &'a str,
+    /// The prefix of the waiters' own channels; '' (reentrant): nobody to tell.
+    pub wake_prefix: String,
+}
+
+impl<'a> Dequeue<'a> {
+    /// Takes waiter `id` out of `key`'s queue; on a plain lock's queue (`wake`), the next
+    /// head is told if the lock is free.
+    pub fn new(key: &'a str, id: &'a str, wake: bool) -> Dequeue<'a> {
+        Dequeue {
+            key,
+            names: KeyNames::of(key),
+            id,
+            wake_prefix: if wake {
+                super::waiter_channel_prefix(key)
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = DEQUEUE.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.arg(self.id).arg(&self.wake_prefix);
+        inv
+    }
+}
+
+/// `release.lua` (plain lock). Its names are written straight into the command (`Tagged`):
+/// the release is on the hot path.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct Release<'a> {
+    pub key: &'a str,
+    pub token: &'a str,
+    /// Contention seen lately: the queue's leases and join times go along (KEYS[3..4]), so
+    /// lapsed waiters are dropped first.
+    pub contended: bool,
+    /// With `contended`: the head's barging bound within which the release is quiet; 0:
+    /// never quiet.
+    pub quiet_bound_ms: u64,
+}
+
+impl Release<'_> {
+    /// Sends `cmd` (from `command`), loading the script on NOSCRIPT.
+    pub(crate) async fn send(cmd: &Cmd, conn: &mut MultiplexedConnection) -> RedisResult<i64> {
+        run_script(&RELEASE, cmd, conn).await
+    }
+
+    /// Sized up front: built without regrowing its buffers.
+    pub fn command(&self) -> Cmd {
+        let (key, token) = (self.key, self.token);
+        let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
+        let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
+        let names = queue.len() + prefix.len();
+        let mut cmd = if self.contended {
+            let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
+            let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
+            cmd.arg(key).arg(queue).arg(leases).arg(since);
+            cmd
+        } else {
+            let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+            cmd.arg(key).arg(queue);
+            cmd
+        };
+        cmd.arg(token).arg(prefix);
+        if self.contended {
+            cmd.arg(self.quiet_bound_ms);
+        }
+        cmd
+    }
+}
+
+/// `release_reentrant.lua` (Redisson's unlock).
+pub(crate) struct ReleaseReentrant<'a> {
+    pub key: &'a str,
+    pub field: &'a str,
+    pub ttl_ms: u64,
+    /// Redisson's channel.
+    pub channel: &'a str,
+}
+
+impl ReleaseReentrant<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = RELEASE_REENTRANT.prepare_invoke();
+        inv.key(self.key)
+            .arg(self.field)
+            .arg(self.ttl_ms)
+            .arg(self.channel);
+        inv
+    }
+}
+
+/// `extend.lua` (plain) or `extend_reentrant.lua` (Redisson's renewal).
+pub(crate) struct Extend<'a> {
+    pub key: &'a str,
+    /// The token (plain) or the hash field (reentrant).
+    pub token: &'a str,
+    pub ttl_ms: u64,
+    pub reentrant: bool,
+}
+
+impl Extend<'_> {
+    fn script(&self) -> &'static redis::Script {
+        if self.reentrant {
+            &EXTEND_REENTRANT
+        } else {
+            &EXTEND
+        }
+    }
+
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = self.script().prepare_invoke();
+        inv.key(self.key).arg(self.token).arg(self.ttl_ms);
+        inv
+    }
+
+    /// Loads the extend scripts (the reentrant one too with `reentrant`): a restarted node
+    /// forgot them, and a pipeline of `add_to` cannot load them itself.
+    pub async fn load(conn: &mut MultiplexedConnection, reentrant: bool) -> RedisResult<()> {
+        let _: String = EXTEND.load_async(conn).await?;
+        if reentrant {
+            let _: String = EXTEND_REENTRANT.load_async(conn).await?;
+        }
+        Ok(())
+    }
+
+    /// As one `EVALSHA` of a pipeline (the watchdog's batch; its caller loads the script
+    /// on NOSCRIPT).
+    pub fn add_to(&self, pipe: &mut Pipeline) {
+        pipe.cmd("EVALSHA")
+            .arg(self.script().get_hash())
+            .arg(1)
+            .arg(self.key)
+            .arg(self.token)
+            .arg(self.ttl_ms);
+    }
+}
+
+fn flag(on: bool) -> &'static str {
+    if on { "1" } else { "0" }
+}
