@@ -4,11 +4,13 @@ CARGO ?= cargo
 
 .PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt
 
+include ffi/ffi.mk
+
 redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust test-python test-node test-faults
+test: redis lint test-rust test-python test-node test-faults test-c test-go
 
 lint:
 	$(CARGO) fmt --all --check

@@ -1,0 +1,80 @@
+# The C library and the Go package (included by the top Makefile).
+#   make ffi-lib       build libferrolock.{a,so} and stage them with ferrolock.h and ferrolock.pc
+#                      under target/ffi (a prefix usable in place: PKG_CONFIG_PATH=target/ffi/lib/pkgconfig)
+#   make check-header  regenerate ffi/include/ferrolock.h and fail if it differs from the commit
+#   make test-c        C tests + the example against real redis-servers, and a valgrind run
+#   make test-go       go vet, go test, go test -race over the in-tree library
+#   make install PREFIX=/usr/local   a release build into PREFIX/{lib,include,lib/pkgconfig}
+
+FFI_STAGE := $(CURDIR)/target/ffi
+# Where cargo builds (CARGO_TARGET_DIR when set).
+FFI_TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
+FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+PREFIX ?= /usr/local
+CC ?= cc
+FFI_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread
+# pkg-config when the machine has it; otherwise the same flags by hand.
+FFI_PC_FLAGS = $(shell if command -v pkg-config >/dev/null 2>&1; then \
+	PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig pkg-config --cflags --libs ferrolock; else \
+	echo "-I$(FFI_STAGE)/include $(FFI_STAGE)/lib/libferrolock.a -lpthread -ldl -lm -lrt -lutil -lgcc_s"; fi)
+
+.PHONY: ffi-lib check-header test-c test-go install
+
+# $(1): cargo profile flag, $(2): target dir profile name, $(3): prefix written into the .pc
+define ffi_stage
+	$(CARGO) build --locked -p ferrolock-ffi $(1)
+	mkdir -p $(3)/lib/pkgconfig $(3)/include
+	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.a $(3)/lib/libferrolock.a
+	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so
+	cp ffi/include/ferrolock.h $(3)/include/ferrolock.h
+	sed -e 's|@PREFIX@|$(3)|' -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
+endef
+
+ffi-lib:
+	$(call ffi_stage,,debug,$(FFI_STAGE))
+
+check-header: ffi-lib
+	git diff --exit-code -- ffi/include/ferrolock.h || \
+	  { echo "ffi/include/ferrolock.h is stale: commit the regenerated header" >&2; exit 1; }
+
+test-c: redis ffi-lib check-header
+	mkdir -p target/ffi/bin
+	$(CC) $(FFI_CFLAGS) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock $(FFI_PC_FLAGS)
+	$(CC) $(FFI_CFLAGS) ffi/examples/hello_lock.c -o target/ffi/bin/hello_lock $(FFI_PC_FLAGS)
+	timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
+	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/hello_lock
+	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=3000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
+	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
+	  target/ffi/bin/test_ferrolock --only acquire_release,completion_acquire,cancel_blocked_acquire,bad_inputs
+
+test-go: redis ffi-lib
+	cd ffi/go && export PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig && \
+	  go vet ./... && \
+	  timeout 900 ../tests/with-redis.sh go test -count=1 ./... && \
+	  timeout 900 ../tests/with-redis.sh go test -count=1 -race ./... && \
+	  FERROLOCK_TEST_NODES=1 timeout 300 ../tests/with-redis.sh go run ./examples/withlock
+
+install:
+	$(call ffi_stage,--release,release,$(PREFIX))
+
+## libFuzzer over the C entry points that parse caller input (options by name, node URLs):
+## the library built with sanitizer coverage (stable rustc flags, as cargo-fuzz uses), the
+## harness with ASan. FUZZ_SECONDS=600 by default. Separate from `make test`.
+FUZZ_SECONDS ?= 600
+FUZZ_TARGET := $(CURDIR)/target/fuzz
+# An explicit --target, so that RUSTFLAGS reach the library and not the build scripts.
+FUZZ_TRIPLE := $(shell rustc -vV | sed -n 's/^host: //p')
+FUZZ_RUSTFLAGS := -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=3 \
+	-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+	-Cllvm-args=-sanitizer-coverage-trace-compares -Cdebug-assertions -Coverflow-checks
+
+.PHONY: fuzz
+fuzz:
+	@command -v clang >/dev/null 2>&1 || { echo "installing clang (libFuzzer)" >&2; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-14-dev >/dev/null; }
+	RUSTFLAGS="$(FUZZ_RUSTFLAGS)" CARGO_TARGET_DIR=$(FUZZ_TARGET) $(CARGO) build --locked -p ferrolock-ffi --release --target $(FUZZ_TRIPLE)
+	mkdir -p target/ffi/bin target/fuzz/corpus
+	clang -g -O1 -fsanitize=fuzzer,address -Iffi/include ffi/fuzz/fuzz_entry.c \
+	  $(FUZZ_TARGET)/$(FUZZ_TRIPLE)/release/libferrolock_ffi.a -lpthread -ldl -lm -lrt -lutil -lgcc_s -o target/ffi/bin/fuzz_entry
+	ASAN_OPTIONS=detect_leaks=1 target/ffi/bin/fuzz_entry -max_total_time=$(FUZZ_SECONDS) -timeout=10 \
+	  -artifact_prefix=target/fuzz/ target/fuzz/corpus ffi/fuzz/corpus

@@ -1,0 +1,444 @@
+// Package ferrolock is the Go binding of ferrolock, distributed locks over Redis (one node,
+// reentrant, Redlock over N nodes, with a watchdog and fencing tokens), through its C library.
+//
+// Build or install the C library first (`make ffi-lib`, or `make install PREFIX=...`) and
+// point PKG_CONFIG_PATH at its ferrolock.pc: `go get` cannot build Rust. The library is
+// linked statically.
+//
+// A waiting Acquire holds no OS thread: it starts a completion-based acquire in the library
+// and waits on a channel the library's callback sends on.
+package ferrolock
+
+/*
+#cgo pkg-config: ferrolock
+#include <stdint.h>
+#include <stdlib.h>
+#include "ferrolock.h"
+
+extern void ferrolockGoDone(uintptr_t);
+extern void ferrolockGoLost(uintptr_t, ferrolock_error *);
+
+static void go_done(void *userdata) { ferrolockGoDone((uintptr_t)userdata); }
+static void go_lost(void *userdata, const ferrolock_error *reason) {
+	ferrolockGoLost((uintptr_t)userdata, (ferrolock_error *)reason);
+}
+static int go_acquire_start(const ferrolock_manager *m, const char *key, const ferrolock_options *o,
+		uint64_t owner, uintptr_t handle, ferrolock_acquisition **out, ferrolock_error **err) {
+	return ferrolock_manager_acquire_start(m, key, o, owner, go_done, (void *)handle, out, err);
+}
+static int go_on_lost(const ferrolock_lock *l, uintptr_t handle, ferrolock_error **err) {
+	return ferrolock_lock_on_lost(l, go_lost, (void *)handle, err);
+}
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+const statusPending = -1
+
+// take turns a status and its C error into a Go error, freeing the C error.
+func take(status C.int, cerr *C.ferrolock_error) error {
+	if status == 0 {
+		return nil
+	}
+	msg := ""
+	if cerr != nil {
+		msg = C.GoString(cerr.message)
+		C.ferrolock_error_free(cerr)
+	}
+	return errorFrom(int(status), msg)
+}
+
+// options builds a C options object from Go options (nil when there are none).
+func options(opts []Option) (*C.ferrolock_options, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	o := C.ferrolock_options_new()
+	for _, opt := range opts {
+		s := opt()
+		name := C.CString(s.name)
+		var status C.int
+		var cerr *C.ferrolock_error
+		switch v := s.value.(type) {
+		case nil:
+			status = C.ferrolock_options_set_none(o, name, &cerr)
+		case time.Duration:
+			ms, err := millis(s.name, v)
+			if err != nil {
+				C.free(unsafe.Pointer(name))
+				C.ferrolock_options_free(o)
+				return nil, err
+			}
+			status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
+		case bool:
+			status = C.ferrolock_options_set_bool(o, name, C.bool(v), &cerr)
+		case int:
+			if v < 0 {
+				C.free(unsafe.Pointer(name))
+				C.ferrolock_options_free(o)
+				return nil, &Error{Code: "INVALID_ARGUMENT", Status: 1,
+					Message: fmt.Sprintf("%s = %d: must not be negative", s.name, v)}
+			}
+			status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
+		case uint64:
+			status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
+		case float64:
+			status = C.ferrolock_options_set_number(o, name, C.double(v), &cerr)
+		case string:
+			value := C.CString(v)
+			status = C.ferrolock_options_set_str(o, name, value, &cerr)
+			C.free(unsafe.Pointer(value))
+		default:
+			C.free(unsafe.Pointer(name))
+			C.ferrolock_options_free(o)
+			return nil, &Error{Code: "INVALID_ARGUMENT", Status: 1,
+				Message: fmt.Sprintf("%s = %v: unsupported value type %T", s.name, v, v)}
+		}
+		C.free(unsafe.Pointer(name))
+		if err := take(status, cerr); err != nil {
+			C.ferrolock_options_free(o)
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// Manager holds the nodes and the default options of its locks. Safe for concurrent use.
+type Manager struct {
+	mu sync.RWMutex
+	p  *C.ferrolock_manager
+}
+
+// NewManager checks the options and URLs; it opens no connection until the first acquire.
+func NewManager(opts ...Option) (*Manager, error) {
+	o, err := options(opts)
+	if err != nil {
+		return nil, err
+	}
+	if o == nil {
+		o = C.ferrolock_options_new()
+	}
+	defer C.ferrolock_options_free(o)
+	var p *C.ferrolock_manager
+	var cerr *C.ferrolock_error
+	if err := take(C.ferrolock_manager_new(o, &p, &cerr), cerr); err != nil {
+		return nil, err
+	}
+	return &Manager{p: p}, nil
+}
+
+// Close frees the manager. Locks it handed out stay usable until released.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	C.ferrolock_manager_free(m.p)
+	m.p = nil
+	return nil
+}
+
+var errClosed = &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "the manager is closed"}
+
+// Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
+// ctx is done (ctx.Err(), nothing kept). The waiting goroutine holds no OS thread.
+func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, opts)
+}
+
+// TryAcquire tries key once: ErrNotAcquired if it is held elsewhere.
+func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, append(append([]Option(nil), opts...), Wait(0)))
+}
+
+func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	o, err := options(opts)
+	if err != nil {
+		return nil, err
+	}
+	ckey := C.CString(key)
+	done := make(chan struct{}, 1)
+	handle := cgo.NewHandle(done)
+	var acq *C.ferrolock_acquisition
+	var cerr *C.ferrolock_error
+	m.mu.RLock()
+	var status C.int
+	if m.p == nil {
+		m.mu.RUnlock()
+		status = -2
+	} else {
+		status = C.go_acquire_start(m.p, ckey, o, C.FERROLOCK_NO_OWNER, C.uintptr_t(handle), &acq, &cerr)
+		m.mu.RUnlock()
+	}
+	C.free(unsafe.Pointer(ckey))
+	if o != nil {
+		C.ferrolock_options_free(o)
+	}
+	if status == -2 {
+		handle.Delete()
+		return nil, errClosed
+	}
+	if err := take(status, cerr); err != nil {
+		handle.Delete()
+		return nil, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		C.ferrolock_acquisition_cancel(acq)
+		<-done
+	}
+	var p *C.ferrolock_lock
+	status = C.ferrolock_acquisition_result(acq, &p, &cerr)
+	// The done callback is never called once this has returned: the handle can go.
+	C.ferrolock_acquisition_free(acq)
+	handle.Delete()
+	if status == statusPending {
+		return nil, &Error{Code: "PANIC", Status: 8, Message: "acquisition done but still pending"}
+	}
+	if err := take(status, cerr); err != nil {
+		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return newLock(p)
+}
+
+// lossState is what the library's loss callback reaches (through a cgo handle).
+type lossState struct {
+	once sync.Once
+	ch   chan struct{}
+	err  error
+}
+
+func (s *lossState) signal(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.ch)
+	})
+}
+
+// Lock is a held lock. Release it (WithLock does); a Lock dropped unreleased is released in
+// the background when collected.
+type Lock struct {
+	mu     sync.Mutex
+	p      *C.ferrolock_lock
+	key    string
+	token  string
+	loss   *lossState
+	handle cgo.Handle
+}
+
+func newLock(p *C.ferrolock_lock) (*Lock, error) {
+	l := &Lock{
+		p:     p,
+		key:   C.GoString(C.ferrolock_lock_key(p)),
+		token: C.GoString(C.ferrolock_lock_token(p)),
+		loss:  &lossState{ch: make(chan struct{})},
+	}
+	l.handle = cgo.NewHandle(l.loss)
+	var cerr *C.ferrolock_error
+	if err := take(C.go_on_lost(p, C.uintptr_t(l.handle), &cerr), cerr); err != nil {
+		C.ferrolock_lock_free(p)
+		l.handle.Delete()
+		return nil, err
+	}
+	runtime.SetFinalizer(l, (*Lock).free)
+	return l, nil
+}
+
+// free lets go of the C handle (releasing in the background if still held); the loss
+// callback is never called once ferrolock_lock_free has returned, so the cgo handle can go.
+func (l *Lock) free() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return
+	}
+	C.ferrolock_lock_free(l.p)
+	l.p = nil
+	l.handle.Delete()
+}
+
+// Key is the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Token is the value stored at the key, unique to this acquisition.
+func (l *Lock) Token() string { return l.token }
+
+// Fence is the grant's fence token (with the Fencing option), else false.
+func (l *Lock) Fence() (uint64, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return 0, false
+	}
+	var f C.uint64_t
+	if C.ferrolock_lock_fence(l.p, &f, nil) != 0 {
+		return 0, false
+	}
+	return uint64(f), true
+}
+
+// Validity is the time left before the lock may be someone else's (0 once released or lost).
+func (l *Lock) Validity() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return 0
+	}
+	return time.Duration(C.ferrolock_lock_validity_ms(l.p)) * time.Millisecond
+}
+
+// Lost is closed when the lock is lost (before its validity ends, while the process runs).
+func (l *Lock) Lost() <-chan struct{} { return l.loss.ch }
+
+// Err is nil while held, the ErrLockLost error once lost, ErrNotHeld once released.
+func (l *Lock) Err() error {
+	select {
+	case <-l.loss.ch:
+		return l.loss.err
+	default:
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was released", l.key)}
+	}
+	var cerr *C.ferrolock_error
+	return take(C.ferrolock_lock_check(l.p, &cerr), cerr)
+}
+
+// Extend renews the lock on a quorum for its lease (or ttl, if given) and returns the new
+// validity. On failure the validity is unchanged. ctx cancels the extend.
+func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	var ms uint64
+	if len(ttl) > 0 {
+		var err error
+		if ms, err = millis("ttl", ttl[0]); err != nil {
+			return 0, err
+		}
+		if ms == 0 {
+			return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "ttl = 0s: must be greater than zero"}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was released", l.key)}
+	}
+	cancel := C.ferrolock_cancel_new()
+	defer C.ferrolock_cancel_free(cancel)
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		C.ferrolock_cancel_trigger(cancel)
+		close(fired)
+	})
+	var v C.uint64_t
+	var cerr *C.ferrolock_error
+	status := C.ferrolock_lock_extend(l.p, C.uint64_t(ms), cancel, &v, &cerr)
+	if !stop() {
+		// The trigger has started: the token is freed only once it is done with it.
+		<-fired
+	}
+	if err := take(status, cerr); err != nil {
+		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, err
+	}
+	return time.Duration(v) * time.Millisecond, nil
+}
+
+// Release releases the lock (compare-and-delete: never someone else's) and frees it. After a
+// loss it still gives back what is left and returns nil; a second Release is ErrNotHeld.
+func (l *Lock) Release() error {
+	l.mu.Lock()
+	if l.p == nil {
+		l.mu.Unlock()
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was already released", l.key)}
+	}
+	var cerr *C.ferrolock_error
+	err := take(C.ferrolock_lock_release(l.p, nil, &cerr), cerr)
+	l.mu.Unlock()
+	l.free()
+	runtime.SetFinalizer(l, nil)
+	return err
+}
+
+// WithLock runs fn while holding key, then releases it. fn's context is cancelled (cause:
+// the ErrLockLost error) if the lock is lost; WithLock then returns that error, joined with
+// fn's own. A ctx done while waiting returns ctx.Err() and keeps nothing.
+func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	l, err := m.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	inner, cancel := context.WithCancelCause(ctx)
+	stop := make(chan struct{})
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case <-l.Lost():
+			cancel(l.loss.err)
+		case <-stop:
+		}
+	}()
+	fnErr := fn(inner, l)
+	close(stop)
+	<-watching
+	cancel(nil)
+	var lostErr error
+	select {
+	case <-l.Lost():
+		lostErr = l.loss.err
+	default:
+	}
+	relErr := l.Release()
+	if lostErr != nil {
+		return errors.Join(fnErr, lostErr)
+	}
+	if fnErr != nil {
+		return fnErr
+	}
+	return relErr
+}
+
+var (
+	defaultOnce    sync.Once
+	defaultManager *Manager
+	defaultErr     error
+)
+
+// Default is the shared manager on FERROLOCK_NODES (or redis://127.0.0.1:6379), made on
+// first use.
+func Default() (*Manager, error) {
+	defaultOnce.Do(func() { defaultManager, defaultErr = NewManager() })
+	return defaultManager, defaultErr
+}
+
+// WithLock runs fn while holding key on the default manager (see Manager.WithLock); opts are
+// lock options.
+func WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	m, err := Default()
+	if err != nil {
+		return err
+	}
+	return m.WithLock(ctx, key, fn, opts...)
+}

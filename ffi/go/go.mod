@@ -1,0 +1,3 @@
+module example.invalid/ferrolock/ffi/go
+
+go 1.22

@@ -1,0 +1,45 @@
+//! Reading C strings and out-parameters without trusting them.
+
+use std::ffi::{CStr, c_char};
+
+use crate::status::Failure;
+
+/// A copied string argument: NULL and non-UTF-8 are refused with the argument's name.
+pub(crate) fn text(ptr: *const c_char, what: &str) -> Result<String, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} must not be NULL")));
+    }
+    // SAFETY: non-NULL; the caller's contract is a NUL-terminated string alive for the call.
+    let bytes = unsafe { CStr::from_ptr(ptr) }.to_bytes();
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Ok(s.to_string()),
+        Err(e) => Err(Failure::invalid(format!(
+            "{what} is not valid UTF-8 (bad byte at offset {}): {:?}",
+            e.valid_up_to(),
+            String::from_utf8_lossy(bytes)
+        ))),
+    }
+}
+
+/// A required handle argument.
+pub(crate) fn handle<'a, T>(ptr: *const T, what: &str) -> Result<&'a T, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} must not be NULL")));
+    }
+    // SAFETY: non-NULL; the caller's contract is a live handle from this library.
+    Ok(unsafe { &*ptr })
+}
+
+/// An optional handle argument (NULL means "none").
+pub(crate) fn optional<'a, T>(ptr: *const T) -> Option<&'a T> {
+    // SAFETY: as `handle`, when non-NULL.
+    (!ptr.is_null()).then(|| unsafe { &*ptr })
+}
+
+/// A required out-parameter, checked before any work is done.
+pub(crate) fn out<T>(ptr: *mut T, what: &str) -> Result<*mut T, Failure> {
+    if ptr.is_null() {
+        return Err(Failure::invalid(format!("{what} must not be NULL")));
+    }
+    Ok(ptr)
+}

@@ -1,0 +1,244 @@
+//! `ferrolock_lock`: a held lock, its accessors, extend, release and the loss callback.
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferrolock::{Lock, LockStatus};
+
+use crate::cancel::ferrolock_cancel;
+use crate::ctext::{handle, optional};
+use crate::host::{CallbackSlot, blocking};
+use crate::status::{Failure, call, ferrolock_error, guard, to_cstring};
+
+/// Called once if a lock is lost: `userdata` as registered, and the reason (code
+/// `FERROLOCK_ERR_LOCK_LOST`; valid only during the call, not to be freed).
+pub type ferrolock_lost_fn =
+    Option<unsafe extern "C" fn(userdata: *mut c_void, reason: *const ferrolock_error)>;
+
+/// `ferrolock_lock_extend`'s `ttl_ms` for "the lease in force".
+pub const FERROLOCK_SAME_TTL: u64 = 0;
+
+/// A held lock. Thread-safe, except that `ferrolock_lock_free` must be the last call on it.
+pub struct ferrolock_lock {
+    lock: Lock,
+    key: CString,
+    token: CString,
+    lost: Mutex<Option<Arc<CallbackSlot<Failure>>>>,
+}
+
+impl ferrolock_lock {
+    pub(crate) fn into_raw(lock: Lock) -> *mut ferrolock_lock {
+        Box::into_raw(Box::new(ferrolock_lock {
+            key: to_cstring(lock.key().to_string()),
+            token: to_cstring(lock.token().to_string()),
+            lock,
+            lost: Mutex::new(None),
+        }))
+    }
+
+    /// No loss callback from now on, and none running once this returns.
+    fn disarm(&self) {
+        let slot = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(slot) = slot {
+            slot.disarm();
+        }
+    }
+}
+
+/// A pointer `Send` may carry to the library thread that runs the callback: the caller
+/// promises (in the header) that `userdata` may be used from another thread.
+struct UserData(*mut c_void);
+// SAFETY: see above; ferrolock never dereferences it.
+unsafe impl Send for UserData {}
+
+/// The key (valid until the lock is freed). NULL for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_key(lock: *const ferrolock_lock) -> *const c_char {
+    guard(std::ptr::null(), || {
+        optional(lock).map_or(std::ptr::null(), |l| l.key.as_ptr())
+    })
+}
+
+/// The token stored at the key, unique to this acquisition (valid until the lock is freed).
+/// NULL for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_token(lock: *const ferrolock_lock) -> *const c_char {
+    guard(std::ptr::null(), || {
+        optional(lock).map_or(std::ptr::null(), |l| l.token.as_ptr())
+    })
+}
+
+/// The fence token of this grant (the `fencing` option): strictly greater than every earlier
+/// grant's of the key. `FERROLOCK_ERR_INVALID_ARGUMENT` when fencing is off.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_fence(
+    lock: *const ferrolock_lock,
+    fence_out: *mut u64,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_fence", err, || {
+        let lock = handle(lock, "lock")?;
+        let slot = crate::ctext::out(fence_out, "fence_out")?;
+        let fence = lock.lock.fence().ok_or_else(|| {
+            Failure::invalid(format!(
+                "lock {:?} has no fence token: acquire it with the fencing option on",
+                lock.lock.key()
+            ))
+        })?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = fence };
+        Ok(())
+    })
+}
+
+/// Milliseconds left before the validity ends; 0 once released, lost or expired, and for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_validity_ms(lock: *const ferrolock_lock) -> u64 {
+    guard(0, || {
+        optional(lock).map_or(0, |l| l.lock.validity().as_millis() as u64)
+    })
+}
+
+/// Held, and the validity has not ended. False for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_is_held(lock: *const ferrolock_lock) -> bool {
+    guard(false, || optional(lock).is_some_and(|l| l.lock.is_held()))
+}
+
+/// Lost: renewals failed, or the key was taken or deleted. False for NULL.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_is_lost(lock: *const ferrolock_lock) -> bool {
+    guard(false, || {
+        optional(lock).is_some_and(|l| matches!(l.lock.status(), LockStatus::Lost(_)))
+    })
+}
+
+/// `FERROLOCK_OK` while held; `FERROLOCK_ERR_LOCK_LOST` (with the reason) once lost,
+/// `FERROLOCK_ERR_NOT_HELD` once released or expired.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_check(
+    lock: *const ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_check", err, || {
+        Ok(handle(lock, "lock")?.lock.check()?)
+    })
+}
+
+/// Sets `callback` to be told if the lock is lost. Guarantees: it runs on a library thread
+/// (never the caller's), at most once, and never after `ferrolock_lock_release` or
+/// `ferrolock_lock_free` of this lock has returned: those wait for a call already running
+/// (unless made from inside the callback itself). It should be quick: hand the news on.
+/// `userdata` is passed back as is and must be usable from another thread. Called at once (on
+/// a library thread) if the lock is already lost. One callback per lock.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_on_lost(
+    lock: *const ferrolock_lock,
+    callback: ferrolock_lost_fn,
+    userdata: *mut c_void,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_on_lost", err, || {
+        let lock = handle(lock, "lock")?;
+        let Some(callback) = callback else {
+            return Err(Failure::invalid("callback must not be NULL"));
+        };
+        let mut current = lock.lost.lock().unwrap_or_else(|p| p.into_inner());
+        if current.is_some() {
+            return Err(Failure::invalid(format!(
+                "lock {:?} already has a lost callback",
+                lock.lock.key()
+            )));
+        }
+        let userdata = UserData(userdata);
+        let slot = crate::host::on_lost(
+            &lock.lock,
+            Box::new(move |failure: Failure| {
+                let userdata = userdata;
+                let message = to_cstring(failure.message);
+                let reason = ferrolock_error {
+                    code: failure.status,
+                    message: message.as_ptr().cast_mut(),
+                };
+                // SAFETY: the caller's function, called as its header documents.
+                unsafe { callback(userdata.0, &reason) };
+            }),
+        );
+        *current = Some(slot);
+        Ok(())
+    })
+}
+
+/// Renews the lock on a quorum for `ttl_ms` (`FERROLOCK_SAME_TTL`: the lease in force), and
+/// puts the new validity in `*validity_ms_out` (may be NULL). On failure the validity is
+/// unchanged. `cancel` may be NULL; a cancelled extend leaves the old deadline.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_extend(
+    lock: *const ferrolock_lock,
+    ttl_ms: u64,
+    cancel: *const ferrolock_cancel,
+    validity_ms_out: *mut u64,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_extend", err, || {
+        let lock = handle(lock, "lock")?;
+        let cancel = optional(cancel).map(|c| c.inner.clone());
+        let work = async {
+            let out = if ttl_ms == FERROLOCK_SAME_TTL {
+                lock.lock.extend().await
+            } else {
+                lock.lock.extend_for(Duration::from_millis(ttl_ms)).await
+            };
+            out.map_err(Failure::from)
+        };
+        let validity = blocking("extend", cancel.as_deref(), work)?;
+        if !validity_ms_out.is_null() {
+            // SAFETY: non-NULL, the caller's `uint64_t`.
+            unsafe { *validity_ms_out = validity.as_millis() as u64 };
+        }
+        Ok(())
+    })
+}
+
+/// Releases the lock on every node (compare-and-delete: never someone else's). The loss
+/// callback is disarmed first. `*released_out` (may be NULL) says whether a quorum still held
+/// our token (false: it had expired or been taken, which is `FERROLOCK_OK` all the same).
+/// Releasing twice gives `FERROLOCK_ERR_NOT_HELD`. The handle still needs
+/// `ferrolock_lock_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_release(
+    lock: *const ferrolock_lock,
+    released_out: *mut bool,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_release", err, || {
+        let lock = handle(lock, "lock")?;
+        lock.disarm();
+        // Not cancellable: a release runs to its end (the core completes a dropped one anyway).
+        let released = blocking("release", None, async {
+            lock.lock.release().await.map_err(Failure::from)
+        })?;
+        if !released_out.is_null() {
+            // SAFETY: non-NULL, the caller's `bool`.
+            unsafe { *released_out = released };
+        }
+        Ok(())
+    })
+}
+
+/// Frees the handle. A lock not released is released in the background. The loss callback
+/// is never called once this has returned; it waits for a call already running. NULL is
+/// ignored.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
+    guard((), || {
+        if lock.is_null() {
+            return;
+        }
+        // SAFETY: made by `ferrolock_lock::into_raw`, freed once, no call on it in flight.
+        let lock = unsafe { Box::from_raw(lock) };
+        lock.disarm();
+        drop(lock);
+    })
+}

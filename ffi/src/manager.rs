@@ -1,0 +1,157 @@
+//! `ferrolock_manager`: the nodes, and the blocking acquires.
+
+use std::ffi::{c_char, c_int};
+
+use ferrolock::{LockManager, LockOptions};
+
+use crate::cancel::ferrolock_cancel;
+use crate::ctext::{handle, optional, out, text};
+use crate::host::{AcquireRequest, blocking};
+use crate::lock::ferrolock_lock;
+use crate::options::ferrolock_options;
+use crate::status::{Failure, call, ferrolock_error, guard};
+
+/// A manager: the nodes (one node, or N for Redlock) and the default options of its locks.
+/// Thread-safe: one manager serves every thread.
+pub struct ferrolock_manager {
+    pub(crate) inner: LockManager,
+}
+
+/// Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
+/// connection is opened until the first acquire, so a node that is down now is no error.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_new(
+    opts: *const ferrolock_options,
+    manager_out: *mut *mut ferrolock_manager,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_manager_new", err, || {
+        let slot = out(manager_out, "manager_out")?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = std::ptr::null_mut() };
+        let opts = handle(opts, "opts")?;
+        let inner = LockManager::new(opts.manager_options())?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = Box::into_raw(Box::new(ferrolock_manager { inner })) };
+        Ok(())
+    })
+}
+
+/// Frees a manager. NULL is ignored. Locks it handed out stay usable.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_free(manager: *mut ferrolock_manager) {
+    guard((), || {
+        if !manager.is_null() {
+            // SAFETY: made by `ferrolock_manager_new`, freed once.
+            drop(unsafe { Box::from_raw(manager) });
+        }
+    })
+}
+
+/// The checked arguments of an acquire.
+pub(crate) fn request(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    owner: Option<u64>,
+) -> Result<AcquireRequest, Failure> {
+    let manager = handle(manager, "manager")?;
+    let key = text(key, "key")?;
+    let defaults = manager.inner.defaults();
+    let opts: LockOptions = match optional(opts) {
+        Some(o) => o.lock_options(defaults)?,
+        None => defaults.clone(),
+    };
+    Ok(AcquireRequest {
+        manager: manager.inner.clone(),
+        key,
+        opts,
+        owner,
+    })
+}
+
+fn acquire_blocking(
+    entry: &str,
+    request: impl FnOnce() -> Result<AcquireRequest, Failure>,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call(entry, err, || {
+        let slot = out(lock_out, "lock_out")?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = std::ptr::null_mut() };
+        let request = request()?;
+        let cancel = optional(cancel).map(|c| c.inner.clone());
+        let lock = blocking("acquire", cancel.as_deref(), request.run())?;
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = ferrolock_lock::into_raw(lock) };
+        Ok(())
+    })
+}
+
+/// Acquires `key`, waiting as the options' `wait` says (default: without limit). `opts` may be
+/// NULL (the manager's defaults); `cancel` may be NULL (not interruptible). On success
+/// `*lock_out` is a lock to release and free. Interrupted through `cancel`: returns
+/// `FERROLOCK_ERR_CANCELLED`, having given back whatever it had taken.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_acquire",
+        || request(manager, key, opts, None),
+        cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// Tries `key` once (`wait` = 0): `FERROLOCK_ERR_NOT_ACQUIRED` if it is held elsewhere.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_try_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_try_acquire",
+        || {
+            let mut r = request(manager, key, opts, None)?;
+            r.opts.wait = Some(std::time::Duration::ZERO);
+            Ok(r)
+        },
+        std::ptr::null(),
+        lock_out,
+        err,
+    )
+}
+
+/// Acquires `key` for `owner`, an id of the caller's choosing (a thread, a request). With the
+/// `reentrant` option on, the same owner re-enters: each handle is released on its own and
+/// only the last release frees the key. Otherwise as `ferrolock_manager_acquire`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_acquire_owned(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    owner: u64,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_acquire_owned",
+        || request(manager, key, opts, Some(owner)),
+        cancel,
+        lock_out,
+        err,
+    )
+}

@@ -1,0 +1,633 @@
+/* C tests of libferrolock against real redis-servers (started by tests/with-redis.sh).
+ * Usage: test_ferrolock [--only name,name...] | test_ferrolock hold KEY MS (a contender).
+ * The last line says how many passed and failed. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ferrolock.h"
+
+static char failure[1024];
+static int check_failed;
+
+#define CHECK(cond, ...)                                                              \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      snprintf(failure, sizeof failure, "%s:%d: %s: ", __FILE__, __LINE__, #cond);    \
+      size_t used = strlen(failure);                                                  \
+      snprintf(failure + used, sizeof failure - used, " " __VA_ARGS__);              \
+      check_failed = 1;                                                               \
+      return;                                                                         \
+    }                                                                                 \
+  } while (0)
+
+
+static ferrolock_error *err;
+
+static int expect(int got, int want, const char *needle, const char *what, int line) {
+  int ok = got == want;
+  if (ok && want != FERROLOCK_OK && want != FERROLOCK_PENDING) {
+    ok = err != NULL && err->code == want && err->message != NULL && err->message[0] != '\0' &&
+         (needle == NULL || strstr(err->message, needle) != NULL);
+  }
+  if (!ok) {
+    snprintf(failure, sizeof failure, "line %d: %s: got %s (%d) want %s; message: %s", line, what,
+             ferrolock_status_name(got), got, ferrolock_status_name(want),
+             err && err->message ? err->message : "(none)");
+  } else if (want != FERROLOCK_OK && want != FERROLOCK_PENDING && getenv("FERROLOCK_TEST_VERBOSE")) {
+    fprintf(stderr, "    %s -> %s: %s\n", what, ferrolock_status_name(got), err->message);
+  }
+  ferrolock_error_free(err);
+  err = NULL;
+  return ok;
+}
+
+#define EXPECT(call_expr, want, needle)                                    \
+  do {                                                                     \
+    if (!expect((call_expr), (want), (needle), #call_expr, __LINE__)) {    \
+      check_failed = 1;                                                    \
+      return;                                                              \
+    }                                                                      \
+  } while (0)
+
+static double now_ms(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
+static char key_buf[128];
+static const char *fresh_key(const char *name) {
+  static int n;
+  snprintf(key_buf, sizeof key_buf, "ffi-test:%d:%s:%d", (int)getpid(), name, n++);
+  return key_buf;
+}
+
+static int node_ports[8], node_pids[8], node_count;
+
+static void read_nodes(void) {
+  const char *ports = getenv("FERROLOCK_TEST_PORTS"), *pids = getenv("FERROLOCK_TEST_PIDS");
+  if (!ports || !pids) {
+    fprintf(stderr, "run through tests/with-redis.sh (FERROLOCK_TEST_PORTS is not set)\n");
+    exit(2);
+  }
+  char *end;
+  for (node_count = 0; *ports && node_count < 8; node_count++) {
+    node_ports[node_count] = (int)strtol(ports, &end, 10);
+    ports = *end ? end + 1 : end;
+    node_pids[node_count] = (int)strtol(pids, &end, 10);
+    pids = *end ? end + 1 : end;
+  }
+}
+
+/* Options over every test node, plus the given ms settings (name, value, ..., NULL). */
+static ferrolock_options *options_ms(const char *name, ...) {
+  ferrolock_options *o = ferrolock_options_new();
+  if (ferrolock_options_set_str(o, "nodes", getenv("FERROLOCK_NODES"), NULL) != FERROLOCK_OK)
+    abort();
+  /* The servers were started a moment ago: their votes count at once. */
+  if (ferrolock_options_set_ms(o, "restart_guard", 0, NULL) != FERROLOCK_OK) abort();
+  /* Under valgrind every request is many times slower than the 200 ms default allows. */
+  const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
+  if (slow && ferrolock_options_set_ms(o, "node_timeout", strtoull(slow, NULL, 10), NULL) != FERROLOCK_OK)
+    abort();
+  va_list ap;
+  va_start(ap, name);
+  for (; name; name = va_arg(ap, const char *)) {
+    uint64_t v = va_arg(ap, uint64_t);
+    if (ferrolock_options_set_ms(o, name, v, NULL) != FERROLOCK_OK) abort();
+  }
+  va_end(ap);
+  return o;
+}
+
+static ferrolock_manager *manager_with(ferrolock_options *o) {
+  ferrolock_manager *m = NULL;
+  if (ferrolock_manager_new(o, &m, NULL) != FERROLOCK_OK) abort();
+  ferrolock_options_free(o);
+  return m;
+}
+
+/* Keys on node i whose name contains `part` (redis-cli --scan). */
+static long keys_on(int i, const char *part) {
+  char cmd[256];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d --scan --pattern '*%s*' | wc -l", node_ports[i], part);
+  FILE *p = popen(cmd, "r");
+  long n = -1;
+  if (p) {
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+static void pause_majority(int on) {
+  for (int i = node_count - (node_count / 2 + 1); i < node_count; i++)
+    kill(node_pids[i], on ? SIGSTOP : SIGCONT);
+}
+
+/* ---- tests ---- */
+
+static void test_acquire_release(void) {
+  ferrolock_options *o = options_ms("ttl", (uint64_t)30000, NULL);
+  EXPECT(ferrolock_options_set_bool(o, "fencing", true, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager *m = manager_with(o);
+  const char *key = fresh_key("basic");
+  ferrolock_lock *lock = NULL;
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  CHECK(lock != NULL);
+  CHECK(strcmp(ferrolock_lock_key(lock), key) == 0);
+  CHECK(strlen(ferrolock_lock_token(lock)) >= 32, "token %s", ferrolock_lock_token(lock));
+  uint64_t v = ferrolock_lock_validity_ms(lock);
+  CHECK(v > 0 && v <= 30000, "validity %llu", (unsigned long long)v);
+  CHECK(ferrolock_lock_is_held(lock) && !ferrolock_lock_is_lost(lock));
+  EXPECT(ferrolock_lock_check(lock, &err), FERROLOCK_OK, NULL);
+  uint64_t fence1 = 0;
+  EXPECT(ferrolock_lock_fence(lock, &fence1, &err), FERROLOCK_OK, NULL);
+  CHECK(fence1 > 0);
+  bool released = false;
+  EXPECT(ferrolock_lock_release(lock, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released);
+  CHECK(!ferrolock_lock_is_held(lock) && ferrolock_lock_validity_ms(lock) == 0);
+  EXPECT(ferrolock_lock_release(lock, &released, &err), FERROLOCK_ERR_NOT_HELD, "already released");
+  ferrolock_lock_free(lock);
+  /* The next grant's fence is greater. */
+  EXPECT(ferrolock_manager_try_acquire(m, key, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  uint64_t fence2 = 0;
+  EXPECT(ferrolock_lock_fence(lock, &fence2, &err), FERROLOCK_OK, NULL);
+  CHECK(fence2 > fence1, "%llu then %llu", (unsigned long long)fence1, (unsigned long long)fence2);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+}
+
+static void test_exclusion_and_reentry(void) {
+  ferrolock_manager *a = manager_with(options_ms(NULL)), *b = manager_with(options_ms(NULL));
+  const char *key = fresh_key("exclusive");
+  ferrolock_lock *held = NULL, *other = NULL;
+  EXPECT(ferrolock_manager_acquire(a, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_try_acquire(b, key, NULL, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, key);
+  CHECK(other == NULL);
+  ferrolock_options *wait = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(wait, "wait", 200, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(b, key, wait, NULL, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, key);
+  ferrolock_options_free(wait);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+
+  /* Reentrant: the same owner re-enters; another manager is kept out until the last release. */
+  const char *rkey = fresh_key("reentrant");
+  ferrolock_options *re = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_bool(re, "reentrant", true, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock *outer = NULL, *inner = NULL;
+  EXPECT(ferrolock_manager_acquire_owned(a, rkey, 7, re, NULL, &outer, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire_owned(a, rkey, 7, re, NULL, &inner, &err), FERROLOCK_OK, NULL);
+  CHECK(strcmp(ferrolock_lock_token(outer), ferrolock_lock_token(inner)) == 0);
+  EXPECT(ferrolock_lock_release(inner, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_try_acquire(b, rkey, re, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  EXPECT(ferrolock_lock_release(outer, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_try_acquire(b, rkey, re, &other, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(other, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(other);
+  ferrolock_lock_free(inner);
+  ferrolock_lock_free(outer);
+  ferrolock_options_free(re);
+  ferrolock_manager_free(a);
+  ferrolock_manager_free(b);
+}
+
+static void test_extend(void) {
+  ferrolock_options *o = options_ms("ttl", (uint64_t)2000, NULL);
+  EXPECT(ferrolock_options_set_bool(o, "watchdog", false, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager *m = manager_with(o);
+  ferrolock_lock *lock = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("extend"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  uint64_t v = 0;
+  EXPECT(ferrolock_lock_extend(lock, FERROLOCK_SAME_TTL, NULL, &v, &err), FERROLOCK_OK, NULL);
+  CHECK(v > 0 && v <= 2000, "%llu", (unsigned long long)v);
+  EXPECT(ferrolock_lock_extend(lock, 6000, NULL, &v, &err), FERROLOCK_OK, NULL);
+  CHECK(v > 2000 && v <= 6000, "%llu", (unsigned long long)v);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_extend(lock, FERROLOCK_SAME_TTL, NULL, &v, &err), FERROLOCK_ERR_NOT_HELD, "released");
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+}
+
+static const char *self_path;
+
+/* The contender process: holds KEY for MS, says "held" on stdout, releases. */
+static int hold(const char *key, int ms) {
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  ferrolock_lock *lock = NULL;
+  if (ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err) != FERROLOCK_OK) {
+    fprintf(stderr, "hold: %s\n", err->message);
+    return 1;
+  }
+  printf("held\n");
+  fflush(stdout);
+  sleep_ms(ms);
+  int st = ferrolock_lock_release(lock, NULL, &err);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+  return st == FERROLOCK_OK ? 0 : 1;
+}
+
+static void test_two_processes(void) {
+  const char *key = fresh_key("processes");
+  char key_copy[128];
+  snprintf(key_copy, sizeof key_copy, "%s", key);
+  int out[2];
+  CHECK(pipe(out) == 0);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    dup2(out[1], 1);
+    close(out[0]);
+    execl(self_path, self_path, "hold", key_copy, "1500", (char *)NULL);
+    _exit(127);
+  }
+  close(out[1]);
+  char line[16] = {0};
+  ssize_t n = read(out[0], line, sizeof line - 1);
+  CHECK(n > 0 && strncmp(line, "held", 4) == 0, "child said %zd bytes: %s", n, line);
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  ferrolock_lock *lock = NULL;
+  EXPECT(ferrolock_manager_try_acquire(m, key_copy, NULL, &lock, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  /* Granted once the other process lets go. */
+  EXPECT(ferrolock_manager_acquire(m, key_copy, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+        "contender exit status %d", status);
+  close(out[0]);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+}
+
+/* Loss callbacks: what they saw, and when. */
+typedef struct {
+  pthread_mutex_t mu;
+  int calls, code, started, finished, sleep_ms;
+  double at_ms;
+  char message[512];
+} seen_t;
+
+static void on_lost(void *userdata, const ferrolock_error *reason) {
+  seen_t *s = userdata;
+  pthread_mutex_lock(&s->mu);
+  s->calls++;
+  s->started = 1;
+  s->code = reason->code;
+  s->at_ms = now_ms();
+  snprintf(s->message, sizeof s->message, "%s", reason->message);
+  int nap = s->sleep_ms;
+  pthread_mutex_unlock(&s->mu);
+  if (nap) sleep_ms(nap);
+  pthread_mutex_lock(&s->mu);
+  s->finished = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int seen_started(seen_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int v = s->started;
+  pthread_mutex_unlock(&s->mu);
+  return v;
+}
+
+static void test_lost_before_validity_ends(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_lock *lock = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("lost"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  seen_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_lock_on_lost(lock, on_lost, &seen, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(lock, on_lost, &seen, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "already");
+  pause_majority(1);
+  /* Read after the pause: no renewal can move the deadline from here on. */
+  double deadline = now_ms() + (double)ferrolock_lock_validity_ms(lock);
+  double give_up = now_ms() + 20000;
+  while (!seen_started(&seen) && now_ms() < give_up) sleep_ms(10);
+  pause_majority(0);
+  CHECK(seen.calls == 1, "lost callback called %d times", seen.calls);
+  CHECK(seen.code == FERROLOCK_ERR_LOCK_LOST && strstr(seen.message, "lost"), "%d %s", seen.code, seen.message);
+  CHECK(seen.at_ms < deadline, "signalled %.1f ms after the validity ended", seen.at_ms - deadline);
+  CHECK(ferrolock_lock_is_lost(lock));
+  EXPECT(ferrolock_lock_check(lock, &err), FERROLOCK_ERR_LOCK_LOST, "lost");
+  ferrolock_lock_release(lock, NULL, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+}
+
+static void test_lost_never_after_free(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  /* Freed before any loss: never called, even once the loss would have come. */
+  ferrolock_lock *early = NULL, *lock = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("freed"), NULL, NULL, &early, &err), FERROLOCK_OK, NULL);
+  seen_t quiet = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_lock_on_lost(early, on_lost, &quiet, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("freed-late"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  seen_t slow = {.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 300};
+  EXPECT(ferrolock_lock_on_lost(lock, on_lost, &slow, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(early);
+  pause_majority(1);
+  double give_up = now_ms() + 20000;
+  while (!seen_started(&slow) && now_ms() < give_up) sleep_ms(5);
+  /* The callback is running (it naps 300 ms): free waits for it to finish. */
+  ferrolock_lock_free(lock);
+  pthread_mutex_lock(&slow.mu);
+  int started = slow.started, finished = slow.finished;
+  pthread_mutex_unlock(&slow.mu);
+  sleep_ms(1600); /* past the freed lock's ttl: its loss would have been signalled by now */
+  pause_majority(0);
+  CHECK(started, "the loss was never signalled");
+  CHECK(finished, "ferrolock_lock_free returned while the lost callback was still running");
+  CHECK(quiet.calls == 0, "a freed lock's callback was called %d times", quiet.calls);
+  ferrolock_manager_free(m);
+}
+
+typedef struct {
+  ferrolock_manager *m;
+  const char *key;
+  ferrolock_cancel *cancel;
+  ferrolock_lock *lock;
+  int status;
+  char message[512];
+  int done;
+} waiter_t;
+
+static void *wait_for_lock(void *arg) {
+  waiter_t *w = arg;
+  ferrolock_error *e = NULL;
+  w->status = ferrolock_manager_acquire(w->m, w->key, NULL, w->cancel, &w->lock, &e);
+  if (e) snprintf(w->message, sizeof w->message, "%s", e->message);
+  ferrolock_error_free(e);
+  __atomic_store_n(&w->done, 1, __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
+static void test_cancel_blocked_acquire(void) {
+  ferrolock_manager *holder = manager_with(options_ms(NULL)), *m = manager_with(options_ms(NULL));
+  const char *key = fresh_key("cancel");
+  char key_copy[128];
+  snprintf(key_copy, sizeof key_copy, "%s", key);
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, key_copy, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  waiter_t w = {.m = m, .key = key_copy, .cancel = ferrolock_cancel_new()};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_for_lock, &w) == 0);
+  sleep_ms(500);
+  CHECK(!__atomic_load_n(&w.done, __ATOMIC_SEQ_CST), "the acquire returned while the key was held");
+  ferrolock_cancel_trigger(w.cancel);
+  pthread_join(t, NULL);
+  CHECK(w.status == FERROLOCK_ERR_CANCELLED && w.lock == NULL && strstr(w.message, "cancelled"),
+        "status %d: %s", w.status, w.message);
+  CHECK(ferrolock_cancel_is_triggered(w.cancel));
+  /* A call given a token already triggered takes nothing. */
+  ferrolock_lock *late = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("cancel-early"), NULL, w.cancel, &late, &err), FERROLOCK_ERR_CANCELLED, NULL);
+  CHECK(late == NULL);
+  ferrolock_cancel_free(w.cancel);
+  /* The probe below sees the holder's key: a leftover would not go unnoticed. */
+  CHECK(keys_on(0, key_copy) >= 1, "the holder's key is not visible to the probe");
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  /* Nothing of the cancelled waiter is left on any node (no lock, no queue entry). */
+  for (int i = 0; i < node_count; i++) {
+    long left = -1;
+    for (int tries = 0; tries < 200; tries++) {
+      left = keys_on(i, key_copy);
+      if (left == 0) break;
+      sleep_ms(25);
+    }
+    CHECK(left == 0, "node %d: %ld keys named after %s left", i, left, key_copy);
+  }
+  ferrolock_manager_free(holder);
+  ferrolock_manager_free(m);
+}
+
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int calls;
+} done_t;
+
+static void on_done(void *userdata) {
+  done_t *d = userdata;
+  pthread_mutex_lock(&d->mu);
+  d->calls++;
+  pthread_cond_broadcast(&d->cv);
+  pthread_mutex_unlock(&d->mu);
+}
+
+static int wait_done(done_t *d, int seconds) {
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += seconds;
+  pthread_mutex_lock(&d->mu);
+  while (d->calls == 0 && pthread_cond_timedwait(&d->cv, &d->mu, &until) == 0) {
+  }
+  int calls = d->calls;
+  pthread_mutex_unlock(&d->mu);
+  return calls;
+}
+
+static void test_completion_acquire(void) {
+  ferrolock_manager *holder = manager_with(options_ms(NULL)), *m = manager_with(options_ms(NULL));
+  const char *key = fresh_key("completion");
+  char key_copy[128];
+  snprintf(key_copy, sizeof key_copy, "%s", key);
+  ferrolock_lock *held = NULL, *lock = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, key_copy, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ferrolock_acquisition *a = NULL;
+  EXPECT(ferrolock_manager_acquire_start(m, key_copy, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+  sleep_ms(200);
+  EXPECT(ferrolock_acquisition_result(a, &lock, &err), FERROLOCK_PENDING, NULL);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  CHECK(wait_done(&d, 20) == 1, "done called %d times", d.calls);
+  EXPECT(ferrolock_acquisition_result(a, &lock, &err), FERROLOCK_OK, NULL);
+  CHECK(lock && ferrolock_lock_is_held(lock));
+  ferrolock_lock *again = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &again, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "already taken");
+  CHECK(again == NULL);
+  ferrolock_acquisition_free(a);
+
+  /* Cancelled while waiting: done is called, the outcome is CANCELLED. */
+  done_t d2 = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  EXPECT(ferrolock_manager_acquire_start(m, key_copy, NULL, FERROLOCK_NO_OWNER, on_done, &d2, &a, &err), FERROLOCK_OK, NULL);
+  sleep_ms(100);
+  ferrolock_acquisition_cancel(a);
+  CHECK(wait_done(&d2, 20) == 1);
+  ferrolock_lock *none = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_CANCELLED, NULL);
+  CHECK(none == NULL);
+  ferrolock_acquisition_free(a);
+  /* Freed while waiting, with no callback: nothing leaks, nothing is kept. */
+  EXPECT(ferrolock_manager_acquire_start(m, key_copy, NULL, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_OK, NULL);
+  ferrolock_acquisition_free(a);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(holder);
+  ferrolock_manager_free(m);
+}
+
+static void test_bad_inputs(void) {
+  ferrolock_options *o = ferrolock_options_new();
+  ferrolock_manager *m = manager_with(options_ms(NULL)), *none = NULL;
+  ferrolock_lock *lock = NULL, *dummy = NULL;
+  ferrolock_acquisition *a = NULL;
+  uint64_t u = 0;
+  /* Options. */
+  EXPECT(ferrolock_options_set_ms(NULL, "ttl", 10, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_ms(o, NULL, 10, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_ms(o, "ttl", 0, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl = 0ms");
+  EXPECT(ferrolock_options_set_ms(o, "no_such", 10, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "unknown option \"no_such\"");
+  EXPECT(ferrolock_options_set_ms(o, "ttl\xff", 10, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "UTF-8");
+  EXPECT(ferrolock_options_set_bool(NULL, "fencing", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_bool(o, NULL, true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_bool(o, "ttl", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl = true");
+  EXPECT(ferrolock_options_set_count(NULL, "max_extensions", 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_count(o, NULL, 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_count(o, "max_extensions", 1ull << 40, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "max_extensions = 1099511627776");
+  EXPECT(ferrolock_options_set_number(NULL, "drift_factor", 0.1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_number(o, NULL, 0.1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_number(o, "drift_factor", 1.5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "drift_factor = 1.5");
+  EXPECT(ferrolock_options_set_str(NULL, "nodes", "redis://x", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_str(o, NULL, "redis://x", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_str(o, "nodes", NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option value");
+  EXPECT(ferrolock_options_set_none(NULL, "wait", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_options_set_none(o, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
+  EXPECT(ferrolock_options_set_none(o, "ttl", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl");
+  /* Managers. */
+  EXPECT(ferrolock_manager_new(NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
+  EXPECT(ferrolock_manager_new(o, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager_out");
+  EXPECT(ferrolock_options_set_str(o, "nodes", "http://127.0.0.1:6379", &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_new(o, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "http://127.0.0.1:6379");
+  CHECK(none == NULL);
+  EXPECT(ferrolock_options_set_str(o, "nodes", "redis://127.0.0.1:notaport", &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_new(o, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "notaport");
+  /* An unreachable node: the manager is made, the acquire reports the quorum. */
+  EXPECT(ferrolock_options_set_str(o, "nodes", "redis://127.0.0.1:1", &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_new(o, &none, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(none, "k", NULL, NULL, &lock, &err), FERROLOCK_ERR_QUORUM_UNREACHABLE, "127.0.0.1:1");
+  ferrolock_manager_free(none);
+  /* Acquires. */
+  const char *key = fresh_key("bad");
+  EXPECT(ferrolock_manager_acquire(NULL, key, NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  EXPECT(ferrolock_manager_acquire(m, NULL, NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock_out");
+  EXPECT(ferrolock_manager_acquire(m, "", NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "empty");
+  EXPECT(ferrolock_manager_acquire(m, "bad\xfe", NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "UTF-8");
+  EXPECT(ferrolock_manager_try_acquire(NULL, key, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  EXPECT(ferrolock_manager_try_acquire(m, NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_try_acquire(m, key, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock_out");
+  EXPECT(ferrolock_manager_acquire_owned(NULL, key, 1, NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  EXPECT(ferrolock_manager_acquire_owned(m, NULL, 1, NULL, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_acquire_owned(m, key, 1, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock_out");
+  EXPECT(ferrolock_manager_acquire_start(NULL, key, NULL, 1, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  EXPECT(ferrolock_manager_acquire_start(m, NULL, NULL, 1, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_acquire_start(m, key, NULL, 1, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition_out");
+  /* Per-acquire options: a manager option is refused. */
+  ferrolock_options *per = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_str(per, "nodes", "redis://127.0.0.1:2", &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "belongs to the manager");
+  ferrolock_options_free(per);
+  /* Locks. */
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_fence(NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_lock_fence(lock, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "fence_out");
+  EXPECT(ferrolock_lock_fence(lock, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "fencing");
+  EXPECT(ferrolock_lock_check(NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_lock_on_lost(NULL, on_lost, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_lock_on_lost(lock, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "callback");
+  EXPECT(ferrolock_lock_extend(NULL, 0, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_lock_extend(lock, 1, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl");
+  EXPECT(ferrolock_lock_release(NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_acquisition_result(NULL, &dummy, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition");
+  CHECK(ferrolock_lock_key(NULL) == NULL && ferrolock_lock_token(NULL) == NULL);
+  CHECK(ferrolock_lock_validity_ms(NULL) == 0 && !ferrolock_lock_is_held(NULL) && !ferrolock_lock_is_lost(NULL));
+  CHECK(!ferrolock_cancel_is_triggered(NULL));
+  /* Errors are optional; statuses still come back. */
+  CHECK(ferrolock_manager_acquire(m, "", NULL, NULL, &dummy, NULL) == FERROLOCK_ERR_INVALID_ARGUMENT);
+  CHECK(strcmp(ferrolock_status_name(FERROLOCK_ERR_CANCELLED), "CANCELLED") == 0);
+  CHECK(strcmp(ferrolock_status_name(12345), "UNKNOWN") == 0);
+  /* Every free takes NULL. */
+  ferrolock_error_free(NULL);
+  ferrolock_options_free(NULL);
+  ferrolock_manager_free(NULL);
+  ferrolock_lock_free(NULL);
+  ferrolock_cancel_free(NULL);
+  ferrolock_cancel_trigger(NULL);
+  ferrolock_acquisition_cancel(NULL);
+  ferrolock_acquisition_free(NULL);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_options_free(o);
+  ferrolock_manager_free(m);
+}
+
+typedef struct {
+  const char *name;
+  void (*run)(void);
+} test_t;
+
+static const test_t tests[] = {
+    {"acquire_release", test_acquire_release},
+    {"exclusion_and_reentry", test_exclusion_and_reentry},
+    {"extend", test_extend},
+    {"two_processes", test_two_processes},
+    {"lost_before_validity_ends", test_lost_before_validity_ends},
+    {"lost_never_after_free", test_lost_never_after_free},
+    {"cancel_blocked_acquire", test_cancel_blocked_acquire},
+    {"completion_acquire", test_completion_acquire},
+    {"bad_inputs", test_bad_inputs},
+};
+
+static int selected(const char *only, const char *name) {
+  if (!only) return 1;
+  size_t n = strlen(name);
+  for (const char *p = only; (p = strstr(p, name)); p += n)
+    if ((p == only || p[-1] == ',') && (p[n] == '\0' || p[n] == ',')) return 1;
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  self_path = argv[0];
+  if (argc == 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], atoi(argv[3]));
+  const char *only = argc == 3 && strcmp(argv[1], "--only") == 0 ? argv[2] : NULL;
+  read_nodes();
+  int passed = 0, failed = 0;
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    if (!selected(only, tests[i].name)) continue;
+    check_failed = 0;
+    failure[0] = '\0';
+    double t0 = now_ms();
+    tests[i].run();
+    if (check_failed) {
+      failed++;
+      printf("FAIL %s: %s\n", tests[i].name, failure);
+    } else {
+      passed++;
+      printf("ok   %s (%.0f ms)\n", tests[i].name, now_ms() - t0);
+    }
+    fflush(stdout);
+  }
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
