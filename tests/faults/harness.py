@@ -25,7 +25,10 @@ import redis
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
-PROXY_BIN = Path(os.environ.get("FAULTS_PROXY_BIN", ROOT / "target" / "debug" / "testbed-proxy"))
+PROXY_BIN = Path(os.environ.get(
+    "FAULTS_PROXY_BIN",
+    Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target")) / "debug" / "testbed-proxy",
+))
 
 
 def free_port() -> int:

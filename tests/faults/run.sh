@@ -13,7 +13,7 @@ venv="${FERROLOCK_VENV:-$root/.venv}"
 cargo build --locked -q -p ferrolock-testbed --bin testbed-proxy
 # Builds or refreshes the package only when its sources changed; collects nothing else.
 "$root/python/test.sh" --collect-only -q >/dev/null
-export FAULTS_PROXY_BIN="$root/target/debug/testbed-proxy"
+export FAULTS_PROXY_BIN="${CARGO_TARGET_DIR:-$root/target}/debug/testbed-proxy"
 if [ "${1:-}" = chaos ]; then
     shift
     exec "$venv/bin/python" "$root/tests/faults/chaos.py" "$@"
