@@ -164,8 +164,9 @@ async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
     // Nodes 1 and 2 refuse only after node 0 has granted: its answer is in when the attempt
     // is decided, so its undo goes out before the caller is told (a node that answered after
     // the decision is undone in the background instead).
+    // Two seconds: node 0 answers first even on a saturated machine (node timeout 5 s).
     for s in &cluster.servers[1..] {
-        s.cmd::<()>(&["CLIENT", "PAUSE", "500", "WRITE"]);
+        s.cmd::<()>(&["CLIENT", "PAUSE", "2000", "WRITE"]);
     }
     let m2 = m.clone();
     let o2 = o.clone();
