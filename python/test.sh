@@ -23,8 +23,9 @@ fi
 py="$venv/bin/python"
 
 # Test tools, pinned to a major line; installed once.
-if ! "$py" -c 'import pytest, redis, mypy' 2>/dev/null; then
-    "$py" -m pip install "${pip_quiet[@]}" "pytest>=8,<10" "redis>=5,<8" "mypy>=1.11,<2"
+if ! "$py" -c 'import pytest, redis, mypy, prometheus_client' 2>/dev/null; then
+    "$py" -m pip install "${pip_quiet[@]}" "pytest>=8,<10" "redis>=5,<8" "mypy>=1.11,<2" \
+        "prometheus_client>=0.20,<1"
 fi
 
 # Rebuild only when the Rust or Python sources of the package changed.

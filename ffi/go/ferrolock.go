@@ -87,7 +87,7 @@ func options(opts []Option) (*C.ferrolock_options, error) {
 				C.free(unsafe.Pointer(name))
 				C.ferrolock_options_free(o)
 				return nil, &Error{Code: "INVALID_ARGUMENT", Status: 1,
-					Message: fmt.Sprintf("%s = %d: must not be negative", s.name, v)}
+					Message: fmt.Sprintf("%s=%d: must not be negative", s.name, v)}
 			}
 			status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
 		case uint64:
@@ -334,7 +334,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 			return 0, err
 		}
 		if ms == 0 {
-			return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "ttl = 0s: must be greater than zero"}
+			return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "ttl=0s: must be greater than zero"}
 		}
 	}
 	l.mu.Lock()

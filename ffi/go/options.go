@@ -53,7 +53,7 @@ func RestartGuard(d time.Duration) Option { return Set("restart_guard", d) }
 func millis(name string, d time.Duration) (uint64, error) {
 	if d < 0 {
 		return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1,
-			Message: fmt.Sprintf("%s = %v: must not be negative", name, d)}
+			Message: fmt.Sprintf("%s=%v: must not be negative", name, d)}
 	}
 	ms := uint64(d / time.Millisecond)
 	if ms == 0 && d > 0 {

@@ -175,7 +175,7 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
   const cases = [
     [['', async () => 1, { nodes }], /non-empty string/],
     [[42, async () => 1, { nodes }], /non-empty string, got 42/],
-    [['k', async () => 1, { nodes, ttl: 0 }], /ttl = 0/],
+    [['k', async () => 1, { nodes, ttl: 0 }], /ttl=0/],
     [['k', async () => 1, { nodes, ttl: -5 }], /ttl=-5.*negative/],
     [['k', async () => 1, { nodes, ttl: NaN }], /ttl=NaN.*not a number/],
     [['k', async () => 1, { nodes, ttl: 1.5 }], /ttl=1\.5.*whole number/],

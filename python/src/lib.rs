@@ -1,10 +1,11 @@
 //! The Python binding of ferrolock, built by maturin into `ferrolock._ferrolock`.
 //!
 //! No lock logic lives here: it is in the core's host layer (`ferrolock::host`). Options are
-//! converted (`options`), core errors mapped once (`errors`), host calls waited for from
-//! blocking or asyncio callers (`bridge`), and the `with` state kept (`context`: the GIL's
-//! way of interrupting a thread). The public Python
-//! API is assembled in `python/ferrolock/__init__.py`.
+//! converted and set through the core's options table (`options`), core errors mapped once
+//! (`errors`), the core's metrics read (`metrics`), host calls waited for from blocking or
+//! asyncio callers (`bridge`), and the `with` state kept (`context`: the GIL's way of
+//! interrupting a thread). The public Python API is assembled in
+//! `python/ferrolock/__init__.py`.
 
 mod bridge;
 mod context;
@@ -12,6 +13,7 @@ mod errors;
 mod lock;
 mod log;
 mod manager;
+mod metrics;
 mod options;
 
 use pyo3::prelude::*;
@@ -46,11 +48,13 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
         .map(|k| (k.code(), k.number()))
         .collect();
     m.add("ERROR_CODES", codes)?;
-    m.add("LOCK_OPTIONS", options::LOCK_OPTIONS.to_vec())?;
-    m.add("MANAGER_OPTIONS", options::MANAGER_OPTIONS.to_vec())?;
+    m.add("LOCK_OPTIONS", options::lock_options())?;
+    m.add("MANAGER_OPTIONS", options::manager_options())?;
     m.add_class::<manager::PyManager>()?;
     m.add_class::<lock::PyLock>()?;
     m.add_class::<context::PyLockContext>()?;
+    m.add_function(wrap_pyfunction!(metrics::snapshot, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::prometheus_text, m)?)?;
     m.add_function(wrap_pyfunction!(_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_log_level, m)?)?;
     Ok(())

@@ -1,40 +1,47 @@
-//! Keyword options from Python into the core's option structs. Only conversion happens here:
-//! durations from float seconds or `datetime.timedelta`, strict bools and counts. Every
-//! refusal is an `InvalidArgument` naming the option, the value and (for a lock) the key.
-//! Range rules that need no Python knowledge (ttl >= 1ms, drift < ttl, ...) stay in the core.
+//! Keyword options from Python into the core's options table (`ferrolock::OPTIONS`). Each
+//! value is converted by the type the table declares for its option (durations from float
+//! seconds or `datetime.timedelta`, strict bools and counts) and set through
+//! `ManagerOptions::set`, which checks ranges and words its errors `name=value: why` with the
+//! value as Python shows it (`repr`). A value of the wrong Python type is refused here, in the
+//! same words. Every refusal is an `InvalidArgument` (a ValueError and a TypeError) naming the
+//! option, the value and, for a lock, the key.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use ferrolock::{LockOptions, MAX_DURATION, ManagerOptions, split_nodes};
+use ferrolock::{LockOptions, MAX_DURATION, ManagerOptions, OPTIONS, OptionScope, OptionType};
+use ferrolock::{OptionValue as Value, option_spec};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
 
 use crate::errors::invalid;
 
+/// This binding's own options (the table's `Scope::Binding("python")` rows).
+const BINDING: OptionScope = OptionScope::Binding("python");
+
+fn names(keep: impl Fn(OptionScope) -> bool) -> Vec<&'static str> {
+    OPTIONS
+        .iter()
+        .filter(|o| keep(o.scope))
+        .map(|o| o.name)
+        .collect()
+}
+
 /// Options of one lock, accepted by `LockManager(...)` (as defaults), `redlock()`,
 /// `manager.lock()` and `manager.acquire()`.
-pub const LOCK_OPTIONS: &[&str] = &[
-    "ttl",
-    "wait",
-    "retry_delay",
-    "node_timeout",
-    "drift_factor",
-    "watchdog",
-    "max_hold",
-    "max_extensions",
-    "reentrant",
-    "fencing",
-    "interrupt",
-];
+pub fn lock_options() -> Vec<&'static str> {
+    names(|s| s == OptionScope::Lock || s == BINDING)
+}
+
 /// Options of the connection, accepted by `LockManager(...)` and `redlock()` only.
-pub const MANAGER_OPTIONS: &[&str] = &["nodes", "tls_ca", "restart_guard"];
+pub fn manager_options() -> Vec<&'static str> {
+    names(|s| s == OptionScope::Manager)
+}
 
 /// Where the option was given, for messages: a lock's key, or the manager.
 #[derive(Clone, Copy)]
-pub struct Ctx<'a> {
-    pub key: Option<&'a str>,
+struct Ctx<'a> {
+    key: Option<&'a str>,
 }
 
 impl Ctx<'_> {
@@ -44,23 +51,28 @@ impl Ctx<'_> {
             None => "LockManager: ".to_string(),
         }
     }
+
+    fn invalid(&self, py: Python<'_>, message: impl std::fmt::Display) -> PyErr {
+        invalid(py, format!("{}{message}", self.prefix()), self.key)
+    }
 }
 
-fn bad(py: Python<'_>, ctx: Ctx<'_>, name: &str, value: &Bound<'_, PyAny>, why: &str) -> PyErr {
-    let shown = value
+/// The value as Python shows it: what the user wrote, as close as can be known.
+fn written(value: &Bound<'_, PyAny>) -> String {
+    value
         .repr()
         .map(|r| r.to_string())
-        .unwrap_or_else(|_| "<unprintable>".to_string());
+        .unwrap_or_else(|_| "<unprintable>".to_string())
+}
+
+/// A value of the wrong Python type (or one no core type can hold), in the core's wording.
+fn bad(py: Python<'_>, ctx: Ctx<'_>, name: &str, value: &Bound<'_, PyAny>, why: &str) -> PyErr {
     let ty = value
         .get_type()
         .name()
         .map(|n| n.to_string())
         .unwrap_or_else(|_| "?".to_string());
-    invalid(
-        py,
-        format!("{}invalid {name}={shown} ({ty}): {why}", ctx.prefix()),
-        ctx.key,
-    )
+    ctx.invalid(py, format!("{name}={} ({ty}): {why}", written(value)))
 }
 
 fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
@@ -74,27 +86,17 @@ fn is_text(v: &Bound<'_, PyAny>) -> bool {
         || v.is_instance_of::<PyByteArray>()
 }
 
-#[derive(Clone, Copy, PartialEq)]
-enum Zero {
-    Refuse,
-    Allow,
-}
-
-/// Seconds as int/float (not bool, not str) or a `datetime.timedelta`.
+/// Seconds as int/float (not bool, not str) or a `datetime.timedelta`, into a `Duration`.
+/// Zero and the upper bound are left to the core; a negative or NaN value has no `Duration`.
 fn duration(
     py: Python<'_>,
     ctx: Ctx<'_>,
     name: &str,
     v: &Bound<'_, PyAny>,
-    zero: Zero,
 ) -> PyResult<Duration> {
-    let kind = if zero == Zero::Refuse {
-        "a positive number of seconds or a datetime.timedelta"
-    } else {
-        "a number of seconds (>= 0) or a datetime.timedelta"
-    };
+    let expected = "expected a number of seconds or a datetime.timedelta";
     if v.is_instance_of::<PyBool>() || is_text(v) {
-        return Err(bad(py, ctx, name, v, &format!("expected {kind}")));
+        return Err(bad(py, ctx, name, v, expected));
     }
     let secs: f64 = if v.is_instance(timedelta_type(py)?)? {
         v.call_method0("total_seconds")?.extract()?
@@ -102,142 +104,133 @@ fn duration(
         match v.extract::<f64>() {
             Ok(f) => f,
             Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => f64::INFINITY,
-            Err(_) => return Err(bad(py, ctx, name, v, &format!("expected {kind}"))),
+            Err(_) => return Err(bad(py, ctx, name, v, expected)),
         }
     };
     if secs.is_nan() {
-        return Err(bad(
-            py,
-            ctx,
-            name,
-            v,
-            &format!("not a number; expected {kind}"),
-        ));
+        return Err(bad(py, ctx, name, v, &format!("not a number; {expected}")));
     }
     if secs < 0.0 {
-        return Err(bad(
-            py,
-            ctx,
-            name,
-            v,
-            &format!("must not be negative; expected {kind}"),
-        ));
+        return Err(bad(py, ctx, name, v, "must not be negative"));
     }
-    if secs == 0.0 && zero == Zero::Refuse {
-        return Err(bad(
-            py,
-            ctx,
-            name,
-            v,
-            &format!("must be greater than zero; expected {kind}"),
-        ));
-    }
-    if secs > MAX_DURATION.as_secs_f64() {
-        return Err(bad(
-            py,
-            ctx,
-            name,
-            v,
-            &format!(
-                "too long: the maximum is {} seconds (about 24.8 days)",
-                MAX_DURATION.as_secs_f64()
-            ),
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    // Anything past the bound is refused by the core as "too long"; one past it is enough.
+    Ok(if secs > MAX_DURATION.as_secs_f64() {
+        MAX_DURATION + Duration::from_millis(1)
+    } else {
+        Duration::from_secs_f64(secs)
+    })
 }
 
-fn optional_duration(
-    py: Python<'_>,
-    ctx: Ctx<'_>,
-    name: &str,
-    v: &Bound<'_, PyAny>,
-    zero: Zero,
-) -> PyResult<Option<Duration>> {
-    if v.is_none() {
-        return Ok(None);
-    }
-    duration(py, ctx, name, v, zero).map(Some)
-}
-
-pub fn boolean(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
+fn boolean(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<bool> {
     if !v.is_instance_of::<PyBool>() {
         return Err(bad(py, ctx, name, v, "expected True or False"));
     }
     v.extract()
 }
 
-fn count(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
-    if v.is_none() {
-        return Ok(None);
-    }
-    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<pyo3::types::PyInt>() {
-        return Err(bad(
-            py,
-            ctx,
-            name,
-            v,
-            "expected a whole number >= 0 or None",
-        ));
-    }
-    match v.extract::<i64>() {
-        Ok(n) if n < 0 => Err(bad(py, ctx, name, v, "must not be negative")),
-        Ok(n) if n > i64::from(u32::MAX) => {
-            Err(bad(py, ctx, name, v, "too large (at most 4294967295)"))
+fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    let why =
+        "expected a list of node URLs (redis://, rediss://, unix://) or one comma-separated string";
+    // The core reads an empty list as "the default nodes"; written out, it is a mistake.
+    let empty = "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
+    if let Ok(s) = v.cast::<PyString>() {
+        let s = s.to_str()?;
+        if s.split(',').all(|n| n.trim().is_empty()) {
+            return Err(bad(py, ctx, "nodes", v, empty));
         }
-        Ok(n) => Ok(Some(n as u32)),
-        Err(_) => Err(bad(py, ctx, name, v, "too large (at most 4294967295)")),
+        return Ok(Value::Text(s.to_string()));
     }
+    if !(v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()) {
+        return Err(bad(py, ctx, "nodes", v, why));
+    }
+    let mut out = Vec::new();
+    for item in v.try_iter()? {
+        match item?.cast::<PyString>() {
+            Ok(s) => out.push(s.to_str()?.to_string()),
+            Err(_) => return Err(bad(py, ctx, "nodes", v, why)),
+        }
+    }
+    if out.is_empty() {
+        return Err(bad(py, ctx, "nodes", v, empty));
+    }
+    Ok(Value::List(out))
 }
 
-fn fraction(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<f64> {
-    if v.is_instance_of::<PyBool>() || is_text(v) {
-        return Err(bad(py, ctx, name, v, "expected a number in [0, 1)"));
-    }
-    let f: f64 = v
-        .extract()
-        .map_err(|_| bad(py, ctx, name, v, "expected a number in [0, 1)"))?;
-    if !f.is_finite() || !(0.0..1.0).contains(&f) {
-        return Err(bad(py, ctx, name, v, "expected a number in [0, 1)"));
-    }
-    Ok(f)
-}
-
-/// Applies one per-lock option. `interrupt` is Python-only and returned separately.
-fn set_lock_option(
+/// The Python value of option `kind` as the core's value; `None` is the option's "none".
+fn convert(
     py: Python<'_>,
     ctx: Ctx<'_>,
-    opts: &mut LockOptions,
+    name: &str,
+    kind: OptionType,
+    v: &Bound<'_, PyAny>,
+) -> PyResult<Value> {
+    if v.is_none() && !matches!(kind, OptionType::Bool | OptionType::Urls) {
+        return Ok(Value::None);
+    }
+    Ok(match kind {
+        OptionType::Duration | OptionType::OptionalDuration { .. } => {
+            Value::Duration(duration(py, ctx, name, v)?)
+        }
+        OptionType::Bool => Value::Bool(boolean(py, ctx, name, v)?),
+        OptionType::OptionalCount => {
+            if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+                return Err(bad(py, ctx, name, v, "expected a whole number >= 0 or None"));
+            }
+            match v.extract::<u64>() {
+                Ok(n) => Value::Count(n),
+                Err(_) if v.lt(0)? => return Err(bad(py, ctx, name, v, "must not be negative")),
+                // Past u64: the core refuses anything past its own bound as too large.
+                Err(_) => Value::Count(u64::MAX),
+            }
+        }
+        OptionType::Fraction => {
+            if v.is_instance_of::<PyBool>() || is_text(v) {
+                return Err(bad(py, ctx, name, v, "expected a number in [0, 1)"));
+            }
+            Value::Number(
+                v.extract()
+                    .map_err(|_| bad(py, ctx, name, v, "expected a number in [0, 1)"))?,
+            )
+        }
+        OptionType::Urls => node_urls(py, ctx, v)?,
+        OptionType::OptionalPath => {
+            let why = "expected a path (str or os.PathLike) or None";
+            let path = py
+                .import("os")?
+                .call_method1("fspath", (v,))
+                .map_err(|_| bad(py, ctx, name, v, why))?;
+            Value::Text(path.extract().map_err(|_| bad(py, ctx, name, v, why))?)
+        }
+        _ => return Err(bad(py, ctx, name, v, "this option's type is not supported in Python")),
+    })
+}
+
+/// Sets one option through the core's table; the Python-only `interrupt` is returned instead.
+fn set(
+    py: Python<'_>,
+    ctx: Ctx<'_>,
+    opts: &mut ManagerOptions,
     interrupt: &mut Option<bool>,
     name: &str,
     v: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    match name {
-        "ttl" => opts.ttl = duration(py, ctx, name, v, Zero::Refuse)?,
-        "wait" => opts.wait = optional_duration(py, ctx, name, v, Zero::Allow)?,
-        "retry_delay" => opts.retry_delay = duration(py, ctx, name, v, Zero::Refuse)?,
-        "node_timeout" => opts.node_timeout = optional_duration(py, ctx, name, v, Zero::Refuse)?,
-        "drift_factor" => opts.drift_factor = fraction(py, ctx, name, v)?,
-        "watchdog" => opts.watchdog = boolean(py, ctx, name, v)?,
-        "max_hold" => opts.max_hold = optional_duration(py, ctx, name, v, Zero::Refuse)?,
-        "max_extensions" => opts.max_extensions = count(py, ctx, name, v)?,
-        "reentrant" => opts.reentrant = boolean(py, ctx, name, v)?,
-        "fencing" => opts.fencing = boolean(py, ctx, name, v)?,
-        "interrupt" => *interrupt = Some(boolean(py, ctx, name, v)?),
-        _ => unreachable!("checked by the caller"),
+    let spec = option_spec(name).expect("checked by the caller");
+    if spec.scope == BINDING {
+        *interrupt = Some(boolean(py, ctx, name, v)?);
+        return Ok(());
     }
-    Ok(())
+    let value = convert(py, ctx, name, spec.kind, v)?;
+    opts.set(name, value, &written(v))
+        .map_err(|e| ctx.invalid(py, e.message()))
 }
 
 fn unknown(py: Python<'_>, ctx: Ctx<'_>, name: &str, allowed: &[&str]) -> PyErr {
-    invalid(
+    ctx.invalid(
         py,
         format!(
-            "{}unexpected option {name:?}; valid options: {}",
-            ctx.prefix(),
+            "unexpected option {name:?}; valid options: {}",
             allowed.join(", ")
         ),
-        ctx.key,
     )
 }
 
@@ -255,31 +248,30 @@ pub fn lock_args(
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<LockArgs> {
     let ctx = Ctx { key: Some(key) };
-    let mut opts = defaults.clone();
+    let mut opts = ManagerOptions::new().lock(defaults.clone());
     let mut interrupt = None;
     if let Some(d) = options {
         for (k, v) in d.iter() {
             let name: String = k.extract()?;
-            if LOCK_OPTIONS.contains(&name.as_str()) {
-                set_lock_option(py, ctx, &mut opts, &mut interrupt, &name, &v)?;
-            } else if MANAGER_OPTIONS.contains(&name.as_str()) {
-                return Err(invalid(
-                    py,
-                    format!(
-                        "{}{name} is an option of the LockManager (its connections), not of one lock: pass it to LockManager(...) or redlock(...)",
-                        ctx.prefix()
-                    ),
-                    ctx.key,
-                ));
-            } else {
-                return Err(unknown(py, ctx, &name, LOCK_OPTIONS));
+            match option_spec(&name).map(|s| s.scope) {
+                Some(OptionScope::Lock) | Some(BINDING) => {
+                    set(py, ctx, &mut opts, &mut interrupt, &name, &v)?
+                }
+                Some(OptionScope::Manager) => {
+                    return Err(ctx.invalid(
+                        py,
+                        format!("{name} is an option of the LockManager (its connections), not of one lock: pass it to LockManager(...) or redlock(...)"),
+                    ));
+                }
+                _ => return Err(unknown(py, ctx, &name, &lock_options())),
             }
         }
     }
-    opts.validate()
-        .map_err(|e| invalid(py, format!("{}{}", ctx.prefix(), e.message()), ctx.key))?;
+    opts.lock
+        .validate()
+        .map_err(|e| ctx.invalid(py, e.message()))?;
     Ok(LockArgs {
-        opts,
+        opts: opts.lock,
         interrupt: interrupt.unwrap_or(default_interrupt),
     })
 }
@@ -287,40 +279,6 @@ pub fn lock_args(
 pub struct ManagerArgs {
     pub options: ManagerOptions,
     pub interrupt: bool,
-}
-
-fn nodes_list(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
-    let ctx = Ctx { key: None };
-    let why =
-        "expected a list of node URLs (redis://, rediss://, unix://) or one comma-separated string";
-    if let Ok(s) = v.cast::<PyString>() {
-        let nodes = split_nodes(s.to_str()?);
-        if nodes.iter().all(|n| n.is_empty()) {
-            return Err(bad(py, ctx, "nodes", v, "no node URL given"));
-        }
-        return Ok(nodes);
-    }
-    if !(v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()) {
-        return Err(bad(py, ctx, "nodes", v, why));
-    }
-    let mut out = Vec::new();
-    for item in v.try_iter()? {
-        let item = item?;
-        match item.cast::<PyString>() {
-            Ok(s) => out.push(s.to_str()?.to_string()),
-            Err(_) => return Err(bad(py, ctx, "nodes", v, why)),
-        }
-    }
-    if out.is_empty() {
-        return Err(bad(
-            py,
-            ctx,
-            "nodes",
-            v,
-            "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)",
-        ));
-    }
-    Ok(out)
 }
 
 pub fn manager_args(
@@ -331,59 +289,33 @@ pub fn manager_args(
     let ctx = Ctx { key: None };
     let mut mo = ManagerOptions::new();
     let mut interrupt = None;
-    if let Some(n) = nodes.filter(|n| !n.is_none()) {
-        mo.nodes = nodes_list(py, n)?;
+    let positional = nodes.filter(|n| !n.is_none());
+    if let Some(n) = positional {
+        set(py, ctx, &mut mo, &mut interrupt, "nodes", n)?;
     }
     if let Some(d) = options {
         for (k, v) in d.iter() {
             let name: String = k.extract()?;
-            match name.as_str() {
-                "nodes" => {
-                    if nodes.is_some_and(|n| !n.is_none()) {
-                        return Err(invalid(py, "LockManager: nodes given twice", None));
-                    }
-                    if !v.is_none() {
-                        mo.nodes = nodes_list(py, &v)?;
-                    }
+            let Some(spec) = option_spec(&name).filter(|s| {
+                matches!(s.scope, OptionScope::Manager | OptionScope::Lock) || s.scope == BINDING
+            }) else {
+                let mut all = manager_options();
+                all.extend(lock_options());
+                return Err(unknown(py, ctx, &name, &all));
+            };
+            if spec.name == "nodes" {
+                if positional.is_some() {
+                    return Err(ctx.invalid(py, "nodes given twice"));
                 }
-                "tls_ca" => {
-                    if !v.is_none() {
-                        let path =
-                            py.import("os")?
-                                .call_method1("fspath", (&v,))
-                                .map_err(|_| {
-                                    bad(
-                                        py,
-                                        ctx,
-                                        "tls_ca",
-                                        &v,
-                                        "expected a path (str or os.PathLike) or None",
-                                    )
-                                })?;
-                        let path: String = path
-                            .extract()
-                            .map_err(|_| bad(py, ctx, "tls_ca", &v, "expected a str path"))?;
-                        mo.tls_ca = Some(PathBuf::from(path));
-                    }
-                }
-                "restart_guard" => {
-                    mo.restart_guard =
-                        optional_duration(py, ctx, "restart_guard", &v, Zero::Allow)?;
-                }
-                n if LOCK_OPTIONS.contains(&n) => {
-                    set_lock_option(py, ctx, &mut mo.lock, &mut interrupt, n, &v)?;
-                }
-                _ => {
-                    let mut all: Vec<&str> = MANAGER_OPTIONS.to_vec();
-                    all.extend_from_slice(LOCK_OPTIONS);
-                    return Err(unknown(py, ctx, &name, &all));
+                // `nodes=None` is the default (FERROLOCK_NODES, else the local node).
+                if v.is_none() {
+                    continue;
                 }
             }
+            set(py, ctx, &mut mo, &mut interrupt, &name, &v)?;
         }
     }
-    mo.lock
-        .validate()
-        .map_err(|e| invalid(py, format!("{}{}", ctx.prefix(), e.message()), None))?;
+    mo.lock.validate().map_err(|e| ctx.invalid(py, e.message()))?;
     Ok(ManagerArgs {
         options: mo,
         interrupt: interrupt.unwrap_or(true),

@@ -235,8 +235,9 @@ pub enum Value {
 
 impl ManagerOptions {
     /// Sets the option `name` (snake_case) to `value`. `written` is the value as the user
-    /// wrote it (`"0"`, `"-5"`, `"10 s"`): every error quotes it, with the option's name. A
-    /// binding-only option (`Scope::Binding`) is refused here: the binding handles it.
+    /// wrote it (`"0"`, `"-5"`, `"10 s"`): every error reads `name=written: why`, the form every
+    /// binding uses for the values it refuses itself. A binding-only option
+    /// (`Scope::Binding`) is refused here: the binding handles it.
     pub fn set(&mut self, name: &str, value: Value, written: &str) -> Result<()> {
         let Some(spec) = spec(name) else {
             let known: Vec<&str> = OPTIONS
@@ -249,7 +250,7 @@ impl ManagerOptions {
                 known.join(", ")
             )));
         };
-        let bad = |why: &str| Error::invalid(format!("{name} = {written}: {why}"));
+        let bad = |why: &str| Error::invalid(format!("{name}={written}: {why}"));
         let duration = |v: &Value, zero_ok: bool| -> Result<Option<Duration>> {
             match v {
                 Value::None => Ok(None),
@@ -382,23 +383,23 @@ mod tests {
         let e = o
             .set("ttl", Value::Duration(Duration::ZERO), "0.0")
             .unwrap_err();
-        assert_eq!(e.to_string(), "ttl = 0.0: must be greater than zero");
+        assert_eq!(e.to_string(), "ttl=0.0: must be greater than zero");
         let e = o
             .set("max_extensions", Value::Count(1 << 40), "1099511627776")
             .unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("max_extensions = 1099511627776: too large"),
+                .starts_with("max_extensions=1099511627776: too large"),
             "{e}"
         );
         let e = o
             .set("drift_factor", Value::Number(1.5), "1.5")
             .unwrap_err();
-        assert!(e.to_string().contains("drift_factor = 1.5"), "{e}");
+        assert!(e.to_string().contains("drift_factor=1.5"), "{e}");
         let e = o
             .set("watchdog", Value::Text("yes".into()), "'yes'")
             .unwrap_err();
-        assert!(e.to_string().contains("watchdog = 'yes'"), "{e}");
+        assert!(e.to_string().contains("watchdog='yes'"), "{e}");
         let e = o.set("tll", Value::None, "1").unwrap_err();
         assert!(e.to_string().contains("unknown option \"tll\""), "{e}");
         let e = o.set("interrupt", Value::Bool(true), "True").unwrap_err();
@@ -410,7 +411,7 @@ mod tests {
                 "30d",
             )
             .unwrap_err();
-        assert!(e.to_string().contains("wait = 30d: too long"), "{e}");
+        assert!(e.to_string().contains("wait=30d: too long"), "{e}");
     }
 
     /// The README's configuration table is this table: same options, order, defaults, docs.

@@ -33,7 +33,7 @@ from ._errors import (
     QuorumUnreachable,
     RedisError,
 )
-from ._ferrolock import Lock, _LockContextBase, _Manager
+from ._ferrolock import Lock, _LockContextBase, _Manager, metrics, prometheus_text
 
 __version__: str = _ferrolock.__version__
 
@@ -48,6 +48,8 @@ __all__ = [
     "NotHeld",
     "QuorumUnreachable",
     "RedisError",
+    "metrics",
+    "prometheus_text",
     "redlock",
 ]
 

@@ -30,6 +30,8 @@ __all__ = [
     "NotHeld",
     "QuorumUnreachable",
     "RedisError",
+    "metrics",
+    "prometheus_text",
     "redlock",
 ]
 
@@ -88,3 +90,22 @@ class LockManager:
     async def __aexit__(self, *exc: object) -> None: ...
 
 def redlock(key: str, **options: Unpack[_RedlockOptions]) -> LockContext: ...
+
+class _Histogram(TypedDict):
+    buckets: list[tuple[float, int]]  # (upper bound in seconds, cumulative count); the last is inf
+    count: int
+    sum: float
+
+class _PrefixMetrics(TypedDict):
+    attempts: int
+    grants: int
+    handoffs: int
+    renewals: int
+    renewal_failures: int
+    failures: dict[str, int]
+    losses: dict[str, int]
+    wait: _Histogram
+    hold: _Histogram
+
+def metrics() -> dict[str, _PrefixMetrics]: ...
+def prometheus_text() -> str: ...

@@ -16,11 +16,16 @@ __all__ = [
     "_exit",
     "ERROR_CODES",
     "_sync_log_level",
+    "metrics",
+    "prometheus_text",
 ]
 __version__: Final[str]
 LOCK_OPTIONS: list[str]
 MANAGER_OPTIONS: list[str]
 ERROR_CODES: list[tuple[str, int]]
+
+def metrics() -> dict[str, dict[str, Any]]: ...
+def prometheus_text() -> str: ...
 
 @final
 class Lock:
