@@ -88,6 +88,37 @@ def test_bad_lock_option_as_manager_default(node: RedisNode, name: str, value: A
 
 
 @pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        # Range errors: the core's options table (`ManagerOptions::set`), the value as repr().
+        ("ttl", 0, "ttl=0: must be greater than zero"),
+        ("ttl", timedelta(0), "ttl=datetime.timedelta(0): must be greater than zero"),
+        ("ttl", None, 'ttl=None: must be a duration (it has no "none")'),
+        ("ttl", 3e6, "ttl=3000000.0: too long: the maximum is 2147483647ms (about 24.8 days)"),
+        ("drift_factor", 1.5, "drift_factor=1.5: expected a number in [0, 1)"),
+        ("max_extensions", 2**40, "max_extensions=1099511627776: too large (at most 4294967295)"),
+        # Type errors: the binding, in the same form, with the Python type.
+        ("ttl", "10", "ttl='10' (str): expected a number of seconds or a datetime.timedelta"),
+        ("watchdog", 1, "watchdog=1 (int): expected True or False"),
+        ("max_extensions", -1, "max_extensions=-1 (int): must not be negative"),
+    ],
+)
+def test_option_errors_read_name_equals_value_in_the_cores_words(
+    manager: LockManager, key: str, name: str, value: Any, message: str
+) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        manager.acquire(key, **{name: value})
+    assert str(info.value) == f'lock "{key}": {message}'
+
+
+def test_option_names_are_the_cores_table() -> None:
+    lock = set(ferrolock._ferrolock.LOCK_OPTIONS)
+    manager = set(ferrolock._ferrolock.MANAGER_OPTIONS)
+    assert manager == {"nodes", "tls_ca", "restart_guard"}
+    assert "interrupt" in lock and "ttl" in lock and not lock & manager
+
+
+@pytest.mark.parametrize(
     ("kwargs", "shown"),
     [
         ({"nodes": []}, "nodes=[]"),
