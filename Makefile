@@ -40,7 +40,8 @@ DURATION ?= 10m
 chaos: redis
 	tests/faults/run.sh chaos --duration $(DURATION) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
 
-## Several `ferrolock run` processes contending for one key, on a redis-server of its own.
+## A Python worker and `ferrolock run`s sharing one key on a redis-server of its own, with
+## `ferrolock inspect` showing the holder and `ferrolock run --stats` the counts.
 demo: redis
 	@scripts/demo.sh
 

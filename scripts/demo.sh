@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Four `ferrolock run` workers contend for one key on a redis-server of our own and take turns;
-# a fifth, with --wait 100ms, gives up with exit code 75. Checks at the end that no two
-# critical sections overlapped.
+# One key shared by a Python worker and `ferrolock run`, on a redis-server of our own: the
+# Python worker takes the lock, `ferrolock inspect` shows it as the holder, two `ferrolock run`
+# workers wait and then take turns (one prints its metrics with --stats), and a third, with
+# --wait 100ms, gives up with exit code 75. Checks at the end that no two critical sections
+# overlapped. Reuses the Python build of python/test.sh (python/build.sh).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -10,14 +12,16 @@ cd "$root"
 "$root/scripts/ensure-redis.sh"
 cargo build -q -p ferrolock-cli
 bin="${CARGO_TARGET_DIR:-$root/target}/debug/ferrolock"
+py="$("$root/python/build.sh")"
 
 work="$(mktemp -d)"
 server_pid=""
+python_pid=""
 cleanup() {
-  if [ -n "$server_pid" ]; then
-    kill "$server_pid" 2>/dev/null || true
-    wait "$server_pid" 2>/dev/null || true
-  fi
+  for pid in $python_pid $server_pid; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -50,52 +54,90 @@ start_redis
 nodes="redis://127.0.0.1:$port"
 key="demo:nightly-report"
 sections="$work/sections"
-echo "redis-server on port $port (pid $server_pid); 4 workers contend for lock \"$key\""
+echo "redis-server on port $port (pid $server_pid); lock \"$key\""
+
+# The Python worker: holds the lock until told to go (the file $work/go appears).
+"$py" - "$nodes" "$key" "$sections" "$work" <<'PY' &
+import os, sys, time
+import ferrolock
+
+nodes, key, sections, work = sys.argv[1:]
+with ferrolock.redlock(key, nodes=[nodes], ttl=5.0) as lock:
+    print(f"[python] got the lock (token {lock.token[:8]}…), holding it", flush=True)
+    with open(sections, "a") as f:
+        f.write(f"start {time.time_ns()}\n")
+    with open(os.path.join(work, "token"), "w") as f:
+        f.write(lock.token)
+    while not os.path.exists(os.path.join(work, "go")):
+        time.sleep(0.05)
+    with open(sections, "a") as f:
+        f.write(f"end {time.time_ns()}\n")
+print(f"[python] released; grants counted here: {ferrolock.metrics()['demo']['grants']}", flush=True)
+PY
+python_pid=$!
+for _ in $(seq 600); do
+  [ -s "$work/token" ] && break
+  kill -0 "$python_pid" 2>/dev/null || { echo "demo: FAILED: the Python worker exited" >&2; exit 1; }
+  sleep 0.05
+done
+[ -s "$work/token" ] || { echo "demo: FAILED: the Python worker never got the lock" >&2; exit 1; }
+
+echo "\$ ferrolock inspect $key"
+"$bin" inspect --nodes "$nodes" "$key" | tee "$work/inspect"
+if ! grep -q "$(cat "$work/token")" "$work/inspect"; then
+  echo "demo: FAILED: inspect does not show the Python worker's token" >&2
+  exit 1
+fi
 
 # The critical section: runs as the child of `ferrolock run`, with the lock held.
 critical='
-  printf "[worker %s] got the lock (token %s…) at %s, working 300ms\n" \
-    "$1" "${FERROLOCK_TOKEN:0:8}" "$(date +%H:%M:%S.%3N)"
+  printf "[run %s] got the lock (token %s…), working 300ms\n" "$1" "${FERROLOCK_TOKEN:0:8}"
   echo "start $(date +%s%N)" >>"$2"
   sleep 0.3
   echo "end $(date +%s%N)" >>"$2"
-  printf "[worker %s] done\n" "$1"
 '
-
-started=$(date +%s%N)
 pids=()
-for n in 1 2 3 4; do
-  echo "[worker $n] waiting for the lock"
-  "$bin" run --nodes "$nodes" --ttl 5s "$key" -- bash -c "$critical" worker "$n" "$sections" &
+for n in 1 2; do
+  echo "[run $n] waiting for the lock"
+  stats=()
+  [ "$n" = 1 ] && stats=(--stats)
+  "$bin" run "${stats[@]}" --nodes "$nodes" --ttl 5s "$key" -- bash -c "$critical" run "$n" "$sections" \
+    2>"$work/stderr-$n" &
   pids+=("$!")
 done
 
-# Started once a worker surely holds the lock, so it finds it taken.
-sleep 0.1
 echo "[impatient] trying with --wait 100ms"
 impatient=0
-"$bin" run --nodes "$nodes" --wait 100ms "$key" -- echo "[impatient] got the lock (unexpected)" || impatient=$?
+"$bin" run --nodes "$nodes" --wait 100ms "$key" -- echo "[impatient] got the lock (unexpected)" \
+  2>/dev/null || impatient=$?
 echo "[impatient] gave up: exit code $impatient"
 
+touch "$work/go"
+wait "$python_pid"
+python_pid=""
 failed=0
 for pid in "${pids[@]}"; do
   wait "$pid" || failed=$((failed + 1))
 done
-elapsed_ms=$((($(date +%s%N) - started) / 1000000))
+
+echo "\$ ferrolock run --stats ...   (run 1's metrics, Prometheus text on stderr; the counters)"
+grep -E '^ferrolock_(acquire_attempts_total|grants_total|handoffs_total|wait_seconds_(sum|count)|hold_seconds_(sum|count))\{' \
+  "$work/stderr-1" || { echo "demo: FAILED: no metrics from --stats" >&2; cat "$work/stderr-1" >&2; exit 1; }
 
 # Sections must come strictly in turn: start, end, start, end, ... each start after the
 # previous end.
 if ! awk '
   $1 == "start" { if (open || $2 < last_end) bad = 1; open = 1; n++ }
   $1 == "end"   { if (!open) bad = 1; open = 0; last_end = $2 }
-  END { exit (bad || open || n != 4) }
+  END { exit (bad || open || n != 3) }
 ' "$sections"; then
   echo "demo: FAILED: critical sections overlapped:" >&2
   cat "$sections" >&2
   exit 1
 fi
 if [ "$failed" -ne 0 ] || [ "$impatient" -ne 75 ]; then
-  echo "demo: FAILED: $failed worker(s) failed; the impatient run exited $impatient, expected 75" >&2
+  echo "demo: FAILED: $failed run(s) failed; the impatient run exited $impatient, expected 75" >&2
+  cat "$work"/stderr-* >&2
   exit 1
 fi
-echo "summary: 4 workers held \"$key\" one at a time (no overlap) in ${elapsed_ms}ms; the one with --wait 100ms gave up with exit 75"
+echo "summary: the Python worker and 2 \`ferrolock run\`s held \"$key\" one at a time (no overlap); the one with --wait 100ms gave up with exit 75"
