@@ -88,12 +88,7 @@ fn is_text(v: &Bound<'_, PyAny>) -> bool {
 
 /// Seconds as int/float (not bool, not str) or a `datetime.timedelta`, into a `Duration`.
 /// Zero and the upper bound are left to the core; a negative or NaN value has no `Duration`.
-fn duration(
-    py: Python<'_>,
-    ctx: Ctx<'_>,
-    name: &str,
-    v: &Bound<'_, PyAny>,
-) -> PyResult<Duration> {
+fn duration(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<Duration> {
     let expected = "expected a number of seconds or a datetime.timedelta";
     if v.is_instance_of::<PyBool>() || is_text(v) {
         return Err(bad(py, ctx, name, v, expected));
@@ -132,7 +127,8 @@ fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Val
     let why =
         "expected a list of node URLs (redis://, rediss://, unix://) or one comma-separated string";
     // The core reads an empty list as "the default nodes"; written out, it is a mistake.
-    let empty = "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
+    let empty =
+        "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
     if let Ok(s) = v.cast::<PyString>() {
         let s = s.to_str()?;
         if s.split(',').all(|n| n.trim().is_empty()) {
@@ -174,7 +170,13 @@ fn convert(
         OptionType::Bool => Value::Bool(boolean(py, ctx, name, v)?),
         OptionType::OptionalCount => {
             if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
-                return Err(bad(py, ctx, name, v, "expected a whole number >= 0 or None"));
+                return Err(bad(
+                    py,
+                    ctx,
+                    name,
+                    v,
+                    "expected a whole number >= 0 or None",
+                ));
             }
             match v.extract::<u64>() {
                 Ok(n) => Value::Count(n),
@@ -201,7 +203,15 @@ fn convert(
                 .map_err(|_| bad(py, ctx, name, v, why))?;
             Value::Text(path.extract().map_err(|_| bad(py, ctx, name, v, why))?)
         }
-        _ => return Err(bad(py, ctx, name, v, "this option's type is not supported in Python")),
+        _ => {
+            return Err(bad(
+                py,
+                ctx,
+                name,
+                v,
+                "this option's type is not supported in Python",
+            ));
+        }
     })
 }
 
@@ -315,7 +325,9 @@ pub fn manager_args(
             set(py, ctx, &mut mo, &mut interrupt, &name, &v)?;
         }
     }
-    mo.lock.validate().map_err(|e| ctx.invalid(py, e.message()))?;
+    mo.lock
+        .validate()
+        .map_err(|e| ctx.invalid(py, e.message()))?;
     Ok(ManagerArgs {
         options: mo,
         interrupt: interrupt.unwrap_or(true),
