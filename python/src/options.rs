@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use ferrolock::{LockOptions, MAX_DURATION, ManagerOptions, OPTIONS, OptionScope, OptionType};
-use ferrolock::{OptionValue as Value, option_spec};
+use ferrolock::{OptionSpec, OptionValue as Value, option_spec};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
@@ -221,10 +221,10 @@ fn set(
     ctx: Ctx<'_>,
     opts: &mut ManagerOptions,
     interrupt: &mut Option<bool>,
-    name: &str,
+    spec: &OptionSpec,
     v: &Bound<'_, PyAny>,
 ) -> PyResult<()> {
-    let spec = option_spec(name).expect("checked by the caller");
+    let name = spec.name;
     if spec.scope == BINDING {
         *interrupt = Some(boolean(py, ctx, name, v)?);
         return Ok(());
@@ -263,11 +263,11 @@ pub fn lock_args(
     if let Some(d) = options {
         for (k, v) in d.iter() {
             let name: String = k.extract()?;
-            match option_spec(&name).map(|s| s.scope) {
-                Some(OptionScope::Lock) | Some(BINDING) => {
-                    set(py, ctx, &mut opts, &mut interrupt, &name, &v)?
+            match option_spec(&name) {
+                Some(spec) if spec.scope == OptionScope::Lock || spec.scope == BINDING => {
+                    set(py, ctx, &mut opts, &mut interrupt, spec, &v)?
                 }
-                Some(OptionScope::Manager) => {
+                Some(spec) if spec.scope == OptionScope::Manager => {
                     return Err(ctx.invalid(
                         py,
                         format!("{name} is an option of the LockManager (its connections), not of one lock: pass it to LockManager(...) or redlock(...)"),
@@ -301,7 +301,8 @@ pub fn manager_args(
     let mut interrupt = None;
     let positional = nodes.filter(|n| !n.is_none());
     if let Some(n) = positional {
-        set(py, ctx, &mut mo, &mut interrupt, "nodes", n)?;
+        mo.set("nodes", node_urls(py, ctx, n)?, &written(n))
+            .map_err(|e| ctx.invalid(py, e.message()))?;
     }
     if let Some(d) = options {
         for (k, v) in d.iter() {
@@ -322,7 +323,7 @@ pub fn manager_args(
                     continue;
                 }
             }
-            set(py, ctx, &mut mo, &mut interrupt, &name, &v)?;
+            set(py, ctx, &mut mo, &mut interrupt, spec, &v)?;
         }
     }
     mo.lock
