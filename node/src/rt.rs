@@ -1,0 +1,41 @@
+//! Where the binding's work runs: on the core's process runtime (`ferrolock::runtime`), never
+//! on napi's, which is torn down and rebuilt around environment teardown and would take the
+//! connections and the watchdog with it. This is napi glue, not lock logic: the host layer's
+//! `async` calls are driven here and their results handed to a JavaScript promise.
+
+use std::future::Future;
+
+use crate::errors::coded;
+
+/// Runs `fut` on the core's runtime and resolves with its result.
+pub async fn on_core<T, F>(fut: F) -> napi::Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = napi::Result<T>> + Send + 'static,
+{
+    ferrolock::runtime::runtime()
+        .handle()
+        .spawn(fut)
+        .await
+        .map_err(|e| coded("REDIS_ERROR", &format!("ferrolock task failed: {e}")))?
+}
+
+/// Runs blocking host calls (`host::Manager::close`) on the core runtime's blocking pool.
+pub async fn blocking_on_core<T, F>(f: F) -> napi::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    ferrolock::runtime::runtime()
+        .spawn_blocking(f)
+        .await
+        .map_err(|e| coded("REDIS_ERROR", &format!("ferrolock task failed: {e}")))
+}
+
+/// Calls `f` with the core's runtime as the ambient one, so that whatever a new manager
+/// spawns in the background (watchdog, waiters) lives there, whichever runtime napi has
+/// entered on this thread.
+pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
+    let _entered = ferrolock::runtime::runtime().enter();
+    f()
+}
