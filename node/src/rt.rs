@@ -39,3 +39,10 @@ pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
     let _entered = ferrolock::runtime::runtime().enter();
     f()
 }
+
+/// An empty async call through the same path as every other (a promise resolved from the
+/// core's runtime): the binding's own floor in `make bench`.
+#[napi_derive::napi(js_name = "__benchNoop")]
+pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'_, ()>> {
+    env.spawn_future(on_core(async { Ok(()) }))
+}
