@@ -8,7 +8,7 @@ use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, to_napi};
-use crate::rt::on_core;
+use crate::rt::promise_on_core;
 
 #[napi]
 pub struct NativeLock {
@@ -77,19 +77,17 @@ impl NativeLock {
             )));
         }
         let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
-        env.spawn_future(on_core(async move {
+        promise_on_core(env, async move {
             let validity = lock.extend(ttl).await;
             validity.map(|v| v.as_millis() as f64).map_err(to_napi)
-        }))
+        })
     }
 
     /// Resolves to true once a quorum released, false if the token was already gone.
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
         let lock = self.inner.clone();
-        env.spawn_future(on_core(
-            async move { lock.release().await.map_err(to_napi) },
-        ))
+        promise_on_core(env, async move { lock.release().await.map_err(to_napi) })
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
@@ -99,9 +97,7 @@ impl NativeLock {
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
         let lost = self.inner.lost();
-        env.spawn_future(on_core(
-            async move { Ok(lost.await.map(|r| r.to_string())) },
-        ))
+        promise_on_core(env, async move { Ok(lost.await.map(|r| r.to_string())) })
     }
 
     /// The end of a `withLock` body: `failed` when the callback threw or rejected,
@@ -120,7 +116,7 @@ impl NativeLock {
             (true, false) => Body::Failed,
             (false, false) => Body::Finished,
         };
-        env.spawn_future(on_core(async move {
+        promise_on_core(env, async move {
             Ok(match host::scope::end(&lock, body).await {
                 ScopeEnd::Clean => ScopeOutcome {
                     action: "clean".into(),
@@ -141,6 +137,6 @@ impl NativeLock {
                     chain: false,
                 },
             })
-        }))
+        })
     }
 }

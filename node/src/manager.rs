@@ -12,7 +12,7 @@ use napi_derive::napi;
 use crate::errors::{coded, invalid, to_napi};
 use crate::lock::NativeLock;
 use crate::options::{OptionEntry, lock_options, manager_options};
-use crate::rt::{blocking_on_core, in_core, on_core};
+use crate::rt::{blocking_on_core, in_core, promise_on_core};
 
 /// How long `close()` waits for the releases of the locks still held.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
@@ -127,7 +127,7 @@ impl NativeManager {
         let cancel = cancel.map(|c| c.inner.clone());
         // Without `reentrant` the core ignores the owner.
         let owner = owner.unwrap_or(0) as u64;
-        env.spawn_future(on_core(async move {
+        promise_on_core(env, async move {
             let acquire = manager.acquire(&key, owner, &opts);
             let lock = match cancel {
                 // Dropping the acquire undoes whatever it had taken.
@@ -149,7 +149,7 @@ impl NativeManager {
                 ));
             }
             Ok(NativeLock { inner: lock })
-        }))
+        })
     }
 
     /// Releases the locks this manager handed out that are still held, then closes it
