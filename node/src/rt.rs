@@ -5,8 +5,8 @@
 
 use std::future::Future;
 
-use napi::{Env, JsValue};
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
+use napi::{Env, JsValue};
 
 use crate::errors::coded;
 
