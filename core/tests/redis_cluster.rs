@@ -138,17 +138,19 @@ async fn a_waiter_is_woken_by_a_release_on_another_primary() {
     let held = holder.acquire(&key).await.unwrap();
     let k = key.clone();
     let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
-    // The waiter is queued (its entry is in the key's slot) before the release.
-    let queue = owner(&cluster, &key);
+    // The waiter listens on its own channel (subscribed through the seed) before the release.
+    // Without a subscription it would fall back to polling, which this test must not pass on.
+    let seed = &cluster.nodes[0];
+    let pattern = format!("{}*", ferrolock::__wire::waiter_channel_prefix(&key));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
-        let keys: Vec<String> = queue.cmd(&["KEYS", &format!("*{{{key}}}*")]);
-        if keys.iter().any(|k| k.contains("queue")) {
+        let channels: Vec<String> = seed.cmd(&["PUBSUB", "CHANNELS", &pattern]);
+        if !channels.is_empty() {
             break;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "waiter never queued: {keys:?}"
+            "the waiter never subscribed to {pattern} on the seed"
         );
         tokio::time::sleep(ms(20)).await;
     }
