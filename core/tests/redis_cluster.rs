@@ -218,7 +218,12 @@ async fn with_a_primary_down_its_keys_fail_naming_the_cluster_and_others_still_l
     cluster.nodes[i].kill();
     assert!(!cluster.nodes[i].is_running());
     let err = m.try_acquire(&dead_key).await.unwrap_err();
+    // The node (the cluster's URL) and the shard (its dead primary's address) are named.
     assert!(err.to_string().contains(&url), "{err}");
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{dead_port}")),
+        "{err}"
+    );
     for key in keys.iter().filter(|k| **k != dead_key) {
         let lock = m
             .acquire(key)
