@@ -236,3 +236,39 @@ async fn with_a_primary_down_its_keys_fail_naming_the_cluster_and_others_still_l
         lock.release().await.unwrap();
     }
 }
+
+/// `?seed=` is used when the URL's own host does not answer.
+#[tokio::test]
+async fn an_extra_seed_is_used_when_the_first_is_down() {
+    let _serial = serial();
+    // Without full coverage, so the live shards keep answering however slow this machine is.
+    let mut cluster = RedisCluster::start_with(ClusterOptions {
+        require_full_coverage: false,
+        ..ClusterOptions::default()
+    });
+    let (dead, live) = (cluster.nodes[0].port(), cluster.nodes[1].port());
+    cluster.nodes[0].kill();
+    assert!(!cluster.nodes[0].is_running());
+    let url = format!("redis+cluster://127.0.0.1:{dead}?seed=127.0.0.1:{live}");
+    let only_seed = format!("redis+cluster://127.0.0.1:{dead}");
+    let m = manager(&[url], opts().wait(Some(Duration::ZERO)));
+    let without = manager(&[only_seed], opts().wait(Some(Duration::ZERO)));
+    let key = (0..)
+        .map(|i| format!("seeded:{i}"))
+        .find(|k| owner(&cluster, k).port() == live)
+        .unwrap();
+    let lock = m
+        .acquire(&key)
+        .await
+        .unwrap_or_else(|e| panic!("{key}: {e}"));
+    assert_eq!(
+        get(owner(&cluster, &key), &key).as_deref(),
+        Some(lock.token())
+    );
+    lock.release().await.unwrap();
+    let err = without.try_acquire(&key).await.unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("127.0.0.1:{dead}")),
+        "{err}"
+    );
+}
