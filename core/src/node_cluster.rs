@@ -91,7 +91,7 @@ impl ClusterUrl {
             Some(at) => (&authority[..=at], &authority[at + 1..]),
             None => ("", authority),
         };
-        check_host_port(host).map_err(|why| bad(why))?;
+        check_host_port(host).map_err(&bad)?;
         let mut seeds = vec![format!("{scheme}://{userinfo}{host}")];
         for pair in query
             .into_iter()

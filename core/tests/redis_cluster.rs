@@ -1,5 +1,8 @@
 //! A node that is a whole Redis Cluster (`redis+cluster://`): locks on every primary's slots,
 //! derived keys in the key's slot, renewal, wake-ups, and the refusal of a plain URL.
+// Each test starts a cluster of its own; `serial` runs them one at a time (a std mutex held
+// across awaits on purpose: every test has its own runtime, so it cannot deadlock).
+#![allow(clippy::await_holding_lock)]
 
 mod common;
 
