@@ -9,11 +9,16 @@
 #   2. bench/python/bench_peers.py (issue 6): the Python package vs redis-py Lock, pottery and
 #      python-redis-lock, uncontended and contended, on redis-servers it starts itself. Runs in
 #      a venv of its own (.bench-venv, created and updated here; FERROLOCK_BENCH_VENV moves it).
+#   3. bench/node/bench_node.js (issue 15): the Node package (built in release by `npm install`
+#      in node/) vs node-redlock and hand-written ioredis, uncontended, 1 and 5 nodes, pinned
+#      and unpinned, on redis-servers it starts itself; the peers live in bench/node's own
+#      node_modules. Also writes bench/results/node-uncontended.{md,svg}.
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
 #   bench/run.sh --rust-only [ARGS...]            # only the Rust scenarios
 #   bench/run.sh --python-only                    # only the Python comparison
+#   bench/run.sh --node-only [--node-args "..."]  # only the Node comparison
 #   bench/run.sh --python-args "--parts contended --duration 2" ...
 #   bench/run.sh --out FILE                       # write the report elsewhere (`-`: nowhere)
 # Other arguments go to ferrolock-bench, e.g. `bench/run.sh --scenario watchdog --nodes 3`;
@@ -26,13 +31,22 @@ command_line="bench/run.sh"
 [ $# -eq 0 ] || command_line+="$(printf ' %q' "$@")"
 rust=1
 python=1
+node=1
 python_args=()
+node_args=()
 rust_args=()
 out="$root/bench/results/latest.md"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rust-only) python=0 ;;
-        --python-only) rust=0 ;;
+        --rust-only) python=0; node=0 ;;
+        --python-only) rust=0; node=0 ;;
+        --node-only) rust=0; python=0 ;;
+        --node-args)
+            [ $# -ge 2 ] || { echo "bench/run.sh: --node-args needs a value" >&2; exit 2; }
+            read -r -a more <<<"$2"
+            node_args+=("${more[@]}")
+            shift
+            ;;
         --python-args)
             [ $# -ge 2 ] || { echo "bench/run.sh: --python-args needs a value" >&2; exit 2; }
             read -r -a more <<<"$2"
@@ -45,7 +59,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h | --help)
-            sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
             echo
             echo "ferrolock-bench arguments:"
             "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
@@ -54,14 +68,17 @@ while [ $# -gt 0 ]; do
             "${FERROLOCK_BENCH_VENV:-$root/.bench-venv}/bin/python" \
                 "$root/bench/python/bench_peers.py" --help 2>/dev/null \
                 || echo "  (needs the bench venv: run bench/run.sh --python-only once)"
+            echo
+            echo "bench_node.js arguments (through --node-args):"
+            node "$root/bench/node/bench_node.js" --help
             exit 0
             ;;
         *) rust_args+=("$1") ;;
     esac
     shift
 done
-if [ "$rust" = 0 ] && [ "$python" = 0 ]; then
-    echo "bench/run.sh: --rust-only and --python-only exclude each other" >&2
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ]; then
+    echo "bench/run.sh: --rust-only, --python-only and --node-only exclude each other" >&2
     exit 2
 fi
 
@@ -111,6 +128,26 @@ if [ "$python" = 1 ]; then
             "$command_line" >"$tmp/python.md"
     fi
 fi
+if [ "$node" = 1 ]; then
+    node_results=()
+    if [ "$out" != "-" ]; then
+        node_results=(--md "$root/bench/results/node-uncontended.md"
+            --svg "$root/bench/results/node-uncontended.svg")
+    fi
+    # The addon in release (what `npm install ./node` builds), then the peers, pinned.
+    if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
+        && { [ -d bench/node/node_modules/redlock ] \
+            || (cd bench/node && npm install --no-audit --no-fund --silent >&2); } \
+        && node bench/node/bench_node.js --out "$tmp/node.md" --command "$command_line" \
+            "${node_results[@]}" "${node_args[@]}" >/dev/null; then
+        :
+    else
+        status=1
+        echo "bench/run.sh: the Node comparison failed (see above)" >&2
+        printf '## Node comparison\n\n**Failed** in this run: see the output of `%s`.\n' \
+            "$command_line" >"$tmp/node.md"
+    fi
+fi
 
 {
     if [ -f "$tmp/rust.md" ]; then
@@ -121,6 +158,10 @@ fi
     if [ -f "$tmp/python.md" ]; then
         echo
         cat "$tmp/python.md"
+    fi
+    if [ -f "$tmp/node.md" ]; then
+        echo
+        cat "$tmp/node.md"
     fi
     printf '\n---\nAll parts: `%s`, %d s in total.\n' "$command_line" "$((SECONDS - started))"
 } >"$tmp/latest.md"

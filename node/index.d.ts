@@ -82,6 +82,43 @@ export declare class LockManager implements AsyncDisposable {
  */
 export declare function withLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
 
+/** A histogram of durations in seconds. */
+export interface HistogramMetrics {
+  /** The buckets' upper bounds, in seconds; the last is Infinity. */
+  le: number[];
+  /** Observations at or under each bound. */
+  cumulative: number[];
+  count: number;
+  /** Sum of the observations, in seconds. */
+  sum: number;
+}
+
+/** The counts of one key prefix (the key up to its last `:`). */
+export interface PrefixMetrics {
+  /** Acquire attempts sent to the nodes. */
+  attempts: number;
+  /** Locks granted (re-entries included). */
+  grants: number;
+  /** Grants to a waiter woken by a release. */
+  handoffs: number;
+  /** Watchdog renewals confirmed by a quorum. */
+  renewals: number;
+  renewalFailures: number;
+  /** Failed acquires by error code (`NOT_ACQUIRED`, ...). */
+  failures: Record<string, number>;
+  /** Held locks lost, by reason (`token_gone`, `max_hold`, ...). */
+  losses: Record<string, number>;
+  /** From an acquire's first attempt to its grant. */
+  wait: HistogramMetrics;
+  /** From a grant to its release. */
+  hold: HistogramMetrics;
+}
+
+/** The core's counts for this process (every worker thread included), by key prefix. */
+export declare function metrics(): Record<string, PrefixMetrics>;
+/** The same counts in Prometheus's text exposition format (`ferrolock_*` names). */
+export declare function prometheusText(): string;
+
 export type ErrorCode =
   | 'LOCK_ERROR'
   | 'INVALID_ARGUMENT'

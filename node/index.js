@@ -3,11 +3,24 @@
 const errors = require('./lib/errors');
 const { LockManager, withLock } = require('./lib/manager');
 const { Lock } = require('./lib/lock');
+const native = require('./lib/native');
+
+/** The core's counts for this process (every worker thread included), by key prefix. */
+function metrics() {
+  return native.metrics();
+}
+
+/** The same counts in Prometheus's text exposition format (`ferrolock_*`). */
+function prometheusText() {
+  return native.prometheusText();
+}
 
 module.exports = {
   withLock,
   LockManager,
   Lock,
+  metrics,
+  prometheusText,
   LockError: errors.LockError,
   InvalidArgumentError: errors.InvalidArgumentError,
   NotAcquiredError: errors.NotAcquiredError,

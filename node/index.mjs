@@ -7,6 +7,8 @@ export const {
   withLock,
   LockManager,
   Lock,
+  metrics,
+  prometheusText,
   LockError,
   InvalidArgumentError,
   NotAcquiredError,

@@ -29,7 +29,7 @@ use crate::lock::Lock;
 use crate::node::{NodeError, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
-use crate::queue::{QueueArgs, Ticket, barge_bound_ms, quiet_grace_ms};
+use crate::queue::{QueueArgs, Ticket, Woken, barge_bound_ms, quiet_grace_ms};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     Acquire, AcquireReentrant, KeyNames, RaiseFence, Undo, command, redisson_channel,
@@ -105,8 +105,11 @@ async fn acquire_loop(
         // Only the head of the local queue carries our queue id; first attempts and
         // re-entries go straight to Redis without queueing.
         let head = ticket.as_ref().filter(|t| t.is_head());
-        let queue = head.filter(|_| !plan.reentry).map(|t| t.queue_args(opts));
         let seen = head.map(Ticket::epochs);
+        let queue = head
+            .zip(seen.as_ref())
+            .filter(|_| !plan.reentry)
+            .map(|(t, seen)| t.queue_args(opts, seen));
 
         let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
         stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -826,6 +829,29 @@ async fn run_attempt(shared: &Arc<Shared>, req: Req) -> Result<(Outcome, Arc<Req
     Ok((outcome, req))
 }
 
+/// Waits until the attempt is decided, or until a node that refused it has since published
+/// a release (a head's attempt only, which carries its queue's wake-ups). An attempt that
+/// release raced (node 0 released and woke us, node 1 had not yet) is otherwise left to be
+/// decided by the nodes still unanswered, and a paused one decides it only at its timeout.
+/// Given up, it is lost like any other: undone where granted, and sent again at once, since
+/// the refusing node's wake-up counts.
+async fn until_decided_or_refuser_woke<R>(requests: &mut FanOut<R>, woken: Option<Woken>)
+where
+    R: Future<Output = (usize, std::result::Result<Option<i64>, NodeError>)>,
+{
+    let Some(mut woken) = woken else {
+        return requests.until_decided().await;
+    };
+    while !requests.decided() && !woken.moved_on(&requests.refused()) {
+        tokio::select! {
+            more = requests.next() => if !more {
+                return;
+            },
+            _ = woken.changed() => {}
+        }
+    }
+}
+
 enum Reply {
     Granted(i64),
     /// The re-check hint.
@@ -987,7 +1013,8 @@ async fn attempt(
                 .insert(FanOut::start_owned(n, quorum, timeout, |i, deadline| {
                     ask(shared.clone(), req.clone(), i, deadline)
                 }));
-        requests.until_decided().await;
+        let woken = req.queue.as_ref().and_then(|q| q.woken.clone());
+        until_decided_or_refuser_woke(requests, woken).await;
         // Every node answered (the usual case): the answers move out, and nothing is left in
         // flight to hand on.
         match run.requests.take_if(|r| r.all_answered()) {

@@ -40,6 +40,7 @@ mod lock;
 mod manager;
 pub mod metrics;
 mod node;
+mod node_cluster;
 mod options;
 mod owner;
 mod per_process;

@@ -11,7 +11,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
+
+pub(crate) use crate::node_cluster::Conn;
+use crate::node_cluster::{ClusterUrl, refuse_cluster_server};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
@@ -40,7 +44,11 @@ impl NodeError {
 }
 
 pub(crate) struct Node {
+    /// A standalone server: the client for every connection. A cluster: the seed's client,
+    /// only for the waiters' pub/sub connection (classic PUBLISH reaches every node).
     client: Client,
+    /// Set for a `redis+cluster://` node: commands go through its routed connection.
+    cluster: Option<ClusterClient>,
     /// The URL with any password replaced by `***`: the only form that reaches a message.
     display: String,
     /// Kept so it can be scrubbed from driver error texts.
@@ -78,13 +86,18 @@ struct Guard {
 }
 
 struct Slot {
-    conn: MultiplexedConnection,
+    conn: Conn,
     generation: u64,
 }
 
 impl Node {
     pub(crate) fn open(url: &str, tls_ca: Option<&Path>, guard_window: Duration) -> Result<Node> {
         let display = redact_url(url);
+        let cluster_url = ClusterUrl::parse(url, &display)?;
+        let url = match &cluster_url {
+            Some(c) => c.seeds[0].as_str(),
+            None => url,
+        };
         let info = url.into_connection_info().map_err(|e| {
             Error::invalid(format!(
                 "malformed node URL {display:?}: {} (expected redis://[user:password@]host:port[/db], rediss://... or unix:///path)",
@@ -92,32 +105,45 @@ impl Node {
             ))
         })?;
         let password = info.redis_settings().password().map(str::to_string);
-        let client = if url.starts_with("rediss://") {
-            crate::runtime::install_crypto_provider();
-            let root_cert = match tls_ca {
-                Some(path) => Some(std::fs::read(path).map_err(|e| {
-                    Error::invalid(format!("cannot read tls_ca file {}: {e}", path.display()))
-                })?),
-                None => None,
-            };
-            Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert,
-                },
-            )
-        } else {
-            Client::open(info)
-        }
-        .map_err(|e| {
+        let tls = url.starts_with("rediss://");
+        let root_cert = match tls_ca {
+            Some(path) if tls => Some(std::fs::read(path).map_err(|e| {
+                Error::invalid(format!("cannot read tls_ca file {}: {e}", path.display()))
+            })?),
+            _ => None,
+        };
+        let certs = || redis::TlsCertificates {
+            client_tls: None,
+            root_cert: root_cert.clone(),
+        };
+        let unusable = |e: redis::RedisError| {
             Error::invalid(format!(
                 "cannot use node URL {display:?}: {}",
                 scrub(&e.to_string(), password.as_deref())
             ))
-        })?;
+        };
+        if tls {
+            crate::runtime::install_crypto_provider();
+        }
+        let client = if tls {
+            Client::build_with_tls(info, certs())
+        } else {
+            Client::open(info)
+        }
+        .map_err(unusable)?;
+        let cluster = match &cluster_url {
+            None => None,
+            Some(c) => {
+                let mut builder = cluster_builder(&c.seeds);
+                if tls {
+                    builder = builder.certs(certs());
+                }
+                Some(builder.build().map_err(unusable)?)
+            }
+        };
         Ok(Node {
             client,
+            cluster,
             display,
             password,
             local: PerProcess::default(),
@@ -139,22 +165,31 @@ impl Node {
         conn: &mut MultiplexedConnection,
         timeout: Duration,
     ) -> Result<(), NodeError> {
-        if self.guard_window.is_zero() {
-            return Ok(());
-        }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let info: String =
-            tokio::time::timeout(timeout, redis::cmd("INFO").arg("server").query_async(conn))
-                .await
-                .map_err(|_| {
-                    NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}"))
-                })?
-                .map_err(|e| self.classify(&e))?;
+        let mut cmd = redis::cmd("INFO");
+        if !self.guard_window.is_zero() {
+            cmd.arg("server");
+        }
+        // Every standalone connection asks: a cluster node reached by a plain URL answers
+        // MOVED for other shards' keys, and even its own slots can move under it.
+        cmd.arg("cluster");
+        let info: String = tokio::time::timeout(timeout, cmd.query_async(conn))
+            .await
+            .map_err(|_| {
+                NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}"))
+            })?
+            .map_err(|e| self.classify(&e))?;
         let field = |name: &str| {
             info.lines()
                 .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
                 .map(|v| v.trim().to_string())
         };
+        if field("cluster_enabled").as_deref() == Some("1") {
+            return Err(refuse_cluster_server(&self.display));
+        }
+        if self.guard_window.is_zero() {
+            return Ok(());
+        }
         let uptime = field("uptime_in_seconds")
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
@@ -191,13 +226,40 @@ impl Node {
     /// a node meets NOSCRIPT and must load and retry, and a quorum request that has already
     /// been decided by the other nodes drops that retry: the node would never get the key.
     /// Best effort: on failure the scripts still load on NOSCRIPT.
-    async fn preload_scripts(&self, conn: &mut MultiplexedConnection, timeout: Duration) {
-        let mut pipe = redis::pipe();
-        for source in crate::scripts::sources() {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
-        }
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-        if let Ok(Err(e)) = tokio::time::timeout(timeout, pipe.query_async::<()>(conn)).await {
+    /// On a cluster each SCRIPT LOAD is its own command, which redis-rs sends to every
+    /// primary (a pipeline goes to one node).
+    async fn preload_scripts(&self, conn: &mut Conn, timeout: Duration) {
+        let failed = match conn {
+            Conn::Server(conn) => {
+                let mut pipe = redis::pipe();
+                for source in crate::scripts::sources() {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(source).ignore();
+                }
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                match tokio::time::timeout(timeout, pipe.query_async::<()>(conn)).await {
+                    Ok(Err(e)) => Some(e),
+                    _ => None,
+                }
+            }
+            Conn::Cluster(conn) => {
+                let loads = crate::scripts::sources().map(|source| {
+                    let mut conn = conn.clone();
+                    self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    async move {
+                        redis::cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(source)
+                            .query_async::<()>(&mut conn)
+                            .await
+                    }
+                });
+                match tokio::time::timeout(timeout, futures::future::join_all(loads)).await {
+                    Ok(results) => results.into_iter().find_map(|r| r.err()),
+                    Err(_) => None,
+                }
+            }
+        };
+        if let Some(e) = failed {
             tracing::debug!(node = %self.display, "SCRIPT LOAD failed: {}", self.scrub(&e.to_string()));
         }
     }
@@ -242,7 +304,7 @@ impl Node {
     pub(crate) async fn connection(
         &self,
         timeout: Duration,
-    ) -> Result<(MultiplexedConnection, u64, Option<Turn<'_>>), NodeError> {
+    ) -> Result<(Conn, u64, Option<Turn<'_>>), NodeError> {
         if crate::runtime::driving_locally() {
             let (conn, generation) = self.thread_connection(timeout).await?;
             return Ok((conn, generation, None));
@@ -272,23 +334,41 @@ impl Node {
 
     /// A new connection on the current runtime, checked by the restart guard and with every
     /// script loaded.
-    async fn open_connection(&self, timeout: Duration) -> Result<MultiplexedConnection, NodeError> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(None);
+    ///
+    /// A cluster's connection reads the topology from a seed and connects to every primary;
+    /// the restart guard is not applied to it (see DESIGN.md, "Redis Cluster").
+    async fn open_connection(&self, timeout: Duration) -> Result<Conn, NodeError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
-        let mut conn = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
-            .map_err(|e| self.classify(&e))?;
-        self.check_restart(&mut conn, timeout).await?;
+        let mut conn = match &self.cluster {
+            Some(cluster) => Conn::Cluster(
+                tokio::time::timeout(timeout, cluster.get_async_connection())
+                    .await
+                    .map_err(|_| {
+                        NodeError::Unreachable(format!(
+                            "cluster connect timed out after {timeout:?}"
+                        ))
+                    })?
+                    .map_err(|e| self.classify(&e))?,
+            ),
+            None => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(timeout))
+                    .set_response_timeout(None);
+                let mut conn = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(|e| self.classify(&e))?;
+                self.check_restart(&mut conn, timeout).await?;
+                Conn::Server(conn)
+            }
+        };
         self.preload_scripts(&mut conn, timeout).await;
         Ok(conn)
     }
 
     /// The connection `connection` would return without waiting, if there is one.
-    fn open_now(&self) -> Option<(MultiplexedConnection, u64)> {
+    fn open_now(&self) -> Option<(Conn, u64)> {
         if crate::runtime::driving_locally() {
             THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self))
         } else if self.local().opening.load(Ordering::Acquire) > 0 {
@@ -299,7 +379,7 @@ impl Node {
         }
     }
 
-    fn current(&self) -> Option<(MultiplexedConnection, u64)> {
+    fn current(&self) -> Option<(Conn, u64)> {
         let slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
         slot.as_ref().map(|s| (s.conn.clone(), s.generation))
     }
@@ -311,10 +391,7 @@ impl Node {
     /// This thread's connection to this node, opened on this thread's runtime (its driver
     /// task runs only while the thread is in `runtime::block_on`, which is the only time the
     /// thread sends on it).
-    async fn thread_connection(
-        &self,
-        timeout: Duration,
-    ) -> Result<(MultiplexedConnection, u64), NodeError> {
+    async fn thread_connection(&self, timeout: Duration) -> Result<(Conn, u64), NodeError> {
         if let Some(c) = THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self)) {
             return Ok(c);
         }
@@ -355,7 +432,7 @@ impl Node {
         f: F,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         self.run_until(Instant::now() + timeout, timeout, voting, f)
@@ -371,7 +448,7 @@ impl Node {
         f: F,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let (conn, generation, turn) = match self.open_now() {
@@ -418,7 +495,7 @@ impl Node {
         f: F,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let Some((conn, generation)) = self.open_now() else {
@@ -474,6 +551,18 @@ impl Node {
     }
 }
 
+/// The cluster client's settings: primaries only (reading from replicas is never enabled),
+/// and redis-rs's retries on TRYAGAIN, CLUSTERDOWN, MASTERDOWN and LOADING shortened from
+/// its default (about 1.28 s before the first) to waits of 10-50 ms, so they fit within a
+/// node timeout of 200 ms; the node timeout still bounds every request.
+fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
+    ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .retries(3)
+        .min_retry_wait(10)
+        .max_retry_wait(50)
+        .retry_wait_formula(10, 2)
+}
+
 /// A request's turn on a shared connection being opened (see `Node::connection`).
 pub(crate) struct Turn<'a> {
     _guard: tokio::sync::MutexGuard<'a, ()>,
@@ -504,7 +593,7 @@ fn next_generation() -> u64 {
 /// A blocking caller's own connection to one node.
 struct ThreadConnection {
     node: Weak<()>,
-    conn: MultiplexedConnection,
+    conn: Conn,
     pid: u32,
     generation: u64,
 }
@@ -514,7 +603,7 @@ struct ThreadConnections(Vec<ThreadConnection>);
 
 impl ThreadConnections {
     /// This thread's connection to `node`; drops those of nodes (managers) that are gone.
-    fn find(&mut self, node: &Node) -> Option<(MultiplexedConnection, u64)> {
+    fn find(&mut self, node: &Node) -> Option<(Conn, u64)> {
         let pid = crate::runtime::pid();
         if self.0.iter().any(|c| c.pid != pid) {
             // Inherited across fork: they belong to the parent's runtime.

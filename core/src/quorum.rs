@@ -314,6 +314,14 @@ where
         self.left == 0
     }
 
+    /// Per node: whether it has refused (answered no).
+    pub(crate) fn refused(&self) -> Vec<bool> {
+        self.answers
+            .iter()
+            .map(|a| matches!(a, Answer::No))
+            .collect()
+    }
+
     pub(crate) async fn until_decided(&mut self) {
         while !self.decided() && self.next().await {}
     }

@@ -240,6 +240,9 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         futures::future::join_all(core.cluster.nodes.iter().map(|node| {
             let batch = &batch;
             node.run(timeout, true, move |mut conn| async move {
+                if conn.is_cluster() {
+                    return renew_one_by_one(&conn, batch).await;
+                }
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
                 for r in batch {
@@ -286,6 +289,30 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
             core.reschedule(next);
         }
     }
+}
+
+/// A cluster's renewals, one routed command each (all at once): a pipeline must stay in one
+/// slot. A failed renewal's reply is its error text, which `settle` reports as the failure.
+async fn renew_one_by_one(
+    conn: &crate::node::Conn,
+    batch: &[Renewal],
+) -> redis::RedisResult<Vec<Value>> {
+    let each = batch.iter().map(|r| {
+        let mut conn = conn.clone();
+        async move {
+            let extend = Extend {
+                key: r.lock.key(),
+                token: r.lock.token(),
+                ttl_ms: r.lease.ttl_millis(),
+                reentrant: r.lease.reentrant,
+            };
+            match extend.invocation().invoke_async::<i64>(&mut conn).await {
+                Ok(n) => Value::Int(n),
+                Err(e) => Value::SimpleString(e.to_string()),
+            }
+        }
+    });
+    Ok(futures::future::join_all(each).await)
 }
 
 fn is_noscript(v: &Value) -> bool {

@@ -13,6 +13,10 @@ class Lock {
   get _native() {
     return this.#native;
   }
+  /** @internal The loss reason `signal` was aborted with, if any. */
+  get _lossReason() {
+    return this.#controller?.signal.aborted ? this.#controller.signal.reason : undefined;
+  }
   get key() {
     return this.#native.key;
   }

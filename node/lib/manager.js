@@ -1,5 +1,6 @@
 'use strict';
 const { AsyncLocalStorage } = require('node:async_hooks');
+const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
 const { convert, checkKey } = require('./options');
@@ -14,7 +15,10 @@ const EXIT_LIMIT_MS = 1000;
 function hookExit() {
   if (exitHook) return;
   exitHook = true;
-  process.on('exit', () => native.releaseAllSync(EXIT_LIMIT_MS));
+  // The main thread's exit is the process's: the host layer's exit protocol releases every
+  // lock still held. A worker's exit releases only that worker's locks.
+  if (isMainThread) process.on('exit', () => native.exitSync(EXIT_LIMIT_MS));
+  else process.on('exit', () => native.releaseEnvSync(EXIT_LIMIT_MS));
 }
 
 function abortError(key, signal) {
@@ -165,11 +169,14 @@ async function withLock(key, fn, options) {
     failed = true;
     error = e;
   }
-  // The end-of-scope decision (release, report the loss) is the host layer's.
-  const end = await lock._native.endScope();
-  if (end.code === 'LOCK_LOST') throw fromCode(end.code, end.message, key, failed ? error : undefined);
+  // The end-of-scope decision (release, report the loss, or warn) is the host layer's. A
+  // callback that threw its own lock's loss (`lock.signal.throwIfAborted()`) was stopped by
+  // the loss: the rejection is the full LockLostError, not caused by itself.
+  const stopped = failed && error !== undefined && lock._lossReason === error;
+  const end = await lock._native.endScope(failed, stopped);
+  if (end.action === 'raise') throw fromCode(end.code, end.message, key, end.chain ? error : undefined);
+  if (end.action === 'log') process.emitWarning(end.message, 'FerrolockWarning');
   if (failed) throw error;
-  if (end.code) throw fromCode(end.code, end.message, key);
   return result;
 }
 

@@ -1,13 +1,15 @@
-//! The locks of each JavaScript environment (the main thread, each worker thread). A worker's
-//! teardown releases its own locks (so the process's watchdog does not renew them for a
-//! thread that is gone), and `process.on('exit')` in one environment releases only that
-//! environment's locks.
+//! The locks of each JavaScript environment (the main thread, each worker thread). The host
+//! layer's registries are per process; a worker thread is a Node notion, so this keeps, per
+//! environment, the locks it was handed. A worker's teardown releases its own locks (so the
+//! process's watchdog does not renew them for a thread that is gone), and its exit hook
+//! releases only its own; the main thread's exit runs the host layer's exit protocol.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use ferrolock::{Lock, LockStatus};
+use ferrolock::{Lock as CoreLock, LockStatus};
 use napi::{Env, Result};
 
 /// How long a worker's teardown may block releasing its locks.
@@ -15,36 +17,60 @@ const TEARDOWN_LIMIT: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 pub struct EnvLocks {
-    locks: Mutex<Vec<Weak<Lock>>>,
+    /// Weakly: a lock the program dropped unreleased is released in the background by the
+    /// core (its last handle gone), not kept alive, and renewed, by this list.
+    locks: Mutex<Vec<Weak<CoreLock>>>,
     /// The environment is gone: a grant that lands now is released at once.
-    closed: std::sync::atomic::AtomicBool,
+    closed: AtomicBool,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl EnvLocks {
     /// Records a granted lock; false when the environment is already torn down.
-    pub fn add(&self, lock: &Arc<Lock>) -> bool {
-        let mut v = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+    pub fn add(&self, lock: &ferrolock::host::Lock) -> bool {
+        let mut v = locked(&self.locks);
+        if self.closed.load(Ordering::SeqCst) {
             return false;
         }
         if v.len() >= 64 && v.len().is_power_of_two() {
             v.retain(|w| w.strong_count() > 0);
         }
-        v.push(Arc::downgrade(lock));
+        v.push(Arc::downgrade(lock.core()));
         true
     }
 
-    fn unreleased(&self) -> Vec<Arc<Lock>> {
-        let v = self.locks.lock().unwrap_or_else(|p| p.into_inner());
-        v.iter()
+    fn unreleased(&self) -> Vec<Arc<CoreLock>> {
+        locked(&self.locks)
+            .iter()
             .filter_map(Weak::upgrade)
             .filter(|l| !matches!(l.status(), LockStatus::Released))
             .collect()
     }
 
-    /// Releases every lock of this environment, blocking at most `limit`.
+    /// Releases every lock of this environment on the core's runtime, blocking the calling
+    /// (JavaScript) thread at most `limit`; what is not done by then goes on in the
+    /// background.
     pub fn release_all_blocking(&self, limit: Duration) {
-        crate::host::release_locks_blocking(self.unreleased(), limit);
+        let locks = self.unreleased();
+        if locks.is_empty() {
+            return;
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let rt = ferrolock::runtime::runtime();
+        rt.spawn(async move {
+            let tasks: Vec<_> = locks
+                .into_iter()
+                .map(|l| tokio::spawn(async move { l.release().await }))
+                .collect();
+            for t in tasks {
+                let _ = t.await;
+            }
+            let _ = tx.send(());
+        });
+        let _ = rx.recv_timeout(limit);
     }
 }
 
@@ -56,7 +82,7 @@ fn registry() -> &'static Mutex<HashMap<usize, Arc<EnvLocks>>> {
 /// This environment's locks, registering its teardown hook on first use.
 pub fn locks_of(env: &Env) -> Result<Arc<EnvLocks>> {
     let id = env.raw() as usize;
-    let mut map = registry().lock().unwrap_or_else(|p| p.into_inner());
+    let mut map = locked(registry());
     if let Some(found) = map.get(&id) {
         return Ok(found.clone());
     }
@@ -64,14 +90,9 @@ pub fn locks_of(env: &Env) -> Result<Arc<EnvLocks>> {
     map.insert(id, made.clone());
     drop(map);
     env.add_env_cleanup_hook(id, |id| {
-        let gone = registry()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
+        let gone = locked(registry()).remove(&id);
         if let Some(locks) = gone {
-            locks
-                .closed
-                .store(true, std::sync::atomic::Ordering::SeqCst);
+            locks.closed.store(true, Ordering::SeqCst);
             locks.release_all_blocking(TEARDOWN_LIMIT);
         }
     })?;

@@ -21,12 +21,3 @@ pub fn coded(code: &str, message: &str) -> napi::Error {
 pub fn invalid(message: impl AsRef<str>) -> napi::Error {
     coded(ErrorKind::InvalidArgument.code(), message.as_ref())
 }
-
-/// What a call cancelled by the caller's AbortSignal rejects with (the core has no
-/// cancellation kind yet: the host layer adds `CANCELLED`).
-pub fn cancelled(key: &str) -> napi::Error {
-    coded(
-        "CANCELLED",
-        &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal"),
-    )
-}

@@ -1,25 +1,29 @@
-//! `NativeLock`: a held lock as JavaScript sees it. `lock.js` wraps it (signal, dispose).
+//! `NativeLock`: a held lock as JavaScript sees it, over `ferrolock::host::Lock`. `lock.js`
+//! wraps it (signal, dispose).
 
-use std::sync::Arc;
-
-use ferrolock::{Lock, LockStatus};
+use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
+use ferrolock::{LockStatus, host::Lock};
 use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{invalid, to_napi};
-use crate::host::{Outcome, end_of_scope, on_core};
+use crate::rt::promise_on_core;
 
 #[napi]
 pub struct NativeLock {
-    pub(crate) inner: Arc<Lock>,
+    pub(crate) inner: Lock,
 }
 
-/// How a `withLock` body's end came out: `code` is empty when all went well.
+/// What the end of a `withLock` body decided (`host::scope`): `action` is "clean" (the
+/// body's outcome stands), "raise" (reject with the error of `code`; with `chain`, the
+/// body's error is its cause) or "log" (warn with `message`; the body's outcome stands).
 #[napi(object)]
-pub struct ScopeEnd {
+pub struct ScopeOutcome {
+    pub action: String,
     pub code: String,
     pub message: String,
+    pub chain: bool,
 }
 
 #[napi]
@@ -31,25 +35,25 @@ impl NativeLock {
 
     #[napi(getter)]
     pub fn token(&self) -> String {
-        self.inner.token().to_string()
+        self.inner.core().token().to_string()
     }
 
     /// A number: fences are counters that stay far below 2^53.
     #[napi(getter)]
     pub fn fence(&self) -> Option<f64> {
-        self.inner.fence().map(|f| f as f64)
+        self.inner.core().fence().map(|f| f as f64)
     }
 
     /// Milliseconds left before the validity ends (0 once released or lost).
     #[napi(getter)]
     pub fn validity(&self) -> f64 {
-        self.inner.validity().as_millis() as f64
+        self.inner.core().validity().as_millis() as f64
     }
 
     /// "held", "released" or "lost".
     #[napi(getter)]
     pub fn status(&self) -> &'static str {
-        match self.inner.status() {
+        match self.inner.core().status() {
             LockStatus::Held => "held",
             LockStatus::Released => "released",
             _ => "lost",
@@ -59,7 +63,7 @@ impl NativeLock {
     /// Throws `LockLost` / `NotHeld` unless the lock is held.
     #[napi]
     pub fn check(&self) -> Result<()> {
-        self.inner.check().map_err(to_napi)
+        self.inner.core().check().map_err(to_napi)
     }
 
     /// Resolves to the new validity in ms. `ttl` (ms, optional) sets a new lease.
@@ -72,58 +76,67 @@ impl NativeLock {
                 lock.key()
             )));
         }
-        env.spawn_future(on_core(async move {
-            let validity = match ttl {
-                Some(ms) => {
-                    lock.extend_for(std::time::Duration::from_millis(ms.into()))
-                        .await
-                }
-                None => lock.extend().await,
-            };
+        let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
+        promise_on_core(env, async move {
+            let validity = lock.extend(ttl).await;
             validity.map(|v| v.as_millis() as f64).map_err(to_napi)
-        }))
+        })
     }
 
     /// Resolves to true once a quorum released, false if the token was already gone.
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
         let lock = self.inner.clone();
-        env.spawn_future(on_core(
-            async move { lock.release().await.map_err(to_napi) },
-        ))
+        promise_on_core(env, async move { lock.release().await.map_err(to_napi) })
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
-    /// released. A pending promise keeps the event loop alive (napi's deferred holds a
-    /// threadsafe function), so `lock.js` asks for it only when someone wants the signal, and
-    /// every path that ends a lock releases it.
+    /// released (`host::Lock::lost`). A pending promise keeps the event loop alive (napi's
+    /// deferred holds a threadsafe function), so `lock.js` asks for it only when someone
+    /// wants the signal, and every path that ends a lock releases it.
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
         let lost = self.inner.lost();
-        env.spawn_future(on_core(
-            async move { Ok(lost.await.map(|r| r.to_string())) },
-        ))
+        promise_on_core(env, async move { Ok(lost.await.map(|r| r.to_string())) })
     }
 
-    /// The end of a `withLock` body (the decision is the host layer's: `host::end_of_scope`).
+    /// The end of a `withLock` body: `failed` when the callback threw or rejected,
+    /// `stopped_by_loss` when what it threw is this lock's own loss (`lock.signal`'s reason).
+    /// The release and the decision are the host layer's (`host::scope::end`).
     #[napi]
-    pub fn end_scope<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ScopeEnd>> {
+    pub fn end_scope<'env>(
+        &self,
+        env: &'env Env,
+        failed: bool,
+        stopped_by_loss: bool,
+    ) -> Result<PromiseRaw<'env, ScopeOutcome>> {
         let lock = self.inner.clone();
-        env.spawn_future(on_core(async move {
-            Ok(match end_of_scope(lock).await {
-                Outcome::Done => ScopeEnd {
+        let body = match (failed, stopped_by_loss) {
+            (_, true) => Body::StoppedByLoss,
+            (true, false) => Body::Failed,
+            (false, false) => Body::Finished,
+        };
+        promise_on_core(env, async move {
+            Ok(match host::scope::end(&lock, body).await {
+                ScopeEnd::Clean => ScopeOutcome {
+                    action: "clean".into(),
                     code: String::new(),
                     message: String::new(),
+                    chain: false,
                 },
-                Outcome::Lost(message) => ScopeEnd {
-                    code: ferrolock::ErrorKind::LockLost.code().to_string(),
+                ScopeEnd::Raise { error, chain } => ScopeOutcome {
+                    action: "raise".into(),
+                    code: error.kind().code().to_string(),
+                    message: error.message().to_string(),
+                    chain,
+                },
+                ScopeEnd::Log(message) => ScopeOutcome {
+                    action: "log".into(),
+                    code: String::new(),
                     message,
-                },
-                Outcome::ReleaseFailed(e) => ScopeEnd {
-                    code: e.kind().code().to_string(),
-                    message: e.message().to_string(),
+                    chain: false,
                 },
             })
-        }))
+        })
     }
 }

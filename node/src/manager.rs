@@ -1,19 +1,18 @@
-//! `NativeManager`: the core `LockManager` plus the locks it handed out (for `close()` and
-//! exit). `manager.js` wraps it with option conversion and the AsyncLocalStorage owner.
+//! `NativeManager`: a `ferrolock::host::Manager` (its own, or the shared one of `withLock`).
+//! `manager.js` wraps it with option conversion and the AsyncLocalStorage owner.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrolock::{LockManager, LockOptions};
+use ferrolock::host::{self, Cancel};
+use ferrolock::{ErrorKind, LockOptions};
 use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
 use napi_derive::napi;
-use tokio::sync::watch;
 
-use crate::errors::{cancelled, invalid, to_napi};
-use crate::host::{self, Handed, on_core};
+use crate::errors::{coded, invalid, to_napi};
 use crate::lock::NativeLock;
 use crate::options::{OptionEntry, lock_options, manager_options};
+use crate::rt::{blocking_on_core, in_core, promise_on_core};
 
 /// How long `close()` waits for the releases of the locks still held.
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
@@ -21,7 +20,7 @@ const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 /// Aborts one acquire's wait (the caller's AbortSignal, forwarded by `manager.js`).
 #[napi]
 pub struct CancelToken {
-    tx: watch::Sender<bool>,
+    inner: Cancel,
 }
 
 #[napi]
@@ -30,22 +29,23 @@ impl CancelToken {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         CancelToken {
-            tx: watch::Sender::new(false),
+            inner: Cancel::new(),
         }
     }
 
     #[napi]
     pub fn cancel(&self) {
-        self.tx.send_replace(true);
+        self.inner.cancel();
     }
 }
 
 #[napi]
 pub struct NativeManager {
-    manager: Mutex<Option<LockManager>>,
-    handed: Arc<Handed>,
-    defaults: LockOptions,
+    host: host::Manager,
+    /// `withLock`'s: other callers share it, so `close()` only ends this handle's use.
     shared: bool,
+    /// This handle was closed (a shared one stays open for the others).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 #[napi]
@@ -53,56 +53,54 @@ impl NativeManager {
     /// Opens no connection: those open on first use.
     #[napi(constructor)]
     pub fn new(entries: Vec<OptionEntry>) -> Result<Self> {
-        let manager = host::new_manager(manager_options(&entries)?).map_err(to_napi)?;
+        let options = manager_options(&entries)?;
+        let host = in_core(|| host::Manager::new(options)).map_err(to_napi)?;
         Ok(NativeManager {
-            defaults: manager.defaults().clone(),
-            handed: Handed::new(manager.clone()),
-            manager: Mutex::new(Some(manager)),
+            host,
             shared: false,
+            closed: Default::default(),
         })
     }
 
-    /// The manager `withLock` shares with every call on the same connection options.
+    /// The manager `withLock` shares with every call on the same connection options
+    /// (`host::shared`).
     #[napi(factory)]
     pub fn shared(entries: Vec<OptionEntry>) -> Result<Self> {
-        let (manager, handed) =
-            host::shared_manager(manager_options(&entries)?).map_err(to_napi)?;
+        let options = manager_options(&entries)?;
+        let host = in_core(|| host::shared(&options)).map_err(to_napi)?;
         Ok(NativeManager {
-            defaults: manager.defaults().clone(),
-            handed,
-            manager: Mutex::new(Some(manager)),
+            host,
             shared: true,
+            closed: Default::default(),
         })
     }
 
-    fn core(&self) -> Result<LockManager> {
-        let m = self.manager.lock().unwrap_or_else(|p| p.into_inner());
-        m.clone()
-            .ok_or_else(|| invalid("this LockManager is closed"))
+    fn open(&self) -> Result<&host::Manager> {
+        if self.closed() {
+            return Err(invalid("this LockManager is closed"));
+        }
+        Ok(&self.host)
     }
 
     #[napi(getter)]
     pub fn nodes(&self) -> Vec<String> {
-        self.core().map(|m| m.node_names()).unwrap_or_default()
+        self.host.nodes().to_vec()
     }
 
     #[napi(getter)]
     pub fn quorum(&self) -> u32 {
-        self.core().map(|m| m.quorum() as u32).unwrap_or(0)
+        self.host.quorum() as u32
     }
 
     /// The core manager's client uuid: the same for every `NativeManager` sharing it.
     #[napi(getter)]
     pub fn client_id(&self) -> String {
-        self.core().map(|m| m.client_id()).unwrap_or_default()
+        self.host.core().map(|m| m.client_id()).unwrap_or_default()
     }
 
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        self.manager
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
+        self.closed.load(std::sync::atomic::Ordering::SeqCst) || self.host.is_closed()
     }
 
     /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the
@@ -116,70 +114,73 @@ impl NativeManager {
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
-        let manager = self.core()?;
+        let manager = self.open()?.clone();
         if key.is_empty() {
             return Err(invalid("lock key must be a non-empty string, got \"\""));
         }
-        let opts = if entries.is_empty() {
-            self.defaults.clone()
+        let opts: LockOptions = if entries.is_empty() {
+            manager.defaults().clone()
         } else {
-            lock_options(&key, &self.defaults, &entries)?
+            lock_options(&key, manager.defaults(), &entries)?
         };
-        let handed = self.handed.clone();
         let env_locks = crate::env::locks_of(env)?;
-        let mut cancel = cancel.map(|c| c.tx.subscribe());
-        env.spawn_future(on_core(async move {
-            let acquire = async {
-                match owner {
-                    Some(o) => manager.acquire_owned(&key, o as u64, &opts).await,
-                    None => manager.acquire_with(&key, &opts).await,
-                }
-            };
-            let lock = match cancel.as_mut() {
+        let cancel = cancel.map(|c| c.inner.clone());
+        // Without `reentrant` the core ignores the owner.
+        let owner = owner.unwrap_or(0) as u64;
+        promise_on_core(env, async move {
+            let acquire = manager.acquire(&key, owner, &opts);
+            let lock = match cancel {
                 // Dropping the acquire undoes whatever it had taken.
-                Some(rx) => tokio::select! {
+                Some(c) => tokio::select! {
                     lock = acquire => lock,
-                    _ = rx.wait_for(|c| *c) => return Err(cancelled(&key)),
+                    _ = c.cancelled() => return Err(coded(
+                        ErrorKind::Cancelled.code(),
+                        &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal (nothing was left behind)"),
+                    )),
                 },
                 None => acquire.await,
-            };
-            let lock = Arc::new(lock.map_err(to_napi)?);
-            handed.add(&lock);
+            }
+            .map_err(to_napi)?;
             if !env_locks.add(&lock) {
                 let _ = lock.release().await;
-                return Err(crate::errors::coded(
-                    "NOT_ACQUIRED",
+                return Err(coded(
+                    ErrorKind::NotAcquired.code(),
                     &format!("lock {key:?} not acquired: its JavaScript environment was torn down"),
                 ));
             }
             Ok(NativeLock { inner: lock })
-        }))
+        })
     }
 
-    /// Releases the locks this manager handed out that are still held, then closes it. A
-    /// shared manager (withLock's) stays open for other callers: only its use here ends.
+    /// Releases the locks this manager handed out that are still held, then closes it
+    /// (`host::Manager::close`). A shared manager (withLock's) stays open for other callers:
+    /// only its use here ends.
     #[napi]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
-        let taken = self
-            .manager
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        let handed = self.handed.clone();
+        let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
+        let host = self.host.clone();
         let shared = self.shared;
-        env.spawn_future(on_core(async move {
-            if taken.is_some() && !shared {
-                handed.release_all(CLOSE_LIMIT).await;
+        env.spawn_future(async move {
+            if first && !shared {
+                blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
             }
             Ok(())
-        }))
+        })
     }
 }
 
-/// At `process.on('exit')`: releases the locks of this environment (this thread) still held,
-/// blocking at most `limitMs`.
+/// At `process.on('exit')` on the main thread: the host layer's exit protocol (waiting
+/// acquires give up; every lock of the process still held is released), blocking at most
+/// `limitMs`. Returns how many were released on a quorum.
 #[napi]
-pub fn release_all_sync(env: &Env, limit_ms: u32) -> Result<()> {
+pub fn exit_sync(limit_ms: u32) -> u32 {
+    host::exit(Duration::from_millis(limit_ms.into())) as u32
+}
+
+/// At `process.on('exit')` in a worker thread: releases the locks of this environment (this
+/// thread) still held, blocking at most `limitMs`; the rest of the process goes on.
+#[napi]
+pub fn release_env_sync(env: &Env, limit_ms: u32) -> Result<()> {
     crate::env::locks_of(env)?.release_all_blocking(Duration::from_millis(limit_ms.into()));
     Ok(())
 }

@@ -136,6 +136,36 @@ test('signal aborts before the validity ends when the majority is paused; withLo
   assert.ok(abortedAt < deadline, `aborted at +${abortedAt - pausedAt} ms, validity ended at +${deadline - pausedAt} ms`);
 });
 
+test("a callback that throws its own lock's loss (signal.throwIfAborted) rejects with that LockLostError, not caused by itself", T, async () => {
+  const nodes = three.map((s) => s.url);
+  let thrown;
+  let rejection;
+  try {
+    rejection = await withLock(
+      'stopped:k',
+      async (lock) => {
+        const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+        three[0].pause();
+        three[1].pause();
+        await aborted;
+        try {
+          lock.signal.throwIfAborted();
+        } catch (e) {
+          thrown = e;
+          throw e;
+        }
+      },
+      { nodes, ttl: 1500 },
+    ).then(() => null, (e) => e);
+  } finally {
+    three[0].resume();
+    three[1].resume();
+  }
+  assert.ok(thrown instanceof LockLostError, String(thrown));
+  assert.ok(rejection instanceof LockLostError && rejection.code === 'LOCK_LOST', String(rejection));
+  assert.equal(rejection.cause, undefined, 'the loss is reported as caused by itself');
+});
+
 test("the caller's signal stops the wait and leaves no key behind", T, async () => {
   const nodes = [one.url];
   const holder = new LockManager({ nodes });

@@ -518,7 +518,7 @@ impl Ticket {
 
     /// The server-queue arguments of a head's attempt: our id, the score ('' = arrival order
     /// by the node's clock, the right order with one node) and the lease.
-    pub fn queue_args(&self, opts: &LockOptions) -> QueueArgs {
+    pub fn queue_args(&self, opts: &LockOptions, seen: &Epochs) -> QueueArgs {
         let mut q = self.kq.q();
         q.dirty = true;
         let score = if self.waiters.nodes == 1 {
@@ -538,6 +538,10 @@ impl Ticket {
             score,
             lease_ms: lease(opts).as_millis() as u64,
             active: Some(self.kq.active.clone()),
+            woken: Some(Woken {
+                rx: self.kq.epoch.subscribe(),
+                seen: seen.clone(),
+            }),
         }
     }
 
@@ -567,6 +571,31 @@ pub(crate) struct QueueArgs {
     pub lease_ms: u64,
     /// False once the local queue is gone: nobody is waiting for a place any more.
     pub active: Option<Arc<AtomicBool>>,
+    /// The wake-ups of the local queue since the epochs read before the attempt.
+    pub woken: Option<Woken>,
+}
+
+/// A head's wake-ups during its own attempt. A node that refused the attempt and then
+/// published a release makes the attempt worth sending again at once, rather than waiting
+/// for a silent node's answer to decide it (see `acquire::attempt`).
+#[derive(Debug, Clone)]
+pub(crate) struct Woken {
+    rx: watch::Receiver<Epochs>,
+    seen: Epochs,
+}
+
+impl Woken {
+    /// Whether a node marked in `from` has woken since the attempt was sent.
+    pub fn moved_on(&self, from: &[bool]) -> bool {
+        self.rx.borrow().moved_since(&self.seen, from)
+    }
+
+    /// Resolves at the next wake-up on any node (never, once the queue is gone).
+    pub async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 impl QueueArgs {

@@ -2,7 +2,7 @@
 //! struct's fields are in the order of the script's header comment (`core/scripts/*.lua`).
 //! They borrow what they send, so building one allocates nothing of its own.
 
-use redis::aio::MultiplexedConnection;
+use crate::node::Conn;
 use redis::{Cmd, Pipeline, RedisResult, ScriptInvocation};
 
 use super::{
@@ -237,7 +237,7 @@ pub struct Release<'a> {
 
 impl Release<'_> {
     /// Sends `cmd` (from `command`), loading the script on NOSCRIPT.
-    pub(crate) async fn send(cmd: &Cmd, conn: &mut MultiplexedConnection) -> RedisResult<i64> {
+    pub(crate) async fn send(cmd: &Cmd, conn: &mut Conn) -> RedisResult<i64> {
         run_script(&RELEASE, cmd, conn).await
     }
 
@@ -311,7 +311,7 @@ impl Extend<'_> {
 
     /// Loads the extend scripts (the reentrant one too with `reentrant`): a restarted node
     /// forgot them, and a pipeline of `add_to` cannot load them itself.
-    pub async fn load(conn: &mut MultiplexedConnection, reentrant: bool) -> RedisResult<()> {
+    pub async fn load(conn: &mut Conn, reentrant: bool) -> RedisResult<()> {
         let _: String = EXTEND.load_async(conn).await?;
         if reentrant {
             let _: String = EXTEND_REENTRANT.load_async(conn).await?;

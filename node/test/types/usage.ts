@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
-import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, type Lock } from 'ferrolock';
+import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, type Lock } from 'ferrolock';
 
 export async function usage(nodes: string[]): Promise<number> {
   const result: number = await withLock(
@@ -29,4 +29,12 @@ export async function usage(nodes: string[]): Promise<number> {
   const released: boolean = await again.release();
   void released;
   return result;
+}
+
+export function scrape(): string {
+  const m = metrics();
+  const grants: number = m['orders']?.grants ?? 0;
+  const le: number[] = m['orders']?.wait.le ?? [];
+  void grants, le;
+  return prometheusText();
 }

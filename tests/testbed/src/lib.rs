@@ -19,6 +19,9 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+mod redis_cluster;
+pub use redis_cluster::{ClusterOptions, RedisCluster, key_slot};
+
 /// Generous on purpose: a loaded 2-core CI machine can take seconds to fork and load a server.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const PORT_ATTEMPTS: usize = 20;
@@ -50,6 +53,16 @@ fn free_port() -> u16 {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local_addr").port();
         if lock(&HANDED_OUT).insert(port) {
+            return port;
+        }
+    }
+}
+
+/// A free port whose cluster bus port (port + 10000) is free too (and exists).
+fn free_port_with_bus() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55535 && TcpListener::bind(("127.0.0.1", port + 10000)).is_ok() {
             return port;
         }
     }
@@ -222,8 +235,17 @@ impl RedisServer {
             child: None,
             pid: 0,
         };
+        let cluster_bus = server
+            .opts
+            .extra_args
+            .iter()
+            .any(|a| a == "--cluster-enabled");
         for _ in 0..PORT_ATTEMPTS {
-            server.port = free_port();
+            server.port = if cluster_bus {
+                free_port_with_bus()
+            } else {
+                free_port()
+            };
             server.plain_port = if server.opts.tls.is_some() {
                 free_port()
             } else {

@@ -385,3 +385,24 @@ fn proxy_delays_one_direction_and_holds_replies_until_released() {
     raw.read_exact(&mut buf).unwrap();
     assert_eq!(&buf, b"+PONG\r\n");
 }
+
+#[test]
+fn a_cluster_forms_routes_keys_to_their_primaries_and_loses_a_killed_one() {
+    use ferrolock_testbed::{RedisCluster, key_slot};
+    let mut cluster = RedisCluster::start();
+    assert!(cluster.url().starts_with("redis+cluster://127.0.0.1:"));
+    // "a" (slot 15495) and "b" (slot 3300) live on different primaries.
+    let (pa, pb) = (
+        cluster.primary_for_key("a").port(),
+        cluster.primary_for_key("b").port(),
+    );
+    assert_ne!(pa, pb);
+    assert_eq!(key_slot("{b}x"), key_slot("b"));
+    let owner = cluster.primary_for_key("a");
+    let _: () = owner.cmd(&["SET", "a", "1"]);
+    let slot: i64 = owner.cmd(&["CLUSTER", "KEYSLOT", "a"]);
+    assert_eq!(slot, key_slot("a") as i64);
+    let i = cluster.index_of_port(pa);
+    cluster.nodes[i].kill();
+    assert!(!cluster.nodes[i].is_running());
+}

@@ -1,0 +1,60 @@
+//! Where the binding's work runs: on the core's process runtime (`ferrolock::runtime`), never
+//! on napi's, which is torn down and rebuilt around environment teardown and would take the
+//! connections and the watchdog with it. This is napi glue, not lock logic: the host layer's
+//! `async` calls are driven here and their results handed to a JavaScript promise.
+
+use std::future::Future;
+
+use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
+use napi::{Env, JsValue};
+
+use crate::errors::coded;
+
+/// A resolver handed to a deferred promise (its value moved in).
+type Resolver<T> = Box<dyn FnOnce(Env) -> napi::Result<T> + Send>;
+
+/// Runs `fut` on the core's runtime and returns a promise of its result, settled from there
+/// through the promise's threadsafe function: one hop from the JavaScript thread to a core
+/// worker and one back (napi's `spawn_future` would add a hop through napi's own runtime
+/// each way, a thread wake-up that costs more than a local Redis round trip on a VM).
+pub fn promise_on_core<T, F>(env: &Env, fut: F) -> napi::Result<PromiseRaw<'_, T>>
+where
+    T: ToNapiValue + Send + 'static,
+    F: Future<Output = napi::Result<T>> + Send + 'static,
+{
+    let (deferred, promise) = env.create_deferred::<T, Resolver<T>>()?;
+    ferrolock::runtime::runtime().spawn(async move {
+        match fut.await {
+            Ok(v) => deferred.resolve(Box::new(move |_| Ok(v))),
+            Err(e) => deferred.reject(e),
+        }
+    });
+    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+}
+
+/// Runs blocking host calls (`host::Manager::close`) on the core runtime's blocking pool.
+pub async fn blocking_on_core<T, F>(f: F) -> napi::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    ferrolock::runtime::runtime()
+        .spawn_blocking(f)
+        .await
+        .map_err(|e| coded("REDIS_ERROR", &format!("ferrolock task failed: {e}")))
+}
+
+/// Calls `f` with the core's runtime as the ambient one, so that whatever a new manager
+/// spawns in the background (watchdog, waiters) lives there, whichever runtime napi has
+/// entered on this thread.
+pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
+    let _entered = ferrolock::runtime::runtime().enter();
+    f()
+}
+
+/// An empty async call through the same path as every other (a promise resolved from the
+/// core's runtime): the binding's own floor in `make bench`.
+#[napi_derive::napi(js_name = "__benchNoop")]
+pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'_, ()>> {
+    promise_on_core(env, async { Ok(()) })
+}

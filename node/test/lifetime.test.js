@@ -1,0 +1,157 @@
+'use strict';
+// Locks held when a process exits or a worker thread ends, checked on a real redis-server
+// with redis-cli. Each scenario runs in a child process of its own, so the process-wide
+// state it sets (the host layer's exiting flag, its registries, the exit hooks) never leaks
+// into another test. Every lock has a 60 s ttl: a key gone within the test was released, not
+// expired.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const path = require('node:path');
+const { servers } = require('./redis');
+
+const T = { timeout: 60_000 };
+const PKG = path.resolve(__dirname, '..');
+let one;
+test.before(async () => {
+  [one] = await servers(1);
+});
+test.after(() => one?.stop());
+
+/** Runs `script` in a new Node process; `onLine(line, child)` sees each stdout line. */
+function runNode(script, { limitMs = 30_000, onLine } = {}) {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['-e', script], {
+      cwd: PKG,
+      env: { ...process.env, FERROLOCK_NODES: one.url },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => {
+      const before = out.length;
+      out += d;
+      if (onLine) for (const line of out.slice(out.lastIndexOf('\n', before) + 1).split('\n').slice(0, -1)) onLine(line, child);
+    });
+    child.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out, err });
+    });
+  });
+}
+
+const HEADER = `
+  const { Worker, isMainThread, parentPort } = require('node:worker_threads');
+  const { withLock, LockManager } = require(${JSON.stringify(PKG)});
+`;
+
+test('process.exit() while holding locks (a manager\'s, a reentrant one, inside withLock) releases them all', T, async () => {
+  const keys = ['life:exit:plain', 'life:exit:re', 'life:exit:with'];
+  const script = `${HEADER}
+    (async () => {
+      const m = new LockManager({ ttl: 60000 });
+      await m.acquire(${JSON.stringify(keys[0])});
+      await m.acquire(${JSON.stringify(keys[1])}, { reentrant: true });
+      await withLock(${JSON.stringify(keys[2])}, async (lock) => {
+        lock.signal;
+        console.log('held');
+        process.exit(3);
+      }, { ttl: 60000 });
+    })();`;
+  const r = await runNode(script);
+  assert.equal(r.code, 3, r.err);
+  assert.match(r.out, /held/);
+  for (const k of keys) assert.ok(!one.exists(k), `${k} was left to its ttl at exit`);
+});
+
+test("a worker thread's locks are released when the main thread calls process.exit()", T, async () => {
+  const body = `${HEADER}
+    (async () => {
+      const w = new Worker(\`
+        const { parentPort } = require('node:worker_threads');
+        const { LockManager } = require(${JSON.stringify(PKG)});
+        (async () => {
+          const m = new LockManager({ ttl: 60000 });
+          await m.acquire('life:main-exit:worker');
+          parentPort.postMessage('held');
+          setInterval(() => {}, 1000);
+        })();\`, { eval: true });
+      await new Promise((resolve, reject) => { w.once('message', resolve); w.once('error', reject); });
+      console.log('worker holds');
+      // Exits once the test has seen the worker's key.
+      process.stdin.once('data', () => process.exit(0));
+    })();`;
+  let seen = false;
+  const r = await runNode(body, {
+    onLine: (line, child) => {
+      if (line === 'worker holds') {
+        seen = one.exists('life:main-exit:worker');
+        child.stdin.write('exit\n');
+      }
+    },
+  });
+  assert.equal(r.code, 0, r.err);
+  assert.ok(seen, 'the worker did not hold its lock before the exit');
+  assert.ok(!one.exists('life:main-exit:worker'), "the worker's lock was left to its ttl");
+});
+
+test("a worker's own process.exit() releases that worker's locks only; the main thread keeps its lock and can acquire again", T, async () => {
+  const body = `${HEADER}
+    (async () => {
+      const mine = new LockManager({ ttl: 60000 });
+      const kept = await mine.acquire('life:worker-exit:main');
+      const w = new Worker(\`
+        const { LockManager } = require(${JSON.stringify(PKG)});
+        (async () => {
+          const m = new LockManager({ ttl: 60000 });
+          await m.acquire('life:worker-exit:worker');
+          await m.acquire('life:worker-exit:worker2', { reentrant: true });
+          process.exit(0);
+        })();\`, { eval: true });
+      const code = await new Promise((resolve, reject) => { w.once('exit', resolve); w.once('error', reject); });
+      console.log('worker exited', code);
+      console.log('main lock', kept.status);
+      // The worker's exit is not the process's: acquires still work here.
+      const again = await mine.acquire('life:worker-exit:after', { wait: 0 });
+      console.log('acquired after', again.status);
+      await again.release();
+      console.log('done');
+      setInterval(() => {}, 1000);
+    })().catch((e) => { console.log('failed', e.code, e.message); process.exit(1); });`;
+  let checked = null;
+  const r = await runNode(body, {
+    onLine: (line, child) => {
+      if (line === 'done') {
+        checked = {
+          worker: one.exists('life:worker-exit:worker'),
+          worker2: one.exists('life:worker-exit:worker2'),
+          main: one.exists('life:worker-exit:main'),
+        };
+        child.kill('SIGKILL');
+      }
+    },
+  });
+  assert.match(r.out, /worker exited 0/, r.out + r.err);
+  assert.match(r.out, /main lock held/, r.out);
+  assert.match(r.out, /acquired after held/, r.out + r.err);
+  assert.deepEqual(checked, { worker: false, worker2: false, main: true }, r.out);
+  one.cli('DEL', 'life:worker-exit:main');
+});
+
+test('a process killed by a signal with its default action leaves its locks to their ttl (documented)', T, async () => {
+  const body = `${HEADER}
+    (async () => {
+      const m = new LockManager({ ttl: 60000 });
+      await m.acquire('life:killed');
+      console.log('held');
+      setInterval(() => {}, 1000);
+    })();`;
+  const r = await runNode(body, { onLine: (line, child) => line === 'held' && child.kill('SIGTERM') });
+  assert.equal(r.signal, 'SIGTERM');
+  assert.ok(one.exists('life:killed'), 'expected the key to stay until its ttl');
+  const pttl = Number(one.cli('PTTL', 'life:killed'));
+  assert.ok(pttl > 0 && pttl <= 60_000, `PTTL ${pttl}`);
+  one.cli('DEL', 'life:killed');
+});

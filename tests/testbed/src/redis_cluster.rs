@@ -1,0 +1,228 @@
+//! A real Redis Cluster on loopback: N primaries (and optionally replicas), each a
+//! `RedisServer` with its own port, free bus port (+10000), directory and `nodes.conf`.
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::{RedisServer, ServerOptions};
+
+/// Forming a cluster and agreeing on its slots takes several gossip rounds; a loaded 2-core
+/// machine can stretch them to many seconds.
+const CLUSTER_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub primaries: usize,
+    /// Replicas per primary.
+    pub replicas: usize,
+    /// At least 2000 ms, so CPU stalls on a small machine cause no spurious failovers.
+    pub node_timeout_ms: u64,
+    /// `cluster-require-full-coverage`: with `false`, the slots of live primaries keep
+    /// serving while another primary is down.
+    pub require_full_coverage: bool,
+    /// Appended to every node's arguments.
+    pub extra_args: Vec<String>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> ClusterOptions {
+        ClusterOptions {
+            primaries: 3,
+            replicas: 0,
+            node_timeout_ms: 3000,
+            require_full_coverage: true,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// A running cluster; every node is killed (and its directory removed) on drop.
+pub struct RedisCluster {
+    /// Primaries first (in `--cluster create` order), then replicas.
+    pub nodes: Vec<RedisServer>,
+    opts: ClusterOptions,
+}
+
+impl RedisCluster {
+    /// Three primaries, no replicas.
+    pub fn start() -> RedisCluster {
+        RedisCluster::start_with(ClusterOptions::default())
+    }
+
+    pub fn start_with(opts: ClusterOptions) -> RedisCluster {
+        assert!(
+            opts.primaries >= 3,
+            "redis-cli --cluster create needs 3 primaries"
+        );
+        let total = opts.primaries * (1 + opts.replicas);
+        let mut args: Vec<String> = [
+            "--cluster-enabled",
+            "yes",
+            // Relative: resolved against each node's own `--dir`.
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            &opts.node_timeout_ms.to_string(),
+            "--cluster-require-full-coverage",
+            if opts.require_full_coverage {
+                "yes"
+            } else {
+                "no"
+            },
+        ]
+        .map(String::from)
+        .to_vec();
+        args.extend(opts.extra_args.iter().cloned());
+        let nodes: Vec<RedisServer> = (0..total)
+            .map(|_| {
+                RedisServer::start_with(ServerOptions {
+                    extra_args: args.clone(),
+                    ..ServerOptions::default()
+                })
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port()));
+        }
+        create
+            .arg("--cluster-replicas")
+            .arg(opts.replicas.to_string())
+            .arg("--cluster-yes");
+        let out = create
+            .output()
+            .expect("run redis-cli --cluster create (apt-get install redis-tools)");
+        let cluster = RedisCluster { nodes, opts };
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster.wait_ready();
+        cluster
+    }
+
+    /// Until every running node reports `cluster_state:ok`, all slots assigned, and the same
+    /// slot owners as every other node.
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+        loop {
+            let Err(last) = self.check_ready() else {
+                return;
+            };
+            assert!(
+                Instant::now() < deadline,
+                "cluster not ready within {CLUSTER_READY_TIMEOUT:?}: {last}"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn check_ready(&self) -> Result<(), String> {
+        let mut views: Vec<Vec<(i64, i64, i64)>> = Vec::new();
+        for n in self.nodes.iter().filter(|n| n.is_running()) {
+            let info: String = n.cmd(&["CLUSTER", "INFO"]);
+            if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
+                return Err(format!("port {} is not cluster_state:ok", n.port()));
+            }
+            views.push(self.slot_owners(n));
+        }
+        if views.windows(2).any(|w| w[0] != w[1]) {
+            return Err("nodes disagree on the slot owners".into());
+        }
+        Ok(())
+    }
+
+    /// (start, end, primary port) per slot range, as one node sees it.
+    fn slot_owners(&self, node: &RedisServer) -> Vec<(i64, i64, i64)> {
+        let slots: Vec<redis::Value> = node.cmd(&["CLUSTER", "SLOTS"]);
+        let mut out: Vec<(i64, i64, i64)> = slots
+            .iter()
+            .filter_map(|range| {
+                let redis::Value::Array(items) = range else {
+                    return None;
+                };
+                let int = |v: &redis::Value| match v {
+                    redis::Value::Int(i) => Some(*i),
+                    _ => None,
+                };
+                let primary = match items.get(2)? {
+                    redis::Value::Array(p) => int(p.get(1)?)?,
+                    _ => return None,
+                };
+                Some((int(items.first()?)?, int(items.get(1)?)?, primary))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// `redis+cluster://127.0.0.1:<first primary's port>`: one seed is enough.
+    pub fn url(&self) -> String {
+        format!("redis+cluster://127.0.0.1:{}", self.nodes[0].port())
+    }
+
+    /// The node currently primary for `slot`, as the first running node sees it.
+    pub fn primary_for_slot(&self, slot: u16) -> &RedisServer {
+        let viewer = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("no running node");
+        let owners = self.slot_owners(viewer);
+        let port = owners
+            .iter()
+            .find(|(s, e, _)| (*s..=*e).contains(&(slot as i64)))
+            .map(|o| o.2)
+            .unwrap_or_else(|| panic!("slot {slot} has no owner"));
+        self.nodes
+            .iter()
+            .find(|n| n.port() as i64 == port)
+            .expect("owner is one of ours")
+    }
+
+    /// The primary serving `key`.
+    pub fn primary_for_key(&self, key: &str) -> &RedisServer {
+        self.primary_for_slot(key_slot(key))
+    }
+
+    /// The primaries, in `--cluster create` order.
+    pub fn primaries(&self) -> &[RedisServer] {
+        &self.nodes[..self.opts.primaries]
+    }
+
+    /// Index in `nodes` of the node on `port`.
+    pub fn index_of_port(&self, port: u16) -> usize {
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .expect("a node of this cluster")
+    }
+}
+
+/// Redis Cluster's `keyHashSlot`: CRC16-XMODEM of the hash tag (or of the whole key) mod 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let b = key.as_bytes();
+    let hashed = match b.iter().position(|&c| c == b'{') {
+        Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
+            Some(len) if len > 0 => &b[open + 1..open + 1 + len],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= (byte as u16) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
