@@ -163,14 +163,26 @@ async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
     })));
     // Nodes 1 and 2 refuse only after node 0 has granted: its answer is in when the attempt
     // is decided, so its undo goes out before the caller is told (a node that answered after
-    // the decision is undone in the background instead).
-    // Two seconds: node 0 answers first even on a saturated machine (node timeout 5 s).
+    // the decision is undone in the background instead). They are held until node 0's count
+    // shows the grant, however slow the machine (a fixed 2 s hold failed once).
     for s in &cluster.servers[1..] {
-        s.cmd::<()>(&["CLIENT", "PAUSE", "2000", "WRITE"]);
+        s.cmd::<()>(&["CLIENT", "PAUSE", "30000", "WRITE"]);
     }
     let m2 = m.clone();
     let o2 = o.clone();
     let reentry = tokio::spawn(async move { m2.acquire_owned(key, 7, &o2).await });
+    let start = Instant::now();
+    while node0
+        .cmd::<Option<String>>(&["HGET", key, outer.token()])
+        .as_deref()
+        != Some("2")
+    {
+        assert!(start.elapsed() < HANG, "node 0 never granted the re-entry");
+        tokio::time::sleep(ms(10)).await;
+    }
+    for s in &cluster.servers[1..] {
+        s.cmd::<()>(&["CLIENT", "UNPAUSE"]);
+    }
     let start = Instant::now();
     while paused.load(Ordering::SeqCst) == 0 || info_field(node0, "blocked_clients") == 0 {
         assert!(start.elapsed() < HANG, "the undo never reached node 0");
