@@ -185,7 +185,7 @@ impl Node {
                 .map(|v| v.trim().to_string())
         };
         if field("cluster_enabled").as_deref() == Some("1") {
-            return Err(refuse_cluster_server(&self.display));
+            return Err(NodeError::Redis(refuse_cluster_server(&self.display)));
         }
         if self.guard_window.is_zero() {
             return Ok(());

@@ -7,7 +7,6 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::error::{Error, Result};
-use crate::node::NodeError;
 
 /// A node's connection: a standalone server's multiplexed connection, or a cluster's, which
 /// routes each command to the primary of its keys' slot (following MOVED and ASK itself).
@@ -131,8 +130,9 @@ fn check_host_port(host_port: &str) -> std::result::Result<(), String> {
 }
 
 /// The refusal of a plain URL that reached a cluster node: its other shards' keys would
-/// answer MOVED, and even its own slots can move away under a lock.
-pub(crate) fn refuse_cluster_server(display: &str) -> NodeError {
+/// answer MOVED, and even its own slots can move away under a lock. (A message: the node
+/// module makes it a `NodeError`, so this module does not depend on it.)
+pub(crate) fn refuse_cluster_server(display: &str) -> String {
     let cluster_form = display
         .strip_prefix("redis://")
         .map(|r| format!("redis+cluster://{r}"))
@@ -142,10 +142,10 @@ pub(crate) fn refuse_cluster_server(display: &str) -> NodeError {
                 .map(|r| format!("rediss+cluster://{r}"))
         })
         .unwrap_or_else(|| "redis+cluster://host:port".to_string());
-    NodeError::Redis(format!(
+    format!(
         "is a Redis Cluster node (INFO cluster: cluster_enabled:1); a plain URL cannot route keys \
          across its shards: use {cluster_form}"
-    ))
+    )
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! struct's fields are in the order of the script's header comment (`core/scripts/*.lua`).
 //! They borrow what they send, so building one allocates nothing of its own.
 
-use crate::node::Conn;
+use crate::node_cluster::Conn;
 use redis::{Cmd, Pipeline, RedisResult, ScriptInvocation};
 
 use super::{

@@ -260,7 +260,7 @@ pub(crate) fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -
 pub(crate) async fn run_script<T: redis::FromRedisValue>(
     script: &Script,
     cmd: &redis::Cmd,
-    conn: &mut crate::node::Conn,
+    conn: &mut crate::node_cluster::Conn,
 ) -> redis::RedisResult<T> {
     match cmd.query_async(conn).await {
         Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
