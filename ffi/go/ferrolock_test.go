@@ -388,3 +388,30 @@ func TestDefaultWithLock(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMetricsTextCountsAScriptedSequence(t *testing.T) {
+	prefix := fmt.Sprintf("go-metrics-%d", os.Getpid())
+	k := prefix + ":job"
+	m := manager(t, ferrolock.TTL(30*time.Second))
+	ctx := context.Background()
+	l, err := m.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("try-acquire of a held key: %v", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	text := ferrolock.MetricsText()
+	for _, want := range []string{
+		fmt.Sprintf("ferrolock_grants_total{prefix=%q} 1\n", prefix),
+		fmt.Sprintf("ferrolock_acquire_failures_total{prefix=%q,code=\"NOT_ACQUIRED\"} 1\n", prefix),
+		fmt.Sprintf("ferrolock_acquire_attempts_total{prefix=%q} 2\n", prefix),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no line %q in the metrics text:\n%s", want, text)
+		}
+	}
+}

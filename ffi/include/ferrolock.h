@@ -20,6 +20,18 @@
 // `ferrolock_lock_extend`'s `ttl_ms` for "the lease in force".
 #define FERROLOCK_SAME_TTL 0
 
+// Log levels, most severe first: a callback set with `max_level` gets the events at that
+// level and the more severe ones.
+#define FERROLOCK_LOG_ERROR 1
+
+#define FERROLOCK_LOG_WARN 2
+
+#define FERROLOCK_LOG_INFO 3
+
+#define FERROLOCK_LOG_DEBUG 4
+
+#define FERROLOCK_LOG_TRACE 5
+
 // A duration meaning "none": for `wait`, wait without limit; for `max_hold`,
 // `node_timeout`, `restart_guard`, the default.
 #define FERROLOCK_WAIT_FOREVER UINT64_MAX
@@ -97,6 +109,10 @@ typedef struct ferrolock_error {
 // Called once if a lock is lost: `userdata` as registered, and the reason (code
 // `FERROLOCK_ERR_LOCK_LOST`; valid only during the call, not to be freed).
 typedef void (*ferrolock_lost_fn)(void *userdata, const struct ferrolock_error *reason);
+
+// A log callback: `level` is a FERROLOCK_LOG_* constant, `message` a NUL-terminated string
+// valid only during the call.
+typedef void (*ferrolock_log_fn)(void *userdata, int level, const char *message);
 
 #ifdef __cplusplus
 extern "C" {
@@ -243,6 +259,30 @@ int ferrolock_manager_acquire_owned(const struct ferrolock_manager *manager,
                                     const struct ferrolock_cancel *cancel,
                                     struct ferrolock_lock **lock_out,
                                     struct ferrolock_error **err);
+
+// The core's metrics (one registry per process: every manager's acquires, grants, failures
+// by error code, wait and hold times, renewals, losses by reason, hand-offs, labelled by key
+// prefix) as Prometheus text exposition, for a scrape handler to return as is. The caller
+// frees the string with `ferrolock_string_free`. NULL only if the library failed (a bug).
+char *ferrolock_metrics_text(void);
+
+// Frees a string this library returned to be freed (`ferrolock_metrics_text`). NULL is
+// ignored.
+void ferrolock_string_free(char *text);
+
+// Sends the core's log events at `max_level` (a FERROLOCK_LOG_* constant) and above to
+// `callback(userdata, level, message)`, replacing any callback set before; a NULL callback
+// turns logging off (the default: the library prints nothing).
+//
+// The callback runs on the thread that logs, often one of the library's own: it must
+// return quickly and must not call any ferrolock function (this one included). Once this
+// call has returned, the previous callback is never called again: calls already running
+// are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5, and
+// if another `tracing` subscriber was already installed in this process.
+int ferrolock_set_log_callback(ferrolock_log_fn callback,
+                               void *userdata,
+                               int max_level,
+                               struct ferrolock_error **err);
 
 // New options, every one at its default. Never NULL (aborts only if out of memory).
 struct ferrolock_options *ferrolock_options_new(void);

@@ -23,6 +23,7 @@ mod ctext;
 mod host;
 mod lock;
 mod manager;
+mod observe;
 mod options;
 mod status;
 
@@ -30,5 +31,6 @@ pub use acquisition::*;
 pub use cancel::*;
 pub use lock::*;
 pub use manager::*;
+pub use observe::*;
 pub use options::*;
 pub use status::*;

@@ -587,6 +587,99 @@ typedef struct {
   void (*run)(void);
 } test_t;
 
+/* ---- metrics and logs ---- */
+
+static void test_metrics_text(void) {
+  char prefix[64], key[96], line[256];
+  snprintf(prefix, sizeof prefix, "ffi-metrics-%d", (int)getpid());
+  snprintf(key, sizeof key, "%s:job", prefix);
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)30000, NULL));
+  ferrolock_lock *lock = NULL, *other = NULL;
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_try_acquire(m, key, NULL, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  ferrolock_manager_free(m);
+  char *text = ferrolock_metrics_text();
+  CHECK(text != NULL);
+  const char *want[] = {"ferrolock_grants_total{prefix=\"%s\"} 1",
+                        "ferrolock_acquire_failures_total{prefix=\"%s\",code=\"NOT_ACQUIRED\"} 1",
+                        "ferrolock_acquire_attempts_total{prefix=\"%s\"} 2"};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    snprintf(line, sizeof line, want[i], prefix);
+    int found = strstr(text, line) != NULL;
+    if (!found) {
+      snprintf(failure, sizeof failure, "no line %s in the metrics text", line);
+      check_failed = 1;
+      break;
+    }
+  }
+  ferrolock_string_free(text);
+  ferrolock_string_free(NULL);
+}
+
+typedef struct {
+  pthread_mutex_t mu;
+  int calls, lost_warnings;
+} logs_t;
+
+static void on_log(void *userdata, int level, const char *message) {
+  logs_t *l = userdata;
+  pthread_mutex_lock(&l->mu);
+  l->calls++;
+  if (level == FERROLOCK_LOG_WARN && strstr(message, "lost")) l->lost_warnings++;
+  pthread_mutex_unlock(&l->mu);
+}
+
+static int logs_get(logs_t *l, int lost) {
+  pthread_mutex_lock(&l->mu);
+  int v = lost ? l->lost_warnings : l->calls;
+  pthread_mutex_unlock(&l->mu);
+  return v;
+}
+
+static void delete_everywhere(const char *key) {
+  char cmd[256];
+  for (int i = 0; i < node_count; i++) {
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d DEL '%s' > /dev/null", node_ports[i], key);
+    if (system(cmd) != 0) abort();
+  }
+}
+
+/* A lock whose key is deleted behind its back: the watchdog finds it gone and signals the loss. */
+static ferrolock_lock *lose_one(ferrolock_manager *m, const char *name) {
+  char key[96];
+  snprintf(key, sizeof key, "%s", fresh_key(name));
+  ferrolock_lock *lock = NULL;
+  if (ferrolock_manager_acquire(m, key, NULL, NULL, &lock, NULL) != FERROLOCK_OK) return NULL;
+  delete_everywhere(key);
+  double give_up = now_ms() + 20000;
+  while (!ferrolock_lock_is_lost(lock) && now_ms() < give_up) sleep_ms(10);
+  return lock;
+}
+
+static void test_log_callback(void) {
+  logs_t logs = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_set_log_callback(on_log, &logs, 0, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "max_level=0");
+  EXPECT(ferrolock_set_log_callback(on_log, &logs, FERROLOCK_LOG_WARN, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_lock *lock = lose_one(m, "logged");
+  CHECK(lock && ferrolock_lock_is_lost(lock), "the lock was never lost");
+  double give_up = now_ms() + 20000;
+  while (logs_get(&logs, 1) == 0 && now_ms() < give_up) sleep_ms(10);
+  CHECK(logs_get(&logs, 1) == 1, "%d warnings of the loss logged", logs_get(&logs, 1));
+  /* Off: once the call has returned, nothing more arrives, whatever the core logs. */
+  EXPECT(ferrolock_set_log_callback(NULL, NULL, 0, &err), FERROLOCK_OK, NULL);
+  int calls = logs_get(&logs, 0);
+  ferrolock_lock *second = lose_one(m, "unlogged");
+  CHECK(second && ferrolock_lock_is_lost(second), "the second lock was never lost");
+  sleep_ms(100);
+  CHECK(logs_get(&logs, 0) == calls, "%d calls after the callback was cleared", logs_get(&logs, 0) - calls);
+  ferrolock_lock_free(lock);
+  ferrolock_lock_free(second);
+  ferrolock_manager_free(m);
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -597,6 +690,8 @@ static const test_t tests[] = {
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
     {"bad_inputs", test_bad_inputs},
+    {"metrics_text", test_metrics_text},
+    {"log_callback", test_log_callback},
 };
 
 static int selected(const char *only, const char *name) {
