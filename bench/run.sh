@@ -12,7 +12,10 @@
 #   3. bench/node/bench_node.js (issue 15): the Node package (built in release by `npm install`
 #      in node/) vs node-redlock and hand-written ioredis, uncontended, 1 and 5 nodes, pinned
 #      and unpinned, on redis-servers it starts itself; the peers live in bench/node's own
-#      node_modules. Also writes bench/results/node-uncontended.{md,svg}.
+#      node_modules; then 4 processes contending for one key vs node-redlock, 1 and 3 nodes.
+#      Also writes bench/results/node-{uncontended,contended}.md and node.svg (its chart also
+#      shows Python ferrolock's contended worst wait, from this run's Python part or else
+#      from bench/results/latest.md).
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
@@ -59,7 +62,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h | --help)
-            sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
             echo
             echo "ferrolock-bench arguments:"
             "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
@@ -132,8 +135,12 @@ if [ "$node" = 1 ]; then
     node_results=()
     if [ "$out" != "-" ]; then
         node_results=(--md "$root/bench/results/node-uncontended.md"
-            --svg "$root/bench/results/node-uncontended.svg")
+            --contended-md "$root/bench/results/node-contended.md"
+            --svg "$root/bench/results/node.svg")
     fi
+    python_results="$tmp/python.md"
+    [ -f "$python_results" ] || python_results="$root/bench/results/latest.md"
+    node_results+=(--python-results "$python_results")
     # The addon in release (what `npm install ./node` builds), then the peers, pinned.
     if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
         && { [ -d bench/node/node_modules/redlock ] \

@@ -10,13 +10,19 @@
 //     and `withLock` with an empty callback;
 //   - the binding's own floor: an empty async call into the addon (a promise resolved from
 //     the core's runtime), the cost every ferrolock call pays before any Redis work.
+// Then contended (bench/node/contended.js): 4 processes on one key, ferrolock vs node-redlock,
+// on 1 and 3 nodes, sections/s, wait p50/p99/max and exclusion.
 // Each (node count, placement) runs in a process of its own that starts its own
 // redis-servers; "pinned" runs that process and its servers on one CPU (`taskset -c 0`),
 // "unpinned" lets the scheduler decide. Rounds interleave the libraries so that a slow
 // moment of the shared machine hits them all; ops/s is the median over the rounds.
 //
 // Usage: node bench/node/bench_node.js [--duration S] [--rounds N] [--nodes 1,5]
-//          [--placements pinned,unpinned] [--out FILE] [--md FILE] [--svg FILE] [--command S]
+//          [--placements pinned,unpinned] [--parts uncontended,contended]
+//          [--contended-nodes 1,3] [--contended-duration S] [--procs 4]
+//          [--out FILE] [--md FILE] [--contended-md FILE] [--svg FILE]
+//          [--python-results FILE] (the Python bench's report: its contended worst wait is
+//          drawn next to Node's) [--command S]
 const { spawnSync, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -34,6 +40,12 @@ function parseArgs(argv) {
     out: null,
     md: null,
     svg: null,
+    parts: ['uncontended', 'contended'],
+    contendedNodes: [1, 3],
+    contendedDuration: 3,
+    procs: 4,
+    contendedMd: null,
+    pythonResults: null,
     command: 'node bench/node/bench_node.js',
     child: false,
   };
@@ -51,10 +63,16 @@ function parseArgs(argv) {
       case '--md': a.md = v(); break;
       case '--svg': a.svg = v(); break;
       case '--command': a.command = v(); break;
+      case '--parts': a.parts = v().split(','); break;
+      case '--contended-nodes': a.contendedNodes = v().split(',').map(Number); break;
+      case '--contended-duration': a.contendedDuration = Number(v()); break;
+      case '--procs': a.procs = Number(v()); break;
+      case '--contended-md': a.contendedMd = v(); break;
+      case '--python-results': a.pythonResults = v(); break;
       case '--child': a.child = true; break;
       case '-h':
       case '--help':
-        console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 20).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+        console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 25).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
         process.exit(0);
         break;
       default:
@@ -62,6 +80,8 @@ function parseArgs(argv) {
     }
   }
   if (!(a.duration > 0) || !(a.rounds >= 1) || a.nodes.some((n) => !(n >= 1))) throw new Error('bad --duration, --rounds or --nodes');
+  for (const p of a.parts) if (p !== 'uncontended' && p !== 'contended') throw new Error(`unknown part ${JSON.stringify(p)}`);
+  if (!(a.contendedDuration > 0) || !(a.procs >= 2) || a.contendedNodes.some((n) => !(n >= 1))) throw new Error('bad --contended-duration, --procs or --contended-nodes');
   for (const p of a.placements) if (p !== 'pinned' && p !== 'unpinned') throw new Error(`unknown placement ${JSON.stringify(p)}`);
   return a;
 }
@@ -222,47 +242,160 @@ function markdown(args, groups, meta) {
   return out.join('\n');
 }
 
-function svg(groups) {
-  const libs = groups[0].rows.map((r) => r.name).filter((n) => !n.startsWith('binding floor'));
-  const colors = ['#8c8c8c', '#d9822b', '#2b6cb0', '#63a4e0'];
-  const barW = 26;
-  const gap = 28;
-  const groupW = libs.length * barW + gap;
-  const left = 70;
-  const top = 50;
-  const h = 260;
-  const width = left + groups.length * groupW + 20;
-  const height = top + h + 70 + libs.length * 18;
-  const max = Math.max(...groups.flatMap((g) => g.rows.filter((r) => libs.includes(r.name)).map((r) => r.ops)));
-  const step = 10 ** Math.floor(Math.log10(max));
-  const scaleMax = Math.ceil(max / step) * step;
-  const y = (v) => top + h - (v / scaleMax) * h;
-  const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;');
-  const parts = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`);
-  parts.push(`<rect width="100%" height="100%" fill="white"/>`);
-  parts.push(`<text x="${left}" y="22" font-size="14" font-weight="bold">Node: uncontended acquire+release, ops/s (higher is better)</text>`);
-  for (let t = 0; t <= scaleMax; t += step) {
-    parts.push(`<line x1="${left}" x2="${width - 10}" y1="${y(t)}" y2="${y(t)}" stroke="#e2e2e2"/>`);
-    parts.push(`<text x="${left - 6}" y="${y(t) + 4}" text-anchor="end">${fmt(t)}</text>`);
+// The Python bench's contended worst waits for ferrolock (`wait max ms` of its **Contended**
+// table), by node count; [] when the file or the table is not there.
+function pythonWorstWaits(file) {
+  if (!file || !fs.existsSync(file)) return [];
+  const lines = fs.readFileSync(file, 'utf8').split('\n');
+  const at = lines.findIndex((l) => l.startsWith('**Contended**'));
+  if (at < 0) return [];
+  const cells = (l) => l.split('|').slice(1, -1).map((c) => c.trim());
+  const h = lines.findIndex((l, i) => i > at && l.startsWith('|'));
+  if (h < 0) return [];
+  const head = cells(lines[h]);
+  const [iNodes, iLib, iMax] = ['nodes', 'library', 'wait max ms'].map((n) => head.indexOf(n));
+  if (iNodes < 0 || iLib < 0 || iMax < 0) return [];
+  const out = [];
+  for (let i = h + 2; i < lines.length && lines[i].startsWith('|'); i++) {
+    const c = cells(lines[i]);
+    if (c[iLib] === 'ferrolock') out.push({ nodes: Number(c[iNodes]), max: Number(c[iMax].replace(/[\s,]/g, '')) });
   }
-  groups.forEach((g, gi) => {
-    const x0 = left + gi * groupW + gap / 2;
-    libs.forEach((name, li) => {
-      const r = g.rows.find((row) => row.name === name);
-      const x = x0 + li * barW;
-      parts.push(`<rect x="${x}" y="${y(r.ops)}" width="${barW - 4}" height="${top + h - y(r.ops)}" fill="${colors[li % colors.length]}"><title>${esc(name)}: ${fmt(r.ops)} ops/s</title></rect>`);
-      parts.push(`<text x="${x + (barW - 4) / 2}" y="${y(r.ops) - 3}" text-anchor="middle" font-size="9">${fmt(r.ops / 1000, 1)}k</text>`);
+  return out;
+}
+
+function contendedMarkdown(args, cgroups, python) {
+  const out = [];
+  out.push('## Node comparison (contended: 4 processes, one key)', '');
+  out.push(
+    `${args.procs} processes, one key, ${args.contendedDuration} s each library, one library after the other on the same redis-servers ` +
+      '(unpinned); each process loops: acquire (blocking until granted) → GET + SET of a counter on a separate redis-server → release. ' +
+      `ferrolock: \`manager.acquire(key)\` with its defaults (wait until granted as a queued waiter woken by pub/sub, ttl ${TTL} ms, watchdog on); ` +
+      'node-redlock: its README\'s retry settings (retryDelay 200 ms, retryJitter 200 ms, driftFactor 0.01) with retryCount -1 ' +
+      '("unlimited retries until the lock is acquired", as it documents), ioredis clients. sections/s: grants in the window ÷ its length; ' +
+      'wait: acquire called → granted (capped by the window); exclusion: no overlapping [granted, release called] intervals ' +
+      '(CLOCK_MONOTONIC across processes) and the non-atomic counter equal to the number of sections.',
+    '',
+  );
+  out.push(`Node ${process.version}; command: \`${args.command}\`.`, '');
+  out.push('| nodes | library | sections/s | per proc min–max | wait p50 ms | wait p99 ms | wait max ms | failed acquires | exclusion |');
+  out.push('|---:|---|---:|---:|---:|---:|---:|---:|---|');
+  for (const g of cgroups) {
+    for (const r of g.rows) {
+      const excl = r.held ? `held (${fmt(r.counter)} = counter)` : `**BROKEN** (${r.overlaps} overlaps, counter ${r.counter} for ${r.sections} sections)`;
+      out.push(
+        `| ${g.nodes} | ${r.name} | ${fmt(r.perSecond)} | ${fmt(r.perProc[0])}–${fmt(r.perProc[1])} | ${fmt(r.p50, 2)} | ${fmt(r.p99, 2)} | ${fmt(r.max, 2)} | ${r.errors} | ${excl} |`,
+      );
+    }
+  }
+  out.push('');
+  const targets = [];
+  for (const g of cgroups) {
+    const f = g.rows.find((r) => r.name === 'ferrolock');
+    if (f) targets.push(`- ${g.nodes} node${g.nodes > 1 ? 's' : ''}: ferrolock worst wait ≤ 20 ms: **${fmt(f.max, 2)} ms** (${f.max <= 20 ? 'met' : 'missed'})`);
+  }
+  if (python.length) {
+    targets.push(
+      `- Python ferrolock's worst wait in ${args.pythonResults ? `\`${path.relative(ROOT, path.resolve(args.pythonResults))}\`` : 'the Python report'} (not this run): ` +
+        python.map((p) => `${p.nodes} node${p.nodes > 1 ? 's' : ''} ${fmt(p.max, 2)} ms`).join(', '),
+    );
+  }
+  if (targets.length) out.push('Targets of issue 15:', '', ...targets, '');
+  return out.join('\n');
+}
+
+const COLORS = { 'hand-written ioredis': '#8c8c8c', 'node-redlock': '#d9822b', ferrolock: '#2b6cb0', 'ferrolock withLock': '#63a4e0', 'ferrolock (Python)': '#38a169' };
+const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;');
+const plural = (n) => `${n} node${n > 1 ? 's' : ''}`;
+
+// One panel of bars at x offset `left`: groups of { label, bars: [{ name, value, text }] }.
+function panel(parts, { left, top, h, title, groups, y, ticks, barW = 26, gap = 28 }) {
+  const groupW = (g) => g.bars.length * barW + gap;
+  const width = groups.reduce((a, g) => a + groupW(g), 0);
+  parts.push(`<text x="${left}" y="${top - 28}" font-size="13" font-weight="bold">${esc(title)}</text>`);
+  for (const [t, label] of ticks) {
+    parts.push(`<line x1="${left}" x2="${left + width}" y1="${y(t)}" y2="${y(t)}" stroke="#e2e2e2"/>`);
+    parts.push(`<text x="${left - 6}" y="${y(t) + 4}" text-anchor="end">${label}</text>`);
+  }
+  let x0 = left + gap / 2;
+  for (const g of groups) {
+    g.bars.forEach((b, i) => {
+      const x = x0 + i * barW;
+      parts.push(`<rect x="${x}" y="${y(b.value)}" width="${barW - 4}" height="${Math.max(0, top + h - y(b.value))}" fill="${COLORS[b.name] ?? '#555'}"><title>${esc(b.name)}: ${esc(b.text)}</title></rect>`);
+      parts.push(`<text x="${x + (barW - 4) / 2}" y="${y(b.value) - 3}" text-anchor="middle" font-size="9">${esc(b.label)}</text>`);
     });
-    parts.push(`<text x="${x0 + (libs.length * barW) / 2}" y="${top + h + 16}" text-anchor="middle">${g.nodes} node${g.nodes > 1 ? 's' : ''}, ${g.placement}</text>`);
-  });
-  libs.forEach((name, li) => {
-    const ly = top + h + 40 + li * 18;
-    parts.push(`<rect x="${left}" y="${ly - 10}" width="12" height="12" fill="${colors[li % colors.length]}"/>`);
-    parts.push(`<text x="${left + 18}" y="${ly}">${esc(name)}</text>`);
-  });
-  parts.push('</svg>');
-  return parts.join('\n') + '\n';
+    g.label.split('\n').forEach((line, i) => {
+      parts.push(`<text x="${x0 + (g.bars.length * barW - 4) / 2}" y="${top + h + 16 + i * 12}" text-anchor="middle">${esc(line)}</text>`);
+    });
+    x0 += groupW(g);
+  }
+  return width;
+}
+
+// Left: uncontended ops/s per library (linear); right: contended worst wait per library (log
+// scale: node-redlock's retry sleeps are hundreds of ms, ferrolock's waits a few).
+function svg(groups, cgroups, python) {
+  const top = 60;
+  const h = 260;
+  const parts = [];
+  let x = 70;
+  const names = new Set();
+  if (groups.length) {
+    const libs = groups[0].rows.map((r) => r.name).filter((n) => !n.startsWith('binding floor'));
+    const max = Math.max(...groups.flatMap((g) => g.rows.filter((r) => libs.includes(r.name)).map((r) => r.ops)));
+    const step = 10 ** Math.floor(Math.log10(max));
+    const scaleMax = Math.ceil(max / step) * step;
+    const ticks = [];
+    for (let t = 0; t <= scaleMax; t += step) ticks.push([t, fmt(t)]);
+    const y = (v) => top + h - (v / scaleMax) * h;
+    const bars = groups.map((g) => ({
+      label: `${plural(g.nodes)}\n${g.placement}`,
+      bars: libs.map((name) => {
+        const r = g.rows.find((row) => row.name === name);
+        names.add(name);
+        return { name, value: r.ops, label: `${fmt(r.ops / 1000, 1)}k`, text: `${fmt(r.ops)} ops/s` };
+      }),
+    }));
+    x += panel(parts, { left: x, top, h, title: 'Uncontended acquire+release, ops/s (higher is better)', groups: bars, y, ticks }) + 90;
+  }
+  const cbars = cgroups.map((g) => ({
+    label: `Node\n${plural(g.nodes)}`,
+    bars: g.rows.map((r) => {
+      names.add(r.name);
+      return { name: r.name, value: r.max, label: fmt(r.max, r.max < 100 ? 1 : 0), text: `worst wait ${fmt(r.max, 2)} ms` };
+    }),
+  }));
+  for (const p of python) {
+    names.add('ferrolock (Python)');
+    cbars.push({ label: `Python\n${plural(p.nodes)}`, bars: [{ name: 'ferrolock (Python)', value: p.max, label: fmt(p.max, p.max < 100 ? 1 : 0), text: `worst wait ${fmt(p.max, 2)} ms` }] });
+  }
+  if (cbars.length) {
+    const hi = 10 ** Math.ceil(Math.log10(Math.max(10, ...cbars.flatMap((g) => g.bars.map((b) => b.value)))));
+    const lo = 0.1;
+    const y = (v) => top + h - (Math.log10(Math.max(lo, v) / lo) / Math.log10(hi / lo)) * h;
+    const ticks = [];
+    for (let t = lo; t <= hi * 1.001; t *= 10) ticks.push([t, t < 1 ? String(t) : fmt(t)]);
+    x += panel(parts, { left: x, top, h, title: `Contended (4 processes, one key): worst wait, ms (log; lower is better)`, groups: cbars, y, ticks });
+  }
+  const width = Math.max(x + 20, 640);
+  let ly = top + h + 50;
+  let lx = 70;
+  for (const name of names) {
+    parts.push(`<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${COLORS[name] ?? '#555'}"/>`);
+    parts.push(`<text x="${lx + 18}" y="${ly}">${esc(name === 'ferrolock' ? 'ferrolock (Node)' : name)}</text>`);
+    lx += 170;
+    if (lx > width - 170) {
+      lx = 70;
+      ly += 18;
+    }
+  }
+  const height = ly + 20;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" font-family="sans-serif" font-size="11">`,
+    '<rect width="100%" height="100%" fill="white"/>',
+    ...parts,
+    '</svg>',
+    '',
+  ].join('\n');
 }
 
 async function main() {
@@ -270,22 +403,37 @@ async function main() {
   if (args.child) return child(args);
   const pinnedOk = hasTaskset();
   const groups = [];
-  for (const nodes of args.nodes) {
-    for (const placement of args.placements) {
-      if (placement === 'pinned' && !pinnedOk) {
-        console.error('bench_node: taskset not available, skipping the pinned runs');
-        continue;
+  if (args.parts.includes('uncontended')) {
+    for (const nodes of args.nodes) {
+      for (const placement of args.placements) {
+        if (placement === 'pinned' && !pinnedOk) {
+          console.error('bench_node: taskset not available, skipping the pinned runs');
+          continue;
+        }
+        console.error(`bench_node: ${nodes} node(s), ${placement} ...`);
+        groups.push({ nodes, placement, rows: runChild(args, nodes, placement) });
       }
-      console.error(`bench_node: ${nodes} node(s), ${placement} ...`);
-      groups.push({ nodes, placement, rows: runChild(args, nodes, placement) });
     }
   }
+  const cgroups = [];
+  if (args.parts.includes('contended')) {
+    const { contended } = require('./contended');
+    for (const nodes of args.contendedNodes) {
+      console.error(`bench_node: contended, ${nodes} node(s) ...`);
+      cgroups.push({ nodes, rows: await contended({ nodeCount: nodes, duration: args.contendedDuration, procs: args.procs }) });
+    }
+  }
+  const python = pythonWorstWaits(args.pythonResults);
   const version = (name) => JSON.parse(fs.readFileSync(path.join(__dirname, 'node_modules', name, 'package.json'), 'utf8')).version;
-  const md = markdown(args, groups, { ioredis: version('ioredis'), redlock: version('redlock'), cpus: require('node:os').cpus().length });
+  const mds = [];
+  if (groups.length) mds.push(markdown(args, groups, { ioredis: version('ioredis'), redlock: version('redlock'), cpus: require('node:os').cpus().length }));
+  if (cgroups.length) mds.push(contendedMarkdown(args, cgroups, python));
+  const md = mds.join('\n');
   process.stdout.write(md + '\n');
   if (args.out) fs.writeFileSync(args.out, md + '\n');
-  if (args.md) fs.writeFileSync(args.md, md + '\n');
-  if (args.svg) fs.writeFileSync(args.svg, svg(groups));
+  if (args.md && groups.length) fs.writeFileSync(args.md, mds[0] + '\n');
+  if (args.contendedMd && cgroups.length) fs.writeFileSync(args.contendedMd, mds.at(-1) + '\n');
+  if (args.svg) fs.writeFileSync(args.svg, svg(groups, cgroups, python));
 }
 
 main().catch((e) => {
