@@ -157,8 +157,10 @@ class Client:
                       t0=t0, t1=t1, ttl=ttl, **res)
         return res
 
-    def rmw(self, h: str, mode: str, sleep: float = 0.0) -> dict:
-        """Read the counter, (work), write it + 1 with this grant's fence or token."""
+    def rmw(self, h: str, mode: str, sleep: float = 0.0, gate: str | None = None) -> dict:
+        """Read the counter, (work), write it + 1 with this grant's fence or token. With a
+        `gate` path, the work lasts until that file exists (a test's interleaving, not a
+        guess at how long another client takes), at most 120 s."""
         assert self.resource is not None
         e = self.handles[h]
         t0 = time.monotonic()
@@ -174,6 +176,10 @@ class Client:
                 return {"ok": True, "applied": False, "read": None}
             if sleep:
                 time.sleep(sleep)
+            if gate is not None:
+                give_up = time.monotonic() + 120
+                while not os.path.exists(gate) and time.monotonic() < give_up:
+                    time.sleep(0.01)
             t_write = time.monotonic()
             ok = self.resource.write(mode, self.name, e["fence"], v, v + 1, e["key"], e["token"])
             res = {"ok": True, "applied": ok, "read": v}
@@ -217,7 +223,7 @@ class Client:
         if op == "extend":
             return self.extend(cmd["h"], cmd.get("ttl"))
         if op == "rmw":
-            return self.rmw(cmd["h"], cmd["mode"], cmd.get("sleep", 0.0))
+            return self.rmw(cmd["h"], cmd["mode"], cmd.get("sleep", 0.0), cmd.get("gate"))
         if op == "broken_acquire":
             return self.broken_acquire(cmd["h"], cmd["key"], cmd["port"], cmd["ttl"])
         if op == "status":

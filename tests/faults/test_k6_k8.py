@@ -3,6 +3,7 @@ persistence. K8: a deliberately broken lock that the checker must flag."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -113,8 +114,15 @@ def test_k8_a_broken_lock_is_flagged_by_the_checker(h):
     a, b = h.client("A"), h.client("B")
     assert a.call(op="broken_acquire", h="a1", key="k8", port=node.port, ttl=TTL)["ok"]
     assert b.call(op="broken_acquire", h="b1", key="k8", port=node.port, ttl=TTL)["ok"]
-    a.send(op="rmw", h="a1", mode="unfenced", sleep=0.5)
+    # A reads, B reads and writes, then A writes what it read + 1: B's update is lost. The
+    # interleaving is forced (A's read seen in the history, A's write held by a gate file), so
+    # a slow machine cannot turn it into two serial updates.
+    gate = os.path.join(os.path.dirname(h.history), "k8-a-may-write")
+    a.send(op="rmw", h="a1", mode="unfenced", gate=gate)
+    wait_until("A has read the counter", lambda: any(
+        e.get("ev") == "read" and e.get("h") == "a1" for e in h.history_events()), timeout=120)
     assert b.call(op="rmw", h="b1", mode="unfenced")["applied"]
+    open(gate, "w").close()
     assert a.answer()["applied"]
     report = h.check()
     assert len(report["overlaps"]) == 1, report
