@@ -21,7 +21,7 @@ test-rust: redis
 
 ## The Python package: built into .venv, stubs checked, pytest against real redis-servers.
 test-python: redis
-	python/test.sh
+	FERROLOCK_DEBUG_BUILD=1 python/test.sh
 
 ## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
 ## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
@@ -32,7 +32,7 @@ test-node: redis
 
 ## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
 test-faults: redis
-	tests/faults/run.sh
+	FERROLOCK_DEBUG_BUILD=1 tests/faults/run.sh
 
 ## The long randomized run: `make chaos DURATION=10m SEED=7` (a seed replays its schedule;
 ## without one a random seed is drawn and printed). Writes a markdown report.

@@ -13,7 +13,7 @@ cd "$root"
 "$root/scripts/ensure-redis.sh"
 cargo build -q -p ferrolock-cli
 bin="${CARGO_TARGET_DIR:-$root/target}/debug/ferrolock"
-py="$("$root/python/build.sh")"
+py="$(FERROLOCK_DEBUG_BUILD=1 "$root/python/build.sh")"
 # The Node addon (as `make test-node` builds it) and the C library for the C and Go workers.
 (cd "$root/node" && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund --silent)
 make -s -C "$root" ffi-lib >/dev/null
