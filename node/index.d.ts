@@ -119,6 +119,26 @@ export declare function metrics(): Record<string, PrefixMetrics>;
 /** The same counts in Prometheus's text exposition format (`ferrolock_*` names). */
 export declare function prometheusText(): string;
 
+export type LogLevel = 'error' | 'warn' | 'info' | 'debug' | 'trace';
+
+/** One log record of the core (or of a `withLock` scope's end). */
+export interface LogRecord {
+  level: LogLevel;
+  /** Where it comes from: `ferrolock::lock`, `ferrolock::node`, `ferrolock::scope`, ... */
+  target: string;
+  message: string;
+}
+
+/**
+ * Sends ferrolock's log records at `options.level` (default `'warn'`) and above to `fn`,
+ * called on this thread; `null` turns them off. Without a call, warnings and errors are
+ * process warnings (`FerrolockWarning`). One logger per process: the last call wins.
+ */
+export declare function setLogger(
+  fn: ((record: LogRecord) => void) | null,
+  options?: { level?: LogLevel },
+): void;
+
 export type ErrorCode =
   | 'LOCK_ERROR'
   | 'INVALID_ARGUMENT'

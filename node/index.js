@@ -4,6 +4,7 @@ const errors = require('./lib/errors');
 const { LockManager, withLock } = require('./lib/manager');
 const { Lock } = require('./lib/lock');
 const native = require('./lib/native');
+const { setLogger } = require('./lib/log');
 
 /** The core's counts for this process (every worker thread included), by key prefix. */
 function metrics() {
@@ -21,6 +22,7 @@ module.exports = {
   Lock,
   metrics,
   prometheusText,
+  setLogger,
   LockError: errors.LockError,
   InvalidArgumentError: errors.InvalidArgumentError,
   NotAcquiredError: errors.NotAcquiredError,

@@ -9,6 +9,7 @@ export const {
   Lock,
   metrics,
   prometheusText,
+  setLogger,
   LockError,
   InvalidArgumentError,
   NotAcquiredError,

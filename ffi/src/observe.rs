@@ -2,13 +2,8 @@
 //! log events handed to a C callback.
 
 use std::ffi::{CString, c_char, c_int, c_void};
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Once, RwLock};
 
-use tracing::field::{Field, Visit};
-use tracing::subscriber::{Interest, Subscriber};
-use tracing::{Event, Level, Metadata, span};
+use ferrolock::host::log::{self, LogLevel, LogRecord};
 
 use crate::status::{Failure, call, guard, to_cstring};
 
@@ -48,6 +43,7 @@ pub unsafe extern "C" fn ferrolock_string_free(text: *mut c_char) {
     })
 }
 
+/// A C callback and its userdata, as the core's log sink.
 struct Sink {
     callback: unsafe extern "C" fn(*mut c_void, c_int, *const c_char),
     userdata: *mut c_void,
@@ -57,12 +53,13 @@ struct Sink {
 unsafe impl Send for Sink {}
 unsafe impl Sync for Sink {}
 
-/// Read while a callback runs, written to replace it: a replacement waits for the calls in
-/// progress, so none starts after it has returned.
-static SINK: RwLock<Option<Sink>> = RwLock::new(None);
-/// The most verbose level delivered (0: none), read before any formatting.
-static MAX_LEVEL: AtomicI32 = AtomicI32::new(0);
-static INSTALL: Once = Once::new();
+impl Sink {
+    fn deliver(&self, r: &LogRecord<'_>) {
+        let message = to_cstring(r.message.to_string());
+        // SAFETY: the caller's contract for `ferrolock_set_log_callback`.
+        unsafe { (self.callback)(self.userdata, c_int::from(r.level.rank()), message.as_ptr()) };
+    }
+}
 
 /// Sends the core's log events at `max_level` (a FERROLOCK_LOG_* constant) and above to
 /// `callback(userdata, level, message)`, replacing any callback set before; a NULL callback
@@ -82,104 +79,18 @@ pub unsafe extern "C" fn ferrolock_set_log_callback(
 ) -> c_int {
     call("ferrolock_set_log_callback", err, || {
         let Some(callback) = callback else {
-            MAX_LEVEL.store(0, Ordering::SeqCst);
-            *SINK.write().unwrap_or_else(|p| p.into_inner()) = None;
-            return Ok(());
+            return log::set_sink(None, LogLevel::Error).map_err(Failure::from);
         };
-        if !(FERROLOCK_LOG_ERROR..=FERROLOCK_LOG_TRACE).contains(&max_level) {
-            return Err(Failure::invalid(format!(
+        let level = LogLevel::from_rank(i64::from(max_level)).map_err(|_| {
+            Failure::invalid(format!(
                 "max_level={max_level}: expected FERROLOCK_LOG_ERROR (1) to FERROLOCK_LOG_TRACE (5)"
-            )));
-        }
-        let mut installed = Ok(());
-        INSTALL.call_once(|| {
-            installed = tracing::subscriber::set_global_default(Bridge).map_err(|_| {
-                Failure::invalid(
-                    "another tracing subscriber is already installed in this process: \
-                     ferrolock's events go to it",
-                )
-            });
-        });
-        installed?;
-        *SINK.write().unwrap_or_else(|p| p.into_inner()) = Some(Sink { callback, userdata });
-        MAX_LEVEL.store(max_level, Ordering::SeqCst);
-        Ok(())
+            ))
+        })?;
+        let sink = Sink { callback, userdata };
+        log::set_sink(
+            Some(Box::new(move |r: &LogRecord<'_>| sink.deliver(r))),
+            level,
+        )
+        .map_err(Failure::from)
     })
-}
-
-fn rank(level: &Level) -> c_int {
-    match *level {
-        Level::ERROR => FERROLOCK_LOG_ERROR,
-        Level::WARN => FERROLOCK_LOG_WARN,
-        Level::INFO => FERROLOCK_LOG_INFO,
-        Level::DEBUG => FERROLOCK_LOG_DEBUG,
-        _ => FERROLOCK_LOG_TRACE,
-    }
-}
-
-/// The message, then the other fields as ` name=value`.
-#[derive(Default)]
-struct Text {
-    message: String,
-    fields: String,
-}
-
-impl Visit for Text {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.message.push_str(value);
-        } else {
-            let _ = write!(self.fields, " {}={value}", field.name());
-        }
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            let _ = write!(self.message, "{value:?}");
-        } else {
-            let _ = write!(self.fields, " {}={value:?}", field.name());
-        }
-    }
-}
-
-/// The process's `tracing` subscriber once a callback was set: events only, no spans.
-struct Bridge;
-
-impl Subscriber for Bridge {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        // The level can change at any time: ask `enabled` each time.
-        Interest::sometimes()
-    }
-
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        metadata.target().starts_with("ferrolock")
-            && rank(metadata.level()) <= MAX_LEVEL.load(Ordering::Relaxed)
-    }
-
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-
-    fn event(&self, event: &Event<'_>) {
-        let level = rank(event.metadata().level());
-        let mut text = Text::default();
-        event.record(&mut text);
-        text.message.push_str(&text.fields);
-        let message = to_cstring(text.message);
-        let sink = SINK.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(sink) = sink.as_ref()
-            && level <= MAX_LEVEL.load(Ordering::Relaxed)
-        {
-            // SAFETY: the caller's contract for `ferrolock_set_log_callback`.
-            unsafe { (sink.callback)(sink.userdata, level, message.as_ptr()) };
-        }
-    }
-
-    fn enter(&self, _: &span::Id) {}
-
-    fn exit(&self, _: &span::Id) {}
 }

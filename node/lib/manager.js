@@ -5,6 +5,7 @@ const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
 const { convert, checkKey } = require('./options');
 const { Lock } = require('./lock');
+const log = require('./log');
 
 // The reentrancy owner is the async context: each withLock scope pushes what it holds.
 const scopes = new AsyncLocalStorage();
@@ -175,7 +176,7 @@ async function withLock(key, fn, options) {
   const stopped = failed && error !== undefined && lock._lossReason === error;
   const end = await lock._native.endScope(failed, stopped);
   if (end.action === 'raise') throw fromCode(end.code, end.message, key, end.chain ? error : undefined);
-  if (end.action === 'log') process.emitWarning(end.message, 'FerrolockWarning');
+  if (end.action === 'log') log.warn(end.message);
   if (failed) throw error;
   return result;
 }

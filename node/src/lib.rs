@@ -5,6 +5,7 @@
 pub mod env;
 pub mod errors;
 pub mod lock;
+pub mod log;
 pub mod manager;
 pub mod metrics;
 pub mod options;

@@ -1,45 +1,29 @@
-//! The core logs with `tracing`; Python users read the `logging` logger "ferrolock". Events
-//! are queued where they happen (often a runtime worker, which must not take the GIL) and
+//! The core logs with `tracing` (bridged by `ferrolock::host::log`); Python users read the
+//! `logging` logger "ferrolock". Events are queued where they happen (often a runtime worker, which must not take the GIL) and
 //! handed to `logging` from a blocking-pool thread.
 
 use std::collections::VecDeque;
-use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use ferrolock::host::log::{self, LogLevel, LogRecord};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use tracing::field::{Field, Visit};
-use tracing::level_filters::LevelFilter;
-use tracing::subscriber::{Interest, Subscriber};
-use tracing::{Event, Level, Metadata, span};
 
 use crate::bridge::SHUTTING_DOWN;
 
-/// 1 = error ... 5 = trace; events above it are not even formatted.
-static MAX_RANK: AtomicU8 = AtomicU8::new(2);
 static QUEUE: Mutex<VecDeque<(i32, String)>> = Mutex::new(VecDeque::new());
 static DRAINING: AtomicBool = AtomicBool::new(false);
 /// Beyond this many undelivered records, new ones are dropped.
 const CAPACITY: usize = 1000;
 
-fn rank(level: &Level) -> u8 {
-    match *level {
-        Level::ERROR => 1,
-        Level::WARN => 2,
-        Level::INFO => 3,
-        Level::DEBUG => 4,
-        _ => 5,
-    }
-}
-
-fn python_level(level: &Level) -> i32 {
-    match *level {
-        Level::ERROR => 40,
-        Level::WARN => 30,
-        Level::INFO => 20,
-        Level::DEBUG => 10,
-        _ => 5,
+fn python_level(level: LogLevel) -> i32 {
+    match level {
+        LogLevel::Error => 40,
+        LogLevel::Warn => 30,
+        LogLevel::Info => 20,
+        LogLevel::Debug => 10,
+        LogLevel::Trace => 5,
     }
 }
 
@@ -69,69 +53,29 @@ pub fn sync_level(py: Python<'_>) {
     else {
         return;
     };
-    let r = match level {
-        i32::MIN..=5 => 5,
-        6..=10 => 4,
-        11..=20 => 3,
-        21..=30 => 2,
-        _ => 1,
-    };
-    MAX_RANK.store(r, Ordering::Relaxed);
+    log::set_level(match level {
+        i32::MIN..=5 => LogLevel::Trace,
+        6..=10 => LogLevel::Debug,
+        11..=20 => LogLevel::Info,
+        21..=30 => LogLevel::Warn,
+        _ => LogLevel::Error,
+    });
 }
 
-struct Message(String);
-
-impl Visit for Message {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.0.insert_str(0, value);
-        } else {
-            let _ = write!(self.0, " {}={value}", field.name());
-        }
-    }
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0.insert_str(0, &format!("{value:?}"));
-        } else {
-            let _ = write!(self.0, " {}={value:?}", field.name());
-        }
-    }
-}
-
-struct Bridge;
-
-impl Subscriber for Bridge {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        Interest::sometimes()
-    }
-    fn enabled(&self, metadata: &Metadata<'_>) -> bool {
-        rank(metadata.level()) <= MAX_RANK.load(Ordering::Relaxed)
-    }
-    fn max_level_hint(&self) -> Option<LevelFilter> {
-        None
-    }
-    fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
-        span::Id::from_u64(1)
-    }
-    fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
-    fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut m = Message(String::new());
-        event.record(&mut m);
-        // try_lock: never block a runtime worker, and never deadlock in a forked child that
-        // inherited the mutex locked.
-        if let Ok(mut q) = QUEUE.try_lock() {
-            if q.len() >= CAPACITY {
-                return;
-            }
-            q.push_back((python_level(event.metadata().level()), m.0));
-        } else {
+/// The core's sink: runs where the event happens (often a runtime worker, which must not
+/// take the GIL), so it only queues the record for `drain`.
+fn enqueue(r: &LogRecord<'_>) {
+    // try_lock: never block a runtime worker, and never deadlock in a forked child that
+    // inherited the mutex locked.
+    if let Ok(mut q) = QUEUE.try_lock() {
+        if q.len() >= CAPACITY {
             return;
         }
-        schedule_drain();
+        q.push_back((python_level(r.level), r.message.to_string()));
+    } else {
+        return;
     }
-    fn enter(&self, _: &span::Id) {}
-    fn exit(&self, _: &span::Id) {}
+    schedule_drain();
 }
 
 fn schedule_drain() {
@@ -164,7 +108,8 @@ fn drain() {
     }
 }
 
-/// Installs the bridge as the process's tracing subscriber, unless the host already set one.
+/// Hands the core's events to `logging`, at WARNING until `sync_level` reads the logger's
+/// level; a host that installed a `tracing` subscriber of its own keeps the events.
 pub fn install() {
-    let _ = tracing::subscriber::set_global_default(Bridge);
+    let _ = log::set_sink(Some(Box::new(enqueue)), LogLevel::Warn);
 }

@@ -15,6 +15,7 @@
 //!   thread; `lost`: an awaitable), `free` (waits for a running callback), `abandon`.
 //! - [`scope`]: the end of a `with` / `withLock` scope, one decision table for every binding.
 //! - [`exit()`]: the process-exit protocol, bounded in time.
+//! - [`log`]: the core's `tracing` events handed to a binding's log function.
 //!
 //! Fork: every registry here is per process (`PerProcess`): a forked child makes its own
 //! managers, hands out its own locks, and never touches what it inherited (an inherited
@@ -24,6 +25,7 @@ mod call;
 mod cancel;
 mod exit;
 mod lock;
+pub mod log;
 mod loss;
 mod manager;
 pub mod scope;

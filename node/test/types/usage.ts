@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
-import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, type Lock } from 'ferrolock';
+import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
 
 export async function usage(nodes: string[]): Promise<number> {
   const result: number = await withLock(
@@ -37,4 +37,12 @@ export function scrape(): string {
   const le: number[] = m['orders']?.wait.le ?? [];
   void grants, le;
   return prometheusText();
+}
+
+export function logging(): void {
+  setLogger((r: LogRecord) => {
+    const level: LogLevel = r.level;
+    console.log(level, r.target, r.message);
+  }, { level: 'info' });
+  setLogger(null);
 }

@@ -1,0 +1,73 @@
+'use strict';
+// Where the core's log records go. By default its warnings and errors become process
+// warnings (`FerrolockWarning`, printed by Node unless --no-warnings); `setLogger(fn)` sends
+// every record at its level to `fn` instead, and `setLogger(null)` silences them.
+const native = require('./native');
+const { InvalidArgumentError } = require('./errors');
+
+const LEVELS = ['error', 'warn', 'info', 'debug', 'trace'];
+
+function processWarning(record) {
+  process.emitWarning(record.message, 'FerrolockWarning');
+}
+
+let handler = processWarning;
+let level = 'warn';
+// Bumped by every setLogger: a record the core queued for a replaced function is dropped on
+// arrival, so a function is never called after the setLogger that replaced it returned.
+let generation = 0;
+
+function install(ifUnset = false) {
+  const mine = ++generation;
+  native.setLogger(
+    handler === null
+      ? null
+      : (record) => {
+          if (mine === generation) handler(record);
+        },
+    level,
+    ifUnset,
+  );
+}
+
+/**
+ * Sends ferrolock's log records (`{ level, target, message }`) at `options.level` (default
+ * 'warn') and above to `fn`, called on this thread; `null` turns them off. One logger per
+ * process: the last call wins, in any worker thread (a worker's logger stops with it).
+ */
+function setLogger(fn, options = {}) {
+  if (fn !== null && typeof fn !== 'function') {
+    throw new InvalidArgumentError(`setLogger: expected a function or null, got ${describe(fn)}`);
+  }
+  if (options === null || typeof options !== 'object') {
+    throw new InvalidArgumentError(`setLogger: options must be an object, got ${describe(options)}`);
+  }
+  const wanted = options.level ?? 'warn';
+  if (!LEVELS.includes(wanted)) {
+    throw new InvalidArgumentError(
+      `setLogger: level ${describe(wanted)} is not one of ${LEVELS.map((l) => `'${l}'`).join(', ')}`,
+    );
+  }
+  handler = fn;
+  level = wanted;
+  install();
+}
+
+/** A warning of the binding's own (a `withLock` scope's end): to the logger if it takes
+ * warnings, else a process warning. */
+function warn(message) {
+  if (handler === null) return;
+  if (LEVELS.indexOf(level) < LEVELS.indexOf('warn')) return;
+  handler({ level: 'warn', target: 'ferrolock::scope', message });
+}
+
+function describe(v) {
+  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'function') return 'a function';
+  return v === null ? 'null' : typeof v === 'object' ? 'an object' : String(v);
+}
+
+// The default, unless another thread of this process set a logger already.
+install(true);
+
+module.exports = { setLogger, warn };

@@ -1,0 +1,148 @@
+'use strict';
+// setLogger: the core's log records reach JavaScript. The record comes from a real loss: the
+// lock's key is deleted on the redis-server behind the holder's back, the watchdog's next
+// renewal finds it gone, and the core logs the loss as a warning before it aborts the
+// lock's signal. Each test file runs in a process of its own, so the process-wide logger set
+// here is not shared with other files.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawnSync } = require('node:child_process');
+const path = require('node:path');
+const { Server } = require('./redis');
+const { LockManager, withLock, setLogger, InvalidArgumentError } = require('..');
+
+const T = { timeout: 60_000 };
+let server;
+test.before(async () => {
+  server = await Server.start();
+});
+test.after(() => {
+  setLogger(null);
+  server?.stop();
+});
+
+/** Takes `key` with a short ttl, deletes it on the server, and resolves once the lock's signal
+ * has aborted (the core has logged the loss by then: the warning precedes the abort). */
+async function loseLock(m, key) {
+  const lock = await m.acquire(key);
+  assert.ok(server.exists(key), 'the lock is on the server');
+  const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+  server.cli('DEL', key);
+  await aborted;
+  assert.equal(lock.status, 'lost');
+  return lock;
+}
+
+test('a lost lock reaches the setLogger function as a warning naming the key', T, async () => {
+  const records = [];
+  let seen;
+  const arrived = new Promise((r) => {
+    seen = r;
+  });
+  setLogger((rec) => {
+    records.push(rec);
+    if (rec.message.includes('log-node:lost')) seen(rec);
+  });
+  const m = new LockManager({ nodes: [server.url], ttl: 1_500 });
+  try {
+    await loseLock(m, 'log-node:lost');
+    const rec = await arrived;
+    assert.equal(rec.level, 'warn');
+    assert.match(rec.target, /^ferrolock/);
+    assert.match(rec.message, /log-node:lost/);
+  } finally {
+    await m.close();
+  }
+});
+
+test('a level above the record keeps it away, and a replaced function is never called again', T, async () => {
+  const first = [];
+  setLogger((rec) => first.push(rec), { level: 'error' });
+  const m = new LockManager({ nodes: [server.url], ttl: 1_500 });
+  try {
+    await loseLock(m, 'log-node:filtered');
+    // The same function at 'warn' for a second loss: once that record has arrived, one for
+    // the first loss (logged before the first abort) would have arrived before it.
+    const second = [];
+    let seen;
+    const arrived = new Promise((r) => {
+      seen = r;
+    });
+    setLogger(
+      (rec) => {
+        second.push(rec);
+        if (rec.message.includes('log-node:second')) seen();
+      },
+      { level: 'warn' },
+    );
+    await loseLock(m, 'log-node:second');
+    await arrived;
+    assert.deepEqual(first, [], 'nothing reached the function set to errors only');
+    assert.equal(second.filter((r) => r.message.includes('log-node:filtered')).length, 0);
+
+    // null: the third loss reaches no function (the replaced one included).
+    setLogger(null);
+    await loseLock(m, 'log-node:off');
+    const fourth = new Promise((r) => {
+      setLogger((rec) => {
+        second.push(rec);
+        if (rec.message.includes('log-node:fourth')) r();
+      });
+    });
+    await loseLock(m, 'log-node:fourth');
+    await fourth;
+    assert.equal(second.filter((r) => r.message.includes('log-node:off')).length, 0);
+  } finally {
+    await m.close();
+  }
+});
+
+test("a withLock scope's own warning goes to the logger too", T, async () => {
+  const records = [];
+  setLogger((rec) => records.push(rec));
+  {
+    // The body fails and the lock is gone by the time of the release: the body's error
+    // stands and the failed release is a warning (the host layer's decision table).
+    await assert.rejects(
+      withLock(
+        'log-node:scope',
+        async () => {
+          server.cli('DEL', 'log-node:scope');
+          throw new Error('body failed');
+        },
+        { nodes: [server.url], ttl: 10_000, watchdog: false },
+      ),
+      /body failed/,
+    );
+    const scoped = records.filter((r) => r.target === 'ferrolock::scope');
+    assert.equal(scoped.length, 1, JSON.stringify(records));
+    assert.equal(scoped[0].level, 'warn');
+    assert.match(scoped[0].message, /log-node:scope/);
+  }
+});
+
+test('bad arguments name the bad value', () => {
+  assert.throws(() => setLogger('console.log'), (e) => e instanceof InvalidArgumentError && /"console.log"/.test(e.message));
+  assert.throws(() => setLogger(() => {}, { level: 'WARNING' }), (e) => e instanceof InvalidArgumentError && /"WARNING"/.test(e.message));
+  assert.throws(() => setLogger(() => {}, 5), (e) => e instanceof InvalidArgumentError && /5/.test(e.message));
+});
+
+test('by default a warning is a process warning, and a logger never keeps the process alive', T, () => {
+  // A child process: its own default logger. It loses a lock and exits on its own once the
+  // warning was printed, with the logger still set (a weak threadsafe function).
+  const script = `
+    const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    const { execFileSync } = require('node:child_process');
+    (async () => {
+      const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 1500 });
+      const lock = await m.acquire('log-node:default');
+      const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+      execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:default']);
+      await aborted;
+      await m.close();
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 50_000 });
+  assert.equal(r.status, 0, r.stderr);
+  assert.match(r.stderr, /FerrolockWarning: .*log-node:default/);
+});
