@@ -132,8 +132,8 @@ impl Floor {
     /// One acquire + release.
     async fn pair(&mut self) -> BoxResult<()> {
         self.counter += 1;
-        // 32 hex digits, as long as the core's 128-bit token, from a counter: a unique token
-        // at no cost (the core draws from the OS CSPRNG).
+        // 32 hex digits, about as long as the core's token (33 characters), from a counter: a
+        // unique token at no cost (the core draws from the OS CSPRNG).
         let token = format!("{:016x}{:016x}", self.seed, self.counter);
         let ttl_ms = TTL.as_millis() as u64;
         let (acquire, release) = match &self.core_wire {

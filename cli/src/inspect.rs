@@ -2,7 +2,7 @@
 //! holds this lock? which locks leaked without a ttl?). Read-only: neither writes anything,
 //! and node URLs are shown with passwords redacted.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use ferrolock::{ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url};
 use redis::{Connection, Value};
@@ -30,8 +30,8 @@ pub struct ScanArgs {
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
-    /// Flag locks whose remaining ttl is longer than this (a lease that long holds its key at
-    /// least that long) [default: 1h]
+    /// Flag locks held longer than this: ferrolock's plain locks from the grant time in their
+    /// token; other layouts, which record none, when their remaining ttl is longer [default: 1h]
     #[arg(long, value_name = "DURATION", value_parser = ferrolock::parse_duration)]
     long: Option<Duration>,
     /// Keys to look at (Redis glob) [default: *]
@@ -115,7 +115,10 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
         .query(c)
         .map_err(|e| e.to_string())?;
     let holder = match kind.as_str() {
-        "string" => json!({ "token": text_of(&q(redis::cmd("GET").arg(key), c)?) }),
+        "string" => {
+            let token = text_of(&q(redis::cmd("GET").arg(key), c)?);
+            json!({ "token": token, "held_ms": held_ms(&token) })
+        }
         "hash" => {
             let fields = q(redis::cmd("HGETALL").arg(key), c)?;
             let mut owners = serde_json::Map::new();
@@ -186,6 +189,9 @@ fn node_text(n: &Json) -> String {
         if let Some(t) = n["holder"]["token"].as_str() {
             s.push_str(&format!("  holder token: {t}\n"));
         }
+        if let Some(ms) = n["holder"]["held_ms"].as_u64() {
+            s.push_str(&format!("  held for: {}\n", held_text(ms)));
+        }
         if let Some(owners) = n["holder"]["owners"].as_object() {
             for (field, count) in owners {
                 s.push_str(&format!(
@@ -248,15 +254,23 @@ pub fn scan(args: ScanArgs) -> u8 {
             Ok(found) => {
                 text.push_str(&format!("{shown}: {} lock(s)\n", found.len()));
                 for lock in &found {
-                    let flag = match lock.pttl_ms {
-                        -1 => "  LEAKED: no ttl".to_string(),
-                        ms if ms as u128 > long.as_millis() => {
-                            format!("  LONG: ttl over {long:?}")
-                        }
+                    let long_ms = long.as_millis();
+                    let is_long = match lock.held_ms {
+                        Some(held) => u128::from(held) > long_ms,
+                        None => lock.pttl_ms > 0 && lock.pttl_ms as u128 > long_ms,
+                    };
+                    let flag = match (lock.pttl_ms, lock.held_ms) {
+                        (-1, _) => "  LEAKED: no ttl".to_string(),
+                        (_, Some(_)) if is_long => format!("  LONG: held over {long:?}"),
+                        _ if is_long => format!("  LONG: ttl over {long:?}"),
                         _ => String::new(),
                     };
+                    let held = lock
+                        .held_ms
+                        .map(|ms| format!("  held {}", held_text(ms)))
+                        .unwrap_or_default();
                     text.push_str(&format!(
-                        "  {:?}  {}  ttl {}{flag}\n",
+                        "  {:?}  {}  ttl {}{held}{flag}\n",
                         lock.key,
                         lock.kind,
                         if lock.pttl_ms < 0 {
@@ -270,8 +284,9 @@ pub fn scan(args: ScanArgs) -> u8 {
                         "key": lock.key,
                         "kind": lock.kind,
                         "pttl_ms": lock.pttl_ms,
+                        "held_ms": lock.held_ms,
                         "leaked": lock.pttl_ms == -1,
-                        "long": lock.pttl_ms as i128 > long.as_millis() as i128,
+                        "long": is_long,
                     }));
                 }
             }
@@ -290,10 +305,31 @@ struct Found {
     key: String,
     kind: &'static str,
     pttl_ms: i64,
+    /// Since the grant, for ferrolock's plain locks (their token carries the grant's time).
+    held_ms: Option<u64>,
 }
 
-/// Keys that look like locks: a string holding a 32-hex-digit token (ferrolock, redis-py,
-/// node-redlock), or a hash whose fields are `<uuid>:<thread id>` with counts (Redisson's RLock
+/// How long ago the attempt that made `token` started, if it is a ferrolock token (a clock
+/// behind the holder's counts as 0).
+fn held_ms(token: &str) -> Option<u64> {
+    let since = ferrolock::token_time(token)?;
+    Some(
+        SystemTime::now()
+            .duration_since(since)
+            .map_or(0, |d| d.as_millis() as u64),
+    )
+}
+
+fn held_text(ms: u64) -> String {
+    match ms / 1000 {
+        s if s >= 3600 => format!("{}h{:02}m", s / 3600, s / 60 % 60),
+        s if s >= 60 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{:.1}s", ms as f64 / 1000.0),
+    }
+}
+
+/// Keys that look like locks: a string holding a ferrolock token (time-random) or a
+/// 32-hex-digit token (redis-py, node-redlock), or a hash whose fields are `<uuid>:<thread id>` with counts (Redisson's RLock
 /// layout, ferrolock's reentrant lock). ferrolock's own queue and fence keys are skipped.
 fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
@@ -315,14 +351,21 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                 .arg(&key)
                 .query(c)
                 .map_err(|e| e.to_string())?;
+            let mut held = None;
             let looks = match kind.as_str() {
                 "string" => {
-                    let v: Option<Vec<u8>> = redis::cmd("GET")
+                    let v: Option<String> = redis::cmd("GET")
                         .arg(&key)
                         .query(c)
                         .map_err(|e| e.to_string())?;
-                    v.is_some_and(|v| v.len() == 32 && v.iter().all(u8::is_ascii_hexdigit))
-                        .then_some("plain (ferrolock, redis-py, node-redlock)")
+                    let v = v.unwrap_or_default();
+                    held = held_ms(&v);
+                    if held.is_some() {
+                        Some("plain (ferrolock)")
+                    } else {
+                        (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+                            .then_some("plain (redis-py, node-redlock)")
+                    }
                 }
                 "hash" => {
                     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
@@ -345,7 +388,12 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     .arg(&key)
                     .query(c)
                     .map_err(|e| e.to_string())?;
-                found.push(Found { key, kind, pttl_ms });
+                found.push(Found {
+                    key,
+                    kind,
+                    pttl_ms,
+                    held_ms: held,
+                });
             }
         }
         cursor = next;

@@ -373,6 +373,16 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     server.cmd::<()>(&["PEXPIRE", "redisson", "30000"]);
     server.cmd::<()>(&["SET", "not-a-lock", "hello"]);
     server.cmd::<()>(&["SET", "ferrolock:fence:{plain}", "7"]);
+    // ferrolock tokens carry their grant's time: one granted two hours ago (renewed: its ttl
+    // is short), one granted now with a ttl longer than --long below.
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let renewed = format!("{:012x}-{}", now_ms - 2 * 3600 * 1000, "ab".repeat(10));
+    server.cmd::<()>(&["SET", "renewed", &renewed, "PX", "10000"]);
+    let fresh = format!("{now_ms:012x}-{}", "cd".repeat(10));
+    server.cmd::<()>(&["SET", "fresh", &fresh, "PX", "60000"]);
     let dirty_before: String = server.cmd(&["INFO", "persistence"]);
     let changes = |info: &str| {
         info.lines()
@@ -387,6 +397,16 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(&format!("holder token: {token}")), "{text}");
     assert!(text.contains("fence counter: 7"), "{text}");
+    assert!(
+        !text.contains("held for"),
+        "a redis-py token has no time: {text}"
+    );
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "renewed"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("held for: 2h00m"), "{text}");
 
     let mut cmd = ferrolock();
     cmd.args(["inspect", "--json", "--nodes", &url, "redisson"]);
@@ -419,9 +439,27 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
     let locks = json["locks"].as_array().unwrap();
     let find = |k: &str| locks.iter().find(|l| l["key"] == k).cloned().unwrap();
-    assert_eq!(locks.len(), 3, "{json}");
+    assert_eq!(locks.len(), 5, "{json}");
     assert_eq!(find("leaked")["leaked"], true);
-    assert_eq!(find("plain")["long"], true, "60 s ttl over --long 20s");
+    assert_eq!(
+        find("plain")["long"],
+        true,
+        "no grant time: 60 s ttl over --long 20s"
+    );
+    assert_eq!(find("plain")["kind"], "plain (redis-py, node-redlock)");
+    assert_eq!(find("renewed")["kind"], "plain (ferrolock)");
+    assert_eq!(
+        find("renewed")["long"],
+        true,
+        "held 2 h, over --long 20s, ttl 10 s"
+    );
+    assert!(find("renewed")["held_ms"].as_u64().unwrap() >= 2 * 3600 * 1000);
+    assert_eq!(
+        find("fresh")["long"],
+        false,
+        "held under 20 s, whatever its ttl"
+    );
+    assert_eq!(find("redisson")["held_ms"], serde_json::Value::Null);
     assert_eq!(
         find("redisson")["kind"],
         "reentrant (Redisson RLock layout)"

@@ -67,6 +67,7 @@ pub use scripts::{
     fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,
     waiter_channel,
 };
+pub use token::token_time;
 
 /// What the core sends on the wire, for the benchmark's hand-written mirror of it
 /// (`bench/src/uncontended.rs`): the same argument structs the core builds its requests with.

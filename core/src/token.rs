@@ -1,15 +1,44 @@
-//! Lock tokens and waiter ids: 128 random bits each, never shared with a forked child.
+//! Lock tokens and waiter ids, from random bits never shared with a forked child.
 
-/// 128 bits from the operating system's CSPRNG, per acquisition attempt. Not a userspace
-/// generator: its state would be duplicated by fork and hand two processes the same token.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// A plain lock's token, per acquisition attempt: the attempt's wall-clock time in
+/// milliseconds (12 hex digits), `-`, and 80 random bits (20 hex digits). The time is what
+/// lets an operator's `ferrolock scan` tell how long a lock has been held (a renewed lock's
+/// ttl stays short, so its ttl cannot tell); 80 random bits keep tokens distinct. The `-`
+/// tells ferrolock's tokens from redis-py's and node-redlock's (32 hex digits).
 pub(crate) fn new_token() -> String {
-    let bytes = random_16();
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut s = format!("{:012x}-", ms & 0xffff_ffff_ffff);
+    push_hex(&mut s, &random_16()[..10]);
+    s
+}
+
+/// When the attempt that made `token` started, if it is a ferrolock plain-lock token.
+pub fn token_time(token: &str) -> Option<SystemTime> {
+    let (time, random) = token.split_once('-')?;
+    let hex = |p: &str, n: usize| p.len() == n && p.bytes().all(|b| b.is_ascii_hexdigit());
+    if !hex(time, 12) || !hex(random, 20) {
+        return None;
+    }
+    let ms = u64::from_str_radix(time, 16).ok()?;
+    UNIX_EPOCH.checked_add(Duration::from_millis(ms))
+}
+
+/// 128 random bits as 32 hex digits (waiter ids).
+pub(crate) fn random_hex() -> String {
     let mut s = String::with_capacity(32);
+    push_hex(&mut s, &random_16());
+    s
+}
+
+fn push_hex(s: &mut String, bytes: &[u8]) {
     for b in bytes {
         s.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
         s.push(char::from_digit((b & 15) as u32, 16).unwrap_or('0'));
     }
-    s
 }
 
 /// Random bytes from the OS, drawn 4 KiB at a time (one system call per 256 tokens instead of
@@ -61,11 +90,11 @@ mod tests {
             let pid = libc::fork();
             assert!(pid >= 0);
             if pid == 0 {
-                let t = new_token();
+                let t = random_hex();
                 libc::write(fds[1], t.as_ptr().cast(), t.len());
                 libc::_exit(0);
             }
-            let mine = new_token();
+            let mine = random_hex();
             let mut buf = [0u8; 32];
             let n = libc::read(fds[0], buf.as_mut_ptr().cast(), 32);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
@@ -79,10 +108,31 @@ mod tests {
     }
 
     #[test]
-    fn tokens_are_128_bit_hex_and_distinct() {
-        let a = new_token();
+    fn ids_are_128_bit_hex_and_distinct() {
+        let a = random_hex();
         assert_eq!(a.len(), 32);
         assert!(a.chars().all(|c| c.is_ascii_hexdigit()));
+        assert_ne!(a, random_hex());
+    }
+
+    #[test]
+    fn a_token_carries_its_time_and_80_random_bits() {
+        let before = SystemTime::now() - Duration::from_millis(1);
+        let a = new_token();
+        let after = SystemTime::now() + Duration::from_millis(1);
+        assert_eq!(a.len(), 33, "{a}");
+        let t = token_time(&a).expect("a ferrolock token");
+        assert!(before <= t && t <= after, "{a}");
         assert_ne!(a, new_token());
+        // redis-py / node-redlock tokens and other strings carry no time.
+        for other in [
+            &random_hex()[..],
+            "",
+            "-",
+            "0123456789ab-xyz",
+            "0123456789ab-0123456789abcdef012",
+        ] {
+            assert_eq!(token_time(other), None, "{other:?}");
+        }
     }
 }

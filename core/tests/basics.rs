@@ -24,7 +24,13 @@ async fn single_node_wire_format_is_set_nx_px_with_the_token() {
     let pttl = pttl(&server, "orders:1001");
     let since_called = called.elapsed();
     assert_eq!(get(&server, "orders:1001").as_deref(), Some(lock.token()));
-    assert_eq!(lock.token().len(), 32);
+    // The attempt's time and 80 random bits (see token.rs).
+    assert_eq!(lock.token().len(), 33);
+    assert!(
+        ferrolock::token_time(lock.token()).is_some(),
+        "{}",
+        lock.token()
+    );
     let at_least = (ttl - since_called).as_millis() as i64 - 1;
     assert!((at_least..=10_000).contains(&pttl), "PTTL {pttl}");
     assert!(

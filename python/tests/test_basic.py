@@ -31,7 +31,10 @@ def test_with_redlock_holds_the_key_and_releases_it(node: RedisNode, key: str) -
         after = time.monotonic()
         assert before + validity - 0.002 <= deadline <= after + validity + 0.002
         assert r.get(key) == lock.token
-        assert len(lock.token) == 32
+        # The attempt's time in ms (12 hex digits), '-', 80 random bits (20 hex digits).
+        stamp, rand = lock.token.split("-")
+        assert len(stamp) == 12 and len(rand) == 20, lock.token
+        assert abs(int(stamp, 16) / 1000 - time.time()) < 60, lock.token
         assert lock.fence is None
         assert lock.key == key
         assert lock.locked() and lock.owned()

@@ -245,7 +245,7 @@ impl Waiters {
             .entry(channel.to_string())
             .or_insert_with(|| {
                 created = true;
-                let server_id = crate::token::new_token();
+                let server_id = crate::token::random_hex();
                 // Plain locks: a channel of our own, told only when we are the queue head.
                 let subscription = if channel == release_channel(key) {
                     waiter_channel(key, &server_id)
