@@ -1,6 +1,7 @@
 //! `ferrolock inspect KEY` and `ferrolock scan [PATTERN]`: what an operator asks first (who
-//! holds this lock? which locks leaked without a ttl?). Read-only: neither writes anything,
-//! and node URLs are shown with passwords redacted.
+//! holds this lock? which locks leaked without a ttl?), on servers or on a cluster's primaries
+//! (`cluster.rs`). Read-only: neither writes anything, and node URLs are shown with passwords
+//! redacted.
 
 use std::time::{Duration, SystemTime};
 
@@ -8,6 +9,7 @@ use ferrolock::{ManagerOptions, fence_key, queue_key, queue_lease_key, redact_ur
 use redis::{Connection, Value};
 use serde_json::{Value as Json, json};
 
+use crate::cluster::{self, Target, connect};
 use crate::exit;
 
 #[derive(clap::Args)]
@@ -52,14 +54,6 @@ fn nodes(list: &Option<String>) -> Vec<String> {
         .resolved_nodes()
 }
 
-fn connect(url: &str) -> Result<Connection, String> {
-    let shown = redact_url(url);
-    let client = redis::Client::open(url).map_err(|e| format!("bad node URL {shown:?}: {e}"))?;
-    client
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .map_err(|e| format!("node {shown}: {e}"))
-}
-
 fn report(json: bool, out: Json, text: String) -> u8 {
     if json {
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
@@ -78,8 +72,14 @@ pub fn inspect(args: InspectArgs) -> u8 {
     let mut text = String::new();
     let mut failed = 0;
     for url in nodes(&args.nodes) {
-        let shown = redact_url(&url);
-        let node = match connect(&url).and_then(|mut c| describe(&mut c, &args.key)) {
+        let (shown, node) = match owner_of(&url, &args.key) {
+            Ok(t) => (
+                t.shown,
+                connect(&t.url).and_then(|mut c| describe(&mut c, &args.key)),
+            ),
+            Err(e) => (redact_url(&url), Err(e)),
+        };
+        let node = match node {
             Ok(node) => node,
             Err(e) => {
                 failed += 1;
@@ -99,6 +99,21 @@ pub fn inspect(args: InspectArgs) -> u8 {
         format!("lock {:?}\n{text}", args.key),
     );
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
+}
+
+/// The server that holds `key` for one node URL: the server itself, or the cluster primary
+/// that serves the key's slot.
+fn owner_of(url: &str, key: &str) -> Result<Target, String> {
+    let mut targets = cluster::targets(url)?;
+    if targets.len() == 1 && targets[0].slots.is_empty() {
+        return Ok(targets.remove(0));
+    }
+    let slot = cluster::key_slot(&mut connect(&targets[0].url)?, key)?;
+    let i = targets
+        .iter()
+        .position(|t| cluster::serves(t, slot))
+        .ok_or_else(|| format!("no primary serves slot {slot} of {key:?}"))?;
+    Ok(targets.swap_remove(i))
 }
 
 /// One node's view of a lock key, as JSON.
@@ -248,9 +263,22 @@ pub fn scan(args: ScanArgs) -> u8 {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    for url in nodes(&args.nodes) {
-        let shown = redact_url(&url);
-        match connect(&url).and_then(|mut c| scan_node(&mut c, &pattern)) {
+    let servers: Vec<Result<Target, (String, String)>> = nodes(&args.nodes)
+        .into_iter()
+        .flat_map(|url| match cluster::targets(&url) {
+            Ok(ts) => ts.into_iter().map(Ok).collect::<Vec<_>>(),
+            Err(e) => vec![Err((redact_url(&url), e))],
+        })
+        .collect();
+    for server in servers {
+        let (shown, found) = match server {
+            Ok(t) => (
+                t.shown,
+                connect(&t.url).and_then(|mut c| scan_node(&mut c, &pattern)),
+            ),
+            Err((shown, e)) => (shown, Err(e)),
+        };
+        match found {
             Ok(found) => {
                 text.push_str(&format!("{shown}: {} lock(s)\n", found.len()));
                 for lock in &found {

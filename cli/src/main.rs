@@ -3,6 +3,7 @@
 //! This file only parses arguments and maps outcomes to exit codes; `run.rs` does the work.
 
 mod child;
+mod cluster;
 mod inspect;
 mod run;
 

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ferrolock_testbed::{Cluster, RedisServer};
+use ferrolock_testbed::{Cluster, RedisCluster, RedisServer};
 
 const HANG: Duration = Duration::from_secs(30);
 
@@ -497,4 +497,77 @@ fn stats_prints_the_counts_of_the_run() {
         err.contains("ferrolock_hold_seconds_count{prefix=\"jobs\"} 1\n"),
         "{err}"
     );
+}
+
+#[test]
+fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // One ferrolock lock on each primary (found by slot), written where a client would.
+    let mut keys = Vec::new();
+    for (n, p) in cluster.primaries().iter().enumerate() {
+        let key = (0..)
+            .map(|i| format!("jobs:{i}"))
+            .find(|k| cluster.primary_for_key(k).port() == p.port() && !keys.contains(k))
+            .unwrap();
+        let token = format!("{now_ms:012x}-{:020x}", n);
+        p.cmd::<()>(&["SET", &key, &token, "PX", "60000"]);
+        keys.push(key);
+    }
+    let changes = || -> Vec<Option<String>> {
+        cluster
+            .primaries()
+            .iter()
+            .map(|p| {
+                let info: String = p.cmd(&["INFO", "persistence"]);
+                info.lines()
+                    .find(|l| l.starts_with("rdb_changes_since_last_save"))
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    let before = changes();
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &url, "jobs:*"]);
+    let out = output(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let locks = json["locks"].as_array().unwrap();
+    for (key, p) in keys.iter().zip(cluster.primaries()) {
+        let found: Vec<_> = locks.iter().filter(|l| l["key"] == key.as_str()).collect();
+        assert_eq!(found.len(), 1, "{key}: {json}");
+        assert_eq!(found[0]["kind"], "plain (ferrolock)");
+        let node = found[0]["node"].as_str().unwrap();
+        assert!(node.ends_with(&format!(":{}", p.port())), "{key} on {node}");
+    }
+    assert_eq!(locks.len(), keys.len(), "{json}");
+
+    // inspect asks the primary that serves the key's slot only.
+    let key = &keys[2];
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, key]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    let port = cluster.primary_for_key(key).port();
+    assert!(
+        text.contains(&format!("primary 127.0.0.1:{port}:")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("holder token: {now_ms:012x}-")),
+        "{text}"
+    );
+
+    assert_eq!(before, changes(), "inspect/scan wrote");
 }

@@ -58,6 +58,13 @@ pub use hooks::{__set_test_hook, Point as HookPoint};
 pub use lock::{Lock, LockStatus, LossReason};
 pub use manager::LockManager;
 pub use node::redact_url;
+
+/// The seeds of a `redis+cluster://` (`rediss+cluster://`) URL as plain `redis://`
+/// (`rediss://`) URLs with the same credentials, the URL's own host first; `None` for a URL of
+/// another form. For tools that talk to each primary themselves (`ferrolock scan`).
+pub fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>> {
+    Ok(node_cluster::ClusterUrl::parse(url, &redact_url(url))?.map(|c| c.seeds))
+}
 pub use options::{
     DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, OPTIONS, OptionSpec,
     Scope as OptionScope, TLS_CA_ENV, Type as OptionType, Value as OptionValue, parse_duration,

@@ -1,0 +1,165 @@
+//! `inspect` and `scan` on a `redis+cluster://` node: a cluster's keys live on its primaries,
+//! each holding some slot ranges, so the operator tools ask each primary (scan) or the one
+//! that owns the key's slot (inspect), read-only as on a standalone server.
+
+use std::time::Duration;
+
+use ferrolock::redact_url;
+use redis::{Connection, Value};
+
+/// One server to ask: how it is shown, its URL (with the credentials the user gave), and the
+/// slot ranges it serves (empty for a standalone server).
+pub struct Target {
+    pub shown: String,
+    pub url: String,
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// The servers behind one node URL: the server itself, or every primary of a cluster, from
+/// the first seed that answers `CLUSTER SLOTS`.
+pub fn targets(url: &str) -> Result<Vec<Target>, String> {
+    let Some(seeds) = ferrolock::cluster_seeds(url).map_err(|e| e.message().to_string())? else {
+        return Ok(vec![Target {
+            shown: redact_url(url),
+            url: url.to_string(),
+            slots: Vec::new(),
+        }]);
+    };
+    let shown = redact_url(url);
+    let mut errors = Vec::new();
+    for seed in &seeds {
+        match primaries(seed) {
+            Ok(found) => {
+                return Ok(found
+                    .into_iter()
+                    .map(|(addr, slots)| Target {
+                        shown: format!("{shown} primary {addr}"),
+                        url: with_addr(seed, &addr),
+                        slots,
+                    })
+                    .collect());
+            }
+            Err(e) => errors.push(format!("seed {}: {e}", redact_url(seed))),
+        }
+    }
+    Err(format!(
+        "cluster {shown}: no seed answered ({})",
+        errors.join("; ")
+    ))
+}
+
+/// The slot of `key` (CRC16 of its hash tag, as the server computes it), asked of the server so
+/// that the rule lives in one place.
+pub fn key_slot(c: &mut Connection, key: &str) -> Result<u16, String> {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(c)
+        .map_err(|e| e.to_string())
+}
+
+pub fn serves(t: &Target, slot: u16) -> bool {
+    t.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+}
+
+pub fn connect(url: &str) -> Result<Connection, String> {
+    let shown = redact_url(url);
+    let client = redis::Client::open(url).map_err(|e| format!("bad node URL {shown:?}: {e}"))?;
+    client
+        .get_connection_with_timeout(Duration::from_secs(2))
+        .map_err(|e| format!("node {shown}: {e}"))
+}
+
+/// A primary's `host:port` and the slot ranges it serves.
+type Primary = (String, Vec<(u16, u16)>);
+
+/// Each primary, in the order `CLUSTER SLOTS` lists them.
+fn primaries(seed: &str) -> Result<Vec<Primary>, String> {
+    let mut c = connect(seed)?;
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut c)
+        .map_err(|e| e.to_string())?;
+    let mut out: Vec<Primary> = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return Err("CLUSTER SLOTS: not an array".into());
+    };
+    for range in ranges {
+        let Value::Array(parts) = range else { continue };
+        let (Some(start), Some(end), Some(Value::Array(primary))) =
+            (int(parts.first()), int(parts.get(1)), parts.get(2))
+        else {
+            continue;
+        };
+        let (Some(host), Some(port)) = (text(primary.first()), int(primary.get(1))) else {
+            continue;
+        };
+        // An empty host means "the address you reached me on" (cluster-preferred-endpoint-type).
+        let host = if host.is_empty() {
+            seed_host(seed)
+        } else {
+            host
+        };
+        let addr = format!("{host}:{port}");
+        let range = (start as u16, end as u16);
+        match out.iter_mut().find(|(a, _)| *a == addr) {
+            Some((_, r)) => r.push(range),
+            None => out.push((addr, vec![range])),
+        }
+    }
+    if out.is_empty() {
+        return Err("CLUSTER SLOTS lists no primary (slots not assigned yet?)".into());
+    }
+    Ok(out)
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(i) => Some(*i),
+        _ => None,
+    }
+}
+
+fn text(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `scheme://[userinfo@]` of a seed URL, then `addr`.
+fn with_addr(seed: &str, addr: &str) -> String {
+    let (scheme, rest) = seed.split_once("://").unwrap_or(("redis", seed));
+    match rest.rfind('@') {
+        Some(at) => format!("{scheme}://{}@{addr}", &rest[..at]),
+        None => format!("{scheme}://{addr}"),
+    }
+}
+
+fn seed_host(seed: &str) -> String {
+    let rest = seed.split_once("://").map_or(seed, |(_, r)| r);
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    host_port
+        .rsplit_once(':')
+        .map_or(host_port, |(h, _)| h)
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_primary_url_keeps_the_seeds_scheme_and_credentials() {
+        assert_eq!(
+            with_addr("redis://h:1", "10.0.0.2:7001"),
+            "redis://10.0.0.2:7001"
+        );
+        assert_eq!(
+            with_addr("rediss://u:p@w@h:1", "10.0.0.2:7001"),
+            "rediss://u:p@w@10.0.0.2:7001"
+        );
+        assert_eq!(seed_host("redis://u:p@h.example:7000"), "h.example");
+    }
+}
