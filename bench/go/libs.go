@@ -132,7 +132,13 @@ func libraries(all []*server) ([]lib, func(), error) {
 			return m.WithLock(ctx, "bench:withlock", func(context.Context, *ferrolock.Lock) error { return nil })
 		}},
 	}
+	floor, closeFloor, err := cgoBlockingLib(urls(all))
+	if err != nil {
+		return nil, nil, err
+	}
+	libs = append(libs, floor)
 	closeAll := func() {
+		closeFloor()
 		m.Close()
 		for _, c := range cs {
 			c.Close()
