@@ -26,6 +26,7 @@ import (
 //     waiter woken by pub/sub; watchdog on) and Release;
 //   - redsync: its default retry delay (random 50-250 ms) with tries = MaxInt32, i.e. until
 //     granted (its default of 32 tries gives up after a few seconds: not a blocking acquire).
+//
 // Exclusion: the counter ends equal to the number of sections, and no two [granted, release
 // called] intervals overlap (CLOCK_MONOTONIC, shared by every process of the machine).
 var contendedLibs = []string{"ferrolock", "redsync"}
@@ -39,11 +40,11 @@ func monoUs() int64 {
 }
 
 type workerResult struct {
-	Start     int64       `json:"start"`
-	End       int64       `json:"end"`
-	Waits     []float64   `json:"waits"` // ms
-	Intervals [][2]int64  `json:"intervals"`
-	Errors    int         `json:"errors"`
+	Start     int64      `json:"start"`
+	End       int64      `json:"end"`
+	Waits     []float64  `json:"waits"` // ms
+	Intervals [][2]int64 `json:"intervals"`
+	Errors    int        `json:"errors"`
 }
 
 type locker struct {
@@ -298,4 +299,3 @@ func contended(a *args, nodeCount int) ([]contendedRow, error) {
 	}
 	return rows, nil
 }
-
