@@ -16,16 +16,26 @@
 #      Also writes bench/results/node-{uncontended,contended}.md and node.svg (its chart also
 #      shows Python ferrolock's contended worst wait, from this run's Python part or else
 #      from bench/results/latest.md).
+#   4. bench/go (issue 16): the Go package (`ffi/go`) vs redsync and hand-written go-redis,
+#      uncontended, 1 and 5 nodes, pinned and unpinned, and 4 processes contending for one key
+#      vs redsync, 1 and 3 nodes; and C: bench/c/blocking_loop.c through the C library vs the
+#      same loop over the core's blocking path (bench/examples/blocking_loop.rs). The C
+#      library is built in release and staged into a temp prefix (`make install
+#      PREFIX=<tmp>`); the Go module (bench/go, its own go.mod: ffi/go stays standard library
+#      only) fetches redsync and go-redis through the Go proxy. Writes the full tables to
+#      bench/results/go.md and a summary into the report; with --go-only the summary replaces
+#      the Go section of the existing bench/results/latest.md, the rest staying as it was.
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
 #   bench/run.sh --rust-only [ARGS...]            # only the Rust scenarios
 #   bench/run.sh --python-only                    # only the Python comparison
 #   bench/run.sh --node-only [--node-args "..."]  # only the Node comparison
+#   bench/run.sh --go-only [--go-args "..."]      # only the Go and C comparison
 #   bench/run.sh --python-args "--parts contended --duration 2" ...
 #   bench/run.sh --out FILE                       # write the report elsewhere (`-`: nowhere)
 # Other arguments go to ferrolock-bench, e.g. `bench/run.sh --scenario watchdog --nodes 3`;
-# `bench/run.sh --help` lists them, and bench_peers.py's.
+# `bench/run.sh --help` lists them, bench_peers.py's and bench/go's.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -35,15 +45,24 @@ command_line="bench/run.sh"
 rust=1
 python=1
 node=1
+go=1
+go_args=()
 python_args=()
 node_args=()
 rust_args=()
 out="$root/bench/results/latest.md"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rust-only) python=0; node=0 ;;
-        --python-only) rust=0; node=0 ;;
-        --node-only) rust=0; python=0 ;;
+        --rust-only) python=0; node=0; go=0 ;;
+        --python-only) rust=0; node=0; go=0 ;;
+        --node-only) rust=0; python=0; go=0 ;;
+        --go-only) rust=0; python=0; node=0 ;;
+        --go-args)
+            [ $# -ge 2 ] || { echo "bench/run.sh: --go-args needs a value" >&2; exit 2; }
+            read -r -a more <<<"$2"
+            go_args+=("${more[@]}")
+            shift
+            ;;
         --node-args)
             [ $# -ge 2 ] || { echo "bench/run.sh: --node-args needs a value" >&2; exit 2; }
             read -r -a more <<<"$2"
@@ -62,7 +81,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h | --help)
-            sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
             echo
             echo "ferrolock-bench arguments:"
             "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
@@ -74,14 +93,17 @@ while [ $# -gt 0 ]; do
             echo
             echo "bench_node.js arguments (through --node-args):"
             node "$root/bench/node/bench_node.js" --help
+            echo
+            echo "bench/go arguments (through --go-args):"
+            sed -n '/^\/\/ Usage:/,/^package/p' "$root/bench/go/main.go" | sed '$d; s|^// \{0,1\}||'
             exit 0
             ;;
         *) rust_args+=("$1") ;;
     esac
     shift
 done
-if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ]; then
-    echo "bench/run.sh: --rust-only, --python-only and --node-only exclude each other" >&2
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ "$go" = 0 ]; then
+    echo "bench/run.sh: --rust-only, --python-only, --node-only and --go-only exclude each other" >&2
     exit 2
 fi
 
@@ -156,6 +178,58 @@ if [ "$node" = 1 ]; then
     fi
 fi
 
+# The C library in release, staged as `make install` stages it; the C loop and its Rust
+# baseline; the Go bench linked against the staged library.
+run_go() {
+    local prefix="$tmp/ffi" flags
+    env -u FERROLOCK_DEBUG_BUILD make -s --no-print-directory install PREFIX="$prefix" \
+        CARGO="${CARGO:-cargo}" >&2
+    "${CARGO:-cargo}" build -q --release --locked -p ferrolock-bench --example blocking_loop >&2
+    if command -v pkg-config >/dev/null; then
+        flags="$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ferrolock)"
+    else
+        flags="-I$prefix/include $prefix/lib/libferrolock.a -lpthread -ldl -lm -lrt -lutil -lgcc_s"
+    fi
+    # shellcheck disable=SC2086 # the flags are words
+    "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O2 -pthread bench/c/blocking_loop.c \
+        -o "$tmp/blocking_loop" $flags
+    (cd bench/go && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" go build -o "$tmp/bench-go" .)
+    "$tmp/bench-go" -c-loop "$tmp/blocking_loop" \
+        -rust-loop "${CARGO_TARGET_DIR:-$root/target}/release/examples/blocking_loop" \
+        -out "$tmp/go-full.md" -summary "$tmp/go.md" -command "$command_line" \
+        "${go_args[@]}" >/dev/null
+    if [ "$out" != "-" ]; then
+        cp "$tmp/go-full.md" "$root/bench/results/go.md"
+        echo "bench/run.sh: wrote $root/bench/results/go.md" >&2
+    fi
+}
+if [ "$go" = 1 ]; then
+    if run_go; then
+        :
+    else
+        status=1
+        echo "bench/run.sh: the Go and C comparison failed (see above)" >&2
+        printf '## Go and C comparison (summary)\n\n**Failed** in this run: see the output of `%s`.\n' \
+            "$command_line" >"$tmp/go.md"
+    fi
+fi
+
+# --go-only: the Go summary replaces the Go section of the existing report (before its
+# closing line), so that one part can be re-measured without the others.
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
+    awk -v summary="$tmp/go.md" '
+        function insert(  l) { while ((getline l < summary) > 0) print l; print ""; done = 1 }
+        /^## Go and C comparison/ { skip = 1; next }
+        /^Go and C part: / { next }
+        skip && /^(## |---$)/ { skip = 0 }
+        skip { next }
+        /^---$/ && !done { insert() }
+        { print }
+        END { if (!done) { print ""; insert() } }
+    ' "$out" >"$tmp/latest.md"
+    printf 'Go and C part: `%s`, %d s, merged into the report above.\n' \
+        "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
+else
 {
     if [ -f "$tmp/rust.md" ]; then
         cat "$tmp/rust.md"
@@ -170,8 +244,13 @@ fi
         echo
         cat "$tmp/node.md"
     fi
+    if [ -f "$tmp/go.md" ]; then
+        echo
+        cat "$tmp/go.md"
+    fi
     printf '\n---\nAll parts: `%s`, %d s in total.\n' "$command_line" "$((SECONDS - started))"
 } >"$tmp/latest.md"
+fi
 cat "$tmp/latest.md"
 if [ "$out" != "-" ]; then
     mkdir -p "$(dirname "$out")"
