@@ -168,6 +168,32 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		return nil, err
 	}
 	ckey := C.CString(key)
+	// The uncontended fast path: one try on this goroutine's thread (a round trip per node,
+	// bounded by the node timeout, like a syscall) before the completion-based wait, whose
+	// hand-over through a library thread and a channel costs more than the round trip itself
+	// (bench/results/go.md). Only a key held elsewhere goes on to wait.
+	var tried *C.ferrolock_lock
+	var tryErr *C.ferrolock_error
+	m.mu.RLock()
+	tryStatus := C.int(-2)
+	if m.p != nil {
+		tryStatus = C.ferrolock_manager_try_acquire(m.p, ckey, o, &tried, &tryErr)
+	}
+	m.mu.RUnlock()
+	if tryStatus != C.FERROLOCK_ERR_NOT_ACQUIRED || triesOnce(opts) {
+		C.free(unsafe.Pointer(ckey))
+		if o != nil {
+			C.ferrolock_options_free(o)
+		}
+		if tryStatus == -2 {
+			return nil, errClosed
+		}
+		if err := take(tryStatus, tryErr); err != nil {
+			return nil, err
+		}
+		return newLock(tried)
+	}
+	C.ferrolock_error_free(tryErr)
 	done := make(chan struct{}, 1)
 	handle := cgo.NewHandle(done)
 	var acq *C.ferrolock_acquisition
@@ -214,6 +240,28 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		return nil, err
 	}
 	return newLock(p)
+}
+
+// triesOnce says whether opts ask for a single attempt (Wait(0), as TryAcquire sets).
+func triesOnce(opts []Option) bool {
+	once := false
+	for _, opt := range opts {
+		if s := opt(); s.name == "wait" {
+			switch v := s.value.(type) {
+			case time.Duration:
+				once = v == 0
+			case int:
+				once = v == 0
+			case int64:
+				once = v == 0
+			case uint64:
+				once = v == 0
+			default:
+				once = false
+			}
+		}
+	}
+	return once
 }
 
 // lossState is what the library's loss callback reaches (through a cgo handle).
