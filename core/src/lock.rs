@@ -713,6 +713,9 @@ impl Drop for FinishRelease {
 /// to a task on the runtime they were sent from (a blocking caller's: `spawn_cleanup`), which
 /// drives them to their end on the connections they went out on, and wakes this manager's
 /// waiters if the release had not yet.
+///
+/// The exit protocol waits for these (`background_releases`): a process that exits right
+/// after a quorum released would otherwise leave its key on the slower nodes until the ttl.
 struct Releasing<R>
 where
     R: Future<Output = (usize, std::result::Result<Option<i64>, NodeError>)> + Send + 'static,
@@ -720,6 +723,41 @@ where
     inner: Arc<LockInner>,
     requests: Option<FanOut<R>>,
     woke: bool,
+}
+
+/// Releases finishing in the background, counted until their task ends (or is dropped).
+static FINISHING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static FINISHED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+struct Finishing;
+
+impl Finishing {
+    fn start() -> Finishing {
+        FINISHING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Finishing
+    }
+}
+
+impl Drop for Finishing {
+    fn drop(&mut self) {
+        FINISHING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        FINISHED.notify_waiters();
+    }
+}
+
+/// Resolves once no release is finishing in the background (each is bounded by the node
+/// timeout). A forked child may inherit a count of tasks it does not have: its wait then ends
+/// with the caller's time limit.
+pub(crate) async fn background_releases() {
+    loop {
+        let finished = FINISHED.notified();
+        tokio::pin!(finished);
+        finished.as_mut().enable();
+        if FINISHING.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+            return;
+        }
+        finished.await;
+    }
 }
 
 impl<R> Drop for Releasing<R>
@@ -731,9 +769,11 @@ where
             return;
         };
         let (inner, woke) = (self.inner.clone(), self.woke);
+        let finishing = Finishing::start();
         crate::runtime::spawn_cleanup(&inner.shared.cluster.handle(), {
             let inner = inner.clone();
             async move {
+                let _finishing = finishing;
                 while requests.next().await {}
                 if !woke {
                     inner

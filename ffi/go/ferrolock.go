@@ -148,6 +148,40 @@ func (m *Manager) Close() error {
 
 var errClosed = &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "the manager is closed"}
 
+// ReleaseAll releases every lock this manager handed out and that was not released (held,
+// or lost but perhaps still standing on some node), waiting at most limit (the rest goes on
+// in the background). It returns how many were still held on a quorum. The Locks stay valid;
+// releasing one again gives ErrNotHeld. For a worker's shutdown, or before Close.
+func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.p == nil {
+		return 0, errClosed
+	}
+	var n C.size_t
+	var cerr *C.ferrolock_error
+	if err := take(C.ferrolock_manager_release_all(m.p, limitMs(limit), &n, &cerr), cerr); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// Shutdown runs the process-exit protocol, for the end of main: acquires still waiting give
+// up (ErrNotAcquired), and every lock of every manager not yet released is released, waiting
+// at most limit in all (what is not released by then expires with its ttl). Acquires started
+// afterwards fail at once. It returns how many locks were released in time.
+func Shutdown(limit time.Duration) int {
+	return int(C.ferrolock_shutdown(limitMs(limit)))
+}
+
+// limitMs is a time limit in whole milliseconds (a negative one is none at all).
+func limitMs(d time.Duration) C.uint64_t {
+	if d < 0 {
+		return 0
+	}
+	return C.uint64_t(d / time.Millisecond)
+}
+
 // Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
 // ctx is done (ctx.Err(), nothing kept). The waiting goroutine holds no OS thread.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
@@ -172,14 +206,28 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	// bounded by the node timeout, like a syscall) before the completion-based wait, whose
 	// hand-over through a library thread and a channel costs more than the round trip itself
 	// (bench/results/go.md). Only a key held elsewhere goes on to wait.
+	// At most a few such tries at once: a burst of goroutines would otherwise each pin an OS
+	// thread for the round trip; the others go straight to the wait.
 	var tried *C.ferrolock_lock
 	var tryErr *C.ferrolock_error
-	m.mu.RLock()
-	tryStatus := C.int(-2)
-	if m.p != nil {
-		tryStatus = C.ferrolock_manager_try_acquire(m.p, ckey, o, &tried, &tryErr)
+	try := func() C.int {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		if m.p == nil {
+			return -2
+		}
+		return C.ferrolock_manager_try_acquire(m.p, ckey, o, &tried, &tryErr)
 	}
-	m.mu.RUnlock()
+	tryStatus := C.int(C.FERROLOCK_ERR_NOT_ACQUIRED)
+	select {
+	case blockingTries <- struct{}{}:
+		tryStatus = try()
+		<-blockingTries
+	default:
+		if triesOnce(opts) { // what the caller asked for (TryAcquire): one try anyway
+			tryStatus = try()
+		}
+	}
 	if tryStatus != C.FERROLOCK_ERR_NOT_ACQUIRED || triesOnce(opts) {
 		C.free(unsafe.Pointer(ckey))
 		if o != nil {
@@ -241,6 +289,9 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	}
 	return newLock(p)
 }
+
+// blockingTries bounds the first tries running at once on their goroutines' threads.
+var blockingTries = make(chan struct{}, 4*runtime.NumCPU())
 
 // triesOnce says whether opts ask for a single attempt (Wait(0), as TryAcquire sets).
 func triesOnce(opts []Option) bool {

@@ -37,6 +37,9 @@ func TestMain(m *testing.M) {
 	if key := os.Getenv("FERROLOCK_GO_HOLD"); key != "" {
 		os.Exit(hold(key))
 	}
+	if part := os.Getenv("FERROLOCK_GO_SHUTDOWN"); part != "" {
+		os.Exit(shutdownChild(part))
+	}
 	ports, pids = ints("FERROLOCK_TEST_PORTS"), ints("FERROLOCK_TEST_PIDS")
 	if len(ports) == 0 {
 		fmt.Fprintln(os.Stderr, "run through ffi/tests/with-redis.sh (FERROLOCK_TEST_PORTS is not set)")
@@ -412,6 +415,84 @@ func TestMetricsTextCountsAScriptedSequence(t *testing.T) {
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("no line %q in the metrics text:\n%s", want, text)
+		}
+	}
+}
+
+func TestReleaseAllReleasesWhatIsStillHeld(t *testing.T) {
+	m := manager(t)
+	ctx := context.Background()
+	part := key("release-all")
+	var locks []*ferrolock.Lock
+	for i := 0; i < 3; i++ {
+		l, err := m.Acquire(ctx, fmt.Sprintf("%s:%d", part, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	if err := locks[0].Release(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, part); n != 2 {
+			t.Fatalf("port %d: %d keys before", port, n)
+		}
+	}
+	n, err := m.ReleaseAll(10 * time.Second)
+	if err != nil || n != 2 {
+		t.Fatalf("ReleaseAll: %d, %v", n, err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, part); n != 0 {
+			t.Fatalf("port %d: %d keys left", port, n)
+		}
+	}
+	if err := locks[1].Release(); !errors.Is(err, ferrolock.ErrNotHeld) {
+		t.Fatalf("a released lock released again: %v", err)
+	}
+	m.Close()
+	if _, err := m.ReleaseAll(time.Second); err == nil {
+		t.Fatal("ReleaseAll on a closed manager")
+	}
+}
+
+// The child of TestShutdownReleasesEverythingAndRefusesLaterAcquires.
+func shutdownChild(part string) int {
+	m, err := ferrolock.NewManager(base...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if n := ferrolock.Shutdown(10 * time.Second); n != 2 {
+		fmt.Fprintln(os.Stderr, "Shutdown released", n)
+		return 2
+	}
+	if _, err := m.TryAcquire(context.Background(), part+":late"); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		fmt.Fprintln(os.Stderr, "an acquire after Shutdown:", err)
+		return 3
+	}
+	return 0
+}
+
+func TestShutdownReleasesEverythingAndRefusesLaterAcquires(t *testing.T) {
+	// In a process of its own: Shutdown stops every later acquire of its process.
+	part := key("shutdown")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_SHUTDOWN="+part)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, part); n != 0 {
+			t.Fatalf("port %d: %d keys left", port, n)
 		}
 	}
 }

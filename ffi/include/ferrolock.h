@@ -71,7 +71,8 @@
 // Not a failure: `ferrolock_acquisition_result` on an acquisition still under way.
 #define FERROLOCK_PENDING -1
 
-// An acquire under way on the library's threads.
+// An acquire under way on the library's threads (`host::Manager::acquire_start`): its
+// outcome until taken, and the caller's `done` with the guarantees the header gives.
 typedef struct ferrolock_acquisition ferrolock_acquisition;
 
 // A cancellation token: pass it to blocking calls, trigger it from any thread. One-shot: once
@@ -259,6 +260,23 @@ int ferrolock_manager_acquire_owned(const struct ferrolock_manager *manager,
                                     const struct ferrolock_cancel *cancel,
                                     struct ferrolock_lock **lock_out,
                                     struct ferrolock_error **err);
+
+// Releases every lock this manager handed out and that was not released (held, or lost but
+// perhaps still standing on some node), waiting at most `limit_ms` (the rest goes on in the
+// background); `*released_out` (may be NULL) gets how many were still held on a quorum. The
+// handles stay valid (and need `ferrolock_lock_free`); releasing one of them again gives
+// `FERROLOCK_ERR_NOT_HELD`. For a worker's shutdown, or before `ferrolock_manager_free`.
+int ferrolock_manager_release_all(const struct ferrolock_manager *manager,
+                                  uint64_t limit_ms,
+                                  size_t *released_out,
+                                  struct ferrolock_error **err);
+
+// The process-exit protocol, for `atexit` or the end of `main`: acquires still waiting give
+// up (`FERROLOCK_ERR_NOT_ACQUIRED`, "the process is exiting"), and every lock of every
+// manager not yet released is released, waiting at most `limit_ms` in all; what is not
+// released by then expires with its ttl. Returns how many were released in time. Acquires started afterwards fail at once.
+// Never blocks longer than `limit_ms` (plus a node timeout for a blocking acquire to return).
+size_t ferrolock_shutdown(uint64_t limit_ms);
 
 // The core's metrics (one registry per process: every manager's acquires, grants, failures
 // by error code, wait and hold times, renewals, losses by reason, hand-offs, labelled by key

@@ -2,10 +2,12 @@
 //! event loops). Start it, then poll it, or be called back when it is done.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::ThreadId;
+
+use ferrolock::host::{self, Cancel};
 
 use crate::ctext::{handle, out};
-use crate::host::Pending;
 use crate::lock::ferrolock_lock;
 use crate::manager::{ferrolock_manager, request};
 use crate::options::ferrolock_options;
@@ -18,10 +20,78 @@ pub type ferrolock_done_fn = Option<unsafe extern "C" fn(userdata: *mut c_void)>
 
 /// `ferrolock_manager_acquire_start`'s `owner` for "no owner" (not a reentrant re-entry).
 pub const FERROLOCK_NO_OWNER: u64 = u64::MAX;
+const _: () = assert!(FERROLOCK_NO_OWNER == host::NO_OWNER);
 
-/// An acquire under way on the library's threads.
+/// An acquire under way on the library's threads (`host::Manager::acquire_start`): its
+/// outcome until taken, and the caller's `done` with the guarantees the header gives.
 pub struct ferrolock_acquisition {
-    pending: Arc<Pending>,
+    state: Arc<State>,
+}
+
+struct State {
+    outcome: Mutex<Outcome>,
+    cancel: Cancel,
+    done: DoneSlot,
+}
+
+enum Outcome {
+    Waiting,
+    Done(Result<host::Lock, Failure>),
+    Taken,
+}
+
+impl State {
+    /// The outcome, once: `None` while under way.
+    fn take(&self) -> Option<Result<host::Lock, Failure>> {
+        let mut outcome = self.outcome.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *outcome, Outcome::Taken) {
+            Outcome::Waiting => {
+                *outcome = Outcome::Waiting;
+                None
+            }
+            Outcome::Done(out) => Some(out),
+            Outcome::Taken => Some(Err(Failure::invalid(
+                "the acquisition's result was already taken",
+            ))),
+        }
+    }
+}
+
+/// The caller's `done`: called at most once, never after `disarm` has returned, and `disarm`
+/// waits for a call already running (unless made from inside that call, which would wait for
+/// itself). C glue: the host layer calls back once, but cannot know when C lets go.
+struct DoneSlot {
+    /// The callback until called or disarmed, and the thread running it now.
+    state: Mutex<(Option<Done>, Option<ThreadId>)>,
+    finished: Condvar,
+}
+
+type Done = Box<dyn FnOnce() + Send>;
+
+impl DoneSlot {
+    fn fire(&self) {
+        let callback = {
+            let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(callback) = s.0.take() else {
+                return;
+            };
+            s.1 = Some(std::thread::current().id());
+            callback
+        };
+        // A panic cannot come out of a C function pointer; this only keeps the slot sane.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(callback));
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = None;
+        self.finished.notify_all();
+    }
+
+    fn disarm(&self) {
+        let me = std::thread::current().id();
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = None;
+        while s.1.is_some_and(|t| t != me) {
+            s = self.finished.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 struct UserData(*mut c_void);
@@ -48,19 +118,33 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
         let slot = out(acquisition_out, "acquisition_out")?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
-        let owner = (owner != crate::FERROLOCK_NO_OWNER).then_some(owner);
-        let request = request(manager, key, opts, owner)?;
+        let r = request(manager, key, opts, owner)?;
         let done = done.map(|f| {
             let userdata = UserData(userdata);
-            Box::new(move |()| {
+            Box::new(move || {
                 let userdata = userdata;
                 // SAFETY: the caller's function, called as its header documents.
                 unsafe { f(userdata.0) }
-            }) as Box<dyn FnOnce(()) + Send>
+            }) as Done
         });
-        let pending = Pending::start(request, done);
+        let state = Arc::new(State {
+            outcome: Mutex::new(Outcome::Waiting),
+            cancel: Cancel::new(),
+            done: DoneSlot {
+                state: Mutex::new((done, None)),
+                finished: Condvar::new(),
+            },
+        });
+        let finished = state.clone();
+        // `done` runs on a library thread that may block (the host's rule).
+        r.manager
+            .acquire_start(&r.key, r.owner, &r.opts, state.cancel.clone(), move |out| {
+                *finished.outcome.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Outcome::Done(out.map_err(Failure::from));
+                finished.done.fire();
+            });
         // SAFETY: checked non-NULL above.
-        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { pending })) };
+        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         Ok(())
     })
 }
@@ -80,7 +164,7 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
         let acquisition = handle(acquisition, "acquisition")?;
-        match acquisition.pending.take() {
+        match acquisition.state.take() {
             None => {
                 pending = true;
                 Ok(())
@@ -103,7 +187,7 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
 pub unsafe extern "C" fn ferrolock_acquisition_cancel(acquisition: *const ferrolock_acquisition) {
     guard((), || {
         if let Some(a) = crate::ctext::optional(acquisition) {
-            a.pending.cancel.cancel();
+            a.state.cancel.cancel();
         }
     })
 }
@@ -120,6 +204,10 @@ pub unsafe extern "C" fn ferrolock_acquisition_free(acquisition: *mut ferrolock_
         }
         // SAFETY: made by `ferrolock_manager_acquire_start`, freed once.
         let acquisition = unsafe { Box::from_raw(acquisition) };
-        acquisition.pending.abandon();
+        let state = &acquisition.state;
+        state.cancel.cancel();
+        state.done.disarm();
+        // A lock granted and not taken: dropping it releases it in the background.
+        drop(state.take());
     })
 }

@@ -1,15 +1,13 @@
 //! `ferrolock_cancel`: interrupts blocking calls from another thread.
 
-use std::sync::Arc;
-
-use crate::host::Cancel;
 use crate::status::guard;
+use ferrolock::host::Cancel;
 
 /// A cancellation token: pass it to blocking calls, trigger it from any thread. One-shot: once
 /// triggered, every call given it returns `FERROLOCK_ERR_CANCELLED` (at once, if it starts
 /// after the trigger).
 pub struct ferrolock_cancel {
-    pub(crate) inner: Arc<Cancel>,
+    pub(crate) inner: Cancel,
 }
 
 /// A new, untriggered token.
@@ -17,7 +15,7 @@ pub struct ferrolock_cancel {
 pub extern "C" fn ferrolock_cancel_new() -> *mut ferrolock_cancel {
     guard(std::ptr::null_mut(), || {
         Box::into_raw(Box::new(ferrolock_cancel {
-            inner: Arc::new(Cancel::new()),
+            inner: Cancel::new(),
         }))
     })
 }

@@ -8,9 +8,10 @@
 //! every entry catches panics (`FERROLOCK_ERR_PANIC`), since an unwind across `extern "C"`
 //! aborts the host process.
 //!
-//! This crate converts values only. The lock logic is the core's; what the core's host layer
-//! will provide (cancellable blocking calls, the completion-based acquire, the loss callback's
-//! guarantees) lives in `host` alone, to be replaced by calls into `ferrolock::host`.
+//! This crate converts values only. The lock logic is the core's, reached through its host
+//! layer (`ferrolock::host`): `host::Manager` (blocking, cancellable and completion-based
+//! acquires, `release_all`), `host::Lock` (release, extend, the loss subscription, free),
+//! `host::Cancel`, `host::exit` and `host::log`.
 
 #![allow(non_camel_case_types)]
 // Every pointer argument is checked for NULL before use; the safety contract of each entry is
@@ -20,7 +21,6 @@
 mod acquisition;
 mod cancel;
 mod ctext;
-mod host;
 mod lock;
 mod manager;
 mod observe;

@@ -1,15 +1,15 @@
 //! `ferrolock_lock`: a held lock, its accessors, extend, release and the loss callback.
 
 use std::ffi::{CString, c_char, c_int, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use ferrolock::{Lock, LockStatus};
+use ferrolock::LockStatus;
+use ferrolock::host::{self, Cancel};
 
 use crate::cancel::ferrolock_cancel;
 use crate::ctext::{handle, optional};
-use crate::host::{CallbackSlot, blocking};
-use crate::status::{Failure, call, ferrolock_error, guard, to_cstring};
+use crate::status::{FERROLOCK_ERR_LOCK_LOST, Failure, call, ferrolock_error, guard, to_cstring};
 
 /// Called once if a lock is lost: `userdata` as registered, and the reason (code
 /// `FERROLOCK_ERR_LOCK_LOST`; valid only during the call, not to be freed).
@@ -21,28 +21,21 @@ pub const FERROLOCK_SAME_TTL: u64 = 0;
 
 /// A held lock. Thread-safe, except that `ferrolock_lock_free` must be the last call on it.
 pub struct ferrolock_lock {
-    lock: Lock,
+    /// The host layer's lock: its loss subscription gives the callback's guarantees.
+    lock: host::Lock,
     key: CString,
     token: CString,
-    lost: Mutex<Option<Arc<CallbackSlot<Failure>>>>,
+    has_callback: AtomicBool,
 }
 
 impl ferrolock_lock {
-    pub(crate) fn into_raw(lock: Lock) -> *mut ferrolock_lock {
+    pub(crate) fn into_raw(lock: host::Lock) -> *mut ferrolock_lock {
         Box::into_raw(Box::new(ferrolock_lock {
             key: to_cstring(lock.key().to_string()),
-            token: to_cstring(lock.token().to_string()),
+            token: to_cstring(lock.core().token().to_string()),
             lock,
-            lost: Mutex::new(None),
+            has_callback: AtomicBool::new(false),
         }))
-    }
-
-    /// No loss callback from now on, and none running once this returns.
-    fn disarm(&self) {
-        let slot = self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        if let Some(slot) = slot {
-            slot.disarm();
-        }
     }
 }
 
@@ -80,7 +73,7 @@ pub unsafe extern "C" fn ferrolock_lock_fence(
     call("ferrolock_lock_fence", err, || {
         let lock = handle(lock, "lock")?;
         let slot = crate::ctext::out(fence_out, "fence_out")?;
-        let fence = lock.lock.fence().ok_or_else(|| {
+        let fence = lock.lock.core().fence().ok_or_else(|| {
             Failure::invalid(format!(
                 "lock {:?} has no fence token: acquire it with the fencing option on",
                 lock.lock.key()
@@ -96,21 +89,23 @@ pub unsafe extern "C" fn ferrolock_lock_fence(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_validity_ms(lock: *const ferrolock_lock) -> u64 {
     guard(0, || {
-        optional(lock).map_or(0, |l| l.lock.validity().as_millis() as u64)
+        optional(lock).map_or(0, |l| l.lock.core().validity().as_millis() as u64)
     })
 }
 
 /// Held, and the validity has not ended. False for NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_is_held(lock: *const ferrolock_lock) -> bool {
-    guard(false, || optional(lock).is_some_and(|l| l.lock.is_held()))
+    guard(false, || {
+        optional(lock).is_some_and(|l| l.lock.core().is_held())
+    })
 }
 
 /// Lost: renewals failed, or the key was taken or deleted. False for NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_is_lost(lock: *const ferrolock_lock) -> bool {
     guard(false, || {
-        optional(lock).is_some_and(|l| matches!(l.lock.status(), LockStatus::Lost(_)))
+        optional(lock).is_some_and(|l| matches!(l.lock.core().status(), LockStatus::Lost(_)))
     })
 }
 
@@ -122,7 +117,7 @@ pub unsafe extern "C" fn ferrolock_lock_check(
     err: *mut *mut ferrolock_error,
 ) -> c_int {
     call("ferrolock_lock_check", err, || {
-        Ok(handle(lock, "lock")?.lock.check()?)
+        Ok(handle(lock, "lock")?.lock.core().check()?)
     })
 }
 
@@ -144,28 +139,23 @@ pub unsafe extern "C" fn ferrolock_lock_on_lost(
         let Some(callback) = callback else {
             return Err(Failure::invalid("callback must not be NULL"));
         };
-        let mut current = lock.lost.lock().unwrap_or_else(|p| p.into_inner());
-        if current.is_some() {
+        if lock.has_callback.swap(true, Ordering::SeqCst) {
             return Err(Failure::invalid(format!(
                 "lock {:?} already has a lost callback",
                 lock.lock.key()
             )));
         }
         let userdata = UserData(userdata);
-        let slot = crate::host::on_lost(
-            &lock.lock,
-            Box::new(move |failure: Failure| {
-                let userdata = userdata;
-                let message = to_cstring(failure.message);
-                let reason = ferrolock_error {
-                    code: failure.status,
-                    message: message.as_ptr().cast_mut(),
-                };
-                // SAFETY: the caller's function, called as its header documents.
-                unsafe { callback(userdata.0, &reason) };
-            }),
-        );
-        *current = Some(slot);
+        lock.lock.on_lost(move |reason| {
+            let userdata = userdata;
+            let message = to_cstring(reason.to_string());
+            let reason = ferrolock_error {
+                code: FERROLOCK_ERR_LOCK_LOST,
+                message: message.as_ptr().cast_mut(),
+            };
+            // SAFETY: the caller's function, called as its header documents.
+            unsafe { callback(userdata.0, &reason) };
+        });
         Ok(())
     })
 }
@@ -183,16 +173,9 @@ pub unsafe extern "C" fn ferrolock_lock_extend(
 ) -> c_int {
     call("ferrolock_lock_extend", err, || {
         let lock = handle(lock, "lock")?;
-        let cancel = optional(cancel).map(|c| c.inner.clone());
-        let work = async {
-            let out = if ttl_ms == FERROLOCK_SAME_TTL {
-                lock.lock.extend().await
-            } else {
-                lock.lock.extend_for(Duration::from_millis(ttl_ms)).await
-            };
-            out.map_err(Failure::from)
-        };
-        let validity = blocking("extend", cancel.as_deref(), work)?;
+        let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());
+        let ttl = (ttl_ms != FERROLOCK_SAME_TTL).then(|| Duration::from_millis(ttl_ms));
+        let validity = lock.lock.extend_blocking(ttl, &cancel, None)?;
         if !validity_ms_out.is_null() {
             // SAFETY: non-NULL, the caller's `uint64_t`.
             unsafe { *validity_ms_out = validity.as_millis() as u64 };
@@ -214,11 +197,9 @@ pub unsafe extern "C" fn ferrolock_lock_release(
 ) -> c_int {
     call("ferrolock_lock_release", err, || {
         let lock = handle(lock, "lock")?;
-        lock.disarm();
-        // Not cancellable: a release runs to its end (the core completes a dropped one anyway).
-        let released = blocking("release", None, async {
-            lock.lock.release().await.map_err(Failure::from)
-        })?;
+        lock.lock.quiesce();
+        // Not cancellable: a release runs to its end.
+        let released = lock.lock.release_blocking(&Cancel::new(), None)?;
         if !released_out.is_null() {
             // SAFETY: non-NULL, the caller's `bool`.
             unsafe { *released_out = released };
@@ -237,8 +218,7 @@ pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
             return;
         }
         // SAFETY: made by `ferrolock_lock::into_raw`, freed once, no call on it in flight.
-        let lock = unsafe { Box::from_raw(lock) };
-        lock.disarm();
-        drop(lock);
+        let lock = *unsafe { Box::from_raw(lock) };
+        lock.lock.free();
     })
 }

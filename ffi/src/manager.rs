@@ -1,12 +1,14 @@
-//! `ferrolock_manager`: the nodes, and the blocking acquires.
+//! `ferrolock_manager`: a `ferrolock::host::Manager` (the nodes, the locks it handed out),
+//! its blocking acquires and `release_all`, and the process-exit call.
 
 use std::ffi::{c_char, c_int};
+use std::time::Duration;
 
-use ferrolock::{LockManager, LockOptions};
+use ferrolock::LockOptions;
+use ferrolock::host::{self, Cancel};
 
 use crate::cancel::ferrolock_cancel;
 use crate::ctext::{handle, optional, out, text};
-use crate::host::{AcquireRequest, blocking};
 use crate::lock::ferrolock_lock;
 use crate::options::ferrolock_options;
 use crate::status::{Failure, call, ferrolock_error, guard};
@@ -14,7 +16,7 @@ use crate::status::{Failure, call, ferrolock_error, guard};
 /// A manager: the nodes (one node, or N for Redlock) and the default options of its locks.
 /// Thread-safe: one manager serves every thread.
 pub struct ferrolock_manager {
-    pub(crate) inner: LockManager,
+    pub(crate) inner: host::Manager,
 }
 
 /// Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
@@ -30,7 +32,7 @@ pub unsafe extern "C" fn ferrolock_manager_new(
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
         let opts = handle(opts, "opts")?;
-        let inner = LockManager::new(opts.manager_options())?;
+        let inner = host::Manager::new(opts.manager_options())?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = Box::into_raw(Box::new(ferrolock_manager { inner })) };
         Ok(())
@@ -49,12 +51,20 @@ pub unsafe extern "C" fn ferrolock_manager_free(manager: *mut ferrolock_manager)
 }
 
 /// The checked arguments of an acquire.
+pub(crate) struct Request {
+    pub manager: host::Manager,
+    pub key: String,
+    pub opts: LockOptions,
+    /// `host::NO_OWNER` (C's `FERROLOCK_NO_OWNER`) or the caller's id.
+    pub owner: u64,
+}
+
 pub(crate) fn request(
     manager: *const ferrolock_manager,
     key: *const c_char,
     opts: *const ferrolock_options,
-    owner: Option<u64>,
-) -> Result<AcquireRequest, Failure> {
+    owner: u64,
+) -> Result<Request, Failure> {
     let manager = handle(manager, "manager")?;
     let key = text(key, "key")?;
     let defaults = manager.inner.defaults();
@@ -62,7 +72,7 @@ pub(crate) fn request(
         Some(o) => o.lock_options(defaults)?,
         None => defaults.clone(),
     };
-    Ok(AcquireRequest {
+    Ok(Request {
         manager: manager.inner.clone(),
         key,
         opts,
@@ -72,7 +82,7 @@ pub(crate) fn request(
 
 fn acquire_blocking(
     entry: &str,
-    request: impl FnOnce() -> Result<AcquireRequest, Failure>,
+    request: impl FnOnce() -> Result<Request, Failure>,
     cancel: *const ferrolock_cancel,
     lock_out: *mut *mut ferrolock_lock,
     err: *mut *mut ferrolock_error,
@@ -81,9 +91,11 @@ fn acquire_blocking(
         let slot = out(lock_out, "lock_out")?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
-        let request = request()?;
-        let cancel = optional(cancel).map(|c| c.inner.clone());
-        let lock = blocking("acquire", cancel.as_deref(), request.run())?;
+        let r = request()?;
+        let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());
+        let lock = r
+            .manager
+            .acquire_blocking(&r.key, r.owner, &r.opts, &cancel, None)?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = ferrolock_lock::into_raw(lock) };
         Ok(())
@@ -105,7 +117,7 @@ pub unsafe extern "C" fn ferrolock_manager_acquire(
 ) -> c_int {
     acquire_blocking(
         "ferrolock_manager_acquire",
-        || request(manager, key, opts, None),
+        || request(manager, key, opts, host::NO_OWNER),
         cancel,
         lock_out,
         err,
@@ -124,7 +136,7 @@ pub unsafe extern "C" fn ferrolock_manager_try_acquire(
     acquire_blocking(
         "ferrolock_manager_try_acquire",
         || {
-            let mut r = request(manager, key, opts, None)?;
+            let mut r = request(manager, key, opts, host::NO_OWNER)?;
             r.opts.wait = Some(std::time::Duration::ZERO);
             Ok(r)
         },
@@ -149,9 +161,42 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_owned(
 ) -> c_int {
     acquire_blocking(
         "ferrolock_manager_acquire_owned",
-        || request(manager, key, opts, Some(owner)),
+        || request(manager, key, opts, owner),
         cancel,
         lock_out,
         err,
     )
+}
+
+/// Releases every lock this manager handed out and that was not released (held, or lost but
+/// perhaps still standing on some node), waiting at most `limit_ms` (the rest goes on in the
+/// background); `*released_out` (may be NULL) gets how many were still held on a quorum. The
+/// handles stay valid (and need `ferrolock_lock_free`); releasing one of them again gives
+/// `FERROLOCK_ERR_NOT_HELD`. For a worker's shutdown, or before `ferrolock_manager_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_release_all(
+    manager: *const ferrolock_manager,
+    limit_ms: u64,
+    released_out: *mut usize,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_manager_release_all", err, || {
+        let manager = handle(manager, "manager")?;
+        let released = manager.inner.release_all(Duration::from_millis(limit_ms));
+        if !released_out.is_null() {
+            // SAFETY: non-NULL, the caller's `size_t`.
+            unsafe { *released_out = released };
+        }
+        Ok(())
+    })
+}
+
+/// The process-exit protocol, for `atexit` or the end of `main`: acquires still waiting give
+/// up (`FERROLOCK_ERR_NOT_ACQUIRED`, "the process is exiting"), and every lock of every
+/// manager not yet released is released, waiting at most `limit_ms` in all; what is not
+/// released by then expires with its ttl. Returns how many were released in time. Acquires started afterwards fail at once.
+/// Never blocks longer than `limit_ms` (plus a node timeout for a blocking acquire to return).
+#[unsafe(no_mangle)]
+pub extern "C" fn ferrolock_shutdown(limit_ms: u64) -> usize {
+    guard(0, || host::exit(Duration::from_millis(limit_ms)))
 }

@@ -680,6 +680,80 @@ static void test_log_callback(void) {
   ferrolock_manager_free(m);
 }
 
+
+static void test_release_all(void) {
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  const char *part = fresh_key("release-all");
+  char k[3][160];
+  ferrolock_lock *locks[3] = {NULL, NULL, NULL};
+  for (int i = 0; i < 3; i++) {
+    snprintf(k[i], sizeof k[i], "%s:%d", part, i);
+    EXPECT(ferrolock_manager_acquire(m, k[i], NULL, NULL, &locks[i], &err), FERROLOCK_OK, NULL);
+  }
+  /* One released by its holder: release_all counts the two still held. */
+  EXPECT(ferrolock_lock_release(locks[0], NULL, &err), FERROLOCK_OK, NULL);
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, part) == 2, "node %d: %ld keys", n, keys_on(n, part));
+  size_t released = 99;
+  EXPECT(ferrolock_manager_release_all(m, 10000, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 2, "released %zu", released);
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, part) == 0, "node %d: %ld keys left", n, keys_on(n, part));
+  /* The handles stay valid; each is released already. */
+  CHECK(!ferrolock_lock_is_held(locks[1]));
+  EXPECT(ferrolock_lock_release(locks[2], NULL, &err), FERROLOCK_ERR_NOT_HELD, NULL);
+  /* Nothing left: 0, and the manager still hands out locks. */
+  EXPECT(ferrolock_manager_release_all(m, 1000, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock *again = NULL;
+  EXPECT(ferrolock_manager_try_acquire(m, k[1], NULL, &again, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(again, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(again);
+  EXPECT(ferrolock_manager_release_all(NULL, 1000, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  for (int i = 0; i < 3; i++) ferrolock_lock_free(locks[i]);
+  ferrolock_manager_free(m);
+}
+
+/* The child of test_shutdown: holds two keys, runs the exit protocol, then tries again. */
+static int shutdown_child(const char *part) {
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  char k[160];
+  ferrolock_lock *locks[2] = {NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    snprintf(k, sizeof k, "%s:%d", part, i);
+    if (ferrolock_manager_acquire(m, k, NULL, NULL, &locks[i], &err) != FERROLOCK_OK) return 10;
+  }
+  size_t released = ferrolock_shutdown(10000);
+  if (released != 2) {
+    fprintf(stderr, "shutdown released %zu\n", released);
+    return 11;
+  }
+  ferrolock_lock *late = NULL;
+  int st = ferrolock_manager_try_acquire(m, k, NULL, &late, &err);
+  if (st != FERROLOCK_ERR_NOT_ACQUIRED || !err || !strstr(err->message, "exiting")) {
+    fprintf(stderr, "after shutdown: %s\n", ferrolock_status_name(st));
+    return 12;
+  }
+  ferrolock_error_free(err);
+  for (int i = 0; i < 2; i++) ferrolock_lock_free(locks[i]);
+  ferrolock_manager_free(m);
+  return 0;
+}
+
+static void test_shutdown(void) {
+  /* In a process of its own: the exit protocol stops every later acquire of its process. */
+  const char *part = fresh_key("shutdown");
+  char part_copy[128];
+  snprintf(part_copy, sizeof part_copy, "%s", part);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    execl(self_path, self_path, "shutdown", part_copy, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  CHECK(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", WEXITSTATUS(status));
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, part_copy) == 0, "node %d: %ld keys left", n, keys_on(n, part_copy));
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -692,6 +766,8 @@ static const test_t tests[] = {
     {"bad_inputs", test_bad_inputs},
     {"metrics_text", test_metrics_text},
     {"log_callback", test_log_callback},
+    {"release_all", test_release_all},
+    {"shutdown", test_shutdown},
 };
 
 static int selected(const char *only, const char *name) {
@@ -705,6 +781,10 @@ static int selected(const char *only, const char *name) {
 int main(int argc, char **argv) {
   self_path = argv[0];
   if (argc == 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], atoi(argv[3]));
+  if (argc == 3 && strcmp(argv[1], "shutdown") == 0) {
+    read_nodes();
+    return shutdown_child(argv[2]);
+  }
   const char *only = argc == 3 && strcmp(argv[1], "--only") == 0 ? argv[2] : NULL;
   read_nodes();
   int passed = 0, failed = 0;

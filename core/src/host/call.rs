@@ -26,14 +26,33 @@ pub fn start<T, F, D>(
 {
     let rt = crate::runtime::runtime();
     let blocking = rt.handle().clone();
+    let mut once = Once::<T, D>(Some(done), std::marker::PhantomData);
     rt.spawn(async move {
         let out = tokio::select! {
             biased;
             out = fut => out,
             _ = cancel.cancelled() => Err(cancelled()),
         };
-        drop(blocking.spawn_blocking(move || done(out)));
+        if let Some(done) = once.0.take() {
+            drop(blocking.spawn_blocking(move || done(out)));
+        }
     });
+}
+
+/// Calls `done` with an error, on the thread dropping the task, if the task ends without a
+/// result (a panic in the call, or the runtime shutting down), so that a caller waiting for
+/// it is never left waiting for ever.
+struct Once<T, D: FnOnce(Result<T>)>(Option<D>, std::marker::PhantomData<fn(T)>);
+
+impl<T, D: FnOnce(Result<T>)> Drop for Once<T, D> {
+    fn drop(&mut self) {
+        if let Some(done) = self.0.take() {
+            done(Err(crate::Error::new(
+                crate::ErrorKind::Redis,
+                "ferrolock bug: the call ended without a result (a panic, or the runtime shut down)",
+            )));
+        }
+    }
 }
 
 /// A call in progress, as a handle: wait for it (blocking, interruptible), look without

@@ -154,6 +154,14 @@ impl Lock {
         });
     }
 
+    /// No loss callback of this handle starts from now on, and one already running has
+    /// returned when this returns (unless it runs on this thread). For a binding whose release
+    /// promises that (C's `ferrolock_lock_release`); one that may hold what a callback waits
+    /// for (Python's GIL) relies on `release` alone.
+    pub fn quiesce(&self) {
+        self.close_gate(true);
+    }
+
     /// Frees this handle: no loss callback starts from now on, and one already running has
     /// returned when this returns (unless it runs on this thread: a callback freeing its own
     /// lock). A lock still held is released in the background once its last handle is gone.

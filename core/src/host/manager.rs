@@ -15,6 +15,10 @@ use crate::manager::LockManager;
 use crate::options::{LockOptions, ManagerOptions};
 use crate::per_process::PerProcess;
 
+/// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
+/// reentrant grant has a hold count of its own.
+pub const NO_OWNER: u64 = u64::MAX;
+
 /// A manager as a binding holds it. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct Manager {
@@ -66,17 +70,31 @@ pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
         return 0;
     }
     let (tx, rx) = std::sync::mpsc::channel();
+    // Counted as releases decide, so a limit reached while the slower nodes finish still
+    // reports the releases that were done.
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = counted.clone();
     crate::runtime::runtime().spawn(async move {
-        let all = work.into_iter().map(|(core, locks)| async move {
-            let releases = locks.iter().map(|l| l.release());
-            let released = futures::future::join_all(releases).await;
-            core.flush_quiet_releases().await;
-            released.iter().filter(|r| matches!(r, Ok(true))).count()
+        let all = work.into_iter().map(|(core, locks)| {
+            let count = count.clone();
+            async move {
+                let releases = locks.iter().map(|l| async {
+                    if matches!(l.release().await, Ok(true)) {
+                        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                });
+                futures::future::join_all(releases).await;
+                core.flush_quiet_releases().await;
+            }
         });
-        let counts = futures::future::join_all(all).await;
-        let _ = tx.send(counts.into_iter().sum::<usize>());
+        futures::future::join_all(all).await;
+        // A release returns at its quorum; the slower nodes' parts go on in the background:
+        // wait for those too, so that nothing is left on a node (within `limit`).
+        crate::lock::background_releases().await;
+        let _ = tx.send(());
     });
-    rx.recv_timeout(limit).unwrap_or(0)
+    let _ = rx.recv_timeout(limit);
+    counted.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 impl std::fmt::Debug for Manager {
@@ -145,12 +163,19 @@ impl Manager {
 
     /// Acquires `key` for `owner`, an opaque id the binding supplies (a thread, an asyncio
     /// task, an async context, an explicit id: it only matters with `opts.reentrant`, where
-    /// the same owner re-enters). Gives up once the process is exiting (see `exit`). Dropping
+    /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters). Gives up once the process is exiting (see `exit`). Dropping
     /// the future part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
         let core = self.core()?;
+        let acquire = async {
+            if owner == NO_OWNER {
+                core.acquire_with(key, opts).await
+            } else {
+                core.acquire_owned(key, owner, opts).await
+            }
+        };
         let lock = tokio::select! {
-            lock = core.acquire_owned(key, owner, opts) => Arc::new(lock?),
+            lock = acquire => Arc::new(lock?),
             // Dropping the acquire undoes whatever it had taken.
             _ = exit::exiting() => return Err(exit::exiting_error(key)),
         };

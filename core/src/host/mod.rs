@@ -35,5 +35,5 @@ pub use call::{Call, start};
 pub use cancel::{CHECK_EVERY, Cancel, Check, block_on};
 pub use exit::{exit, is_exiting};
 pub use lock::Lock;
-pub use manager::Manager;
+pub use manager::{Manager, NO_OWNER};
 pub use shared::{shared, shared_count};
