@@ -133,12 +133,9 @@ fn braces(key: &str) -> bool {
 
 /// Redis's hash-tag rule (`keyHashSlot`): the key has a non-empty `{...}`.
 fn has_tag(key: &str) -> bool {
-    let b = key.as_bytes();
-    match b.iter().position(|&c| c == b'{') {
-        Some(open) => b[open + 1..]
-            .iter()
-            .position(|&c| c == b'}')
-            .is_some_and(|len| len > 0),
+    // `str::find` with a char searches with memchr: this runs on every acquire.
+    match key.find('{') {
+        Some(open) => key[open + 1..].find('}').is_some_and(|len| len > 0),
         None => false,
     }
 }
@@ -146,7 +143,7 @@ fn has_tag(key: &str) -> bool {
 /// Whether names derived from `key` can share its Cluster slot: it has a valid hash tag, or
 /// contains no `}` (then the derived names wrap it whole in braces).
 pub(crate) fn has_slot_tag(key: &str) -> bool {
-    has_tag(key) || !key.as_bytes().contains(&b'}')
+    !key.contains('}') || has_tag(key)
 }
 
 /// A name derived from a key (`<prefix><key><suffix>`, braces as `braces` says), written
