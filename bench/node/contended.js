@@ -28,7 +28,7 @@ const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 async function makeLib(lib, urls) {
   if (lib === 'ferrolock') {
     const { LockManager } = require(PKG);
-    const manager = new LockManager({ nodes: urls, ttl: TTL });
+    const manager = new LockManager({ nodes: urls, ttl: TTL, restartGuard: 0 });
     return {
       acquire: (key) => manager.acquire(key),
       release: (lock) => lock.release(),
@@ -105,7 +105,8 @@ function spawnWorker(lib, urls, counterPort, key, duration) {
     if (out.includes('ready\n')) readyResolve();
   });
   const done = new Promise((resolve, reject) => {
-    p.on('exit', (code, signal) => {
+    // 'close', not 'exit': the worker's last lines may still be in the pipe when it exits.
+    p.on('close', (code, signal) => {
       if (code !== 0) return reject(new Error(`contended worker (${lib}) exited ${code} ${signal ?? ''}`));
       resolve(JSON.parse(out.trim().split('\n').at(-1)));
     });

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Once, RwLock};
 
 use tracing::field::{Field, Visit};
+use tracing::level_filters::LevelFilter;
 use tracing::subscriber::{Interest, Subscriber};
 use tracing::{Event, Level, Metadata, span};
 
@@ -111,8 +112,8 @@ static INSTALLED: AtomicU8 = AtomicU8::new(0);
 pub fn set_sink(sink: Option<LogSink>, level: LogLevel) -> Result<()> {
     if sink.is_none() {
         // Nothing to install for "off", and no error if another subscriber owns the events.
-        MAX_RANK.store(0, Ordering::SeqCst);
         *SINK.write().unwrap_or_else(|p| p.into_inner()) = None;
+        store_rank(0);
         return Ok(());
     }
     INSTALL.call_once(|| {
@@ -128,8 +129,19 @@ pub fn set_sink(sink: Option<LogSink>, level: LogLevel) -> Result<()> {
     }
     let mut slot = SINK.write().unwrap_or_else(|p| p.into_inner());
     *slot = sink;
-    MAX_RANK.store(level.rank(), Ordering::SeqCst);
+    drop(slot);
+    store_rank(level.rank());
     Ok(())
+}
+
+/// Sets the level and, when it changed, has `tracing` ask each callsite again: events above
+/// the level are then skipped at the callsite (one atomic load), not in `enabled` on every
+/// hit. The core's hot path has debug events; a binding logging warnings only must not pay
+/// for them.
+fn store_rank(rank: u8) {
+    if MAX_RANK.swap(rank, Ordering::SeqCst) != rank {
+        tracing::callsite::rebuild_interest_cache();
+    }
 }
 
 /// Whether a sink is set (a binding installs its default only where none is).
@@ -141,7 +153,7 @@ pub fn has_sink() -> bool {
 pub fn set_level(level: LogLevel) {
     let has_sink = SINK.read().map(|s| s.is_some()).unwrap_or(false);
     if has_sink {
-        MAX_RANK.store(level.rank(), Ordering::SeqCst);
+        store_rank(level.rank());
     }
 }
 
@@ -174,9 +186,24 @@ impl Visit for Text {
 struct Bridge;
 
 impl Subscriber for Bridge {
-    fn register_callsite(&self, _: &'static Metadata<'static>) -> Interest {
-        // The level can change at any time: ask `enabled` each time.
-        Interest::sometimes()
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        // Asked again on every level change (`store_rank`).
+        if self.enabled(metadata) {
+            Interest::always()
+        } else {
+            Interest::never()
+        }
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(match MAX_RANK.load(Ordering::Relaxed) {
+            0 => LevelFilter::OFF,
+            1 => LevelFilter::ERROR,
+            2 => LevelFilter::WARN,
+            3 => LevelFilter::INFO,
+            4 => LevelFilter::DEBUG,
+            _ => LevelFilter::TRACE,
+        })
     }
 
     fn enabled(&self, metadata: &Metadata<'_>) -> bool {
