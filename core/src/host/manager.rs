@@ -174,10 +174,16 @@ impl Manager {
                 core.acquire_owned(key, owner, opts).await
             }
         };
+        // Once exiting, nothing is sent: an attempt started now would be undone in the
+        // background, which the exiting process may not live to finish.
+        if exit::is_exiting() {
+            return Err(exit::exiting_error(key));
+        }
         let lock = tokio::select! {
-            lock = acquire => Arc::new(lock?),
+            biased;
             // Dropping the acquire undoes whatever it had taken.
             _ = exit::exiting() => return Err(exit::exiting_error(key)),
+            lock = acquire => Arc::new(lock?),
         };
         self.hand_out(&lock);
         if exit::is_exiting() {
