@@ -189,13 +189,18 @@ fn a_lost_lock_stops_the_child_and_its_group_before_the_deadline_and_exits_70() 
     }
 }
 
+/// The grace is measured from the key's deletion, which comes before the loss and so before
+/// the SIGTERM: a bound that holds however late the child's shell runs its trap (measured from
+/// the trap's own timestamp, it failed once under load at 1998 ms). With a 2 s ttl the loss is
+/// found within about a renewal period (under 1 s), so killing at the SIGTERM would still end
+/// well inside the 3 s grace.
 #[test]
 fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
     let server = RedisServer::start();
     let dir = tmp();
     let (term, started) = (dir.path().join("term"), dir.path().join("started"));
     let script = format!(
-        "trap 'date +%s%N > {t}' TERM; touch {s}; while :; do sleep 0.05; done",
+        "trap 'touch {t}' TERM; touch {s}; while :; do sleep 0.05; done",
         t = p(&term),
         s = p(&started)
     );
@@ -205,27 +210,26 @@ fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
         "--nodes",
         &server.url(),
         "--ttl",
-        "5s",
-        "--grace",
         "2s",
+        "--grace",
+        "3s",
     ])
     .args(["ignores", "--", "sh", "-c", &script]);
     let mut run = cmd.stderr(Stdio::null()).spawn().expect("spawn");
     wait_for("the child started", || started.exists());
     // The lock is lost: its key is gone (the watchdog's next renewal finds it missing).
+    let deleted = Instant::now();
     server.cmd::<i64>(&["DEL", "ignores"]);
     let status = wait(&mut run);
-    let ended = now_ns();
+    let took = deleted.elapsed();
     assert_eq!(status.code(), Some(70));
-    let at: u128 = fs::read_to_string(&term)
-        .expect("no SIGTERM")
-        .trim()
-        .parse()
-        .unwrap();
     assert!(
-        ended - at >= Duration::from_secs(2).as_nanos(),
-        "killed {} ms after SIGTERM, before the 2 s grace",
-        (ended - at) / 1_000_000
+        term.exists(),
+        "the child was killed without a SIGTERM first"
+    );
+    assert!(
+        took >= Duration::from_secs(3),
+        "killed {took:?} after its key was deleted, before the 3 s grace"
     );
 }
 
