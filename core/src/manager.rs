@@ -2,6 +2,7 @@
 //! single-instance lock; N nodes are Redlock. It is one algorithm.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::cluster::Cluster;
@@ -153,6 +154,14 @@ impl LockManager {
     /// field (`"<client uuid>:<owner id>"`). A forked child gets a new one.
     pub fn client_id(&self) -> String {
         self.shared.owners.client_id()
+    }
+
+    /// What the watchdog sent to cluster nodes: (ticks, pipelines, renewals in pipelines,
+    /// renewals sent alone). For tests of the per-primary batching.
+    #[doc(hidden)]
+    pub fn __cluster_renewals(&self) -> [u64; 4] {
+        let c = self.shared.watchdog.cluster_renewals();
+        [&c.ticks, &c.pipelines, &c.piped, &c.alone].map(|n| n.load(Ordering::Relaxed))
     }
 
     /// Test hook: runs between a failed first attempt and the waiter's subscription.

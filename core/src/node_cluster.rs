@@ -4,7 +4,8 @@
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::error::{Error, Result};
 
@@ -14,12 +15,6 @@ use crate::error::{Error, Result};
 pub(crate) enum Conn {
     Server(MultiplexedConnection),
     Cluster(ClusterConnection),
-}
-
-impl Conn {
-    pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Conn::Cluster(_))
-    }
 }
 
 impl ConnectionLike for Conn {
@@ -50,6 +45,114 @@ impl ConnectionLike for Conn {
             Conn::Cluster(c) => c.get_db(),
         }
     }
+}
+
+/// Redis Cluster's `keyHashSlot`: CRC16-XMODEM of the hash tag (or of the whole key) mod
+/// 16384.
+pub(crate) fn key_slot(name: &str) -> u16 {
+    let b = name.as_bytes();
+    let hashed = match b.iter().position(|&c| c == b'{') {
+        Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
+            Some(len) if len > 0 => &b[open + 1..open + 1 + len],
+            _ => b,
+        },
+        None => b,
+    };
+    let mut crc: u16 = 0;
+    for &byte in hashed {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 16383
+}
+
+/// Which primary served which slots when `CLUSTER SLOTS` was last read: what the watchdog
+/// groups a tick's renewals by (one pipeline per primary). It may be stale: a pipeline sent to
+/// a primary that no longer serves a key's slot gets MOVED (or ASK) for that entry, and the
+/// caller renews that lock alone, as a routed command that redis-rs redirects.
+#[derive(Debug)]
+pub(crate) struct SlotMap {
+    /// (first slot, last slot, the primary's node id or address), sorted by first slot.
+    ranges: Vec<(u16, u16, String)>,
+}
+
+impl SlotMap {
+    /// Reads the map from one primary.
+    pub async fn read(conn: &mut ClusterConnection) -> RedisResult<SlotMap> {
+        let reply = conn
+            .route_command(
+                redis::cmd("CLUSTER").arg("SLOTS").clone(),
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            )
+            .await?;
+        Ok(SlotMap::parse(&reply))
+    }
+
+    /// `CLUSTER SLOTS`: [[first, last, [host, port, id, ...], replicas...], ...]. Entries it
+    /// cannot read are left out: their keys are renewed one by one.
+    fn parse(reply: &Value) -> SlotMap {
+        let text = |v: &Value| match v {
+            Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            Value::SimpleString(s) | Value::VerbatimString { text: s, .. } => Some(s.clone()),
+            Value::Int(n) => Some(n.to_string()),
+            _ => None,
+        };
+        let mut ranges = Vec::new();
+        if let Value::Array(entries) = reply {
+            for entry in entries {
+                let Value::Array(fields) = entry else {
+                    continue;
+                };
+                let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
+                    (fields.first(), fields.get(1), fields.get(2))
+                else {
+                    continue;
+                };
+                // The node id when given (Redis 4+), else host:port.
+                let name = primary.get(2).and_then(text).or_else(|| {
+                    let host = primary.first().and_then(text)?;
+                    let port = primary.get(1).and_then(text)?;
+                    Some(format!("{host}:{port}"))
+                });
+                if let (Ok(first), Ok(last), Some(name)) =
+                    (u16::try_from(*first), u16::try_from(*last), name)
+                {
+                    ranges.push((first, last, name));
+                }
+            }
+        }
+        ranges.sort();
+        SlotMap { ranges }
+    }
+
+    /// The primary serving `slot`, as last read.
+    pub fn primary_of(&self, slot: u16) -> Option<&str> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.0 <= slot)
+            .checked_sub(1)?;
+        let (_, last, name) = &self.ranges[i];
+        (slot <= *last).then_some(name.as_str())
+    }
+}
+
+/// Sends `pipeline` to the primary serving `slot` (every entry should be on it: entries that
+/// are not answer MOVED or ASK, which the caller handles; redis-rs does not redirect a
+/// pipeline whose errors are values).
+pub(crate) async fn send_to_primary_of(
+    conn: &mut ClusterConnection,
+    pipeline: Pipeline,
+    count: usize,
+    slot: u16,
+) -> RedisResult<Vec<Value>> {
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    conn.route_pipeline(pipeline, 0, count, route).await
 }
 
 /// A parsed `redis+cluster://` or `rediss+cluster://` URL: the seeds as plain `redis://`
@@ -169,6 +272,59 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn key_slots_route_as_redis_rs_routes_them() {
+        for key in [
+            "",
+            "a",
+            "orders:1",
+            "{user1000}.following",
+            "foo{}{bar}",
+            "x{y}z",
+            "é",
+        ] {
+            assert_eq!(
+                Route::new(key_slot(key), SlotAddr::Master),
+                Route::with_key(key, SlotAddr::Master),
+                "{key:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_slot_map_finds_each_slots_primary_and_leaves_gaps_unknown() {
+        let node = |host: &str, port: i64, id: &str| {
+            Value::Array(vec![
+                Value::BulkString(host.into()),
+                Value::Int(port),
+                Value::BulkString(id.into()),
+            ])
+        };
+        let reply = Value::Array(vec![
+            Value::Array(vec![Value::Int(5461), Value::Int(10922), node("h", 2, "b")]),
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("h", 1, "a"),
+                node("h", 4, "replica-of-a"),
+            ]),
+            Value::Array(vec![
+                Value::Int(12000),
+                Value::Int(16383),
+                node("h", 3, "c"),
+            ]),
+            Value::SimpleString("not an entry".into()),
+        ]);
+        let map = SlotMap::parse(&reply);
+        assert_eq!(map.primary_of(0), Some("a"));
+        assert_eq!(map.primary_of(5460), Some("a"));
+        assert_eq!(map.primary_of(5461), Some("b"));
+        assert_eq!(map.primary_of(10922), Some("b"));
+        assert_eq!(map.primary_of(10923), None, "a slot nobody serves");
+        assert_eq!(map.primary_of(16383), Some("c"));
+        assert_eq!(SlotMap::parse(&Value::Nil).primary_of(7), None);
     }
 
     #[test]

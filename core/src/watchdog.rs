@@ -1,5 +1,6 @@
 //! One task per manager keeps every held lock alive. Renewals of all locks due in a tick go
-//! to each node as one pipeline (one round trip per node per tick, however many locks), and a
+//! to each node as one pipeline (one round trip per node per tick, however many locks; a
+//! cluster node gets one per primary), and a
 //! lock whose renewal cannot reach a quorum before its deadline is declared lost, before that
 //! deadline, so its holder hears of it while it can still act.
 
@@ -9,11 +10,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::Value;
+use redis::cluster_async::ClusterConnection;
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
 use crate::cluster::Cluster;
-use crate::node::{Node, NodeError};
+use crate::node::{Conn, Node, NodeError};
+use crate::node_cluster::{SlotMap, key_slot, send_to_primary_of};
 use crate::options::LockOptions;
 use crate::per_process::PerProcess;
 use crate::quorum::{Answer, Tally};
@@ -66,6 +69,7 @@ pub(crate) struct Watchdog {
 struct Core {
     cluster: Arc<Cluster>,
     local: PerProcess<Local>,
+    cluster_renewals: ClusterRenewals,
 }
 
 #[derive(Default)]
@@ -73,6 +77,8 @@ struct Local {
     next_id: AtomicU64,
     registry: Mutex<Registry>,
     wake: Arc<Notify>,
+    /// Per cluster node (by index): the slot map its renewals are grouped by.
+    slot_maps: Mutex<HashMap<usize, Arc<SlotMap>>>,
 }
 
 #[derive(Default)]
@@ -98,6 +104,7 @@ impl Watchdog {
             core: Arc::new(Core {
                 cluster,
                 local: PerProcess::default(),
+                cluster_renewals: ClusterRenewals::default(),
             }),
         }
     }
@@ -123,6 +130,11 @@ impl Watchdog {
         } else {
             self.reschedule(event);
         }
+    }
+
+    /// What the watchdog sent to clusters (tests).
+    pub fn cluster_renewals(&self) -> &ClusterRenewals {
+        &self.core.cluster_renewals
     }
 
     /// A registered lock needs looking at by `at`: wakes the task if it planned to sleep
@@ -237,11 +249,11 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         + PER_RENEWAL * batch.len() as u32;
     let start = Instant::now();
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
-        futures::future::join_all(core.cluster.nodes.iter().map(|node| {
+        futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
             let batch = &batch;
             node.run(timeout, true, move |mut conn| async move {
-                if conn.is_cluster() {
-                    return renew_one_by_one(&conn, batch).await;
+                if let Conn::Cluster(cluster) = &conn {
+                    return renew_on_cluster(core, i, cluster, batch).await;
                 }
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
@@ -291,28 +303,139 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
     }
 }
 
-/// A cluster's renewals, one routed command each (all at once): a pipeline must stay in one
-/// slot. A failed renewal's reply is its error text, which `settle` reports as the failure.
-async fn renew_one_by_one(
-    conn: &crate::node::Conn,
+/// A cluster's renewals: one routed pipeline per primary, grouped by the slot map last read
+/// (a cluster refuses a pipeline whose keys span slots it does not serve). An entry that
+/// comes back as an error (MOVED or ASK while a slot moves, TRYAGAIN, NOSCRIPT on a new
+/// primary), and every entry of a pipeline that failed whole or of a slot the map does not
+/// know, is renewed alone, as a routed command that redis-rs redirects and retries; a
+/// redirect also drops the map, so the next tick regroups on a fresh one. A failed renewal's
+/// reply is its error text, which `settle` reports as the failure.
+async fn renew_on_cluster(
+    core: &Core,
+    node: usize,
+    conn: &ClusterConnection,
     batch: &[Renewal],
 ) -> redis::RedisResult<Vec<Value>> {
-    let each = batch.iter().map(|r| {
+    let counts = &core.cluster_renewals;
+    counts.ticks.fetch_add(1, Ordering::Relaxed);
+    let map = slot_map(core, node, conn).await;
+    let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
+    let mut alone = Vec::new();
+    for (i, r) in batch.iter().enumerate() {
+        match map
+            .as_ref()
+            .and_then(|m| m.primary_of(key_slot(r.lock.key())))
+        {
+            Some(primary) => groups.entry(primary).or_default().push(i),
+            None => alone.push(i),
+        }
+    }
+    let sent = groups.into_values().map(|entries| {
         let mut conn = conn.clone();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for &i in &entries {
+            extend(&batch[i]).add_to(&mut pipe);
+        }
+        counts.pipelines.fetch_add(1, Ordering::Relaxed);
+        counts
+            .piped
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+        let slot = key_slot(batch[entries[0]].lock.key());
         async move {
-            let extend = Extend {
-                key: r.lock.key(),
-                token: r.lock.token(),
-                ttl_ms: r.lease.ttl_millis(),
-                reentrant: r.lease.reentrant,
-            };
+            let n = entries.len();
+            let replies = send_to_primary_of(&mut conn, pipe, n, slot).await;
+            (entries, replies)
+        }
+    });
+    let mut replies = vec![Value::Nil; batch.len()];
+    let mut moved = false;
+    for (entries, answer) in futures::future::join_all(sent).await {
+        match answer {
+            Ok(values) if values.len() == entries.len() => {
+                for (i, value) in entries.into_iter().zip(values) {
+                    match value {
+                        Value::Int(_) => replies[i] = value,
+                        Value::ServerError(e) => {
+                            moved |= matches!(e.code(), "MOVED" | "ASK");
+                            alone.push(i);
+                        }
+                        _ => alone.push(i),
+                    }
+                }
+            }
+            _ => {
+                moved = true;
+                alone.extend(entries);
+            }
+        }
+    }
+    if moved {
+        *core
+            .local()
+            .slot_maps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = HashMap::new();
+    }
+    counts
+        .alone
+        .fetch_add(alone.len() as u64, Ordering::Relaxed);
+    let each = alone.into_iter().map(|i| {
+        let mut conn = crate::node::Conn::Cluster(conn.clone());
+        let extend = extend(&batch[i]);
+        async move {
             match extend.invocation().invoke_async::<i64>(&mut conn).await {
-                Ok(n) => Value::Int(n),
-                Err(e) => Value::SimpleString(e.to_string()),
+                Ok(n) => (i, Value::Int(n)),
+                Err(e) => (i, Value::SimpleString(e.to_string())),
             }
         }
     });
-    Ok(futures::future::join_all(each).await)
+    for (i, value) in futures::future::join_all(each).await {
+        replies[i] = value;
+    }
+    Ok(replies)
+}
+
+/// Node `node`'s slot map: the one cached, else read now (`None` if that fails: every lock is
+/// then renewed alone, which needs no map).
+async fn slot_map(core: &Core, node: usize, conn: &ClusterConnection) -> Option<Arc<SlotMap>> {
+    let cached = core
+        .local()
+        .slot_maps
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&node)
+        .cloned();
+    if cached.is_some() {
+        return cached;
+    }
+    let map = Arc::new(SlotMap::read(&mut conn.clone()).await.ok()?);
+    core.local()
+        .slot_maps
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(node, map.clone());
+    Some(map)
+}
+
+fn extend(r: &Renewal) -> Extend<'_> {
+    Extend {
+        key: r.lock.key(),
+        token: r.lock.token(),
+        ttl_ms: r.lease.ttl_millis(),
+        reentrant: r.lease.reentrant,
+    }
+}
+
+/// What the watchdog sent to clusters, for tests: ticks (batches sent to a cluster node),
+/// pipelines and the renewals in them, and renewals sent alone.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct ClusterRenewals {
+    pub ticks: AtomicU64,
+    pub pipelines: AtomicU64,
+    pub piped: AtomicU64,
+    pub alone: AtomicU64,
 }
 
 fn is_noscript(v: &Value) -> bool {

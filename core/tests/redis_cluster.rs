@@ -92,8 +92,7 @@ async fn reentrant_locks_on_every_primary_count_holds_in_redissons_hash() {
     }
 }
 
-/// The watchdog's batch spans keys of all three primaries; a cluster refuses one pipeline
-/// across slots, so each renewal is routed on its own.
+/// The watchdog's batch spans keys of all three primaries: each primary gets its own.
 #[tokio::test]
 async fn the_watchdog_renews_locks_on_every_primary() {
     let _serial = serial();
@@ -117,6 +116,214 @@ async fn the_watchdog_renews_locks_on_every_primary() {
     for lock in locks {
         lock.release().await.unwrap();
     }
+}
+
+/// One field of a command's line in each primary's `INFO commandstats` (`calls`, or
+/// `rejected_calls`: refused before running, such as a MOVED redirect).
+fn calls(cluster: &RedisCluster, command: &str, field: &str) -> Vec<u64> {
+    let line = format!("cmdstat_{command}:");
+    cluster
+        .primaries()
+        .iter()
+        .map(|p| {
+            let info: String = p.cmd(&["INFO", "commandstats"]);
+            let stats = info.lines().find_map(|l| l.strip_prefix(&line));
+            stats
+                .and_then(|s| {
+                    s.split(',')
+                        .find_map(|f| f.strip_prefix(&format!("{field}=")))
+                })
+                .map_or(0, |n| n.parse().unwrap())
+        })
+        .collect()
+}
+
+/// 10,000 locks over three primaries: each tick's renewals go to a primary as one routed
+/// pipeline (a cluster refuses a pipeline over slots it does not serve; one command each was
+/// 10,000 round trips a tick), and none goes alone. Each primary's own count of EVALSHA calls
+/// matches what the client says it sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_locks_renew_with_one_pipeline_per_primary_per_tick() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let ttl = Duration::from_secs(6);
+    let m = manager(&[cluster.url()], LockOptions::default().ttl(ttl));
+    let keys: Vec<String> = (0..10_000).map(|i| format!("many:{i}")).collect();
+    let mut locks = Vec::new();
+    for chunk in keys.chunks(250) {
+        let got = futures::future::join_all(chunk.iter().map(|k| m.acquire(k))).await;
+        for (key, lock) in chunk.iter().zip(got) {
+            locks.push(lock.unwrap_or_else(|e| panic!("{key}: {e}")));
+        }
+    }
+    let before = calls(&cluster, "evalsha", "calls");
+    assert_eq!(before, [0, 0, 0], "plain acquires are SET NX, not scripts");
+    // Until the watchdog has sent two renewals per lock (the first ones are spread over the
+    // acquisition; later ticks batch whatever is due within half a period).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while m.__cluster_renewals()[2] < 2 * keys.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            m.__cluster_renewals()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    for (key, lock) in keys.iter().zip(&locks) {
+        assert!(lock.is_held(), "{key}: {:?}", lock.check());
+    }
+    // The locks per primary, as the primaries count them (they hold nothing else).
+    let held: Vec<u64> = cluster
+        .primaries()
+        .iter()
+        .map(|p| p.cmd(&["DBSIZE"]))
+        .collect();
+    assert_eq!(held.iter().sum::<u64>(), keys.len() as u64);
+    assert!(held.iter().all(|&n| n > 2_000), "{held:?}");
+    // Released: a release waits for its lock's renewal in flight, so nothing is sent after.
+    for lock in &locks {
+        assert!(lock.release().await.unwrap());
+    }
+    let [ticks, pipelines, piped, alone] = m.__cluster_renewals();
+    assert_eq!(
+        alone, 0,
+        "renewals sent alone: {ticks} ticks, {pipelines} pipelines"
+    );
+    assert!(
+        ticks >= 2 && pipelines >= ticks && pipelines <= 3 * ticks,
+        "{pipelines} pipelines in {ticks} ticks"
+    );
+    let after = calls(&cluster, "evalsha", "calls");
+    // A pipeline sent to the wrong primary is redirected whole by redis-rs, silently: each of
+    // its entries is refused there first.
+    let misrouted = calls(&cluster, "evalsha", "rejected_calls");
+    assert_eq!(
+        misrouted,
+        [0, 0, 0],
+        "renewals refused by a primary (MOVED)"
+    );
+    // Every EVALSHA a primary ran was a renewal or one of the 10,000 releases.
+    assert_eq!(
+        after.iter().sum::<u64>(),
+        piped + alone + keys.len() as u64,
+        "EVALSHA calls per primary: {after:?}, locks per primary: {held:?}"
+    );
+    for (ran, held) in after.iter().zip(&held) {
+        assert!(
+            ran > held,
+            "each primary renewed its own keys: {after:?} {held:?}"
+        );
+    }
+}
+
+/// `key` on a node importing its slot, which answers for it only after ASKING.
+fn get_importing(node: &RedisServer, key: &str) -> Option<String> {
+    let mut conn = node.client();
+    redis::cmd("ASKING").query::<()>(&mut conn).unwrap();
+    redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+}
+
+/// A slot moved by hand while its lock is held (issue 19's resharding case): CLUSTER SETSLOT
+/// IMPORTING/MIGRATING, MIGRATE of the lock key alone, held in the migrating state for two
+/// renewal periods while 200 other locks on the source keep renewing, then SETSLOT NODE. The
+/// moved lock's renewal comes back ASK, then MOVED, from inside the source's pipeline, and is
+/// sent alone (redis-rs follows the redirect); nothing is lost, and a competing manager is
+/// refused throughout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let ttl = Duration::from_millis(1500);
+    let m = manager(&[cluster.url()], LockOptions::default().ttl(ttl));
+    let rival = manager(&[cluster.url()], opts().wait(Some(Duration::ZERO)));
+    let key = "moving".to_string();
+    let slot = key_slot(&key);
+    let source = owner(&cluster, &key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    // 200 other locks on the source, in other slots: they share its renewal pipeline.
+    let others: Vec<String> = (0..)
+        .map(|i| format!("stays:{i}"))
+        .filter(|k| key_slot(k) != slot && owner(&cluster, k).port() == source.port())
+        .take(200)
+        .collect();
+    let lock = m.acquire(&key).await.unwrap();
+    let mut held = Vec::new();
+    for k in &others {
+        held.push(m.acquire(k).await.unwrap());
+    }
+    let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
+    let (source_id, target_id) = (id(source), id(target));
+    let slot_arg = slot.to_string();
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
+    assert_eq!(moved, "OK");
+    assert_eq!(
+        get_importing(target, &key).as_deref(),
+        Some(lock.token()),
+        "MIGRATE moved it"
+    );
+    let alone_before = m.__cluster_renewals()[3];
+    // Two renewal periods (ttl / 3 each) and more, in the migrating state.
+    let check = |phase: &str| {
+        let rival = &rival;
+        let key = &key;
+        let phase = phase.to_string();
+        async move {
+            let end = std::time::Instant::now() + ttl;
+            let mut tries = 0;
+            while std::time::Instant::now() < end {
+                if let Ok(l) = rival.try_acquire(key).await {
+                    panic!("{phase}: a second holder got {key:?} (token {})", l.token());
+                }
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(tries > 0);
+        }
+    };
+    check("migrating").await;
+    assert!(lock.is_held(), "migrating: {:?}", lock.check());
+    assert!(
+        m.__cluster_renewals()[3] > alone_before,
+        "the moved lock's renewal was never redirected (ASK): {:?}",
+        m.__cluster_renewals()
+    );
+    for node in cluster.primaries() {
+        let ok: String = node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+        assert_eq!(ok, "OK");
+    }
+    check("moved").await;
+    // Settled: the map is read again after a redirect, so the moved lock now goes in the
+    // target's pipeline, and nothing is sent alone any more.
+    let settled = m.__cluster_renewals();
+    check("moved, later").await;
+    assert!(lock.is_held(), "moved: {:?}", lock.check());
+    assert!(pttl(target, &key) > 0);
+    assert_eq!(get(target, &key).as_deref(), Some(lock.token()));
+    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
+    assert_eq!(left, 0, "the source keeps nothing of the slot");
+    for (k, l) in others.iter().zip(&held) {
+        assert!(l.is_held(), "{k}: {:?}", l.check());
+    }
+    let now = m.__cluster_renewals();
+    assert!(
+        now[0] > settled[0],
+        "no renewal tick after the move settled"
+    );
+    assert_eq!(
+        now[3], settled[3],
+        "still sent alone after the move: {settled:?} -> {now:?}"
+    );
+    assert!(lock.release().await.unwrap());
+    assert_eq!(get(target, &key), None);
 }
 
 /// Classic PUBLISH is broadcast to every node of a cluster, so the waiter's subscription on

@@ -277,29 +277,8 @@ mod tests {
     use super::*;
     use redis::ToRedisArgs;
 
-    /// Redis Cluster's `keyHashSlot`: CRC16-XMODEM of the hash tag (or of the whole key) mod
-    /// 16384.
     fn slot(name: &str) -> u16 {
-        let b = name.as_bytes();
-        let hashed = match b.iter().position(|&c| c == b'{') {
-            Some(open) => match b[open + 1..].iter().position(|&c| c == b'}') {
-                Some(len) if len > 0 => &b[open + 1..open + 1 + len],
-                _ => b,
-            },
-            None => b,
-        };
-        let mut crc: u16 = 0;
-        for &byte in hashed {
-            crc ^= u16::from(byte) << 8;
-            for _ in 0..8 {
-                crc = if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                };
-            }
-        }
-        crc & 16383
+        crate::node_cluster::key_slot(name)
     }
 
     fn arg(t: Tagged<'_>) -> String {
