@@ -228,7 +228,11 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 			tryStatus = try()
 		}
 	}
-	if tryStatus != C.FERROLOCK_ERR_NOT_ACQUIRED || triesOnce(opts) {
+	// A try that found a quorum unreachable (a connection that timed out while this thread
+	// opened its own, under load) goes on to wait as well: the core's wait retries it and
+	// gives up after its own streak of unreachable attempts, as every other binding does.
+	waits := tryStatus == C.FERROLOCK_ERR_NOT_ACQUIRED || tryStatus == C.FERROLOCK_ERR_QUORUM_UNREACHABLE
+	if !waits || triesOnce(opts) {
 		C.free(unsafe.Pointer(ckey))
 		if o != nil {
 			C.ferrolock_options_free(o)

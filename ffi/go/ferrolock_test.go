@@ -327,6 +327,32 @@ func TestThousandWaitersDoNotPinThreads(t *testing.T) {
 	}
 }
 
+// Acquire's first try runs on the calling thread; when it finds a quorum unreachable, the
+// wait still follows, with the core's own retries, instead of failing at once (1,000 waiters
+// under -race once got QUORUM_UNREACHABLE from a try whose new connection timed out).
+func TestAnUnreachableFirstTryStillWaits(t *testing.T) {
+	prefix := fmt.Sprintf("go-unreachable-%d", os.Getpid())
+	m := manager(t)
+	pauseMajority(true)
+	defer pauseMajority(false)
+	_, err := m.Acquire(context.Background(), prefix+":job", ferrolock.Wait(30*time.Second))
+	if !errors.Is(err, ferrolock.ErrQuorumUnreachable) {
+		t.Fatalf("with the majority paused: %v", err)
+	}
+	pauseMajority(false)
+	line := fmt.Sprintf("ferrolock_acquire_attempts_total{prefix=%q} ", prefix)
+	attempts := 0
+	for _, l := range strings.Split(ferrolock.MetricsText(), "\n") {
+		if strings.HasPrefix(l, line) {
+			attempts, _ = strconv.Atoi(strings.TrimPrefix(l, line))
+		}
+	}
+	if attempts < 2 {
+		t.Fatalf("%d attempt(s): the wait never followed the unreachable first try", attempts)
+	}
+	t.Logf("%d attempts before QUORUM_UNREACHABLE", attempts)
+}
+
 func TestBadInputs(t *testing.T) {
 	ctx := context.Background()
 	m := manager(t)
