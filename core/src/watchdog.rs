@@ -258,15 +258,7 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
                 for r in batch {
-                    // Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
-                    // compare-field-and-pexpire.
-                    Extend {
-                        key: r.lock.key(),
-                        token: r.lock.token(),
-                        ttl_ms: r.lease.ttl_millis(),
-                        reentrant: r.lease.reentrant,
-                    }
-                    .add_to(&mut pipe);
+                    extend(r).add_to(&mut pipe);
                 }
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if replies.iter().any(is_noscript) {
@@ -418,6 +410,8 @@ async fn slot_map(core: &Core, node: usize, conn: &ClusterConnection) -> Option<
     Some(map)
 }
 
+/// A lock's renewal. Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
+/// compare-field-and-pexpire.
 fn extend(r: &Renewal) -> Extend<'_> {
     Extend {
         key: r.lock.key(),
