@@ -144,8 +144,28 @@ async function libraries(servers) {
   return { libs, close };
 }
 
+// Context switches of every thread of this process so far (voluntary: a thread slept,
+// waiting; involuntary: preempted), from /proc: the profile of where a binding's time goes,
+// since every hop between the JavaScript thread and another thread is a sleep and a wake-up.
+function switches() {
+  let voluntary = 0;
+  let involuntary = 0;
+  for (const t of fs.readdirSync('/proc/self/task')) {
+    let s;
+    try {
+      s = fs.readFileSync(`/proc/self/task/${t}/status`, 'utf8');
+    } catch {
+      continue; // a thread that ended since the listing
+    }
+    voluntary += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(s)?.[1] ?? 0);
+    involuntary += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(s)?.[1] ?? 0);
+  }
+  return { voluntary, involuntary };
+}
+
 async function measure(op, seconds) {
   const lat = [];
+  const before = switches();
   const end = performance.now() + seconds * 1000;
   const started = performance.now();
   let now = started;
@@ -155,7 +175,13 @@ async function measure(op, seconds) {
     lat.push(Number(process.hrtime.bigint() - t) / 1000);
     now = performance.now();
   }
-  return { ops: lat.length / ((now - started) / 1000), lat };
+  const after = switches();
+  return {
+    ops: lat.length / ((now - started) / 1000),
+    lat,
+    sleeps: (after.voluntary - before.voluntary) / lat.length,
+    preempted: (after.involuntary - before.involuntary) / lat.length,
+  };
 }
 
 function pct(sorted, p) {
@@ -177,7 +203,16 @@ async function child(args) {
     const rows = libs.map((l, i) => {
       const ops = rounds[i].map((m) => m.ops).sort((a, b) => a - b);
       const lat = rounds[i].flatMap((m) => m.lat).sort((a, b) => a - b);
-      return { name: l.name, ops: ops[Math.floor(ops.length / 2)], p50: pct(lat, 50), p99: pct(lat, 99), rounds: ops };
+      const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+      return {
+        name: l.name,
+        ops: ops[Math.floor(ops.length / 2)],
+        p50: pct(lat, 50),
+        p99: pct(lat, 99),
+        rounds: ops,
+        sleeps: median(rounds[i].map((m) => m.sleeps)),
+        preempted: median(rounds[i].map((m) => m.preempted)),
+      };
     });
     process.stdout.write(JSON.stringify(rows) + '\n');
   } finally {
@@ -222,10 +257,12 @@ function markdown(args, groups, meta) {
     const base = g.rows.find((r) => r.name === BASELINE).ops;
     const redlock = g.rows.find((r) => r.name === 'node-redlock').ops;
     out.push(`### ${g.nodes} node${g.nodes > 1 ? 's' : ''}, ${g.placement}`, '');
-    out.push('| library | ops/s | p50 µs | p99 µs | × hand-written ioredis | × node-redlock |');
-    out.push('|---|---:|---:|---:|---:|---:|');
+    out.push('| library | ops/s | p50 µs | p99 µs | × hand-written ioredis | × node-redlock | thread sleeps/op | preemptions/op |');
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
     for (const r of g.rows) {
-      out.push(`| ${r.name} | ${fmt(r.ops)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.ops / base, 2)} | ${fmt(r.ops / redlock, 2)} |`);
+      out.push(
+        `| ${r.name} | ${fmt(r.ops)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.ops / base, 2)} | ${fmt(r.ops / redlock, 2)} | ${fmt(r.sleeps, 2)} | ${fmt(r.preempted, 2)} |`,
+      );
     }
     out.push('');
   }
@@ -240,6 +277,18 @@ function markdown(args, groups, meta) {
     if (f5 && r5) targets.push(`- ferrolock ≥ 1.5× node-redlock, 5 nodes, ${p}: **${fmt(f5 / r5, 2)}×** (${f5 >= 1.5 * r5 ? 'met' : 'missed'})`);
   }
   if (targets.length) out.push('Targets of issue 15:', '', ...targets, '');
+  const row = (name) => groups.find((g) => g.nodes === 1 && g.placement === 'pinned')?.rows.find((r) => r.name === name);
+  const [fr, br, floor] = [row('ferrolock'), row(BASELINE), row('binding floor (empty async call)')];
+  if (fr && br && floor) {
+    out.push(
+      'Where the time goes (1 node, pinned; "thread sleeps/op": voluntary context switches of the process\'s threads per ' +
+        `acquire+release, read from /proc): ioredis does its I/O on the JavaScript thread and sleeps ${fmt(br.sleeps, 2)} times per ` +
+        `pair; ferrolock does it on the core's runtime threads, never on the JavaScript thread, so each of its two calls is ` +
+        `a hop there and back: ${fmt(fr.sleeps, 2)} sleeps per pair (the empty call alone: ${fmt(floor.sleeps, 2)}). On one CPU ` +
+        'every such sleep is a switch to another thread of this process or to Redis, which the baseline does not pay.',
+      '',
+    );
+  }
   return out.join('\n');
 }
 
