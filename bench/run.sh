@@ -4,8 +4,8 @@
 #   1. ferrolock-bench (Rust, release build): uncontended acquire+release vs the redis-rs floor,
 #      sleeps per blocking acquire+release with reply polling on vs off (FERROLOCK_SPIN_US=0),
 #      the watchdog's cost for 10,000 held locks (issue 4), 4 processes contending for one key
-#      (issue 5; on 3 nodes also with one node paused, issue 13). It starts its own
-#      redis-servers.
+#      (issue 5; on 3 nodes also with one node paused, issue 13), and both again on a 3-primary
+#      Redis Cluster beside one server (issue 19). It starts its own redis-servers.
 #   2. bench/python/bench_peers.py (issue 6): the Python package vs redis-py Lock, pottery and
 #      python-redis-lock, uncontended and contended, on redis-servers it starts itself. Runs in
 #      a venv of its own (.bench-venv, created and updated here; FERROLOCK_BENCH_VENV moves it).

@@ -188,7 +188,9 @@ fn wait_child(child: &mut Child, deadline: Instant) -> BoxResult<()> {
     }
 }
 
-struct Outcome {
+pub(crate) struct Outcome {
+    /// The row's name instead of its node count (e.g. a cluster's).
+    label: Option<String>,
     nodes: usize,
     /// Nodes paused (SIGSTOP) for the whole run.
     paused: usize,
@@ -233,12 +235,37 @@ fn run_config(
     }
     let (recs, count) = outcome?;
     Ok(Outcome {
+        label: None,
         nodes: n,
         paused: usize::from(paused),
         workers: ctx.workers,
         duration: ctx.duration,
         recs,
         counter: count,
+    })
+}
+
+/// One contended configuration on `urls` (e.g. a cluster's one URL), its row named `label`;
+/// the workers count a critical section on `counter`.
+pub(crate) fn run_labelled(
+    ctx: &Ctx,
+    counter: &RedisServer,
+    urls: &[String],
+    label: &str,
+    dir: &Path,
+) -> BoxResult<Outcome> {
+    let key = format!("ferrolock-bench:contention:{label}");
+    let counter_key = format!("ferrolock-bench:counter:{label}");
+    let _: i64 = counter.cmd(&["DEL", &counter_key]);
+    let (recs, counter) = run_workers(ctx, counter, urls, &key, &counter_key, START_DELAY, dir)?;
+    Ok(Outcome {
+        label: Some(label.to_string()),
+        nodes: urls.len(),
+        paused: 0,
+        workers: ctx.workers,
+        duration: ctx.duration,
+        recs,
+        counter,
     })
 }
 
@@ -330,7 +357,9 @@ pub fn run(ctx: &Ctx) -> BoxResult<Section> {
 impl Outcome {
     /// The row's node column: `3`, or `3, 1 paused`.
     fn nodes_label(&self) -> String {
-        if self.paused == 0 {
+        if let Some(label) = &self.label {
+            label.clone()
+        } else if self.paused == 0 {
             self.nodes.to_string()
         } else {
             format!("{}, {} paused", self.nodes, self.paused)
@@ -472,7 +501,7 @@ fn summarize(o: &Outcome) -> Summary {
     }
 }
 
-fn section(outcomes: &[Outcome]) -> Section {
+pub(crate) fn section(outcomes: &[Outcome]) -> Section {
     let mut main = Table::new(&[
         ("nodes", Align::Right),
         ("procs", Align::Right),

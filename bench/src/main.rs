@@ -10,6 +10,7 @@
 
 mod affinity;
 mod clock;
+mod cluster;
 mod contention;
 mod machine;
 mod polling;
@@ -65,6 +66,12 @@ const SCENARIOS: &[Scenario] = &[
         nodes: &[1, 3, 5],
         run: contention::run,
     },
+    Scenario {
+        name: "cluster",
+        what: "a 3-primary Redis Cluster beside one redis-server: uncontended and 4 processes on one key (issue 19)",
+        nodes: &[1],
+        run: cluster::run,
+    },
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -83,7 +90,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "uncontended,polling,watchdog,contention"
+        default_value = "uncontended,polling,watchdog,contention,cluster"
     )]
     scenario: Vec<String>,
     /// Placements: `pinned` (client and servers on one CPU), `split` (client on --cpu, servers

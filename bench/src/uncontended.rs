@@ -38,7 +38,7 @@ const CORE_ACQUIRE: &str = concat!(
 const TTL: Duration = Duration::from_secs(10);
 /// The core's target: at most this much slower than the floor.
 const TARGET: f64 = 1.10;
-const WARMUP_OPS: usize = 300;
+pub(crate) const WARMUP_OPS: usize = 300;
 /// Each run is interleaved with the other implementations' in this many chunks.
 const CHUNKS: usize = 20;
 
@@ -60,7 +60,7 @@ impl Impl {
 }
 
 /// A hand-written client: its own connections, one per node.
-struct Floor {
+pub(crate) struct Floor {
     conns: Vec<MultiplexedConnection>,
     key: String,
     /// `Some`: acquire with the core's acquire script (SHA, then its extra keys) instead of
@@ -223,14 +223,14 @@ fn check(granted: bool, deleted: bool, key: &str) -> BoxResult<()> {
     }
 }
 
-struct Core {
+pub(crate) struct Core {
     manager: LockManager,
     opts: LockOptions,
     key: String,
 }
 
 impl Core {
-    fn new(urls: &[String], key: String) -> BoxResult<Core> {
+    pub(crate) fn new(urls: &[String], key: String) -> BoxResult<Core> {
         let opts = LockOptions::default().ttl(TTL).watchdog(false);
         let manager = LockManager::new(
             ManagerOptions::new()
@@ -252,7 +252,7 @@ impl Core {
     }
 }
 
-enum Subject {
+pub(crate) enum Subject {
     Floor(Floor),
     Core(Core),
 }
@@ -266,7 +266,7 @@ impl Subject {
     }
 
     /// Times `ops` pairs, adding them to `run`.
-    async fn measure(&mut self, ops: usize, run: &mut Run) -> BoxResult<()> {
+    pub(crate) async fn measure(&mut self, ops: usize, run: &mut Run) -> BoxResult<()> {
         run.latencies_ns.reserve(ops);
         let start = Instant::now();
         for _ in 0..ops {
@@ -332,6 +332,27 @@ async fn measure_config(
             Err(e) => return Err(format!("{}: {e}", which.name()).into()),
         }
     }
+    take_turns(&mut subjects, runs, ops).await?;
+    for (_, s, _) in &mut subjects {
+        if let Subject::Floor(f) = s {
+            f.assert_clean().await?;
+        }
+    }
+    let series = subjects
+        .into_iter()
+        .map(|(w, _, series)| (w, series))
+        .collect();
+    Ok((series, notes))
+}
+
+/// Runs `runs` timed runs of `ops` pairs for every subject, in turns: A B C, then C B A, ...
+/// in chunks of a few milliseconds, so that a drift of the machine, or the scheduler moving a
+/// server to the other CPU, lands on every subject alike. Each run joins its subject's series.
+pub(crate) async fn take_turns<W>(
+    subjects: &mut [(W, Subject, Series)],
+    runs: usize,
+    ops: usize,
+) -> BoxResult<()> {
     let chunk = ops.div_ceil(CHUNKS);
     let mut turn = 0;
     for _ in 0..runs {
@@ -339,9 +360,6 @@ async fn measure_config(
         let mut done = 0;
         while done < ops {
             let n = chunk.min(ops - done);
-            // A B C, then C B A, ... in chunks of a few milliseconds, so that a drift of the
-            // machine, or the scheduler moving a server to the other CPU, lands on every
-            // implementation alike.
             let order: Vec<usize> = if turn % 2 == 0 {
                 (0..subjects.len()).collect()
             } else {
@@ -357,16 +375,7 @@ async fn measure_config(
             series.runs.push(run);
         }
     }
-    for (_, s, _) in &mut subjects {
-        if let Subject::Floor(f) = s {
-            f.assert_clean().await?;
-        }
-    }
-    let series = subjects
-        .into_iter()
-        .map(|(w, _, series)| (w, series))
-        .collect();
-    Ok((series, notes))
+    Ok(())
 }
 
 pub fn run(ctx: &Ctx) -> BoxResult<Section> {
