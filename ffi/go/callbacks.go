@@ -9,7 +9,25 @@ package ferrolock
 */
 import "C"
 
-import "runtime/cgo"
+import (
+	"runtime/cgo"
+	"sync/atomic"
+)
+
+// liveHandles counts the cgo handles this package holds (an acquisition's done channel while
+// it waits, a lock's loss state until it is freed): every one is deleted once the C library
+// can no longer call back with it, which the tests check after Close.
+var liveHandles atomic.Int64
+
+func newHandle(v any) cgo.Handle {
+	liveHandles.Add(1)
+	return cgo.NewHandle(v)
+}
+
+func deleteHandle(h cgo.Handle) {
+	h.Delete()
+	liveHandles.Add(-1)
+}
 
 //export ferrolockGoDone
 func ferrolockGoDone(handle C.uintptr_t) {

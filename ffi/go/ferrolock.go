@@ -247,7 +247,7 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	}
 	C.ferrolock_error_free(tryErr)
 	done := make(chan struct{}, 1)
-	handle := cgo.NewHandle(done)
+	handle := newHandle(done)
 	var acq *C.ferrolock_acquisition
 	var cerr *C.ferrolock_error
 	m.mu.RLock()
@@ -264,11 +264,11 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		C.ferrolock_options_free(o)
 	}
 	if status == -2 {
-		handle.Delete()
+		deleteHandle(handle)
 		return nil, errClosed
 	}
 	if err := take(status, cerr); err != nil {
-		handle.Delete()
+		deleteHandle(handle)
 		return nil, err
 	}
 	select {
@@ -281,7 +281,7 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	status = C.ferrolock_acquisition_result(acq, &p, &cerr)
 	// The done callback is never called once this has returned: the handle can go.
 	C.ferrolock_acquisition_free(acq)
-	handle.Delete()
+	deleteHandle(handle)
 	if status == statusPending {
 		return nil, &Error{Code: "PANIC", Status: 8, Message: "acquisition done but still pending"}
 	}
@@ -351,11 +351,11 @@ func newLock(p *C.ferrolock_lock) (*Lock, error) {
 		token: C.GoString(C.ferrolock_lock_token(p)),
 		loss:  &lossState{ch: make(chan struct{})},
 	}
-	l.handle = cgo.NewHandle(l.loss)
+	l.handle = newHandle(l.loss)
 	var cerr *C.ferrolock_error
 	if err := take(C.go_on_lost(p, C.uintptr_t(l.handle), &cerr), cerr); err != nil {
 		C.ferrolock_lock_free(p)
-		l.handle.Delete()
+		deleteHandle(l.handle)
 		return nil, err
 	}
 	runtime.SetFinalizer(l, (*Lock).free)
@@ -372,7 +372,7 @@ func (l *Lock) free() {
 	}
 	C.ferrolock_lock_free(l.p)
 	l.p = nil
-	l.handle.Delete()
+	deleteHandle(l.handle)
 }
 
 // Key is the locked key.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -520,5 +521,104 @@ func TestShutdownReleasesEverythingAndRefusesLaterAcquires(t *testing.T) {
 		if n := keysNamed(t, port, part); n != 0 {
 			t.Fatalf("port %d: %d keys left", port, n)
 		}
+	}
+}
+
+// goGoroutines counts the goroutines that run Go code. A library thread that called back into
+// Go (a completion or a loss callback) shows as a goroutine of its own, "locked to thread" with
+// only runtime.goexit on its stack, until that thread ends (the core's blocking pool keeps an
+// idle thread 10 s): that is the C library's thread, not a goroutine this package started.
+func goGoroutines() int {
+	buf := make([]byte, 1<<20)
+	n := 0
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		header, body, _ := strings.Cut(g, "\n")
+		frames := 0
+		for _, line := range strings.Split(strings.TrimSpace(body), "\n") {
+			if !strings.HasPrefix(line, "\t") {
+				frames++
+			}
+		}
+		foreign := strings.Contains(header, "locked to thread") && frames == 1 &&
+			strings.HasPrefix(body, "runtime.goexit")
+		if strings.HasPrefix(header, "goroutine ") && !foreign {
+			n++
+		}
+	}
+	return n
+}
+
+// settles polls f until it returns true or the failure bound passes, collecting garbage
+// between polls (a Lock dropped unreleased lets go of its handle in its finalizer).
+func settles(bound time.Duration, f func() bool) bool {
+	for end := time.Now().Add(bound); ; {
+		if f() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+		runtime.GC()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestCloseLeavesNoGoroutineOrCgoHandle(t *testing.T) {
+	goroutines, handles := goGoroutines(), ferrolock.LiveHandles()
+	func() {
+		holder, err := ferrolock.NewManager(base...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := ferrolock.NewManager(base...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		k := key("leak")
+		// Every path that takes a handle or starts a goroutine: a first try that wins,
+		// WithLock (its loss watcher), a wait granted after a release, a wait cancelled by
+		// its ctx, and a lock left unreleased when its manager closes.
+		if err := m.WithLock(ctx, k, func(context.Context, *ferrolock.Lock) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		held, err := holder.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		granted := make(chan error, 1)
+		go func() {
+			l, err := m.Acquire(ctx, k)
+			if err == nil {
+				err = l.Release()
+			}
+			granted <- err
+		}()
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		if _, err := m.Acquire(short, k); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a wait on a held key with a 200ms ctx: %v", err)
+		}
+		if ferrolock.LiveHandles() <= handles {
+			t.Fatal("the waits and the held lock hold no handle: the count measures nothing")
+		}
+		if err := held.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-granted; err != nil {
+			t.Fatalf("the waiter: %v", err)
+		}
+		if _, err := m.Acquire(ctx, key("leak-unreleased")); err != nil {
+			t.Fatal(err)
+		}
+		holder.Close()
+		m.Close()
+	}()
+	if !settles(10*time.Second, func() bool { return ferrolock.LiveHandles() == handles }) {
+		t.Fatalf("cgo handles after Close: %d, before: %d", ferrolock.LiveHandles(), handles)
+	}
+	if !settles(10*time.Second, func() bool { return goGoroutines() <= goroutines }) {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("goroutines after Close: %d, before: %d\n%s", goGoroutines(), goroutines, buf[:runtime.Stack(buf, true)])
 	}
 }

@@ -1,0 +1,4 @@
+package ferrolock
+
+// LiveHandles is the number of cgo handles the package holds (for the leak test).
+func LiveHandles() int64 { return liveHandles.Load() }
