@@ -15,7 +15,8 @@
 #      node_modules; then 4 processes contending for one key vs node-redlock, 1 and 3 nodes.
 #      Also writes bench/results/node-{uncontended,contended}.md and node.svg (its chart also
 #      shows Python ferrolock's contended worst wait, from this run's Python part or else
-#      from bench/results/latest.md).
+#      from bench/results/latest.md, and the C and Go figures of part 4, which runs before it,
+#      or else of bench/results/go.md).
 #   4. bench/go (issue 16): the Go package (`ffi/go`) vs redsync and hand-written go-redis,
 #      uncontended, 1 and 5 nodes, pinned and unpinned, and 4 processes contending for one key
 #      vs redsync, 1 and 3 nodes; and C: bench/c/blocking_loop.c through the C library vs the
@@ -153,31 +154,6 @@ if [ "$python" = 1 ]; then
             "$command_line" >"$tmp/python.md"
     fi
 fi
-if [ "$node" = 1 ]; then
-    node_results=()
-    if [ "$out" != "-" ]; then
-        node_results=(--md "$root/bench/results/node-uncontended.md"
-            --contended-md "$root/bench/results/node-contended.md"
-            --svg "$root/bench/results/node.svg")
-    fi
-    python_results="$tmp/python.md"
-    [ -f "$python_results" ] || python_results="$root/bench/results/latest.md"
-    node_results+=(--python-results "$python_results")
-    # The addon in release (what `npm install ./node` builds), then the peers, pinned.
-    if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
-        && { [ -d bench/node/node_modules/redlock ] \
-            || (cd bench/node && npm install --no-audit --no-fund --silent >&2); } \
-        && node bench/node/bench_node.js --out "$tmp/node.md" --command "$command_line" \
-            "${node_results[@]}" "${node_args[@]}" >/dev/null; then
-        :
-    else
-        status=1
-        echo "bench/run.sh: the Node comparison failed (see above)" >&2
-        printf '## Node comparison\n\n**Failed** in this run: see the output of `%s`.\n' \
-            "$command_line" >"$tmp/node.md"
-    fi
-fi
-
 # The C library in release, staged as `make install` stages it; the C loop and its Rust
 # baseline; the Go bench linked against the staged library.
 run_go() {
@@ -213,6 +189,36 @@ if [ "$go" = 1 ]; then
             "$command_line" >"$tmp/go.md"
     fi
 fi
+if [ "$node" = 1 ]; then
+    node_results=()
+    if [ "$out" != "-" ]; then
+        node_results=(--md "$root/bench/results/node-uncontended.md"
+            --contended-md "$root/bench/results/node-contended.md"
+            --svg "$root/bench/results/node.svg")
+    fi
+    python_results="$tmp/python.md"
+    [ -f "$python_results" ] || python_results="$root/bench/results/latest.md"
+    node_results+=(--python-results "$python_results")
+    # The chart draws the C and Go figures too: this run's (the Go part runs first), else the
+    # last committed ones.
+    go_results="$tmp/go-full.md"
+    [ -f "$go_results" ] || go_results="$root/bench/results/go.md"
+    node_results+=(--go-results "$go_results")
+    # The addon in release (what `npm install ./node` builds), then the peers, pinned.
+    if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
+        && { [ -d bench/node/node_modules/redlock ] \
+            || (cd bench/node && npm install --no-audit --no-fund --silent >&2); } \
+        && node bench/node/bench_node.js --out "$tmp/node.md" --command "$command_line" \
+            "${node_results[@]}" "${node_args[@]}" >/dev/null; then
+        :
+    else
+        status=1
+        echo "bench/run.sh: the Node comparison failed (see above)" >&2
+        printf '## Node comparison\n\n**Failed** in this run: see the output of `%s`.\n' \
+            "$command_line" >"$tmp/node.md"
+    fi
+fi
+
 
 # --go-only: the Go summary replaces the Go section of the existing report (before its
 # closing line), so that one part can be re-measured without the others.

@@ -22,7 +22,8 @@
 //          [--contended-nodes 1,3] [--contended-duration S] [--procs 4]
 //          [--out FILE] [--md FILE] [--contended-md FILE] [--svg FILE]
 //          [--python-results FILE] (the Python bench's report: its contended worst wait is
-//          drawn next to Node's) [--command S]
+//          drawn next to Node's) [--go-results FILE] (bench/go's full report: its C and Go
+//          uncontended ops/s and Go contended worst waits are drawn too) [--command S]
 const { spawnSync, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -46,6 +47,7 @@ function parseArgs(argv) {
     procs: 4,
     contendedMd: null,
     pythonResults: null,
+    goResults: null,
     command: 'node bench/node/bench_node.js',
     child: false,
   };
@@ -69,6 +71,7 @@ function parseArgs(argv) {
       case '--procs': a.procs = Number(v()); break;
       case '--contended-md': a.contendedMd = v(); break;
       case '--python-results': a.pythonResults = v(); break;
+      case '--go-results': a.goResults = v(); break;
       case '--child': a.child = true; break;
       case '-h':
       case '--help':
@@ -292,6 +295,49 @@ function markdown(args, groups, meta) {
   return out.join('\n');
 }
 
+// bench/go's report (bench/results/go.md), for the chart: uncontended ops/s of the C library
+// and the Go libraries per (nodes, placement), and Go's contended worst waits per node count.
+// Empty when the file or its tables are not there.
+const GO_NAMES = {
+  'C ferrolock_manager_acquire + release': 'ferrolock (C)',
+  'ferrolock Acquire/Release': 'ferrolock (Go)',
+  'hand-written go-redis': 'hand-written go-redis',
+  redsync: 'redsync',
+};
+function goResults(file) {
+  const out = { uncontended: [], contended: [] };
+  if (!file || !fs.existsSync(file)) return out;
+  const cells = (l) => l.split('|').slice(1, -1).map((c) => c.trim());
+  const num = (c) => Number(c.replace(/[\s,]/g, ''));
+  let section = null;
+  let heading = null;
+  let head = null;
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    if (line.startsWith('### ')) [section, head] = [line, null];
+    if (line.startsWith('#### ')) [heading, head] = [/(\d+) nodes?, (pinned|unpinned)/.exec(line), null];
+    if (!line.startsWith('|')) {
+      head = null;
+      continue;
+    }
+    if (head === null) {
+      head = cells(line);
+      continue;
+    }
+    const c = cells(line);
+    if (c.every((x) => /^:?-+:?$/.test(x))) continue;
+    const at = (name) => c[head.indexOf(name)];
+    if (section?.startsWith('### C:') && GO_NAMES[at('implementation')]) {
+      out.uncontended.push({ nodes: num(at('nodes')), placement: at('placement'), name: GO_NAMES[at('implementation')], ops: num(at('ops/s')) });
+    } else if (section?.startsWith('### Go: uncontended') && heading && GO_NAMES[at('library')]) {
+      out.uncontended.push({ nodes: Number(heading[1]), placement: heading[2], name: GO_NAMES[at('library')], ops: num(at('ops/s')) });
+    } else if (section?.startsWith('### Go: contended') && ['ferrolock', 'redsync'].includes(at('library'))) {
+      const name = at('library') === 'ferrolock' ? 'ferrolock (Go)' : 'redsync';
+      out.contended.push({ nodes: num(at('nodes')), name, max: num(at('wait max ms')) });
+    }
+  }
+  return out;
+}
+
 // The Python bench's contended worst waits for ferrolock (`wait max ms` of its **Contended**
 // table), by node count; [] when the file or the table is not there.
 function pythonWorstWaits(file) {
@@ -353,7 +399,17 @@ function contendedMarkdown(args, cgroups, python) {
   return out.join('\n');
 }
 
-const COLORS = { 'hand-written ioredis': '#8c8c8c', 'node-redlock': '#d9822b', ferrolock: '#2b6cb0', 'ferrolock withLock': '#63a4e0', 'ferrolock (Python)': '#38a169' };
+const COLORS = {
+  'hand-written ioredis': '#8c8c8c',
+  'node-redlock': '#d9822b',
+  ferrolock: '#2b6cb0',
+  'ferrolock withLock': '#63a4e0',
+  'ferrolock (Python)': '#38a169',
+  'ferrolock (C)': '#6b46c1',
+  'ferrolock (Go)': '#00add8',
+  'hand-written go-redis': '#b0b0b0',
+  redsync: '#c53030',
+};
 const esc = (s) => String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;');
 const plural = (n) => `${n} node${n > 1 ? 's' : ''}`;
 
@@ -383,7 +439,7 @@ function panel(parts, { left, top, h, title, groups, y, ticks, barW = 26, gap = 
 
 // Left: uncontended ops/s per library (linear); right: contended worst wait per library (log
 // scale: node-redlock's retry sleeps are hundreds of ms, ferrolock's waits a few).
-function svg(groups, cgroups, python) {
+function svg(groups, cgroups, python, go) {
   const top = 60;
   const h = 260;
   const parts = [];
@@ -391,19 +447,25 @@ function svg(groups, cgroups, python) {
   const names = new Set();
   if (groups.length) {
     const libs = groups[0].rows.map((r) => r.name).filter((n) => !n.startsWith('binding floor'));
-    const max = Math.max(...groups.flatMap((g) => g.rows.filter((r) => libs.includes(r.name)).map((r) => r.ops)));
+    const max = Math.max(
+      ...groups.flatMap((g) => g.rows.filter((r) => libs.includes(r.name)).map((r) => r.ops)),
+      ...go.uncontended.filter((r) => groups.some((g) => g.nodes === r.nodes && g.placement === r.placement)).map((r) => r.ops),
+    );
     const step = 10 ** Math.floor(Math.log10(max));
     const scaleMax = Math.ceil(max / step) * step;
     const ticks = [];
     for (let t = 0; t <= scaleMax; t += step) ticks.push([t, fmt(t)]);
     const y = (v) => top + h - (v / scaleMax) * h;
+    const bar = (name, ops) => {
+      names.add(name);
+      return { name, value: ops, label: `${fmt(ops / 1000, 1)}k`, text: `${fmt(ops)} ops/s` };
+    };
     const bars = groups.map((g) => ({
       label: `${plural(g.nodes)}\n${g.placement}`,
-      bars: libs.map((name) => {
-        const r = g.rows.find((row) => row.name === name);
-        names.add(name);
-        return { name, value: r.ops, label: `${fmt(r.ops / 1000, 1)}k`, text: `${fmt(r.ops)} ops/s` };
-      }),
+      bars: [
+        ...libs.map((name) => bar(name, g.rows.find((row) => row.name === name).ops)),
+        ...go.uncontended.filter((r) => r.nodes === g.nodes && r.placement === g.placement).map((r) => bar(r.name, r.ops)),
+      ],
     }));
     x += panel(parts, { left: x, top, h, title: 'Uncontended acquire+release, ops/s (higher is better)', groups: bars, y, ticks }) + 90;
   }
@@ -417,6 +479,15 @@ function svg(groups, cgroups, python) {
   for (const p of python) {
     names.add('ferrolock (Python)');
     cbars.push({ label: `Python\n${plural(p.nodes)}`, bars: [{ name: 'ferrolock (Python)', value: p.max, label: fmt(p.max, p.max < 100 ? 1 : 0), text: `worst wait ${fmt(p.max, 2)} ms` }] });
+  }
+  for (const nodes of [...new Set(go.contended.map((r) => r.nodes))]) {
+    cbars.push({
+      label: `Go\n${plural(nodes)}`,
+      bars: go.contended.filter((r) => r.nodes === nodes).map((r) => {
+        names.add(r.name);
+        return { name: r.name, value: r.max, label: fmt(r.max, r.max < 100 ? 1 : 0), text: `worst wait ${fmt(r.max, 2)} ms` };
+      }),
+    });
   }
   if (cbars.length) {
     const hi = 10 ** Math.ceil(Math.log10(Math.max(10, ...cbars.flatMap((g) => g.bars.map((b) => b.value)))));
@@ -483,7 +554,7 @@ async function main() {
   if (args.out) fs.writeFileSync(args.out, md + '\n');
   if (args.md && groups.length) fs.writeFileSync(args.md, mds[0] + '\n');
   if (args.contendedMd && cgroups.length) fs.writeFileSync(args.contendedMd, mds.at(-1) + '\n');
-  if (args.svg) fs.writeFileSync(args.svg, svg(groups, cgroups, python));
+  if (args.svg) fs.writeFileSync(args.svg, svg(groups, cgroups, python, goResults(args.goResults)));
 }
 
 main().catch((e) => {
