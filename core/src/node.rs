@@ -318,6 +318,10 @@ impl Node {
     /// pub/sub. redis-rs routes each SSUBSCRIBE to the primary of its channel's slot and
     /// subscribes again after a reconnect. `None` for a standalone server. Open it on the
     /// manager's runtime.
+    ///
+    /// Never the command connection: redis-rs 1.8 takes a `sunsubscribe` push the server sends
+    /// by itself (a lost slot) for the reply to the request in flight on that node, which on
+    /// the command connection would hand a lock request the wrong reply.
     pub(crate) async fn sharded_pubsub(
         &self,
         pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
