@@ -392,8 +392,9 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
 
 /// A reentrant lock's release publishes on Redisson's channel, which keeps Redisson's own
 /// name byte for byte: for a key with a `{` that starts no valid hash tag it is in another
-/// slot than the key, and on a cluster with sharded pub/sub the release script's SPUBLISH
-/// would then be refused as a cross-slot access (after deleting the key).
+/// slot than the key. On a cluster with sharded pub/sub the release script's SPUBLISH runs
+/// on the key's primary, while the channel's subscribers listen on its own slot's primary
+/// (and Redis refuses the script's access when that is another node, after the DEL).
 fn check_redisson_channel(shared: &Shared, key: &str) -> Result<()> {
     // Without a `{`, Redisson's channel wraps the key in braces: always the key's slot.
     if !key.contains('{') || !shared.cluster.nodes.iter().any(|n| n.may_shard()) {
