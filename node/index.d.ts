@@ -32,6 +32,8 @@ export interface ManagerOptions extends LockOptions {
   tlsCa?: string | null;
   /** ms after a node's (re)start in which its vote does not count; 0 = off. */
   restartGuard?: number | null;
+  /** On a Redis Cluster 7.0+, wake-ups over sharded pub/sub (default true); false = classic. */
+  shardedPubsub?: boolean;
 }
 
 export interface AcquireOptions extends LockOptions {

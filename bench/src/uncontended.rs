@@ -168,14 +168,15 @@ impl Floor {
                     grace_ms: if w.nodes == 1 { quiet_grace_ms() } else { 0 },
                     quiet: false,
                 }
-                .command();
+                // Standalone servers: classic PUBLISH.
+                .command(false);
                 let release = Release {
                     key: &self.key,
                     token: &token,
                     contended: true,
                     quiet_bound_ms: 0,
                 }
-                .command();
+                .command(false);
                 (acquire, release)
             }
         };

@@ -7,10 +7,13 @@
 -- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] the prefix of
 -- the waiters' own channels ('' = none; see wake_head), ARGV[9] the grace after the bound in ms
 -- (see recheck(); 0 with N nodes, whose releases are never quiet), ARGV[10] '1' when the caller's last act on the key was a quiet release: it
--- may take the lock back until the head's bound + grace.
+-- may take the lock back until the head's bound + grace, ARGV[11] '1' = sharded pub/sub (SPUBLISH).
 -- Returns nil on a grant ({counter} with fencing); otherwise the ms after which a re-check is
 -- worth it: the holder's PTTL (-1: it has none), or the lease left to the waiter whose turn it
 -- is, cut to the end of our own barging bound while we are within it (see recheck()).
+if ARGV[11] == '1' then
+  PUBLISH = 'SPUBLISH'
+end
 local id = ARGV[4]
 local pttl = redis.call('PTTL', KEYS[1])
 local prefix = ARGV[8] or ''

@@ -10,6 +10,10 @@
 -- lease at most. Only ferrolock waiters queue: other clients (redis-py, node-redlock, Redisson)
 -- ignore the queue and exclude by the key alone.
 local Q, L, S = KEYS[3], KEYS[4], KEYS[5]
+-- 'SPUBLISH' on a Redis Cluster with sharded pub/sub (set by the script this is prepended to,
+-- from its sharded flag): the waiters' channels are in the key's slot, so the message stays on
+-- the slot's shard instead of crossing the whole cluster bus.
+local PUBLISH = 'PUBLISH'
 local now
 -- Set when queue_head() dropped waiters whose lease had ended (the head may have changed).
 local pruned = false
@@ -88,7 +92,7 @@ local function wake_head(prefix, message)
   end
   local head = queue_head()
   if head then
-    redis.call('PUBLISH', prefix .. head, message)
+    redis.call(PUBLISH, prefix .. head, message)
     return 1
   end
   return 0

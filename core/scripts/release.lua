@@ -4,7 +4,8 @@
 -- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times. The uncontended
 -- release sends two keys and pays one EXISTS for the queue; it then wakes the first waiter
 -- without dropping lapsed ones first (the client sends all four from its next release on).
--- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels; with four keys, ARGV[3]
+-- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels; ARGV[3] '1' = sharded
+-- pub/sub (SPUBLISH: the channel is in the key's slot); with four keys, ARGV[4]
 -- the barging bound in ms, or 0: a head queued for less than that is not told (a quiet
 -- release by a worker in a loop; see DESIGN.md, "Quiet streaks").
 -- Returns 0 (not ours), 1 (released), 2 (released, and waiters are queued: contention, which
@@ -42,11 +43,11 @@ if now then
   -- The releasing process's next attempt may take it back during a grace after the bound
   -- (the `quiet` argument of acquire.lua), so it cannot find a free lock promised to a head
   -- that nobody told.
-  local bound = tonumber(ARGV[3])
+  local bound = tonumber(ARGV[4])
   local since = bound > 0 and redis.call('ZSCORE', KEYS[4], head)
   if since and now - tonumber(since) < bound then
     return 3
   end
 end
-redis.call('PUBLISH', ARGV[2] .. head, '0')
+redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[2] .. head, '0')
 return 2

@@ -3,7 +3,8 @@
 -- type (a plain lock; pcall keeps WRONGTYPE out), is never touched.
 -- While the count stays above 0 the key is never shortened (as in extend_reentrant.lua): the
 -- handles still live computed their deadlines from their own ttls.
--- KEYS[1] lock key; ARGV[1] field, ARGV[2] ttl ms, ARGV[3] channel (same hash slot).
+-- KEYS[1] lock key; ARGV[1] field, ARGV[2] ttl ms, ARGV[3] channel (same hash slot), ARGV[4] '1'
+-- = sharded pub/sub: SPUBLISH, as Redisson in cluster mode publishes (its shardedSubscriptionMode).
 -- Returns nil when the field is not there, 0 when still held (count > 0), 1 when released.
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
@@ -17,5 +18,5 @@ if count > 0 then
   return 0
 end
 redis.call('DEL', KEYS[1])
-redis.call('PUBLISH', ARGV[3], '0')
+redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '0')
 return 1

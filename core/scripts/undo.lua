@@ -6,12 +6,16 @@
 -- times (one slot).
 -- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] Redisson's channel
 -- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
--- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms. Waiter id '': compare-and-delete only
+-- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] '1' = sharded pub/sub
+-- (SPUBLISH). Waiter id '': compare-and-delete only
 -- (an undo sent late, or for a caller that no longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
 -- A key of the other type is someone else's grant: pcall turns WRONGTYPE into "not ours".
+if ARGV[8] == '1' then
+  PUBLISH = 'SPUBLISH'
+end
 local freed = 0
 if ARGV[2] == '1' then
   if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
@@ -19,7 +23,7 @@ if ARGV[2] == '1' then
     -- the outer grant's count. The client sends it exactly once.
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
       redis.call('DEL', KEYS[1])
-      redis.call('PUBLISH', ARGV[3], '0')
+      redis.call(PUBLISH, ARGV[3], '0')
     end
     freed = 1
   end

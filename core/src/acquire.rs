@@ -62,6 +62,9 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lock> {
     check_key(key)?;
+    if opts.reentrant {
+        check_redisson_channel(shared, key)?;
+    }
     opts.validate()?;
     let stats = crate::metrics::stats(key);
     let started = Instant::now();
@@ -387,6 +390,32 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
+/// A reentrant lock's release publishes on Redisson's channel, which keeps Redisson's own
+/// name byte for byte: for a key with a `{` that starts no valid hash tag it is in another
+/// slot than the key. On a cluster with sharded pub/sub the release script's SPUBLISH runs
+/// on the key's primary, while the channel's subscribers listen on its own slot's primary
+/// (and Redis refuses the script's access when that is another node, after the DEL).
+fn check_redisson_channel(shared: &Shared, key: &str) -> Result<()> {
+    // Without a `{`, Redisson's channel wraps the key in braces: always the key's slot.
+    if !key.contains('{') || !shared.cluster.nodes.iter().any(|n| n.may_shard()) {
+        return Ok(());
+    }
+    let channel = crate::scripts::redisson_channel(key);
+    let (slot, channel_slot) = (
+        crate::node_cluster::key_slot(key),
+        crate::node_cluster::key_slot(&channel),
+    );
+    if slot == channel_slot {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "reentrant lock key {key:?} cannot be used on a Redis Cluster with sharded pub/sub: \
+         Redisson's release channel {channel:?} hashes to slot {channel_slot}, not the key's slot \
+         {slot} (a `{{` that starts no hash tag); give the key a hash tag (a non-empty {{...}}), \
+         or set sharded_pubsub off"
+    )))
+}
+
 /// `base` ± 50 %, so contenders that failed together do not retry together.
 pub(crate) fn jitter(base: Duration) -> Duration {
     let r = getrandom::u64().unwrap_or(0);
@@ -672,7 +701,10 @@ async fn undo_one(
     let undo = &undo;
     shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, false, move |mut conn| async move {
-            let freed: i64 = undo.invocation().invoke_async(&mut conn).await?;
+            let freed: i64 = undo
+                .invocation(conn.sharded())
+                .invoke_async(&mut conn)
+                .await?;
             Ok(yes_if(freed == 1))
         })
         .await
@@ -947,7 +979,7 @@ async fn ask(
                         grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
                         quiet: r.quiet,
                     }
-                    .invocation()
+                    .invocation(conn.sharded())
                 }
             };
             // Boxed: the queue path is off the uncontended hot path, and its future would

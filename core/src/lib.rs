@@ -81,5 +81,7 @@ pub use token::token_time;
 #[doc(hidden)]
 pub mod __wire {
     pub use crate::queue::{barge_bound_ms, quiet_grace_ms};
-    pub use crate::scripts::{Acquire, KeyNames, Place, Release, waiter_channel_prefix};
+    pub use crate::scripts::{
+        Acquire, KeyNames, Place, Release, redisson_channel, waiter_channel_prefix,
+    };
 }

@@ -1019,10 +1019,10 @@ async fn release_on(
                     channel: redisson,
                 };
                 let left: Option<i64> =
-                    Box::pin(unlock.invocation().invoke_async(&mut conn)).await?;
+                    Box::pin(unlock.invocation(conn.sharded()).invoke_async(&mut conn)).await?;
                 return Ok(yes_if(left.is_some()));
             }
-            let cmd = release_command(key, token, how.contended, how.quiet_bound);
+            let cmd = release_command(key, token, how, conn.sharded());
             let deleted: i64 = Release::send(&cmd, &mut conn).await?;
             if deleted == 3 && shared.cluster.nodes.len() == 1 {
                 // Waiters, but the first was not told: we may take it back at once.
@@ -1038,14 +1038,14 @@ async fn release_on(
 
 /// The plain release (see release.lua). Built outside the request's future, so that its
 /// temporaries do not take room in it.
-fn release_command(key: &str, token: &str, contended: bool, quiet_bound: u64) -> redis::Cmd {
+fn release_command(key: &str, token: &str, how: How, sharded: bool) -> redis::Cmd {
     Release {
         key,
         token,
-        contended,
-        quiet_bound_ms: quiet_bound,
+        contended: how.contended,
+        quiet_bound_ms: how.quiet_bound,
     }
-    .command()
+    .command(sharded)
 }
 
 pub(crate) async fn extend_everywhere(

@@ -63,7 +63,7 @@ impl LockManager {
         };
         let nodes = urls
             .iter()
-            .map(|u| Node::open(u, tls_ca.as_deref(), guard))
+            .map(|u| Node::open(u, tls_ca.as_deref(), guard, options.sharded_pubsub))
             .collect::<Result<Vec<_>>>()?;
         Ok(LockManager {
             shared: Arc::new(Shared::new(Cluster::new(nodes), options.lock)),

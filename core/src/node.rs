@@ -14,8 +14,8 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
-pub(crate) use crate::node_cluster::Conn;
-use crate::node_cluster::{ClusterUrl, refuse_cluster_server};
+use crate::node_cluster::{ClusterUrl, pubsub_kind, refuse_cluster_server};
+pub(crate) use crate::node_cluster::{Conn, Pubsub};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
@@ -45,10 +45,15 @@ impl NodeError {
 
 pub(crate) struct Node {
     /// A standalone server: the client for every connection. A cluster: the seed's client,
-    /// only for the waiters' pub/sub connection (classic PUBLISH reaches every node).
+    /// only for the waiters' classic pub/sub connection (classic PUBLISH reaches every node).
     client: Client,
     /// Set for a `redis+cluster://` node: commands go through its routed connection.
     cluster: Option<ClusterClient>,
+    /// A cluster's waiters' sharded pub/sub client settings: its own client per connection,
+    /// since a cluster client's push sender is fixed when it is built.
+    pubsub: Option<ClusterPubsub>,
+    /// The `sharded_pubsub` option: a cluster that knows sharded pub/sub uses it.
+    sharded_wanted: bool,
     /// The URL with any password replaced by `***`: the only form that reaches a message.
     display: String,
     /// Kept so it can be scrubbed from driver error texts.
@@ -91,7 +96,12 @@ struct Slot {
 }
 
 impl Node {
-    pub(crate) fn open(url: &str, tls_ca: Option<&Path>, guard_window: Duration) -> Result<Node> {
+    pub(crate) fn open(
+        url: &str,
+        tls_ca: Option<&Path>,
+        guard_window: Duration,
+        sharded_wanted: bool,
+    ) -> Result<Node> {
         let display = redact_url(url);
         let cluster_url = ClusterUrl::parse(url, &display)?;
         let url = match &cluster_url {
@@ -141,9 +151,15 @@ impl Node {
                 Some(builder.build().map_err(unusable)?)
             }
         };
+        let pubsub = cluster_url.map(|c| ClusterPubsub {
+            seeds: c.seeds,
+            certs: tls.then(certs),
+        });
         Ok(Node {
             client,
             cluster,
+            pubsub,
+            sharded_wanted,
             display,
             password,
             local: PerProcess::default(),
@@ -241,7 +257,7 @@ impl Node {
                     _ => None,
                 }
             }
-            Conn::Cluster(conn) => {
+            Conn::Cluster(conn, _) => {
                 let loads = crate::scripts::sources().map(|source| {
                     let mut conn = conn.clone();
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
@@ -284,6 +300,45 @@ impl Node {
     /// waiters' pub/sub connection). Open them on the manager's runtime.
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Whether this node is a whole Redis Cluster (`redis+cluster://`).
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// Whether this node may use sharded pub/sub: a cluster, with the `sharded_pubsub`
+    /// option on (whether the cluster knows it is asked on each connection).
+    pub(crate) fn may_shard(&self) -> bool {
+        self.is_cluster() && self.sharded_wanted
+    }
+
+    /// A cluster's connection for the waiters' sharded subscriptions (RESP3: their messages
+    /// come as push messages, handed to `pushes`), and whether the cluster knows sharded
+    /// pub/sub. redis-rs routes each SSUBSCRIBE to the primary of its channel's slot and
+    /// subscribes again after a reconnect. `None` for a standalone server. Open it on the
+    /// manager's runtime.
+    ///
+    /// Never the command connection: redis-rs 1.8 takes a `sunsubscribe` push the server sends
+    /// by itself (a lost slot) for the reply to the request in flight on that node, which on
+    /// the command connection would hand a lock request the wrong reply.
+    pub(crate) async fn sharded_pubsub(
+        &self,
+        pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    ) -> Option<redis::RedisResult<(redis::cluster_async::ClusterConnection, Pubsub)>> {
+        let settings = self.pubsub.as_ref()?;
+        let connect = async {
+            let mut builder = cluster_builder(&settings.seeds)
+                .use_protocol(redis::ProtocolVersion::RESP3)
+                .push_sender(pushes);
+            if let Some(certs) = &settings.certs {
+                builder = builder.certs(certs.clone());
+            }
+            let mut conn = builder.build()?.get_async_connection().await?;
+            let kind = pubsub_kind(&mut conn, self.sharded_wanted).await;
+            Ok((conn, kind))
+        };
+        Some(connect.await)
     }
 
     /// `text` with this node's password replaced by `***`.
@@ -340,16 +395,23 @@ impl Node {
     async fn open_connection(&self, timeout: Duration) -> Result<Conn, NodeError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
-            Some(cluster) => Conn::Cluster(
-                tokio::time::timeout(timeout, cluster.get_async_connection())
+            Some(cluster) => {
+                let mut conn = tokio::time::timeout(timeout, cluster.get_async_connection())
                     .await
                     .map_err(|_| {
                         NodeError::Unreachable(format!(
                             "cluster connect timed out after {timeout:?}"
                         ))
                     })?
-                    .map_err(|e| self.classify(&e))?,
-            ),
+                    .map_err(|e| self.classify(&e))?;
+                // Asked on every new connection: a cluster upgraded to 7.0 switches over
+                // with its next connection (its waiters follow at their next one).
+                let kind =
+                    tokio::time::timeout(timeout, pubsub_kind(&mut conn, self.sharded_wanted))
+                        .await
+                        .unwrap_or(Pubsub::Classic);
+                Conn::Cluster(conn, kind)
+            }
             None => {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(timeout))
@@ -563,6 +625,12 @@ fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
         .retry_wait_formula(10, 2)
 }
 
+/// What a cluster node's sharded pub/sub connections are built from.
+struct ClusterPubsub {
+    seeds: Vec<String>,
+    certs: Option<redis::TlsCertificates>,
+}
+
 /// A request's turn on a shared connection being opened (see `Node::connection`).
 pub(crate) struct Turn<'a> {
     _guard: tokio::sync::MutexGuard<'a, ()>,
@@ -686,7 +754,7 @@ mod tests {
             "nonsense",
             "",
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO) else {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);

@@ -14,14 +14,51 @@ use crate::error::{Error, Result};
 #[derive(Clone)]
 pub(crate) enum Conn {
     Server(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    Cluster(ClusterConnection, Pubsub),
+}
+
+/// How a node's release wake-ups travel. The scripts publish as the connection they run on
+/// says; the waiters subscribe to the same kind (`queue/waiters.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pubsub {
+    /// PUBLISH / SUBSCRIBE: a standalone server, or a cluster with sharded pub/sub off or
+    /// unsupported (before Redis 7.0).
+    Classic,
+    /// SPUBLISH / SSUBSCRIBE on the primary of the channel's slot.
+    Sharded,
+}
+
+impl Conn {
+    /// Whether the scripts sent on this connection publish with SPUBLISH.
+    pub fn sharded(&self) -> bool {
+        matches!(self, Conn::Cluster(_, Pubsub::Sharded))
+    }
+}
+
+/// Sharded pub/sub when `wanted` and the cluster knows it: Redis answers `PUBSUB
+/// SHARDNUMSUB` from 7.0 on, which is also how Redisson's shardedSubscriptionMode AUTO
+/// decides. Any other answer (an unknown command, an ACL denial) keeps classic pub/sub.
+pub(crate) async fn pubsub_kind(conn: &mut ClusterConnection, wanted: bool) -> Pubsub {
+    if !wanted {
+        return Pubsub::Classic;
+    }
+    let probe = conn
+        .route_command(
+            redis::cmd("PUBSUB").arg("SHARDNUMSUB").clone(),
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+        )
+        .await;
+    match probe {
+        Ok(Value::Array(_)) | Ok(Value::Map(_)) => Pubsub::Sharded,
+        _ => Pubsub::Classic,
+    }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Server(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c, _) => c.req_packed_command(cmd),
         }
     }
 
@@ -35,14 +72,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Server(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Server(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
+            Conn::Cluster(c, _) => c.get_db(),
         }
     }
 }

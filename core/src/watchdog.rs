@@ -252,7 +252,7 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
             let batch = &batch;
             node.run(timeout, true, move |mut conn| async move {
-                if let Conn::Cluster(cluster) = &conn {
+                if let Conn::Cluster(cluster, _) = &conn {
                     return renew_on_cluster(core, i, cluster, batch).await;
                 }
                 let mut pipe = redis::pipe();
@@ -373,7 +373,9 @@ async fn renew_on_cluster(
         .alone
         .fetch_add(alone.len() as u64, Ordering::Relaxed);
     let each = alone.into_iter().map(|i| {
-        let mut conn = crate::node::Conn::Cluster(conn.clone());
+        // Renewals publish nothing: the pub/sub kind does not matter here.
+        let mut conn =
+            crate::node::Conn::Cluster(conn.clone(), crate::node_cluster::Pubsub::Classic);
         let extend = extend(&batch[i]);
         async move {
             match extend.invocation().invoke_async::<i64>(&mut conn).await {

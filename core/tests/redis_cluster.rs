@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use ferrolock::{ErrorKind, LockOptions};
+use ferrolock::{ErrorKind, LockManager, LockOptions, ManagerOptions};
 use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot};
 
 /// One key per primary, in `cluster.primaries()` order.
@@ -28,6 +28,18 @@ fn key_per_primary(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
 
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster.primary_for_key(key)
+}
+
+/// `manager`, with wake-ups over classic pub/sub (`sharded_pubsub` off).
+fn classic_manager(urls: &[String], opts: LockOptions) -> LockManager {
+    LockManager::new(
+        ManagerOptions::new()
+            .nodes(urls.iter().cloned())
+            .restart_guard(Duration::ZERO)
+            .sharded_pubsub(false)
+            .lock(opts),
+    )
+    .expect("manager")
 }
 
 #[tokio::test]
@@ -326,10 +338,10 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
     assert_eq!(get(target, &key), None);
 }
 
-/// Classic PUBLISH is broadcast to every node of a cluster, so the waiter's subscription on
-/// the seed hears a release on any primary.
+/// With `sharded_pubsub` off: classic PUBLISH is broadcast to every node of a cluster, so the
+/// waiter's subscription on the seed hears a release on any primary.
 #[tokio::test]
-async fn a_waiter_is_woken_by_a_release_on_another_primary() {
+async fn a_classic_waiter_is_woken_by_a_release_on_another_primary() {
     let _serial = serial();
     let cluster = RedisCluster::start();
     let url = cluster.url();
@@ -338,8 +350,11 @@ async fn a_waiter_is_woken_by_a_release_on_another_primary() {
         .into_iter()
         .find(|k| owner(&cluster, k).port() != cluster.nodes[0].port())
         .unwrap();
-    let holder = manager(std::slice::from_ref(&url), opts());
-    let waiting = manager(
+    let holder = classic_manager(
+        std::slice::from_ref(&url),
+        opts().ttl(Duration::from_secs(120)),
+    );
+    let waiting = classic_manager(
         std::slice::from_ref(&url),
         opts()
             .ttl(Duration::from_secs(120))
@@ -365,8 +380,9 @@ async fn a_waiter_is_woken_by_a_release_on_another_primary() {
         tokio::time::sleep(ms(20)).await;
     }
     held.release().await.unwrap();
-    // Without a wake-up the next poll is 60 s away (up to 90 s with jitter).
-    let (lock, _m) = tokio::time::timeout(Duration::from_secs(45), waiter)
+    // Without a wake-up the next poll is 60 s away (at least 30 s with jitter), and the
+    // holder's ttl 120 s.
+    let (lock, _m) = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("the waiter was not woken by the release")
         .unwrap()
@@ -375,6 +391,290 @@ async fn a_waiter_is_woken_by_a_release_on_another_primary() {
         get(owner(&cluster, &key), &key).as_deref(),
         Some(lock.token())
     );
+}
+
+/// Polls `PUBSUB <sub> <args>` on `node` until `found` picks a value out of the reply;
+/// panics after `within`.
+async fn await_pubsub<T>(
+    node: &RedisServer,
+    args: &[&str],
+    within: Duration,
+    what: &str,
+    found: impl Fn(&redis::Value) -> Option<T>,
+) -> T {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let mut full = vec!["PUBSUB"];
+        full.extend_from_slice(args);
+        let reply: redis::Value = node.cmd(&full);
+        if let Some(v) = found(&reply) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not seen within {within:?} on port {} (last: {reply:?})",
+            node.port()
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// `PUBSUB SHARDNUMSUB` / `NUMSUB` of one channel: its subscriber count.
+fn count_of(reply: &redis::Value) -> i64 {
+    match reply {
+        redis::Value::Array(v) => match v.get(1) {
+            Some(redis::Value::Int(n)) => *n,
+            other => panic!("no count in {reply:?}: {other:?}"),
+        },
+        redis::Value::Map(m) => match m.first() {
+            Some((_, redis::Value::Int(n))) => *n,
+            _ => panic!("no count in {reply:?}"),
+        },
+        _ => panic!("not a NUMSUB reply: {reply:?}"),
+    }
+}
+
+fn first_channel(reply: &redis::Value) -> Option<String> {
+    match reply {
+        redis::Value::Array(v) => v.first().and_then(|c| match c {
+            redis::Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// The channel a waiter on `key` listens on, once it has subscribed on `node` (sharded):
+/// its own waiter channel (plain), Redisson's channel (reentrant).
+async fn await_shard_channel(node: &RedisServer, key: &str, reentrant: bool) -> String {
+    let pattern = if reentrant {
+        ferrolock::__wire::redisson_channel(key)
+    } else {
+        format!("{}*", ferrolock::__wire::waiter_channel_prefix(key))
+    };
+    await_pubsub(
+        node,
+        &["SHARDCHANNELS", &pattern],
+        Duration::from_secs(30),
+        &format!("a sharded subscription to {pattern}"),
+        first_channel,
+    )
+    .await
+}
+
+/// Sharded pub/sub (issue 19): the waiter SSUBSCRIBEs its channel on the primary of its key's
+/// slot (not the seed, and no classic subscription anywhere), and the release's SPUBLISH
+/// there wakes it, far sooner than its 30 s `retry_delay` or the holder's 120 s ttl would.
+/// Plain and reentrant (Redisson's channel, which Redisson in cluster mode SSUBSCRIBEs too).
+#[tokio::test]
+async fn a_waiter_is_woken_over_sharded_pubsub_on_its_keys_primary() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    for reentrant in [false, true] {
+        let key = key_per_primary(&cluster, &format!("sharded-{reentrant}"))
+            .into_iter()
+            .find(|k| owner(&cluster, k).port() != cluster.nodes[0].port())
+            .unwrap();
+        let primary = owner(&cluster, &key);
+        let holder = manager(
+            std::slice::from_ref(&url),
+            opts().ttl(Duration::from_secs(120)).reentrant(reentrant),
+        );
+        let waiting = manager(
+            std::slice::from_ref(&url),
+            opts()
+                .ttl(Duration::from_secs(120))
+                .retry_delay(Duration::from_secs(30))
+                .reentrant(reentrant),
+        );
+        let held = holder.acquire(&key).await.unwrap();
+        let k = key.clone();
+        let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+        let channel = await_shard_channel(primary, &key, reentrant).await;
+        let shard: redis::Value = primary.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+        assert_eq!(count_of(&shard), 1, "{channel}: {shard:?}");
+        for node in cluster.primaries() {
+            let classic: redis::Value = node.cmd(&["PUBSUB", "NUMSUB", &channel]);
+            assert_eq!(
+                count_of(&classic),
+                0,
+                "{channel}: a classic subscription on port {}",
+                node.port()
+            );
+            if node.port() != primary.port() {
+                let other: redis::Value = node.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+                assert_eq!(count_of(&other), 0, "{channel} on port {}", node.port());
+            }
+        }
+        let released = std::time::Instant::now();
+        held.release().await.unwrap();
+        // A failure bound: without a wake-up the next poll is at least 15 s away (30 s
+        // jittered ±50 %), the holder's ttl 120 s.
+        let (lock, _m) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| panic!("reentrant {reentrant}: the waiter was not woken"))
+            .unwrap()
+            .unwrap();
+        eprintln!(
+            "reentrant {reentrant}: granted {:?} after the release",
+            released.elapsed()
+        );
+        assert!(lock.is_held());
+        lock.release().await.unwrap();
+    }
+}
+
+/// Starts moving `key`'s slot from its primary to another by hand: SETSLOT
+/// IMPORTING/MIGRATING, MIGRATE of every key in the slot, and SETSLOT NODE on the target, which
+/// then serves the slot (the source redirects to it with ASK). Returns (source, target);
+/// `finish_move` ends it.
+fn start_move<'a>(cluster: &'a RedisCluster, key: &str) -> (&'a RedisServer, &'a RedisServer) {
+    let slot_arg = key_slot(key).to_string();
+    let source = owner(cluster, key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    loop {
+        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+        if keys.is_empty() {
+            break;
+        }
+        for k in &keys {
+            let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
+            assert_eq!(moved, "OK", "MIGRATE {k}");
+        }
+    }
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+    assert_eq!(ok, "OK");
+    (source, target)
+}
+
+/// SETSLOT NODE on the other primaries: the source gives the slot up (and drops its
+/// sharded subscriptions to the slot's channels, telling their clients `sunsubscribe`).
+fn finish_move(cluster: &RedisCluster, key: &str, target: &RedisServer) {
+    let slot_arg = key_slot(key).to_string();
+    let target_id = node_id(target);
+    for node in cluster
+        .primaries()
+        .iter()
+        .filter(|p| p.port() != target.port())
+    {
+        let ok: String = node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+        assert_eq!(ok, "OK");
+    }
+}
+
+fn node_id(node: &RedisServer) -> String {
+    node.cmd(&["CLUSTER", "MYID"])
+}
+
+/// A slot moved while a waiter listens on its channel: Redis 7.0 sends the waiter
+/// `sunsubscribe` from the old primary, and redis-rs forgets the channel. The waiter
+/// subscribes again (on the new primary, as redis-rs routes it) and re-checks. Two releases:
+/// one after the move, heard on the new subscription; one published on the new primary while
+/// the waiter still listened on the old one (between the target's SETSLOT NODE and the
+/// source's), which only the re-check after the resubscription can catch. Each wakes the
+/// waiter long before its 30 s `retry_delay` (15 s at the least) or the 120 s ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_slot_moves_subscribes_again_and_is_woken() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    for in_gap in [false, true] {
+        let key = format!("moving-waiter-{in_gap}");
+        let holder = manager(
+            std::slice::from_ref(&url),
+            opts().ttl(Duration::from_secs(120)),
+        );
+        let waiting = manager(
+            std::slice::from_ref(&url),
+            opts()
+                .ttl(Duration::from_secs(120))
+                .retry_delay(Duration::from_secs(30)),
+        );
+        let held = holder.acquire(&key).await.unwrap();
+        let k = key.clone();
+        let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+        let source = owner(&cluster, &key);
+        let channel = await_shard_channel(source, &key, false).await;
+        let (_, target) = start_move(&cluster, &key);
+        let released = std::time::Instant::now();
+        if in_gap {
+            // Sent to the source (redis-rs's map), redirected with ASK: it runs, and
+            // publishes, on the target, where the waiter is not subscribed yet (unless the
+            // source has already learnt of the move from the target's gossip, which a
+            // test cannot hold back: then this is the first case again).
+            assert!(held.release().await.unwrap(), "the holder's release");
+        }
+        finish_move(&cluster, &key, target);
+        assert_eq!(owner(&cluster, &key).port(), target.port());
+        // The old primary dropped the subscription with the slot.
+        let left: redis::Value = source.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+        assert_eq!(count_of(&left), 0, "{channel} still on the old primary");
+        if !in_gap {
+            assert!(held.release().await.unwrap(), "the holder's release");
+        }
+        let (lock, _m) = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("in gap {in_gap}: the waiter was not woken after its slot moved")
+            })
+            .unwrap()
+            .unwrap();
+        eprintln!(
+            "in gap {in_gap}: granted {:?} after the release",
+            released.elapsed()
+        );
+        assert_eq!(get(target, &key).as_deref(), Some(lock.token()));
+        lock.release().await.unwrap();
+    }
+}
+
+/// Redisson's channel stays as Redisson names it; for a key with a `{` that starts no hash
+/// tag it is in another slot than the key, where the release's SPUBLISH would be refused.
+/// Such a reentrant key is refused before any I/O; with `sharded_pubsub` off it works.
+#[tokio::test]
+async fn a_reentrant_key_whose_redisson_channel_is_in_another_slot_is_refused() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let key = "orders{42";
+    assert_ne!(
+        key_slot(key),
+        key_slot(&ferrolock::__wire::redisson_channel(key))
+    );
+    let m = manager(std::slice::from_ref(&url), opts().reentrant(true));
+    let err = m.acquire(key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let text = err.to_string();
+    assert!(text.contains(key), "{text}");
+    assert!(text.contains("redisson_lock__channel:orders{42"), "{text}");
+    assert!(text.contains("sharded_pubsub"), "{text}");
+    assert_eq!(
+        owner(&cluster, key).cmd::<i64>(&["EXISTS", key]),
+        0,
+        "nothing was written"
+    );
+    // A plain lock on the key is fine (its channels carry the key's slot), and so is a
+    // reentrant one with classic pub/sub.
+    m.acquire_with(key, &opts())
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    let classic = classic_manager(std::slice::from_ref(&url), opts().reentrant(true));
+    let lock = classic.acquire(key).await.unwrap();
+    assert!(lock.release().await.unwrap());
 }
 
 #[tokio::test]

@@ -88,7 +88,7 @@ impl PyManager {
     }
 
     /// The manager `redlock()` uses for these connection options (`nodes`, `tls_ca`,
-    /// `restart_guard`): one per distinct setup, shared by every call (`host::shared`).
+    /// `restart_guard`, `sharded_pubsub`): one per distinct setup, shared by every call (`host::shared`).
     #[staticmethod]
     #[pyo3(signature = (options = None))]
     fn shared(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {

@@ -114,7 +114,7 @@ def test_option_errors_read_name_equals_value_in_the_cores_words(
 def test_option_names_are_the_cores_table() -> None:
     lock = set(ferrolock._ferrolock.LOCK_OPTIONS)
     manager = set(ferrolock._ferrolock.MANAGER_OPTIONS)
-    assert manager == {"nodes", "tls_ca", "restart_guard"}
+    assert manager == {"nodes", "tls_ca", "restart_guard", "sharded_pubsub"}
     assert "interrupt" in lock and "ttl" in lock and not lock & manager
 
 

@@ -13,12 +13,13 @@ use crate::options::ManagerOptions;
 use crate::per_process::PerProcess;
 
 /// What tells two connection setups apart: the nodes and TLS CA as resolved (the
-/// environment read at this call), and the restart guard.
+/// environment read at this call), the restart guard and the cluster pub/sub kind.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     nodes: Vec<String>,
     tls_ca: Option<PathBuf>,
     restart_guard: Option<Duration>,
+    sharded_pubsub: bool,
 }
 
 /// Per process: a forked child makes its own managers (and never locks the parent's map).
@@ -30,13 +31,14 @@ fn managers() -> &'static Mutex<HashMap<Key, Manager>> {
 }
 
 /// The shared manager for the connection options of `options` (nodes, tls_ca,
-/// restart_guard; its lock options are ignored: the manager has the default ones, and each
+/// restart_guard, sharded_pubsub; its lock options are ignored: the manager has the default ones, and each
 /// lock gives its own). Made on first use, and again after it was closed.
 pub fn shared(options: &ManagerOptions) -> Result<Manager> {
     let key = Key {
         nodes: options.resolved_nodes(),
         tls_ca: options.resolved_tls_ca(),
         restart_guard: options.restart_guard,
+        sharded_pubsub: options.sharded_pubsub,
     };
     let mut map = managers().lock().unwrap_or_else(|p| p.into_inner());
     if let Some(m) = map.get(&key).filter(|m| !m.is_closed()) {
@@ -45,6 +47,7 @@ pub fn shared(options: &ManagerOptions) -> Result<Manager> {
     let mut conn = ManagerOptions::new().nodes(key.nodes.clone());
     conn.tls_ca = key.tls_ca.clone();
     conn.restart_guard = key.restart_guard;
+    conn.sharded_pubsub = key.sharded_pubsub;
     let m = Manager::new(conn)?;
     map.insert(key, m.clone());
     Ok(m)

@@ -184,7 +184,7 @@ fn check_duration(name: &str, d: Duration) -> Result<()> {
 
 /// Options of a manager: where the nodes are and how to reach them, plus the default options
 /// of every lock it hands out.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ManagerOptions {
     /// Node URLs (`redis://`, `rediss://`, `unix://`). Empty means `FERROLOCK_NODES`, else
@@ -195,8 +195,24 @@ pub struct ManagerOptions {
     /// Window after a node's (re)start in which its vote does not count. `None` means the
     /// default: the ttl when there are 3 or more nodes, off otherwise. `Some(ZERO)` is off.
     pub restart_guard: Option<Duration>,
+    /// On a Redis Cluster that knows sharded pub/sub (7.0+), release wake-ups use it
+    /// (SPUBLISH/SSUBSCRIBE), as Redisson's shardedSubscriptionMode AUTO does; off: classic
+    /// PUBLISH/SUBSCRIBE, for Redisson clients with that mode OFF. No effect on other nodes.
+    pub sharded_pubsub: bool,
     /// Defaults for every lock.
     pub lock: LockOptions,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        ManagerOptions {
+            nodes: Vec::new(),
+            tls_ca: None,
+            restart_guard: None,
+            sharded_pubsub: true,
+            lock: LockOptions::default(),
+        }
+    }
 }
 
 impl ManagerOptions {
@@ -213,6 +229,10 @@ impl ManagerOptions {
     }
     pub fn restart_guard(mut self, d: Duration) -> Self {
         self.restart_guard = Some(d);
+        self
+    }
+    pub fn sharded_pubsub(mut self, on: bool) -> Self {
+        self.sharded_pubsub = on;
         self
     }
     pub fn lock(mut self, lock: LockOptions) -> Self {

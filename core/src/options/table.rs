@@ -205,6 +205,15 @@ pub const OPTIONS: &[OptionSpec] = &[
         doc: "CA file for `rediss://`",
     },
     OptionSpec {
+        name: "sharded_pubsub",
+        scope: Scope::Manager,
+        kind: Type::Bool,
+        unit: "",
+        default: "on",
+        range: "on or off",
+        doc: "on a Redis Cluster 7.0+, wake-ups use sharded pub/sub (as Redisson's `shardedSubscriptionMode` AUTO); off = classic pub/sub (for Redisson clients with it OFF)",
+    },
+    OptionSpec {
         name: "interrupt",
         scope: Scope::Binding("python"),
         kind: Type::Bool,
@@ -283,6 +292,7 @@ impl ManagerOptions {
             ("node_timeout", _) => lock.node_timeout = duration(&value, false)?,
             ("max_hold", _) => lock.max_hold = duration(&value, false)?,
             ("restart_guard", _) => self.restart_guard = duration(&value, true)?,
+            ("sharded_pubsub", _) => self.sharded_pubsub = flag(&value)?,
             ("drift_factor", _) => match value {
                 Value::Number(f) if f.is_finite() && (0.0..1.0).contains(&f) => {
                     lock.drift_factor = f
@@ -364,6 +374,10 @@ mod tests {
             .unwrap();
         o.set("tls_ca", Value::Text("/ca.pem".into()), "/ca.pem")
             .unwrap();
+        assert!(o.sharded_pubsub);
+        o.set("sharded_pubsub", Value::Bool(false), "false")
+            .unwrap();
+        assert!(!o.sharded_pubsub);
         let l = &o.lock;
         assert_eq!(l.ttl, Duration::from_secs(3));
         assert_eq!(l.wait, Some(Duration::ZERO));

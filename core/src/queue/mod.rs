@@ -2,6 +2,7 @@
 //! streaks"; the server side is `queue.lua`, prepended to the scripts that touch the queue):
 //!
 //! - `waiters`: the local queue of each key and the pub/sub wake-ups that drive its head;
+//! - `sharded`: those wake-ups over sharded pub/sub on a Redis Cluster;
 //! - the barging bound and the quiet grace (below), which the scripts apply;
 //! - `quiet`: the flush of quiet releases a worker did not take back;
 //! - `contention`: what a manager remembers of other contenders on each key, which picks a
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 mod contention;
 mod quiet;
+mod sharded;
 mod waiters;
 
 pub(crate) use contention::Memory;

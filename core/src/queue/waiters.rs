@@ -40,20 +40,21 @@ use redis::aio::PubSubStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::Cluster;
+use crate::node::Pubsub;
 use crate::options::LockOptions;
 use crate::per_process::PerProcess;
 use crate::scripts::{Dequeue, Place, release_channel, waiter_channel};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
-const OP_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const OP_TIMEOUT: Duration = Duration::from_secs(2);
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// A pub/sub connection with no channel to listen to is closed after this long.
-const IDLE_CLOSE: Duration = Duration::from_secs(30);
+pub(super) const IDLE_CLOSE: Duration = Duration::from_secs(30);
 /// After its last waiter leaves with the lock, a key's queue stays subscribed this long (up
 /// to twice as long), so a process that waits on the key again soon (a worker in a loop)
 /// neither unsubscribes and resubscribes nor waits for a confirmation each time.
-const LINGER: Duration = Duration::from_secs(1);
+pub(super) const LINGER: Duration = Duration::from_secs(1);
 /// A waiter's lease in the server queue is never shorter than this.
 const MIN_LEASE: Duration = Duration::from_millis(250);
 
@@ -61,7 +62,7 @@ const MIN_LEASE: Duration = Duration::from_millis(250);
 pub type Hook = Arc<dyn Fn(&str) -> BoxFuture<'static, ()> + Send + Sync>;
 
 pub(crate) struct Waiters {
-    cluster: Arc<Cluster>,
+    pub(super) cluster: Arc<Cluster>,
     nodes: usize,
     /// The manager's default node timeout: what a dequeue waits for each node.
     node_timeout: Duration,
@@ -394,7 +395,7 @@ impl Waiters {
 
     /// The channels to be subscribed to: those with waiters or lingering. Drops the queues
     /// whose linger is over.
-    fn wanted(&self) -> HashSet<String> {
+    pub(super) fn wanted(&self) -> HashSet<String> {
         let now = std::time::Instant::now();
         let mut st = self.state();
         let over = |kq: &Arc<KeyQueue>| {
@@ -410,7 +411,7 @@ impl Waiters {
     /// released, `q` the turn passed to us on a free lock, `?` a waiter ahead left; Redisson's
     /// channel: `0` released) on `node`. Every message wakes the head of the local queue,
     /// unless that node granted the head's last attempt.
-    fn wake(&self, node: usize, subscription: &str) {
+    pub(super) fn wake(&self, node: usize, subscription: &str) {
         let kq = self.state().by_subscription.get(subscription).cloned();
         if let Some(kq) = kq {
             kq.bump(Some(node));
@@ -418,12 +419,12 @@ impl Waiters {
     }
 
     /// Subscribed on `node` on this connection (first time, or again after a reconnect).
-    fn subscribed(&self, node: usize, channels: &[String]) {
+    pub(super) fn subscribed(&self, node: usize, channels: &[String]) {
         self.settle(node, channels.iter().map(String::as_str), true);
     }
 
     /// Already subscribed on `node`: only a waiting confirmation is settled.
-    fn already_subscribed(&self, node: usize, channels: &[String]) {
+    pub(super) fn already_subscribed(&self, node: usize, channels: &[String]) {
         self.settle(node, channels.iter().map(String::as_str), false);
     }
 
@@ -643,7 +644,10 @@ impl Waiters {
         let dequeue = &dequeue;
         futures::future::join_all(self.cluster.nodes.iter().map(|node| {
             node.run(self.node_timeout, false, move |mut conn| async move {
-                dequeue.invocation().invoke_async::<()>(&mut conn).await
+                dequeue
+                    .invocation(conn.sharded())
+                    .invoke_async::<()>(&mut conn)
+                    .await
             })
         }))
         .await;
@@ -675,20 +679,18 @@ async fn subscriber(weak: Weak<Waiters>, node: usize, mut signal: mpsc::Unbounde
                 return;
             }
         }
-        let Some(client) = weak
-            .upgrade()
-            .map(|w| w.cluster.nodes[node].client().clone())
-        else {
-            return;
-        };
-        let pubsub = match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
-            Ok(Ok(p)) => p,
-            failed => {
+        let lost = match connect(&weak, node).await {
+            None => return,
+            Some(Ok(Session::Classic(pubsub))) => {
+                backoff = MIN_BACKOFF;
+                classic(&weak, node, &mut signal, pubsub).await
+            }
+            Some(Ok(Session::Sharded(conn, pushes))) => {
+                backoff = MIN_BACKOFF;
+                super::sharded::run(&weak, node, &mut signal, conn, pushes).await
+            }
+            Some(Err(why)) => {
                 if let Some(s) = weak.upgrade() {
-                    let why = match failed {
-                        Ok(Err(e)) => e.to_string(),
-                        _ => format!("no connection within {CONNECT_TIMEOUT:?}"),
-                    };
                     let n = &s.cluster.nodes[node];
                     tracing::debug!(node = %n.name(), "pub/sub connect failed: {}", n.scrub(&why));
                     s.node_failed(node);
@@ -700,57 +702,8 @@ async fn subscriber(weak: Weak<Waiters>, node: usize, mut signal: mpsc::Unbounde
                 continue;
             }
         };
-        backoff = MIN_BACKOFF;
-        let (mut sink, mut stream) = pubsub.split();
-        let mut on_server: HashSet<String> = HashSet::new();
-        let lost = loop {
-            let Some(waiters) = weak.upgrade() else {
-                return;
-            };
-            let wanted = waiters.wanted();
-            let add: Vec<String> = wanted.difference(&on_server).cloned().collect();
-            let remove: Vec<String> = on_server.difference(&wanted).cloned().collect();
-            let kept: Vec<String> = wanted.intersection(&on_server).cloned().collect();
-            waiters.already_subscribed(node, &kept);
-            drop(waiters);
-            if !remove.is_empty() {
-                if !op(
-                    sink.unsubscribe(remove.as_slice()),
-                    &mut stream,
-                    &weak,
-                    node,
-                )
-                .await
-                {
-                    break true;
-                }
-                for c in &remove {
-                    on_server.remove(c);
-                }
-            }
-            if !add.is_empty() {
-                if !op(sink.subscribe(add.as_slice()), &mut stream, &weak, node).await {
-                    break true;
-                }
-                on_server.extend(add.iter().cloned());
-                if let Some(s) = weak.upgrade() {
-                    s.subscribed(node, &add);
-                }
-            }
-            if !add.is_empty() || !remove.is_empty() {
-                continue;
-            }
-            let idle = wanted.is_empty();
-            tokio::select! {
-                s = signal.recv() => if s.is_none() { return },
-                m = stream.next() => match m {
-                    Some(m) => deliver(&weak, node, &m),
-                    None => break true,
-                },
-                _ = tokio::time::sleep(IDLE_CLOSE), if idle => break false,
-                // Lingering queues end by themselves: look again now and then.
-                _ = tokio::time::sleep(LINGER), if !idle => {}
-            }
+        let Some(lost) = lost else {
+            return;
         };
         if !lost {
             // Nobody has waited for a while: close the connection until somebody does.
@@ -766,6 +719,98 @@ async fn subscriber(weak: Weak<Waiters>, node: usize, mut signal: mpsc::Unbounde
             return;
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// A node's pub/sub connection: a standalone server's (or a cluster seed's, for classic
+/// PUBLISH, which a cluster broadcasts to every node), or a cluster's routed RESP3 connection
+/// for sharded channels, whose messages come as push messages.
+enum Session {
+    Classic(redis::aio::PubSub),
+    Sharded(
+        redis::cluster_async::ClusterConnection,
+        mpsc::UnboundedReceiver<redis::PushInfo>,
+    ),
+}
+
+/// Opens the node's pub/sub connection; `None` when the manager is gone.
+async fn connect(weak: &Weak<Waiters>, node: usize) -> Option<Result<Session, String>> {
+    let waiters = weak.upgrade()?;
+    let n = &waiters.cluster.nodes[node];
+    if n.may_shard() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        match tokio::time::timeout(CONNECT_TIMEOUT, n.sharded_pubsub(tx)).await {
+            Ok(Some(Ok((conn, Pubsub::Sharded)))) => {
+                return Some(Ok(Session::Sharded(conn, rx)));
+            }
+            // Before Redis 7.0: classic pub/sub, as the scripts publish then.
+            Ok(Some(Ok((_, Pubsub::Classic)))) | Ok(None) => {}
+            Ok(Some(Err(e))) => return Some(Err(e.to_string())),
+            Err(_) => {
+                return Some(Err(format!("no connection within {CONNECT_TIMEOUT:?}")));
+            }
+        }
+    }
+    let client = n.client().clone();
+    drop(waiters);
+    Some(
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
+            Ok(Ok(p)) => Ok(Session::Classic(p)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no connection within {CONNECT_TIMEOUT:?}")),
+        },
+    )
+}
+
+/// Runs a classic pub/sub connection until it is lost (`Some(true)`), idle for
+/// `IDLE_CLOSE` (`Some(false)`), or the manager is gone (`None`).
+async fn classic(
+    weak: &Weak<Waiters>,
+    node: usize,
+    signal: &mut mpsc::UnboundedReceiver<()>,
+    pubsub: redis::aio::PubSub,
+) -> Option<bool> {
+    let (mut sink, mut stream) = pubsub.split();
+    let mut on_server: HashSet<String> = HashSet::new();
+    loop {
+        let waiters = weak.upgrade()?;
+        let wanted = waiters.wanted();
+        let add: Vec<String> = wanted.difference(&on_server).cloned().collect();
+        let remove: Vec<String> = on_server.difference(&wanted).cloned().collect();
+        let kept: Vec<String> = wanted.intersection(&on_server).cloned().collect();
+        waiters.already_subscribed(node, &kept);
+        drop(waiters);
+        if !remove.is_empty() {
+            if !op(sink.unsubscribe(remove.as_slice()), &mut stream, weak, node).await {
+                return Some(true);
+            }
+            for c in &remove {
+                on_server.remove(c);
+            }
+        }
+        if !add.is_empty() {
+            if !op(sink.subscribe(add.as_slice()), &mut stream, weak, node).await {
+                return Some(true);
+            }
+            on_server.extend(add.iter().cloned());
+            if let Some(s) = weak.upgrade() {
+                s.subscribed(node, &add);
+            }
+        }
+        if !add.is_empty() || !remove.is_empty() {
+            continue;
+        }
+        let idle = wanted.is_empty();
+        tokio::select! {
+            s = signal.recv() => { s?; }
+            m = stream.next() => match m {
+                Some(m) => deliver(weak, node, &m),
+                None => return Some(true),
+            },
+            _ = tokio::time::sleep(IDLE_CLOSE), if idle => return Some(false),
+            // Lingering queues end by themselves: look again now and then.
+            _ = tokio::time::sleep(LINGER), if !idle => {}
+        }
     }
 }
 

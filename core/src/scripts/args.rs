@@ -71,7 +71,8 @@ pub struct Acquire<'a> {
 }
 
 impl Acquire<'_> {
-    pub(crate) fn invocation(&self) -> ScriptInvocation<'static> {
+    /// `sharded`: the node is a Redis Cluster with sharded pub/sub (its wake-ups SPUBLISH).
+    pub(crate) fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = ACQUIRE.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
@@ -82,14 +83,15 @@ impl Acquire<'_> {
         inv.arg(self.bound_ms)
             .arg(self.wake_prefix)
             .arg(self.grace_ms)
-            .arg(flag(self.quiet));
+            .arg(flag(self.quiet))
+            .arg(flag(sharded));
         inv
     }
 
     /// The same as one `EVALSHA` command, for a caller with connections of its own (the
     /// benchmark's mirror of the wire): the script must be loaded there.
-    pub fn command(&self) -> Cmd {
-        let mut cmd = evalsha(&ACQUIRE, 5, 15, 0);
+    pub fn command(&self, sharded: bool) -> Cmd {
+        let mut cmd = evalsha(&ACQUIRE, 5, 16, 0);
         let n = self.names;
         cmd.arg(self.key)
             .arg(&n.fence)
@@ -103,7 +105,8 @@ impl Acquire<'_> {
         cmd.arg(self.bound_ms)
             .arg(self.wake_prefix)
             .arg(self.grace_ms)
-            .arg(flag(self.quiet));
+            .arg(flag(self.quiet))
+            .arg(flag(sharded));
         cmd
     }
 }
@@ -171,7 +174,7 @@ pub(crate) struct Undo<'a> {
 }
 
 impl Undo<'_> {
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = UNDO.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
@@ -181,7 +184,8 @@ impl Undo<'_> {
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms)
-            .arg(self.bound_ms);
+            .arg(self.bound_ms)
+            .arg(flag(sharded));
         inv
     }
 }
@@ -211,11 +215,11 @@ impl<'a> Dequeue<'a> {
         }
     }
 
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = DEQUEUE.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
-        inv.arg(self.id).arg(&self.wake_prefix);
+        inv.arg(self.id).arg(&self.wake_prefix).arg(flag(sharded));
         inv
     }
 }
@@ -241,23 +245,24 @@ impl Release<'_> {
         run_script(&RELEASE, cmd, conn).await
     }
 
-    /// Sized up front: built without regrowing its buffers.
-    pub fn command(&self) -> Cmd {
+    /// Sized up front: built without regrowing its buffers. `sharded`: SPUBLISH (a Redis
+    /// Cluster with sharded pub/sub).
+    pub fn command(&self, sharded: bool) -> Cmd {
         let (key, token) = (self.key, self.token);
         let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
         let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
         let names = queue.len() + prefix.len();
         let mut cmd = if self.contended {
             let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
-            let mut cmd = evalsha(&RELEASE, 4, 7, bytes);
+            let mut cmd = evalsha(&RELEASE, 4, 8, bytes + 1);
             cmd.arg(key).arg(queue).arg(leases).arg(since);
             cmd
         } else {
-            let mut cmd = evalsha(&RELEASE, 2, 4, key.len() + names + token.len());
+            let mut cmd = evalsha(&RELEASE, 2, 5, key.len() + names + token.len() + 1);
             cmd.arg(key).arg(queue);
             cmd
         };
-        cmd.arg(token).arg(prefix);
+        cmd.arg(token).arg(prefix).arg(flag(sharded));
         if self.contended {
             cmd.arg(self.quiet_bound_ms);
         }
@@ -275,12 +280,13 @@ pub(crate) struct ReleaseReentrant<'a> {
 }
 
 impl ReleaseReentrant<'_> {
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = RELEASE_REENTRANT.prepare_invoke();
         inv.key(self.key)
             .arg(self.field)
             .arg(self.ttl_ms)
-            .arg(self.channel);
+            .arg(self.channel)
+            .arg(flag(sharded));
         inv
     }
 }

@@ -171,7 +171,7 @@ class LockManager:
 
     ``nodes`` is a list of URLs (``redis://``, ``rediss://``, ``unix://``) or one
     comma-separated string; left out, ``FERROLOCK_NODES``, else ``redis://127.0.0.1:6379``.
-    Other keyword options (``tls_ca``, ``restart_guard``, and any lock option such as ``ttl``
+    Other keyword options (``tls_ca``, ``restart_guard``, ``sharded_pubsub``, and any lock option such as ``ttl``
     or ``wait``) set this manager's defaults; every lock may override the lock options.
     Durations are seconds (int/float) or ``datetime.timedelta``.
     """
@@ -246,7 +246,7 @@ class LockManager:
 def redlock(key: str, **options: Any) -> LockContext:
     """``with redlock(key, **options) as lock:`` (or ``async with``).
 
-    Connection options (``nodes``, ``tls_ca``, ``restart_guard``) pick a manager shared by
+    Connection options (``nodes``, ``tls_ca``, ``restart_guard``, ``sharded_pubsub``) pick a manager shared by
     every ``redlock()`` call with the same ones, so a loop does not open new connections; the
     other options (``ttl``, ``wait``, ``reentrant``, ``fencing``, ``watchdog``, ``max_hold``,
     ``max_extensions``, ``retry_delay``, ``drift_factor``, ``node_timeout``, ``interrupt``)

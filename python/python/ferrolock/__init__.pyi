@@ -56,6 +56,7 @@ class _LockOptions(TypedDict, total=False):
 class _ConnectionOptions(_LockOptions, total=False):
     tls_ca: str | os.PathLike[str] | None
     restart_guard: _Seconds | None
+    sharded_pubsub: bool
 
 class _RedlockOptions(_ConnectionOptions, total=False):
     nodes: str | Sequence[str] | None

@@ -1,0 +1,188 @@
+//! Sharded pub/sub wake-ups on a Redis Cluster (7.0+): the waiters' channels carry their key's
+//! hash tag, so each is SSUBSCRIBEd on the primary of the key's slot, through redis-rs's routed
+//! RESP3 cluster connection (its messages come as push messages), and the scripts SPUBLISH
+//! there. A message then reaches that shard only, where classic PUBLISH crosses the whole
+//! cluster bus.
+//!
+//! When a node loses a slot (a migration, a failover), Redis 7.0 tells its sharded subscribers
+//! `sunsubscribe` for the slot's channels and redis-rs forgets them. A channel that still has
+//! waiters is subscribed again (redis-rs routes it to the slot's new primary), and that
+//! confirmation, like any resubscription, wakes the head to re-check: a release published
+//! while nobody listened is not missed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Weak;
+
+use futures::future::join_all;
+use redis::cluster_async::ClusterConnection;
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::mpsc;
+
+use super::waiters::{IDLE_CLOSE, LINGER, OP_TIMEOUT, Waiters};
+
+/// Runs a sharded pub/sub connection until it is lost (`Some(true)`), idle for `IDLE_CLOSE`
+/// (`Some(false)`), or the manager is gone (`None`).
+pub(super) async fn run(
+    weak: &Weak<Waiters>,
+    node: usize,
+    signal: &mut mpsc::UnboundedReceiver<()>,
+    conn: ClusterConnection,
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+) -> Option<bool> {
+    let mut shard = Shard {
+        weak,
+        node,
+        on_server: HashSet::new(),
+        ours: HashMap::new(),
+    };
+    loop {
+        let waiters = weak.upgrade()?;
+        let wanted = waiters.wanted();
+        let add: Vec<String> = wanted.difference(&shard.on_server).cloned().collect();
+        let remove: Vec<String> = shard.on_server.difference(&wanted).cloned().collect();
+        let kept: Vec<String> = wanted.intersection(&shard.on_server).cloned().collect();
+        waiters.already_subscribed(node, &kept);
+        drop(waiters);
+        if !remove.is_empty() {
+            if !shard.change(&conn, &mut pushes, &remove, false).await {
+                return Some(true);
+            }
+            for c in &remove {
+                shard.on_server.remove(c);
+            }
+        }
+        if !add.is_empty() {
+            if !shard.change(&conn, &mut pushes, &add, true).await {
+                return Some(true);
+            }
+            shard.on_server.extend(add.iter().cloned());
+            if let Some(s) = weak.upgrade() {
+                s.subscribed(node, &add);
+            }
+        }
+        if !add.is_empty() || !remove.is_empty() {
+            continue;
+        }
+        let idle = wanted.is_empty();
+        tokio::select! {
+            s = signal.recv() => { s?; }
+            p = pushes.recv() => match p {
+                Some(p) => if !shard.push(p) { return Some(true) },
+                None => return Some(true),
+            },
+            _ = tokio::time::sleep(IDLE_CLOSE), if idle => return Some(false),
+            // Lingering queues end by themselves: look again now and then.
+            _ = tokio::time::sleep(LINGER), if !idle => {}
+        }
+    }
+}
+
+struct Shard<'a> {
+    weak: &'a Weak<Waiters>,
+    node: usize,
+    /// The channels we asked for and saw confirmed.
+    on_server: HashSet<String>,
+    /// Confirmations of our own (un)subscribes still to come as pushes, by (channel,
+    /// subscribed): a push that is not one of them came from the server (a lost slot) or from
+    /// redis-rs (its resubscription after a reconnect).
+    ours: HashMap<(String, bool), u32>,
+}
+
+impl Shard<'_> {
+    /// SSUBSCRIBEs (`subscribe`) or SUNSUBSCRIBEs `channels`, one command each (redis-rs
+    /// routes a command by its first channel, and the channels are in different slots),
+    /// handling the pushes that arrive meanwhile. False: the connection is unusable.
+    async fn change(
+        &mut self,
+        conn: &ClusterConnection,
+        pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+        channels: &[String],
+        subscribe: bool,
+    ) -> bool {
+        for c in channels {
+            *self.ours.entry((c.clone(), subscribe)).or_default() += 1;
+        }
+        let each = join_all(channels.iter().map(|c| {
+            let mut conn = conn.clone();
+            async move {
+                if subscribe {
+                    conn.ssubscribe(c).await
+                } else {
+                    conn.sunsubscribe(c).await
+                }
+            }
+        }));
+        tokio::pin!(each);
+        let timeout = tokio::time::sleep(OP_TIMEOUT);
+        tokio::pin!(timeout);
+        loop {
+            tokio::select! {
+                results = &mut each => {
+                    let failed = results.into_iter().find_map(|r| r.err());
+                    if let (Some(e), Some(s)) = (&failed, self.weak.upgrade()) {
+                        let n = &s.cluster.nodes[self.node];
+                        tracing::debug!(node = %n.name(), "sharded (un)subscribe failed: {}", n.scrub(&e.to_string()));
+                    }
+                    return failed.is_none();
+                }
+                p = pushes.recv() => match p {
+                    Some(p) => if !self.push(p) { return false },
+                    None => return false,
+                },
+                _ = &mut timeout => return false,
+            }
+        }
+    }
+
+    /// One push message. False: the connection was lost.
+    fn push(&mut self, p: PushInfo) -> bool {
+        let channel = || match p.data.first() {
+            Some(Value::BulkString(b)) => String::from_utf8(b.clone()).ok(),
+            _ => None,
+        };
+        match p.kind {
+            PushKind::SMessage => {
+                if let (Some(c), Some(s)) = (channel(), self.weak.upgrade()) {
+                    s.wake(self.node, &c);
+                }
+            }
+            PushKind::SSubscribe | PushKind::SUnsubscribe => {
+                let subscribed = p.kind == PushKind::SSubscribe;
+                let Some(c) = channel() else {
+                    return true;
+                };
+                let key = (c, subscribed);
+                if let Some(n) = self.ours.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.ours.remove(&key);
+                    }
+                    return true;
+                }
+                let (c, _) = key;
+                if !self.on_server.contains(&c) {
+                    return true;
+                }
+                let Some(s) = self.weak.upgrade() else {
+                    return true;
+                };
+                if subscribed {
+                    // redis-rs subscribed it again after a reconnect: publishes in between
+                    // were lost, so the head re-checks.
+                    s.subscribed(self.node, std::slice::from_ref(&c));
+                } else {
+                    // The node lost the channel's slot: subscribe again (the next reconcile),
+                    // whose confirmation wakes the head to re-check.
+                    let n = &s.cluster.nodes[self.node];
+                    tracing::debug!(node = %n.name(), channel = %c, "shard channel unsubscribed by the server (its slot moved); subscribing again");
+                    self.on_server.remove(&c);
+                }
+            }
+            // A node's connection closed: redis-rs reconnects it, but what was published
+            // meanwhile is gone; start over on a new connection.
+            PushKind::Disconnection => return false,
+            _ => {}
+        }
+        true
+    }
+}
