@@ -272,7 +272,10 @@ async fn a_waiters_attempt_refused_by_a_node_that_then_releases_does_not_wait_fo
         .ttl(Duration::from_secs(30))
         .node_timeout(ms(2_000))
         .retry_delay(Duration::from_secs(10))
-        .wait(Some(Duration::from_secs(20)));
+        // The waiter queues at its first attempt after joining: once its subscription is
+        // confirmed, or else after a retry delay (jittered, up to 15 s), which a loaded
+        // machine reached (the waiter gave up at a 20 s wait before it queued on every node).
+        .wait(Some(Duration::from_secs(60)));
     let holder_urls = vec![
         cluster.servers[0].url(),
         proxy.url(),
@@ -289,7 +292,7 @@ async fn a_waiters_attempt_refused_by_a_node_that_then_releases_does_not_wait_fo
     });
     let queue = queue_key(&key);
     let servers = &cluster.servers;
-    let end = Instant::now() + Duration::from_secs(30);
+    let end = Instant::now() + Duration::from_secs(60);
     while !tokio::task::block_in_place(|| {
         servers
             .iter()
