@@ -176,9 +176,10 @@ fn a_blocking_release_on_three_nodes_runs_after_a_slow_nodes_grant() {
 async fn a_release_returns_once_a_quorum_released_while_a_node_is_paused() {
     let _serial = serial();
     let cluster = Cluster::start(3);
+    // Loss margin 2 x 20 s under a third of the ttl.
     let o = opts()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(ms(2_000))
+        .ttl(Duration::from_secs(300))
+        .node_timeout(ms(20_000))
         .wait(Some(Duration::ZERO));
     let m = manager(&cluster.urls(), o);
     let key = unique_key("release-quorum-first");
@@ -188,9 +189,9 @@ async fn a_release_returns_once_a_quorum_released_while_a_node_is_paused() {
     let started = Instant::now();
     let released = lock.release().await;
     let took = started.elapsed();
-    // A deadline far from the 2 s node timeout the paused node would cost, not a speed claim.
+    // A deadline far from the 20 s node timeout the paused node would cost, not a speed claim.
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(10),
         "release waited for the paused node: {took:?}"
     );
     assert!(released.unwrap());
@@ -212,11 +213,14 @@ async fn a_hand_off_between_two_tasks_of_one_manager_completes_while_a_node_is_p
     let _serial = serial();
     let cluster = Cluster::start(3);
     // Long retry delay and ttl: the waiter attempts only when it is told.
+    // A node timeout far above what the hand-off needs, so the bound below tells "waited for
+    // the paused node" from "slow machine" (loss margin 2 x 20 s under a third of the ttl).
     let o = opts()
-        .ttl(Duration::from_secs(30))
-        .node_timeout(ms(2_000))
+        .ttl(Duration::from_secs(300))
+        .node_timeout(ms(20_000))
         .retry_delay(Duration::from_secs(10))
-        .wait(Some(Duration::from_secs(20)));
+        // Its first queued attempt may wait a jittered retry delay (up to 15 s).
+        .wait(Some(Duration::from_secs(60)));
     let m = manager(&cluster.urls(), o);
     let key = unique_key("hand-off-paused");
     let holder = m.acquire(&key).await.unwrap();
@@ -230,7 +234,7 @@ async fn a_hand_off_between_two_tasks_of_one_manager_completes_while_a_node_is_p
     tokio::task::block_in_place(|| {
         wait_for(
             "the waiter never queued on every node",
-            Duration::from_secs(10),
+            Duration::from_secs(60),
             || {
                 servers
                     .iter()
@@ -242,14 +246,14 @@ async fn a_hand_off_between_two_tasks_of_one_manager_completes_while_a_node_is_p
 
     let started = Instant::now();
     assert!(holder.release().await.unwrap());
-    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+    let next = tokio::time::timeout(Duration::from_secs(60), waiter)
         .await
         .expect("the waiter never got the lock")
         .unwrap()
         .expect("the waiter's acquire failed");
     let took = started.elapsed();
     assert!(
-        took < Duration::from_secs(1),
+        took < Duration::from_secs(10),
         "the hand-off waited for the paused node: {took:?}"
     );
     assert!(next.is_held());
