@@ -46,7 +46,8 @@ def test_ctrl_c_interrupts_a_blocked_acquire(node: RedisNode, key: str) -> None:
         child.proc.send_signal(signal.SIGINT)
         child.expect_prefix("interrupted", timeout=10)
         elapsed = time.monotonic() - sent
-        assert elapsed < 2.0, elapsed
+        # Far below the 60 s the wait would otherwise last (the key's ttl), not a speed claim.
+        assert elapsed < 10.0, elapsed
         assert child.wait(15) == 42, child.err
         assert r.get(key) == "someone-else"
     finally:
