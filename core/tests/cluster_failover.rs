@@ -130,3 +130,150 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
         m.__cluster_renewals()
     );
 }
+
+/// What a cluster user needs besides its own lock names (README, "Redis Cluster"; the test
+/// checks the README states it word for word): the lock commands, `ping`, `cluster|slots` and
+/// `asking` for the cluster client's routing, the `ferrolock:*` keys, and the two channel
+/// patterns (Redis 7 gives a new user no channel at all).
+const CLUSTER_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
+     -@all +get +set +del +exists +pexpire +pttl +evalsha +script|load +publish +subscribe \
+     +unsubscribe +hexists +hincrby +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
+     +zscore +time +ping +cluster|slots +asking";
+
+const LOCKER_PASSWORD: &str = "locker-secret";
+
+/// The ACL file line of the test's cluster user: its lock names are `lock:*`.
+fn locker_acl() -> String {
+    format!("user locker on >{LOCKER_PASSWORD} ~lock:* {CLUSTER_USER_RULES}")
+}
+
+/// `cluster.url()` as the user `locker`.
+fn locker_url(cluster: &RedisCluster) -> String {
+    format!(
+        "redis+cluster://locker:{LOCKER_PASSWORD}@127.0.0.1:{}",
+        cluster.nodes[0].port()
+    )
+}
+
+/// Until some channel starting `prefix` is subscribed on `node` (bound: a failure bound).
+async fn subscribed(node: &RedisServer, prefix: &str) {
+    let pattern = format!("{prefix}*");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let channels: Vec<String> = node.cmd(&["PUBSUB", "CHANNELS", &pattern]);
+        if !channels.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody subscribed to {pattern} on port {}",
+            node.port()
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Issue 19: a user with only the README's ACL for a cluster (defined on every node, replicas
+/// included) acquires, waits and is woken, renews, releases, re-enters and fences; a key
+/// outside its patterns is refused, so the ACL is in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        acl_users: vec![locker_acl()],
+        ..ClusterOptions::default()
+    });
+    // On every node, replicas included.
+    for n in &cluster.nodes {
+        let users: Vec<String> = n.cmd(&["ACL", "USERS"]);
+        assert!(
+            users.iter().any(|u| u == "locker"),
+            "port {}: {users:?}",
+            n.port()
+        );
+    }
+    let url = locker_url(&cluster);
+    let ttl = Duration::from_millis(1500);
+    let holder = manager(
+        std::slice::from_ref(&url),
+        LockOptions::default().ttl(ttl).fencing(true),
+    );
+    // Refused by the ACL (not a lock name of this user): a Redis error.
+    let err = holder.try_acquire("other:1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(
+        err.to_string()
+            .contains("permissions to access one of the keys"),
+        "{err}"
+    );
+    // A key whose primary is not the seed (nodes[0], where the waiter subscribes).
+    let key = (0..)
+        .map(|i| format!("lock:acl:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let primary = cluster.primary_for_key(&key);
+    let lock = holder.acquire(&key).await.unwrap();
+    assert!(lock.fence().is_some());
+    // Renewed: three ttls.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(lock.is_held(), "{:?}", lock.check());
+    assert_eq!(get(primary, &key).as_deref(), Some(lock.token()));
+    // Wait and wake: without the wake-up the waiter's next poll is 60 s away.
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .ttl(Duration::from_secs(120))
+            .retry_delay(Duration::from_secs(60)),
+    );
+    let k = key.clone();
+    let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+    subscribed(
+        &cluster.nodes[0],
+        &ferrolock::__wire::waiter_channel_prefix(&key),
+    )
+    .await;
+    let fence = lock.fence().unwrap();
+    assert!(lock.release().await.unwrap());
+    let (next, waiting) = tokio::time::timeout(Duration::from_secs(45), waiter)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(get(primary, &key).as_deref(), Some(next.token()));
+    assert!(next.release().await.unwrap());
+    assert_eq!(get(primary, &key), None);
+    // Fencing goes on from the counter.
+    let fenced = holder.acquire(&key).await.unwrap();
+    assert_eq!(fenced.fence(), Some(fence + 1));
+    fenced.release().await.unwrap();
+    // Reentrant: Redisson's hash, and the waiter on Redisson's channel is woken.
+    let ropts = opts().reentrant(true);
+    let outer = holder.acquire_owned(&key, 1, &ropts).await.unwrap();
+    let inner = holder.acquire_owned(&key, 1, &ropts).await.unwrap();
+    let k = key.clone();
+    let rwaiter = tokio::spawn(async move {
+        let o = opts().reentrant(true).retry_delay(Duration::from_secs(60));
+        waiting.acquire_owned(&k, 2, &o).await
+    });
+    subscribed(&cluster.nodes[0], "redisson_lock__channel:").await;
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let other = tokio::time::timeout(Duration::from_secs(45), rwaiter)
+        .await
+        .expect("the reentrant waiter was not woken")
+        .unwrap()
+        .unwrap();
+    other.release().await.unwrap();
+    assert!(!primary.cmd::<bool>(&["EXISTS", &key]));
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    assert!(
+        readme
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(CLUSTER_USER_RULES),
+        "the README's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
+    );
+}
