@@ -1,6 +1,5 @@
 //! Issue 19 on real local clusters: a graceful failover under a held lock, the ACL a cluster
-//! user needs, Redlock over three independent clusters, and `redis-cli --cluster reshard`
-//! under a held lock. Every test starts its own cluster(s) and runs alone (`serial`).
+//! user needs, and Redlock over three independent clusters. Every test starts its own cluster(s) and runs alone (`serial`).
 // A std mutex held across awaits on purpose: every test has its own runtime.
 #![allow(clippy::await_holding_lock)]
 
@@ -275,5 +274,74 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
             .join(" ")
             .contains(CLUSTER_USER_RULES),
         "the README's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
+    );
+}
+
+/// Issue 19: Redlock over three independent single-primary clusters (N = 3 nodes, each a
+/// `redis+cluster://` URL, quorum 2): a grant writes the key on every cluster and excludes a
+/// second manager; with one cluster down a grant still comes from the other two (and still
+/// excludes); with two down there is no quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_three_single_primary_clusters_survives_one_down() {
+    let _serial = serial();
+    let single = || {
+        RedisCluster::start_with(ClusterOptions {
+            primaries: 1,
+            ..ClusterOptions::default()
+        })
+    };
+    let mut clusters = [single(), single(), single()];
+    let urls: Vec<String> = clusters.iter().map(RedisCluster::url).collect();
+    assert!(urls.iter().all(|u| u.starts_with("redis+cluster://")));
+    for c in &clusters {
+        let info: String = c.nodes[0].cmd(&["CLUSTER", "INFO"]);
+        assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+    }
+    let quick = opts().node_timeout(ms(500)).wait(Some(Duration::ZERO));
+    let m1 = manager(&urls, quick.clone());
+    let m2 = manager(&urls, quick.clone());
+    assert_eq!(m1.quorum(), 2);
+    let key = "redlock:{across}:clusters".to_string();
+    let lock = m1.acquire(&key).await.unwrap();
+    for c in &clusters {
+        assert_eq!(get(&c.nodes[0], &key).as_deref(), Some(lock.token()));
+    }
+    let err = m2.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(lock.release().await.unwrap());
+    for c in &clusters {
+        assert_eq!(get(&c.nodes[0], &key), None);
+    }
+    // One cluster down (its only node killed): 2 of 3 is a quorum.
+    clusters[1].nodes[0].kill();
+    assert!(!clusters[1].nodes[0].is_running());
+    let lock = m1.acquire(&key).await.unwrap();
+    for i in [0, 2] {
+        assert_eq!(
+            get(&clusters[i].nodes[0], &key).as_deref(),
+            Some(lock.token())
+        );
+    }
+    let err = m2.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    // A fresh manager too (it never reached the dead cluster).
+    let err = manager(&urls, quick.clone())
+        .try_acquire(&key)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(lock.release().await.unwrap());
+    let again = m2.acquire(&key).await.unwrap();
+    again.release().await.unwrap();
+    // Two down: no quorum, named.
+    clusters[2].nodes[0].kill();
+    let err = m1.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    assert!(err.to_string().contains(&urls[1]), "{err}");
+    assert!(err.to_string().contains(&urls[2]), "{err}");
+    assert_eq!(
+        get(&clusters[0].nodes[0], &key),
+        None,
+        "the undo released it"
     );
 }

@@ -1,7 +1,7 @@
 //! A real Redis Cluster on loopback: N primaries (and optionally replicas), each a
 //! `RedisServer` with its own port, free bus port (+10000), directory and `nodes.conf`.
 
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -183,31 +183,42 @@ impl RedisCluster {
     }
 
     /// `redis-cli --cluster reshard`: moves `slots` slots (its lowest first) from primary
-    /// `from` to primary `to`, keys included, then waits until every node agrees on the new
-    /// owners. Returns redis-cli's output.
-    pub fn reshard(&self, from: &RedisServer, to: &RedisServer, slots: usize) -> String {
+    /// `from` to primary `to`, keys included, `pipeline` keys per MIGRATE, then waits until
+    /// every node agrees on the new owners. Returns redis-cli's output.
+    pub fn reshard(
+        &self,
+        from: &RedisServer,
+        to: &RedisServer,
+        slots: usize,
+        pipeline: usize,
+    ) -> String {
+        self.start_reshard(from, to, slots, pipeline).finish(self)
+    }
+
+    /// `reshard`, running: pause it (SIGSTOP) to hold a slot in the migrating state.
+    pub fn start_reshard(
+        &self,
+        from: &RedisServer,
+        to: &RedisServer,
+        slots: usize,
+        pipeline: usize,
+    ) -> Reshard {
         let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
-        let out = Command::new("redis-cli")
+        let child = Command::new("redis-cli")
             .arg("--cluster")
             .arg("reshard")
             .arg(format!("127.0.0.1:{}", from.port()))
             .args(["--cluster-from", &id(from)])
             .args(["--cluster-to", &id(to)])
             .args(["--cluster-slots", &slots.to_string()])
+            .args(["--cluster-pipeline", &pipeline.to_string()])
             .arg("--cluster-yes")
-            .output()
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .expect("run redis-cli --cluster reshard");
-        let text = format!(
-            "{}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster reshard failed: {text}"
-        );
-        self.wait_ready();
-        text
+        Reshard { child: Some(child) }
     }
 
     /// The slot ranges `node` serves, as the first running node sees them.
@@ -328,6 +339,66 @@ impl RedisCluster {
             .iter()
             .position(|n| n.port() == port)
             .expect("a node of this cluster")
+    }
+}
+
+/// A running `redis-cli --cluster reshard`; killed on drop if not finished.
+pub struct Reshard {
+    child: Option<Child>,
+}
+
+impl Reshard {
+    /// SIGSTOP: the slot being moved stays in the migrating state until `resume`.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("running");
+        // SAFETY: plain syscall on our own child, not reaped yet (so its pid is not reused).
+        let sent = unsafe { libc::kill(child.id() as libc::pid_t, sig) } == 0;
+        assert!(
+            sent,
+            "signal {sig} to redis-cli: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits for redis-cli to exit (it must succeed), then for every node to agree on the
+    /// new owners. Returns its output.
+    pub fn finish(mut self, cluster: &RedisCluster) -> String {
+        let out = self
+            .child
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait for redis-cli");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard failed: {text}"
+        );
+        cluster.wait_ready();
+        text
+    }
+}
+
+impl Drop for Reshard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
