@@ -1,5 +1,6 @@
 //! Issue 19 on real local clusters: a graceful failover under a held lock, the ACL a cluster
-//! user needs, and Redlock over three independent clusters. Every test starts its own cluster(s) and runs alone (`serial`).
+//! user needs, Redlock over three independent clusters, and `redis-cli --cluster reshard`
+//! under a held lock. Every test starts its own cluster(s) and runs alone (`serial`).
 // A std mutex held across awaits on purpose: every test has its own runtime.
 #![allow(clippy::await_holding_lock)]
 
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolock::{ErrorKind, LockManager, LockOptions};
-use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, role};
+use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot, role};
 
 /// A competitor that tries `key` every 50 ms (each try a fresh attempt, never waiting) until
 /// stopped, and panics if it is ever granted. Returns how many tries were refused as busy
@@ -344,4 +345,156 @@ async fn redlock_over_three_single_primary_clusters_survives_one_down() {
         None,
         "the undo released it"
     );
+}
+
+/// A hash tag whose slot is `slot`.
+fn key_slot_tag(slot: u16) -> String {
+    (0..)
+        .map(|i| format!("t{i}"))
+        .find(|t| key_slot(t) == slot)
+        .unwrap()
+}
+
+/// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary)
+/// to another primary while the watchdog renews locks on the source, as the README's cluster
+/// user: the watched lock and 100 more in its slot, 100 spread over the moved slots, and 2,000
+/// in the source's other slots, which stay. The watched slot carries 400 ballast keys of
+/// 64 KB, so its migration (one key per MIGRATE) is slow enough to pause redis-cli half-way
+/// (SIGSTOP) and keep the slot migrating over four renewal ticks: the source's pipeline then
+/// fails whole (redis-rs redirects a pipeline whole, on the first ASK), the watchdog halves it
+/// down to the migrating slot, whose locks already moved answer ASK and are renewed alone
+/// (which needs `asking`). The slot moves (the fault happened: its owner changes), nothing is
+/// lost (every lock held, on its new owner, three ttls later), and a rival is refused
+/// throughout. (Seen failing before the halving: every lock of the source renewed alone each
+/// tick, 2,200 requests that overran the renewal timeout, and the watched lock was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twice() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        acl_users: vec![locker_acl()],
+        ..ClusterOptions::default()
+    });
+    let url = locker_url(&cluster);
+    let (source, target) = (&cluster.primaries()[0], &cluster.primaries()[1]);
+    let first = cluster.slots_of(source)[0].0;
+    const MOVED: u16 = 200;
+    let moved = first..first + MOVED;
+    let slot = first + MOVED / 2;
+    let key = (0..)
+        .map(|i| format!("lock:held:{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    let tag = key_slot_tag(slot);
+    let hot: Vec<String> = (0..100).map(|i| format!("lock:{{{tag}}}:{i}")).collect();
+    let spread: Vec<String> = (0..)
+        .map(|i| format!("lock:moved:{i}"))
+        .filter(|k| moved.contains(&key_slot(k)) && key_slot(k) != slot)
+        .take(100)
+        .collect();
+    let stays: Vec<String> = (0..)
+        .map(|i| format!("lock:stays:{i}"))
+        .filter(|k| {
+            let s = key_slot(k);
+            !moved.contains(&s)
+                && cluster
+                    .slots_of(source)
+                    .iter()
+                    .any(|r| (r.0..=r.1).contains(&s))
+        })
+        .take(2000)
+        .collect();
+    let ballast = vec![b'x'; 64 * 1024];
+    let mut admin = source.client();
+    let mut pipe = redis::pipe();
+    for i in 0..400 {
+        pipe.set(format!("ballast:{{{tag}}}:{i}"), &ballast)
+            .ignore();
+    }
+    pipe.query::<()>(&mut admin).unwrap();
+    let ttl = Duration::from_millis(1500);
+    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    let lock = m.acquire(&key).await.unwrap();
+    let mut held = Vec::new();
+    for chunk in hot
+        .chunks(100)
+        .chain(spread.chunks(100))
+        .chain(stays.chunks(250))
+    {
+        let got = futures::future::join_all(chunk.iter().map(|k| m.acquire(k))).await;
+        for (k, l) in chunk.iter().zip(got) {
+            held.push((k.clone(), l.unwrap_or_else(|e| panic!("{k}: {e}"))));
+        }
+    }
+    assert_eq!(cluster.primary_for_key(&key).port(), source.port());
+    let rival = Rival::start(rival_manager(&url), &key, "during the reshard");
+    let in_slot = (400 + hot.len() + 1) as i64;
+    let (alone_before, splits_before) = (m.__cluster_renewals()[3], m.__cluster_renewal_splits());
+    let reshard = cluster.start_reshard(source, target, MOVED as usize, 1);
+    // Paused half-way through the watched slot: some of its keys moved, some not.
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left: i64 = redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query(&mut admin)
+                .unwrap();
+            if left < in_slot - 100 {
+                assert!(left > 100, "missed the slot's migration ({left} keys left)");
+                reshard.pause();
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the reshard never reached slot {slot}"
+            );
+        }
+    });
+    let nodes: String = source.cmd(&["CLUSTER", "NODES"]);
+    assert!(
+        nodes.contains(&format!("[{slot}->-")),
+        "slot {slot} not migrating: {nodes}"
+    );
+    let moved_so_far: i64 = target.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    // Four renewal periods in the migrating state.
+    tokio::time::sleep(ttl * 4 / 3).await;
+    assert!(lock.is_held(), "lost while migrating: {:?}", lock.check());
+    let (alone, splits) = (m.__cluster_renewals()[3], m.__cluster_renewal_splits());
+    reshard.resume();
+    let out = tokio::task::block_in_place(|| reshard.finish(&cluster));
+    let resharded = Instant::now();
+    // The fault happened: the slot (and its keys) now live on the target.
+    assert!(out.contains(&format!("Moving slot {slot} ")), "{out}");
+    assert_eq!(cluster.primary_for_key(&key).port(), target.port());
+    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    assert_eq!(left, 0);
+    while resharded.elapsed() < ttl * 3 {
+        assert!(lock.is_held(), "lost after the reshard: {:?}", lock.check());
+        tokio::time::sleep(ms(100)).await;
+    }
+    let (busy, errors) = rival.stop().await;
+    assert!(busy > 0, "never refused as busy: {errors:?}");
+    assert_eq!(get(target, &key).as_deref(), Some(lock.token()));
+    for (k, l) in &held {
+        assert!(l.is_held(), "{k}: {:?}", l.check());
+        let owner = cluster.primary_for_key(k);
+        assert_eq!(get(owner, k).as_deref(), Some(l.token()), "{k}");
+    }
+    let renewals = m.__cluster_renewals();
+    eprintln!(
+        "{moved_so_far} keys of slot {slot} moved at the pause; rival refused {busy} times, {} other errors (first {:?}); renewals [ticks, pipelines, piped, alone]: {renewals:?}, while paused: {} alone, {} pipelines halved",
+        errors.len(),
+        errors.first(),
+        alone - alone_before,
+        splits - splits_before
+    );
+    assert!(
+        splits > splits_before,
+        "the source's pipeline never failed whole while the slot migrated: {renewals:?}"
+    );
+    assert!(lock.release().await.unwrap());
+    for (_, l) in held {
+        assert!(l.release().await.unwrap());
+    }
+    assert_eq!(get(target, &key), None);
 }
