@@ -164,6 +164,13 @@ impl LockManager {
         [&c.ticks, &c.pipelines, &c.piped, &c.alone].map(|n| n.load(Ordering::Relaxed))
     }
 
+    /// Test hook: cluster renewal pipelines that failed whole and were sent again halved.
+    #[doc(hidden)]
+    pub fn __cluster_renewal_splits(&self) -> u64 {
+        let c = self.shared.watchdog.cluster_renewals();
+        c.split.load(Ordering::Relaxed)
+    }
+
     /// Test hook: runs between a failed first attempt and the waiter's subscription.
     #[doc(hidden)]
     pub fn __set_hook_before_subscribe(&self, hook: Option<Hook>) {

@@ -599,12 +599,15 @@ impl Node {
         })
     }
 
+    /// A cluster none of whose nodes the client can reach (`ClusterConnectionNotFound`) did not
+    /// answer, like a server that refuses connections.
     fn classify(&self, e: &redis::RedisError) -> NodeError {
         let text = scrub(&e.to_string(), self.password.as_deref());
         if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()
             || e.is_connection_dropped()
+            || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         {
             NodeError::Unreachable(text)
         } else {

@@ -298,8 +298,9 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
 /// A cluster's renewals: one routed pipeline per primary, grouped by the slot map last read
 /// (a cluster refuses a pipeline whose keys span slots it does not serve). An entry that
 /// comes back as an error (MOVED or ASK while a slot moves, TRYAGAIN, NOSCRIPT on a new
-/// primary), and every entry of a pipeline that failed whole or of a slot the map does not
-/// know, is renewed alone, as a routed command that redis-rs redirects and retries; a
+/// primary), every entry of a slot the map does not know, and every entry of a one-slot
+/// pipeline that failed whole, is renewed alone, as a routed command that redis-rs redirects
+/// and retries; a pipeline of several slots that failed whole is sent again as two halves. A
 /// redirect also drops the map, so the next tick regroups on a fresh one. A failed renewal's
 /// reply is its error text, which `settle` reports as the failure.
 async fn renew_on_cluster(
@@ -322,43 +323,76 @@ async fn renew_on_cluster(
             None => alone.push(i),
         }
     }
-    let sent = groups.into_values().map(|entries| {
-        let mut conn = conn.clone();
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for &i in &entries {
-            extend(&batch[i]).add_to(&mut pipe);
-        }
-        counts.pipelines.fetch_add(1, Ordering::Relaxed);
-        counts
-            .piped
-            .fetch_add(entries.len() as u64, Ordering::Relaxed);
-        let slot = key_slot(batch[entries[0]].lock.key());
-        async move {
-            let n = entries.len();
-            let replies = send_to_primary_of(&mut conn, pipe, n, slot).await;
-            (entries, replies)
-        }
-    });
+    let mut round: Vec<Vec<usize>> = groups.into_values().collect();
     let mut replies = vec![Value::Nil; batch.len()];
     let mut moved = false;
-    for (entries, answer) in futures::future::join_all(sent).await {
-        match answer {
-            Ok(values) if values.len() == entries.len() => {
-                for (i, value) in entries.into_iter().zip(values) {
-                    match value {
-                        Value::Int(_) => replies[i] = value,
-                        Value::ServerError(e) => {
-                            moved |= matches!(e.code(), "MOVED" | "ASK");
-                            alone.push(i);
+    while !round.is_empty() {
+        let sent = round.drain(..).map(|entries| {
+            let mut conn = conn.clone();
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for &i in &entries {
+                extend(&batch[i]).add_to(&mut pipe);
+            }
+            counts.pipelines.fetch_add(1, Ordering::Relaxed);
+            counts
+                .piped
+                .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            let slot = key_slot(batch[entries[0]].lock.key());
+            async move {
+                let n = entries.len();
+                let replies = send_to_primary_of(&mut conn, pipe, n, slot).await;
+                (entries, replies)
+            }
+        });
+        for (entries, answer) in futures::future::join_all(sent).await {
+            match answer {
+                Ok(values) if values.len() == entries.len() => {
+                    for (i, value) in entries.into_iter().zip(values) {
+                        match value {
+                            Value::Int(_) => replies[i] = value,
+                            Value::ServerError(e) => {
+                                moved |= matches!(e.code(), "MOVED" | "ASK");
+                                alone.push(i);
+                            }
+                            _ => alone.push(i),
                         }
-                        _ => alone.push(i),
                     }
                 }
-            }
-            _ => {
-                moved = true;
-                alone.extend(entries);
+                _ => {
+                    // Failed whole: redis-rs sends a pipeline whole where its first redirect
+                    // points, so one slot that is migrating (some keys answer ASK, the others
+                    // not) or has moved fails all of it. Halves, at a slot boundary, are sent
+                    // again, until a failing pipeline is one slot: its entries go alone. A
+                    // reshard that crosses thousands of locks on the source then costs a few
+                    // pipelines more, not thousands of requests.
+                    moved = true;
+                    let mut entries = entries;
+                    // In slot order, so that a half is a run of whole slots.
+                    entries.sort_by_cached_key(|&i| key_slot(batch[i].lock.key()));
+                    let slot = |i: usize| key_slot(batch[entries[i]].lock.key());
+                    let first = slot(0);
+                    if first == slot(entries.len() - 1) {
+                        alone.extend(entries);
+                        continue;
+                    }
+                    // Before the middle entry's slot; after the first slot when that is the
+                    // middle one (both halves non-empty, neither splitting a slot).
+                    let middle = slot(entries.len() / 2);
+                    let at = entries.partition_point(|&i| {
+                        let s = key_slot(batch[i].lock.key());
+                        if middle == first {
+                            s <= first
+                        } else {
+                            s < middle
+                        }
+                    });
+                    let second_half = entries.split_off(at);
+                    let first_half = entries;
+                    counts.split.fetch_add(1, Ordering::Relaxed);
+                    round.push(first_half);
+                    round.push(second_half);
+                }
             }
         }
     }
@@ -372,19 +406,38 @@ async fn renew_on_cluster(
     counts
         .alone
         .fetch_add(alone.len() as u64, Ordering::Relaxed);
-    let each = alone.into_iter().map(|i| {
+    // One slot's renewals one after another, the slots at once: redis-rs follows an ASK by
+    // sending ASKING, then the command, as two requests on the target's shared connection,
+    // so concurrent redirects of a migrating slot's keys take each other's ASKING and bounce
+    // (MOVED, ASK, ...) until their retries run out; 101 of them overran the renewal timeout.
+    let mut by_slot: HashMap<u16, Vec<usize>> = HashMap::new();
+    for i in alone {
+        by_slot
+            .entry(key_slot(batch[i].lock.key()))
+            .or_default()
+            .push(i);
+    }
+    let each = by_slot.into_values().map(|entries| {
         // Renewals publish nothing: the pub/sub kind does not matter here.
         let mut conn =
             crate::node::Conn::Cluster(conn.clone(), crate::node_cluster::Pubsub::Classic);
-        let extend = extend(&batch[i]);
         async move {
-            match extend.invocation().invoke_async::<i64>(&mut conn).await {
-                Ok(n) => (i, Value::Int(n)),
-                Err(e) => (i, Value::SimpleString(e.to_string())),
+            let mut out = Vec::with_capacity(entries.len());
+            for i in entries {
+                let value = match extend(&batch[i])
+                    .invocation()
+                    .invoke_async::<i64>(&mut conn)
+                    .await
+                {
+                    Ok(n) => Value::Int(n),
+                    Err(e) => Value::SimpleString(e.to_string()),
+                };
+                out.push((i, value));
             }
+            out
         }
     });
-    for (i, value) in futures::future::join_all(each).await {
+    for (i, value) in futures::future::join_all(each).await.into_iter().flatten() {
         replies[i] = value;
     }
     Ok(replies)
@@ -432,6 +485,8 @@ pub struct ClusterRenewals {
     pub pipelines: AtomicU64,
     pub piped: AtomicU64,
     pub alone: AtomicU64,
+    /// Pipelines that failed whole and were sent again as two halves.
+    pub split: AtomicU64,
 }
 
 fn is_noscript(v: &Value) -> bool {

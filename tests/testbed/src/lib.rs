@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 mod redis_cluster;
-pub use redis_cluster::{ClusterOptions, RedisCluster, key_slot};
+pub use redis_cluster::{ClusterOptions, RedisCluster, Reshard, key_slot, role};
 
 /// Generous on purpose: a loaded 2-core CI machine can take seconds to fork and load a server.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);

@@ -1,7 +1,7 @@
 //! A real Redis Cluster on loopback: N primaries (and optionally replicas), each a
 //! `RedisServer` with its own port, free bus port (+10000), directory and `nodes.conf`.
 
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,8 @@ pub struct ClusterOptions {
     pub require_full_coverage: bool,
     /// Appended to every node's arguments.
     pub extra_args: Vec<String>,
+    /// ACL file lines for every node, replicas included (see `ServerOptions::acl_users`).
+    pub acl_users: Vec<String>,
 }
 
 impl Default for ClusterOptions {
@@ -33,6 +35,7 @@ impl Default for ClusterOptions {
             node_timeout_ms: 3000,
             require_full_coverage: true,
             extra_args: Vec::new(),
+            acl_users: Vec::new(),
         }
     }
 }
@@ -50,10 +53,12 @@ impl RedisCluster {
         RedisCluster::start_with(ClusterOptions::default())
     }
 
+    /// Three or more primaries are formed by `redis-cli --cluster create`; a single primary
+    /// (no replicas) takes every slot with `CLUSTER ADDSLOTSRANGE`.
     pub fn start_with(opts: ClusterOptions) -> RedisCluster {
         assert!(
-            opts.primaries >= 3,
-            "redis-cli --cluster create needs 3 primaries"
+            opts.primaries >= 3 || (opts.primaries == 1 && opts.replicas == 0),
+            "redis-cli --cluster create needs 3 primaries (or 1 primary, no replicas)"
         );
         let total = opts.primaries * (1 + opts.replicas);
         let mut args: Vec<String> = [
@@ -78,10 +83,18 @@ impl RedisCluster {
             .map(|_| {
                 RedisServer::start_with(ServerOptions {
                     extra_args: args.clone(),
+                    acl_users: opts.acl_users.clone(),
                     ..ServerOptions::default()
                 })
             })
             .collect();
+        if opts.primaries == 1 {
+            let ok: String = nodes[0].cmd(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+            assert_eq!(ok, "OK");
+            let cluster = RedisCluster { nodes, opts };
+            cluster.wait_ready();
+            return cluster;
+        }
         let mut create = Command::new("redis-cli");
         create.arg("--cluster").arg("create");
         for n in &nodes {
@@ -102,7 +115,132 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         cluster.wait_ready();
+        cluster.wait_replicas_synced();
         cluster
+    }
+
+    /// Until every running replica reports its link to its primary up and no sync in
+    /// progress (a failover needs a replica that has the data).
+    pub fn wait_replicas_synced(&self) {
+        let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+        loop {
+            let lagging: Vec<u16> = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_running() && role(n) == "slave")
+                .filter(|n| {
+                    let info: String = n.cmd(&["INFO", "replication"]);
+                    !info.lines().any(|l| l.trim() == "master_link_status:up")
+                        || info
+                            .lines()
+                            .any(|l| l.trim() == "master_sync_in_progress:1")
+                })
+                .map(|n| n.port())
+                .collect();
+            if lagging.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replicas {lagging:?} not in sync within {CLUSTER_READY_TIMEOUT:?}"
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The running replicas of `primary` (by `INFO replication`'s `master_port`).
+    pub fn replicas_of(&self, primary: &RedisServer) -> Vec<&RedisServer> {
+        let line = format!("master_port:{}", primary.port());
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && n.port() != primary.port())
+            .filter(|n| {
+                let info: String = n.cmd(&["INFO", "replication"]);
+                info.lines().any(|l| l.trim() == "role:slave")
+                    && info.lines().any(|l| l.trim() == line)
+            })
+            .collect()
+    }
+
+    /// `CLUSTER FAILOVER [mode]` on `replica` (`None`: the graceful one; `FORCE`, `TAKEOVER`),
+    /// then waits until it reports itself master (ROLE) and the cluster is ready again with
+    /// every node agreeing that it serves its slots.
+    pub fn failover(&self, replica: &RedisServer, mode: Option<&str>) {
+        let mut args = vec!["CLUSTER", "FAILOVER"];
+        args.extend(mode);
+        let ok: String = replica.cmd(&args);
+        assert_eq!(ok, "OK", "{args:?} on port {}", replica.port());
+        let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
+        while role(replica) != "master" {
+            assert!(
+                Instant::now() < deadline,
+                "port {} not master within {CLUSTER_READY_TIMEOUT:?} after {args:?}",
+                replica.port()
+            );
+            thread::sleep(Duration::from_millis(50));
+        }
+        self.wait_ready();
+    }
+
+    /// `redis-cli --cluster reshard`: moves `slots` slots (its lowest first) from primary
+    /// `from` to primary `to`, keys included, `pipeline` keys per MIGRATE, then waits until
+    /// every node agrees on the new owners. Returns redis-cli's output.
+    pub fn reshard(
+        &self,
+        from: &RedisServer,
+        to: &RedisServer,
+        slots: usize,
+        pipeline: usize,
+    ) -> String {
+        self.start_reshard(from, to, slots, pipeline).finish(self)
+    }
+
+    /// `reshard`, running: pause it (SIGSTOP) to hold a slot in the migrating state.
+    pub fn start_reshard(
+        &self,
+        from: &RedisServer,
+        to: &RedisServer,
+        slots: usize,
+        pipeline: usize,
+    ) -> Reshard {
+        let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
+        let child = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(format!("127.0.0.1:{}", from.port()))
+            .args(["--cluster-from", &id(from)])
+            .args(["--cluster-to", &id(to)])
+            .args(["--cluster-slots", &slots.to_string()])
+            .args(["--cluster-pipeline", &pipeline.to_string()])
+            .arg("--cluster-yes")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run redis-cli --cluster reshard");
+        Reshard { child: Some(child) }
+    }
+
+    /// The slot ranges `node` serves, as the first running node sees them.
+    pub fn slots_of(&self, node: &RedisServer) -> Vec<(u16, u16)> {
+        let viewer = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("no running node");
+        self.slot_owners(viewer)
+            .into_iter()
+            .filter(|o| o.2 == node.port() as i64)
+            .map(|(s, e, _)| (s as u16, e as u16))
+            .collect()
+    }
+
+    /// The running nodes that are primaries now (`ROLE`), in `nodes` order.
+    pub fn current_primaries(&self) -> Vec<&RedisServer> {
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running() && role(n) == "master")
+            .collect()
     }
 
     /// Until every running node reports `cluster_state:ok`, all slots assigned, and the same
@@ -189,7 +327,8 @@ impl RedisCluster {
         self.primary_for_slot(key_slot(key))
     }
 
-    /// The primaries, in `--cluster create` order.
+    /// The primaries, in `--cluster create` order (as created: after a failover, see
+    /// `current_primaries`).
     pub fn primaries(&self) -> &[RedisServer] {
         &self.nodes[..self.opts.primaries]
     }
@@ -200,6 +339,76 @@ impl RedisCluster {
             .iter()
             .position(|n| n.port() == port)
             .expect("a node of this cluster")
+    }
+}
+
+/// A running `redis-cli --cluster reshard`; killed on drop if not finished.
+pub struct Reshard {
+    child: Option<Child>,
+}
+
+impl Reshard {
+    /// SIGSTOP: the slot being moved stays in the migrating state until `resume`.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        let child = self.child.as_ref().expect("running");
+        // SAFETY: plain syscall on our own child, not reaped yet (so its pid is not reused).
+        let sent = unsafe { libc::kill(child.id() as libc::pid_t, sig) } == 0;
+        assert!(
+            sent,
+            "signal {sig} to redis-cli: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// Waits for redis-cli to exit (it must succeed), then for every node to agree on the
+    /// new owners. Returns its output.
+    pub fn finish(mut self, cluster: &RedisCluster) -> String {
+        let out = self
+            .child
+            .take()
+            .expect("running")
+            .wait_with_output()
+            .expect("wait for redis-cli");
+        let text = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster reshard failed: {text}"
+        );
+        cluster.wait_ready();
+        text
+    }
+}
+
+impl Drop for Reshard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: as in `signal`.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The first element of `ROLE`: `master`, `slave` or `sentinel`.
+pub fn role(node: &RedisServer) -> String {
+    let reply: Vec<redis::Value> = node.cmd(&["ROLE"]);
+    match reply.first() {
+        Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+        Some(redis::Value::SimpleString(s)) => s.clone(),
+        other => panic!("ROLE on port {}: {other:?}", node.port()),
     }
 }
 

@@ -1,0 +1,500 @@
+//! Issue 19 on real local clusters: a graceful failover under a held lock, the ACL a cluster
+//! user needs, Redlock over three independent clusters, and `redis-cli --cluster reshard`
+//! under a held lock. Every test starts its own cluster(s) and runs alone (`serial`).
+// A std mutex held across awaits on purpose: every test has its own runtime.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, LockOptions};
+use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot, role};
+
+/// A competitor that tries `key` every 50 ms (each try a fresh attempt, never waiting) until
+/// stopped, and panics if it is ever granted. Returns how many tries were refused as busy
+/// (`NotAcquired`), and the other errors it met (a cluster mid-failover may answer with one).
+struct Rival {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<(u64, Vec<String>)>,
+}
+
+impl Rival {
+    fn start(m: LockManager, key: &str, phase: &str) -> Rival {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (key, phase, flag) = (key.to_string(), phase.to_string(), stop.clone());
+        let task = tokio::spawn(async move {
+            let (mut busy, mut errors) = (0, Vec::new());
+            while !flag.load(Ordering::Relaxed) {
+                match m.try_acquire(&key).await {
+                    Ok(l) => panic!("{phase}: a second holder got {key:?} (token {})", l.token()),
+                    Err(e) if e.kind() == ErrorKind::NotAcquired => busy += 1,
+                    Err(e) => errors.push(e.to_string()),
+                }
+                tokio::time::sleep(ms(50)).await;
+            }
+            (busy, errors)
+        });
+        Rival { stop, task }
+    }
+
+    async fn stop(self) -> (u64, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("the rival panicked")
+    }
+}
+
+/// A manager that never waits: one attempt per try.
+fn rival_manager(url: &str) -> LockManager {
+    manager(&[url.to_string()], opts().wait(Some(Duration::ZERO)))
+}
+
+fn with_replicas() -> RedisCluster {
+    RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        ..ClusterOptions::default()
+    })
+}
+
+/// `calls=` of EVALSHA on `node` (a replica applies a script's effects, never runs EVALSHA).
+fn evalshas(node: &RedisServer) -> u64 {
+    calls(node, "evalsha")
+}
+
+/// Issue 19: a graceful `CLUSTER FAILOVER`, run on a replica of the lock's shard. The lock
+/// (written before, so the replica has it once the failover has synced) stays held: the
+/// watchdog renews it on the new primary (EVALSHA runs there, the key's ttl stays up) for
+/// several ttls after the switch, and a competing manager, connected before the failover, and
+/// a fresh one connected after it are refused throughout; once released, the rival gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
+    let _serial = serial();
+    let cluster = with_replicas();
+    let url = cluster.url();
+    let ttl = Duration::from_secs(3);
+    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    let key = "failover:held".to_string();
+    let old = cluster.primary_for_key(&key);
+    let new = *cluster
+        .replicas_of(old)
+        .first()
+        .expect("the lock's shard has a replica");
+    let lock = m.acquire(&key).await.unwrap();
+    assert_eq!(get(old, &key).as_deref(), Some(lock.token()));
+    let before = Rival::start(rival_manager(&url), &key, "before and during the failover");
+    tokio::time::sleep(ttl).await;
+    let new_port = new.port();
+    let renewed_on_new = evalshas(new);
+    tokio::task::block_in_place(|| cluster.failover(new, None));
+    let switched = Instant::now();
+    // The fault happened: the replica is the slot's primary, the old primary its replica.
+    assert_eq!(role(new), "master");
+    assert_eq!(role(old), "slave");
+    assert_eq!(cluster.primary_for_key(&key).port(), new_port);
+    let after = Rival::start(
+        rival_manager(&url),
+        &key,
+        "after the failover (fresh manager)",
+    );
+    // Several ttls on the new primary: without renewals there the key would be gone.
+    while switched.elapsed() < ttl * 3 {
+        assert!(
+            lock.is_held(),
+            "lost after the failover: {:?}",
+            lock.check()
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    assert!(lock.is_held(), "{:?}", lock.check());
+    assert_eq!(get(new, &key).as_deref(), Some(lock.token()));
+    assert!(pttl(new, &key) > 0);
+    assert!(
+        evalshas(new) > renewed_on_new,
+        "the new primary ran no renewal (EVALSHA calls {renewed_on_new} before the failover, {} after)",
+        evalshas(new)
+    );
+    let (busy_before, errors_before) = before.stop().await;
+    let (busy_after, errors_after) = after.stop().await;
+    assert!(busy_after > 0, "never refused as busy: {errors_after:?}");
+    assert!(busy_before > 0, "never refused as busy: {errors_before:?}");
+    assert!(lock.release().await.unwrap());
+    assert_eq!(get(new, &key), None);
+    let next = rival_manager(&url).try_acquire(&key).await.unwrap();
+    assert_eq!(get(new, &key).as_deref(), Some(next.token()));
+    next.release().await.unwrap();
+    eprintln!(
+        "rivals refused {busy_before} + {busy_after} times; other errors: {errors_before:?} {errors_after:?}; renewals [ticks, pipelines, piped, alone]: {:?}",
+        m.__cluster_renewals()
+    );
+}
+
+/// What a cluster user needs besides its own lock names (README, "Redis Cluster"; the test
+/// checks the README states it word for word): the lock commands, `ping`, `cluster|slots` and
+/// `asking` for the cluster client's routing, the `ferrolock:*` keys, and the two channel
+/// patterns (Redis 7 gives a new user no channel at all).
+const CLUSTER_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
+     -@all +get +set +del +exists +pexpire +pttl +evalsha +script|load +publish +subscribe \
+     +unsubscribe +hexists +hincrby +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
+     +zscore +time +ping +cluster|slots +asking";
+
+const LOCKER_PASSWORD: &str = "locker-secret";
+
+/// The ACL file line of the test's cluster user: its lock names are `lock:*`.
+fn locker_acl() -> String {
+    format!("user locker on >{LOCKER_PASSWORD} ~lock:* {CLUSTER_USER_RULES}")
+}
+
+/// `cluster.url()` as the user `locker`.
+fn locker_url(cluster: &RedisCluster) -> String {
+    format!(
+        "redis+cluster://locker:{LOCKER_PASSWORD}@127.0.0.1:{}",
+        cluster.nodes[0].port()
+    )
+}
+
+/// Until some channel starting `prefix` is subscribed on `node` (bound: a failure bound).
+async fn subscribed(node: &RedisServer, prefix: &str) {
+    let pattern = format!("{prefix}*");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let channels: Vec<String> = node.cmd(&["PUBSUB", "CHANNELS", &pattern]);
+        if !channels.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nobody subscribed to {pattern} on port {}",
+            node.port()
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Issue 19: a user with only the README's ACL for a cluster (defined on every node, replicas
+/// included) acquires, waits and is woken, renews, releases, re-enters and fences; a key
+/// outside its patterns is refused, so the ACL is in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        acl_users: vec![locker_acl()],
+        ..ClusterOptions::default()
+    });
+    // On every node, replicas included.
+    for n in &cluster.nodes {
+        let users: Vec<String> = n.cmd(&["ACL", "USERS"]);
+        assert!(
+            users.iter().any(|u| u == "locker"),
+            "port {}: {users:?}",
+            n.port()
+        );
+    }
+    let url = locker_url(&cluster);
+    let ttl = Duration::from_millis(1500);
+    let holder = manager(
+        std::slice::from_ref(&url),
+        LockOptions::default().ttl(ttl).fencing(true),
+    );
+    // Refused by the ACL (not a lock name of this user): a Redis error.
+    let err = holder.try_acquire("other:1").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(
+        err.to_string()
+            .contains("permissions to access one of the keys"),
+        "{err}"
+    );
+    // A key whose primary is not the seed (nodes[0], where the waiter subscribes).
+    let key = (0..)
+        .map(|i| format!("lock:acl:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let primary = cluster.primary_for_key(&key);
+    let lock = holder.acquire(&key).await.unwrap();
+    assert!(lock.fence().is_some());
+    // Renewed: three ttls.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(lock.is_held(), "{:?}", lock.check());
+    assert_eq!(get(primary, &key).as_deref(), Some(lock.token()));
+    // Wait and wake: without the wake-up the waiter's next poll is 60 s away.
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .ttl(Duration::from_secs(120))
+            .retry_delay(Duration::from_secs(60)),
+    );
+    let k = key.clone();
+    let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+    subscribed(
+        &cluster.nodes[0],
+        &ferrolock::__wire::waiter_channel_prefix(&key),
+    )
+    .await;
+    let fence = lock.fence().unwrap();
+    assert!(lock.release().await.unwrap());
+    let (next, waiting) = tokio::time::timeout(Duration::from_secs(45), waiter)
+        .await
+        .expect("the waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    assert_eq!(get(primary, &key).as_deref(), Some(next.token()));
+    assert!(next.release().await.unwrap());
+    assert_eq!(get(primary, &key), None);
+    // Fencing goes on from the counter.
+    let fenced = holder.acquire(&key).await.unwrap();
+    assert_eq!(fenced.fence(), Some(fence + 1));
+    fenced.release().await.unwrap();
+    // Reentrant: Redisson's hash, and the waiter on Redisson's channel is woken.
+    let ropts = opts().reentrant(true);
+    let outer = holder.acquire_owned(&key, 1, &ropts).await.unwrap();
+    let inner = holder.acquire_owned(&key, 1, &ropts).await.unwrap();
+    let k = key.clone();
+    let rwaiter = tokio::spawn(async move {
+        let o = opts().reentrant(true).retry_delay(Duration::from_secs(60));
+        waiting.acquire_owned(&k, 2, &o).await
+    });
+    subscribed(&cluster.nodes[0], "redisson_lock__channel:").await;
+    inner.release().await.unwrap();
+    outer.release().await.unwrap();
+    let other = tokio::time::timeout(Duration::from_secs(45), rwaiter)
+        .await
+        .expect("the reentrant waiter was not woken")
+        .unwrap()
+        .unwrap();
+    other.release().await.unwrap();
+    assert!(!primary.cmd::<bool>(&["EXISTS", &key]));
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    assert!(
+        readme
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains(CLUSTER_USER_RULES),
+        "the README's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
+    );
+}
+
+/// Issue 19: Redlock over three independent single-primary clusters (N = 3 nodes, each a
+/// `redis+cluster://` URL, quorum 2): a grant writes the key on every cluster and excludes a
+/// second manager; with one cluster down a grant still comes from the other two (and still
+/// excludes); with two down there is no quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_over_three_single_primary_clusters_survives_one_down() {
+    let _serial = serial();
+    let single = || {
+        RedisCluster::start_with(ClusterOptions {
+            primaries: 1,
+            ..ClusterOptions::default()
+        })
+    };
+    let mut clusters = [single(), single(), single()];
+    let urls: Vec<String> = clusters.iter().map(RedisCluster::url).collect();
+    assert!(urls.iter().all(|u| u.starts_with("redis+cluster://")));
+    for c in &clusters {
+        let info: String = c.nodes[0].cmd(&["CLUSTER", "INFO"]);
+        assert!(info.contains("cluster_slots_assigned:16384"), "{info}");
+    }
+    let quick = opts().node_timeout(ms(500)).wait(Some(Duration::ZERO));
+    let m1 = manager(&urls, quick.clone());
+    let m2 = manager(&urls, quick.clone());
+    assert_eq!(m1.quorum(), 2);
+    let key = "redlock:{across}:clusters".to_string();
+    let lock = m1.acquire(&key).await.unwrap();
+    for c in &clusters {
+        assert_eq!(get(&c.nodes[0], &key).as_deref(), Some(lock.token()));
+    }
+    let err = m2.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(lock.release().await.unwrap());
+    for c in &clusters {
+        assert_eq!(get(&c.nodes[0], &key), None);
+    }
+    // One cluster down (its only node killed): 2 of 3 is a quorum.
+    clusters[1].nodes[0].kill();
+    assert!(!clusters[1].nodes[0].is_running());
+    let lock = m1.acquire(&key).await.unwrap();
+    for i in [0, 2] {
+        assert_eq!(
+            get(&clusters[i].nodes[0], &key).as_deref(),
+            Some(lock.token())
+        );
+    }
+    let err = m2.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    // A fresh manager too (it never reached the dead cluster).
+    let err = manager(&urls, quick.clone())
+        .try_acquire(&key)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(lock.release().await.unwrap());
+    let again = m2.acquire(&key).await.unwrap();
+    again.release().await.unwrap();
+    // Two down: no quorum, named.
+    clusters[2].nodes[0].kill();
+    let err = m1.try_acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    assert!(err.to_string().contains(&urls[1]), "{err}");
+    assert!(err.to_string().contains(&urls[2]), "{err}");
+    assert_eq!(
+        get(&clusters[0].nodes[0], &key),
+        None,
+        "the undo released it"
+    );
+}
+
+/// A hash tag whose slot is `slot`.
+fn key_slot_tag(slot: u16) -> String {
+    (0..)
+        .map(|i| format!("t{i}"))
+        .find(|t| key_slot(t) == slot)
+        .unwrap()
+}
+
+/// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary)
+/// to another primary while the watchdog renews locks on the source, as the README's cluster
+/// user: the watched lock and 100 more in its slot, 100 spread over the moved slots, and 2,000
+/// in the source's other slots, which stay. The watched slot carries 400 ballast keys of
+/// 64 KB, so its migration (one key per MIGRATE) is slow enough to pause redis-cli half-way
+/// (SIGSTOP) and keep the slot migrating over four renewal ticks: the source's pipeline then
+/// fails whole (redis-rs redirects a pipeline whole, on the first ASK), the watchdog halves it
+/// down to the migrating slot, whose locks already moved answer ASK and are renewed alone
+/// (which needs `asking`). The slot moves (the fault happened: its owner changes), nothing is
+/// lost (every lock held, on its new owner, three ttls later), and a rival is refused
+/// throughout. (Seen failing before the halving: every lock of the source renewed alone each
+/// tick, 2,200 requests that overran the renewal timeout, and the watched lock was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twice() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        acl_users: vec![locker_acl()],
+        ..ClusterOptions::default()
+    });
+    let url = locker_url(&cluster);
+    let (source, target) = (&cluster.primaries()[0], &cluster.primaries()[1]);
+    let first = cluster.slots_of(source)[0].0;
+    const MOVED: u16 = 200;
+    let moved = first..first + MOVED;
+    let slot = first + MOVED / 2;
+    let key = (0..)
+        .map(|i| format!("lock:held:{i}"))
+        .find(|k| key_slot(k) == slot)
+        .unwrap();
+    let tag = key_slot_tag(slot);
+    let hot: Vec<String> = (0..100).map(|i| format!("lock:{{{tag}}}:{i}")).collect();
+    let spread: Vec<String> = (0..)
+        .map(|i| format!("lock:moved:{i}"))
+        .filter(|k| moved.contains(&key_slot(k)) && key_slot(k) != slot)
+        .take(100)
+        .collect();
+    let stays: Vec<String> = (0..)
+        .map(|i| format!("lock:stays:{i}"))
+        .filter(|k| {
+            let s = key_slot(k);
+            !moved.contains(&s)
+                && cluster
+                    .slots_of(source)
+                    .iter()
+                    .any(|r| (r.0..=r.1).contains(&s))
+        })
+        .take(2000)
+        .collect();
+    let ballast = vec![b'x'; 64 * 1024];
+    let mut admin = source.client();
+    let mut pipe = redis::pipe();
+    for i in 0..400 {
+        pipe.set(format!("ballast:{{{tag}}}:{i}"), &ballast)
+            .ignore();
+    }
+    pipe.query::<()>(&mut admin).unwrap();
+    let ttl = Duration::from_millis(1500);
+    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    let lock = m.acquire(&key).await.unwrap();
+    let mut held = Vec::new();
+    for chunk in hot
+        .chunks(100)
+        .chain(spread.chunks(100))
+        .chain(stays.chunks(250))
+    {
+        let got = futures::future::join_all(chunk.iter().map(|k| m.acquire(k))).await;
+        for (k, l) in chunk.iter().zip(got) {
+            held.push((k.clone(), l.unwrap_or_else(|e| panic!("{k}: {e}"))));
+        }
+    }
+    assert_eq!(cluster.primary_for_key(&key).port(), source.port());
+    let rival = Rival::start(rival_manager(&url), &key, "during the reshard");
+    let in_slot = (400 + hot.len() + 1) as i64;
+    let (alone_before, splits_before) = (m.__cluster_renewals()[3], m.__cluster_renewal_splits());
+    let reshard = cluster.start_reshard(source, target, MOVED as usize, 1);
+    // Paused half-way through the watched slot: some of its keys moved, some not.
+    tokio::task::block_in_place(|| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let left: i64 = redis::cmd("CLUSTER")
+                .arg("COUNTKEYSINSLOT")
+                .arg(slot)
+                .query(&mut admin)
+                .unwrap();
+            if left < in_slot - 100 {
+                assert!(left > 100, "missed the slot's migration ({left} keys left)");
+                reshard.pause();
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the reshard never reached slot {slot}"
+            );
+        }
+    });
+    let nodes: String = source.cmd(&["CLUSTER", "NODES"]);
+    assert!(
+        nodes.contains(&format!("[{slot}->-")),
+        "slot {slot} not migrating: {nodes}"
+    );
+    let moved_so_far: i64 = target.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    // Four renewal periods in the migrating state.
+    tokio::time::sleep(ttl * 4 / 3).await;
+    assert!(lock.is_held(), "lost while migrating: {:?}", lock.check());
+    let (alone, splits) = (m.__cluster_renewals()[3], m.__cluster_renewal_splits());
+    reshard.resume();
+    let out = tokio::task::block_in_place(|| reshard.finish(&cluster));
+    let resharded = Instant::now();
+    // The fault happened: the slot (and its keys) now live on the target.
+    assert!(out.contains(&format!("Moving slot {slot} ")), "{out}");
+    assert_eq!(cluster.primary_for_key(&key).port(), target.port());
+    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
+    assert_eq!(left, 0);
+    while resharded.elapsed() < ttl * 3 {
+        assert!(lock.is_held(), "lost after the reshard: {:?}", lock.check());
+        tokio::time::sleep(ms(100)).await;
+    }
+    let (busy, errors) = rival.stop().await;
+    assert!(busy > 0, "never refused as busy: {errors:?}");
+    assert_eq!(get(target, &key).as_deref(), Some(lock.token()));
+    for (k, l) in &held {
+        assert!(l.is_held(), "{k}: {:?}", l.check());
+        let owner = cluster.primary_for_key(k);
+        assert_eq!(get(owner, k).as_deref(), Some(l.token()), "{k}");
+    }
+    let renewals = m.__cluster_renewals();
+    eprintln!(
+        "{moved_so_far} keys of slot {slot} moved at the pause; rival refused {busy} times, {} other errors (first {:?}); renewals [ticks, pipelines, piped, alone]: {renewals:?}, while paused: {} alone, {} pipelines halved",
+        errors.len(),
+        errors.first(),
+        alone - alone_before,
+        splits - splits_before
+    );
+    assert!(
+        splits > splits_before,
+        "the source's pipeline never failed whole while the slot migrated: {renewals:?}"
+    );
+    assert!(lock.release().await.unwrap());
+    for (_, l) in held {
+        assert!(l.release().await.unwrap());
+    }
+    assert_eq!(get(target, &key), None);
+}
