@@ -133,12 +133,14 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
 
 /// What a cluster user needs besides its own lock names (README, "Redis Cluster"; the test
 /// checks the README states it word for word): the lock commands, `ping`, `cluster|slots` and
-/// `asking` for the cluster client's routing, the `ferrolock:*` keys, and the two channel
-/// patterns (Redis 7 gives a new user no channel at all).
+/// `asking` for the cluster client's routing, the `ferrolock:*` keys, the two channel
+/// patterns (Redis 7 gives a new user no channel at all), and sharded pub/sub with its probe
+/// (`pubsub|shardnumsub`; refused, the client falls back to classic pub/sub).
 const CLUSTER_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
      -@all +get +set +del +exists +pexpire +pttl +evalsha +script|load +publish +subscribe \
-     +unsubscribe +hexists +hincrby +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore \
-     +zscore +time +ping +cluster|slots +asking";
+     +unsubscribe +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +hexists +hincrby +incr \
+     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +time +ping +cluster|slots \
+     +asking";
 
 const LOCKER_PASSWORD: &str = "locker-secret";
 
@@ -155,12 +157,13 @@ fn locker_url(cluster: &RedisCluster) -> String {
     )
 }
 
-/// Until some channel starting `prefix` is subscribed on `node` (bound: a failure bound).
+/// Until some shard channel starting `prefix` is subscribed on `node`, the primary of its
+/// slot (bound: a failure bound).
 async fn subscribed(node: &RedisServer, prefix: &str) {
     let pattern = format!("{prefix}*");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let channels: Vec<String> = node.cmd(&["PUBSUB", "CHANNELS", &pattern]);
+        let channels: Vec<String> = node.cmd(&["PUBSUB", "SHARDCHANNELS", &pattern]);
         if !channels.is_empty() {
             return;
         }
@@ -207,7 +210,8 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
             .contains("permissions to access one of the keys"),
         "{err}"
     );
-    // A key whose primary is not the seed (nodes[0], where the waiter subscribes).
+    // A key whose primary is not the seed (nodes[0]): the sharded subscription is on the
+    // key's primary.
     let key = (0..)
         .map(|i| format!("lock:acl:{i}"))
         .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
@@ -228,11 +232,7 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
     );
     let k = key.clone();
     let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
-    subscribed(
-        &cluster.nodes[0],
-        &ferrolock::__wire::waiter_channel_prefix(&key),
-    )
-    .await;
+    subscribed(primary, &ferrolock::__wire::waiter_channel_prefix(&key)).await;
     let fence = lock.fence().unwrap();
     assert!(lock.release().await.unwrap());
     let (next, waiting) = tokio::time::timeout(Duration::from_secs(45), waiter)
@@ -256,7 +256,7 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
         let o = opts().reentrant(true).retry_delay(Duration::from_secs(60));
         waiting.acquire_owned(&k, 2, &o).await
     });
-    subscribed(&cluster.nodes[0], "redisson_lock__channel:").await;
+    subscribed(primary, "redisson_lock__channel:").await;
     inner.release().await.unwrap();
     outer.release().await.unwrap();
     let other = tokio::time::timeout(Duration::from_secs(45), rwaiter)
