@@ -111,6 +111,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_or_zero, allow_hyphen_values = true)]
     restart_guard: Option<Duration>,
 
+    /// On a Redis Cluster 7.0+, wake-ups over sharded pub/sub (`on`), or classic (`off`, for
+    /// Redisson clients with shardedSubscriptionMode OFF) [default: on]
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    sharded_pubsub: Option<bool>,
+
     /// CA file for rediss:// nodes [default: $FERROLOCK_TLS_CA, else the system roots]
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<String>,
@@ -163,6 +168,14 @@ fn parse_or_zero(text: &str) -> Result<Duration, Error> {
         return Ok(Duration::ZERO);
     }
     ferrolock::parse_duration(text)
+}
+
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" | "true" => Ok(true),
+        "off" | "false" => Ok(false),
+        _ => Err(format!("{text:?}: expected on or off")),
+    }
 }
 
 fn parse_key(text: &str) -> Result<String, &'static str> {
@@ -282,6 +295,9 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
     o.set("watchdog", V::Bool(!args.no_watchdog), "")?;
     o.set("reentrant", V::Bool(args.reentrant), "")?;
     o.set("fencing", V::Bool(args.fencing), "")?;
+    if let Some(on) = args.sharded_pubsub {
+        o.set("sharded_pubsub", V::Bool(on), "")?;
+    }
     if let Some(path) = &args.tls_ca {
         o.set("tls_ca", V::Text(path.clone()), path)?;
     }

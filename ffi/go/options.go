@@ -50,6 +50,10 @@ func Fencing(on bool) Option { return Set("fencing", on) }
 // RestartGuard is the window after a node's (re)start in which its vote does not count.
 func RestartGuard(d time.Duration) Option { return Set("restart_guard", d) }
 
+// ShardedPubsub selects, on a Redis Cluster 7.0+, wake-ups over sharded pub/sub (true, the
+// default) or classic pub/sub (false, for Redisson clients with shardedSubscriptionMode OFF).
+func ShardedPubsub(on bool) Option { return Set("sharded_pubsub", on) }
+
 func millis(name string, d time.Duration) (uint64, error) {
 	if d < 0 {
 		return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1,
