@@ -564,6 +564,10 @@ func settles(bound time.Duration, f func() bool) bool {
 }
 
 func TestCloseLeavesNoGoroutineOrCgoHandle(t *testing.T) {
+	// Locks of earlier tests dropped unreleased let go of their handles when collected.
+	if !settles(10*time.Second, func() bool { return ferrolock.LiveHandles() == 0 }) {
+		t.Fatalf("earlier tests left %d cgo handles", ferrolock.LiveHandles())
+	}
 	goroutines, handles := goGoroutines(), ferrolock.LiveHandles()
 	func() {
 		holder, err := ferrolock.NewManager(base...)
