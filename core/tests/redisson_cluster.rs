@@ -226,9 +226,10 @@ async fn await_subscribed(cluster: &RedisCluster, key: &str, sharded: bool, who:
     tokio::time::sleep(Duration::from_secs(2)).await;
 }
 
-/// A reentrant ferrolock lock held: Redisson's tryLock fails; released: it succeeds. A Redisson
-/// RLock held: ferrolock's try-acquire is refused (NotAcquired); unlocked: it succeeds. On a
-/// key of every primary.
+/// A reentrant ferrolock lock held: Redisson's tryLock fails, also after an inner release (hold
+/// count 2 -> 1); released: it succeeds. A Redisson RLock held twice (re-entered): ferrolock's
+/// try-acquire is refused (NotAcquired), also after one unlock; unlocked: it succeeds. On a key
+/// of every primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
     let _serial = serial();
@@ -236,25 +237,43 @@ async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
     let cluster = RedisCluster::start();
     let mut redisson = Redisson::start(classpath, &cluster, true).await;
     let m = reentrant_manager(&cluster, true, opts().wait(Some(Duration::ZERO)));
+    let count = |key: &str, field: &str| -> Option<i64> {
+        cluster.primary_for_key(key).cmd(&["HGET", key, field])
+    };
     for key in key_per_primary(&cluster, "interop") {
-        let held = m.acquire(&key).await.unwrap();
-        assert_eq!(fields(&cluster, &key), [held.token().to_string()]);
+        let outer = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
+        let inner = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
+        let ours = outer.token().to_string();
+        assert_eq!(fields(&cluster, &key), std::slice::from_ref(&ours));
+        assert_eq!(count(&key, &ours), Some(2));
         assert!(
             !redisson.try_lock(&key).await,
             "{key}: Redisson got a lock ferrolock holds"
         );
-        assert!(held.release().await.unwrap());
-        assert!(redisson.try_lock(&key).await, "{key}: free, yet refused");
-        let redissons = fields(&cluster, &key);
-        assert_eq!(redissons.len(), 1, "{key}: {redissons:?}");
+        assert!(inner.release().await.unwrap());
+        assert_eq!(count(&key, &ours), Some(1));
         assert!(
-            redissons[0].starts_with(&format!("{}:", redisson.id)),
-            "{key}: {redissons:?} is not Redisson's {}",
+            !redisson.try_lock(&key).await,
+            "{key}: Redisson got a lock ferrolock still holds once"
+        );
+        assert!(outer.release().await.unwrap());
+        assert!(redisson.try_lock(&key).await, "{key}: free, yet refused");
+        assert!(redisson.try_lock(&key).await, "{key}: Redisson's re-entry");
+        let theirs = fields(&cluster, &key);
+        assert_eq!(theirs.len(), 1, "{key}: {theirs:?}");
+        assert!(
+            theirs[0].starts_with(&format!("{}:", redisson.id)),
+            "{key}: {theirs:?} is not Redisson's {}",
             redisson.id
         );
+        assert_eq!(count(&key, &theirs[0]), Some(2));
         let err = m.try_acquire(&key).await.unwrap_err();
         assert_eq!(err.kind(), ErrorKind::NotAcquired, "{key}: {err}");
-        assert_eq!(fields(&cluster, &key), redissons, "{key}: untouched");
+        redisson.unlock(&key).await;
+        assert_eq!(count(&key, &theirs[0]), Some(1));
+        let err = m.try_acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{key}: {err}");
+        assert_eq!(fields(&cluster, &key), theirs, "{key}: untouched");
         redisson.unlock(&key).await;
         let next = m.try_acquire(&key).await.unwrap();
         assert!(next.release().await.unwrap());
