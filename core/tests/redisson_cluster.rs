@@ -1,0 +1,439 @@
+//! ferrolock's reentrant lock against a real Redisson 4.7.0 client (Java, cluster mode) on a real
+//! 3-primary Redis Cluster: each excludes the other on one key, and each one's release wakes
+//! the other's waiter over pub/sub, sharded (both sides' default) and classic.
+//!
+//! The Java client is tests/redisson (a Maven project): `FERROLOCK_REDISSON_CP` is its class
+//! path; unset, this binary builds it once with `mvn -q -B package` (Java 17+ and Maven on the
+//! PATH) and fails, never skips, when it cannot.
+// Each test starts a cluster of its own; `serial` runs them one at a time (a std mutex held
+// across awaits on purpose: every test has its own runtime, so it cannot deadlock).
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, LockOptions, ManagerOptions};
+use ferrolock_testbed::{RedisCluster, RedisServer};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::mpsc;
+
+/// A fast grant must come within this of the release. Without a wake-up, a ferrolock waiter
+/// polls after `retry_delay` (30 s, jittered to 15 s at the least) and a Redisson waiter after
+/// the lock's remaining ttl (at least 40 s here): only the pub/sub message explains a grant
+/// within 10 s.
+const WOKEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// The Java client's class path: `FERROLOCK_REDISSON_CP`, or tests/redisson built here once.
+fn redisson_classpath() -> &'static str {
+    static CP: OnceLock<String> = OnceLock::new();
+    CP.get_or_init(|| {
+        if let Ok(cp) = std::env::var("FERROLOCK_REDISSON_CP") {
+            return cp;
+        }
+        let project = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/redisson");
+        let started = Instant::now();
+        let out = std::process::Command::new("mvn")
+            .args(["-q", "-B", "-f"])
+            .arg(project.join("pom.xml"))
+            .arg("package")
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "the Redisson interop tests need the Java client in tests/redisson: running \
+                     `mvn` failed ({e}); install Maven and Java 17+, or set FERROLOCK_REDISSON_CP \
+                     to its class path"
+                )
+            });
+        assert!(
+            out.status.success(),
+            "`mvn -q -B -f tests/redisson/pom.xml package` failed (set FERROLOCK_REDISSON_CP to \
+             skip the build):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!("built tests/redisson in {:?}", started.elapsed());
+        let target = project.join("target");
+        let deps = std::fs::read_to_string(target.join("classpath.txt"))
+            .expect("mvn package writes target/classpath.txt");
+        format!("{}:{}", target.join("classes").display(), deps.trim())
+    })
+}
+
+/// The scripted Redisson client (tests/redisson/src/main/java/ferrolock/interop/Client.java):
+/// one command per line on its stdin, one reply line each on its stdout. All its RLock calls
+/// run on one Java thread, its one owner.
+struct Redisson {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::UnboundedReceiver<String>,
+    stderr: Arc<Mutex<String>>,
+    /// Redisson's client id: the first half of its hash field `"<id>:<thread id>"`.
+    id: String,
+}
+
+impl Redisson {
+    /// `classpath`: from `redisson_classpath()`, taken before the cluster starts (the build may
+    /// take a while).
+    async fn start(classpath: &str, cluster: &RedisCluster, sharded: bool) -> Redisson {
+        let seed = format!("redis://127.0.0.1:{}", cluster.nodes[0].port());
+        let mut child = Command::new("java")
+            .arg("-cp")
+            .arg(classpath)
+            .arg("ferrolock.interop.Client")
+            .arg(&seed)
+            .arg(if sharded { "sharded" } else { "classic" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run java (Java 17+ on the PATH)");
+        let (tx, lines) = mpsc::unbounded_channel();
+        let mut out = BufReader::new(child.stdout.take().unwrap()).lines();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = out.next_line().await {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = stderr.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(line)) = err.next_line().await {
+                let mut s = sink.lock().unwrap();
+                s.push_str(&line);
+                s.push('\n');
+            }
+        });
+        let stdin = child.stdin.take().unwrap();
+        let mut r = Redisson {
+            child,
+            stdin,
+            lines,
+            stderr,
+            id: String::new(),
+        };
+        let ready = r.expect("ready ", Duration::from_secs(60)).await;
+        r.id = ready["ready ".len()..].to_string();
+        r
+    }
+
+    async fn send(&mut self, command: &str) {
+        self.stdin
+            .write_all(format!("{command}\n").as_bytes())
+            .await
+            .expect("write to the Java client");
+        self.stdin.flush().await.unwrap();
+    }
+
+    /// The next line, which must start with `prefix`, within `within`.
+    async fn expect(&mut self, prefix: &str, within: Duration) -> String {
+        let line = tokio::time::timeout(within, self.lines.recv()).await;
+        match line {
+            Ok(Some(line)) if line.starts_with(prefix) => line,
+            other => panic!(
+                "the Java client: expected {prefix:?} within {within:?}, got {other:?} \
+                 (exited: {:?}); its stderr:\n{}",
+                self.child.try_wait(),
+                self.stderr.lock().unwrap()
+            ),
+        }
+    }
+
+    /// `RLock.tryLock(0, 120 s)`: true if granted.
+    async fn try_lock(&mut self, key: &str) -> bool {
+        self.send(&format!("try {key}")).await;
+        let reply = self
+            .expect(&format!("try {key} "), Duration::from_secs(30))
+            .await;
+        reply.ends_with(" true")
+    }
+
+    async fn unlock(&mut self, key: &str) {
+        self.send(&format!("unlock {key}")).await;
+        self.expect(&format!("unlocked {key}"), Duration::from_secs(30))
+            .await;
+    }
+}
+
+fn reentrant_manager(cluster: &RedisCluster, sharded: bool, opts: LockOptions) -> LockManager {
+    LockManager::new(
+        ManagerOptions::new()
+            .nodes([cluster.url()])
+            .restart_guard(Duration::ZERO)
+            .sharded_pubsub(sharded)
+            .lock(opts.reentrant(true)),
+    )
+    .expect("manager")
+}
+
+/// One key per primary, in `cluster.primaries()` order.
+fn key_per_primary(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    cluster
+        .primaries()
+        .iter()
+        .map(|p| {
+            (0..)
+                .map(|i| format!("{prefix}:{i}"))
+                .find(|k| cluster.primary_for_key(k).port() == p.port())
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The key's hash fields (`"<client id>:<owner>"`) on its primary.
+fn fields(cluster: &RedisCluster, key: &str) -> Vec<String> {
+    cluster.primary_for_key(key).cmd(&["HKEYS", key])
+}
+
+/// Subscribers of `channel` over all primaries: `PUBSUB SHARDNUMSUB` (sharded) or `NUMSUB`.
+fn subscribers(cluster: &RedisCluster, channel: &str, sharded: bool) -> i64 {
+    let sub = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    cluster
+        .primaries()
+        .iter()
+        .map(|node: &RedisServer| {
+            let reply: Vec<redis::Value> = node.cmd(&["PUBSUB", sub, channel]);
+            match reply.get(1) {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("PUBSUB {sub} {channel}: {other:?}"),
+            }
+        })
+        .sum()
+}
+
+/// Until a waiter has subscribed to Redisson's channel for `key`, then a while longer: a
+/// waiter re-checks the lock once its subscription is confirmed, and a release before that
+/// re-check would be caught by it, not by the wake-up this file tests.
+async fn await_subscribed(cluster: &RedisCluster, key: &str, sharded: bool, who: &str) {
+    let channel = ferrolock::__wire::redisson_channel(key);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while subscribers(cluster, &channel, sharded) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{who} never subscribed to {channel} (sharded {sharded})"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// A reentrant ferrolock lock held: Redisson's tryLock fails, also after an inner release (hold
+/// count 2 -> 1); released: it succeeds. A Redisson RLock held twice (re-entered): ferrolock's
+/// try-acquire is refused (NotAcquired), also after one unlock; unlocked: it succeeds. On a key
+/// of every primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
+    let _serial = serial();
+    let classpath = redisson_classpath();
+    let cluster = RedisCluster::start();
+    let mut redisson = Redisson::start(classpath, &cluster, true).await;
+    let m = reentrant_manager(&cluster, true, opts().wait(Some(Duration::ZERO)));
+    let count = |key: &str, field: &str| -> Option<i64> {
+        cluster.primary_for_key(key).cmd(&["HGET", key, field])
+    };
+    for key in key_per_primary(&cluster, "interop") {
+        let outer = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
+        let inner = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
+        let ours = outer.token().to_string();
+        assert_eq!(fields(&cluster, &key), std::slice::from_ref(&ours));
+        assert_eq!(count(&key, &ours), Some(2));
+        assert!(
+            !redisson.try_lock(&key).await,
+            "{key}: Redisson got a lock ferrolock holds"
+        );
+        assert!(inner.release().await.unwrap());
+        assert_eq!(count(&key, &ours), Some(1));
+        assert!(
+            !redisson.try_lock(&key).await,
+            "{key}: Redisson got a lock ferrolock still holds once"
+        );
+        assert!(outer.release().await.unwrap());
+        assert!(redisson.try_lock(&key).await, "{key}: free, yet refused");
+        assert!(redisson.try_lock(&key).await, "{key}: Redisson's re-entry");
+        let theirs = fields(&cluster, &key);
+        assert_eq!(theirs.len(), 1, "{key}: {theirs:?}");
+        assert!(
+            theirs[0].starts_with(&format!("{}:", redisson.id)),
+            "{key}: {theirs:?} is not Redisson's {}",
+            redisson.id
+        );
+        assert_eq!(count(&key, &theirs[0]), Some(2));
+        let err = m.try_acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{key}: {err}");
+        redisson.unlock(&key).await;
+        assert_eq!(count(&key, &theirs[0]), Some(1));
+        let err = m.try_acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{key}: {err}");
+        assert_eq!(fields(&cluster, &key), theirs, "{key}: untouched");
+        redisson.unlock(&key).await;
+        let next = m.try_acquire(&key).await.unwrap();
+        assert!(next.release().await.unwrap());
+    }
+}
+
+/// Two keys, on primaries other than the seed (a sharded message is heard only on the key's
+/// own primary); two, so that one waiter's subscription (which lingers) is not taken for the
+/// other's.
+fn woken_keys(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
+    key_per_primary(cluster, prefix)
+        .into_iter()
+        .filter(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .collect()
+}
+
+/// A ferrolock waiter (`retry_delay` 30 s) on a lock Redisson holds (lease 120 s), then
+/// Redisson's unlock: how soon the waiter is granted, or None if not within `WOKEN_WITHIN`.
+/// `sharded`: ferrolock's `sharded_pubsub`.
+async fn ferrolock_waiter_after_redissons_unlock(
+    cluster: &RedisCluster,
+    redisson: &mut Redisson,
+    key: &str,
+    sharded: bool,
+) -> Option<Duration> {
+    redisson.send(&format!("lock {key} 120000")).await;
+    redisson
+        .expect(&format!("locked {key}"), Duration::from_secs(30))
+        .await;
+    let waiting = reentrant_manager(
+        cluster,
+        sharded,
+        opts()
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(30)),
+    );
+    let k = key.to_string();
+    let mut waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+    await_subscribed(cluster, key, sharded, "the ferrolock waiter").await;
+    assert!(
+        !waiter.is_finished(),
+        "granted while Redisson held the lock"
+    );
+    let unlocked = Instant::now();
+    redisson.unlock(key).await;
+    let Ok(granted) = tokio::time::timeout(WOKEN_WITHIN, &mut waiter).await else {
+        waiter.abort();
+        return None;
+    };
+    let took = unlocked.elapsed();
+    let (lock, _waiting) = granted.unwrap().unwrap();
+    assert_eq!(fields(cluster, key), [lock.token().to_string()]);
+    assert!(lock.release().await.unwrap());
+    Some(took)
+}
+
+/// A Redisson `lock()` waiter on a lock ferrolock holds (ttl 60 s, watchdog on), then
+/// ferrolock's release: how soon Redisson is granted, or None if not within `WOKEN_WITHIN`
+/// (Redisson is then still waiting). `sharded`: ferrolock's `sharded_pubsub`;
+/// `redisson_sharded`: the Java client's mode.
+async fn redisson_waiter_after_ferrolocks_release(
+    cluster: &RedisCluster,
+    redisson: &mut Redisson,
+    key: &str,
+    sharded: bool,
+    redisson_sharded: bool,
+) -> Option<Duration> {
+    let holder = reentrant_manager(
+        cluster,
+        sharded,
+        LockOptions::default().ttl(Duration::from_secs(60)),
+    );
+    let held = holder.acquire(key).await.unwrap();
+    redisson.send(&format!("lock {key} -1")).await;
+    await_subscribed(cluster, key, redisson_sharded, "the Redisson waiter").await;
+    assert!(
+        redisson.lines.is_empty(),
+        "Redisson answered while ferrolock held the lock"
+    );
+    let remaining = pttl(cluster.primary_for_key(key), key);
+    assert!(
+        remaining > 40_000,
+        "the watchdog keeps it long: {remaining} ms"
+    );
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let line = tokio::time::timeout(WOKEN_WITHIN, redisson.lines.recv()).await;
+    let took = released.elapsed();
+    match line {
+        Err(_) => return None,
+        Ok(Some(l)) if l == format!("locked {key}") => {}
+        Ok(other) => panic!(
+            "the Java client: {other:?}; its stderr:\n{}",
+            redisson.stderr.lock().unwrap()
+        ),
+    }
+    let redissons = fields(cluster, key);
+    assert!(
+        redissons.len() == 1 && redissons[0].starts_with(&format!("{}:", redisson.id)),
+        "{redissons:?}"
+    );
+    redisson.unlock(key).await;
+    Some(took)
+}
+
+/// Both directions, with both clients on sharded pub/sub (ferrolock's `sharded_pubsub` on,
+/// Redisson's shardedSubscriptionMode AUTO: both defaults).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_wake_the_other_clients_waiter_over_sharded_pubsub() {
+    let _serial = serial();
+    let classpath = redisson_classpath();
+    let cluster = RedisCluster::start();
+    let mut redisson = Redisson::start(classpath, &cluster, true).await;
+    let keys = woken_keys(&cluster, "sharded");
+    let took = ferrolock_waiter_after_redissons_unlock(&cluster, &mut redisson, &keys[0], true)
+        .await
+        .expect("the ferrolock waiter was not woken by Redisson's unlock");
+    eprintln!("ferrolock granted {took:?} after Redisson's unlock");
+    let took =
+        redisson_waiter_after_ferrolocks_release(&cluster, &mut redisson, &keys[1], true, true)
+            .await
+            .expect("the Redisson waiter was not woken by ferrolock's release");
+    eprintln!("Redisson granted {took:?} after ferrolock's release");
+}
+
+/// Both directions over classic pub/sub: ferrolock's `sharded_pubsub` off, Redisson's
+/// shardedSubscriptionMode OFF.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_wake_the_other_clients_waiter_over_classic_pubsub() {
+    let _serial = serial();
+    let classpath = redisson_classpath();
+    let cluster = RedisCluster::start();
+    let mut redisson = Redisson::start(classpath, &cluster, false).await;
+    let keys = woken_keys(&cluster, "classic");
+    let took = ferrolock_waiter_after_redissons_unlock(&cluster, &mut redisson, &keys[0], false)
+        .await
+        .expect("the ferrolock waiter was not woken by Redisson's unlock");
+    eprintln!("ferrolock granted {took:?} after Redisson's unlock");
+    let took =
+        redisson_waiter_after_ferrolocks_release(&cluster, &mut redisson, &keys[1], false, false)
+            .await
+            .expect("the Redisson waiter was not woken by ferrolock's release");
+    eprintln!("Redisson granted {took:?} after ferrolock's release");
+}
+
+/// The control that makes the two tests above mean something: with the pub/sub kinds
+/// mismatched (ferrolock's `sharded_pubsub` off, Redisson's default sharded mode), neither
+/// release wakes the other's waiter, and neither waiter is granted within `WOKEN_WITHIN` (they
+/// fall back to their polls, 15 s and more away). So a grant within it is a wake-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mismatched_pubsub_kinds_no_waiter_is_granted_within_the_bound() {
+    let _serial = serial();
+    let classpath = redisson_classpath();
+    let cluster = RedisCluster::start();
+    let mut redisson = Redisson::start(classpath, &cluster, true).await;
+    let keys = woken_keys(&cluster, "mismatched");
+    let took = ferrolock_waiter_after_redissons_unlock(&cluster, &mut redisson, &keys[0], false);
+    assert_eq!(took.await, None, "the ferrolock waiter was granted fast");
+    // Last: Redisson's only thread stays blocked in lock().
+    let took =
+        redisson_waiter_after_ferrolocks_release(&cluster, &mut redisson, &keys[1], false, true);
+    assert_eq!(took.await, None, "the Redisson waiter was granted fast");
+}
