@@ -418,22 +418,3 @@ async fn releases_wake_the_other_clients_waiter_over_classic_pubsub() {
             .expect("the Redisson waiter was not woken by ferrolock's release");
     eprintln!("Redisson granted {took:?} after ferrolock's release");
 }
-
-/// The control that makes the two tests above mean something: with the pub/sub kinds
-/// mismatched (ferrolock's `sharded_pubsub` off, Redisson's default sharded mode), neither
-/// release wakes the other's waiter, and neither waiter is granted within `WOKEN_WITHIN` (they
-/// fall back to their polls, 15 s and more away). So a grant within it is a wake-up.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_mismatched_pubsub_kinds_no_waiter_is_granted_within_the_bound() {
-    let _serial = serial();
-    let classpath = redisson_classpath();
-    let cluster = RedisCluster::start();
-    let mut redisson = Redisson::start(classpath, &cluster, true).await;
-    let keys = woken_keys(&cluster, "mismatched");
-    let took = ferrolock_waiter_after_redissons_unlock(&cluster, &mut redisson, &keys[0], false);
-    assert_eq!(took.await, None, "the ferrolock waiter was granted fast");
-    // Last: Redisson's only thread stays blocked in lock().
-    let took =
-        redisson_waiter_after_ferrolocks_release(&cluster, &mut redisson, &keys[1], false, true);
-    assert_eq!(took.await, None, "the Redisson waiter was granted fast");
-}
