@@ -88,7 +88,9 @@ async function worker(opts) {
   }
   await lib.close();
   counter.disconnect();
-  process.stdout.write(JSON.stringify({ start, end, waits, intervals, errors }) + '\n');
+  // Written before process.exit() only once flushed: a pipe write of this size is partly
+  // asynchronous, and exiting at once cut the record (the full run failed parsing it).
+  await new Promise((resolve) => process.stdout.write(JSON.stringify({ start, end, waits, intervals, errors }) + '\n', resolve));
 }
 
 function spawnWorker(lib, urls, counterPort, key, duration) {
