@@ -74,8 +74,12 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
     let _serial = serial();
     let cluster = with_replicas();
     let url = cluster.url();
-    let ttl = Duration::from_secs(3);
-    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it.
+    let ttl = Duration::from_secs(6);
+    let m = manager(
+        std::slice::from_ref(&url),
+        LockOptions::default().ttl(ttl).node_timeout(ms(500)),
+    );
     let key = "failover:held".to_string();
     let old = cluster.primary_for_key(&key);
     let new = *cluster
@@ -197,10 +201,14 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
         );
     }
     let url = locker_url(&cluster);
-    let ttl = Duration::from_millis(1500);
+    // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it.
+    let ttl = Duration::from_secs(6);
     let holder = manager(
         std::slice::from_ref(&url),
-        LockOptions::default().ttl(ttl).fencing(true),
+        LockOptions::default()
+            .ttl(ttl)
+            .node_timeout(ms(500))
+            .fencing(true),
     );
     // Refused by the ACL (not a lock name of this user): a Redis error.
     let err = holder.try_acquire("other:1").await.unwrap_err();
@@ -411,8 +419,13 @@ async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twi
             .ignore();
     }
     pipe.query::<()>(&mut admin).unwrap();
-    let ttl = Duration::from_millis(1500);
-    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it
+    // (1.5 s with the default 150 ms lost it once, renewals unanswered within 260 ms).
+    let ttl = Duration::from_secs(6);
+    let m = manager(
+        std::slice::from_ref(&url),
+        LockOptions::default().ttl(ttl).node_timeout(ms(500)),
+    );
     let lock = m.acquire(&key).await.unwrap();
     let mut held = Vec::new();
     for chunk in hot

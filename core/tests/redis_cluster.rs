@@ -109,8 +109,14 @@ async fn reentrant_locks_on_every_primary_count_holds_in_redissons_hash() {
 async fn the_watchdog_renews_locks_on_every_primary() {
     let _serial = serial();
     let cluster = RedisCluster::start();
-    let ttl = Duration::from_millis(1500);
-    let m = manager(&[cluster.url()], LockOptions::default().ttl(ttl));
+    // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it.
+    let ttl = Duration::from_secs(6);
+    let m = manager(
+        &[cluster.url()],
+        LockOptions::default()
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(500)),
+    );
     let keys = key_per_primary(&cluster, "renewed");
     let mut locks = Vec::new();
     for key in &keys {
@@ -245,8 +251,14 @@ fn get_importing(node: &RedisServer, key: &str) -> Option<String> {
 async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice() {
     let _serial = serial();
     let cluster = RedisCluster::start();
-    let ttl = Duration::from_millis(1500);
-    let m = manager(&[cluster.url()], LockOptions::default().ttl(ttl));
+    // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it.
+    let ttl = Duration::from_secs(6);
+    let m = manager(
+        &[cluster.url()],
+        LockOptions::default()
+            .ttl(ttl)
+            .node_timeout(Duration::from_millis(500)),
+    );
     let rival = manager(&[cluster.url()], opts().wait(Some(Duration::ZERO)));
     let key = "moving".to_string();
     let slot = key_slot(&key);
