@@ -134,6 +134,7 @@ async fn the_undo_of_a_re_entry_dropped_in_flight_is_applied_once() {
     let m = manager(&cluster.urls(), o.clone());
     let key = "reentry-undo";
     let outer = m.acquire_owned(key, 7, &o).await.unwrap();
+    granted_everywhere(&cluster.servers, key).await;
     // The outer grant is gone on two nodes: the re-entry is granted on node 0 only, and is
     // undone there.
     for s in &cluster.servers[1..] {
@@ -262,6 +263,7 @@ async fn a_release_while_the_attempt_is_in_flight_is_not_missed() {
     let key = "in-flight";
     let holder_m = manager(&cluster.urls(), opts().ttl(Duration::from_secs(60)));
     let held = holder_m.acquire(key).await.unwrap();
+    granted_everywhere(&cluster.servers, key).await;
     // A bare quorum: node 0 lost the holder's key.
     cluster.servers[0].cmd::<()>(&["DEL", key]);
     let o = opts()

@@ -503,6 +503,8 @@ async fn not_ours_and_no_answer_are_told_apart() {
     // Released on one node, gone on one (not ours), one paused (no answer): no quorum either way.
     let key = unique_key("not-ours-no-answer");
     let lock = m.acquire(&key).await.unwrap();
+    // Once, on a saturated machine, node 0's grant landed after the DEL below.
+    granted_everywhere(&cluster.servers, &key).await;
     let _: i64 = cluster.servers[0].cmd(&["DEL", &key]);
     cluster.servers[1].pause();
     let err = lock
@@ -526,6 +528,7 @@ async fn not_ours_and_no_answer_are_told_apart() {
     // Gone on two of three: not ours, the lock was lost.
     let key = unique_key("not-ours-majority");
     let lock = m.acquire(&key).await.unwrap();
+    granted_everywhere(&cluster.servers, &key).await;
     for s in &cluster.servers[..2] {
         let _: i64 = s.cmd(&["DEL", &key]);
     }

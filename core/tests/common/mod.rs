@@ -93,3 +93,18 @@ pub async fn written_to(server: &RedisServer) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+/// Waits until `key` exists on every one of `servers`. An acquire returns at a quorum, so the
+/// other nodes' grants may still be on their way: a test that then changes a node's copy must
+/// first see it there (one that did not saw its DEL overtaken by the late grant).
+#[allow(dead_code)]
+pub async fn granted_everywhere(servers: &[RedisServer], key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !servers.iter().all(|s| s.cmd::<bool>(&["EXISTS", key])) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the grant of {key} never reached every node"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+}
