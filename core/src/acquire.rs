@@ -913,7 +913,7 @@ fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
         .iter()
         .map(|ans| match ans {
             Answer::Yes(_) => true,
-            Answer::Failed(NodeError::Redis(_)) => !reentry,
+            Answer::Failed(NodeError::Redis(_) | NodeError::HeldBack(_)) => !reentry,
             _ => false,
         })
         .collect()
@@ -931,7 +931,9 @@ async fn ask(
     let ttl_ms = opts.ttl_millis();
     let (key, token) = (r.key.as_str(), r.token.as_str());
     let n = shared.cluster.nodes.len();
-    let reply = shared.cluster.nodes[i]
+    let node = &shared.cluster.nodes[i];
+    node.slot_guarded(key)?;
+    let reply = node
         .run_bounded(deadline, timeout, true, move |mut conn| async move {
             if r.plain_set {
                 // A `Value`, not a `String`: "OK" needs no allocation of its own.
@@ -988,7 +990,11 @@ async fn ask(
             Ok(value)
         })
         .await?;
-    match parse_reply(reply)? {
+    // Parsed first: an error reply is the answer to report. The guard's check comes before
+    // the answer counts; a grant it holds back is undone (`undo_now_mask`).
+    let reply = parse_reply(reply)?;
+    node.confirm_primary(key, deadline, timeout).await?;
+    match reply {
         Reply::Granted(counter) => Ok(Some(counter)),
         Reply::Busy(hint) => {
             let mut hints = r.hints.lock().unwrap_or_else(|p| p.into_inner());

@@ -33,6 +33,7 @@
 
 mod acquire;
 mod cluster;
+mod cluster_guard;
 mod error;
 mod hooks;
 pub mod host;

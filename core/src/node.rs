@@ -14,7 +14,8 @@ use redis::aio::MultiplexedConnection;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
-use crate::node_cluster::{ClusterUrl, pubsub_kind, refuse_cluster_server};
+use crate::cluster_guard::SlotGuard;
+use crate::node_cluster::{ClusterUrl, SlotMap, key_slot, pubsub_kind, refuse_cluster_server};
 pub(crate) use crate::node_cluster::{Conn, Pubsub};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -28,8 +29,13 @@ pub(crate) enum NodeError {
     Unreachable(String),
     /// The node answered with an error (ACL, OOM, wrong type, ...).
     Redis(String),
-    /// The node (re)started less than the restart guard ago: its vote does not count yet.
+    /// The node (re)started less than the restart guard ago: its vote does not count yet (the
+    /// request was not sent).
     Guarded(String),
+    /// A cluster answered, but from a primary that the restart guard holds back (the slot
+    /// failed over, or its primary restarted, see `cluster_guard.rs`), or whose identity it
+    /// could not confirm: the answer does not count, and a grant it made is undone.
+    HeldBack(String),
 }
 
 impl NodeError {
@@ -38,7 +44,10 @@ impl NodeError {
     }
     pub(crate) fn detail(&self) -> &str {
         match self {
-            NodeError::Unreachable(s) | NodeError::Redis(s) | NodeError::Guarded(s) => s,
+            NodeError::Unreachable(s)
+            | NodeError::Redis(s)
+            | NodeError::Guarded(s)
+            | NodeError::HeldBack(s) => s,
         }
     }
 }
@@ -80,6 +89,8 @@ struct NodeLocal {
     /// a new request takes a turn too instead of writing at once (see `connection`).
     opening: AtomicUsize,
     guard: Mutex<Guard>,
+    /// A cluster's restart guard, per slot range.
+    slots: Mutex<SlotGuard>,
 }
 
 #[derive(Default)]
@@ -280,6 +291,105 @@ impl Node {
         }
     }
 
+    /// On a cluster with the restart guard on: Err while the guard holds back the votes of
+    /// `key`'s slot (see `cluster_guard.rs`). A standalone node's guard is `guarded`.
+    pub(crate) fn slot_guarded(&self, key: &str) -> Result<(), NodeError> {
+        if !self.guards_slots() {
+            return Ok(());
+        }
+        let slot = key_slot(key);
+        let now = Instant::now();
+        let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+        match slots.held_until(slot, now) {
+            Some(until) => Err(NodeError::Guarded(format!(
+                "slot {slot} failed over or its primary restarted recently: restart guard holds its vote for another {:?}",
+                until - now
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn guards_slots(&self) -> bool {
+        self.is_cluster() && !self.guard_window.is_zero()
+    }
+
+    /// On a cluster with the restart guard on, after a vote about `key` was answered: asks the
+    /// primary now serving its slot who it is, and Err (`HeldBack`) when the slot has failed
+    /// over or its primary restarted since this process last looked (see `cluster_guard.rs`),
+    /// or when it cannot tell.
+    pub(crate) async fn confirm_primary(
+        &self,
+        key: &str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> Result<(), NodeError> {
+        if !self.guards_slots() {
+            return Ok(());
+        }
+        let slot = key_slot(key);
+        let unconfirmed = |e: NodeError| {
+            NodeError::HeldBack(format!(
+                "the restart guard could not tell which primary serves slot {slot}: {}",
+                e.detail()
+            ))
+        };
+        let probe = self
+            .run_bounded(deadline, timeout, false, move |conn| async move {
+                match conn {
+                    Conn::Cluster(mut c, _) => crate::cluster_guard::probe(&mut c, slot).await,
+                    Conn::Server(_) => unreachable!("guards_slots is a cluster's"),
+                }
+            })
+            .await
+            .map_err(unconfirmed)?;
+        let known = {
+            let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.serves(slot, &probe.node_id)
+        };
+        if !known {
+            let topology = self
+                .run_bounded(deadline, timeout, false, move |conn| async move {
+                    match conn {
+                        Conn::Cluster(mut c, _) => {
+                            crate::cluster_guard::read_topology(&mut c, slot).await
+                        }
+                        Conn::Server(_) => unreachable!("guards_slots is a cluster's"),
+                    }
+                })
+                .await
+                .map_err(unconfirmed)?;
+            self.observe_topology(topology);
+        }
+        let now = Instant::now();
+        let held = {
+            let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.probed(slot, &probe, now, self.guard_window)
+        };
+        match held {
+            Some(until) => Err(NodeError::HeldBack(format!(
+                "slot {slot} is now served by node {} after a failover or a restart: restart guard holds its vote for another {:?}",
+                probe.node_id,
+                until - now
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Takes in a cluster's topology just read (see `SlotGuard::observe`).
+    fn observe_topology(&self, topology: SlotMap) {
+        let newly = {
+            let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.observe(topology, Instant::now(), self.guard_window)
+        };
+        for (first, last) in newly {
+            tracing::warn!(
+                node = %self.display,
+                "restart guard: slots {first}-{last} failed over to a former replica; their votes do not count for {:?} (the new primary may have lost locks)",
+                self.guard_window
+            );
+        }
+    }
+
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
@@ -391,7 +501,8 @@ impl Node {
     /// script loaded.
     ///
     /// A cluster's connection reads the topology from a seed and connects to every primary;
-    /// the restart guard is not applied to it (see DESIGN.md, "Redis Cluster").
+    /// with the restart guard on, the topology is kept for the guard per slot range (see
+    /// `cluster_guard.rs`).
     async fn open_connection(&self, timeout: Duration) -> Result<Conn, NodeError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
@@ -410,6 +521,20 @@ impl Node {
                     tokio::time::timeout(timeout, pubsub_kind(&mut conn, self.sharded_wanted))
                         .await
                         .unwrap_or(Pubsub::Classic);
+                if self.guards_slots() {
+                    // The topology to compare later ones with (and, on a reconnection, to
+                    // compare with the one seen before).
+                    self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
+                        Ok(Ok(topology)) => self.observe_topology(topology),
+                        Ok(Err(e)) => return Err(self.classify(&e)),
+                        Err(_) => {
+                            return Err(NodeError::Unreachable(format!(
+                                "CLUSTER SLOTS: no reply within {timeout:?}"
+                            )));
+                        }
+                    }
+                }
                 Conn::Cluster(conn, kind)
             }
             None => {

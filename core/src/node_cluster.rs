@@ -113,19 +113,39 @@ pub(crate) fn key_slot(name: &str) -> u16 {
 /// groups a tick's renewals by (one pipeline per primary). It may be stale: a pipeline sent to
 /// a primary that no longer serves a key's slot gets MOVED (or ASK) for that entry, and the
 /// caller renews that lock alone, as a routed command that redis-rs redirects.
-#[derive(Debug)]
+///
+/// It is also the restart guard's memory of a cluster (`cluster_guard.rs`): which nodes were
+/// each range's replicas, to tell a failover from a migration.
+#[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct SlotMap {
-    /// (first slot, last slot, the primary's node id or address), sorted by first slot.
-    ranges: Vec<(u16, u16, String)>,
+    /// Sorted by first slot.
+    pub(crate) ranges: Vec<SlotRange>,
+}
+
+/// One range of `CLUSTER SLOTS`: its nodes by node id (or `host:port` when no id is given).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SlotRange {
+    pub first: u16,
+    pub last: u16,
+    pub primary: String,
+    pub replicas: Vec<String>,
 }
 
 impl SlotMap {
     /// Reads the map from one primary.
     pub async fn read(conn: &mut ClusterConnection) -> RedisResult<SlotMap> {
+        SlotMap::read_from(conn, SingleNodeRoutingInfo::RandomPrimary).await
+    }
+
+    /// Reads the map from the node `route` picks.
+    pub async fn read_from(
+        conn: &mut ClusterConnection,
+        route: SingleNodeRoutingInfo,
+    ) -> RedisResult<SlotMap> {
         let reply = conn
             .route_command(
                 redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+                RoutingInfo::SingleNode(route),
             )
             .await?;
         Ok(SlotMap::parse(&reply))
@@ -146,36 +166,60 @@ impl SlotMap {
                 let Value::Array(fields) = entry else {
                     continue;
                 };
-                let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
-                    (fields.first(), fields.get(1), fields.get(2))
+                let (Some(Value::Int(first)), Some(Value::Int(last))) =
+                    (fields.first(), fields.get(1))
                 else {
                     continue;
                 };
                 // The node id when given (Redis 4+), else host:port.
-                let name = primary.get(2).and_then(text).or_else(|| {
-                    let host = primary.first().and_then(text)?;
-                    let port = primary.get(1).and_then(text)?;
-                    Some(format!("{host}:{port}"))
-                });
-                if let (Ok(first), Ok(last), Some(name)) =
-                    (u16::try_from(*first), u16::try_from(*last), name)
+                let name = |node: &Value| {
+                    let Value::Array(node) = node else {
+                        return None;
+                    };
+                    node.get(2).and_then(text).or_else(|| {
+                        let host = node.first().and_then(text)?;
+                        let port = node.get(1).and_then(text)?;
+                        Some(format!("{host}:{port}"))
+                    })
+                };
+                let primary = fields.get(2).and_then(name);
+                if let (Ok(first), Ok(last), Some(primary)) =
+                    (u16::try_from(*first), u16::try_from(*last), primary)
                 {
-                    ranges.push((first, last, name));
+                    let replicas = fields[3..].iter().filter_map(name).collect();
+                    ranges.push(SlotRange {
+                        first,
+                        last,
+                        primary,
+                        replicas,
+                    });
                 }
             }
         }
-        ranges.sort();
+        ranges.sort_by_key(|r| r.first);
         SlotMap { ranges }
+    }
+
+    /// The range holding `slot`, as last read.
+    pub fn range_of(&self, slot: u16) -> Option<&SlotRange> {
+        let i = self
+            .ranges
+            .partition_point(|r| r.first <= slot)
+            .checked_sub(1)?;
+        let range = &self.ranges[i];
+        (slot <= range.last).then_some(range)
+    }
+
+    /// Whether `node` served or replicated any range.
+    pub fn knows(&self, node: &str) -> bool {
+        self.ranges
+            .iter()
+            .any(|r| r.primary == node || r.replicas.iter().any(|n| n == node))
     }
 
     /// The primary serving `slot`, as last read.
     pub fn primary_of(&self, slot: u16) -> Option<&str> {
-        let i = self
-            .ranges
-            .partition_point(|r| r.0 <= slot)
-            .checked_sub(1)?;
-        let (_, last, name) = &self.ranges[i];
-        (slot <= *last).then_some(name.as_str())
+        self.range_of(slot).map(|r| r.primary.as_str())
     }
 }
 
@@ -361,6 +405,8 @@ mod tests {
         assert_eq!(map.primary_of(10922), Some("b"));
         assert_eq!(map.primary_of(10923), None, "a slot nobody serves");
         assert_eq!(map.primary_of(16383), Some("c"));
+        assert_eq!(map.range_of(7).unwrap().replicas, ["replica-of-a"]);
+        assert!(map.knows("replica-of-a") && map.knows("c") && !map.knows("d"));
         assert_eq!(SlotMap::parse(&Value::Nil).primary_of(7), None);
     }
 

@@ -135,9 +135,10 @@ impl Tally {
         add(
             "no answer from",
             names(&|a| match a {
-                Answer::Failed(e @ (NodeError::Unreachable(_) | NodeError::Guarded(_))) => {
-                    Some(format!(" ({})", e.detail()))
-                }
+                Answer::Failed(
+                    e
+                    @ (NodeError::Unreachable(_) | NodeError::Guarded(_) | NodeError::HeldBack(_)),
+                ) => Some(format!(" ({})", e.detail())),
                 _ => None,
             }),
             true,

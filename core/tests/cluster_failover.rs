@@ -153,6 +153,14 @@ fn locker_acl() -> String {
     format!("user locker on >{LOCKER_PASSWORD} ~lock:* {CLUSTER_USER_RULES}")
 }
 
+/// What the README adds to the cluster user's rules for the restart guard's probe.
+const GUARD_RULES: &str = "+cluster|myid +info";
+
+/// The user `guarded`: the cluster user's rules and the guard's.
+fn guarded_acl() -> String {
+    format!("user guarded on >{LOCKER_PASSWORD} ~lock:* {CLUSTER_USER_RULES} {GUARD_RULES}")
+}
+
 /// `cluster.url()` as the user `locker`.
 fn locker_url(cluster: &RedisCluster) -> String {
     format!(
@@ -182,13 +190,15 @@ async fn subscribed(node: &RedisServer, prefix: &str) {
 
 /// Issue 19: a user with only the README's ACL for a cluster (defined on every node, replicas
 /// included) acquires, waits and is woken, renews, releases, re-enters and fences; a key
-/// outside its patterns is refused, so the ACL is in force.
+/// outside its patterns is refused, so the ACL is in force. With the restart guard on, the
+/// README's extra rules are needed (the probe), and enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
     let _serial = serial();
+    let born = Instant::now();
     let cluster = RedisCluster::start_with(ClusterOptions {
         replicas: 1,
-        acl_users: vec![locker_acl()],
+        acl_users: vec![locker_acl(), guarded_acl()],
         ..ClusterOptions::default()
     });
     // On every node, replicas included.
@@ -284,6 +294,31 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
             .contains(CLUSTER_USER_RULES),
         "the README's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
     );
+    assert!(
+        readme.contains(GUARD_RULES),
+        "the README lacks {GUARD_RULES}"
+    );
+    // The restart guard's probe, with a window every primary is older than by then.
+    let window = Duration::from_secs(1);
+    tokio::time::sleep_until((born + window * 2).into()).await;
+    let guarded = |url: String| {
+        LockManager::new(
+            ferrolock::ManagerOptions::new()
+                .nodes([url])
+                .restart_guard(window)
+                .lock(opts().wait(Some(Duration::ZERO))),
+        )
+        .unwrap()
+    };
+    let without = guarded(locker_url(&cluster));
+    let err = without.try_acquire("lock:guarded").await.unwrap_err();
+    assert!(
+        err.to_string().contains("restart guard") && err.to_string().contains("NOPERM"),
+        "{err}"
+    );
+    let with = guarded(locker_url(&cluster).replacen("locker:", "guarded:", 1));
+    let l = with.try_acquire("lock:guarded").await.unwrap();
+    assert!(l.release().await.unwrap());
 }
 
 /// Until `key` on `node` reads `want` (bound: a failure bound far from a healthy round trip).
@@ -532,12 +567,18 @@ async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twi
 /// dropped, while the lock is written), the primary is killed, the replica resumed and promoted (`CLUSTER FAILOVER
 /// TAKEOVER`, `cluster-replica-validity-factor 0`): the new primary has no key (the fault
 /// happened). The holder is told (TokenGone) within one renewal period plus the node timeout
-/// of the new primary serving the slot. The documented limit, asserted as it is today: the
-/// restart guard does not run per slot range yet, so a manager connected before the failover,
-/// guard on or off, is granted the key while the first holder's process still runs.
+/// of the new primary serving the slot. A manager with the restart guard on, connected before
+/// the failover, refuses the key (and the other slots the replica took over) for the guard's
+/// window, undoing the grant the new primary made it, while keys of the other shards keep
+/// working; with the guard off (the default for one node) it is granted the key while the
+/// first holder's process still runs: the documented limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_that_lost_the_write_tells_the_holder_and_is_not_guarded_yet() {
+async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its_slots_back() {
     let _serial = serial();
+    // The guard also holds back a primary first seen with an uptime below the window (it may
+    // have restarted just before): the first probes wait until every node is older than that.
+    let window = Duration::from_secs(10);
+    let born = Instant::now();
     let mut cluster = RedisCluster::start_with(ClusterOptions {
         replicas: 1,
         require_full_coverage: false,
@@ -563,12 +604,14 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_is_not_guarded_yet(
     let guarded = LockManager::new(
         ferrolock::ManagerOptions::new()
             .nodes([url.clone()])
-            .restart_guard(Duration::from_secs(60))
+            .restart_guard(window)
             .lock(opts().wait(Some(Duration::ZERO))),
     )
     .unwrap();
-    // Both connected (topology read) before the failover.
-    for m in [&unguarded, &guarded] {
+    tokio::time::sleep_until((born + window + Duration::from_secs(2)).into()).await;
+    // All connected (the guarded one has read the topology) before the failover: a paused
+    // replica would stall a connection opened after it.
+    for m in [&holder, &unguarded, &guarded] {
         m.try_acquire("lossy:warmup")
             .await
             .unwrap()
@@ -621,10 +664,41 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_is_not_guarded_yet(
         "told {:?} after the new primary served the slot",
         at.saturating_duration_since(serving)
     );
-    // The limit: nothing guards the slot, so both managers are granted it (one after the
-    // other) while the holder's process runs.
+    // The guard: the first try is granted by the new primary, seen to come from a former
+    // replica, and undone; the next is not sent. Both within the window (the check of the
+    // elapsed time makes a machine too slow for it fail, not pass).
+    let slot = key_slot(&key);
+    let same_range = (0..)
+        .map(|i| format!("lossy:other:{i}"))
+        .find(|k| key_slot(k) != slot && cluster.primary_for_key(k).port() == new)
+        .unwrap();
+    let other_shard = (0..)
+        .map(|i| format!("lossy:other:{i}"))
+        .find(|k| ![old, new].contains(&cluster.primary_for_key(k).port()))
+        .unwrap();
+    let checking = Instant::now();
+    for (try_key, what) in [
+        (&key, "the grant"),
+        (&key, "the next try"),
+        (&same_range, "a key of another of its slots"),
+    ] {
+        let err = guarded.try_acquire(try_key).await.unwrap_err();
+        assert!(
+            err.to_string().contains("restart guard"),
+            "{what}: {err} ({:?})",
+            err.kind()
+        );
+        settles(&cluster.nodes[new_i], try_key, None).await;
+    }
+    let elsewhere = guarded.try_acquire(&other_shard).await.unwrap();
+    assert!(elsewhere.release().await.unwrap());
+    assert!(
+        checking.elapsed() < window,
+        "the checks took {:?}, longer than the guard's window",
+        checking.elapsed()
+    );
+    eprintln!("guarded checks took {:?}", checking.elapsed());
+    // The limit, with the guard off: the key is granted while the holder's process runs.
     let second = unguarded.try_acquire(&key).await.unwrap();
     assert!(second.release().await.unwrap());
-    let third = guarded.try_acquire(&key).await.unwrap();
-    assert!(third.release().await.unwrap());
 }

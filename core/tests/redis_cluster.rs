@@ -246,7 +246,8 @@ fn get_importing(node: &RedisServer, key: &str) -> Option<String> {
 /// renewal periods while 200 other locks on the source keep renewing, then SETSLOT NODE. The
 /// moved lock's renewal comes back ASK, then MOVED, from inside the source's pipeline, and is
 /// sent alone (redis-rs follows the redirect); nothing is lost, and a competing manager is
-/// refused throughout.
+/// refused throughout. A manager with the restart guard on, connected before the move, sees a
+/// migration to an existing primary, not a failover: it is granted a key of the moved slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice() {
     let _serial = serial();
@@ -260,7 +261,21 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
             .node_timeout(Duration::from_millis(500)),
     );
     let rival = manager(&[cluster.url()], opts().wait(Some(Duration::ZERO)));
+    let guard_window = Duration::from_secs(2);
+    let guarded = ferrolock::LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([cluster.url()])
+            .restart_guard(guard_window)
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
     let key = "moving".to_string();
+    let same_slot = "{moving}:guarded";
+    // Connected, and the topology read, before the move. (Its answer does not matter: a
+    // primary younger than the window is held back, as a restarted one.)
+    if let Ok(l) = guarded.try_acquire(same_slot).await {
+        assert!(l.release().await.unwrap());
+    }
     let slot = key_slot(&key);
     let source = owner(&cluster, &key);
     let target = cluster
@@ -352,6 +367,11 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
     );
     assert!(lock.release().await.unwrap());
     assert_eq!(get(target, &key), None);
+    // Every primary is older than the window by now: a refusal would be the move taken for
+    // a failover.
+    let l = guarded.try_acquire(same_slot).await.unwrap();
+    assert_eq!(get(target, same_slot).as_deref(), Some(l.token()));
+    assert!(l.release().await.unwrap());
 }
 
 /// With `sharded_pubsub` off: classic PUBLISH is broadcast to every node of a cluster, so the

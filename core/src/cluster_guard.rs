@@ -1,0 +1,272 @@
+//! The restart guard on a node that is a whole Redis Cluster, kept per slot range.
+//!
+//! A standalone node's guard holds back the whole node's vote after it restarted (it may have
+//! forgotten locks it granted). In a cluster the same loss comes from a failover: a replica
+//! promoted before it received the lock's write serves the slot without the key. So the guard
+//! remembers the topology this process last saw, and when a slot's primary changes it asks
+//! where the new one came from:
+//! - it was one of the range's replicas (or a node this process never saw): a failover; the
+//!   slots it took over are held back for the window from the moment it is seen;
+//! - it was already a primary: a migration (MIGRATE moves keys with their ttl); not held back.
+//!
+//! And, as on a standalone node, a primary whose run_id changed restarted under us, and a
+//! primary first seen with an uptime below the window may have restarted just before: their
+//! ranges are held back too.
+//!
+//! Redis-rs follows failovers silently (it refreshes its slot map and sends again), so the
+//! change is seen where it matters: after each acquire on a guarded cluster, a probe
+//! (`CLUSTER MYID`, `INFO server`) goes to the primary now serving the key's slot. Sent after
+//! the reply, it cannot miss a failover that the request followed; it may see one that
+//! happened just after, and then holds back a vote that would have counted (the safe side).
+//! The cost is one round trip per acquire, only with the guard on.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+use redis::{RedisResult, Value};
+
+use crate::node_cluster::SlotMap;
+
+/// What one process knows of a cluster for its restart guard.
+#[derive(Debug, Default)]
+pub(crate) struct SlotGuard {
+    /// The topology last seen; `None` before the first connection.
+    topology: Option<SlotMap>,
+    /// Each primary's run_id when last probed, by node id.
+    run_ids: HashMap<String, String>,
+    /// Slot ranges whose votes do not count before the instant given.
+    held: Vec<(u16, u16, Instant)>,
+}
+
+/// Which primary answered a probe of one slot, and since when it runs.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    pub node_id: String,
+    pub run_id: String,
+    pub uptime_s: u64,
+}
+
+impl SlotGuard {
+    /// Takes in a topology just read: every range whose primary changed since the last one
+    /// seen to a node that was not a primary then is held back for `window`. Returns the
+    /// ranges newly held (for the log).
+    pub fn observe(&mut self, new: SlotMap, now: Instant, window: Duration) -> Vec<(u16, u16)> {
+        let mut newly = Vec::new();
+        if let Some(old) = &self.topology {
+            for range in &new.ranges {
+                let was_primary = old.ranges.iter().any(|r| r.primary == range.primary);
+                for before in &old.ranges {
+                    let (first, last) =
+                        (range.first.max(before.first), range.last.min(before.last));
+                    if first > last || before.primary == range.primary {
+                        continue;
+                    }
+                    let promoted = before.replicas.contains(&range.primary);
+                    if promoted || !(was_primary || old.knows(&range.primary)) {
+                        newly.push((first, last));
+                    }
+                }
+            }
+        }
+        for &(first, last) in &newly {
+            self.hold(first, last, now + window);
+        }
+        self.topology = Some(new);
+        newly
+    }
+
+    /// Whether the last topology seen has `node_id` serving `slot` (else the caller reads the
+    /// topology again and `observe`s it).
+    pub fn serves(&self, slot: u16, node_id: &str) -> bool {
+        self.topology
+            .as_ref()
+            .and_then(|t| t.primary_of(slot))
+            .is_some_and(|p| p == node_id)
+    }
+
+    /// Takes in a probe of `slot`, once the topology has been observed: a primary that still
+    /// does not serve the slot in it (the map moved on again meanwhile) holds the slot back;
+    /// a restart of the primary (its run_id changed, or first seen with an uptime below the
+    /// window) holds back its ranges. Returns the instant until which `slot` is held, if it is.
+    pub fn probed(
+        &mut self,
+        slot: u16,
+        probe: &Probe,
+        now: Instant,
+        window: Duration,
+    ) -> Option<Instant> {
+        if !self.serves(slot, &probe.node_id) {
+            self.hold(slot, slot, now + window);
+        }
+        let wait = match self.run_ids.get(&probe.node_id) {
+            Some(seen) if *seen == probe.run_id => Duration::ZERO,
+            Some(_) => window,
+            // As on a standalone node: INFO's uptime overstates the real one by up to 1 s.
+            None => window.saturating_sub(Duration::from_secs(probe.uptime_s.saturating_sub(1))),
+        };
+        self.run_ids
+            .insert(probe.node_id.clone(), probe.run_id.clone());
+        if !wait.is_zero() {
+            let ranges: Vec<(u16, u16)> = self
+                .topology
+                .iter()
+                .flat_map(|t| &t.ranges)
+                .filter(|r| r.primary == probe.node_id)
+                .map(|r| (r.first, r.last))
+                .collect();
+            for (first, last) in ranges {
+                self.hold(first, last, now + wait);
+            }
+            self.hold(slot, slot, now + wait);
+        }
+        self.held_until(slot, now)
+    }
+
+    /// Until when `slot`'s votes are held back, if they are.
+    pub fn held_until(&self, slot: u16, now: Instant) -> Option<Instant> {
+        self.held
+            .iter()
+            .filter(|&&(first, last, until)| first <= slot && slot <= last && until > now)
+            .map(|&(_, _, until)| until)
+            .max()
+    }
+
+    fn hold(&mut self, first: u16, last: u16, until: Instant) {
+        let now = Instant::now();
+        self.held.retain(|&(_, _, u)| u > now);
+        self.held.push((first, last, until));
+    }
+}
+
+/// Asks the primary now serving `slot` who it is and since when it runs (one pipeline).
+pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResult<Probe> {
+    let mut pipe = redis::pipe();
+    pipe.cmd("CLUSTER").arg("MYID").cmd("INFO").arg("server");
+    let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    let replies = conn.route_pipeline(pipe, 0, 2, route).await?;
+    let text = |v: Option<&Value>| -> RedisResult<String> {
+        match v {
+            Some(v) => Ok(redis::from_redis_value_ref(v)?),
+            None => Err(redis::RedisError::from((
+                redis::ErrorKind::UnexpectedReturnType,
+                "short reply to the restart guard's probe",
+            ))),
+        }
+    };
+    let node_id = text(replies.first())?;
+    let info = text(replies.get(1))?;
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
+            .map(|v| v.trim().to_string())
+    };
+    Ok(Probe {
+        node_id,
+        run_id: field("run_id").unwrap_or_default(),
+        uptime_s: field("uptime_in_seconds")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    })
+}
+
+/// Reads the topology from the primary now serving `slot` (it knows it serves it).
+pub(crate) async fn read_topology(conn: &mut ClusterConnection, slot: u16) -> RedisResult<SlotMap> {
+    SlotMap::read_from(
+        conn,
+        SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master)),
+    )
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node_cluster::SlotRange;
+
+    fn map(ranges: &[(u16, u16, &str, &[&str])]) -> SlotMap {
+        SlotMap {
+            ranges: ranges
+                .iter()
+                .map(|&(first, last, primary, replicas)| SlotRange {
+                    first,
+                    last,
+                    primary: primary.into(),
+                    replicas: replicas.iter().map(|r| r.to_string()).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    const W: Duration = Duration::from_secs(10);
+
+    fn start() -> (SlotGuard, Instant) {
+        let mut g = SlotGuard::default();
+        let now = Instant::now();
+        let first = map(&[(0, 8191, "a", &["a1"]), (8192, 16383, "b", &["b1"])]);
+        assert!(
+            g.observe(first, now, W).is_empty(),
+            "nothing to compare with"
+        );
+        (g, now)
+    }
+
+    #[test]
+    fn a_replica_promoted_holds_back_only_the_slots_it_took_over() {
+        let (mut g, now) = start();
+        let after = map(&[(0, 8191, "a1", &[]), (8192, 16383, "b", &["b1"])]);
+        assert_eq!(g.observe(after, now, W), [(0, 8191)]);
+        assert_eq!(g.held_until(0, now), Some(now + W));
+        assert_eq!(g.held_until(8191, now), Some(now + W));
+        assert_eq!(g.held_until(8192, now), None);
+        assert_eq!(g.held_until(0, now + W), None, "only for the window");
+    }
+
+    #[test]
+    fn a_migration_to_an_existing_primary_is_not_held_back() {
+        let (mut g, now) = start();
+        let after = map(&[
+            (0, 99, "a", &["a1"]),
+            (100, 199, "b", &["b1"]),
+            (200, 8191, "a", &["a1"]),
+            (8192, 16383, "b", &["b1"]),
+        ]);
+        assert!(g.observe(after, now, W).is_empty());
+        assert_eq!(g.held_until(150, now), None);
+    }
+
+    #[test]
+    fn a_primary_never_seen_counts_as_a_failover() {
+        let (mut g, now) = start();
+        let after = map(&[(0, 8191, "a", &["a1"]), (8192, 16383, "z", &[])]);
+        assert_eq!(g.observe(after, now, W), [(8192, 16383)]);
+    }
+
+    #[test]
+    fn probes_hold_back_a_restarted_primary_and_a_young_one() {
+        let (mut g, now) = start();
+        let probe = |id: &str, run: &str, up: u64| Probe {
+            node_id: id.into(),
+            run_id: run.into(),
+            uptime_s: up,
+        };
+        assert!(g.serves(5, "a") && !g.serves(5, "b"));
+        // First seen, up for long: not held; up 4 s: held for the rest of the window.
+        assert_eq!(g.probed(5, &probe("a", "r1", 3600), now, W), None);
+        let young = g.probed(9000, &probe("b", "s1", 4), now, W);
+        assert_eq!(young, Some(now + W - Duration::from_secs(3)));
+        // The same run again: nothing new. A new run_id on `a`: its whole range held back.
+        assert_eq!(g.probed(5, &probe("a", "r1", 3601), now, W), None);
+        assert_eq!(g.probed(7, &probe("a", "r2", 0), now, W), Some(now + W));
+        assert_eq!(g.held_until(8000, now), Some(now + W));
+        // A node answering for a slot the topology gives to another: that slot held back.
+        assert_eq!(
+            g.probed(9, &probe("b", "s1", 9), now + W, W),
+            Some(now + W + W)
+        );
+        assert_eq!(g.held_until(10, now + W), None);
+    }
+}
