@@ -5,8 +5,9 @@
 //! promoted before it received the lock's write serves the slot without the key. So the guard
 //! remembers the topology this process last saw, and when a slot's primary changes it asks
 //! where the new one came from:
-//! - it was one of the range's replicas (or a node this process never saw): a failover; the
-//!   slots it took over are held back for the window from the moment it is seen;
+//! - it was not a primary then (one of the range's replicas, promoted; or a node this process
+//!   never saw, which it cannot tell from one): a failover; the slots it took over are held
+//!   back for the window from the moment it is seen;
 //! - it was already a primary: a migration (MIGRATE moves keys with their ttl); not held back.
 //!
 //! And, as on a standalone node, a primary whose run_id changed restarted under us, and a
@@ -58,15 +59,13 @@ impl SlotGuard {
         let mut newly = Vec::new();
         if let Some(old) = &self.topology {
             for range in &new.ranges {
-                let was_primary = old.ranges.iter().any(|r| r.primary == range.primary);
+                if old.ranges.iter().any(|r| r.primary == range.primary) {
+                    continue;
+                }
                 for before in &old.ranges {
                     let (first, last) =
                         (range.first.max(before.first), range.last.min(before.last));
-                    if first > last || before.primary == range.primary {
-                        continue;
-                    }
-                    let promoted = before.replicas.contains(&range.primary);
-                    if promoted || !(was_primary || old.knows(&range.primary)) {
+                    if first <= last {
                         newly.push((first, last));
                     }
                 }
@@ -187,15 +186,14 @@ mod tests {
     use super::*;
     use crate::node_cluster::SlotRange;
 
-    fn map(ranges: &[(u16, u16, &str, &[&str])]) -> SlotMap {
+    fn map(ranges: &[(u16, u16, &str)]) -> SlotMap {
         SlotMap {
             ranges: ranges
                 .iter()
-                .map(|&(first, last, primary, replicas)| SlotRange {
+                .map(|&(first, last, primary)| SlotRange {
                     first,
                     last,
                     primary: primary.into(),
-                    replicas: replicas.iter().map(|r| r.to_string()).collect(),
                 })
                 .collect(),
         }
@@ -206,7 +204,7 @@ mod tests {
     fn start() -> (SlotGuard, Instant) {
         let mut g = SlotGuard::default();
         let now = Instant::now();
-        let first = map(&[(0, 8191, "a", &["a1"]), (8192, 16383, "b", &["b1"])]);
+        let first = map(&[(0, 8191, "a"), (8192, 16383, "b")]);
         assert!(
             g.observe(first, now, W).is_empty(),
             "nothing to compare with"
@@ -217,7 +215,7 @@ mod tests {
     #[test]
     fn a_replica_promoted_holds_back_only_the_slots_it_took_over() {
         let (mut g, now) = start();
-        let after = map(&[(0, 8191, "a1", &[]), (8192, 16383, "b", &["b1"])]);
+        let after = map(&[(0, 8191, "a1"), (8192, 16383, "b")]);
         assert_eq!(g.observe(after, now, W), [(0, 8191)]);
         assert_eq!(g.held_until(0, now), Some(now + W));
         assert_eq!(g.held_until(8191, now), Some(now + W));
@@ -229,10 +227,10 @@ mod tests {
     fn a_migration_to_an_existing_primary_is_not_held_back() {
         let (mut g, now) = start();
         let after = map(&[
-            (0, 99, "a", &["a1"]),
-            (100, 199, "b", &["b1"]),
-            (200, 8191, "a", &["a1"]),
-            (8192, 16383, "b", &["b1"]),
+            (0, 99, "a"),
+            (100, 199, "b"),
+            (200, 8191, "a"),
+            (8192, 16383, "b"),
         ]);
         assert!(g.observe(after, now, W).is_empty());
         assert_eq!(g.held_until(150, now), None);
@@ -241,7 +239,7 @@ mod tests {
     #[test]
     fn a_primary_never_seen_counts_as_a_failover() {
         let (mut g, now) = start();
-        let after = map(&[(0, 8191, "a", &["a1"]), (8192, 16383, "z", &[])]);
+        let after = map(&[(0, 8191, "a"), (8192, 16383, "z")]);
         assert_eq!(g.observe(after, now, W), [(8192, 16383)]);
     }
 

@@ -115,20 +115,19 @@ pub(crate) fn key_slot(name: &str) -> u16 {
 /// caller renews that lock alone, as a routed command that redis-rs redirects.
 ///
 /// It is also the restart guard's memory of a cluster (`cluster_guard.rs`): which nodes were
-/// each range's replicas, to tell a failover from a migration.
+/// primaries, to tell a failover from a migration.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub(crate) struct SlotMap {
     /// Sorted by first slot.
     pub(crate) ranges: Vec<SlotRange>,
 }
 
-/// One range of `CLUSTER SLOTS`: its nodes by node id (or `host:port` when no id is given).
+/// One range of `CLUSTER SLOTS`: its primary by node id (or `host:port` when no id is given).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SlotRange {
     pub first: u16,
     pub last: u16,
     pub primary: String,
-    pub replicas: Vec<String>,
 }
 
 impl SlotMap {
@@ -166,32 +165,24 @@ impl SlotMap {
                 let Value::Array(fields) = entry else {
                     continue;
                 };
-                let (Some(Value::Int(first)), Some(Value::Int(last))) =
-                    (fields.first(), fields.get(1))
+                let (Some(Value::Int(first)), Some(Value::Int(last)), Some(Value::Array(primary))) =
+                    (fields.first(), fields.get(1), fields.get(2))
                 else {
                     continue;
                 };
                 // The node id when given (Redis 4+), else host:port.
-                let name = |node: &Value| {
-                    let Value::Array(node) = node else {
-                        return None;
-                    };
-                    node.get(2).and_then(text).or_else(|| {
-                        let host = node.first().and_then(text)?;
-                        let port = node.get(1).and_then(text)?;
-                        Some(format!("{host}:{port}"))
-                    })
-                };
-                let primary = fields.get(2).and_then(name);
+                let primary = primary.get(2).and_then(text).or_else(|| {
+                    let host = primary.first().and_then(text)?;
+                    let port = primary.get(1).and_then(text)?;
+                    Some(format!("{host}:{port}"))
+                });
                 if let (Ok(first), Ok(last), Some(primary)) =
                     (u16::try_from(*first), u16::try_from(*last), primary)
                 {
-                    let replicas = fields[3..].iter().filter_map(name).collect();
                     ranges.push(SlotRange {
                         first,
                         last,
                         primary,
-                        replicas,
                     });
                 }
             }
@@ -208,13 +199,6 @@ impl SlotMap {
             .checked_sub(1)?;
         let range = &self.ranges[i];
         (slot <= range.last).then_some(range)
-    }
-
-    /// Whether `node` served or replicated any range.
-    pub fn knows(&self, node: &str) -> bool {
-        self.ranges
-            .iter()
-            .any(|r| r.primary == node || r.replicas.iter().any(|n| n == node))
     }
 
     /// The primary serving `slot`, as last read.
@@ -405,8 +389,7 @@ mod tests {
         assert_eq!(map.primary_of(10922), Some("b"));
         assert_eq!(map.primary_of(10923), None, "a slot nobody serves");
         assert_eq!(map.primary_of(16383), Some("c"));
-        assert_eq!(map.range_of(7).unwrap().replicas, ["replica-of-a"]);
-        assert!(map.knows("replica-of-a") && map.knows("c") && !map.knows("d"));
+        assert_eq!(map.range_of(7).unwrap().last, 5460);
         assert_eq!(SlotMap::parse(&Value::Nil).primary_of(7), None);
     }
 
