@@ -94,6 +94,27 @@ pub async fn written_to(server: &RedisServer) {
     }
 }
 
+/// Waits until `key` is gone from every one of `servers`. An attempt that fails is undone at
+/// once where it was answered, and where the answer comes after the caller heard the outcome
+/// (the grant decided at a quorum), when that answer arrives: a test that reads every node
+/// right after the failure can find a late grant not yet undone.
+#[allow(dead_code)]
+pub async fn gone_everywhere(servers: &[RedisServer], key: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while servers.iter().any(|s| s.cmd::<bool>(&["EXISTS", key])) {
+        let left: Vec<u16> = servers
+            .iter()
+            .filter(|s| s.cmd::<bool>(&["EXISTS", key]))
+            .map(|s| s.port())
+            .collect();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{key} was left behind on the nodes at ports {left:?}"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
 /// Waits until `key` exists on every one of `servers`. An acquire returns at a quorum, so the
 /// other nodes' grants may still be on their way: a test that then changes a node's copy must
 /// first see it there (one that did not saw its DEL overtaken by the late grant).
