@@ -1000,7 +1000,10 @@ async fn ask(
     // Parsed first: an error reply is the answer to report. The guard's check comes before
     // the answer counts; a grant it holds back is undone (`undo_now_mask`).
     let reply = parse_reply(reply)?;
-    node.confirm_primary(key, deadline, timeout).await?;
+    if node.guards_slots() {
+        // Boxed: only a cluster with the restart guard on pays for its probe's future.
+        Box::pin(node.confirm_primary(key, deadline, timeout)).await?;
+    }
     match reply {
         Reply::Granted(counter) => Ok(Some(counter)),
         Reply::Busy(hint) => {

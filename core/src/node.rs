@@ -309,7 +309,8 @@ impl Node {
         }
     }
 
-    fn guards_slots(&self) -> bool {
+    /// Whether this node is a cluster with the restart guard on (see `cluster_guard.rs`).
+    pub(crate) fn guards_slots(&self) -> bool {
         self.is_cluster() && !self.guard_window.is_zero()
     }
 
