@@ -169,19 +169,12 @@ async fn acquire_loop(
             Some(Spoiled::FenceFailed(_)) => None,
             _ => wake_hint(&tally, &outcome.hints),
         };
-        // After the attempt, only wake-ups from nodes that refused it (or failed) count: the
-        // others may come from our own undo. That includes a node still unanswered when the
-        // attempt was decided (on a loaded machine, the refusals can come first): its grant is
-        // undone when it answers, and that undo's wake-up would start the next attempt at
-        // once, in a loop. A holder's release is heard from the nodes that refused us.
+        // After the attempt, only wake-ups from nodes that did not grant it count: the
+        // others come from our own undo.
         let not_granted: Vec<bool> = tally
             .answers
             .iter()
-            .map(|a| match a {
-                Answer::No => true,
-                Answer::Failed(e) => !matches!(e, NodeError::HeldBack(_)),
-                Answer::Yes(_) | Answer::Pending => false,
-            })
+            .map(|a| !matches!(a, Answer::Yes(_)))
             .collect();
 
         if let Some(Spoiled::FenceError(i, e)) = &spoiled {
