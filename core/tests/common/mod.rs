@@ -101,12 +101,15 @@ pub async fn written_to(server: &RedisServer) {
 #[allow(dead_code)]
 pub async fn gone_everywhere(servers: &[RedisServer], key: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while servers.iter().any(|s| s.cmd::<bool>(&["EXISTS", key])) {
+    loop {
         let left: Vec<u16> = servers
             .iter()
             .filter(|s| s.cmd::<bool>(&["EXISTS", key]))
             .map(|s| s.port())
             .collect();
+        if left.is_empty() {
+            return;
+        }
         assert!(
             std::time::Instant::now() < deadline,
             "{key} was left behind on the nodes at ports {left:?}"
