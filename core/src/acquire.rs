@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -29,7 +30,7 @@ use crate::lock::Lock;
 use crate::node::{NodeError, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
-use crate::queue::{QueueArgs, Ticket, Woken, barge_bound_ms, quiet_grace_ms};
+use crate::queue::{QueueArgs, Ticket, WakeSources, Woken, barge_bound_ms, quiet_grace_ms};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
     Acquire, AcquireReentrant, KeyNames, RaiseFence, Undo, command, redisson_channel,
@@ -169,13 +170,12 @@ async fn acquire_loop(
             Some(Spoiled::FenceFailed(_)) => None,
             _ => wake_hint(&tally, &outcome.hints),
         };
-        // After the attempt, only wake-ups from nodes that did not grant it count: the
-        // others come from our own undo.
-        let not_granted: Vec<bool> = tally
-            .answers
-            .iter()
-            .map(|a| !matches!(a, Answer::Yes(_)))
-            .collect();
+        // After the attempt, only wake-ups from nodes that did not grant it count (see
+        // `WakeSources`).
+        let not_granted = match outcome.late {
+            Some(late) => WakeSources::settling(late),
+            None => WakeSources::fixed(tally.answers.iter().map(wakes_us).collect()),
+        };
 
         if let Some(Spoiled::FenceError(i, e)) = &spoiled {
             return Err(node_error(
@@ -239,7 +239,7 @@ async fn acquire_loop(
         let Some(t) = ticket.as_mut() else {
             unreachable!("joined above")
         };
-        let (seen, from) = match seen {
+        let (seen, mut from) = match seen {
             Some(s) => (s, not_granted),
             None => {
                 let turn = tokio::select! {
@@ -253,7 +253,7 @@ async fn acquire_loop(
                 }
                 // A new head (or a new queue, whose subscription is confirmed on every
                 // node at once): no attempt of its own has seen the lock since.
-                (turn.seen, vec![true; n])
+                (turn.seen, WakeSources::all(n))
             }
         };
         let mut pause = jitter(opts.retry_delay);
@@ -264,7 +264,7 @@ async fn acquire_loop(
             pause = pause.min(end.saturating_duration_since(Instant::now()));
         }
         tokio::select! {
-            _ = t.woken_since(&seen, &from) => {}
+            _ = t.woken_since(&seen, &mut from) => {}
             _ = tokio::time::sleep(pause) => {}
         }
     }
@@ -537,6 +537,9 @@ struct Outcome {
     spoiled: Option<Spoiled>,
     /// A won grant sent to a blocking caller through a channel: undone unless claimed.
     claim: Option<Claim>,
+    /// A lost one with nodes that had not answered when it was decided: which nodes' wake-ups
+    /// count, as their answers come in (see `undo_late`).
+    late: Option<watch::Receiver<Vec<bool>>>,
 }
 
 /// Why a quorum's grant was given back.
@@ -770,15 +773,24 @@ where
 /// lost attempt when it was decided may hold: each once its reply is in (a grant), or at once
 /// if it timed out or failed (unknown: a fresh grant only; a re-entry is undone only where
 /// it was granted). Compare-and-delete only, on the connection the request went out on.
-fn undo_late<R>(shared: &Arc<Shared>, req: &Arc<Req>, requests: Option<FanOut<R>>, tally: &Tally)
+/// Returns, when some node had not answered, which nodes' wake-ups count for the waiter as
+/// their answers come in: a node that answers with anything but a grant (or an undo) starts
+/// to count (see `WakeSources`).
+fn undo_late<R>(
+    shared: &Arc<Shared>,
+    req: &Arc<Req>,
+    requests: Option<FanOut<R>>,
+    tally: &Tally,
+) -> Option<watch::Receiver<Vec<bool>>>
 where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
 {
     let late: Vec<bool> = tally.answers.iter().map(is_late).collect();
     if !late.contains(&true) {
-        return;
+        return None;
     }
     let answers = tally.answers.clone();
+    let (wakes, rx) = watch::channel(answers.iter().map(wakes_us).collect::<Vec<bool>>());
     let (shared, req) = (shared.clone(), req.clone());
     crate::runtime::spawn_cleanup(&shared.cluster.handle(), async move {
         let n = shared.cluster.nodes.len();
@@ -802,6 +814,11 @@ where
                     Answer::Failed(_) => !req.reentry,
                 };
                 started[i] = true;
+                if !undo {
+                    // A refusal (or a failure with nothing to undo): its wake-ups are the
+                    // holder's.
+                    wakes.send_if_modified(|w| !std::mem::replace(&mut w[i], true));
+                }
                 if undo {
                     let (shared, req) = (shared.clone(), req.clone());
                     let deadline = Instant::now() + req.opts.effective_node_timeout();
@@ -824,6 +841,18 @@ where
         }
         while futures::StreamExt::next(&mut undos).await.is_some() {}
     });
+    Some(rx)
+}
+
+/// Whether a wake-up from a node counts after a lost attempt, from its answer when the attempt
+/// was decided (see `WakeSources`): not where it granted, or was held back (its grant is
+/// undone too, with the same publish), and not yet where it has not answered.
+fn wakes_us(answer: &Answer) -> bool {
+    match answer {
+        Answer::No => true,
+        Answer::Failed(e) => !matches!(e, NodeError::HeldBack(_)),
+        Answer::Yes(_) | Answer::Pending => false,
+    }
 }
 
 /// A node whose answer a lost attempt did not wait for, or never got: pending, or failed
@@ -1131,6 +1160,7 @@ async fn attempt(
             fence,
             spoiled,
             claim: None,
+            late: None,
         };
         run.then = Then::Drive;
         let Some(report) = report else {
@@ -1174,7 +1204,7 @@ async fn attempt(
     // once its reply is in; the nodes that answered are undone now, before the caller hears of
     // it, so that its next attempt cannot meet its own stale grant.
     run.then = Then::Drive;
-    undo_late(&shared, &req, run.requests.take(), &tally);
+    let late = undo_late(&shared, &req, run.requests.take(), &tally);
     if let Some(hook) = shared.waiters.attempt_hook(|h| &h.lost) {
         hook(&req.key).await;
     }
@@ -1194,6 +1224,7 @@ async fn attempt(
         fence,
         spoiled,
         claim: None,
+        late,
     };
     match report {
         None => Some(outcome),

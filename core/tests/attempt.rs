@@ -18,8 +18,8 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::ErrorKind;
-use ferrolock_testbed::{Cluster, RedisServer};
+use ferrolock::{ErrorKind, queue_key};
+use ferrolock_testbed::{Cluster, Direction, Proxy, RedisServer};
 
 /// Fails a test that would otherwise hang on a regression.
 const HANG: Duration = Duration::from_secs(20);
@@ -251,6 +251,200 @@ async fn a_waiter_does_not_spin_on_its_own_undo_against_a_bare_quorum_holder() {
             tokio::time::sleep(ms(10)).await;
         }
     }
+}
+
+/// What `probe` read from the node at `url` (directly, not through the proxy the manager
+/// uses) when each lost attempt was decided.
+fn at_decisions(
+    m: &ferrolock::LockManager,
+    url: String,
+    probe: fn(&mut redis::Connection) -> u64,
+) -> Arc<Mutex<Vec<u64>>> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    m.__set_hook_lost_attempt(Some(Arc::new(move |_key: &str| {
+        let (s, url) = (s.clone(), url.clone());
+        Box::pin(async move {
+            // A thread of its own: a blocking read, on whatever runtime runs the attempt.
+            let n = std::thread::spawn(move || {
+                let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+                probe(&mut c)
+            })
+            .join()
+            .unwrap();
+            s.lock().unwrap().push(n);
+        })
+    })));
+    seen
+}
+
+/// `SET` and script calls so far.
+fn sets_and_scripts(c: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    ["set", "evalsha", "eval"]
+        .iter()
+        .map(|cmd| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+                .and_then(|r| r.split(',').next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The bare-quorum holder of the test above, with node 0's answers always late: a proxy
+/// delays them, so every lost attempt is decided by the two refusals before node 0's grant is
+/// in, and that grant is undone in the background. That undo's publish (Redisson's channel,
+/// for a reentrant key) says nothing of the holder and must not wake the waiter. A saturated
+/// machine gave this order now and then (76 script calls a second against the test above's
+/// bound of 60); here it is every attempt.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_grants_undo_does_not_wake_its_own_waiter() {
+    let _serial = serial();
+    for reentrant in [false, true] {
+        let cluster = Cluster::start(3);
+        let node0 = &cluster.servers[0];
+        let proxy = Proxy::start(node0.port());
+        proxy.set_delay(ms(100));
+        let key = "late-grant";
+        for s in &cluster.servers[1..] {
+            if reentrant {
+                s.cmd::<()>(&["HSET", key, "someone:1", "1"]);
+                s.cmd::<()>(&["PEXPIRE", key, "60000"]);
+            } else {
+                s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
+            }
+        }
+        // A retry delay as long as the wait: the first try, the attempt at the subscription's
+        // confirmation, at most one more (node 0 may refuse it for the first try's late grant,
+        // whose undo then wakes the waiter: once, not in a loop) and at most two timer retries
+        // (jitter: 2.5 s to 7.5 s, the last one cut to the end of the wait). Woken by every
+        // undo, it made 13 attempts.
+        let o = opts()
+            .reentrant(reentrant)
+            .ttl(Duration::from_secs(30))
+            // Well past the proxy's 200 ms round trip (the default would be 200 ms).
+            .node_timeout(Duration::from_secs(2))
+            .retry_delay(Duration::from_secs(5))
+            .wait(Some(Duration::from_secs(5)));
+        let urls = vec![
+            proxy.url(),
+            cluster.servers[1].url(),
+            cluster.servers[2].url(),
+        ];
+        let m = manager(&urls, o);
+        // Connections (and their script loads) open before the fault.
+        m.acquire("warm-up").await.unwrap().release().await.unwrap();
+        let decided = at_decisions(&m, node0.url(), sets_and_scripts);
+        let err = tokio::time::timeout(HANG, m.acquire(key))
+            .await
+            .expect("hung")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+        // Every late grant undone: node 0 is left without the key.
+        let start = Instant::now();
+        while node0.cmd::<bool>(&["EXISTS", key]) {
+            assert!(
+                start.elapsed() < HANG,
+                "reentrant={reentrant}: never undone on node 0"
+            );
+            tokio::time::sleep(ms(10)).await;
+        }
+        let decided = decided.lock().unwrap().clone();
+        let now = calls(node0, "set") + scripts(node0);
+        eprintln!(
+            "reentrant={reentrant}: {} lost attempts, node 0's calls at each decision {decided:?}, now {now}",
+            decided.len()
+        );
+        // The fault was real: node 0 had not run the first try when it was decided (the
+        // proxy's delay makes every attempt that reaches node 0 this late; the one that ends
+        // the wait may not reach it at all).
+        let first = decided.first().copied().expect("no attempt was lost");
+        assert!(
+            first < now,
+            "reentrant={reentrant}: node 0 answered before the decision ({first} calls then, {now} now)"
+        );
+        assert!(
+            decided.len() <= 6,
+            "reentrant={reentrant}: {} attempts in a 5 s wait with a 5 s retry delay: woken by its own undo",
+            decided.len()
+        );
+    }
+}
+
+/// The other side of the test above: a node that had not answered when the attempt was
+/// decided, and then refused it, speaks for the holder. Its release must wake the waiter. Node
+/// 0's answers to the waiter are late (a proxy delays them), and the holder's releases on
+/// nodes 1 and 2 are held (proxies of the holder's own), so node 0's publish is the only
+/// wake-up: a waiter that ignored it would sleep out its 60 s retry delay.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_refusal_counts_its_nodes_release() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let s = &cluster.servers;
+    let late = Proxy::start(s[0].port());
+    late.set_delay(ms(300));
+    let (p1, p2) = (Proxy::start(s[1].port()), Proxy::start(s[2].port()));
+    let o = opts()
+        .ttl(Duration::from_secs(300))
+        .node_timeout(Duration::from_secs(5))
+        .retry_delay(Duration::from_secs(60))
+        .wait(Some(Duration::from_secs(120)));
+    let holder_m = manager(&[s[0].url(), p1.url(), p2.url()], o.clone());
+    let waiter_m = manager(&[late.url(), s[1].url(), s[2].url()], o);
+    // Connections (and their script loads) open before the fault.
+    let warm = waiter_m.acquire("warm-up").await.unwrap();
+    warm.release().await.unwrap();
+    let key = unique_key("late-refusal");
+    let queue = queue_key(&key);
+    let holder = holder_m.acquire(&key).await.unwrap();
+    granted_everywhere(s, &key).await;
+    // Whether the waiter was queued on node 0 at each decision.
+    let decided = at_decisions(&waiter_m, s[0].url(), |c| {
+        redis::cmd("ZCARD")
+            .arg(queue_key(&unique_key("late-refusal")))
+            .query(c)
+            .unwrap()
+    });
+    let waiter = tokio::spawn({
+        let (m, key) = (waiter_m.clone(), key.clone());
+        async move { m.acquire(&key).await }
+    });
+    // The first try (a plain SET) and the queued attempt are lost; the second queued the
+    // waiter on node 0 only after it was decided: the fault.
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "the waiter's queued attempt was refused late by node 0",
+            || {
+                assert!(
+                    !waiter.is_finished(),
+                    "the waiter ended while the lock was held"
+                );
+                let d = decided.lock().unwrap().clone();
+                d.len() >= 2 && d[1] == 0 && s[0].cmd::<i64>(&["ZCARD", &queue]) == 1
+            },
+        )
+    });
+    // No attempt since: the next one is the wake-up's (or the 30-90 s timer's).
+    let before = decided.lock().unwrap().len();
+    assert_eq!(before, 2, "attempts without a wake-up");
+    p1.hold(Direction::Up);
+    p2.hold(Direction::Up);
+    let release = tokio::spawn(async move { holder.release().await });
+    tokio::task::block_in_place(|| {
+        wait_until("node 0's release woke the waiter", || {
+            decided.lock().unwrap().len() > before
+        })
+    });
+    p1.release(Direction::Up);
+    p2.release(Direction::Up);
+    assert!(release.await.unwrap().unwrap());
+    let lock = tokio::time::timeout(HANG, waiter)
+        .await
+        .expect("the waiter never got the lock")
+        .unwrap()
+        .expect("the waiter's acquire failed");
+    assert!(lock.release().await.unwrap());
 }
 
 /// Issue 13 item 1, the other half: the epochs are read before the attempt is sent, so a

@@ -15,7 +15,8 @@
 //!   others sleep without timers until it is their turn.
 //! - Epochs are per node. After a failed attempt only the nodes that did not grant it count:
 //!   a node that granted was undone by the attempt itself, and its undo's publish (which may
-//!   wake this very waiter) says nothing about the holder the attempt lost to.
+//!   wake this very waiter) says nothing about the holder the attempt lost to. A node that had
+//!   not answered when the attempt was decided counts once it refuses (`WakeSources`).
 //! - The subscription is confirmed before the re-check: a new head waits for the epoch bump of
 //!   the confirmation, and every resubscription after a reconnect bumps the epoch again. A
 //!   release between a failed attempt and the subscription is therefore never missed.
@@ -138,6 +139,57 @@ impl Epochs {
             .zip(&seen.0)
             .zip(from)
             .any(|((now, then), &counts)| counts && now != then)
+    }
+}
+
+/// The nodes whose wake-ups count for a waiting head. After a lost attempt, a node that
+/// granted it does not: the attempt's own undo publishes there (Redisson's channel for a
+/// reentrant key, heard by every waiter), which says nothing of the holder and, counted,
+/// would start the next attempt at once, in a loop. A node that had not answered when the
+/// attempt was decided is unknown: it starts to count when its late answer is in and is not
+/// a grant (`late`, sent by the task that undoes late grants); a late grant's undo publishes,
+/// so that node never counts.
+pub(crate) struct WakeSources {
+    now: Vec<bool>,
+    late: Option<watch::Receiver<Vec<bool>>>,
+}
+
+impl WakeSources {
+    /// Every node counts (a new head: no attempt of its own has seen the lock since).
+    pub fn all(nodes: usize) -> Self {
+        Self::fixed(vec![true; nodes])
+    }
+
+    pub fn fixed(now: Vec<bool>) -> Self {
+        WakeSources { now, late: None }
+    }
+
+    /// Starts as `late`'s value, and follows it until its sender is gone.
+    pub fn settling(late: watch::Receiver<Vec<bool>>) -> Self {
+        let now = late.borrow().clone();
+        WakeSources {
+            now,
+            late: Some(late),
+        }
+    }
+
+    fn with<T>(&mut self, f: impl FnOnce(&[bool]) -> T) -> T {
+        match self.late.as_mut() {
+            Some(rx) => f(&rx.borrow_and_update()),
+            None => f(&self.now),
+        }
+    }
+
+    /// Resolves when the nodes that count may have changed; never once they are settled.
+    async fn changed(&mut self) {
+        let Some(rx) = self.late.as_mut() else {
+            return std::future::pending().await;
+        };
+        if rx.changed().await.is_err() {
+            // Every late answer is in: keep the last value.
+            self.now = rx.borrow().clone();
+            self.late = None;
+        }
     }
 }
 
@@ -510,11 +562,20 @@ impl Ticket {
         self.kq.epochs()
     }
 
-    /// Resolves once the epoch of a node marked in `from` has moved past `seen`: a release
-    /// was published there, or a subscription there was (re)confirmed.
-    pub async fn woken_since(&self, seen: &Epochs, from: &[bool]) {
+    /// Resolves once the epoch of a node that counts in `from` has moved past `seen`: a
+    /// release was published there, or a subscription there was (re)confirmed. A node that
+    /// starts to count while this waits (a late refusal) counts with every move since `seen`.
+    pub async fn woken_since(&self, seen: &Epochs, from: &mut WakeSources) {
         let mut rx = self.kq.epoch.subscribe();
-        let _ = rx.wait_for(|e| e.moved_since(seen, from)).await;
+        loop {
+            if from.with(|f| rx.borrow_and_update().moved_since(seen, f)) {
+                return;
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { return },
+                _ = from.changed() => {}
+            }
+        }
     }
 
     /// The server-queue arguments of a head's attempt: our id, the score ('' = arrival order
