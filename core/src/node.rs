@@ -338,7 +338,7 @@ impl Node {
             .run_bounded(deadline, timeout, false, move |conn| async move {
                 match conn {
                     Conn::Cluster(mut c, _) => crate::cluster_guard::probe(&mut c, slot).await,
-                    Conn::Server(_) => unreachable!("guards_slots is a cluster's"),
+                    Conn::Server(_) => Err(not_a_cluster()),
                 }
             })
             .await
@@ -354,7 +354,7 @@ impl Node {
                         Conn::Cluster(mut c, _) => {
                             crate::cluster_guard::read_topology(&mut c, slot).await
                         }
-                        Conn::Server(_) => unreachable!("guards_slots is a cluster's"),
+                        Conn::Server(_) => Err(not_a_cluster()),
                     }
                 })
                 .await
@@ -859,6 +859,15 @@ pub fn redact_url(url: &str) -> String {
         None => "***".to_string(),
     };
     format!("{}{}{}", &url[..rest_start], redacted, &rest[at..])
+}
+
+/// A slot probe on a standalone connection: cannot happen (`guards_slots` holds only for a
+/// cluster's node), but an error holds the vote back where a panic would end the caller.
+fn not_a_cluster() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "slot probe on a standalone connection",
+    ))
 }
 
 #[cfg(test)]
