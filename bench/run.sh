@@ -157,9 +157,15 @@ fi
 # The C library in release, staged as `make install` stages it; the C loop and its Rust
 # baseline; the Go bench linked against the staged library.
 run_go() {
-    local prefix="$tmp/ffi" flags
+    # A fixed prefix, staged afresh: Go's build cache keys a cgo package on its flags but runs
+    # pkg-config after, so a cached package could keep the link path of an earlier run's
+    # temporary prefix, gone since. The library's hash in CGO_CFLAGS rebuilds the cgo package
+    # when the library changed (Go does not look at the files its link flags name).
+    local prefix="${CARGO_TARGET_DIR:-$root/target}/bench-ffi" flags libhash
+    rm -rf "$prefix"
     env -u FERROLOCK_DEBUG_BUILD make -s --no-print-directory install PREFIX="$prefix" \
         CARGO="${CARGO:-cargo}" >&2
+    libhash="$(sha256sum "$prefix/lib/libferrolock.a" | cut -c1-16)"
     "${CARGO:-cargo}" build -q --release --locked -p ferrolock-bench --example blocking_loop >&2
     if command -v pkg-config >/dev/null; then
         flags="$(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs ferrolock)"
@@ -169,7 +175,8 @@ run_go() {
     # shellcheck disable=SC2086 # the flags are words
     "${CC:-cc}" -std=c11 -Wall -Wextra -Werror -O2 -pthread bench/c/blocking_loop.c \
         -o "$tmp/blocking_loop" $flags
-    (cd bench/go && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" go build -o "$tmp/bench-go" .)
+    (cd bench/go && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" \
+        CGO_CFLAGS="${CGO_CFLAGS:--O2 -g} -DFERROLOCK_LIB_SHA=$libhash" go build -o "$tmp/bench-go" .)
     "$tmp/bench-go" -c-loop "$tmp/blocking_loop" \
         -rust-loop "${CARGO_TARGET_DIR:-$root/target}/release/examples/blocking_loop" \
         -out "$tmp/go-full.md" -summary "$tmp/go.md" -command "$command_line" \

@@ -126,6 +126,43 @@ func (r *report) targets() []string {
 	return t
 }
 
+// budgets turns each pinned speed target into CPU µs per acquire+release, and says how much of
+// it is left to this process once the servers have had theirs.
+func (r *report) budgets() []string {
+	row := func(nodes int, name string) (row, bool) {
+		for _, g := range r.uncontended {
+			if g.nodes == nodes && g.placement == "pinned" {
+				for _, x := range g.rows {
+					if x.Name == name {
+						return x, true
+					}
+				}
+			}
+		}
+		return row{}, false
+	}
+	var out []string
+	for _, t := range []struct {
+		nodes  int
+		base   string
+		factor float64
+		what   string
+	}{{1, baseline, 1.0, "1.0× hand-written go-redis"}, {5, redsyncName, 1.2, "1.2× redsync"}} {
+		f, ok1 := row(t.nodes, ferroAcquire)
+		b, ok2 := row(t.nodes, t.base)
+		if !ok1 || !ok2 || f.RedisCPU == 0 {
+			continue
+		}
+		allowed := 1e6 / (t.factor * b.Ops)
+		out = append(out, fmt.Sprintf("- %s: %s is %s ops/s, a budget of %s µs per acquire+release; ferrolock "+
+			"Acquire/Release spends %s µs in this process and %s µs in Redis (%s: %s and %s), so it would need %s µs "+
+			"or less in this process.", plural(t.nodes), t.what, fmtNum(t.factor*b.Ops, 0), fmtNum(allowed, 1),
+			fmtNum(f.ClientCPU, 1), fmtNum(f.RedisCPU, 1), t.base, fmtNum(b.ClientCPU, 1), fmtNum(b.RedisCPU, 1),
+			fmtNum(max(0, allowed-f.RedisCPU), 1)))
+	}
+	return out
+}
+
 func (r *report) facts() string {
 	return fmt.Sprintf("Go %s, redsync %s, go-redis %s, %d CPUs; command: `%s` (%.0f s).",
 		strings.TrimPrefix(runtime.Version(), "go"), moduleVersion("github.com/go-redsync/redsync/v4"),
@@ -175,12 +212,20 @@ func (r *report) markdown() string {
 			base, _ := find(r.uncontended, g.nodes, g.placement, baseline)
 			rs, _ := find(r.uncontended, g.nodes, g.placement, redsyncName)
 			add(fmt.Sprintf("#### %s, %s", plural(g.nodes), g.placement), "",
-				"| library | ops/s | p50 µs | p99 µs | × hand-written go-redis | × redsync |",
-				"|---|---:|---:|---:|---:|---:|")
+				"| library | ops/s | p50 µs | p99 µs | × hand-written go-redis | × redsync | client CPU µs/op | Redis CPU µs/op |",
+				"|---|---:|---:|---:|---:|---:|---:|---:|")
 			for _, row := range g.rows {
-				add(fmt.Sprintf("| %s | %s | %s | %s | %s | %s |", row.Name, fmtNum(row.Ops, 0), fmtNum(row.P50, 0),
-					fmtNum(row.P99, 0), fmtNum(row.Ops/base, 2), fmtNum(row.Ops/rs, 2)))
+				add(fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s | %s |", row.Name, fmtNum(row.Ops, 0), fmtNum(row.P50, 0),
+					fmtNum(row.P99, 0), fmtNum(row.Ops/base, 2), fmtNum(row.Ops/rs, 2),
+					fmtNum(row.ClientCPU, 1), fmtNum(row.RedisCPU, 1)))
 			}
+			add("")
+		}
+		if b := r.budgets(); len(b) > 0 {
+			add("CPU budget (pinned: this process and every redis-server share one CPU, so ops/s ≈ 10⁶ ÷ (client + "+
+				"Redis CPU µs per acquire+release); client CPU from `getrusage`, Redis CPU from the servers' "+
+				"`/proc/<pid>/task/*/schedstat`):", "")
+			add(b...)
 			add("")
 		}
 	}

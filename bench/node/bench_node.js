@@ -166,9 +166,33 @@ function switches() {
   return { voluntary, involuntary };
 }
 
-async function measure(op, seconds) {
+// CPU time of every thread of the redis-servers `pids` so far, in µs (/proc/<pid>/task/*/schedstat:
+// nanoseconds on the CPU, exact where /proc/<pid>/stat counts 10 ms ticks).
+function serverCpu(pids) {
+  let ns = 0;
+  for (const pid of pids) {
+    let tasks = [];
+    try {
+      tasks = fs.readdirSync(`/proc/${pid}/task`);
+    } catch {
+      continue;
+    }
+    for (const t of tasks) {
+      try {
+        ns += Number(fs.readFileSync(`/proc/${pid}/task/${t}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // a thread that ended since the listing
+      }
+    }
+  }
+  return ns / 1000;
+}
+
+async function measure(op, seconds, pids = []) {
   const lat = [];
   const before = switches();
+  const cpuBefore = process.cpuUsage();
+  const redisBefore = serverCpu(pids);
   const end = performance.now() + seconds * 1000;
   const started = performance.now();
   let now = started;
@@ -179,7 +203,11 @@ async function measure(op, seconds) {
     now = performance.now();
   }
   const after = switches();
+  const cpu = process.cpuUsage(cpuBefore);
+  const redisCpu = serverCpu(pids) - redisBefore;
   return {
+    clientCpu: (cpu.user + cpu.system) / lat.length,
+    redisCpu: redisCpu / lat.length,
     ops: lat.length / ((now - started) / 1000),
     lat,
     sleeps: (after.voluntary - before.voluntary) / lat.length,
@@ -200,7 +228,7 @@ async function child(args) {
     for (const l of libs) await measure(l.op, Math.min(0.5, args.duration / 2)); // warm-up
     const rounds = libs.map(() => []);
     for (let r = 0; r < args.rounds; r++) {
-      for (let i = 0; i < libs.length; i++) rounds[i].push(await measure(libs[i].op, args.duration));
+      for (let i = 0; i < libs.length; i++) rounds[i].push(await measure(libs[i].op, args.duration, started.map((s) => s.proc.pid)));
     }
     await close();
     const rows = libs.map((l, i) => {
@@ -215,6 +243,8 @@ async function child(args) {
         rounds: ops,
         sleeps: median(rounds[i].map((m) => m.sleeps)),
         preempted: median(rounds[i].map((m) => m.preempted)),
+        clientCpu: median(rounds[i].map((m) => m.clientCpu)),
+        redisCpu: median(rounds[i].map((m) => m.redisCpu)),
       };
     });
     process.stdout.write(JSON.stringify(rows) + '\n');
@@ -260,11 +290,13 @@ function markdown(args, groups, meta) {
     const base = g.rows.find((r) => r.name === BASELINE).ops;
     const redlock = g.rows.find((r) => r.name === 'node-redlock').ops;
     out.push(`### ${g.nodes} node${g.nodes > 1 ? 's' : ''}, ${g.placement}`, '');
-    out.push('| library | ops/s | p50 µs | p99 µs | × hand-written ioredis | × node-redlock | thread sleeps/op | preemptions/op |');
-    out.push('|---|---:|---:|---:|---:|---:|---:|---:|');
+    out.push(
+      '| library | ops/s | p50 µs | p99 µs | × hand-written ioredis | × node-redlock | thread sleeps/op | preemptions/op | client CPU µs/op | Redis CPU µs/op |',
+    );
+    out.push('|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     for (const r of g.rows) {
       out.push(
-        `| ${r.name} | ${fmt(r.ops)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.ops / base, 2)} | ${fmt(r.ops / redlock, 2)} | ${fmt(r.sleeps, 2)} | ${fmt(r.preempted, 2)} |`,
+        `| ${r.name} | ${fmt(r.ops)} | ${fmt(r.p50)} | ${fmt(r.p99)} | ${fmt(r.ops / base, 2)} | ${fmt(r.ops / redlock, 2)} | ${fmt(r.sleeps, 2)} | ${fmt(r.preempted, 2)} | ${fmt(r.clientCpu, 1)} | ${fmt(r.redisCpu, 1)} |`,
       );
     }
     out.push('');
@@ -289,6 +321,33 @@ function markdown(args, groups, meta) {
         `pair; ferrolock does it on the core's runtime threads, never on the JavaScript thread, so each of its two calls is ` +
         `a hop there and back: ${fmt(fr.sleeps, 2)} sleeps per pair (the empty call alone: ${fmt(floor.sleeps, 2)}). On one CPU ` +
         'every such sleep is a switch to another thread of this process or to Redis, which the baseline does not pay.',
+      '',
+    );
+  }
+  // Pinned, the client and every redis-server share one CPU: ops/s is about 10^6 / (client + Redis CPU µs per op),
+  // so a target in ops/s is a CPU budget per op, and the Redis share of it is spent whatever the client does.
+  const pinned = (nodes, name) => groups.find((g) => g.nodes === nodes && g.placement === 'pinned')?.rows.find((r) => r.name === name);
+  const budget = (nodes, target, factor, baseName) => {
+    const [f, b, fl] = [pinned(nodes, 'ferrolock'), pinned(nodes, baseName), pinned(nodes, 'binding floor (empty async call)')];
+    if (!f || !b || !fl || !f.redisCpu) return null;
+    const allowed = 1e6 / (factor * b.ops);
+    return (
+      `${nodes} node${nodes > 1 ? 's' : ''}: ${target} is ${fmt(factor * b.ops)} ops/s, a budget of ${fmt(allowed, 1)} µs per acquire+release; ` +
+      `ferrolock spends ${fmt(f.clientCpu, 1)} µs in this process and ${fmt(f.redisCpu, 1)} µs in Redis (${baseName}: ` +
+      `${fmt(b.clientCpu, 1)} and ${fmt(b.redisCpu, 1)}; two empty calls into the addon: ${fmt(2 * fl.clientCpu, 1)}), so it would need ` +
+      `${fmt(Math.max(0, allowed - f.redisCpu), 1)} µs or less in this process.`
+    );
+  };
+  const budgets = [
+    budget(1, '1.0× hand-written ioredis', 1.0, BASELINE),
+    budget(5, '1.5× node-redlock', 1.5, 'node-redlock'),
+  ].filter(Boolean);
+  if (budgets.length) {
+    out.push(
+      'CPU budget (pinned: this process and every redis-server share one CPU, so ops/s ≈ 10⁶ ÷ (client + Redis CPU µs per ' +
+        'acquire+release); client CPU from `process.cpuUsage()`, Redis CPU from the servers\' `/proc/<pid>/task/*/schedstat`):',
+      '',
+      ...budgets.map((b) => `- ${b}`),
       '',
     );
   }

@@ -11,6 +11,14 @@
 //! thread whose replies came after the window `MISSES` times in a row (a remote server, whose
 //! round trip is longer) sends the next `REST` requests without polling, then tries again,
 //! so polling costs it about `MISSES` windows every `MISSES + REST` requests.
+//!
+//! A yield that comes back after more than the window means another task on this CPU ran
+//! for a whole time slice (a CPU-bound process sharing it): the kernel runs a thread that
+//! yielded only once that task's slice is over, and never preempts it for a thread that is
+//! merely runnable, as it does for one woken by its reply. Polling then costs a slice (about
+//! 3 ms) per request instead of saving a wake-up, so the thread stops at once and rests,
+//! twice as long each time it meets that again (up to `MAX_REST` requests), until a polled
+//! reply comes within the window.
 //! Async callers (asyncio, Node, tokio) never poll: their threads are the runtime's.
 //! `FERROLOCK_SPIN_US=0` turns polling off; another value sets the window (µs, at most 1000).
 
@@ -30,6 +38,8 @@ const MAX_WINDOW_US: u64 = 1_000;
 const MISSES: u32 = 8;
 /// ...a thread sends this many requests without polling, then tries again.
 const REST: u32 = 64;
+/// The longest rest after yields that overran the window (see the module's doc).
+const MAX_REST: u32 = 4096;
 
 thread_local! {
     static STATE: Cell<State> = const { Cell::new(State::new()) };
@@ -48,6 +58,9 @@ struct State {
     resting: u32,
     /// Polling turns since the oldest request in flight was sent.
     turns: u32,
+    /// The rest after the next yield that overruns the window: doubled by each one, back to
+    /// `REST` once a polled reply comes within the window.
+    overrun_rest: u32,
 }
 
 impl State {
@@ -58,6 +71,7 @@ impl State {
             misses: 0,
             resting: 0,
             turns: 0,
+            overrun_rest: REST,
         }
     }
 
@@ -80,6 +94,7 @@ impl State {
             self.resting -= 1;
         } else if took <= window {
             self.misses = 0;
+            self.overrun_rest = REST;
         } else {
             self.misses += 1;
             if self.misses >= MISSES {
@@ -94,6 +109,17 @@ impl State {
     fn turn(&mut self) -> bool {
         self.turns += 1;
         self.turns > 1
+    }
+
+    /// A yield came back after `took`: past the window, another task had this CPU for a time
+    /// slice, and polling on would cost one per request. Stop now, and rest.
+    fn yielded(&mut self, took: Duration, window: Duration) {
+        if took <= window || self.resting > 0 {
+            return;
+        }
+        self.misses = 0;
+        self.resting = self.overrun_rest;
+        self.overrun_rest = (self.overrun_rest * 2).min(MAX_REST);
     }
 
     fn poll_now(&self, now: Instant, window: Duration) -> bool {
@@ -208,7 +234,10 @@ pub(crate) async fn polling<F: Future>(future: F) -> F::Output {
         // runtime's connection task write the request; on later turns whatever else is
         // runnable on this CPU (a Redis server) goes first.
         if yield_cpu_now() {
+            let before = Instant::now();
             std::thread::yield_now();
+            let took = before.elapsed();
+            update(|st| st.yielded(took, window()));
         }
         tokio::task::yield_now().await;
     }
@@ -274,6 +303,45 @@ mod tests {
         }
         st.sent(t);
         assert!(st.poll_now(t, W), "polling again after {REST} requests");
+    }
+
+    #[test]
+    fn a_yield_that_overran_the_window_stops_polling_and_rests_longer_each_time() {
+        let mut st = State::new();
+        let mut t = Instant::now();
+        let short = Duration::from_micros(30);
+        // A yield within the window (Redis ran its request) changes nothing.
+        st.sent(t);
+        st.yielded(short, W);
+        assert!(st.poll_now(t, W));
+        st.settled(t + short, W);
+        let mut rests = Vec::new();
+        for _ in 0..8 {
+            t += Duration::from_millis(1);
+            st.sent(t);
+            assert!(st.poll_now(t, W), "polling again after the rest");
+            // A CPU-bound task had the CPU for a slice: polling stops for this request too.
+            st.yielded(Duration::from_millis(3), W);
+            assert!(!st.poll_now(t, W), "still polling after an overrun");
+            st.settled(t + Duration::from_millis(3), W);
+            let rest = st.resting;
+            rests.push(rest);
+            for _ in 0..rest {
+                t += Duration::from_millis(1);
+                st.sent(t);
+                assert!(!st.poll_now(t, W), "polled while resting");
+                st.settled(t + short, W);
+            }
+        }
+        // The rest on the overrunning request itself was spent by its own settle.
+        let want: Vec<u32> = (0..8).map(|i| (REST << i).min(MAX_REST) - 1).collect();
+        assert_eq!(rests, want);
+        // One polled reply within the window: the next overrun rests `REST` again.
+        st.sent(t);
+        st.settled(t + short, W);
+        st.sent(t);
+        st.yielded(Duration::from_millis(3), W);
+        assert_eq!(st.resting, REST);
     }
 
     #[test]
