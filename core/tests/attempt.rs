@@ -44,6 +44,18 @@ fn info_field(server: &RedisServer, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Someone else's hold of `key` (a hash field for a reentrant key) on `servers`, for 60 s.
+fn hold_elsewhere(servers: &[RedisServer], key: &str, reentrant: bool) {
+    for s in servers {
+        if reentrant {
+            s.cmd::<()>(&["HSET", key, "someone:1", "1"]);
+            s.cmd::<()>(&["PEXPIRE", key, "60000"]);
+        } else {
+            s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
+        }
+    }
+}
+
 fn scripts(server: &RedisServer) -> u64 {
     calls(server, "evalsha") + calls(server, "eval")
 }
@@ -209,14 +221,7 @@ async fn a_waiter_does_not_spin_on_its_own_undo_against_a_bare_quorum_holder() {
     for reentrant in [false, true] {
         let cluster = Cluster::start(3);
         let key = "bare-quorum";
-        for s in &cluster.servers[1..] {
-            if reentrant {
-                s.cmd::<()>(&["HSET", key, "someone:1", "1"]);
-                s.cmd::<()>(&["PEXPIRE", key, "60000"]);
-            } else {
-                s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
-            }
-        }
+        hold_elsewhere(&cluster.servers[1..], key, reentrant);
         let o = opts()
             .reentrant(reentrant)
             .ttl(Duration::from_secs(30))
@@ -307,14 +312,7 @@ async fn a_late_grants_undo_does_not_wake_its_own_waiter() {
         let proxy = Proxy::start(node0.port());
         proxy.set_delay(ms(100));
         let key = "late-grant";
-        for s in &cluster.servers[1..] {
-            if reentrant {
-                s.cmd::<()>(&["HSET", key, "someone:1", "1"]);
-                s.cmd::<()>(&["PEXPIRE", key, "60000"]);
-            } else {
-                s.cmd::<()>(&["SET", key, "someone", "PX", "60000"]);
-            }
-        }
+        hold_elsewhere(&cluster.servers[1..], key, reentrant);
         // A retry delay as long as the wait: the first try, the attempt at the subscription's
         // confirmation, at most one more (node 0 may refuse it for the first try's late grant,
         // whose undo then wakes the waiter: once, not in a loop) and at most two timer retries
