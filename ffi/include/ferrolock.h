@@ -293,7 +293,9 @@ void ferrolock_string_free(char *text);
 // turns logging off (the default: the library prints nothing).
 //
 // The callback runs on the thread that logs, often one of the library's own: it must
-// return quickly and must not call any ferrolock function (this one included). Once this
+// return quickly (while it runs on the library's one runtime thread, no lock of the process
+// is renewed; FERROLOCK_WORKER_THREADS=2 for a callback that may block) and must not call
+// any ferrolock function (this one included). Once this
 // call has returned, the previous callback is never called again: calls already running
 // are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5, and
 // if another `tracing` subscriber was already installed in this process.

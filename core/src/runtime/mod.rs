@@ -2,6 +2,12 @@
 //!
 //! - One lazily created multi-thread runtime per process runs the background work: the
 //!   watchdog, the waiters' pub/sub connections, asyncio-facing tasks, multi-node attempts.
+//!   It has one worker thread unless `FERROLOCK_WORKER_THREADS` asks for more: a second
+//!   worker is woken to steal nearly every task the first one schedules (a request handed to
+//!   a connection's task, its reply handed back), which doubled the context switches of a
+//!   5-node acquire + release and cost 11-28 % of its throughput, and nothing this library
+//!   runs on a worker blocks (user callbacks run on the blocking pool; a C log callback must
+//!   return quickly, as its header says). See DESIGN.md, "Blocking callers".
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
@@ -74,7 +80,7 @@ pub fn runtime() -> &'static Runtime {
     }
     let fresh = Box::into_raw(Box::new(
         Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(worker_threads())
             .thread_name("ferrolock")
             .enable_all()
             .build()
@@ -96,6 +102,30 @@ pub fn runtime() -> &'static Runtime {
             unsafe { Box::from_raw(fresh) }.shutdown_background();
             // SAFETY: published by the winner; never freed.
             unsafe { &*winner }
+        }
+    }
+}
+
+/// The process runtime's worker threads: `FERROLOCK_WORKER_THREADS`, else 1 (module comment).
+fn worker_threads() -> usize {
+    parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok())
+}
+
+/// `FERROLOCK_WORKER_THREADS` is capped at this: more workers than CPUs only wake each other.
+const MAX_WORKERS: usize = 64;
+
+fn parse_workers(value: Option<String>) -> usize {
+    let Some(value) = value else {
+        return 1;
+    };
+    match value.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_WORKERS).contains(&n) => n,
+        _ => {
+            tracing::warn!(
+                "FERROLOCK_WORKER_THREADS={value:?} is not a whole number from 1 to \
+                 {MAX_WORKERS}; running one worker thread"
+            );
+            1
         }
     }
 }
@@ -248,4 +278,27 @@ where
 pub(crate) fn install_crypto_provider() {
     // Err only means a provider is already installed (by us or by the application).
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_workers;
+
+    #[test]
+    fn worker_threads_default_to_one_and_refuse_what_is_not_1_to_64() {
+        assert_eq!(parse_workers(None), 1);
+        assert_eq!(parse_workers(Some(" 3 ".into())), 3);
+        assert_eq!(parse_workers(Some("64".into())), 64);
+        for bad in ["0", "65", "-1", "two", "", "1.5"] {
+            assert_eq!(parse_workers(Some(bad.into())), 1, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_process_runtime_has_the_workers_asked_for() {
+        assert_eq!(
+            super::runtime().metrics().num_workers(),
+            super::worker_threads()
+        );
+    }
 }
