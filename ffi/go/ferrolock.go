@@ -321,16 +321,40 @@ func triesOnce(opts []Option) bool {
 
 // lossState is what the library's loss callback reaches (through a cgo handle).
 type lossState struct {
-	once sync.Once
+	mu   sync.Mutex
+	lost bool
 	ch   chan struct{}
 	err  error
+	// notify is WithLock's context cancel while its fn runs: called by signal itself, so
+	// that no goroutine per WithLock waits on ch.
+	notify func(error)
 }
 
 func (s *lossState) signal(err error) {
-	s.once.Do(func() {
-		s.err = err
-		close(s.ch)
-	})
+	s.mu.Lock()
+	if s.lost {
+		s.mu.Unlock()
+		return
+	}
+	s.lost, s.err = true, err
+	close(s.ch)
+	notify := s.notify
+	s.mu.Unlock()
+	if notify != nil {
+		notify(err)
+	}
+}
+
+// onLoss makes a later loss call f (at once if the lock is already lost); nil stops that. A
+// loss signalled while f is being replaced may still call the old f once.
+func (s *lossState) onLoss(f func(error)) {
+	s.mu.Lock()
+	s.notify = f
+	lost, err := s.lost, s.err
+	s.mu.Unlock()
+	if lost && f != nil {
+		f(err)
+	}
 }
 
 // Lock is a held lock. Release it (WithLock does); a Lock dropped unreleased is released in
@@ -493,19 +517,9 @@ func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Cont
 		return err
 	}
 	inner, cancel := context.WithCancelCause(ctx)
-	stop := make(chan struct{})
-	watching := make(chan struct{})
-	go func() {
-		defer close(watching)
-		select {
-		case <-l.Lost():
-			cancel(l.loss.err)
-		case <-stop:
-		}
-	}()
+	l.loss.onLoss(cancel)
 	fnErr := fn(inner, l)
-	close(stop)
-	<-watching
+	l.loss.onLoss(nil)
 	cancel(nil)
 	var lostErr error
 	select {
