@@ -78,9 +78,10 @@ pub fn runtime() -> &'static Runtime {
         // SAFETY: a published runtime is never freed (see the module comment).
         return unsafe { &*current };
     }
+    let workers = parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok());
     let fresh = Box::into_raw(Box::new(
         Builder::new_multi_thread()
-            .worker_threads(worker_threads())
+            .worker_threads(*workers.as_ref().unwrap_or(&1))
             .thread_name("ferrolock")
             .enable_all()
             .build()
@@ -94,8 +95,15 @@ pub fn runtime() -> &'static Runtime {
         Ordering::AcqRel,
         Ordering::Acquire,
     ) {
-        // SAFETY: just published; never freed.
-        Ok(_) => unsafe { &*fresh },
+        Ok(_) => {
+            if let Err(why) = workers {
+                // Only now: a log sink may itself need the runtime (Python's drains on it),
+                // and would otherwise build another one while this one is being built.
+                tracing::warn!("{why}");
+            }
+            // SAFETY: just published; never freed.
+            unsafe { &*fresh }
+        }
         Err(winner) => {
             // Another thread won the race; ours never ran a task.
             // SAFETY: `fresh` came from Box::into_raw above and was never shared.
@@ -106,27 +114,21 @@ pub fn runtime() -> &'static Runtime {
     }
 }
 
-/// The process runtime's worker threads: `FERROLOCK_WORKER_THREADS`, else 1 (module comment).
-fn worker_threads() -> usize {
-    parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok())
-}
-
 /// `FERROLOCK_WORKER_THREADS` is capped at this: more workers than CPUs only wake each other.
 const MAX_WORKERS: usize = 64;
 
-fn parse_workers(value: Option<String>) -> usize {
+/// The process runtime's worker threads, from `FERROLOCK_WORKER_THREADS` (unset: 1, see the
+/// module comment); `Err` says why a value is refused (one worker then).
+fn parse_workers(value: Option<String>) -> Result<usize, String> {
     let Some(value) = value else {
-        return 1;
+        return Ok(1);
     };
     match value.trim().parse::<usize>() {
-        Ok(n) if (1..=MAX_WORKERS).contains(&n) => n,
-        _ => {
-            tracing::warn!(
-                "FERROLOCK_WORKER_THREADS={value:?} is not a whole number from 1 to \
-                 {MAX_WORKERS}; running one worker thread"
-            );
-            1
-        }
+        Ok(n) if (1..=MAX_WORKERS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "FERROLOCK_WORKER_THREADS={value:?} is not a whole number from 1 to {MAX_WORKERS}; \
+             running one worker thread"
+        )),
     }
 }
 
@@ -286,19 +288,18 @@ mod tests {
 
     #[test]
     fn worker_threads_default_to_one_and_refuse_what_is_not_1_to_64() {
-        assert_eq!(parse_workers(None), 1);
-        assert_eq!(parse_workers(Some(" 3 ".into())), 3);
-        assert_eq!(parse_workers(Some("64".into())), 64);
+        assert_eq!(parse_workers(None), Ok(1));
+        assert_eq!(parse_workers(Some(" 3 ".into())), Ok(3));
+        assert_eq!(parse_workers(Some("64".into())), Ok(64));
         for bad in ["0", "65", "-1", "two", "", "1.5"] {
-            assert_eq!(parse_workers(Some(bad.into())), 1, "{bad:?}");
+            let why = parse_workers(Some(bad.into())).unwrap_err();
+            assert!(why.contains(&format!("{bad:?}")), "{why}");
         }
     }
 
     #[test]
     fn the_process_runtime_has_the_workers_asked_for() {
-        assert_eq!(
-            super::runtime().metrics().num_workers(),
-            super::worker_threads()
-        );
+        let asked = parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok()).unwrap_or(1);
+        assert_eq!(super::runtime().metrics().num_workers(), asked);
     }
 }
