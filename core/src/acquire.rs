@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
-use crate::node::{NodeError, node_error, timed_out};
+use crate::node::{Node, NodeError, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
 use crate::queue::{QueueArgs, Ticket, WakeSources, Woken, barge_bound_ms, quiet_grace_ms};
@@ -890,25 +890,38 @@ async fn run_attempt(shared: &Arc<Shared>, req: Req) -> Result<(Outcome, Arc<Req
     Ok((outcome, req))
 }
 
-/// Waits until the attempt is decided, or until a node that refused it has since published
+/// Waits until the attempt is decided, or lost unless a silent node says yes (see
+/// `FanOut::lost_unless_silent_answer`), or until a node that refused it has since published
 /// a release (a head's attempt only, which carries its queue's wake-ups). An attempt that
 /// release raced (node 0 released and woke us, node 1 had not yet) is otherwise left to be
 /// decided by the nodes still unanswered, and a paused one decides it only at its timeout.
 /// Given up, it is lost like any other: undone where granted, and sent again at once, since
 /// the refusing node's wake-up counts.
-async fn until_decided_or_refuser_woke<R>(requests: &mut FanOut<R>, woken: Option<Woken>)
-where
+async fn until_decided_or_refuser_woke<R>(
+    requests: &mut FanOut<R>,
+    mut woken: Option<Woken>,
+    nodes: &[Node],
+) where
     R: Future<Output = (usize, std::result::Result<Option<i64>, NodeError>)>,
 {
-    let Some(mut woken) = woken else {
-        return requests.until_decided().await;
-    };
-    while !requests.decided() && !woken.moved_on(&requests.refused()) {
+    let silent = |i: usize| nodes[i].is_silent();
+    while !requests.decided()
+        && !requests.lost_unless_silent_answer(silent)
+        && !woken
+            .as_ref()
+            .is_some_and(|w| w.moved_on(&requests.refused()))
+    {
+        let Some(w) = woken.as_mut() else {
+            if !requests.next().await {
+                return;
+            }
+            continue;
+        };
         tokio::select! {
             more = requests.next() => if !more {
                 return;
             },
-            _ = woken.changed() => {}
+            _ = w.changed() => {}
         }
     }
 }
@@ -1084,7 +1097,7 @@ async fn attempt(
                     ask(shared.clone(), req.clone(), i, deadline)
                 }));
         let woken = req.queue.as_ref().and_then(|q| q.woken.clone());
-        until_decided_or_refuser_woke(requests, woken).await;
+        until_decided_or_refuser_woke(requests, woken, &shared.cluster.nodes).await;
         // Every node answered (the usual case): the answers move out, and nothing is left in
         // flight to hand on.
         match run.requests.take_if(|r| r.all_answered()) {

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 use std::time::Duration;
@@ -74,6 +74,9 @@ pub(crate) struct Node {
     alive: Arc<()>,
     /// Requests written to this node (a pipeline counts once): the round trips.
     round_trips: AtomicU64,
+    /// Its last request ended at the node timeout, and no reply has come since (paused,
+    /// black-holed, or slower than the timeout): see `is_silent`.
+    silent: AtomicBool,
     /// The restart guard window; zero is off.
     guard_window: Duration,
 }
@@ -176,6 +179,7 @@ impl Node {
             local: PerProcess::default(),
             alive: Arc::new(()),
             round_trips: AtomicU64::new(0),
+            silent: AtomicBool::new(false),
             guard_window,
         })
     }
@@ -627,8 +631,27 @@ impl Node {
             .await
     }
 
-    /// `run`, with the deadline given.
+    /// `run`, with the deadline given. A failure at or after the deadline means the node said
+    /// nothing in time (its reply, or its connection's handshake): it is silent (`is_silent`).
     async fn run_until<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        timeout: Duration,
+        voting: bool,
+        f: F,
+    ) -> Result<T, NodeError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let result = self.run_until_inner(deadline, timeout, voting, f).await;
+        if result.is_err() && Instant::now() >= deadline {
+            self.silent.store(true, Ordering::Relaxed);
+        }
+        result
+    }
+
+    async fn run_until_inner<T, F, Fut>(
         &self,
         deadline: Instant,
         timeout: Duration,
@@ -658,13 +681,13 @@ impl Node {
             drop(turn);
             if let Poll::Ready(done) = first {
                 return match done {
-                    Err(_) => Err(timed_out(timeout)),
+                    Err(_) => Err(self.timed_out(timeout)),
                     Ok(reply) => self.settle(reply, generation),
                 };
             }
         }
         match reply.await {
-            Err(_) => Err(timed_out(timeout)),
+            Err(_) => Err(self.timed_out(timeout)),
             Ok(reply) => self.settle(reply, generation),
         }
     }
@@ -699,9 +722,23 @@ impl Node {
         })
         .await;
         match reply {
-            None => Err(timed_out(timeout)),
+            None => Err(self.timed_out(timeout)),
             Some(reply) => self.settle(reply, generation),
         }
+    }
+
+    /// A request of ours ran out its node timeout: the node is silent until it replies.
+    fn timed_out(&self, timeout: Duration) -> NodeError {
+        self.silent.store(true, Ordering::Relaxed);
+        timed_out(timeout)
+    }
+
+    /// Whether this node's last request got no reply within the node timeout, and nothing has
+    /// come from it since. An acquire attempt that a refusal has already lost unless such a node
+    /// says yes gives up without waiting for it (`FanOut::lost_unless_silent_answer`): a node
+    /// answering after the timeout never counts anyway.
+    pub(crate) fn is_silent(&self) -> bool {
+        self.silent.load(Ordering::Relaxed)
     }
 
     /// Before a request is sent: a voting request is refused while the restart guard holds;
@@ -717,6 +754,7 @@ impl Node {
 
     /// A reply as a request's result; forgets the connection if it broke.
     fn settle<T>(&self, reply: redis::RedisResult<T>, generation: u64) -> Result<T, NodeError> {
+        self.silent.store(false, Ordering::Relaxed);
         reply.map_err(|e| {
             if e.is_unrecoverable_error() || e.is_io_error() || e.is_connection_dropped() {
                 self.invalidate(generation);

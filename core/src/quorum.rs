@@ -311,6 +311,29 @@ where
         self.yes >= self.quorum || self.no > n - self.quorum
     }
 
+    /// Lost unless a silent node (`Node::is_silent`, asked through `silent(i)`) answers yes in
+    /// time: a node refused, the unanswered nodes that are not silent cannot bring the yes count
+    /// to a quorum, and the nodes neither silent nor failed could have formed one (so the loss
+    /// is contention; an unreachable majority still waits for every answer, to be reported as
+    /// such). A silent node's late answer is dealt with as any unanswered node's.
+    pub(crate) fn lost_unless_silent_answer(&self, silent: impl Fn(usize) -> bool) -> bool {
+        if self.no == 0 {
+            return false;
+        }
+        let (mut quiet, mut loud, mut failed) = (0, 0, 0);
+        for (i, answer) in self.answers.iter().enumerate() {
+            match answer {
+                Answer::Pending if silent(i) => quiet += 1,
+                Answer::Pending => loud += 1,
+                Answer::Failed(_) => failed += 1,
+                Answer::Yes(_) | Answer::No => {}
+            }
+        }
+        quiet > 0
+            && self.yes + loud < self.quorum
+            && self.answers.len() - quiet - failed >= self.quorum
+    }
+
     pub(crate) fn all_answered(&self) -> bool {
         self.left == 0
     }

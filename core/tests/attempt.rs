@@ -533,6 +533,62 @@ async fn a_refused_attempt_does_not_wait_for_a_silent_node() {
     }
 }
 
+/// A split attempt, {yes, no, no answer}: once a node has let a request of this manager run
+/// out its timeout (and said nothing since), an attempt that one node granted and another
+/// refused gives up at once instead of waiting for it: only its yes could win the attempt, and
+/// a yes after the timeout never counts. Node 0's grant is undone before the caller hears, and
+/// the silent node's late grants once it answers. (A paused node among contending waiters
+/// made hand-offs wait its timeout: the "3, 1 paused" row of `make bench`.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_split_attempt_does_not_wait_again_for_a_node_that_went_silent() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let key = "split";
+    hold_elsewhere(&cluster.servers[1..2], key, false);
+    let timeout = Duration::from_secs(8);
+    let o = opts()
+        .ttl(Duration::from_secs(300))
+        .node_timeout(timeout)
+        .wait(Some(Duration::ZERO));
+    let m = manager(&cluster.urls(), o.clone());
+    // Connections open before the fault.
+    m.acquire("warm-up").await.unwrap().release().await.unwrap();
+    let silent = &cluster.servers[2];
+    let sets = calls(silent, "set") + scripts(silent);
+    silent.pause();
+    let attempt = || async {
+        let started = Instant::now();
+        let err = tokio::time::timeout(HANG, m.acquire(key))
+            .await
+            .expect("hung")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+        assert_eq!(
+            get(&cluster.servers[0], key),
+            None,
+            "node 0's grant was not undone"
+        );
+        started.elapsed()
+    };
+    // The fault holds: node 2 is not known silent yet, and the first attempt waits for it.
+    let first = attempt().await;
+    assert!(
+        first >= timeout,
+        "the first attempt took {first:?}: node 2 was not silent"
+    );
+    let second = attempt().await;
+    assert!(
+        second < timeout,
+        "the second attempt waited {second:?} for the silent node (its timeout: {timeout:?})"
+    );
+    silent.resume();
+    // Node 2 runs both attempts' SETs (the first grants), then their undos.
+    wait_until("node 2 ran our attempts and undid its grant", || {
+        get(silent, key).is_none() && calls(silent, "set") + scripts(silent) >= sets + 2
+    });
+    assert_eq!(get(&cluster.servers[1], key).as_deref(), Some("someone"));
+}
+
 /// Issue 13 item 4: the fence raise's SET is refused by an ACL on 2 of 3 nodes. The acquire
 /// fails at once with the Redis error and its node, instead of retrying every millisecond
 /// and blaming the validity.
