@@ -644,52 +644,41 @@ impl Node {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let result = self.run_until_inner(deadline, timeout, voting, f).await;
+        let result: Result<T, NodeError> = async {
+            let (conn, generation, turn) = match self.open_now() {
+                Some((conn, generation)) => (conn, generation, None),
+                // Boxed: opening a connection is rare, and its future is several KB, which every
+                // request future would otherwise carry (and a fan-out allocate, once per node).
+                None => Box::pin(self.connection(timeout)).await?,
+            };
+            let _awaiting = self.begin_request(voting)?;
+            let reply = tokio::time::timeout_at(deadline, f(conn));
+            let mut reply = std::pin::pin!(reply);
+            if let Some(turn) = turn {
+                // The first poll hands the request to the connection's writer (unconstrained: a
+                // spent task budget would defer that); only then does the next turn begin.
+                let first = tokio::task::unconstrained(std::future::poll_fn(|cx| {
+                    Poll::Ready(reply.as_mut().poll(cx))
+                }))
+                .await;
+                drop(turn);
+                if let Poll::Ready(done) = first {
+                    return match done {
+                        Err(_) => Err(timed_out(timeout)),
+                        Ok(reply) => self.settle(reply, generation),
+                    };
+                }
+            }
+            match reply.await {
+                Err(_) => Err(timed_out(timeout)),
+                Ok(reply) => self.settle(reply, generation),
+            }
+        }
+        .await;
         if result.is_err() && Instant::now() >= deadline {
             self.silent.store(true, Ordering::Relaxed);
         }
         result
-    }
-
-    async fn run_until_inner<T, F, Fut>(
-        &self,
-        deadline: Instant,
-        timeout: Duration,
-        voting: bool,
-        f: F,
-    ) -> Result<T, NodeError>
-    where
-        F: FnOnce(Conn) -> Fut,
-        Fut: Future<Output = redis::RedisResult<T>>,
-    {
-        let (conn, generation, turn) = match self.open_now() {
-            Some((conn, generation)) => (conn, generation, None),
-            // Boxed: opening a connection is rare, and its future is several KB, which every
-            // request future would otherwise carry (and a fan-out allocate, once per node).
-            None => Box::pin(self.connection(timeout)).await?,
-        };
-        let _awaiting = self.begin_request(voting)?;
-        let reply = tokio::time::timeout_at(deadline, f(conn));
-        let mut reply = std::pin::pin!(reply);
-        if let Some(turn) = turn {
-            // The first poll hands the request to the connection's writer (unconstrained: a
-            // spent task budget would defer that); only then does the next turn begin.
-            let first = tokio::task::unconstrained(std::future::poll_fn(|cx| {
-                Poll::Ready(reply.as_mut().poll(cx))
-            }))
-            .await;
-            drop(turn);
-            if let Poll::Ready(done) = first {
-                return match done {
-                    Err(_) => Err(self.timed_out(timeout)),
-                    Ok(reply) => self.settle(reply, generation),
-                };
-            }
-        }
-        match reply.await {
-            Err(_) => Err(self.timed_out(timeout)),
-            Ok(reply) => self.settle(reply, generation),
-        }
     }
 
     /// `run`, for a request whose caller wakes it at `deadline` (see `quorum::FanOut`, which
