@@ -911,17 +911,15 @@ async fn until_decided_or_refuser_woke<R>(
             .as_ref()
             .is_some_and(|w| w.moved_on(&requests.refused()))
     {
-        let Some(w) = woken.as_mut() else {
-            if !requests.next().await {
-                return;
-            }
-            continue;
-        };
-        tokio::select! {
-            more = requests.next() => if !more {
-                return;
+        let more = match woken.as_mut() {
+            None => requests.next().await,
+            Some(w) => tokio::select! {
+                more = requests.next() => more,
+                _ = w.changed() => true,
             },
-            _ = w.changed() => {}
+        };
+        if !more {
+            return;
         }
     }
 }
