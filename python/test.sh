@@ -17,9 +17,10 @@ command -v redis-server >/dev/null || "$root/scripts/ensure-redis.sh"
 py="$("$root/python/build.sh")"
 
 # Test tools, pinned to a major line; installed once.
-if ! "$py" -c 'import pytest, redis, mypy, prometheus_client' 2>/dev/null; then
+# uvloop: the abandoned-scope tests run on it as well as on asyncio's own loop.
+if ! "$py" -c 'import pytest, redis, mypy, prometheus_client, uvloop' 2>/dev/null; then
     "$py" -m pip install "${pip_quiet[@]}" "pytest>=8,<10" "redis>=5,<8" "mypy>=1.11,<2" \
-        "prometheus_client>=0.20,<1"
+        "prometheus_client>=0.20,<1" "uvloop>=0.19,<1"
 fi
 
 # Stubs vs the built module. Run outside the source tree so the installed package is checked.
