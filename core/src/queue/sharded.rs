@@ -10,7 +10,7 @@
 //! confirmation, like any resubscription, wakes the head to re-check: a release published
 //! while nobody listened is not missed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Weak;
 
 use futures::future::join_all;
@@ -18,7 +18,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::mpsc;
 
-use super::waiters::{IDLE_CLOSE, LINGER, OP_TIMEOUT, Waiters};
+use super::waiters::{IDLE_CLOSE, LINGER, OP_TIMEOUT, OnServer, Plan, Waiters};
 
 /// Runs a sharded pub/sub connection until it is lost (`Some(true)`), idle for `IDLE_CLOSE`
 /// (`Some(false)`), or the manager is gone (`None`).
@@ -32,38 +32,26 @@ pub(super) async fn run(
     let mut shard = Shard {
         weak,
         node,
-        on_server: HashSet::new(),
+        on_server: OnServer::default(),
         ours: HashMap::new(),
     };
     loop {
-        let waiters = weak.upgrade()?;
-        let wanted = waiters.wanted();
-        let add: Vec<String> = wanted.difference(&shard.on_server).cloned().collect();
-        let remove: Vec<String> = shard.on_server.difference(&wanted).cloned().collect();
-        let kept: Vec<String> = wanted.intersection(&shard.on_server).cloned().collect();
-        waiters.already_subscribed(node, &kept);
-        drop(waiters);
+        let Plan { add, remove, idle } = shard.on_server.plan(weak, node)?;
         if !remove.is_empty() {
             if !shard.change(&conn, &mut pushes, &remove, false).await {
                 return Some(true);
             }
-            for c in &remove {
-                shard.on_server.remove(c);
-            }
+            shard.on_server.removed(&remove);
         }
         if !add.is_empty() {
             if !shard.change(&conn, &mut pushes, &add, true).await {
                 return Some(true);
             }
-            shard.on_server.extend(add.iter().cloned());
-            if let Some(s) = weak.upgrade() {
-                s.subscribed(node, &add);
-            }
+            shard.on_server.added(weak, node, &add);
         }
         if !add.is_empty() || !remove.is_empty() {
             continue;
         }
-        let idle = wanted.is_empty();
         tokio::select! {
             s = signal.recv() => { s?; }
             p = pushes.recv() => match p {
@@ -81,7 +69,7 @@ struct Shard<'a> {
     weak: &'a Weak<Waiters>,
     node: usize,
     /// The channels we asked for and saw confirmed.
-    on_server: HashSet<String>,
+    on_server: OnServer,
     /// Confirmations of our own (un)subscribes still to come as pushes, by (channel,
     /// subscribed): a push that is not one of them came from the server (a lost slot) or from
     /// redis-rs (its resubscription after a reconnect).
@@ -175,7 +163,7 @@ impl Shard<'_> {
                     // whose confirmation wakes the head to re-check.
                     let n = &s.cluster.nodes[self.node];
                     tracing::debug!(node = %n.name(), channel = %c, "shard channel unsubscribed by the server (its slot moved); subscribing again");
-                    self.on_server.remove(&c);
+                    self.on_server.removed(std::slice::from_ref(&c));
                 }
             }
             // A node's connection closed: redis-rs reconnects it, but what was published

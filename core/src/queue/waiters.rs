@@ -823,6 +823,53 @@ async fn connect(weak: &Weak<Waiters>, node: usize) -> Option<Result<Session, St
     )
 }
 
+/// The channels one pub/sub connection (classic or sharded) has confirmed on its server.
+#[derive(Default)]
+pub(super) struct OnServer(HashSet<String>);
+
+/// What a pub/sub connection changes next to match the waiters: channels to subscribe and to
+/// unsubscribe, and whether the waiters want none at all (`idle`).
+pub(super) struct Plan {
+    pub(super) add: Vec<String>,
+    pub(super) remove: Vec<String>,
+    pub(super) idle: bool,
+}
+
+impl OnServer {
+    /// The next change on `node`; the waiters of channels already on the server are told they
+    /// are subscribed. `None`: the manager is gone.
+    pub(super) fn plan(&self, weak: &Weak<Waiters>, node: usize) -> Option<Plan> {
+        let waiters = weak.upgrade()?;
+        let wanted = waiters.wanted();
+        let kept: Vec<String> = wanted.intersection(&self.0).cloned().collect();
+        waiters.already_subscribed(node, &kept);
+        Some(Plan {
+            add: wanted.difference(&self.0).cloned().collect(),
+            remove: self.0.difference(&wanted).cloned().collect(),
+            idle: wanted.is_empty(),
+        })
+    }
+
+    pub(super) fn contains(&self, channel: &str) -> bool {
+        self.0.contains(channel)
+    }
+
+    /// Unsubscribed (by us, or by the server when a slot moves).
+    pub(super) fn removed(&mut self, channels: &[String]) {
+        for c in channels {
+            self.0.remove(c);
+        }
+    }
+
+    /// Subscriptions confirmed: their waiters are told.
+    pub(super) fn added(&mut self, weak: &Weak<Waiters>, node: usize, channels: &[String]) {
+        self.0.extend(channels.iter().cloned());
+        if let Some(s) = weak.upgrade() {
+            s.subscribed(node, channels);
+        }
+    }
+}
+
 /// Runs a classic pub/sub connection until it is lost (`Some(true)`), idle for
 /// `IDLE_CLOSE` (`Some(false)`), or the manager is gone (`None`).
 async fn classic(
@@ -832,36 +879,24 @@ async fn classic(
     pubsub: redis::aio::PubSub,
 ) -> Option<bool> {
     let (mut sink, mut stream) = pubsub.split();
-    let mut on_server: HashSet<String> = HashSet::new();
+    let mut on_server = OnServer::default();
     loop {
-        let waiters = weak.upgrade()?;
-        let wanted = waiters.wanted();
-        let add: Vec<String> = wanted.difference(&on_server).cloned().collect();
-        let remove: Vec<String> = on_server.difference(&wanted).cloned().collect();
-        let kept: Vec<String> = wanted.intersection(&on_server).cloned().collect();
-        waiters.already_subscribed(node, &kept);
-        drop(waiters);
+        let Plan { add, remove, idle } = on_server.plan(weak, node)?;
         if !remove.is_empty() {
             if !op(sink.unsubscribe(remove.as_slice()), &mut stream, weak, node).await {
                 return Some(true);
             }
-            for c in &remove {
-                on_server.remove(c);
-            }
+            on_server.removed(&remove);
         }
         if !add.is_empty() {
             if !op(sink.subscribe(add.as_slice()), &mut stream, weak, node).await {
                 return Some(true);
             }
-            on_server.extend(add.iter().cloned());
-            if let Some(s) = weak.upgrade() {
-                s.subscribed(node, &add);
-            }
+            on_server.added(weak, node, &add);
         }
         if !add.is_empty() || !remove.is_empty() {
             continue;
         }
-        let idle = wanted.is_empty();
         tokio::select! {
             s = signal.recv() => { s?; }
             m = stream.next() => match m {
