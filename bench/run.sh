@@ -16,7 +16,7 @@
 #      Also writes bench/results/node-{uncontended,contended}.md and node.svg (its chart also
 #      shows Python ferrolock's contended worst wait, from this run's Python part or else
 #      from bench/results/latest.md, and the C and Go figures of part 4, which runs before it,
-#      or else of bench/results/go.md).
+#      or else of bench/results/go.md; its 5-node target line quotes part 1's redis-rs floor).
 #   4. bench/go (issue 16): the Go package (`ffi/go`) vs redsync and hand-written go-redis,
 #      uncontended, 1 and 5 nodes, pinned and unpinned, and 4 processes contending for one key
 #      vs redsync, 1 and 3 nodes; and C: bench/c/blocking_loop.c through the C library vs the
@@ -211,6 +211,11 @@ if [ "$node" = 1 ]; then
     go_results="$tmp/go-full.md"
     [ -f "$go_results" ] || go_results="$root/bench/results/go.md"
     node_results+=(--go-results "$go_results")
+    # The Rust part's redis-rs floor, quoted next to the 5-node target: this run's, else the
+    # last committed one.
+    rust_results="$tmp/rust.md"
+    [ -f "$rust_results" ] || rust_results="$root/bench/results/latest.md"
+    node_results+=(--rust-results "$rust_results")
     # The addon in release (what `npm install ./node` builds), then the peers, pinned.
     if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
         && { [ -d bench/node/node_modules/redlock ] \

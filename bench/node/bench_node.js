@@ -23,7 +23,10 @@
 //          [--out FILE] [--md FILE] [--contended-md FILE] [--svg FILE]
 //          [--python-results FILE] (the Python bench's report: its contended worst wait is
 //          drawn next to Node's) [--go-results FILE] (bench/go's full report: its C and Go
-//          uncontended ops/s and Go contended worst waits are drawn too) [--command S]
+//          uncontended ops/s and Go contended worst waits are drawn too) [--rust-results FILE]
+//          (the Rust part's report: its hand-written redis-rs floor is quoted next to the
+//          5-node target, as what a client doing nothing but the two round trips reaches)
+//          [--command S]
 const { spawnSync, execFileSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -48,6 +51,7 @@ function parseArgs(argv) {
     contendedMd: null,
     pythonResults: null,
     goResults: null,
+    rustResults: null,
     command: 'node bench/node/bench_node.js',
     child: false,
   };
@@ -72,6 +76,7 @@ function parseArgs(argv) {
       case '--contended-md': a.contendedMd = v(); break;
       case '--python-results': a.pythonResults = v(); break;
       case '--go-results': a.goResults = v(); break;
+      case '--rust-results': a.rustResults = v(); break;
       case '--child': a.child = true; break;
       case '-h':
       case '--help':
@@ -309,7 +314,14 @@ function markdown(args, groups, meta) {
   for (const p of ['pinned', 'unpinned']) {
     const f5 = find(5, p, 'ferrolock');
     const r5 = find(5, p, 'node-redlock');
-    if (f5 && r5) targets.push(`- ferrolock ≥ 1.5× node-redlock, 5 nodes, ${p}: **${fmt(f5 / r5, 2)}×** (${f5 >= 1.5 * r5 ? 'met' : 'missed'})`);
+    if (!f5 || !r5) continue;
+    const floor = rustFloor(args.rustResults, 5, p);
+    // What the target asks for, next to the clients that do nothing but the two round trips.
+    const bound = [`${fmt(1.5 * r5)} ops/s asked for`];
+    const b5 = find(5, p, BASELINE);
+    if (b5) bound.push(`${BASELINE} ${fmt(b5)} (${fmt((1.5 * r5) / b5, 2)}× it is asked for)`);
+    if (floor) bound.push(`the Rust part's hand-written redis-rs floor ${fmt(floor)}, on its own servers (${fmt((1.5 * r5) / floor, 2)}× it is asked for)`);
+    targets.push(`- ferrolock ≥ 1.5× node-redlock, 5 nodes, ${p}: **${fmt(f5 / r5, 2)}×** (${f5 >= 1.5 * r5 ? 'met' : 'missed'}; ${bound.join('; ')})`);
   }
   if (targets.length) out.push('Targets of issue 15:', '', ...targets, '');
   const row = (name) => groups.find((g) => g.nodes === 1 && g.placement === 'pinned')?.rows.find((r) => r.name === name);
@@ -352,6 +364,19 @@ function markdown(args, groups, meta) {
     );
   }
   return out.join('\n');
+}
+
+// The Rust part's hand-written redis-rs floor (SET NX PX + compare-and-delete by hand, every
+// node at once), median ops/s for (nodes, placement), from its report's **Detail** table; null
+// when the file or the row is not there.
+function rustFloor(file, nodes, placement) {
+  if (!file || !fs.existsSync(file)) return null;
+  for (const line of fs.readFileSync(file, 'utf8').split('\n')) {
+    const c = line.split('|').slice(1, -1).map((x) => x.trim());
+    // | pass | nodes | impl | runs × ops | ops/s min | ops/s median | ...
+    if (c.length > 5 && c[0] === placement && c[1] === String(nodes) && c[2] === 'floor') return Number(c[5].replace(/[\s,]/g, ''));
+  }
+  return null;
 }
 
 // bench/go's report (bench/results/go.md), for the chart: uncontended ops/s of the C library
