@@ -12,20 +12,6 @@ use common::*;
 use ferrolock::{ErrorKind, LockManager, LockOptions, ManagerOptions};
 use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot};
 
-/// One key per primary, in `cluster.primaries()` order.
-fn key_per_primary(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
-    cluster
-        .primaries()
-        .iter()
-        .map(|p| {
-            (0..)
-                .map(|i| format!("{prefix}:{i}"))
-                .find(|k| cluster.primary_for_key(k).port() == p.port())
-                .unwrap()
-        })
-        .collect()
-}
-
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster.primary_for_key(key)
 }
@@ -49,7 +35,7 @@ async fn plain_locks_on_every_primary_exclude_fence_extend_and_release() {
     let url = cluster.url();
     let m1 = manager(std::slice::from_ref(&url), opts().fencing(true));
     let m2 = manager(std::slice::from_ref(&url), opts().fencing(true));
-    let keys = key_per_primary(&cluster, "orders");
+    let keys = cluster.key_per_primary("orders");
     let slots: std::collections::BTreeSet<u16> = keys.iter().map(|k| key_slot(k)).collect();
     assert_eq!(slots.len(), 3, "{keys:?}");
     for key in &keys {
@@ -82,7 +68,7 @@ async fn reentrant_locks_on_every_primary_count_holds_in_redissons_hash() {
     let cluster = RedisCluster::start();
     let m = manager(&[cluster.url()], opts());
     let ropts = opts().reentrant(true);
-    for key in key_per_primary(&cluster, "accounts") {
+    for key in cluster.key_per_primary("accounts") {
         let primary = owner(&cluster, &key);
         let outer = m.acquire_owned(&key, 1, &ropts).await.unwrap();
         let inner = m.acquire_owned(&key, 1, &ropts).await.unwrap();
@@ -117,7 +103,7 @@ async fn the_watchdog_renews_locks_on_every_primary() {
             .ttl(ttl)
             .node_timeout(Duration::from_millis(500)),
     );
-    let keys = key_per_primary(&cluster, "renewed");
+    let keys = cluster.key_per_primary("renewed");
     let mut locks = Vec::new();
     for key in &keys {
         locks.push(m.acquire(key).await.unwrap());
@@ -382,7 +368,8 @@ async fn a_classic_waiter_is_woken_by_a_release_on_another_primary() {
     let cluster = RedisCluster::start();
     let url = cluster.url();
     // A key whose primary is not the seed (nodes[0]).
-    let key = key_per_primary(&cluster, "woken")
+    let key = cluster
+        .key_per_primary("woken")
         .into_iter()
         .find(|k| owner(&cluster, k).port() != cluster.nodes[0].port())
         .unwrap();
@@ -508,7 +495,8 @@ async fn a_waiter_is_woken_over_sharded_pubsub_on_its_keys_primary() {
     let cluster = RedisCluster::start();
     let url = cluster.url();
     for reentrant in [false, true] {
-        let key = key_per_primary(&cluster, &format!("sharded-{reentrant}"))
+        let key = cluster
+            .key_per_primary(&format!("sharded-{reentrant}"))
             .into_iter()
             .find(|k| owner(&cluster, k).port() != cluster.nodes[0].port())
             .unwrap();
@@ -747,7 +735,7 @@ async fn with_a_primary_down_its_keys_fail_naming_the_cluster_and_others_still_l
         ..ClusterOptions::default()
     });
     let url = cluster.url();
-    let keys = key_per_primary(&cluster, "partial");
+    let keys = cluster.key_per_primary("partial");
     // Not the seed: the manager still reads the topology from it.
     let (dead_key, dead_port) = keys
         .iter()

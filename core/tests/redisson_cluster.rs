@@ -175,20 +175,6 @@ fn reentrant_manager(cluster: &RedisCluster, sharded: bool, opts: LockOptions) -
     .expect("manager")
 }
 
-/// One key per primary, in `cluster.primaries()` order.
-fn key_per_primary(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
-    cluster
-        .primaries()
-        .iter()
-        .map(|p| {
-            (0..)
-                .map(|i| format!("{prefix}:{i}"))
-                .find(|k| cluster.primary_for_key(k).port() == p.port())
-                .unwrap()
-        })
-        .collect()
-}
-
 /// The key's hash fields (`"<client id>:<owner>"`) on its primary.
 fn fields(cluster: &RedisCluster, key: &str) -> Vec<String> {
     cluster.primary_for_key(key).cmd(&["HKEYS", key])
@@ -240,7 +226,7 @@ async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
     let count = |key: &str, field: &str| -> Option<i64> {
         cluster.primary_for_key(key).cmd(&["HGET", key, field])
     };
-    for key in key_per_primary(&cluster, "interop") {
+    for key in cluster.key_per_primary("interop") {
         let outer = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
         let inner = m.acquire_owned(&key, 1, m.defaults()).await.unwrap();
         let ours = outer.token().to_string();
@@ -284,7 +270,8 @@ async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
 /// own primary); two, so that one waiter's subscription (which lingers) is not taken for the
 /// other's.
 fn woken_keys(cluster: &RedisCluster, prefix: &str) -> Vec<String> {
-    key_per_primary(cluster, prefix)
+    cluster
+        .key_per_primary(prefix)
         .into_iter()
         .filter(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
         .collect()

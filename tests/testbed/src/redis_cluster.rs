@@ -327,6 +327,20 @@ impl RedisCluster {
         self.primary_for_slot(key_slot(key))
     }
 
+    /// One key per primary, `"{prefix}:{i}"` with the first `i` that lands there, in
+    /// `primaries()` order.
+    pub fn key_per_primary(&self, prefix: &str) -> Vec<String> {
+        self.primaries()
+            .iter()
+            .map(|p| {
+                (0..)
+                    .map(|i| format!("{prefix}:{i}"))
+                    .find(|k| self.primary_for_key(k).port() == p.port())
+                    .expect("every primary serves some slot")
+            })
+            .collect()
+    }
+
     /// The primaries, in `--cluster create` order (as created: after a failover, see
     /// `current_primaries`).
     pub fn primaries(&self) -> &[RedisServer] {
