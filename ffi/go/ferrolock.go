@@ -38,6 +38,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -58,6 +59,15 @@ func take(status C.int, cerr *C.ferrolock_error) error {
 	return errorFrom(int(status), msg)
 }
 
+// cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
+// the end of the string: `what` names the value in the error.
+func cstring(what, s string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)
+	}
+	return C.CString(s), nil
+}
+
 // options builds a C options object from Go options (nil when there are none).
 func options(opts []Option) (*C.ferrolock_options, error) {
 	if len(opts) == 0 {
@@ -65,52 +75,54 @@ func options(opts []Option) (*C.ferrolock_options, error) {
 	}
 	o := C.ferrolock_options_new()
 	for _, opt := range opts {
-		s := opt()
-		name := C.CString(s.name)
-		var status C.int
-		var cerr *C.ferrolock_error
-		switch v := s.value.(type) {
-		case nil:
-			status = C.ferrolock_options_set_none(o, name, &cerr)
-		case time.Duration:
-			ms, err := millis(s.name, v)
-			if err != nil {
-				C.free(unsafe.Pointer(name))
-				C.ferrolock_options_free(o)
-				return nil, err
-			}
-			status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
-		case bool:
-			status = C.ferrolock_options_set_bool(o, name, C.bool(v), &cerr)
-		case int:
-			if v < 0 {
-				C.free(unsafe.Pointer(name))
-				C.ferrolock_options_free(o)
-				return nil, &Error{Code: "INVALID_ARGUMENT", Status: 1,
-					Message: fmt.Sprintf("%s=%d: must not be negative", s.name, v)}
-			}
-			status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
-		case uint64:
-			status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
-		case float64:
-			status = C.ferrolock_options_set_number(o, name, C.double(v), &cerr)
-		case string:
-			value := C.CString(v)
-			status = C.ferrolock_options_set_str(o, name, value, &cerr)
-			C.free(unsafe.Pointer(value))
-		default:
-			C.free(unsafe.Pointer(name))
-			C.ferrolock_options_free(o)
-			return nil, &Error{Code: "INVALID_ARGUMENT", Status: 1,
-				Message: fmt.Sprintf("%s = %v: unsupported value type %T", s.name, v, v)}
-		}
-		C.free(unsafe.Pointer(name))
-		if err := take(status, cerr); err != nil {
+		if err := set(o, opt()); err != nil {
 			C.ferrolock_options_free(o)
 			return nil, err
 		}
 	}
 	return o, nil
+}
+
+// set applies one option to o.
+func set(o *C.ferrolock_options, s setting) error {
+	name, err := cstring("option name", s.name)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(name))
+	var status C.int
+	var cerr *C.ferrolock_error
+	switch v := s.value.(type) {
+	case nil:
+		status = C.ferrolock_options_set_none(o, name, &cerr)
+	case time.Duration:
+		ms, err := millis(s.name, v)
+		if err != nil {
+			return err
+		}
+		status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
+	case bool:
+		status = C.ferrolock_options_set_bool(o, name, C.bool(v), &cerr)
+	case int:
+		if v < 0 {
+			return invalid("%s=%d: must not be negative", s.name, v)
+		}
+		status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
+	case uint64:
+		status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
+	case float64:
+		status = C.ferrolock_options_set_number(o, name, C.double(v), &cerr)
+	case string:
+		value, err := cstring(s.name, v)
+		if err != nil {
+			return err
+		}
+		status = C.ferrolock_options_set_str(o, name, value, &cerr)
+		C.free(unsafe.Pointer(value))
+	default:
+		return invalid("%s = %v: unsupported value type %T", s.name, v, v)
+	}
+	return take(status, cerr)
 }
 
 // Manager holds the nodes and the default options of its locks. Safe for concurrent use.
@@ -183,7 +195,9 @@ func limitMs(d time.Duration) C.uint64_t {
 }
 
 // Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
-// ctx is done (ctx.Err(), nothing kept). The waiting goroutine holds no OS thread.
+// ctx is done (ctx.Err(), nothing kept). The waiting goroutine holds no OS thread. A key
+// (or an option string) containing NUL is refused with ErrInvalidArgument naming it: the C
+// library takes NUL-terminated strings and would hold the key cut short at the NUL.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	return m.acquire(ctx, key, opts)
 }
@@ -197,11 +211,15 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	o, err := options(opts)
+	ckey, err := cstring("key", key)
 	if err != nil {
 		return nil, err
 	}
-	ckey := C.CString(key)
+	o, err := options(opts)
+	if err != nil {
+		C.free(unsafe.Pointer(ckey))
+		return nil, err
+	}
 	// The uncontended fast path: one try on this goroutine's thread (a round trip per node,
 	// bounded by the node timeout, like a syscall) before the completion-based wait, whose
 	// hand-over through a library thread and a channel costs more than the round trip itself

@@ -626,3 +626,44 @@ func TestCloseLeavesNoGoroutineOrCgoHandle(t *testing.T) {
 		t.Fatalf("goroutines after Close: %d, before: %d\n%s", goGoroutines(), goroutines, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// The C library takes NUL-terminated strings: a key or option string with a NUL inside is
+// refused before it reaches C, never cut short there ("job\x0042" held as "job" would let two
+// holders of "job\x0042" in, one of them this process).
+func TestANulInAKeyOrOptionStringIsRefused(t *testing.T) {
+	ctx := context.Background()
+	m, other := manager(t), manager(t)
+	k := key("nul")
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		var fe *ferrolock.Error
+		if !errors.Is(err, ferrolock.ErrInvalidArgument) || !errors.As(err, &fe) || !strings.Contains(fe.Message, want) {
+			t.Errorf("%s: %v (want INVALID_ARGUMENT naming %s)", what, err, want)
+		}
+	}
+	l, err := m.Acquire(ctx, k+"\x0042")
+	if err == nil {
+		t.Logf("granted %q", l.Key())
+	}
+	refused("a key with a NUL", err, strconv.Quote(k+"\x0042"))
+	_, err = m.TryAcquire(ctx, k+"\x00")
+	refused("a try on a key ending in NUL", err, strconv.Quote(k+"\x00"))
+	// Go holds nothing: no key of that name on any node, and another manager gets it at once.
+	for _, port := range ports {
+		if n := keysNamed(t, port, k); n != 0 {
+			t.Fatalf("port %d: %d keys named after %q", port, n, k)
+		}
+	}
+	l, err = other.TryAcquire(ctx, k)
+	if err != nil {
+		t.Fatalf("another manager's try-acquire of %q: %v", k, err)
+	}
+	l.Release()
+	url := fmt.Sprintf("redis://127.0.0.1:%d", ports[0])
+	_, err = ferrolock.NewManager(ferrolock.Nodes(url + "\x00,redis://127.0.0.1:1"))
+	refused("a node URL with a NUL", err, strconv.Quote(url+"\x00,redis://127.0.0.1:1"))
+	_, err = ferrolock.NewManager(ferrolock.Set("ttl\x00junk", 5*time.Second))
+	refused("an option name with a NUL", err, strconv.Quote("ttl\x00junk"))
+	_, err = m.Acquire(ctx, k, ferrolock.Set("wait\x00", time.Second))
+	refused("an acquire option name with a NUL", err, strconv.Quote("wait\x00"))
+}

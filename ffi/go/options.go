@@ -15,7 +15,8 @@ type setting struct {
 }
 
 // Set sets the option `name` (as in the README's configuration table) to value: a
-// time.Duration, bool, an integer, a float64, a string, or nil for "none".
+// time.Duration, bool, an integer, a float64, a string, or nil for "none". A string (the
+// name included) containing NUL is refused: the C library would cut it short there.
 func Set(name string, value any) Option {
 	return func() setting { return setting{name, value} }
 }
@@ -53,6 +54,10 @@ func RestartGuard(d time.Duration) Option { return Set("restart_guard", d) }
 // ShardedPubsub selects, on a Redis Cluster 7.0+, wake-ups over sharded pub/sub (true, the
 // default) or classic pub/sub (false, for Redisson clients with shardedSubscriptionMode OFF).
 func ShardedPubsub(on bool) Option { return Set("sharded_pubsub", on) }
+
+func invalid(format string, args ...any) *Error {
+	return &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: fmt.Sprintf(format, args...)}
+}
 
 func millis(name string, d time.Duration) (uint64, error) {
 	if d < 0 {
