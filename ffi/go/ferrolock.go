@@ -528,31 +528,41 @@ func (l *Lock) Release() error {
 
 // WithLock runs fn while holding key, then releases it. fn's context is cancelled (cause:
 // the ErrLockLost error) if the lock is lost; WithLock then returns that error, joined with
-// fn's own. A ctx done while waiting returns ctx.Err() and keeps nothing.
-func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+// fn's own. A ctx done while waiting returns ctx.Err() and keeps nothing. ctx bounds the wait
+// and is the parent of fn's context; the Wait option bounds the wait only. If fn panics (or
+// calls runtime.Goexit), the lock is released and fn's context cancelled before the panic
+// goes on to the caller.
+func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) (err error) {
 	l, err := m.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}
 	inner, cancel := context.WithCancelCause(ctx)
 	l.loss.onLoss(cancel)
-	fnErr := fn(inner, l)
-	l.loss.onLoss(nil)
-	cancel(nil)
-	var lostErr error
-	select {
-	case <-l.Lost():
-		lostErr = l.loss.err
-	default:
-	}
-	relErr := l.Release()
-	if lostErr != nil {
-		return errors.Join(fnErr, lostErr)
-	}
-	if fnErr != nil {
-		return fnErr
-	}
-	return relErr
+	var fnErr error
+	// Deferred: a panicking fn (recovered further up, as net/http does) must not leave the
+	// lock held and renewed until a collection runs the finalizer.
+	defer func() {
+		l.loss.onLoss(nil)
+		cancel(nil)
+		var lostErr error
+		select {
+		case <-l.Lost():
+			lostErr = l.loss.err
+		default:
+		}
+		relErr := l.Release()
+		switch {
+		case lostErr != nil:
+			err = errors.Join(fnErr, lostErr)
+		case fnErr != nil:
+			err = fnErr
+		default:
+			err = relErr
+		}
+	}()
+	fnErr = fn(inner, l)
+	return nil
 }
 
 var (

@@ -667,3 +667,30 @@ func TestANulInAKeyOrOptionStringIsRefused(t *testing.T) {
 	_, err = m.Acquire(ctx, k, ferrolock.Set("wait\x00", time.Second))
 	refused("an acquire option name with a NUL", err, strconv.Quote("wait\x00"))
 }
+
+// A panic in fn (recovered further up, as net/http does for a handler) still releases the
+// lock and cancels fn's ctx, and reaches the caller unchanged.
+func TestWithLockReleasesAndCancelsWhenFnPanics(t *testing.T) {
+	m, other := manager(t), manager(t)
+	k := key("panic")
+	var inner context.Context
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+			inner = ctx
+			panic("boom in fn")
+		})
+		return nil
+	}()
+	if recovered != "boom in fn" {
+		t.Fatalf("the caller recovered %v, want fn's panic", recovered)
+	}
+	if inner == nil || inner.Err() == nil {
+		t.Error("fn's ctx was not cancelled by the panic")
+	}
+	l, err := other.TryAcquire(context.Background(), k)
+	if err != nil {
+		t.Fatalf("another manager's try-acquire after the panic: %v", err)
+	}
+	l.Release()
+}
