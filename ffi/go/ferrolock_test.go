@@ -694,3 +694,30 @@ func TestWithLockReleasesAndCancelsWhenFnPanics(t *testing.T) {
 	}
 	l.Release()
 }
+
+// The README's example: the Wait option bounds the wait only, so a job that runs past that
+// bound goes on (its ctx is cancelled only by a loss), and a key held elsewhere for the whole
+// bound gives ErrNotAcquired without running fn.
+func TestWaitOptionBoundsOnlyTheWait(t *testing.T) {
+	m, holder := manager(t), manager(t)
+	k := key("bound-wait")
+	const bound = 300 * time.Millisecond
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+		time.Sleep(2 * bound) // a job longer than the wait's bound
+		return ctx.Err()
+	}, ferrolock.Wait(bound), ferrolock.TTL(10*time.Second))
+	if err != nil {
+		t.Fatalf("a job running past the wait's bound: %v", err)
+	}
+	held, err := holder.Acquire(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ran := false
+	err = m.WithLock(context.Background(), k, func(context.Context, *ferrolock.Lock) error { ran = true; return nil },
+		ferrolock.Wait(bound), ferrolock.TTL(10*time.Second))
+	if !errors.Is(err, ferrolock.ErrNotAcquired) || ran {
+		t.Fatalf("a key held elsewhere past the wait's bound: %v (fn ran: %v)", err, ran)
+	}
+}

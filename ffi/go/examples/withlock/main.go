@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -11,14 +12,18 @@ import (
 )
 
 func main() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the wait's bound
-	defer cancel()
-	err := ferrolock.WithLock(ctx, "orders:1001", func(ctx context.Context, l *ferrolock.Lock) error {
+	err := ferrolock.WithLock(context.Background(), "orders:1001", func(ctx context.Context, l *ferrolock.Lock) error {
 		// ctx is cancelled if the lock is lost (before its validity ends).
+		ctx, cancel := context.WithTimeout(ctx, time.Minute) // bounds the work
+		defer cancel()
 		fmt.Printf("holding %s for %v more (renewed while held)\n", l.Key(), l.Validity().Round(time.Millisecond))
-		return nil
-	}, ferrolock.TTL(10*time.Second))
-	if err != nil {
+		return ctx.Err()
+	}, ferrolock.Wait(5*time.Second), ferrolock.TTL(10*time.Second)) // Wait bounds the wait only
+	switch {
+	case errors.Is(err, ferrolock.ErrNotAcquired):
+		fmt.Fprintln(os.Stderr, "still held elsewhere after 5 s of waiting:", err)
+		os.Exit(1)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
