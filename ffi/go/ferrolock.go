@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/cgo"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -57,72 +56,6 @@ func take(status C.int, cerr *C.ferrolock_error) error {
 		C.ferrolock_error_free(cerr)
 	}
 	return errorFrom(int(status), msg)
-}
-
-// cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
-// the end of the string: `what` names the value in the error.
-func cstring(what, s string) (*C.char, error) {
-	if strings.IndexByte(s, 0) >= 0 {
-		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)
-	}
-	return C.CString(s), nil
-}
-
-// options builds a C options object from Go options (nil when there are none).
-func options(opts []Option) (*C.ferrolock_options, error) {
-	if len(opts) == 0 {
-		return nil, nil
-	}
-	o := C.ferrolock_options_new()
-	for _, opt := range opts {
-		if err := set(o, opt()); err != nil {
-			C.ferrolock_options_free(o)
-			return nil, err
-		}
-	}
-	return o, nil
-}
-
-// set applies one option to o.
-func set(o *C.ferrolock_options, s setting) error {
-	name, err := cstring("option name", s.name)
-	if err != nil {
-		return err
-	}
-	defer C.free(unsafe.Pointer(name))
-	var status C.int
-	var cerr *C.ferrolock_error
-	switch v := s.value.(type) {
-	case nil:
-		status = C.ferrolock_options_set_none(o, name, &cerr)
-	case time.Duration:
-		ms, err := millis(s.name, v)
-		if err != nil {
-			return err
-		}
-		status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
-	case bool:
-		status = C.ferrolock_options_set_bool(o, name, C.bool(v), &cerr)
-	case int:
-		if v < 0 {
-			return invalid("%s=%d: must not be negative", s.name, v)
-		}
-		status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
-	case uint64:
-		status = C.ferrolock_options_set_count(o, name, C.uint64_t(v), &cerr)
-	case float64:
-		status = C.ferrolock_options_set_number(o, name, C.double(v), &cerr)
-	case string:
-		value, err := cstring(s.name, v)
-		if err != nil {
-			return err
-		}
-		status = C.ferrolock_options_set_str(o, name, value, &cerr)
-		C.free(unsafe.Pointer(value))
-	default:
-		return invalid("%s = %v: unsupported value type %T", s.name, v, v)
-	}
-	return take(status, cerr)
 }
 
 // Manager holds the nodes and the default options of its locks. Safe for concurrent use.
@@ -158,7 +91,7 @@ func (m *Manager) Close() error {
 	return nil
 }
 
-var errClosed = &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "the manager is closed"}
+var errClosed = invalid("the manager is closed")
 
 // ReleaseAll releases every lock this manager handed out and that was not released (held,
 // or lost but perhaps still standing on some node), waiting at most limit (the rest goes on
@@ -315,28 +248,6 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 // blockingTries bounds the first tries running at once on their goroutines' threads.
 var blockingTries = make(chan struct{}, 4*runtime.NumCPU())
 
-// triesOnce says whether opts ask for a single attempt (Wait(0), as TryAcquire sets).
-func triesOnce(opts []Option) bool {
-	once := false
-	for _, opt := range opts {
-		if s := opt(); s.name == "wait" {
-			switch v := s.value.(type) {
-			case time.Duration:
-				once = v == 0
-			case int:
-				once = v == 0
-			case int64:
-				once = v == 0
-			case uint64:
-				once = v == 0
-			default:
-				once = false
-			}
-		}
-	}
-	return once
-}
-
 // lossState is what the library's loss callback reaches (through a cgo handle).
 type lossState struct {
 	mu   sync.Mutex
@@ -479,7 +390,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 			return 0, err
 		}
 		if ms == 0 {
-			return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: "ttl=0s: must be greater than zero"}
+			return 0, invalid("ttl=0s: must be greater than zero")
 		}
 	}
 	l.mu.Lock()

@@ -721,3 +721,63 @@ func TestWaitOptionBoundsOnlyTheWait(t *testing.T) {
 		t.Fatalf("a key held elsewhere past the wait's bound: %v (fn ran: %v)", err, ran)
 	}
 }
+
+// Set takes an integer of any Go integer type, as it says, and the value reaches the core.
+func TestSetTakesEveryIntegerType(t *testing.T) {
+	type count uint8
+	for _, v := range []any{int64(1), int32(1), uint(1), count(1), uint16(1)} {
+		m := manager(t, ferrolock.Set("max_extensions", v))
+		l, err := m.Acquire(context.Background(), key("int-types"))
+		if err != nil {
+			t.Fatalf("max_extensions=%v (%T): %v", v, v, err)
+		}
+		if _, err := l.Extend(context.Background()); err != nil {
+			t.Fatalf("the one extend max_extensions=%v (%T) allows: %v", v, v, err)
+		}
+		if _, err := l.Extend(context.Background()); err == nil {
+			t.Fatalf("max_extensions=%v (%T): a second extend was allowed", v, v)
+		}
+		l.Release()
+	}
+}
+
+// A duration below a millisecond (TTL(10) is 10 ns, meant as 10 s) is refused naming the
+// value as given, not rounded up to 1 ms and refused as "1ms".
+func TestASubMillisecondDurationIsRefusedAsGiven(t *testing.T) {
+	m := manager(t)
+	for _, c := range []struct {
+		opt  ferrolock.Option
+		want string
+	}{{ferrolock.TTL(10), "ttl=10ns"}, {ferrolock.Wait(500 * time.Microsecond), "wait=500µs"}} {
+		_, err := m.Acquire(context.Background(), key("sub-ms"), c.opt)
+		var fe *ferrolock.Error
+		if !errors.Is(err, ferrolock.ErrInvalidArgument) || !errors.As(err, &fe) || !strings.Contains(fe.Message, c.want) {
+			t.Errorf("%s: %v (want INVALID_ARGUMENT naming %s)", c.want, err, c.want)
+		}
+	}
+	l, err := manager(t, ferrolock.TTL(5*time.Second)).Acquire(context.Background(), key("sub-ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Extend(context.Background(), 10); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "ttl=10ns") {
+		t.Errorf("Extend(ctx, 10): %v (want INVALID_ARGUMENT naming ttl=10ns)", err)
+	}
+	l.Release()
+}
+
+// godoc shows Option without an unexported type in it.
+func TestOptionGodocShowsNoUnexportedType(t *testing.T) {
+	out, err := exec.Command("go", "doc", ".", "Option").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go doc: %v\n%s", err, out)
+	}
+	decl := ""
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "type Option ") {
+			decl = line
+		}
+	}
+	if decl != "type Option struct {" {
+		t.Fatalf("go doc Option shows:\n%s", out)
+	}
+}

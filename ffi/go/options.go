@@ -1,30 +1,37 @@
 package ferrolock
 
+/*
+#include <stdlib.h>
+#include "ferrolock.h"
+*/
+import "C"
+
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
+	"unsafe"
 )
 
-// Option sets one option of the core's options table, by its snake_case name.
-type Option func() setting
-
-type setting struct {
+// Option sets one option of the core's options table (the README's configuration table).
+// Make one with Set or with the named constructors below (TTL, Wait, Nodes, ...).
+type Option struct {
 	name  string
-	value any // time.Duration, bool, uint64, float64, string, nil (none), or an error
+	value any
 }
 
-// Set sets the option `name` (as in the README's configuration table) to value: a
-// time.Duration, bool, an integer, a float64, a string, or nil for "none". A string (the
-// name included) containing NUL is refused: the C library would cut it short there.
-func Set(name string, value any) Option {
-	return func() setting { return setting{name, value} }
-}
+// Set sets the option `name` (snake_case, as in the README's configuration table) to value:
+// a time.Duration, a bool, an integer of any Go integer type, a float, a string, or nil for
+// "none". A string (the name included) must not contain NUL: the C library takes
+// NUL-terminated strings, so one would be cut short there; it is refused instead.
+func Set(name string, value any) Option { return Option{name, value} }
 
 // Nodes are the Redis URLs: one node, or N for Redlock. Default: FERROLOCK_NODES.
 func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ",")) }
 
-// TTL is the lease on each node; the watchdog renews it every TTL/3.
+// TTL is the lease on each node; the watchdog renews it every TTL/3. A duration, as every
+// option below that takes one: TTL(10) is 10 ns, refused (below a millisecond), not 10 s.
 func TTL(d time.Duration) Option { return Set("ttl", d) }
 
 // Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done.
@@ -59,14 +66,111 @@ func invalid(format string, args ...any) *Error {
 	return &Error{Code: "INVALID_ARGUMENT", Status: 1, Message: fmt.Sprintf(format, args...)}
 }
 
+// cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
+// the end of the string: `what` names the value in the error.
+func cstring(what, s string) (*C.char, error) {
+	if strings.IndexByte(s, 0) >= 0 {
+		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)
+	}
+	return C.CString(s), nil
+}
+
+// millis is d in whole milliseconds, as the library counts time. Below a millisecond (other
+// than 0) is refused rather than rounded: TTL(10) is 10 ns, almost surely meant as seconds.
 func millis(name string, d time.Duration) (uint64, error) {
 	if d < 0 {
-		return 0, &Error{Code: "INVALID_ARGUMENT", Status: 1,
-			Message: fmt.Sprintf("%s=%v: must not be negative", name, d)}
+		return 0, invalid("%s=%v: must not be negative", name, d)
 	}
-	ms := uint64(d / time.Millisecond)
-	if ms == 0 && d > 0 {
-		ms = 1 // Redis expires in whole milliseconds
+	if d > 0 && d < time.Millisecond {
+		return 0, invalid("%s=%v: below one millisecond, the library's unit (a time.Duration: write 10*time.Second, not 10)", name, d)
 	}
-	return ms, nil
+	return uint64(d / time.Millisecond), nil
+}
+
+// options builds a C options object from Go options (nil when there are none).
+func options(opts []Option) (*C.ferrolock_options, error) {
+	if len(opts) == 0 {
+		return nil, nil
+	}
+	o := C.ferrolock_options_new()
+	for _, opt := range opts {
+		if err := set(o, opt); err != nil {
+			C.ferrolock_options_free(o)
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+// set applies one option to o.
+func set(o *C.ferrolock_options, opt Option) error {
+	name, err := cstring("option name", opt.name)
+	if err != nil {
+		return err
+	}
+	defer C.free(unsafe.Pointer(name))
+	var status C.int
+	var cerr *C.ferrolock_error
+	switch v := opt.value.(type) {
+	case nil:
+		status = C.ferrolock_options_set_none(o, name, &cerr)
+	case time.Duration:
+		ms, err := millis(opt.name, v)
+		if err != nil {
+			return err
+		}
+		status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
+	default:
+		// By kind, so that every integer, float and string type is taken (int64, uint8, a
+		// named type over int, ...), as Set promises.
+		switch rv := reflect.ValueOf(v); rv.Kind() {
+		case reflect.Bool:
+			status = C.ferrolock_options_set_bool(o, name, C.bool(rv.Bool()), &cerr)
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			if rv.Int() < 0 {
+				return invalid("%s=%d: must not be negative", opt.name, rv.Int())
+			}
+			status = C.ferrolock_options_set_count(o, name, C.uint64_t(rv.Int()), &cerr)
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			status = C.ferrolock_options_set_count(o, name, C.uint64_t(rv.Uint()), &cerr)
+		case reflect.Float32, reflect.Float64:
+			status = C.ferrolock_options_set_number(o, name, C.double(rv.Float()), &cerr)
+		case reflect.String:
+			value, err := cstring(opt.name, rv.String())
+			if err != nil {
+				return err
+			}
+			status = C.ferrolock_options_set_str(o, name, value, &cerr)
+			C.free(unsafe.Pointer(value))
+		default:
+			return invalid("%s = %v: unsupported value type %T", opt.name, v, v)
+		}
+	}
+	return take(status, cerr)
+}
+
+// named returns the value of the last option called name in opts, and whether there is one.
+func named(opts []Option, name string) (any, bool) {
+	var value any
+	found := false
+	for _, opt := range opts {
+		if opt.name == name {
+			value, found = opt.value, true
+		}
+	}
+	return value, found
+}
+
+// triesOnce says whether opts ask for a single attempt (Wait(0), as TryAcquire sets).
+func triesOnce(opts []Option) bool {
+	v, ok := named(opts, "wait")
+	if !ok || v == nil {
+		return false
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return rv.IsZero()
+	}
+	return false
 }
