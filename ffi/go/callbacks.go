@@ -43,3 +43,10 @@ func ferrolockGoLost(handle C.uintptr_t, reason *C.ferrolock_error) {
 	loss := cgo.Handle(handle).Value().(*lossState)
 	loss.signal(errorFrom(int(reason.code), C.GoString(reason.message)))
 }
+
+//export ferrolockGoLog
+func ferrolockGoLog(level C.int, message *C.char) {
+	if s := sink.Load(); s != nil {
+		s.enqueue(int(level), C.GoString(message))
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -779,5 +780,108 @@ func TestOptionGodocShowsNoUnexportedType(t *testing.T) {
 	}
 	if decl != "type Option struct {" {
 		t.Fatalf("go doc Option shows:\n%s", out)
+	}
+}
+
+// captured keeps the records a slog handler was given, at min and above.
+type captured struct {
+	mu   sync.Mutex
+	min  slog.Level
+	recs []slog.Record
+}
+
+func (c *captured) Enabled(_ context.Context, l slog.Level) bool { return l >= c.min }
+func (c *captured) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recs = append(c.recs, r.Clone())
+	return nil
+}
+func (c *captured) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *captured) WithGroup(string) slog.Handler      { return c }
+
+// find returns a record whose message contains part (and whether there is one).
+func (c *captured) find(part string) (slog.Record, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range c.recs {
+		if strings.Contains(r.Message, part) {
+			return r, true
+		}
+	}
+	return slog.Record{}, false
+}
+
+func attr(r slog.Record, name string) string {
+	v := ""
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == name {
+			v = a.Value.String()
+		}
+		return true
+	})
+	return v
+}
+
+// The core's records reach a logger set with SetLogger, at the level its handler takes, and
+// none reaches it once SetLogger(nil) has returned.
+func TestSetLoggerReceivesTheCoresRecords(t *testing.T) {
+	c := &captured{min: slog.LevelInfo}
+	if err := ferrolock.SetLogger(slog.New(c)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ferrolock.RestoreDefaultLogger)
+	m := manager(t)
+	ctx := context.Background()
+	k := key("log")
+	l, err := m.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	var r slog.Record
+	if !settles(10*time.Second, func() bool { var ok bool; r, ok = c.find(k); return ok }) {
+		t.Fatalf("no record naming %s among %d", k, len(c.recs))
+	}
+	if r.Level != slog.LevelInfo || attr(r, "logger") != "ferrolock" {
+		t.Fatalf("record %v %q logger=%q", r.Level, r.Message, attr(r, "logger"))
+	}
+	if err := ferrolock.SetLogger(nil); err != nil {
+		t.Fatal(err)
+	}
+	k = key("log-off")
+	if l, err = m.Acquire(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if r, ok := c.find(k); ok {
+		t.Fatalf("a record after SetLogger(nil): %q", r.Message)
+	}
+}
+
+// Without SetLogger, the core's warnings go to slog.Default() (here: a restarted node's vote
+// held back, with a restart guard longer than the test servers' uptime).
+func TestWarningsGoToSlogDefault(t *testing.T) {
+	c := &captured{min: slog.LevelInfo}
+	old := slog.Default()
+	slog.SetDefault(slog.New(c))
+	defer slog.SetDefault(old)
+	m := manager(t, ferrolock.RestartGuard(time.Hour))
+	m.TryAcquire(context.Background(), key("log-default"))
+	var r slog.Record
+	if !settles(10*time.Second, func() bool { var ok bool; r, ok = c.find("restart guard"); return ok }) {
+		t.Fatalf("no restart-guard warning in slog.Default() among %d records", len(c.recs))
+	}
+	if r.Level != slog.LevelWarn {
+		t.Fatalf("record %v %q", r.Level, r.Message)
+	}
+	k := key("log-default-info")
+	l, err := manager(t).Acquire(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if r, ok := c.find(k); ok {
+		t.Fatalf("a record below warnings reached the default logger: %v %q", r.Level, r.Message)
 	}
 }
