@@ -36,9 +36,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -62,6 +64,8 @@ func take(status C.int, cerr *C.ferrolock_error) error {
 type Manager struct {
 	mu sync.RWMutex
 	p  *C.ferrolock_manager
+	// reentrant is the manager's default for the reentrant option.
+	reentrant bool
 }
 
 // NewManager checks the options and URLs; it opens no connection until the first acquire.
@@ -79,7 +83,7 @@ func NewManager(opts ...Option) (*Manager, error) {
 	if err := take(C.ferrolock_manager_new(o, &p, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	return &Manager{p: p}, nil
+	return &Manager{p: p, reentrant: reentrant(opts, false)}, nil
 }
 
 // Close frees the manager. Locks it handed out stay usable until released.
@@ -169,21 +173,27 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		}
 		return C.ferrolock_manager_try_acquire(m.p, ckey, o, &tried, &tryErr)
 	}
+	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
+	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).
+	owner := m.owner(ctx, opts)
+	fast := owner == C.FERROLOCK_NO_OWNER
 	tryStatus := C.int(C.FERROLOCK_ERR_NOT_ACQUIRED)
-	select {
-	case blockingTries <- struct{}{}:
-		tryStatus = try()
-		<-blockingTries
-	default:
-		if triesOnce(opts) { // what the caller asked for (TryAcquire): one try anyway
+	if fast {
+		select {
+		case blockingTries <- struct{}{}:
 			tryStatus = try()
+			<-blockingTries
+		default:
+			if triesOnce(opts) { // what the caller asked for (TryAcquire): one try anyway
+				tryStatus = try()
+			}
 		}
 	}
 	// A try that found a quorum unreachable (a connection that timed out while this thread
 	// opened its own, under load) goes on to wait as well: the core's wait retries it and
 	// gives up after its own streak of unreachable attempts, as every other binding does.
 	waits := tryStatus == C.FERROLOCK_ERR_NOT_ACQUIRED || tryStatus == C.FERROLOCK_ERR_QUORUM_UNREACHABLE
-	if !waits || triesOnce(opts) {
+	if fast && (!waits || triesOnce(opts)) {
 		C.free(unsafe.Pointer(ckey))
 		if o != nil {
 			C.ferrolock_options_free(o)
@@ -207,7 +217,7 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		m.mu.RUnlock()
 		status = -2
 	} else {
-		status = C.go_acquire_start(m.p, ckey, o, C.FERROLOCK_NO_OWNER, C.uintptr_t(handle), &acq, &cerr)
+		status = C.go_acquire_start(m.p, ckey, o, owner, C.uintptr_t(handle), &acq, &cerr)
 		m.mu.RUnlock()
 	}
 	C.free(unsafe.Pointer(ckey))
@@ -243,6 +253,40 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		return nil, err
 	}
 	return newLock(p)
+}
+
+// scope is the owner of the reentrant locks acquired with a WithLock's ctx (and any ctx
+// derived from it), for as long as that WithLock runs: Go has no goroutine identity to use.
+type scope struct {
+	owner C.uint64_t
+	ended atomic.Bool
+}
+
+type scopeKey struct{}
+
+// owners numbers the scopes of the process (the core maps each to a hash field of its own).
+var owners atomic.Uint64
+
+// owner is the owner an acquire with ctx and opts passes: the live scope ctx carries for a
+// reentrant lock, else none (a grant that nothing re-enters).
+func (m *Manager) owner(ctx context.Context, opts []Option) C.uint64_t {
+	if !reentrant(opts, m.reentrant) {
+		return C.FERROLOCK_NO_OWNER
+	}
+	if s, ok := ctx.Value(scopeKey{}).(*scope); ok && !s.ended.Load() {
+		return s.owner
+	}
+	return C.FERROLOCK_NO_OWNER
+}
+
+// reentrant is the reentrant option opts set last (a bool), else def.
+func reentrant(opts []Option, def bool) bool {
+	if v, ok := named(opts, "reentrant"); ok {
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Bool {
+			return rv.Bool()
+		}
+	}
+	return def
 }
 
 // blockingTries bounds the first tries running at once on their goroutines' threads.
@@ -443,7 +487,23 @@ func (l *Lock) Release() error {
 // and is the parent of fn's context; the Wait option bounds the wait only. If fn panics (or
 // calls runtime.Goexit), the lock is released and fn's context cancelled before the panic
 // goes on to the caller.
+//
+// With a reentrant lock (the Reentrant option), the owner is this WithLock's scope: Go has no
+// goroutine identity, so fn's ctx carries it, as does every ctx derived from it. A nested
+// WithLock, Acquire or TryAcquire with such a ctx re-enters a key the scope holds (each
+// handle is released on its own; the key is freed at the outermost release). Goroutines
+// given that ctx are the same owner: concurrent children enter together and do not exclude
+// one another (give each a ctx not derived from fn's, or use a plain lock, for that). Once
+// WithLock returns its scope owns nothing: a ctx that outlives it (context.WithoutCancel)
+// acquires as a new owner. Outside any scope each acquire is an owner of its own.
 func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) (err error) {
+	// A ctx without a live scope gets one: this WithLock's, ended when it returns, so that a
+	// ctx that outlives it (a detached goroutine's) owns nothing.
+	if s, ok := ctx.Value(scopeKey{}).(*scope); !ok || s.ended.Load() {
+		s = &scope{owner: C.uint64_t(owners.Add(1))}
+		defer s.ended.Store(true)
+		ctx = context.WithValue(ctx, scopeKey{}, s)
+	}
 	l, err := m.Acquire(ctx, key, opts...)
 	if err != nil {
 		return err

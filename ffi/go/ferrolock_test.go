@@ -885,3 +885,67 @@ func TestWarningsGoToSlogDefault(t *testing.T) {
 		t.Fatalf("a record below warnings reached the default logger: %v %q", r.Level, r.Message)
 	}
 }
+
+// A reentrant lock's owner in Go is the WithLock scope its ctx carries: a nested WithLock or
+// Acquire with fn's ctx re-enters (goroutines given that ctx too: one owner), a ctx outside
+// the scope is an owner of its own.
+func TestReentrantWithLockReentersWithItsCtx(t *testing.T) {
+	m, other := manager(t, ferrolock.Reentrant(true)), manager(t, ferrolock.Reentrant(true))
+	k := key("reentrant")
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, outer *ferrolock.Lock) error {
+		err := m.WithLock(ctx, k, func(context.Context, *ferrolock.Lock) error { return nil }, ferrolock.Wait(2*time.Second))
+		if err != nil {
+			return fmt.Errorf("a nested WithLock with fn's ctx: %w", err)
+		}
+		if _, err := other.TryAcquire(context.Background(), k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+			return fmt.Errorf("another manager after the inner release: %v", err)
+		}
+		if _, err := m.TryAcquire(context.Background(), k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+			return fmt.Errorf("a ctx outside the scope: %v", err)
+		}
+		child := make(chan error)
+		go func() {
+			l, err := m.TryAcquire(ctx, k)
+			if err == nil {
+				err = l.Release()
+			}
+			child <- err
+		}()
+		if err := <-child; err != nil {
+			return fmt.Errorf("a goroutine given fn's ctx (one owner with it): %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := other.TryAcquire(context.Background(), k)
+	if err != nil {
+		t.Fatalf("another manager once the scope ended: %v", err)
+	}
+	l.Release()
+}
+
+// A ctx that outlives its WithLock (a detached task's context.WithoutCancel) carries a scope
+// that owns nothing: two tasks started with it exclude each other.
+func TestAnEndedReentrantScopeOwnsNothing(t *testing.T) {
+	m := manager(t, ferrolock.Reentrant(true))
+	k := key("reentrant-ended")
+	var detached context.Context
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, _ *ferrolock.Lock) error {
+		detached = context.WithoutCancel(ctx)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = m.WithLock(detached, k, func(context.Context, *ferrolock.Lock) error {
+		if _, err := m.TryAcquire(detached, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+			return fmt.Errorf("a second task of the ended scope entered with the first: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

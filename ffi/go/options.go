@@ -49,7 +49,9 @@ func MaxHold(d time.Duration) Option { return Set("max_hold", d) }
 // Watchdog turns renewal while held on or off (default on).
 func Watchdog(on bool) Option { return Set("watchdog", on) }
 
-// Reentrant selects the Redisson-compatible hash lock.
+// Reentrant selects the Redisson-compatible hash lock. Its owner is the WithLock scope the
+// acquire's ctx carries (see Manager.WithLock): with a ctx of the scope that holds the key, an
+// acquire re-enters; outside any scope each acquire is an owner of its own.
 func Reentrant(on bool) Option { return Set("reentrant", on) }
 
 // Fencing gives every grant a fence token.
