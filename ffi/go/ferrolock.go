@@ -118,9 +118,13 @@ func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
 // Shutdown runs the process-exit protocol, for the end of main: acquires still waiting give
 // up (ErrNotAcquired), and every lock of every manager not yet released is released, waiting
 // at most limit in all (what is not released by then expires with its ttl). Acquires started
-// afterwards fail at once. It returns how many locks were released in time.
+// afterwards fail at once. Within the same limit, the log records queued by then reach the
+// logger (see SetLogger). It returns how many locks were released in time.
 func Shutdown(limit time.Duration) int {
-	return int(C.ferrolock_shutdown(limitMs(limit)))
+	start := time.Now()
+	n := int(C.ferrolock_shutdown(limitMs(limit)))
+	flushLog(limit - time.Since(start))
+	return n
 }
 
 // limitMs is a time limit in whole milliseconds (a negative one is none at all).

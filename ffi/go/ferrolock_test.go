@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_SHUTDOWN"); part != "" {
 		os.Exit(shutdownChild(part))
 	}
+	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
+		os.Exit(logExitChild(part))
+	}
 	ports, pids = ints("FERROLOCK_TEST_PORTS"), ints("FERROLOCK_TEST_PIDS")
 	if len(ports) == 0 {
 		fmt.Fprintln(os.Stderr, "run through ffi/tests/with-redis.sh (FERROLOCK_TEST_PORTS is not set)")
@@ -947,5 +950,67 @@ func TestAnEndedReentrantScopeOwnsNothing(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// slowText writes each record's level and message to stdout, slowly (a handler behind a
+// network, say).
+type slowText struct{ mu sync.Mutex }
+
+func (h *slowText) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h *slowText) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	time.Sleep(50 * time.Millisecond)
+	_, err := fmt.Printf("%v %s\n", r.Level, r.Message)
+	return err
+}
+func (h *slowText) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *slowText) WithGroup(string) slog.Handler      { return h }
+
+// The child of TestShutdownHandsQueuedRecordsToTheLogger: main returns right after Shutdown.
+func logExitChild(part string) int {
+	if err := ferrolock.SetLogger(slog.New(&slowText{})); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	m, err := ferrolock.NewManager(base...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	if n := ferrolock.Shutdown(10 * time.Second); n != 3 {
+		fmt.Fprintln(os.Stderr, "Shutdown released", n)
+		return 2
+	}
+	return 0
+}
+
+// Records of the exit protocol still queued for a slow logger reach it before Shutdown
+// returns, so a main that returns right after loses none.
+func TestShutdownHandsQueuedRecordsToTheLogger(t *testing.T) {
+	part := key("log-exit")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_LOG_EXIT="+part)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		k := fmt.Sprintf("%s:%d", part, i)
+		found := false
+		for _, line := range strings.Split(string(out), "\n") {
+			found = found || (strings.HasPrefix(line, "INFO ") && strings.Contains(line, k) && strings.Contains(line, "released"))
+		}
+		if !found {
+			t.Errorf("no record of %s's release in the child's log:\n%s", k, out)
+		}
 	}
 }

@@ -40,8 +40,9 @@ var logLevels = [...]slog.Level{slog.LevelError, slog.LevelWarn, slog.LevelInfo,
 //
 // The library's threads only queue a record; a goroutine of the package hands it to the
 // logger, so a slow handler delays no renewal (records that find the queue full are dropped
-// and counted in a warning). Once SetLogger has returned, the previous logger gets no more
-// records. One logger per process.
+// and counted in a warning); Shutdown waits for the records queued before it returns. The
+// handler may call ferrolock functions, SetLogger excepted. Once SetLogger has returned, the
+// previous logger gets no more records. One logger per process.
 func SetLogger(logger *slog.Logger) error {
 	if logger == nil {
 		return setLogSink(nil, 0)
@@ -54,10 +55,17 @@ func SetLogger(logger *slog.Logger) error {
 	return setLogSink(nil, 0)
 }
 
+// logItem is a record, or a flush mark (flushed is closed once the records before it are
+// handled).
+type logItem struct {
+	r       slog.Record
+	flushed chan struct{}
+}
+
 // logSink is a logger and the queue that feeds it.
 type logSink struct {
 	logger  *slog.Logger // nil: slog.Default() when each record is handled
-	queue   chan slog.Record
+	queue   chan logItem
 	dropped atomic.Int64
 	done    chan struct{}
 }
@@ -73,7 +81,7 @@ func init() { setDefaultLogger() }
 func setDefaultLogger() { setLogSink(newLogSink(nil), C.FERROLOCK_LOG_WARN) }
 
 func newLogSink(logger *slog.Logger) *logSink {
-	s := &logSink{logger: logger, queue: make(chan slog.Record, 1024), done: make(chan struct{})}
+	s := &logSink{logger: logger, queue: make(chan logItem, 1024), done: make(chan struct{})}
 	go s.drain()
 	return s
 }
@@ -111,7 +119,7 @@ func (s *logSink) enqueue(level int, message string) {
 		l = logLevels[level-1]
 	}
 	select {
-	case s.queue <- record(l, message):
+	case s.queue <- logItem{r: record(l, message)}:
 	default:
 		s.dropped.Add(1)
 	}
@@ -119,8 +127,12 @@ func (s *logSink) enqueue(level int, message string) {
 
 func (s *logSink) drain() {
 	defer close(s.done)
-	for r := range s.queue {
-		s.handle(r)
+	for item := range s.queue {
+		if item.flushed != nil {
+			close(item.flushed)
+			continue
+		}
+		s.handle(item.r)
 		if n := s.dropped.Swap(0); n > 0 {
 			s.handle(record(slog.LevelWarn, fmt.Sprintf("%d log records dropped: the logger fell behind", n)))
 		}
@@ -134,5 +146,28 @@ func (s *logSink) handle(r slog.Record) {
 	}
 	if h := logger.Handler(); h.Enabled(context.Background(), r.Level) {
 		_ = h.Handle(context.Background(), r)
+	}
+}
+
+// flushLog waits, at most limit, until the records queued so far have reached the logger:
+// Shutdown's own records would otherwise be lost when main returns right after it.
+func flushLog(limit time.Duration) {
+	logMu.Lock() // the sink's queue stays open meanwhile
+	defer logMu.Unlock()
+	s := sink.Load()
+	if s == nil || limit <= 0 {
+		return
+	}
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	flushed := make(chan struct{})
+	select {
+	case s.queue <- logItem{flushed: flushed}:
+	case <-timer.C:
+		return
+	}
+	select {
+	case <-flushed:
+	case <-timer.C:
 	}
 }
