@@ -22,6 +22,31 @@ function hookExit() {
   else process.on('exit', () => native.releaseEnvSync(EXIT_LIMIT_MS));
 }
 
+// One 'abort' listener per caller signal, however many acquires share it (a listener each
+// would trip Node's MaxListenersExceededWarning past 10); removed when the last one ends.
+const watched = new WeakMap();
+
+function watch(signal, token) {
+  let tokens = watched.get(signal);
+  if (tokens === undefined) {
+    const set = new Set();
+    tokens = set;
+    set.onAbort = () => {
+      for (const t of set) t.cancel();
+    };
+    watched.set(signal, set);
+    signal.addEventListener('abort', set.onAbort, { once: true });
+  }
+  tokens.add(token);
+}
+
+function unwatch(signal, token) {
+  const tokens = watched.get(signal);
+  if (tokens === undefined || !tokens.delete(token) || tokens.size > 0) return;
+  watched.delete(signal);
+  signal.removeEventListener('abort', tokens.onAbort);
+}
+
 function abortError(key, signal) {
   return new AbortError(`lock ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
     key,
@@ -65,11 +90,9 @@ async function acquireNative(nm, key, conv) {
   const signal = conv.signal;
   if (signal?.aborted) throw abortError(key, signal);
   let token = null;
-  let onAbort = null;
   if (signal) {
     token = new native.CancelToken();
-    onAbort = () => token.cancel();
-    signal.addEventListener('abort', onAbort, { once: true });
+    watch(signal, token);
   }
   let inner;
   try {
@@ -79,7 +102,7 @@ async function acquireNative(nm, key, conv) {
     if (err instanceof AbortError && signal) throw abortError(key, signal);
     throw err;
   } finally {
-    if (onAbort) signal.removeEventListener('abort', onAbort);
+    if (token) unwatch(signal, token);
   }
   if (signal?.aborted) {
     await inner.release().catch(() => {});

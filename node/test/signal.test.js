@@ -75,3 +75,35 @@ test("the README's pattern in withLock: throwIfAborted after a loss rejects with
   assert.ok(thrown instanceof LockLostError, `throwIfAborted did not throw (${String(thrown)})`);
   assert.ok(rejection instanceof LockLostError, String(rejection));
 });
+
+test('one AbortSignal shared by 12 waiting acquires: no MaxListenersExceededWarning, all abort, nothing left', T, async () => {
+  const warnings = [];
+  const onWarning = (w) => warnings.push(w);
+  process.on('warning', onWarning);
+  const nodes = [server.url];
+  const holder = new LockManager({ nodes });
+  const m = new LockManager({ nodes });
+  try {
+    const held = await holder.acquire('sig:shared');
+    const controller = new AbortController();
+    const waits = Array.from({ length: 12 }, () => m.acquire('sig:shared', { signal: controller.signal }).then(
+      () => 'acquired',
+      (e) => e,
+    ));
+    // Every acquire has registered on the signal by now (synchronously, in its call); the
+    // warning would be emitted on the next tick.
+    await sleep(50);
+    controller.abort();
+    for (const r of await Promise.all(waits)) assert.ok(r instanceof AbortError, String(r));
+    await held.release();
+    await new Promise((r) => setImmediate(r));
+    const names = warnings.map((w) => `${w.name}: ${w.message}`);
+    assert.deepEqual(names.filter((n) => /MaxListeners/.test(n)), []);
+    const again = await m.tryAcquire('sig:shared');
+    await again.release();
+  } finally {
+    process.off('warning', onWarning);
+    await m.close();
+    await holder.close();
+  }
+});
