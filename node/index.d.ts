@@ -18,7 +18,12 @@ export interface LockOptions {
   maxHold?: number | null;
   /** Cap on manual extends. Default none. */
   maxExtensions?: number | null;
-  /** Redisson-compatible hash lock; the owner is the async context (withLock). Default false. */
+  /**
+   * Redisson-compatible hash lock. The owner is the enclosing `withLock` scope while its
+   * callback runs: every task it starts, concurrent ones included, re-enters; once the
+   * callback has settled the scope owns nothing. Outside a scope, each acquire is a new owner.
+   * Default false.
+   */
   reentrant?: boolean;
   /** Every grant carries a fence token. Default false. */
   fencing?: boolean;

@@ -65,11 +65,13 @@ function managerId(nm) {
   return id;
 }
 
-/** The enclosing scope holding `key` on the same core manager, if any. */
+/** The enclosing scope holding `key` on the same core manager, if any. A scope whose
+ * callback has settled owns nothing: a task it started and left running (a timer, an
+ * unawaited promise) acquires as a new owner. */
 function enclosing(nm, key) {
   if (scopes.getStore() === undefined) return undefined;
   const id = managerId(nm);
-  for (let s = scopes.getStore(); s; s = s.parent) if (s.key === key && s.manager === id) return s;
+  for (let s = scopes.getStore(); s; s = s.parent) if (!s.ended && s.key === key && s.manager === id) return s;
   return undefined;
 }
 
@@ -183,7 +185,7 @@ async function withLock(key, fn, options) {
   const conv = convert(options, key, { manager: true, lock: true });
   const nm = sharedManager(conv.manager);
   const { lock, owner } = await acquireNative(nm, key, conv);
-  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true };
+  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true, ended: false };
   let result;
   let failed = false;
   let error;
@@ -192,6 +194,8 @@ async function withLock(key, fn, options) {
   } catch (e) {
     failed = true;
     error = e;
+  } finally {
+    scope.ended = true;
   }
   // The end-of-scope decision (release, report the loss, or warn) is the host layer's. A
   // callback that threw its own lock's loss (`lock.signal.throwIfAborted()`) was stopped by
