@@ -139,7 +139,8 @@ export interface LogRecord {
 /**
  * Sends ferrolock's log records at `options.level` (default `'warn'`) and above to `fn`,
  * called on this thread; `null` turns them off. Without a call, warnings and errors are
- * process warnings (`FerrolockWarning`). One logger per process: the last call wins.
+ * process warnings (`FerrolockWarning`) on the main thread (on a worker's if the main thread
+ * has not loaded ferrolock). One logger per process: the last call, in any thread, wins.
  */
 export declare function setLogger(
   fn: ((record: LogRecord) => void) | null,

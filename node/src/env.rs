@@ -24,7 +24,8 @@ pub struct EnvLocks {
     closed: AtomicBool,
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// A poisoned mutex still guards plain data: a panic elsewhere must not stop every later call.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
