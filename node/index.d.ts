@@ -1,4 +1,26 @@
 // ferrolock: distributed locks over Redis. Durations are integer milliseconds.
+//
+// These declarations compile under lib es2022 alone, without skipLibCheck, and alongside
+// lib DOM, esnext.disposable and @types/node: what es2022 lacks is declared here so that it
+// merges with those libs' declarations where they are present.
+
+declare global {
+  interface SymbolConstructor {
+    /** Defined by Node >= 18.18 (explicit resource management): `await using` calls it. */
+    readonly asyncDispose: unique symbol;
+  }
+}
+
+/** The platform's AbortSignal where the program's libs declare one (DOM, @types/node), else
+ * the part of it ferrolock reads and hands out. */
+type Signal = typeof globalThis extends { AbortSignal: { prototype: infer S } } ? S : SignalLike;
+interface SignalLike {
+  readonly aborted: boolean;
+  readonly reason: any;
+  throwIfAborted(): void;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
 
 /** Options of a lock; a LockManager's are the defaults of each acquire. */
 export interface LockOptions {
@@ -43,15 +65,15 @@ export interface ManagerOptions extends LockOptions {
 
 export interface AcquireOptions extends LockOptions {
   /** Governs the wait only: aborting it rejects with AbortError and leaves no key behind. */
-  signal?: AbortSignal;
+  signal?: Signal;
 }
 
 export interface WithLockOptions extends ManagerOptions {
   /** Governs the wait only; once granted, watch it yourself in the callback. */
-  signal?: AbortSignal;
+  signal?: Signal;
 }
 
-export declare class Lock implements AsyncDisposable {
+export declare class Lock {
   private constructor();
   readonly key: string;
   /** The value stored at the key (a reentrant lock's hash field). */
@@ -62,7 +84,7 @@ export declare class Lock implements AsyncDisposable {
   readonly validity: number;
   readonly status: 'held' | 'released' | 'lost';
   /** Aborted with a LockLostError reason on loss. Watching it keeps the event loop alive until release. */
-  readonly signal: AbortSignal;
+  readonly signal: Signal;
   /** Resets the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms. */
   extend(ttl?: number): Promise<number>;
   /** true once released on a quorum, false if the token was already gone. */
@@ -70,7 +92,7 @@ export declare class Lock implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-export declare class LockManager implements AsyncDisposable {
+export declare class LockManager {
   constructor(options?: ManagerOptions);
   readonly nodes: string[];
   readonly quorum: number;
@@ -171,3 +193,6 @@ export declare class QuorumUnreachableError extends LockError {}
 export declare class RedisError extends LockError {}
 /** The caller's AbortSignal stopped a wait: `name === 'AbortError'`, `code === 'ABORT_ERR'`. */
 export declare class AbortError extends LockError {}
+
+// Only the names exported above are the module's (not Signal, SignalLike).
+export {};

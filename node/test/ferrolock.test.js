@@ -261,9 +261,24 @@ test('ESM entry point', T, async () => {
   assert.equal(r.out.trim(), 'function function function');
 });
 
-test('the TypeScript declarations compile against a typed usage file', T, () => {
+// Strict, never skipLibCheck: lib es2022 alone (no DOM, no esnext.disposable, no
+// @types/node), es2022 with @types/node, esnext with @types/node, and es2022 with DOM and
+// esnext.disposable.
+test('the TypeScript declarations compile against typed usage files, with and without the libs they may lean on', T, () => {
   const tsc = path.resolve(__dirname, '..', 'node_modules', '.bin', 'tsc');
-  execFileSync(tsc, ['-p', path.join(__dirname, 'types')], { encoding: 'utf8' });
+  const dir = path.join(__dirname, 'types');
+  const configs = fs.readdirSync(dir).filter((f) => /^tsconfig.*\.json$/.test(f));
+  assert.ok(configs.length >= 4, String(configs));
+  for (const config of configs) {
+    const tsconfig = JSON.parse(fs.readFileSync(path.join(dir, config), 'utf8'));
+    assert.equal(tsconfig.compilerOptions.skipLibCheck, false, config);
+    assert.equal(tsconfig.compilerOptions.strict, true, config);
+    try {
+      execFileSync(tsc, ['-p', path.join(dir, config)], { encoding: 'utf8' });
+    } catch (e) {
+      assert.fail(`tsc -p ${config}: ${e.stdout}${e.stderr}`);
+    }
+  }
 });
 
 test("the README's Node example runs", T, async () => {
