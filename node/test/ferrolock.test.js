@@ -341,3 +341,46 @@ test("a terminated worker thread's lock is released (and no longer renewed)", T,
   await mine.close();
   assert.ok(!one.exists('worker:main'));
 });
+
+test("a terminated worker thread's waiting acquire is cancelled: it leaves the line and never takes the lock", T, async () => {
+  const { Worker } = require('node:worker_threads');
+  const key = 'worker:waiting';
+  const queue = `ferrolock:queue:{${key}}`;
+  const holder = new LockManager({ nodes: [one.url], ttl: 60_000 });
+  const other = new LockManager({ nodes: [one.url] });
+  try {
+    const held = await holder.acquire(key);
+    const worker = new Worker(
+      `const { parentPort } = require('node:worker_threads');
+       const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
+       m.acquire(${JSON.stringify(key)}).then(() => parentPort.postMessage('acquired'));
+       parentPort.postMessage('waiting');`,
+      { eval: true },
+    );
+    await new Promise((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    let deadline = Date.now() + 30_000;
+    while (one.cli('ZCARD', queue) === '0') {
+      assert.ok(Date.now() < deadline, "the worker's acquire never queued");
+      await sleep(20);
+    }
+    await worker.terminate();
+    // A live waiter keeps renewing its place; a cancelled one leaves the line.
+    deadline = Date.now() + 30_000;
+    while (one.cli('ZCARD', queue) !== '0') {
+      assert.ok(Date.now() < deadline, "the terminated worker's acquire still waits in the line");
+      await sleep(50);
+    }
+    await held.release();
+    const again = await other.tryAcquire(key);
+    await again.release();
+    assert.ok(!one.exists(key));
+    assert.equal(one.cli('EXISTS', queue, `ferrolock:queue-lease:{${key}}`, `ferrolock:queue-since:{${key}}`), '0');
+  } finally {
+    await other.close();
+    await holder.close();
+  }
+});
