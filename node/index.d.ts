@@ -83,7 +83,10 @@ export declare class Lock {
   /** ms left before the validity ends; 0 once released or lost. */
   readonly validity: number;
   readonly status: 'held' | 'released' | 'lost';
-  /** Aborted with a LockLostError reason on loss. Watching it keeps the event loop alive until release. */
+  /**
+   * Aborted with a LockLostError reason on loss, at the latest when `status` reads 'lost'
+   * (also when first read after the loss). Watching it keeps the event loop alive until release.
+   */
   readonly signal: Signal;
   /** Resets the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms. */
   extend(ttl?: number): Promise<number>;
