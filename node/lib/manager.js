@@ -27,24 +27,24 @@ function hookExit() {
 const watched = new WeakMap();
 
 function watch(signal, token) {
-  let tokens = watched.get(signal);
-  if (tokens === undefined) {
-    const set = new Set();
-    tokens = set;
-    set.onAbort = () => {
-      for (const t of set) t.cancel();
+  let entry = watched.get(signal);
+  if (entry === undefined) {
+    const tokens = new Set();
+    const onAbort = () => {
+      for (const t of tokens) t.cancel();
     };
-    watched.set(signal, set);
-    signal.addEventListener('abort', set.onAbort, { once: true });
+    entry = { tokens, onAbort };
+    watched.set(signal, entry);
+    signal.addEventListener('abort', onAbort, { once: true });
   }
-  tokens.add(token);
+  entry.tokens.add(token);
 }
 
 function unwatch(signal, token) {
-  const tokens = watched.get(signal);
-  if (tokens === undefined || !tokens.delete(token) || tokens.size > 0) return;
+  const entry = watched.get(signal);
+  if (entry === undefined || !entry.tokens.delete(token) || entry.tokens.size > 0) return;
   watched.delete(signal);
-  signal.removeEventListener('abort', tokens.onAbort);
+  signal.removeEventListener('abort', entry.onAbort);
 }
 
 function abortError(key, signal) {
