@@ -1,4 +1,26 @@
 // ferrolock: distributed locks over Redis. Durations are integer milliseconds.
+//
+// These declarations compile under lib es2022 alone, without skipLibCheck, and alongside
+// lib DOM, esnext.disposable and @types/node: what es2022 lacks is declared here so that it
+// merges with those libs' declarations where they are present.
+
+declare global {
+  interface SymbolConstructor {
+    /** Defined by Node >= 18.18 (explicit resource management): `await using` calls it. */
+    readonly asyncDispose: unique symbol;
+  }
+}
+
+/** The platform's AbortSignal where the program's libs declare one (DOM, @types/node), else
+ * the part of it ferrolock reads and hands out. */
+type Signal = typeof globalThis extends { AbortSignal: { prototype: infer S } } ? S : SignalLike;
+interface SignalLike {
+  readonly aborted: boolean;
+  readonly reason: any;
+  throwIfAborted(): void;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
 
 /** Options of a lock; a LockManager's are the defaults of each acquire. */
 export interface LockOptions {
@@ -18,7 +40,12 @@ export interface LockOptions {
   maxHold?: number | null;
   /** Cap on manual extends. Default none. */
   maxExtensions?: number | null;
-  /** Redisson-compatible hash lock; the owner is the async context (withLock). Default false. */
+  /**
+   * Redisson-compatible hash lock. The owner is the enclosing `withLock` scope while its
+   * callback runs: every task it starts, concurrent ones included, re-enters; once the
+   * callback has settled the scope owns nothing. Outside a scope, each acquire is a new owner.
+   * Default false.
+   */
   reentrant?: boolean;
   /** Every grant carries a fence token. Default false. */
   fencing?: boolean;
@@ -38,15 +65,15 @@ export interface ManagerOptions extends LockOptions {
 
 export interface AcquireOptions extends LockOptions {
   /** Governs the wait only: aborting it rejects with AbortError and leaves no key behind. */
-  signal?: AbortSignal;
+  signal?: Signal;
 }
 
 export interface WithLockOptions extends ManagerOptions {
   /** Governs the wait only; once granted, watch it yourself in the callback. */
-  signal?: AbortSignal;
+  signal?: Signal;
 }
 
-export declare class Lock implements AsyncDisposable {
+export declare class Lock {
   private constructor();
   readonly key: string;
   /** The value stored at the key (a reentrant lock's hash field). */
@@ -56,8 +83,11 @@ export declare class Lock implements AsyncDisposable {
   /** ms left before the validity ends; 0 once released or lost. */
   readonly validity: number;
   readonly status: 'held' | 'released' | 'lost';
-  /** Aborted with a LockLostError reason on loss. Watching it keeps the event loop alive until release. */
-  readonly signal: AbortSignal;
+  /**
+   * Aborted with a LockLostError reason on loss, at the latest when `status` reads 'lost'
+   * (also when first read after the loss). Watching it keeps the event loop alive until release.
+   */
+  readonly signal: Signal;
   /** Resets the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms. */
   extend(ttl?: number): Promise<number>;
   /** true once released on a quorum, false if the token was already gone. */
@@ -65,7 +95,7 @@ export declare class Lock implements AsyncDisposable {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
-export declare class LockManager implements AsyncDisposable {
+export declare class LockManager {
   constructor(options?: ManagerOptions);
   readonly nodes: string[];
   readonly quorum: number;
@@ -134,7 +164,8 @@ export interface LogRecord {
 /**
  * Sends ferrolock's log records at `options.level` (default `'warn'`) and above to `fn`,
  * called on this thread; `null` turns them off. Without a call, warnings and errors are
- * process warnings (`FerrolockWarning`). One logger per process: the last call wins.
+ * process warnings (`FerrolockWarning`) on the main thread (on a worker's if the main thread
+ * has not loaded ferrolock). One logger per process: the last call, in any thread, wins.
  */
 export declare function setLogger(
   fn: ((record: LogRecord) => void) | null,
@@ -165,3 +196,6 @@ export declare class QuorumUnreachableError extends LockError {}
 export declare class RedisError extends LockError {}
 /** The caller's AbortSignal stopped a wait: `name === 'AbortError'`, `code === 'ABORT_ERR'`. */
 export declare class AbortError extends LockError {}
+
+// Only the names exported above are the module's (not Signal, SignalLike).
+export {};

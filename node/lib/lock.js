@@ -33,12 +33,14 @@ class Lock {
   }
   /** 'held', 'released' or 'lost'. */
   get status() {
-    return this.#native.status;
+    const status = this.#native.status;
+    if (status === 'lost') this.#abortIfLost();
+    return status;
   }
   /**
    * Aborted with a LockLostError reason when the lock is lost (before its validity ends
-   * while the process runs). Asked for lazily: until the lock is released, watching it keeps
-   * the event loop alive.
+   * while the process runs), at the latest when `status` first reads 'lost'. Asked for
+   * lazily: until the lock is released, watching it keeps the event loop alive.
    */
   get signal() {
     if (this.#controller === null) {
@@ -47,12 +49,21 @@ class Lock {
       const key = this.key;
       this.#native.lost().then(
         (message) => {
-          if (message != null) controller.abort(new LockLostError(message, { key }));
+          if (message != null && !controller.signal.aborted) controller.abort(new LockLostError(message, { key }));
         },
         () => {},
       );
     }
+    // The loss may be known to the core before its `lost()` result reaches this thread (or
+    // before anyone asked): a signal read now must agree with the status.
+    this.#abortIfLost();
     return this.#controller.signal;
+  }
+  #abortIfLost() {
+    const controller = this.#controller;
+    if (controller === null || controller.signal.aborted) return;
+    const message = this.#native.lossReason;
+    if (message != null) controller.abort(new LockLostError(message, { key: this.key }));
   }
   /** Resets the lease on a quorum; resolves to the new validity in ms. */
   async extend(ttl) {

@@ -2,6 +2,7 @@
 // Where the core's log records go. By default its warnings and errors become process
 // warnings (`FerrolockWarning`, printed by Node unless --no-warnings); `setLogger(fn)` sends
 // every record at its level to `fn` instead, and `setLogger(null)` silences them.
+const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { InvalidArgumentError } = require('./errors');
 
@@ -13,22 +14,10 @@ function processWarning(record) {
 
 let handler = processWarning;
 let level = 'warn';
-// Bumped by every setLogger: a record the core queued for a replaced function is dropped on
-// arrival, so a function is never called after the setLogger that replaced it returned.
+// Bumped by every setLogger: a record the core queued for a replaced function (or for this
+// thread's default) is dropped on arrival, so a function is never called after the setLogger
+// that replaced it returned.
 let generation = 0;
-
-function install(ifUnset = false) {
-  const mine = ++generation;
-  native.setLogger(
-    handler === null
-      ? null
-      : (record) => {
-          if (mine === generation) handler(record);
-        },
-    level,
-    ifUnset,
-  );
-}
 
 /**
  * Sends ferrolock's log records (`{ level, target, message }`) at `options.level` (default
@@ -50,7 +39,15 @@ function setLogger(fn, options = {}) {
   }
   handler = fn;
   level = wanted;
-  install();
+  const mine = ++generation;
+  native.setLogger(
+    fn === null
+      ? null
+      : (record) => {
+          if (mine === generation) fn(record);
+        },
+    level,
+  );
 }
 
 /** A warning of the binding's own (a `withLock` scope's end): to the logger if it takes
@@ -67,7 +64,10 @@ function describe(v) {
   return v === null ? 'null' : typeof v === 'object' ? 'an object' : String(v);
 }
 
-// The default, unless another thread of this process set a logger already.
-install(true);
+// This thread's default. The process's records go to the main thread's default (else to a
+// live worker's) until a setLogger call in any thread replaces the defaults.
+native.setDefaultLogger((record) => {
+  if (generation === 0) processWarning(record);
+}, isMainThread);
 
 module.exports = { setLogger, warn };

@@ -22,6 +22,31 @@ function hookExit() {
   else process.on('exit', () => native.releaseEnvSync(EXIT_LIMIT_MS));
 }
 
+// One 'abort' listener per caller signal, however many acquires share it (a listener each
+// would trip Node's MaxListenersExceededWarning past 10); removed when the last one ends.
+const watched = new WeakMap();
+
+function watch(signal, token) {
+  let entry = watched.get(signal);
+  if (entry === undefined) {
+    const tokens = new Set();
+    const onAbort = () => {
+      for (const t of tokens) t.cancel();
+    };
+    entry = { tokens, onAbort };
+    watched.set(signal, entry);
+    signal.addEventListener('abort', onAbort, { once: true });
+  }
+  entry.tokens.add(token);
+}
+
+function unwatch(signal, token) {
+  const entry = watched.get(signal);
+  if (entry === undefined || !entry.tokens.delete(token) || entry.tokens.size > 0) return;
+  watched.delete(signal);
+  signal.removeEventListener('abort', entry.onAbort);
+}
+
 function abortError(key, signal) {
   return new AbortError(`lock ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
     key,
@@ -40,11 +65,13 @@ function managerId(nm) {
   return id;
 }
 
-/** The enclosing scope holding `key` on the same core manager, if any. */
+/** The enclosing scope holding `key` on the same core manager, if any. A scope whose
+ * callback has settled owns nothing: a task it started and left running (a timer, an
+ * unawaited promise) acquires as a new owner. */
 function enclosing(nm, key) {
   if (scopes.getStore() === undefined) return undefined;
   const id = managerId(nm);
-  for (let s = scopes.getStore(); s; s = s.parent) if (s.key === key && s.manager === id) return s;
+  for (let s = scopes.getStore(); s; s = s.parent) if (!s.ended && s.key === key && s.manager === id) return s;
   return undefined;
 }
 
@@ -65,11 +92,9 @@ async function acquireNative(nm, key, conv) {
   const signal = conv.signal;
   if (signal?.aborted) throw abortError(key, signal);
   let token = null;
-  let onAbort = null;
   if (signal) {
     token = new native.CancelToken();
-    onAbort = () => token.cancel();
-    signal.addEventListener('abort', onAbort, { once: true });
+    watch(signal, token);
   }
   let inner;
   try {
@@ -79,7 +104,7 @@ async function acquireNative(nm, key, conv) {
     if (err instanceof AbortError && signal) throw abortError(key, signal);
     throw err;
   } finally {
-    if (onAbort) signal.removeEventListener('abort', onAbort);
+    if (token) unwatch(signal, token);
   }
   if (signal?.aborted) {
     await inner.release().catch(() => {});
@@ -160,7 +185,7 @@ async function withLock(key, fn, options) {
   const conv = convert(options, key, { manager: true, lock: true });
   const nm = sharedManager(conv.manager);
   const { lock, owner } = await acquireNative(nm, key, conv);
-  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true };
+  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true, ended: false };
   let result;
   let failed = false;
   let error;
@@ -169,6 +194,8 @@ async function withLock(key, fn, options) {
   } catch (e) {
     failed = true;
     error = e;
+  } finally {
+    scope.ended = true;
   }
   // The end-of-scope decision (release, report the loss, or warn) is the host layer's. A
   // callback that threw its own lock's loss (`lock.signal.throwIfAborted()`) was stopped by

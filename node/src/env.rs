@@ -1,14 +1,16 @@
 //! The locks of each JavaScript environment (the main thread, each worker thread). The host
 //! layer's registries are per process; a worker thread is a Node notion, so this keeps, per
-//! environment, the locks it was handed. A worker's teardown releases its own locks (so the
-//! process's watchdog does not renew them for a thread that is gone), and its exit hook
+//! environment, the locks it was handed and its acquires still waiting. A worker's teardown
+//! cancels its waits and releases its own locks (so the process's watchdog does not renew
+//! them, nor a waiter keep its place in line, for a thread that is gone), and its exit hook
 //! releases only its own; the main thread's exit runs the host layer's exit protocol.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
+use ferrolock::host::Cancel;
 use ferrolock::{Lock as CoreLock, LockStatus};
 use napi::{Env, Result};
 
@@ -22,9 +24,27 @@ pub struct EnvLocks {
     locks: Mutex<Vec<Weak<CoreLock>>>,
     /// The environment is gone: a grant that lands now is released at once.
     closed: AtomicBool,
+    /// The cancel tokens of this environment's acquires still running, by a number of their
+    /// own, fired at its teardown.
+    waiting: Mutex<HashMap<u64, Cancel>>,
+    next: AtomicU64,
 }
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// An acquire registered with [`EnvLocks::waiting`]; dropping it (the acquire ended)
+/// deregisters it.
+pub struct Waiting {
+    env: Arc<EnvLocks>,
+    id: u64,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        locked(&self.env.waiting).remove(&self.id);
+    }
+}
+
+/// A poisoned mutex still guards plain data: a panic elsewhere must not stop every later call.
+pub(crate) fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -40,6 +60,31 @@ impl EnvLocks {
         }
         v.push(Arc::downgrade(lock.core()));
         true
+    }
+
+    /// Registers an acquire's cancel token, fired at this environment's teardown (at once if
+    /// it is torn down already), until the returned guard drops.
+    pub fn waiting(self: &Arc<Self>, cancel: &Cancel) -> Waiting {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let mut waiting = locked(&self.waiting);
+        if self.closed.load(Ordering::SeqCst) {
+            cancel.cancel();
+        } else {
+            waiting.insert(id, cancel.clone());
+        }
+        Waiting {
+            env: self.clone(),
+            id,
+        }
+    }
+
+    /// The environment is gone: grants that land from now on are released at once, and the
+    /// acquires still waiting give up.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for (_, cancel) in locked(&self.waiting).drain() {
+            cancel.cancel();
+        }
     }
 
     fn unreleased(&self) -> Vec<Arc<CoreLock>> {
@@ -92,7 +137,7 @@ pub fn locks_of(env: &Env) -> Result<Arc<EnvLocks>> {
     env.add_env_cleanup_hook(id, |id| {
         let gone = locked(registry()).remove(&id);
         if let Some(locks) = gone {
-            locks.closed.store(true, Ordering::SeqCst);
+            locks.close();
             locks.release_all_blocking(TEARDOWN_LIMIT);
         }
     })?;

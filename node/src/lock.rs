@@ -60,6 +60,13 @@ impl NativeLock {
         }
     }
 
+    /// The loss message once the lock is lost, else null: read by `lock.js` with the status,
+    /// so the signal is aborted by the time the status says lost.
+    #[napi(getter)]
+    pub fn loss_reason(&self) -> Option<String> {
+        self.inner.loss_reason().map(|r| r.to_string())
+    }
+
     /// Throws `LockLost` / `NotHeld` unless the lock is held.
     #[napi]
     pub fn check(&self) -> Result<()> {

@@ -1,13 +1,16 @@
 //! The core's log events (`ferrolock::host::log`) handed to a JavaScript function. `log.js`
 //! wraps it: the default (warnings as process warnings), the level names and the rule that a
-//! replaced function is never called again.
+//! replaced function is never called again. Each environment (the main thread, each worker)
+//! registers a default; the process's records go to one of them until a `setLogger` call.
 
 use ferrolock::host::log::{self, LogLevel, LogRecord};
 use napi::bindgen_prelude::Function;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Result, Status};
+use napi::{Env, Result, Status};
 use napi_derive::napi;
+use std::sync::Mutex;
 
+use crate::env::locked;
 use crate::errors::{invalid, to_napi};
 
 /// One record as JavaScript receives it.
@@ -24,43 +27,99 @@ pub struct NativeLogRecord {
 /// record alone, and a record is dropped rather than queued without bound (see `call`).
 type Tsfn = ThreadsafeFunction<NativeLogRecord, (), NativeLogRecord, Status, false, true>;
 
-/// Sends the core's events at `level` and above to `callback` on the JavaScript thread (of
-/// the environment that set it), replacing the previous function; `null` stops delivery.
-/// With `if_unset`, only where no function is set yet in the process (the default a new
-/// environment installs must not replace another thread's logger). Returns whether it set.
-#[napi(js_name = "setLogger")]
-pub fn set_logger(
-    callback: Option<Function<NativeLogRecord, ()>>,
-    level: String,
-    if_unset: bool,
-) -> Result<bool> {
-    let level = LogLevel::parse(&level).map_err(|e| invalid(e.message()))?;
-    if if_unset && log::has_sink() {
-        return Ok(false);
+/// Each JavaScript environment's default logger (process warnings on its own thread), the
+/// main thread's first. The process's records go to the main thread's while it lives, else to
+/// a live worker's: the default belongs to no environment in particular, so a worker that
+/// loaded the addon first and exited does not take it along.
+struct Default {
+    env: usize,
+    tsfn: Tsfn,
+}
+static DEFAULTS: Mutex<Vec<Default>> = Mutex::new(Vec::new());
+
+/// Whether the core's sink is the defaults' dispatcher or a `setLogger` call's (a function,
+/// or off). Held while the sink is replaced; never taken by a sink (`set_sink` waits for the
+/// sinks running).
+#[derive(PartialEq)]
+enum Mode {
+    Unset,
+    Defaults,
+    User,
+}
+static MODE: Mutex<Mode> = Mutex::new(Mode::Unset);
+
+fn js_record(r: &LogRecord<'_>) -> NativeLogRecord {
+    NativeLogRecord {
+        level: r.level.name().to_string(),
+        target: r.target.to_string(),
+        message: r.message.to_string(),
     }
-    let Some(callback) = callback else {
-        return log::set_sink(None, level).map(|_| true).map_err(to_napi);
-    };
-    let tsfn: Tsfn = callback
+}
+
+fn weak_tsfn(callback: Function<NativeLogRecord, ()>) -> Result<Tsfn> {
+    callback
         .build_threadsafe_function()
         .callee_handled::<false>()
         .weak::<true>()
-        .build()?;
-    log::set_sink(
-        Some(Box::new(move |r: &LogRecord<'_>| {
+        .build()
+}
+
+/// Sends the core's events at `level` and above to `callback` on the JavaScript thread (of
+/// the environment that set it), replacing the previous function or the defaults; `null`
+/// stops delivery.
+#[napi(js_name = "setLogger")]
+pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String) -> Result<()> {
+    let level = LogLevel::parse(&level).map_err(|e| invalid(e.message()))?;
+    let sink: Option<log::LogSink> = match callback {
+        None => None,
+        Some(callback) => {
+            let tsfn = weak_tsfn(callback)?;
             // NonBlocking: the logging thread is often a runtime worker; once the
             // environment is gone the call fails and the record is dropped.
-            let _ = tsfn.call(
-                NativeLogRecord {
-                    level: r.level.name().to_string(),
-                    target: r.target.to_string(),
-                    message: r.message.to_string(),
-                },
-                ThreadsafeFunctionCallMode::NonBlocking,
-            );
-        })),
-        level,
-    )
-    .map(|_| true)
-    .map_err(to_napi)
+            Some(Box::new(move |r: &LogRecord<'_>| {
+                let _ = tsfn.call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
+            }))
+        }
+    };
+    let mut mode = locked(&MODE);
+    log::set_sink(sink, level).map_err(to_napi)?;
+    *mode = Mode::User;
+    Ok(())
+}
+
+/// Registers this environment's default logger (`callback`, warnings and errors), removed at
+/// its teardown. The first registration makes the defaults the process's sink, unless a
+/// `setLogger` call is in effect.
+#[napi(js_name = "setDefaultLogger")]
+pub fn set_default_logger(
+    env: &Env,
+    callback: Function<NativeLogRecord, ()>,
+    main_thread: bool,
+) -> Result<()> {
+    let id = env.raw() as usize;
+    let tsfn = weak_tsfn(callback)?;
+    {
+        let mut defaults = locked(&DEFAULTS);
+        let entry = Default { env: id, tsfn };
+        if main_thread {
+            defaults.insert(0, entry);
+        } else {
+            defaults.push(entry);
+        }
+    }
+    env.add_env_cleanup_hook(id, |id| locked(&DEFAULTS).retain(|d| d.env != id))?;
+    let mut mode = locked(&MODE);
+    if *mode == Mode::Unset {
+        log::set_sink(Some(Box::new(to_default)), LogLevel::Warn).map_err(to_napi)?;
+        *mode = Mode::Defaults;
+    }
+    Ok(())
+}
+
+fn to_default(r: &LogRecord<'_>) {
+    if let Some(d) = locked(&DEFAULTS).first() {
+        let _ = d
+            .tsfn
+            .call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
+    }
 }

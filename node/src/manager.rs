@@ -124,21 +124,22 @@ impl NativeManager {
             lock_options(&key, manager.defaults(), &entries)?
         };
         let env_locks = crate::env::locks_of(env)?;
-        let cancel = cancel.map(|c| c.inner.clone());
+        // Fired by the caller's signal, or by this environment's teardown: the acquire of a
+        // worker thread that is gone leaves the line and takes nothing.
+        let cancel = cancel.map(|c| c.inner.clone()).unwrap_or_default();
+        let waiting = env_locks.waiting(&cancel);
         // Without `reentrant` the core ignores the owner.
         let owner = owner.unwrap_or(0) as u64;
         promise_on_core(env, async move {
+            let _waiting = waiting;
             let acquire = manager.acquire(&key, owner, &opts);
-            let lock = match cancel {
-                // Dropping the acquire undoes whatever it had taken.
-                Some(c) => tokio::select! {
-                    lock = acquire => lock,
-                    _ = c.cancelled() => return Err(coded(
-                        ErrorKind::Cancelled.code(),
-                        &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal (nothing was left behind)"),
-                    )),
-                },
-                None => acquire.await,
+            // Dropping the acquire undoes whatever it had taken.
+            let lock = tokio::select! {
+                lock = acquire => lock,
+                _ = cancel.cancelled() => return Err(coded(
+                    ErrorKind::Cancelled.code(),
+                    &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal (nothing was left behind)"),
+                )),
             }
             .map_err(to_napi)?;
             if !env_locks.add(&lock) {

@@ -261,9 +261,24 @@ test('ESM entry point', T, async () => {
   assert.equal(r.out.trim(), 'function function function');
 });
 
-test('the TypeScript declarations compile against a typed usage file', T, () => {
+// Strict, never skipLibCheck: lib es2022 alone (no DOM, no esnext.disposable, no
+// @types/node), es2022 with @types/node, esnext with @types/node, and es2022 with DOM and
+// esnext.disposable.
+test('the TypeScript declarations compile against typed usage files, with and without the libs they may lean on', T, () => {
   const tsc = path.resolve(__dirname, '..', 'node_modules', '.bin', 'tsc');
-  execFileSync(tsc, ['-p', path.join(__dirname, 'types')], { encoding: 'utf8' });
+  const dir = path.join(__dirname, 'types');
+  const configs = fs.readdirSync(dir).filter((f) => /^tsconfig.*\.json$/.test(f));
+  assert.ok(configs.length >= 4, String(configs));
+  for (const config of configs) {
+    const tsconfig = JSON.parse(fs.readFileSync(path.join(dir, config), 'utf8'));
+    assert.equal(tsconfig.compilerOptions.skipLibCheck, false, config);
+    assert.equal(tsconfig.compilerOptions.strict, true, config);
+    try {
+      execFileSync(tsc, ['-p', path.join(dir, config)], { encoding: 'utf8' });
+    } catch (e) {
+      assert.fail(`tsc -p ${config}: ${e.stdout}${e.stderr}`);
+    }
+  }
 });
 
 test("the README's Node example runs", T, async () => {
@@ -325,4 +340,47 @@ test("a terminated worker thread's lock is released (and no longer renewed)", T,
   assert.ok(one.exists('worker:main') && kept.status === 'held');
   await mine.close();
   assert.ok(!one.exists('worker:main'));
+});
+
+test("a terminated worker thread's waiting acquire is cancelled: it leaves the line and never takes the lock", T, async () => {
+  const { Worker } = require('node:worker_threads');
+  const key = 'worker:waiting';
+  const queue = `ferrolock:queue:{${key}}`;
+  const holder = new LockManager({ nodes: [one.url], ttl: 60_000 });
+  const other = new LockManager({ nodes: [one.url] });
+  try {
+    const held = await holder.acquire(key);
+    const worker = new Worker(
+      `const { parentPort } = require('node:worker_threads');
+       const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+       const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
+       m.acquire(${JSON.stringify(key)}).then(() => parentPort.postMessage('acquired'));
+       parentPort.postMessage('waiting');`,
+      { eval: true },
+    );
+    await new Promise((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    let deadline = Date.now() + 30_000;
+    while (one.cli('ZCARD', queue) === '0') {
+      assert.ok(Date.now() < deadline, "the worker's acquire never queued");
+      await sleep(20);
+    }
+    await worker.terminate();
+    // A live waiter keeps renewing its place; a cancelled one leaves the line.
+    deadline = Date.now() + 30_000;
+    while (one.cli('ZCARD', queue) !== '0') {
+      assert.ok(Date.now() < deadline, "the terminated worker's acquire still waits in the line");
+      await sleep(50);
+    }
+    await held.release();
+    const again = await other.tryAcquire(key);
+    await again.release();
+    assert.ok(!one.exists(key));
+    assert.equal(one.cli('EXISTS', queue, `ferrolock:queue-lease:{${key}}`, `ferrolock:queue-since:{${key}}`), '0');
+  } finally {
+    await other.close();
+    await holder.close();
+  }
 });

@@ -146,3 +146,30 @@ test('by default a warning is a process warning, and a logger never keeps the pr
   assert.equal(r.status, 0, r.stderr);
   assert.match(r.stderr, /FerrolockWarning: .*log-node:default/);
 });
+
+test("a worker that loaded ferrolock first and exited does not take the main thread's default warnings with it", T, () => {
+  const pkg = JSON.stringify(path.resolve(__dirname, '..'));
+  const script = `
+    const { Worker } = require('node:worker_threads');
+    const { execFileSync } = require('node:child_process');
+    (async () => {
+      const w = new Worker(${JSON.stringify(`require(${pkg})`)}, { eval: true });
+      await new Promise((resolve, reject) => { w.once('exit', resolve); w.once('error', reject); });
+      const { LockManager } = require(${pkg});
+      const warned = new Promise((r) => process.on('warning', (w) => w.name === 'FerrolockWarning' && /log-node:after-worker/.test(w.message) && r()));
+      const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 1500 });
+      const lock = await m.acquire('log-node:after-worker');
+      const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+      execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:after-worker']);
+      await aborted;
+      const deadline = new Promise((r) => setTimeout(() => r('none'), 20000));
+      const got = await Promise.race([warned.then(() => 'warned'), deadline]);
+      console.log(got);
+      await m.close();
+      process.exit(got === 'warned' ? 0 : 1);
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 50_000 });
+  assert.equal(r.stdout.trim(), 'warned', `no FerrolockWarning on the main thread: ${r.stderr}`);
+  assert.match(r.stderr, /FerrolockWarning: .*log-node:after-worker/);
+});

@@ -1,0 +1,108 @@
+'use strict';
+// The reentrancy owner in Node is the withLock scope (its AsyncLocalStorage context): what
+// tasks started inside a scope own while it lasts, and after it ended.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { Server } = require('./redis');
+const { LockManager, withLock, NotAcquiredError } = require('..');
+
+const T = { timeout: 60_000 };
+let server;
+test.before(async () => {
+  server = await Server.start();
+});
+test.after(() => server?.stop());
+
+/** Resolves with what `start()` resolves to, started from a timer set now (in this async
+ * context) that runs only once `gate` has resolved. */
+function detached(gate, start) {
+  return new Promise((resolve) => setTimeout(() => resolve(gate.then(start)), 0));
+}
+
+for (const reentrant of [false, true]) {
+  test(`a task started inside withLock (reentrant: ${reentrant}) that runs after the scope ended acquires as a new owner`, T, async () => {
+    const nodes = [server.url];
+    const key = `scope:detached:${reentrant}`;
+    let ended;
+    const gate = new Promise((r) => {
+      ended = r;
+    });
+    let later;
+    let outerToken;
+    await withLock(
+      key,
+      async (lock) => {
+        outerToken = lock.token;
+        later = detached(gate, () =>
+          withLock(key, async (l) => ({ status: l.status, token: l.token, onServer: server.exists(key) }), {
+            nodes,
+            reentrant,
+            wait: 30_000,
+          }).catch((e) => e),
+        );
+      },
+      { nodes, reentrant },
+    );
+    assert.ok(!server.exists(key), 'the outer scope did not release');
+    ended();
+    const r = await later;
+    assert.ok(!(r instanceof Error), `the ended scope still owned the key: ${r}`);
+    assert.equal(r.status, 'held');
+    assert.ok(r.onServer);
+    assert.notEqual(r.token, outerToken, 'the task re-entered as the ended scope');
+    assert.ok(!server.exists(key));
+  });
+}
+
+test('while the scope lasts, a task it started is that scope: reentrant re-enters, concurrent children included', T, async () => {
+  const nodes = [server.url];
+  const key = 'scope:children';
+  const seen = await withLock(
+    key,
+    async (outer) => {
+      let inside = 0;
+      let most = 0;
+      let release;
+      const barrier = new Promise((r) => {
+        release = r;
+      });
+      const children = Array.from({ length: 3 }, () =>
+        withLock(
+          key,
+          async (l) => {
+            inside += 1;
+            most = Math.max(most, inside);
+            if (inside === 3) release();
+            await barrier;
+            inside -= 1;
+            return l.token;
+          },
+          { nodes, reentrant: true, wait: 30_000 },
+        ),
+      );
+      const tokens = await Promise.all(children);
+      // Another owner (a LockManager acquire outside any scope's key) is still excluded.
+      const other = new LockManager({ nodes });
+      await assert.rejects(other.acquire(key, { reentrant: true, wait: 0 }), NotAcquiredError);
+      await other.close();
+      return { tokens, most, outer: outer.token };
+    },
+    { nodes, reentrant: true },
+  );
+  assert.equal(seen.most, 3, 'the three children did not hold at once');
+  assert.deepEqual(seen.tokens, [seen.outer, seen.outer, seen.outer]);
+  assert.ok(!server.exists(key));
+});
+
+test('without reentrant, a task of a live scope asking for its key is refused at once', T, async () => {
+  const nodes = [server.url];
+  await withLock(
+    'scope:live',
+    async () => {
+      const child = new Promise((resolve) => setTimeout(() => resolve(withLock('scope:live', async () => 'never', { nodes }).catch((e) => e)), 0));
+      const r = await child;
+      assert.ok(r instanceof NotAcquiredError && /already holds it/.test(r.message), String(r));
+    },
+    { nodes },
+  );
+});
