@@ -135,16 +135,18 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
                 finished: Condvar::new(),
             },
         });
-        let finished = state.clone();
+        let (finished, cancel) = (state.clone(), state.cancel.clone());
+        // Written before the acquire starts: `done` may run (and read the slot, or free the
+        // acquisition) before `acquire_start` has returned.
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         // `done` runs on a library thread that may block (the host's rule).
         r.manager
-            .acquire_start(&r.key, r.owner, &r.opts, state.cancel.clone(), move |out| {
+            .acquire_start(&r.key, r.owner, &r.opts, cancel, move |out| {
                 *finished.outcome.lock().unwrap_or_else(|p| p.into_inner()) =
                     Outcome::Done(out.map_err(Failure::from));
                 finished.done.fire();
             });
-        // SAFETY: checked non-NULL above.
-        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         Ok(())
     })
 }

@@ -8,6 +8,10 @@
 //!   5-node acquire + release and cost 11-28 % of its throughput, and nothing this library
 //!   runs on a worker blocks (user callbacks run on the blocking pool; a C log callback must
 //!   return quickly, as its header says). See DESIGN.md, "Blocking callers".
+//! - The blocking pool's threads carry the process runtime's context, yet what runs there is
+//!   synchronous: a binding's loss or completion callback, which may call back in, blocking.
+//!   [`block_on`] is allowed there (tokio's own `block_on` is too: only a thread running
+//!   async tasks is refused); the pool's threads are told apart from the workers by name.
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
@@ -22,7 +26,7 @@ use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use std::sync::Once;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -79,10 +83,28 @@ pub fn runtime() -> &'static Runtime {
         return unsafe { &*current };
     }
     let workers = parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok());
+    let worker_count = *workers.as_ref().unwrap_or(&1);
+    // Tokio starts the workers on the blocking pool, before `build` returns: the first
+    // `worker_count` threads it names are the workers, every later one a pool thread.
+    let named = AtomicUsize::new(0);
     let fresh = Box::into_raw(Box::new(
         Builder::new_multi_thread()
-            .worker_threads(*workers.as_ref().unwrap_or(&1))
-            .thread_name("ferrolock")
+            .worker_threads(worker_count)
+            .thread_name_fn(move || {
+                let nth = named.fetch_add(1, Ordering::Relaxed);
+                if nth < worker_count {
+                    WORKER_NAME
+                } else {
+                    POOL_NAME
+                }
+                .to_string()
+            })
+            .on_thread_start(|| {
+                LIBRARY_THREAD.with(|t| t.set(true));
+                if std::thread::current().name() == Some(POOL_NAME) {
+                    POOL_THREAD.with(|p| p.set(true));
+                }
+            })
             .enable_all()
             .build()
             .expect(
@@ -113,6 +135,13 @@ pub fn runtime() -> &'static Runtime {
         }
     }
 }
+
+/// The process runtime's worker threads are named this; its blocking-pool threads
+/// [`POOL_NAME`].
+const WORKER_NAME: &str = "ferrolock";
+/// The process runtime's blocking-pool threads: where the host runs the bindings' callbacks
+/// (loss, completion), which may call back in, blocking.
+const POOL_NAME: &str = "ferrolock-pool";
 
 /// `FERROLOCK_WORKER_THREADS` is capped at this: more workers than CPUs only wake each other.
 const MAX_WORKERS: usize = 64;
@@ -166,6 +195,12 @@ thread_local! {
     static CALLER: RefCell<Option<Caller>> = const { RefCell::new(None) };
     /// How deep this thread is in [`block_on`]: non-zero while it drives its own runtime.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Set on the process runtime's blocking-pool threads. Tokio gives them the runtime's
+    /// context (`Handle::try_current` succeeds there) although what they run is plain
+    /// synchronous code, a binding's callback, which may block on a lock operation.
+    static POOL_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Set on every thread of the process runtime (workers and blocking pool).
+    static LIBRARY_THREAD: Cell<bool> = const { Cell::new(false) };
     /// Clean-up spawned on this thread's runtime (undo, a release finishing after its caller
     /// left), finished before [`block_on`] returns.
     static CLEANUP: RefCell<Vec<JoinHandle<()>>> = const { RefCell::new(Vec::new()) };
@@ -174,6 +209,20 @@ thread_local! {
 /// Whether this thread is inside [`block_on`], so that requests use its own connections.
 pub(crate) fn driving_locally() -> bool {
     DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
+}
+
+/// Whether this thread is one of the process runtime's (a worker or a blocking-pool thread):
+/// a binding that keeps the library silent routes what happens there (a panic) to its log.
+pub fn is_library_thread() -> bool {
+    LIBRARY_THREAD.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Whether this thread runs async code, where [`block_on`] must not be called: inside
+/// [`block_on`], or in a runtime's context, except on the process runtime's blocking pool
+/// (its threads carry the context, but run the callbacks, synchronous code that may block).
+pub(crate) fn in_async_code() -> bool {
+    driving_locally()
+        || (Handle::try_current().is_ok() && !POOL_THREAD.try_with(Cell::get).unwrap_or(false))
 }
 
 fn caller_runtime() -> Rc<Runtime> {
@@ -213,15 +262,16 @@ impl Drop for Depth {
     }
 }
 
-/// Runs a future to completion on the calling thread, which must not be inside an async
-/// runtime. The thread drives the future's I/O itself (see the module comment), then finishes
-/// any clean-up the future left behind before returning.
+/// Runs a future to completion on the calling thread, which must not run async code (see
+/// [`in_async_code`]; the callbacks the host runs on the process runtime's blocking pool may
+/// call it). The thread drives the future's I/O itself (see the module comment), then
+/// finishes any clean-up the future left behind before returning.
 ///
 /// # Panics
 /// When called from async code (inside a tokio runtime): await the future instead.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     assert!(
-        Handle::try_current().is_err(),
+        !in_async_code(),
         "ferrolock::runtime::block_on called from async code: await the future instead"
     );
     let rt = caller_runtime();
@@ -261,7 +311,7 @@ where
         CLEANUP.with(|c| c.borrow_mut().push(task));
         return;
     }
-    let own = Handle::try_current().is_err()
+    let own = !in_async_code()
         && CALLER
             .try_with(|c| {
                 c.borrow()
@@ -295,6 +345,18 @@ mod tests {
             let why = parse_workers(Some(bad.into())).unwrap_err();
             assert!(why.contains(&format!("{bad:?}")), "{why}");
         }
+    }
+
+    #[test]
+    fn the_blocking_pool_may_block_on_and_a_worker_may_not() {
+        let rt = super::runtime();
+        let on_pool = rt
+            .block_on(rt.spawn_blocking(|| (super::in_async_code(), super::block_on(async { 7 }))))
+            .unwrap();
+        assert_eq!(on_pool, (false, 7));
+        let on_worker = rt.block_on(rt.spawn(async { super::in_async_code() }));
+        assert!(on_worker.unwrap());
+        assert!(!super::in_async_code(), "a plain thread");
     }
 
     #[test]
