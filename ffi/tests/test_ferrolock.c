@@ -618,19 +618,20 @@ static int reentry_ok(reentry_t *r, const char *which, int must, char *why, size
   return 1;
 }
 
-static void callbacks_body(char *why, size_t size) {
-  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
-  ferrolock_manager *other = manager_with(options_ms(NULL));
+/* `lossy` has a short ttl, for a loss; `m` and `other` the defaults (`other` holds the keys
+ * the callbacks wait for). */
+static void callbacks_body(ferrolock_manager *lossy, ferrolock_manager *m, ferrolock_manager *other,
+                           char *why, size_t size) {
   int acquires = (1 << IN_TRY_ACQUIRE) | (1 << IN_ACQUIRE) | (1 << IN_RELEASE_ACQUIRED);
 
   /* A loss callback: its lock's key is deleted behind its back. */
   static reentry_t lost;
-  reentry_init(&lost, m, "reentry-lost");
+  reentry_init(&lost, lossy, "reentry-lost");
   ferrolock_lock *blocker = NULL;
   EXPECT(ferrolock_manager_acquire(other, lost.held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
   char own_key[96];
   snprintf(own_key, sizeof own_key, "%s", fresh_key("reentry-own"));
-  EXPECT(ferrolock_manager_acquire(m, own_key, NULL, NULL, &lost.own, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(lossy, own_key, NULL, NULL, &lost.own, &err), FERROLOCK_OK, NULL);
   EXPECT(ferrolock_lock_on_lost(lost.own, lost_calls_back_in, &lost, &err), FERROLOCK_OK, NULL);
   delete_everywhere(own_key);
   CHECK(reentry_wait(&lost, blocker), "the loss callback never finished (started: %d)", lost.started);
@@ -643,17 +644,19 @@ static void callbacks_body(char *why, size_t size) {
   EXPECT(ferrolock_manager_acquire_start(m, fresh_key("reentry-start"), NULL, FERROLOCK_NO_OWNER,
                                          done_calls_back_in, &done, &done.a, &err), FERROLOCK_OK, NULL);
   CHECK(reentry_wait(&done, blocker), "the done callback never finished (started: %d)", done.started);
-  if (!reentry_ok(&done, "done", acquires | (1 << IN_RESULT) | (1 << IN_EXTEND) | (1 << IN_RELEASE), why, size))
-    return;
-  ferrolock_manager_free(other);
-  ferrolock_manager_free(m);
+  reentry_ok(&done, "done", acquires | (1 << IN_RESULT) | (1 << IN_EXTEND) | (1 << IN_RELEASE), why, size);
 }
 
 static void test_callbacks_call_back_in(void) {
   char why[1024] = "", printed[4096];
+  ferrolock_manager *lossy = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_manager *m = manager_with(options_ms(NULL)), *other = manager_with(options_ms(NULL));
   capture_stderr();
-  callbacks_body(why, sizeof why);
+  callbacks_body(lossy, m, other, why, sizeof why);
   long n = restore_stderr(printed, sizeof printed);
+  ferrolock_manager_free(lossy);
+  ferrolock_manager_free(m);
+  ferrolock_manager_free(other);
   if (check_failed) return;
   CHECK(why[0] == '\0', "%.700s", why);
   CHECK(n == 0, "the library printed %ld bytes on stderr: %.600s", n, printed);
