@@ -11,7 +11,8 @@
 //! - The blocking pool's threads carry the process runtime's context, yet what runs there is
 //!   synchronous: a binding's loss or completion callback, which may call back in, blocking.
 //!   [`block_on`] is allowed there (tokio's own `block_on` is too: only a thread running
-//!   async tasks is refused); the pool's threads are told apart from the workers by name.
+//!   async tasks is refused); the workers mark themselves at their first park, which comes
+//!   before the runtime is handed out, so before any task can run on them.
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
@@ -25,8 +26,8 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::Once;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
 
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -84,33 +85,24 @@ pub fn runtime() -> &'static Runtime {
     }
     let workers = parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok());
     let worker_count = *workers.as_ref().unwrap_or(&1);
-    // Tokio starts the workers on the blocking pool, before `build` returns: the first
-    // `worker_count` threads it names are the workers, every later one a pool thread.
-    let named = AtomicUsize::new(0);
-    let fresh = Box::into_raw(Box::new(
-        Builder::new_multi_thread()
-            .worker_threads(worker_count)
-            .thread_name_fn(move || {
-                let nth = named.fetch_add(1, Ordering::Relaxed);
-                if nth < worker_count {
-                    WORKER_NAME
-                } else {
-                    POOL_NAME
-                }
-                .to_string()
-            })
-            .on_thread_start(|| {
-                LIBRARY_THREAD.with(|t| t.set(true));
-                if std::thread::current().name() == Some(POOL_NAME) {
-                    POOL_THREAD.with(|p| p.set(true));
-                }
-            })
-            .enable_all()
-            .build()
-            .expect(
-                "cannot start the ferrolock tokio runtime (out of threads or file descriptors?)",
-            ),
-    ));
+    let started = Arc::new(WorkersStarted::default());
+    let parked = started.clone();
+    let built = Builder::new_multi_thread()
+        .worker_threads(worker_count)
+        .thread_name("ferrolock")
+        .on_thread_start(|| LIBRARY_THREAD.with(|t| t.set(true)))
+        // Only workers park (the blocking pool's threads wait otherwise): the first park
+        // marks the thread as a worker.
+        .on_thread_park(move || parked.mark_worker())
+        .enable_all()
+        .build()
+        .expect("cannot start the ferrolock tokio runtime (out of threads or file descriptors?)");
+    // A worker unmarked yet would be taken for a blocking-pool thread (tokio runs its workers
+    // on that pool, so neither the thread's name nor its start tells them apart). Nothing can
+    // be queued before the runtime is handed out, so each worker parks, and marks itself,
+    // before any task reaches it.
+    started.wait_for(worker_count);
+    let fresh = Box::into_raw(Box::new(built));
     match RUNTIME.compare_exchange(
         std::ptr::null_mut(),
         fresh,
@@ -136,12 +128,30 @@ pub fn runtime() -> &'static Runtime {
     }
 }
 
-/// The process runtime's worker threads are named this; its blocking-pool threads
-/// [`POOL_NAME`].
-const WORKER_NAME: &str = "ferrolock";
-/// The process runtime's blocking-pool threads: where the host runs the bindings' callbacks
-/// (loss, completion), which may call back in, blocking.
-const POOL_NAME: &str = "ferrolock-pool";
+/// How many of a new runtime's workers have marked themselves (see [`runtime`]).
+#[derive(Default)]
+struct WorkersStarted {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl WorkersStarted {
+    /// Called on every park of a worker: marks the thread on the first.
+    fn mark_worker(&self) {
+        if WORKER_THREAD.with(|w| w.replace(true)) {
+            return;
+        }
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.changed.notify_all();
+    }
+
+    fn wait_for(&self, workers: usize) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        while *count < workers {
+            count = self.changed.wait(count).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
 
 /// `FERROLOCK_WORKER_THREADS` is capped at this: more workers than CPUs only wake each other.
 const MAX_WORKERS: usize = 64;
@@ -195,12 +205,13 @@ thread_local! {
     static CALLER: RefCell<Option<Caller>> = const { RefCell::new(None) };
     /// How deep this thread is in [`block_on`]: non-zero while it drives its own runtime.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
-    /// Set on the process runtime's blocking-pool threads. Tokio gives them the runtime's
-    /// context (`Handle::try_current` succeeds there) although what they run is plain
-    /// synchronous code, a binding's callback, which may block on a lock operation.
-    static POOL_THREAD: Cell<bool> = const { Cell::new(false) };
-    /// Set on every thread of the process runtime (workers and blocking pool).
+    /// Set on every thread of the process runtime (workers and blocking pool). Tokio gives
+    /// the blocking pool's threads the runtime's context (`Handle::try_current` succeeds
+    /// there) although what they run is plain synchronous code, a binding's callback, which
+    /// may block on a lock operation.
     static LIBRARY_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Set on the process runtime's workers, before any task can run on them.
+    static WORKER_THREAD: Cell<bool> = const { Cell::new(false) };
     /// Clean-up spawned on this thread's runtime (undo, a release finishing after its caller
     /// left), finished before [`block_on`] returns.
     static CLEANUP: RefCell<Vec<JoinHandle<()>>> = const { RefCell::new(Vec::new()) };
@@ -221,8 +232,8 @@ pub fn is_library_thread() -> bool {
 /// [`block_on`], or in a runtime's context, except on the process runtime's blocking pool
 /// (its threads carry the context, but run the callbacks, synchronous code that may block).
 pub(crate) fn in_async_code() -> bool {
-    driving_locally()
-        || (Handle::try_current().is_ok() && !POOL_THREAD.try_with(Cell::get).unwrap_or(false))
+    let pool = is_library_thread() && !WORKER_THREAD.try_with(Cell::get).unwrap_or(false);
+    driving_locally() || (Handle::try_current().is_ok() && !pool)
 }
 
 fn caller_runtime() -> Rc<Runtime> {
