@@ -101,9 +101,9 @@ typedef struct ferrolock_options ferrolock_options;
 // What it may call: any ferrolock function, the blocking ones included:
 // `ferrolock_acquisition_result` and `ferrolock_acquisition_free` on this acquisition (a
 // free from inside `done` does not wait for `done`), release, extend and free of any lock,
-// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire`. While it waits
-// it holds one library thread of a pool (the lock renewals go on); not the log callback's
-// rule.
+// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike the
+// log callback). While it waits it holds one library thread of a pool; the renewals of the
+// process's locks go on.
 typedef void (*ferrolock_done_fn)(void *userdata);
 
 // An error: its status code (one of `FERROLOCK_ERR_*`) and a message naming the key, the
@@ -122,9 +122,9 @@ typedef struct ferrolock_error {
 // What it may call: any ferrolock function, the blocking ones included:
 // `ferrolock_lock_release`, `ferrolock_lock_extend` and `ferrolock_lock_free` of this very
 // lock (from inside its own callback they do not wait for the callback), other locks'
-// calls, `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire`. It runs
-// on one library thread of a pool, not the runtime's: the renewals of the other locks go on
-// while it waits. Not the log callback's rule.
+// calls, `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike
+// the log callback). It runs on one library thread of a pool, not the runtime's: the
+// renewals of the other locks go on while it waits.
 typedef void (*ferrolock_lost_fn)(void *userdata, const struct ferrolock_error *reason);
 
 // A log callback: `level` is a FERROLOCK_LOG_* constant, `message` a NUL-terminated string

@@ -22,9 +22,9 @@ use crate::status::{FERROLOCK_PENDING, Failure, call, ferrolock_error, guard};
 /// What it may call: any ferrolock function, the blocking ones included:
 /// `ferrolock_acquisition_result` and `ferrolock_acquisition_free` on this acquisition (a
 /// free from inside `done` does not wait for `done`), release, extend and free of any lock,
-/// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire`. While it waits
-/// it holds one library thread of a pool (the lock renewals go on); not the log callback's
-/// rule.
+/// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike the
+/// log callback). While it waits it holds one library thread of a pool; the renewals of the
+/// process's locks go on.
 pub type ferrolock_done_fn = Option<unsafe extern "C" fn(userdata: *mut c_void)>;
 
 /// `ferrolock_manager_acquire_start`'s `owner` for "no owner" (not a reentrant re-entry).
