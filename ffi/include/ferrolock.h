@@ -94,7 +94,16 @@ typedef struct ferrolock_options ferrolock_options;
 
 // Called once when an acquisition is done (acquired, failed or cancelled), on a library
 // thread: fetch the outcome with `ferrolock_acquisition_result`. Never called once
-// `ferrolock_acquisition_free` has returned.
+// `ferrolock_acquisition_free` has returned. It may run before
+// `ferrolock_manager_acquire_start` has returned, but never before `*acquisition_out` was
+// written, so `userdata` may lead to that slot.
+//
+// What it may call: any ferrolock function, the blocking ones included:
+// `ferrolock_acquisition_result` and `ferrolock_acquisition_free` on this acquisition (a
+// free from inside `done` does not wait for `done`), release, extend and free of any lock,
+// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike the
+// log callback). While it waits it holds one library thread of a pool; the renewals of the
+// process's locks go on.
 typedef void (*ferrolock_done_fn)(void *userdata);
 
 // An error: its status code (one of `FERROLOCK_ERR_*`) and a message naming the key, the
@@ -109,10 +118,20 @@ typedef struct ferrolock_error {
 
 // Called once if a lock is lost: `userdata` as registered, and the reason (code
 // `FERROLOCK_ERR_LOCK_LOST`; valid only during the call, not to be freed).
+//
+// What it may call: any ferrolock function, the blocking ones included:
+// `ferrolock_lock_release`, `ferrolock_lock_extend` and `ferrolock_lock_free` of this very
+// lock (from inside its own callback they do not wait for the callback), other locks'
+// calls, `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike
+// the log callback). It runs on one library thread of a pool, not the runtime's: the
+// renewals of the other locks go on while it waits.
 typedef void (*ferrolock_lost_fn)(void *userdata, const struct ferrolock_error *reason);
 
 // A log callback: `level` is a FERROLOCK_LOG_* constant, `message` a NUL-terminated string
 // valid only during the call.
+//
+// What it may call: no ferrolock function (it may run on the library's runtime thread, or
+// inside a ferrolock call); see `ferrolock_set_log_callback`.
 typedef void (*ferrolock_log_fn)(void *userdata, int level, const char *message);
 
 #ifdef __cplusplus
@@ -122,7 +141,9 @@ extern "C" {
 // Starts acquiring `key` and returns at once with `*acquisition_out`. `opts` may be NULL (the
 // manager's defaults); `owner` is an owner id as in `ferrolock_manager_acquire_owned`, or
 // `FERROLOCK_NO_OWNER`; `done` may be NULL (poll instead), else it is called once with
-// `userdata` when the outcome is ready. Bad arguments fail here, before anything starts.
+// `userdata` when the outcome is ready (see `ferrolock_done_fn`: `*acquisition_out` is
+// written before the acquire starts, so `done` always finds it). Bad arguments fail here,
+// before anything starts.
 int ferrolock_manager_acquire_start(const struct ferrolock_manager *manager,
                                     const char *key,
                                     const struct ferrolock_options *opts,
@@ -192,7 +213,9 @@ int ferrolock_lock_check(const struct ferrolock_lock *lock, struct ferrolock_err
 // Sets `callback` to be told if the lock is lost. Guarantees: it runs on a library thread
 // (never the caller's), at most once, and never after `ferrolock_lock_release` or
 // `ferrolock_lock_free` of this lock has returned: those wait for a call already running
-// (unless made from inside the callback itself). It should be quick: hand the news on.
+// (unless made from inside the callback itself). It may call back in (see
+// `ferrolock_lost_fn`); while it runs, `ferrolock_lock_release` and `ferrolock_lock_free` of
+// this lock on other threads wait for it, so keep it short or hand the news on.
 // `userdata` is passed back as is and must be usable from another thread. Called at once (on
 // a library thread) if the lock is already lost. One callback per lock.
 int ferrolock_lock_on_lost(const struct ferrolock_lock *lock,
@@ -290,7 +313,9 @@ void ferrolock_string_free(char *text);
 
 // Sends the core's log events at `max_level` (a FERROLOCK_LOG_* constant) and above to
 // `callback(userdata, level, message)`, replacing any callback set before; a NULL callback
-// turns logging off (the default: the library prints nothing).
+// turns logging off (the default: the library prints nothing). A panic caught at an entry
+// point (a ferrolock bug, returned as `FERROLOCK_ERR_PANIC`) is logged here at
+// `FERROLOCK_LOG_ERROR`, never printed.
 //
 // The callback runs on the thread that logs, often one of the library's own: it must
 // return quickly (while it runs on the library's one runtime thread, no lock of the process

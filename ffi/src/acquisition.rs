@@ -15,7 +15,16 @@ use crate::status::{FERROLOCK_PENDING, Failure, call, ferrolock_error, guard};
 
 /// Called once when an acquisition is done (acquired, failed or cancelled), on a library
 /// thread: fetch the outcome with `ferrolock_acquisition_result`. Never called once
-/// `ferrolock_acquisition_free` has returned.
+/// `ferrolock_acquisition_free` has returned. It may run before
+/// `ferrolock_manager_acquire_start` has returned, but never before `*acquisition_out` was
+/// written, so `userdata` may lead to that slot.
+///
+/// What it may call: any ferrolock function, the blocking ones included:
+/// `ferrolock_acquisition_result` and `ferrolock_acquisition_free` on this acquisition (a
+/// free from inside `done` does not wait for `done`), release, extend and free of any lock,
+/// `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike the
+/// log callback). While it waits it holds one library thread of a pool; the renewals of the
+/// process's locks go on.
 pub type ferrolock_done_fn = Option<unsafe extern "C" fn(userdata: *mut c_void)>;
 
 /// `ferrolock_manager_acquire_start`'s `owner` for "no owner" (not a reentrant re-entry).
@@ -102,7 +111,9 @@ unsafe impl Send for UserData {}
 /// Starts acquiring `key` and returns at once with `*acquisition_out`. `opts` may be NULL (the
 /// manager's defaults); `owner` is an owner id as in `ferrolock_manager_acquire_owned`, or
 /// `FERROLOCK_NO_OWNER`; `done` may be NULL (poll instead), else it is called once with
-/// `userdata` when the outcome is ready. Bad arguments fail here, before anything starts.
+/// `userdata` when the outcome is ready (see `ferrolock_done_fn`: `*acquisition_out` is
+/// written before the acquire starts, so `done` always finds it). Bad arguments fail here,
+/// before anything starts.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_acquire_start(
     manager: *const ferrolock_manager,
@@ -135,16 +146,18 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
                 finished: Condvar::new(),
             },
         });
-        let finished = state.clone();
+        let (finished, cancel) = (state.clone(), state.cancel.clone());
+        // Written before the acquire starts: `done` may run (and read the slot, or free the
+        // acquisition) before `acquire_start` has returned.
+        // SAFETY: checked non-NULL above.
+        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         // `done` runs on a library thread that may block (the host's rule).
         r.manager
-            .acquire_start(&r.key, r.owner, &r.opts, state.cancel.clone(), move |out| {
+            .acquire_start(&r.key, r.owner, &r.opts, cancel, move |out| {
                 *finished.outcome.lock().unwrap_or_else(|p| p.into_inner()) =
                     Outcome::Done(out.map_err(Failure::from));
                 finished.done.fire();
             });
-        // SAFETY: checked non-NULL above.
-        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         Ok(())
     })
 }

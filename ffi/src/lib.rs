@@ -6,7 +6,7 @@
 //! `ferrolock_error **` the caller frees with `ferrolock_error_free`. Unlike OpenDAL's, no
 //! caller input is asserted on: NULL and non-UTF-8 give `FERROLOCK_ERR_INVALID_ARGUMENT`, and
 //! every entry catches panics (`FERROLOCK_ERR_PANIC`), since an unwind across `extern "C"`
-//! aborts the host process.
+//! aborts the host process, and reports them through the log callback, never on stderr.
 //!
 //! This crate converts values only. The lock logic is the core's, reached through its host
 //! layer (`ferrolock::host`): `host::Manager` (blocking, cancellable and completion-based
@@ -25,6 +25,7 @@ mod lock;
 mod manager;
 mod observe;
 mod options;
+mod panic_hook;
 mod status;
 
 pub use acquisition::*;

@@ -13,6 +13,13 @@ use crate::status::{FERROLOCK_ERR_LOCK_LOST, Failure, call, ferrolock_error, gua
 
 /// Called once if a lock is lost: `userdata` as registered, and the reason (code
 /// `FERROLOCK_ERR_LOCK_LOST`; valid only during the call, not to be freed).
+///
+/// What it may call: any ferrolock function, the blocking ones included:
+/// `ferrolock_lock_release`, `ferrolock_lock_extend` and `ferrolock_lock_free` of this very
+/// lock (from inside its own callback they do not wait for the callback), other locks'
+/// calls, `ferrolock_manager_acquire` (waiting) and `ferrolock_manager_try_acquire` (unlike
+/// the log callback). It runs on one library thread of a pool, not the runtime's: the
+/// renewals of the other locks go on while it waits.
 pub type ferrolock_lost_fn =
     Option<unsafe extern "C" fn(userdata: *mut c_void, reason: *const ferrolock_error)>;
 
@@ -124,7 +131,9 @@ pub unsafe extern "C" fn ferrolock_lock_check(
 /// Sets `callback` to be told if the lock is lost. Guarantees: it runs on a library thread
 /// (never the caller's), at most once, and never after `ferrolock_lock_release` or
 /// `ferrolock_lock_free` of this lock has returned: those wait for a call already running
-/// (unless made from inside the callback itself). It should be quick: hand the news on.
+/// (unless made from inside the callback itself). It may call back in (see
+/// `ferrolock_lost_fn`); while it runs, `ferrolock_lock_release` and `ferrolock_lock_free` of
+/// this lock on other threads wait for it, so keep it short or hand the news on.
 /// `userdata` is passed back as is and must be usable from another thread. Called at once (on
 /// a library thread) if the lock is already lost. One callback per lock.
 #[unsafe(no_mangle)]

@@ -17,6 +17,9 @@ pub const FERROLOCK_LOG_TRACE: c_int = 5;
 
 /// A log callback: `level` is a FERROLOCK_LOG_* constant, `message` a NUL-terminated string
 /// valid only during the call.
+///
+/// What it may call: no ferrolock function (it may run on the library's runtime thread, or
+/// inside a ferrolock call); see `ferrolock_set_log_callback`.
 pub type ferrolock_log_fn =
     Option<unsafe extern "C" fn(userdata: *mut c_void, level: c_int, message: *const c_char)>;
 
@@ -63,7 +66,9 @@ impl Sink {
 
 /// Sends the core's log events at `max_level` (a FERROLOCK_LOG_* constant) and above to
 /// `callback(userdata, level, message)`, replacing any callback set before; a NULL callback
-/// turns logging off (the default: the library prints nothing).
+/// turns logging off (the default: the library prints nothing). A panic caught at an entry
+/// point (a ferrolock bug, returned as `FERROLOCK_ERR_PANIC`) is logged here at
+/// `FERROLOCK_LOG_ERROR`, never printed.
 ///
 /// The callback runs on the thread that logs, often one of the library's own: it must
 /// return quickly (while it runs on the library's one runtime thread, no lock of the process

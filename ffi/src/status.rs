@@ -105,8 +105,9 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "a panic with no message".to_string())
 }
 
-/// Runs one entry point: clears `*err`, catches a panic, and turns a failure into its status
-/// (and, when `err` is not NULL, an error object).
+/// Runs one entry point: clears `*err`, catches a panic (logged, never printed: see
+/// `panic_hook`), and turns a failure into its status (and, when `err` is not NULL, an
+/// error object).
 pub(crate) fn call(
     entry: &str,
     err: *mut *mut ferrolock_error,
@@ -116,7 +117,10 @@ pub(crate) fn call(
         // SAFETY: the caller passes NULL or a valid `ferrolock_error *` slot.
         unsafe { *err = std::ptr::null_mut() };
     }
-    let failure = match catch_unwind(AssertUnwindSafe(body)) {
+    let entered = crate::panic_hook::entered();
+    let caught = catch_unwind(AssertUnwindSafe(body));
+    drop(entered);
+    let failure = match caught {
         Ok(Ok(())) => return FERROLOCK_OK,
         Ok(Err(failure)) => failure,
         Err(payload) => Failure::new(
@@ -137,6 +141,7 @@ pub(crate) fn call(
 
 /// Runs an entry point that cannot fail, returning `fallback` if it panics.
 pub(crate) fn guard<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    let _entered = crate::panic_hook::entered();
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 

@@ -487,6 +487,238 @@ static void test_completion_acquire(void) {
   ferrolock_manager_free(m);
 }
 
+static void delete_everywhere(const char *key);
+
+/* Callbacks that call back in. stderr is captured around the calls: the library prints nothing. */
+static char stderr_path[64];
+static int stderr_saved = -1;
+
+static void capture_stderr(void) {
+  snprintf(stderr_path, sizeof stderr_path, "/tmp/ferrolock-stderr-XXXXXX");
+  int fd = mkstemp(stderr_path);
+  if (fd < 0) abort();
+  fflush(stderr);
+  stderr_saved = dup(2);
+  dup2(fd, 2);
+  close(fd);
+}
+
+/* Restores stderr; what was written meanwhile goes to `buf`. Returns its length. */
+static long restore_stderr(char *buf, size_t size) {
+  fflush(stderr);
+  dup2(stderr_saved, 2);
+  close(stderr_saved);
+  FILE *f = fopen(stderr_path, "r");
+  size_t n = f ? fread(buf, 1, size - 1, f) : 0;
+  if (f) fclose(f);
+  buf[n] = '\0';
+  unlink(stderr_path);
+  return (long)n;
+}
+
+enum { IN_EXTEND, IN_RELEASE, IN_TRY_ACQUIRE, IN_ACQUIRE, IN_RELEASE_ACQUIRED, IN_RESULT, IN_CALLS };
+static const char *in_names[IN_CALLS] = {"extend", "release", "try_acquire", "acquire (waiting)",
+                                          "release of what it acquired", "acquisition_result"};
+
+/* A callback's view: what it calls back in with, and each call's status. */
+typedef struct {
+  ferrolock_manager *m;
+  ferrolock_lock *own;         /* the loss callback's lock (freed inside the callback) */
+  ferrolock_acquisition *a;    /* the done callback's acquisition (freed inside the callback) */
+  char free_key[96], held_key[96];
+  int status[IN_CALLS];
+  char message[IN_CALLS][256];
+  int started, finished;
+} reentry_t;
+
+static void note(reentry_t *r, int which, int status, ferrolock_error *e) {
+  r->status[which] = status;
+  snprintf(r->message[which], sizeof r->message[which], "%s", e && e->message ? e->message : "");
+  ferrolock_error_free(e);
+}
+
+/* Every call the header allows from a loss or done callback, on `own`, then frees `own`. */
+static void call_back_in(reentry_t *r, ferrolock_lock *own) {
+  __atomic_store_n(&r->started, 1, __ATOMIC_SEQ_CST);
+  ferrolock_error *e = NULL;
+  int st = ferrolock_lock_extend(own, FERROLOCK_SAME_TTL, NULL, NULL, &e);
+  note(r, IN_EXTEND, st, e);
+  e = NULL;
+  st = ferrolock_lock_release(own, NULL, &e);
+  note(r, IN_RELEASE, st, e);
+  ferrolock_lock *got = NULL;
+  e = NULL;
+  st = ferrolock_manager_try_acquire(r->m, r->free_key, NULL, &got, &e);
+  note(r, IN_TRY_ACQUIRE, st, e);
+  if (got) {
+    ferrolock_lock_release(got, NULL, NULL);
+    ferrolock_lock_free(got);
+    got = NULL;
+  }
+  /* Held by the test's other manager until it sees this callback started: a real wait. */
+  ferrolock_options *wait = ferrolock_options_new();
+  ferrolock_options_set_ms(wait, "wait", 20000, NULL);
+  e = NULL;
+  st = ferrolock_manager_acquire(r->m, r->held_key, wait, NULL, &got, &e);
+  note(r, IN_ACQUIRE, st, e);
+  ferrolock_options_free(wait);
+  e = NULL;
+  st = got ? ferrolock_lock_release(got, NULL, &e) : -2;
+  note(r, IN_RELEASE_ACQUIRED, st, e);
+  ferrolock_lock_free(got);
+  ferrolock_lock_free(own);
+  __atomic_store_n(&r->finished, 1, __ATOMIC_SEQ_CST);
+}
+
+static void lost_calls_back_in(void *userdata, const ferrolock_error *reason) {
+  (void)reason;
+  reentry_t *r = userdata;
+  call_back_in(r, r->own);
+}
+
+static void done_calls_back_in(void *userdata) {
+  reentry_t *r = userdata;
+  ferrolock_acquisition *a = __atomic_load_n(&r->a, __ATOMIC_SEQ_CST);
+  ferrolock_lock *own = NULL;
+  ferrolock_error *e = NULL;
+  int st = a ? ferrolock_acquisition_result(a, &own, &e) : -2;
+  note(r, IN_RESULT, st, e);
+  call_back_in(r, own);
+  ferrolock_acquisition_free(a);
+}
+
+static void reentry_init(reentry_t *r, ferrolock_manager *m, const char *name) {
+  memset(r, 0, sizeof *r);
+  r->m = m;
+  for (int i = 0; i < IN_CALLS; i++) r->status[i] = -3; /* never called */
+  snprintf(r->free_key, sizeof r->free_key, "%s:free", fresh_key(name));
+  snprintf(r->held_key, sizeof r->held_key, "%s:held", fresh_key(name));
+}
+
+/* Waits for the callback to start, lets it have held_key, and waits for it to finish. */
+static int reentry_wait(reentry_t *r, ferrolock_lock *blocker) {
+  double give_up = now_ms() + 60000;
+  while (!__atomic_load_n(&r->started, __ATOMIC_SEQ_CST) && now_ms() < give_up) sleep_ms(5);
+  ferrolock_lock_release(blocker, NULL, NULL);
+  ferrolock_lock_free(blocker);
+  while (!__atomic_load_n(&r->finished, __ATOMIC_SEQ_CST) && now_ms() < give_up) sleep_ms(5);
+  return __atomic_load_n(&r->finished, __ATOMIC_SEQ_CST);
+}
+
+/* No call from a callback panics; those that must succeed did. `must` is a mask of IN_*. */
+static int reentry_ok(reentry_t *r, const char *which, int must, char *why, size_t size) {
+  for (int i = 0; i < IN_CALLS; i++) {
+    int required = (must >> i) & 1;
+    if (r->status[i] == FERROLOCK_ERR_PANIC || (required && r->status[i] != FERROLOCK_OK)) {
+      snprintf(why, size, "%s callback: %s gave %s (%d): %s", which, in_names[i],
+               ferrolock_status_name(r->status[i]), r->status[i], r->message[i]);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* `lossy` has a short ttl, for a loss; `m` and `other` the defaults (`other` holds the keys
+ * the callbacks wait for). */
+static void callbacks_body(ferrolock_manager *lossy, ferrolock_manager *m, ferrolock_manager *other,
+                           char *why, size_t size) {
+  int acquires = (1 << IN_TRY_ACQUIRE) | (1 << IN_ACQUIRE) | (1 << IN_RELEASE_ACQUIRED);
+
+  /* A loss callback: its lock's key is deleted behind its back. */
+  static reentry_t lost;
+  reentry_init(&lost, lossy, "reentry-lost");
+  ferrolock_lock *blocker = NULL;
+  EXPECT(ferrolock_manager_acquire(other, lost.held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
+  char own_key[96];
+  snprintf(own_key, sizeof own_key, "%s", fresh_key("reentry-own"));
+  EXPECT(ferrolock_manager_acquire(lossy, own_key, NULL, NULL, &lost.own, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(lost.own, lost_calls_back_in, &lost, &err), FERROLOCK_OK, NULL);
+  delete_everywhere(own_key);
+  CHECK(reentry_wait(&lost, blocker), "the loss callback never finished (started: %d)", lost.started);
+  if (!reentry_ok(&lost, "loss", acquires, why, size)) return;
+
+  /* A done callback: the acquire it reports is taken, used and freed inside it. */
+  static reentry_t done;
+  reentry_init(&done, m, "reentry-done");
+  EXPECT(ferrolock_manager_acquire(other, done.held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire_start(m, fresh_key("reentry-start"), NULL, FERROLOCK_NO_OWNER,
+                                         done_calls_back_in, &done, &done.a, &err), FERROLOCK_OK, NULL);
+  CHECK(reentry_wait(&done, blocker), "the done callback never finished (started: %d)", done.started);
+  reentry_ok(&done, "done", acquires | (1 << IN_RESULT) | (1 << IN_EXTEND) | (1 << IN_RELEASE), why, size);
+}
+
+static void test_callbacks_call_back_in(void) {
+  char why[1024] = "", printed[4096];
+  ferrolock_manager *lossy = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_manager *m = manager_with(options_ms(NULL)), *other = manager_with(options_ms(NULL));
+  capture_stderr();
+  callbacks_body(lossy, m, other, why, sizeof why);
+  long n = restore_stderr(printed, sizeof printed);
+  ferrolock_manager_free(lossy);
+  ferrolock_manager_free(m);
+  ferrolock_manager_free(other);
+  if (check_failed) return;
+  CHECK(why[0] == '\0', "%.700s", why);
+  CHECK(n == 0, "the library printed %ld bytes on stderr: %.600s", n, printed);
+}
+
+/* done may run at once (wait=0 on a held key): *acquisition_out is written before it can. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  ferrolock_acquisition **slot;
+  int calls, unwritten, not_acquired;
+} slot_check_t;
+
+static void done_reads_slot(void *userdata) {
+  slot_check_t *s = userdata;
+  ferrolock_acquisition *a = __atomic_load_n(s->slot, __ATOMIC_SEQ_CST);
+  int status = -2;
+  if (a) {
+    ferrolock_lock *lock = NULL;
+    ferrolock_error *e = NULL;
+    status = ferrolock_acquisition_result(a, &lock, &e);
+    ferrolock_error_free(e);
+    ferrolock_lock_free(lock);
+  }
+  pthread_mutex_lock(&s->mu);
+  s->calls++;
+  if (!a) s->unwritten++;
+  if (status == FERROLOCK_ERR_NOT_ACQUIRED) s->not_acquired++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void test_done_after_out_slot(void) {
+  ferrolock_manager *holder = manager_with(options_ms(NULL)), *m = manager_with(options_ms(NULL));
+  char key[96];
+  snprintf(key, sizeof key, "%s", fresh_key("out-slot"));
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  ferrolock_options *once = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(once, "wait", 0, &err), FERROLOCK_OK, NULL);
+  const char *n_env = getenv("FERROLOCK_TEST_SLOT_TRIES");
+  int tries = n_env ? atoi(n_env) : 3000;
+  slot_check_t s = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
+  for (int i = 0; i < tries; i++) {
+    ferrolock_acquisition *a = NULL;
+    s.slot = &a;
+    EXPECT(ferrolock_manager_acquire_start(m, key, once, FERROLOCK_NO_OWNER, done_reads_slot, &s, &a, &err),
+           FERROLOCK_OK, NULL);
+    pthread_mutex_lock(&s.mu);
+    while (s.calls == i) pthread_cond_wait(&s.cv, &s.mu);
+    pthread_mutex_unlock(&s.mu);
+    ferrolock_acquisition_free(a);
+  }
+  ferrolock_options_free(once);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  ferrolock_manager_free(holder);
+  ferrolock_manager_free(m);
+  CHECK(s.unwritten == 0, "done ran before *acquisition_out was written in %d of %d tries", s.unwritten, tries);
+  CHECK(s.not_acquired == tries, "%d of %d tries read NOT_ACQUIRED from done", s.not_acquired, tries);
+}
+
 static void test_bad_inputs(void) {
   ferrolock_options *o = ferrolock_options_new();
   ferrolock_manager *m = manager_with(options_ms(NULL)), *none = NULL;
@@ -763,6 +995,8 @@ static const test_t tests[] = {
     {"lost_never_after_free", test_lost_never_after_free},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
+    {"callbacks_call_back_in", test_callbacks_call_back_in},
+    {"done_after_out_slot", test_done_after_out_slot},
     {"bad_inputs", test_bad_inputs},
     {"metrics_text", test_metrics_text},
     {"log_callback", test_log_callback},

@@ -136,6 +136,50 @@ test('signal aborts before the validity ends when the majority is paused; withLo
   assert.ok(abortedAt < deadline, `aborted at +${abortedAt - pausedAt} ms, validity ended at +${deadline - pausedAt} ms`);
 });
 
+test('a loss listener may release its lock and wait to acquire another key', T, async () => {
+  const manager = new LockManager({ nodes: [one.url], ttl: 1500 });
+  const other = new LockManager({ nodes: [one.url] });
+  test.after(async () => {
+    await manager[Symbol.asyncDispose]();
+    await other[Symbol.asyncDispose]();
+  });
+  const blocker = await other.acquire('cb:held');
+  const lock = await manager.acquire('cb:own');
+  let started;
+  const startedP = new Promise((r) => (started = r));
+  const seen = new Promise((resolve) => {
+    lock.signal.addEventListener(
+      'abort',
+      async () => {
+        started();
+        const out = {};
+        try {
+          out.release = await lock.release();
+        } catch (e) {
+          out.release = e;
+        }
+        try {
+          // Held by `other` until this listener has started: a real wait.
+          const got = await manager.acquire('cb:held', { wait: 60_000 });
+          out.acquired = got.status;
+          out.released = await got.release();
+        } catch (e) {
+          out.acquired = e;
+        }
+        resolve(out);
+      },
+      { once: true },
+    );
+  });
+  one.cli('DEL', 'cb:own'); // the watchdog finds the key gone: the lock is lost
+  await startedP;
+  await blocker.release();
+  const out = await seen;
+  assert.ok(out.release === false || out.release instanceof LockLostError, String(out.release));
+  assert.equal(out.acquired, 'held', String(out.acquired));
+  assert.equal(out.released, true);
+});
+
 test("a callback that throws its own lock's loss (signal.throwIfAborted) rejects with that LockLostError, not caused by itself", T, async () => {
   const nodes = three.map((s) => s.url);
   let thrown;

@@ -272,3 +272,42 @@ def test_with_and_async_with_end_alike_when_the_key_is_gone(node: RedisNode, key
             assert err.key == key and err.__cause__ is None and err.__suppress_context__
     finally:
         m.close()
+
+
+def test_a_loss_callback_may_release_and_wait_to_acquire(node: RedisNode, key: str) -> None:
+    """The loss callback runs on a library thread (the core's blocking pool, which carries the
+    runtime's context): a release and a waiting acquire from it work, they are not refused
+    as async code."""
+    m = LockManager([node.url], ttl=TTL, restart_guard=0)
+    other = LockManager([node.url], restart_guard=0)
+    held = f"{key}:held"
+    blocker = other.acquire(held)
+    lock = m.acquire(key)
+    seen: dict[str, object] = {}
+    started, finished = threading.Event(), threading.Event()
+
+    def on_lost(_reason: str) -> None:
+        started.set()
+        try:
+            seen["release"] = lock.release()
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever it was
+            seen["release"] = e
+        try:
+            # `blocker` is released once this callback has started: a real wait.
+            got = m.acquire(held, wait=60)
+            seen["acquired"] = got.locked()
+            seen["released"] = got.release()
+        except BaseException as e:  # noqa: BLE001
+            seen["acquired"] = e
+        finished.set()
+
+    lock._notify_lost(on_lost)
+    node.client().delete(key)  # the watchdog finds the key gone: the lock is lost
+    assert started.wait(60), "the loss was never signalled"
+    blocker.release()
+    assert finished.wait(60), seen
+    # A lock whose key is gone releases as "not ours" (False) or says it is lost.
+    assert seen["release"] is False or isinstance(seen["release"], LockLost), seen
+    assert seen["acquired"] is True and seen["released"] is True, seen
+    m.close()
+    other.close()

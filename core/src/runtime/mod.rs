@@ -8,6 +8,11 @@
 //!   5-node acquire + release and cost 11-28 % of its throughput, and nothing this library
 //!   runs on a worker blocks (user callbacks run on the blocking pool; a C log callback must
 //!   return quickly, as its header says). See DESIGN.md, "Blocking callers".
+//! - The blocking pool's threads carry the process runtime's context, yet what runs there is
+//!   synchronous: a binding's loss or completion callback, which may call back in, blocking.
+//!   [`block_on`] is allowed there (tokio's own `block_on` is too: only a thread running
+//!   async tasks is refused); the workers mark themselves at their first park, which comes
+//!   before the runtime is handed out, so before any task can run on them.
 //! - A thread that blocks on a lock operation ([`block_on`]) drives it on a current-thread
 //!   runtime of its own, with connections of its own (one per node, opened on first use): the
 //!   calling thread writes the request, waits in `epoll_wait` and reads the reply itself, as a
@@ -21,8 +26,8 @@
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::Once;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Once};
 
 use tokio::runtime::{Builder, Handle, Runtime};
 use tokio::task::JoinHandle;
@@ -79,16 +84,25 @@ pub fn runtime() -> &'static Runtime {
         return unsafe { &*current };
     }
     let workers = parse_workers(std::env::var("FERROLOCK_WORKER_THREADS").ok());
-    let fresh = Box::into_raw(Box::new(
-        Builder::new_multi_thread()
-            .worker_threads(*workers.as_ref().unwrap_or(&1))
-            .thread_name("ferrolock")
-            .enable_all()
-            .build()
-            .expect(
-                "cannot start the ferrolock tokio runtime (out of threads or file descriptors?)",
-            ),
-    ));
+    let worker_count = *workers.as_ref().unwrap_or(&1);
+    let started = Arc::new(WorkersStarted::default());
+    let parked = started.clone();
+    let built = Builder::new_multi_thread()
+        .worker_threads(worker_count)
+        .thread_name("ferrolock")
+        .on_thread_start(|| LIBRARY_THREAD.with(|t| t.set(true)))
+        // Only workers park (the blocking pool's threads wait otherwise): the first park
+        // marks the thread as a worker.
+        .on_thread_park(move || parked.mark_worker())
+        .enable_all()
+        .build()
+        .expect("cannot start the ferrolock tokio runtime (out of threads or file descriptors?)");
+    // A worker unmarked yet would be taken for a blocking-pool thread (tokio runs its workers
+    // on that pool, so neither the thread's name nor its start tells them apart). Nothing can
+    // be queued before the runtime is handed out, so each worker parks, and marks itself,
+    // before any task reaches it.
+    started.wait_for(worker_count);
+    let fresh = Box::into_raw(Box::new(built));
     match RUNTIME.compare_exchange(
         std::ptr::null_mut(),
         fresh,
@@ -110,6 +124,31 @@ pub fn runtime() -> &'static Runtime {
             unsafe { Box::from_raw(fresh) }.shutdown_background();
             // SAFETY: published by the winner; never freed.
             unsafe { &*winner }
+        }
+    }
+}
+
+/// How many of a new runtime's workers have marked themselves (see [`runtime`]).
+#[derive(Default)]
+struct WorkersStarted {
+    count: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl WorkersStarted {
+    /// Called on every park of a worker: marks the thread on the first.
+    fn mark_worker(&self) {
+        if WORKER_THREAD.with(|w| w.replace(true)) {
+            return;
+        }
+        *self.count.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.changed.notify_all();
+    }
+
+    fn wait_for(&self, workers: usize) {
+        let mut count = self.count.lock().unwrap_or_else(|p| p.into_inner());
+        while *count < workers {
+            count = self.changed.wait(count).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
@@ -166,6 +205,13 @@ thread_local! {
     static CALLER: RefCell<Option<Caller>> = const { RefCell::new(None) };
     /// How deep this thread is in [`block_on`]: non-zero while it drives its own runtime.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Set on every thread of the process runtime (workers and blocking pool). Tokio gives
+    /// the blocking pool's threads the runtime's context (`Handle::try_current` succeeds
+    /// there) although what they run is plain synchronous code, a binding's callback, which
+    /// may block on a lock operation.
+    static LIBRARY_THREAD: Cell<bool> = const { Cell::new(false) };
+    /// Set on the process runtime's workers, before any task can run on them.
+    static WORKER_THREAD: Cell<bool> = const { Cell::new(false) };
     /// Clean-up spawned on this thread's runtime (undo, a release finishing after its caller
     /// left), finished before [`block_on`] returns.
     static CLEANUP: RefCell<Vec<JoinHandle<()>>> = const { RefCell::new(Vec::new()) };
@@ -174,6 +220,20 @@ thread_local! {
 /// Whether this thread is inside [`block_on`], so that requests use its own connections.
 pub(crate) fn driving_locally() -> bool {
     DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
+}
+
+/// Whether this thread is one of the process runtime's (a worker or a blocking-pool thread):
+/// a binding that keeps the library silent routes what happens there (a panic) to its log.
+pub fn is_library_thread() -> bool {
+    LIBRARY_THREAD.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Whether this thread runs async code, where [`block_on`] must not be called: inside
+/// [`block_on`], or in a runtime's context, except on the process runtime's blocking pool
+/// (its threads carry the context, but run the callbacks, synchronous code that may block).
+pub(crate) fn in_async_code() -> bool {
+    let pool = is_library_thread() && !WORKER_THREAD.try_with(Cell::get).unwrap_or(false);
+    driving_locally() || (Handle::try_current().is_ok() && !pool)
 }
 
 fn caller_runtime() -> Rc<Runtime> {
@@ -213,15 +273,16 @@ impl Drop for Depth {
     }
 }
 
-/// Runs a future to completion on the calling thread, which must not be inside an async
-/// runtime. The thread drives the future's I/O itself (see the module comment), then finishes
-/// any clean-up the future left behind before returning.
+/// Runs a future to completion on the calling thread, which must not run async code (see
+/// [`in_async_code`]; the callbacks the host runs on the process runtime's blocking pool may
+/// call it). The thread drives the future's I/O itself (see the module comment), then
+/// finishes any clean-up the future left behind before returning.
 ///
 /// # Panics
 /// When called from async code (inside a tokio runtime): await the future instead.
 pub fn block_on<F: Future>(future: F) -> F::Output {
     assert!(
-        Handle::try_current().is_err(),
+        !in_async_code(),
         "ferrolock::runtime::block_on called from async code: await the future instead"
     );
     let rt = caller_runtime();
@@ -261,7 +322,7 @@ where
         CLEANUP.with(|c| c.borrow_mut().push(task));
         return;
     }
-    let own = Handle::try_current().is_err()
+    let own = !in_async_code()
         && CALLER
             .try_with(|c| {
                 c.borrow()
@@ -295,6 +356,18 @@ mod tests {
             let why = parse_workers(Some(bad.into())).unwrap_err();
             assert!(why.contains(&format!("{bad:?}")), "{why}");
         }
+    }
+
+    #[test]
+    fn the_blocking_pool_may_block_on_and_a_worker_may_not() {
+        let rt = super::runtime();
+        let on_pool = rt
+            .block_on(rt.spawn_blocking(|| (super::in_async_code(), super::block_on(async { 7 }))))
+            .unwrap();
+        assert_eq!(on_pool, (false, 7));
+        let on_worker = rt.block_on(rt.spawn(async { super::in_async_code() }));
+        assert!(on_worker.unwrap());
+        assert!(!super::in_async_code(), "a plain thread");
     }
 
     #[test]
