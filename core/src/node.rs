@@ -29,6 +29,10 @@ pub(crate) enum NodeError {
     Unreachable(String),
     /// The node answered with an error (ACL, OOM, wrong type, ...).
     Redis(String),
+    /// A cluster's slot is migrating: MOVED, ASK or TRYAGAIN still came back after redis-rs's
+    /// own redirects and retries. Nothing ran, and the window closes by itself: an acquire
+    /// tries again soon, a dequeue until it lands (see `queue/waiters.rs`).
+    Migrating(String),
     /// The node (re)started less than the restart guard ago: its vote does not count yet (the
     /// request was not sent).
     Guarded(String),
@@ -42,10 +46,15 @@ impl NodeError {
     pub(crate) fn is_unreachable(&self) -> bool {
         matches!(self, NodeError::Unreachable(_))
     }
+    /// The node answered with an error reply (a migration's redirect included).
+    pub(crate) fn is_reply(&self) -> bool {
+        matches!(self, NodeError::Redis(_) | NodeError::Migrating(_))
+    }
     pub(crate) fn detail(&self) -> &str {
         match self {
             NodeError::Unreachable(s)
             | NodeError::Redis(s)
+            | NodeError::Migrating(s)
             | NodeError::Guarded(s)
             | NodeError::HeldBack(s) => s,
         }
@@ -763,6 +772,15 @@ impl Node {
             || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         {
             NodeError::Unreachable(text)
+        } else if matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::Ask
+                    | redis::ServerErrorKind::TryAgain
+            )
+        ) {
+            NodeError::Migrating(format!("slot migrating: {text}"))
         } else {
             NodeError::Redis(text)
         }
