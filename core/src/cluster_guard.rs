@@ -27,7 +27,9 @@
 //! slot. Sent after
 //! the reply, it cannot miss a failover that the request followed; it may see one that
 //! happened just after, and then holds back a vote that would have counted (the safe side).
-//! The cost is one round trip per acquire, only with the guard on.
+//! The cost is one round trip per acquire, only with the guard on. When a connection opens,
+//! every primary of the topology is probed once (`probe_primaries`), so that one this process
+//! saw but never used is known too: a fail-back to it is then caught like any other.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -194,6 +196,31 @@ pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResul
             .unwrap_or(0),
         replid: field("master_replid").unwrap_or_default(),
     })
+}
+
+/// Probes every primary of `topology` once, all at once: read when a connection opens, so a
+/// primary this process saw but has not used yet is known by its run_id and replication id
+/// from then on (a later fail-back to it is caught). Returns each answered probe with the
+/// slot it was routed by; a probe that fails is left out (the one after an acquire asks).
+pub(crate) async fn probe_primaries(
+    conn: &ClusterConnection,
+    topology: &SlotMap,
+) -> Vec<(u16, Probe)> {
+    let mut primaries: Vec<(&str, u16)> = Vec::new();
+    for r in &topology.ranges {
+        if !primaries.iter().any(|(id, _)| *id == r.primary) {
+            primaries.push((&r.primary, r.first));
+        }
+    }
+    let probes = primaries.into_iter().map(|(_, slot)| {
+        let mut conn = conn.clone();
+        async move { probe(&mut conn, slot).await.ok().map(|p| (slot, p)) }
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Reads the topology from the primary now serving `slot` (it knows it serves it).

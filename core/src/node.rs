@@ -404,6 +404,16 @@ impl Node {
         }
     }
 
+    /// Takes in the probes of every primary made when a connection opened (see
+    /// `cluster_guard::probe_primaries`).
+    fn observe_probes(&self, probes: &[(u16, crate::cluster_guard::Probe)]) {
+        let now = Instant::now();
+        let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+        for (slot, probe) in probes {
+            slots.probed(*slot, probe, now, self.guard_window);
+        }
+    }
+
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
@@ -540,7 +550,18 @@ impl Node {
                     // compare with the one seen before).
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
                     match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
-                        Ok(Ok(topology)) => self.observe_topology(topology),
+                        Ok(Ok(topology)) => {
+                            let probes = tokio::time::timeout(
+                                timeout,
+                                crate::cluster_guard::probe_primaries(&conn, &topology),
+                            )
+                            .await
+                            .unwrap_or_default();
+                            self.round_trips
+                                .fetch_add(probes.len() as u64, Ordering::Relaxed);
+                            self.observe_topology(topology);
+                            self.observe_probes(&probes);
+                        }
                         Ok(Err(e)) => return Err(self.classify(&e)),
                         Err(_) => {
                             return Err(NodeError::Unreachable(format!(

@@ -730,8 +730,10 @@ fn info_field(node: &RedisServer, section: &str, field: &str) -> String {
 /// full resync. A rival is refused while A' serves. Then a graceful `CLUSTER FAILOVER` hands
 /// the slots back to A: the same node id and run_id as before, without the key. A second
 /// rival, which acquired and released a key of A's range before all this and then did
-/// nothing, must not be granted the key while the holder still holds it. (Seen failing
-/// before `master_replid` was compared: that rival was granted the key.)
+/// nothing, must not be granted the key while the holder still holds it; nor may a third,
+/// connected before the faults but which never used A's range. (Seen failing before
+/// `master_replid` was compared: the second rival was granted the key; before every primary
+/// was probed at the connection: the third was.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     let _serial = serial();
@@ -776,6 +778,12 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     let holder = guarded(opts().ttl(ttl));
     let rival = guarded(opts().wait(Some(Duration::ZERO)));
     let quiet_rival = guarded(opts().wait(Some(Duration::ZERO)));
+    // Connected before the faults, but never used A's range: it saw A only in the topology.
+    let unused_rival = guarded(opts().wait(Some(Duration::ZERO)));
+    let elsewhere = (0..)
+        .map(|i| format!("failback:elsewhere:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != a_port)
+        .unwrap();
     // The guard also holds back a primary first seen younger than the window.
     tokio::time::sleep_until((born + window + Duration::from_secs(2)).into()).await;
     for m in [&holder, &rival] {
@@ -788,6 +796,8 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     }
     // The second rival's use of A's range, before any fault.
     let l = quiet_rival.try_acquire(&earlier).await.unwrap();
+    assert!(l.release().await.unwrap());
+    let l = unused_rival.try_acquire(&elsewhere).await.unwrap();
     assert!(l.release().await.unwrap());
 
     // The holder's write reaches A only.
@@ -862,6 +872,20 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     match got {
         Ok(l) => panic!(
             "after the fail-back a second holder got {key:?} (token {}) while the first holds it for another {still:?}",
+            l.token()
+        ),
+        Err(e) => assert!(e.to_string().contains("restart guard"), "{e}"),
+    }
+    // Nor the rival that knew A only from the topology read when it connected.
+    let got = unused_rival.try_acquire(&key).await;
+    assert!(
+        lock.is_held(),
+        "the scenario outlasted the ttl: {:?}",
+        lock.check()
+    );
+    match got {
+        Ok(l) => panic!(
+            "after the fail-back a manager that never used A's range got {key:?} (token {}) while the first holder holds it",
             l.token()
         ),
         Err(e) => assert!(e.to_string().contains("restart guard"), "{e}"),
