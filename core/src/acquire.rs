@@ -44,6 +44,12 @@ use crate::token::new_token;
 /// answer in well under a second, not block forever.
 const UNREACHABLE_ATTEMPTS: u32 = 3;
 
+/// After an attempt that met a migrating slot (MOVED, ASK or TRYAGAIN past redis-rs's own
+/// retries: nothing ran), the next one comes this soon, doubled each time in a row up to
+/// `MIGRATING_RETRY_MAX`: the window closes by itself, usually well within a retry delay.
+const MIGRATING_RETRY: Duration = Duration::from_millis(50);
+const MIGRATING_RETRY_MAX: Duration = Duration::from_secs(1);
+
 /// Who this attempt acquires as.
 struct Plan {
     /// The value at the key (plain), or the hash field `"<client uuid>:<owner id>"`.
@@ -91,6 +97,7 @@ async fn acquire_loop(
     let started = Instant::now();
     let give_up_at = opts.wait.map(|w| started + w);
     let mut unreachable_streak = 0;
+    let mut migrating_streak = 0;
     let mut ticket: Option<Ticket> = None;
     // An owner id whose re-entry found our field gone: that acquisition was lost.
     let mut stale: Option<u64> = None;
@@ -166,10 +173,19 @@ async fn acquire_loop(
         let spoiled = outcome.spoiled;
         // A grant given back because its fence could not be raised: its busy hints say
         // "now", which would retry at once, in a loop, for as long as the cause lasts.
-        let hint = match spoiled {
+        let mut hint = match spoiled {
             Some(Spoiled::FenceFailed(_)) => None,
             _ => wake_hint(&tally, &outcome.hints),
         };
+        // A migrating slot never ends the acquire (`redis_error` passes it): soon again.
+        if tally.migrating() {
+            let soon =
+                (MIGRATING_RETRY * 2u32.pow(migrating_streak.min(5))).min(MIGRATING_RETRY_MAX);
+            migrating_streak += 1;
+            hint = Some(hint.map_or(soon, |h| h.min(soon)));
+        } else {
+            migrating_streak = 0;
+        }
         // After the attempt, only wake-ups from nodes that did not grant it count (see
         // `WakeSources`).
         let not_granted = match outcome.late {
@@ -946,7 +962,8 @@ fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
 }
 
 /// Where a lost attempt is undone before its caller hears of it: the nodes that answered and
-/// may hold our grant (a yes; an error reply, for a fresh grant). The others are `is_late`.
+/// may hold our grant (a yes; an error reply, for a fresh grant). The others are `is_late`,
+/// or held back by the guard (nothing sent), or met a migrating slot (nothing ran).
 fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
     tally
         .answers

@@ -12,14 +12,24 @@
 //!
 //! And, as on a standalone node, a primary whose run_id changed restarted under us, and a
 //! primary first seen with an uptime below the window may have restarted just before: their
-//! ranges are held back too.
+//! ranges are held back too. So is a primary whose replication id (`master_replid`) changed
+//! since it was last probed: Redis draws a new one whenever a node is promoted and takes its
+//! primary's on a full resync, never on a slot migration. A fail-back (A fails over to its
+//! replica A', resyncs from it as its replica, then takes its slots back) returns the same
+//! node id and run_id, possibly without locks A granted before; only the replication id
+//! tells. (It also changes when a primary without a replication backlog gets its first
+//! replica, or frees its backlog after `repl-backlog-ttl` without replicas: the range is
+//! then held back for nothing, the safe side.)
 //!
 //! Redis-rs follows failovers silently (it refreshes its slot map and sends again), so the
 //! change is seen where it matters: after each acquire on a guarded cluster, a probe
-//! (`CLUSTER MYID`, `INFO server`) goes to the primary now serving the key's slot. Sent after
+//! (`CLUSTER MYID`, `INFO server`, `INFO replication`) goes to the primary now serving the key's
+//! slot. Sent after
 //! the reply, it cannot miss a failover that the request followed; it may see one that
 //! happened just after, and then holds back a vote that would have counted (the safe side).
-//! The cost is one round trip per acquire, only with the guard on.
+//! The cost is one round trip per acquire, only with the guard on. When a connection opens,
+//! every primary of the topology is probed once (`probe_primaries`), so that one this process
+//! saw but never used is known too: a fail-back to it is then caught like any other.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,18 +47,21 @@ use crate::node_cluster::SlotMap;
 pub(crate) struct SlotGuard {
     /// The topology last seen; `None` before the first connection.
     topology: Option<SlotMap>,
-    /// Each primary's run_id when last probed, by node id.
-    run_ids: HashMap<String, String>,
+    /// Each primary's run_id and replication id when last probed, by node id.
+    seen: HashMap<String, (String, String)>,
     /// Slot ranges whose votes do not count before the instant given.
     held: Vec<(u16, u16, Instant)>,
 }
 
-/// Which primary answered a probe of one slot, and since when it runs.
+/// Which primary answered a probe of one slot, since when it runs, and which replication
+/// history its data comes from.
 #[derive(Debug, Clone)]
 pub(crate) struct Probe {
     pub node_id: String,
     pub run_id: String,
     pub uptime_s: u64,
+    /// `master_replid`: new on every promotion, taken from the primary on a full resync.
+    pub replid: String,
 }
 
 impl SlotGuard {
@@ -90,7 +103,9 @@ impl SlotGuard {
     /// Takes in a probe of `slot`, once the topology has been observed: a primary that still
     /// does not serve the slot in it (the map moved on again meanwhile) holds the slot back;
     /// a restart of the primary (its run_id changed, or first seen with an uptime below the
-    /// window) holds back its ranges. Returns the instant until which `slot` is held, if it is.
+    /// window) or a change of its data's history since it was last probed (its replication
+    /// id changed: promoted, or resynced in full, as in a fail-back) holds back its ranges.
+    /// Returns the instant until which `slot` is held, if it is.
     pub fn probed(
         &mut self,
         slot: u16,
@@ -101,14 +116,18 @@ impl SlotGuard {
         if !self.serves(slot, &probe.node_id) {
             self.hold(slot, slot, now + window);
         }
-        let wait = match self.run_ids.get(&probe.node_id) {
-            Some(seen) if *seen == probe.run_id => Duration::ZERO,
+        let wait = match self.seen.get(&probe.node_id) {
+            Some((run_id, replid)) if *run_id == probe.run_id && *replid == probe.replid => {
+                Duration::ZERO
+            }
             Some(_) => window,
             // As on a standalone node: INFO's uptime overstates the real one by up to 1 s.
             None => window.saturating_sub(Duration::from_secs(probe.uptime_s.saturating_sub(1))),
         };
-        self.run_ids
-            .insert(probe.node_id.clone(), probe.run_id.clone());
+        self.seen.insert(
+            probe.node_id.clone(),
+            (probe.run_id.clone(), probe.replid.clone()),
+        );
         if !wait.is_zero() {
             let ranges: Vec<(u16, u16)> = self
                 .topology
@@ -141,12 +160,18 @@ impl SlotGuard {
     }
 }
 
-/// Asks the primary now serving `slot` who it is and since when it runs (one pipeline).
+/// Asks the primary now serving `slot` who it is, since when it runs and its replication id
+/// (one pipeline; two INFOs, since INFO takes one section before Redis 7.0).
 pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResult<Probe> {
     let mut pipe = redis::pipe();
-    pipe.cmd("CLUSTER").arg("MYID").cmd("INFO").arg("server");
+    pipe.cmd("CLUSTER")
+        .arg("MYID")
+        .cmd("INFO")
+        .arg("server")
+        .cmd("INFO")
+        .arg("replication");
     let route = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
-    let replies = conn.route_pipeline(pipe, 0, 2, route).await?;
+    let replies = conn.route_pipeline(pipe, 0, 3, route).await?;
     let text = |v: Option<&Value>| -> RedisResult<String> {
         match v {
             Some(v) => Ok(redis::from_redis_value_ref(v)?),
@@ -157,7 +182,7 @@ pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResul
         }
     };
     let node_id = text(replies.first())?;
-    let info = text(replies.get(1))?;
+    let info = text(replies.get(1))? + &text(replies.get(2))?;
     let field = |name: &str| {
         info.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(':')))
@@ -169,7 +194,33 @@ pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResul
         uptime_s: field("uptime_in_seconds")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
+        replid: field("master_replid").unwrap_or_default(),
     })
+}
+
+/// Probes every primary of `topology` once, all at once: read when a connection opens, so a
+/// primary this process saw but has not used yet is known by its run_id and replication id
+/// from then on (a later fail-back to it is caught). Returns each answered probe with the
+/// slot it was routed by; a probe that fails is left out (the one after an acquire asks).
+pub(crate) async fn probe_primaries(
+    conn: &ClusterConnection,
+    topology: &SlotMap,
+) -> Vec<(u16, Probe)> {
+    let mut primaries: Vec<(&str, u16)> = Vec::new();
+    for r in &topology.ranges {
+        if !primaries.iter().any(|(id, _)| *id == r.primary) {
+            primaries.push((&r.primary, r.first));
+        }
+    }
+    let probes = primaries.into_iter().map(|(_, slot)| {
+        let mut conn = conn.clone();
+        async move { probe(&mut conn, slot).await.ok().map(|p| (slot, p)) }
+    });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// Reads the topology from the primary now serving `slot` (it knows it serves it).
@@ -250,6 +301,7 @@ mod tests {
             node_id: id.into(),
             run_id: run.into(),
             uptime_s: up,
+            replid: "h1".into(),
         };
         assert!(g.serves(5, "a") && !g.serves(5, "b"));
         // First seen, up for long: not held; up 4 s: held for the rest of the window.
@@ -266,5 +318,22 @@ mod tests {
             Some(now + W + W)
         );
         assert_eq!(g.held_until(10, now + W), None);
+    }
+
+    #[test]
+    fn a_primary_whose_replication_id_changed_is_held_back() {
+        let (mut g, now) = start();
+        let probe = |replid: &str| Probe {
+            node_id: "a".into(),
+            run_id: "r1".into(),
+            uptime_s: 3600,
+            replid: replid.into(),
+        };
+        assert_eq!(g.probed(5, &probe("h1"), now, W), None);
+        // Failed over and back: same node, same run, another history.
+        assert_eq!(g.probed(5, &probe("h2"), now, W), Some(now + W));
+        assert_eq!(g.held_until(8191, now), Some(now + W), "its whole range");
+        assert_eq!(g.held_until(8192, now), None);
+        assert_eq!(g.probed(5, &probe("h2"), now + W, W), None, "seen since");
     }
 }

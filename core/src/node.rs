@@ -29,6 +29,10 @@ pub(crate) enum NodeError {
     Unreachable(String),
     /// The node answered with an error (ACL, OOM, wrong type, ...).
     Redis(String),
+    /// A cluster's slot is migrating: MOVED, ASK or TRYAGAIN still came back after redis-rs's
+    /// own redirects and retries. Nothing ran, and the window closes by itself: an acquire
+    /// tries again soon, a dequeue until it lands (see `queue/waiters.rs`).
+    Migrating(String),
     /// The node (re)started less than the restart guard ago: its vote does not count yet (the
     /// request was not sent).
     Guarded(String),
@@ -42,10 +46,15 @@ impl NodeError {
     pub(crate) fn is_unreachable(&self) -> bool {
         matches!(self, NodeError::Unreachable(_))
     }
+    /// The node answered with an error reply (a migration's redirect included).
+    pub(crate) fn is_reply(&self) -> bool {
+        matches!(self, NodeError::Redis(_) | NodeError::Migrating(_))
+    }
     pub(crate) fn detail(&self) -> &str {
         match self {
             NodeError::Unreachable(s)
             | NodeError::Redis(s)
+            | NodeError::Migrating(s)
             | NodeError::Guarded(s)
             | NodeError::HeldBack(s) => s,
         }
@@ -395,6 +404,16 @@ impl Node {
         }
     }
 
+    /// Takes in the probes of every primary made when a connection opened (see
+    /// `cluster_guard::probe_primaries`).
+    fn observe_probes(&self, probes: &[(u16, crate::cluster_guard::Probe)]) {
+        let now = Instant::now();
+        let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+        for (slot, probe) in probes {
+            slots.probed(*slot, probe, now, self.guard_window);
+        }
+    }
+
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
@@ -531,7 +550,18 @@ impl Node {
                     // compare with the one seen before).
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
                     match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
-                        Ok(Ok(topology)) => self.observe_topology(topology),
+                        Ok(Ok(topology)) => {
+                            let probes = tokio::time::timeout(
+                                timeout,
+                                crate::cluster_guard::probe_primaries(&conn, &topology),
+                            )
+                            .await
+                            .unwrap_or_default();
+                            self.round_trips
+                                .fetch_add(probes.len() as u64, Ordering::Relaxed);
+                            self.observe_topology(topology);
+                            self.observe_probes(&probes);
+                        }
                         Ok(Err(e)) => return Err(self.classify(&e)),
                         Err(_) => {
                             return Err(NodeError::Unreachable(format!(
@@ -763,6 +793,15 @@ impl Node {
             || e.kind() == redis::ErrorKind::ClusterConnectionNotFound
         {
             NodeError::Unreachable(text)
+        } else if matches!(
+            e.kind(),
+            redis::ErrorKind::Server(
+                redis::ServerErrorKind::Moved
+                    | redis::ServerErrorKind::Ask
+                    | redis::ServerErrorKind::TryAgain
+            )
+        ) {
+            NodeError::Migrating(format!("slot migrating: {text}"))
         } else {
             NodeError::Redis(text)
         }

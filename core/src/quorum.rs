@@ -66,6 +66,7 @@ impl Tally {
         self.answers.len() - self.unreachable() < self.quorum
     }
     /// The first Redis-level error (ACL denial, OOM, ...) when such errors alone sank the quorum.
+    /// A migrating slot's redirect is not one: it passes (see `migrating`).
     pub fn redis_error(&self) -> Option<(usize, &NodeError)> {
         let failed = self
             .answers
@@ -83,9 +84,15 @@ impl Tally {
     /// The first node that answered a release (or any request) with an error reply.
     pub fn first_error_reply(&self) -> Option<(usize, &NodeError)> {
         self.answers.iter().enumerate().find_map(|(i, a)| match a {
-            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e)),
+            Answer::Failed(e) if e.is_reply() => Some((i, e)),
             _ => None,
         })
+    }
+    /// Whether a node's slot was migrating (nothing ran there): worth trying again soon.
+    pub fn migrating(&self) -> bool {
+        self.answers
+            .iter()
+            .any(|a| matches!(a, Answer::Failed(NodeError::Migrating(_))))
     }
 
     /// A release's answers, each kind kept apart: "released on 1 of 4 nodes (redis://a); not
@@ -127,7 +134,7 @@ impl Tally {
         add(
             "error on",
             names(&|a| match a {
-                Answer::Failed(NodeError::Redis(e)) => Some(format!(": {e}")),
+                Answer::Failed(e) if e.is_reply() => Some(format!(": {}", e.detail())),
                 _ => None,
             }),
             true,

@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
@@ -811,4 +813,171 @@ async fn an_extra_seed_is_used_when_the_first_is_down() {
         err.to_string().contains(&format!("127.0.0.1:{dead}")),
         "{err}"
     );
+}
+
+/// `count` of `errorstat_<code>` in `INFO errorstats` on `node`.
+fn error_count(node: &RedisServer, code: &str) -> u64 {
+    let info: String = node.cmd(&["INFO", "errorstats"]);
+    info.lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("errorstat_{code}:count=")))
+        .map(|v| v.parse().unwrap())
+        .unwrap_or(0)
+}
+
+/// PTTL of `key` on a node importing its slot (after ASKING): -2 once it is gone there.
+fn pttl_importing(node: &RedisServer, key: &str) -> i64 {
+    let mut conn = node.client();
+    redis::cmd("ASKING").query::<()>(&mut conn).unwrap();
+    redis::cmd("PTTL").arg(key).query(&mut conn).unwrap()
+}
+
+/// Issue 29 item 3: waiters across a slot migrated by hand (SETSLOT IMPORTING/MIGRATING, then
+/// MIGRATE key by key with pauses, then SETSLOT NODE), all with a 30 s `retry_delay`. The
+/// lock key moves first, so the slot is split: every script of the queue (its keys on the
+/// source, the lock key on the target) meets TRYAGAIN or ASK. Meanwhile the first waiter
+/// in the server queue is cancelled (its dequeue meets TRYAGAIN: its id stays at the head for
+/// now), and the holder's lock expires (every other waiter's attempt meets TRYAGAIN). Each of
+/// the four other waiters must be granted in turn within a wait budget well under 3 ×
+/// retry_delay, with no migration error reaching it, and no id of ours may be left in the
+/// queue. (Seen failing before: the waiters ended with `TryAgain`/`Ask` errors; the cancelled
+/// waiter's id, dequeued once inside the window, held the head for its 90 s lease.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue_head() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let key = "migrating-queue".to_string();
+    let queue = ferrolock::__wire::KeyNames::of(&key).queue;
+    let slot_arg = key_slot(&key).to_string();
+    let source = owner(&cluster, &key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let retry_delay = Duration::from_secs(30);
+    let wait = Duration::from_secs(40);
+    let waiting = || {
+        manager(
+            std::slice::from_ref(&url),
+            opts()
+                .ttl(Duration::from_secs(60))
+                .retry_delay(retry_delay)
+                .wait(Some(wait)),
+        )
+    };
+    let queue = &queue;
+    let queued = |n: i64| async move {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let len: i64 = source.cmd(&["ZCARD", queue]);
+            if len >= n {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "{len} of {n} queued");
+            tokio::time::sleep(ms(20)).await;
+        }
+    };
+    // Expires (no watchdog) while the slot is split.
+    let hold = Duration::from_secs(15);
+    let holder = manager(std::slice::from_ref(&url), opts().ttl(hold));
+    let held = holder.acquire(&key).await.unwrap();
+    let quitter = {
+        let (m, k) = (waiting(), key.clone());
+        tokio::spawn(async move { m.acquire(&k).await.map(|l| (l, m)) })
+    };
+    queued(1).await;
+    let first: Vec<String> = source.cmd(&["ZRANGE", queue, "0", "0"]);
+    let busy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let contenders: Vec<_> = (0..4)
+        .map(|i| {
+            let (m, k, busy) = (waiting(), key.clone(), busy.clone());
+            tokio::spawn(async move {
+                let l = m
+                    .acquire(&k)
+                    .await
+                    .unwrap_or_else(|e| panic!("contender {i}: {e}"));
+                assert!(!busy.swap(true, Ordering::SeqCst), "two holders at once");
+                tokio::time::sleep(ms(200)).await;
+                busy.store(false, Ordering::SeqCst);
+                assert!(l.release().await.unwrap(), "contender {i}'s release");
+            })
+        })
+        .collect();
+    queued(5).await;
+    assert!(
+        pttl(source, &key) > 1000,
+        "the holder's lock ran out before the migration started (machine too slow)"
+    );
+
+    // The split: the lock key on the target, the queue on the source.
+    let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
+    let (source_id, target_id) = (id(source), id(target));
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
+    assert_eq!(moved, "OK");
+    assert_eq!(get_importing(target, &key).as_deref(), Some(held.token()));
+    // The first waiter gives up inside the window: its dequeue cannot land yet.
+    let tryagain = error_count(source, "TRYAGAIN");
+    quitter.abort();
+    assert!(quitter.await.unwrap_err().is_cancelled());
+    tokio::time::sleep(ms(500)).await;
+    let head: Vec<String> = source.cmd(&["ZRANGE", queue, "0", "0"]);
+    assert_eq!(
+        head, first,
+        "the cancelled waiter's dequeue landed mid-migration"
+    );
+    assert!(
+        error_count(source, "TRYAGAIN") > tryagain,
+        "its dequeue never met TRYAGAIN"
+    );
+    // The holder's lock expires on the target; the waiters' attempts meet TRYAGAIN.
+    let deadline = std::time::Instant::now() + hold + Duration::from_secs(30);
+    while pttl_importing(target, &key) != -2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lock never expired"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    let tryagain = error_count(source, "TRYAGAIN") + error_count(source, "ASK");
+    tokio::time::sleep(ms(1000)).await;
+    assert!(
+        error_count(source, "TRYAGAIN") + error_count(source, "ASK") > tryagain,
+        "no attempt met the migrating slot"
+    );
+    // The rest of the slot, key by key, with pauses; then the target owns it, then the rest.
+    loop {
+        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+        let Some(k) = keys.first() else { break };
+        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
+        assert_eq!(moved, "OK", "MIGRATE {k}");
+        tokio::time::sleep(ms(300)).await;
+    }
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+    assert_eq!(ok, "OK");
+    tokio::time::sleep(ms(500)).await;
+    for node in cluster
+        .primaries()
+        .iter()
+        .filter(|p| p.port() != target.port())
+    {
+        let ok: String = node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+        assert_eq!(ok, "OK");
+    }
+    assert_eq!(owner(&cluster, &key).port(), target.port());
+    for (i, c) in contenders.into_iter().enumerate() {
+        c.await
+            .unwrap_or_else(|e| panic!("contender {i} failed: {e}"));
+    }
+    // Nothing of ours left in the queue, and nothing of the slot on the source.
+    let left: Vec<String> = target.cmd(&["ZRANGE", queue, "0", "-1"]);
+    assert!(left.is_empty(), "orphaned in the queue: {left:?}");
+    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
+    assert_eq!(left, 0);
+    drop(held);
 }

@@ -28,7 +28,8 @@
 //!   (cancelled, out of time, error), the next one attempts at once: the wake-up the leaver may
 //!   have consumed is not lost.
 //! - Dropping a waiting future drops its `Ticket`: it leaves the queue, hands the turn on, and
-//!   the last one out unsubscribes and takes this process's entry out of the server queue.
+//!   the last one out unsubscribes and takes this process's entry out of the server queue,
+//!   trying again where a migrating slot refused it, until the entry's lease ends.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +42,7 @@ use redis::aio::PubSubStream;
 use tokio::sync::{mpsc, watch};
 
 use crate::cluster::Cluster;
-use crate::node::Pubsub;
+use crate::node::{NodeError, Pubsub};
 use crate::options::LockOptions;
 use crate::per_process::PerProcess;
 use crate::scripts::{Dequeue, Place, release_channel, waiter_channel};
@@ -123,6 +124,9 @@ struct Q {
     score: Option<String>,
     /// The server queue may still hold our id: take it out when the last waiter leaves.
     dirty: bool,
+    /// When the lease our last queued attempt asked for ends: a dequeue refused by a
+    /// migrating slot is tried again until then (after it, the id is pruned anyway).
+    lease_end: Option<std::time::Instant>,
     /// No waiters, still subscribed until then (see `LINGER`).
     lingering_until: Option<std::time::Instant>,
 }
@@ -318,6 +322,7 @@ impl Waiters {
                         pending: vec![true; self.nodes],
                         score: None,
                         dirty: false,
+                        lease_end: None,
                         lingering_until: None,
                     }),
                 })
@@ -583,6 +588,8 @@ impl Ticket {
     pub fn queue_args(&self, opts: &LockOptions, seen: &Epochs) -> QueueArgs {
         let mut q = self.kq.q();
         q.dirty = true;
+        let lease = lease(opts);
+        q.lease_end = Some(std::time::Instant::now() + lease);
         let score = if self.waiters.nodes == 1 {
             String::new()
         } else {
@@ -598,7 +605,7 @@ impl Ticket {
         QueueArgs {
             id: self.kq.server_id.clone(),
             score,
-            lease_ms: lease(opts).as_millis() as u64,
+            lease_ms: lease.as_millis() as u64,
             active: Some(self.kq.active.clone()),
             woken: Some(Woken {
                 rx: self.kq.epoch.subscribe(),
@@ -618,8 +625,11 @@ impl Drop for Ticket {
             let waiters = self.waiters.clone();
             let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
             let channel = self.kq.channel.clone();
+            let lease_end = self.kq.q().lease_end;
             self.waiters.cluster.handle().spawn(async move {
-                waiters.dequeue_everywhere(&key, &id, &channel).await;
+                waiters
+                    .dequeue_everywhere(&key, &id, &channel, lease_end)
+                    .await;
             });
         }
     }
@@ -694,22 +704,50 @@ pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
 }
 
 impl Waiters {
-    /// Takes our id out of the server queue on every node (best effort: its lease ends
-    /// anyway). We may have been the head: on a plain lock's channel, waiters that skip
-    /// release publishes are told to re-check (`?`).
-    async fn dequeue_everywhere(&self, key: &str, id: &str, channel: &str) {
+    /// Takes our id out of the server queue on every node. We may have been the head: on a
+    /// plain lock's channel, waiters that skip release publishes are told to re-check (`?`).
+    /// A node whose slot was migrating (MOVED, ASK or TRYAGAIN past redis-rs's retries:
+    /// nothing ran) is tried again, backing off, until `lease_end`: left there, our id would
+    /// hold the head of a free lock for the rest of its lease, though this process is alive.
+    /// (Sent twice, the script removes nothing more and at most tells the head twice.) `None`:
+    /// one try. Other failures are not retried: the lease ends the entry anyway.
+    async fn dequeue_everywhere(
+        &self,
+        key: &str,
+        id: &str,
+        channel: &str,
+        lease_end: Option<std::time::Instant>,
+    ) {
         // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
         // on Redisson's channel, where only Redisson's messages go: they re-check on their
         // timers.
         let dequeue = Dequeue::new(key, id, channel == release_channel(key));
         let dequeue = &dequeue;
-        futures::future::join_all(self.cluster.nodes.iter().map(|node| {
-            node.run(self.node_timeout, false, move |mut conn| async move {
-                dequeue
-                    .invocation(conn.sharded())
-                    .invoke_async::<()>(&mut conn)
-                    .await
-            })
+        futures::future::join_all(self.cluster.nodes.iter().map(|node| async move {
+            let mut backoff = MIN_BACKOFF;
+            loop {
+                let sent = node
+                    .run(self.node_timeout, false, move |mut conn| async move {
+                        dequeue
+                            .invocation(conn.sharded())
+                            .invoke_async::<()>(&mut conn)
+                            .await
+                    })
+                    .await;
+                let again = match &sent {
+                    Err(e @ NodeError::Migrating(_)) => Some(e.detail()),
+                    _ => None,
+                };
+                let (Some(why), Some(end)) = (again, lease_end) else {
+                    return;
+                };
+                if std::time::Instant::now() + backoff >= end {
+                    return;
+                }
+                tracing::debug!(node = %node.name(), "dequeue failed, trying again: {why}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
         }))
         .await;
     }
@@ -717,7 +755,7 @@ impl Waiters {
     /// Tells the first waiter of a plain lock's queue to re-check if the lock is free (after
     /// our quiet release, when we did not take it back: see `quiet.rs`).
     pub async fn wake_if_free(&self, key: &str) {
-        self.dequeue_everywhere(key, "", &release_channel(key))
+        self.dequeue_everywhere(key, "", &release_channel(key), None)
             .await;
     }
 }

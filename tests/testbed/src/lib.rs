@@ -475,6 +475,11 @@ impl RedisServer {
         }
     }
 
+    /// True while stopped by `pause` (SIGSTOP): it cannot answer.
+    pub fn is_paused(&self) -> bool {
+        self.is_running() && proc_state(self.pid) == Some('T')
+    }
+
     /// True while the process exists, including while paused.
     pub fn is_running(&self) -> bool {
         self.child.is_some() && matches!(proc_state(self.pid), Some(s) if s != 'Z' && s != 'X')

@@ -119,7 +119,7 @@ impl RedisCluster {
         cluster
     }
 
-    /// Until every running replica reports its link to its primary up and no sync in
+    /// Until every running replica not paused reports its link to its primary up and no sync in
     /// progress (a failover needs a replica that has the data).
     pub fn wait_replicas_synced(&self) {
         let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
@@ -127,7 +127,7 @@ impl RedisCluster {
             let lagging: Vec<u16> = self
                 .nodes
                 .iter()
-                .filter(|n| n.is_running() && role(n) == "slave")
+                .filter(|n| n.answers() && role(n) == "slave")
                 .filter(|n| {
                     let info: String = n.cmd(&["INFO", "replication"]);
                     !info.lines().any(|l| l.trim() == "master_link_status:up")
@@ -148,12 +148,12 @@ impl RedisCluster {
         }
     }
 
-    /// The running replicas of `primary` (by `INFO replication`'s `master_port`).
+    /// The running replicas not paused of `primary` (by `INFO replication`'s `master_port`).
     pub fn replicas_of(&self, primary: &RedisServer) -> Vec<&RedisServer> {
         let line = format!("master_port:{}", primary.port());
         self.nodes
             .iter()
-            .filter(|n| n.is_running() && n.port() != primary.port())
+            .filter(|n| n.answers() && n.port() != primary.port())
             .filter(|n| {
                 let info: String = n.cmd(&["INFO", "replication"]);
                 info.lines().any(|l| l.trim() == "role:slave")
@@ -226,7 +226,7 @@ impl RedisCluster {
         let viewer = self
             .nodes
             .iter()
-            .find(|n| n.is_running())
+            .find(|n| n.answers())
             .expect("no running node");
         self.slot_owners(viewer)
             .into_iter()
@@ -235,15 +235,15 @@ impl RedisCluster {
             .collect()
     }
 
-    /// The running nodes that are primaries now (`ROLE`), in `nodes` order.
+    /// The running nodes not paused that are primaries now (`ROLE`), in `nodes` order.
     pub fn current_primaries(&self) -> Vec<&RedisServer> {
         self.nodes
             .iter()
-            .filter(|n| n.is_running() && role(n) == "master")
+            .filter(|n| n.answers() && role(n) == "master")
             .collect()
     }
 
-    /// Until every running node reports `cluster_state:ok`, all slots assigned, and the same
+    /// Until every running node not paused reports `cluster_state:ok`, all slots assigned, and the same
     /// slot owners as every other node.
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + CLUSTER_READY_TIMEOUT;
@@ -261,7 +261,7 @@ impl RedisCluster {
 
     fn check_ready(&self) -> Result<(), String> {
         let mut views: Vec<Vec<(i64, i64, i64)>> = Vec::new();
-        for n in self.nodes.iter().filter(|n| n.is_running()) {
+        for n in self.nodes.iter().filter(|n| n.answers()) {
             let info: String = n.cmd(&["CLUSTER", "INFO"]);
             if !info.lines().any(|l| l.trim() == "cluster_state:ok") {
                 return Err(format!("port {} is not cluster_state:ok", n.port()));
@@ -308,7 +308,7 @@ impl RedisCluster {
         let viewer = self
             .nodes
             .iter()
-            .find(|n| n.is_running())
+            .find(|n| n.answers())
             .expect("no running node");
         let owners = self.slot_owners(viewer);
         let port = owners
@@ -413,6 +413,18 @@ impl Drop for Reshard {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+trait Answers {
+    /// Running and not paused: a node the cluster's waits can ask (a paused one would stall
+    /// them; the other nodes go on without it).
+    fn answers(&self) -> bool;
+}
+
+impl Answers for RedisServer {
+    fn answers(&self) -> bool {
+        self.is_running() && !self.is_paused()
     }
 }
 
