@@ -518,3 +518,127 @@ fn exit_protocol_child() {
     drop(held);
     println!("exit-child-ok");
 }
+
+/// Rounds of the cancel races below: the old report-then-undo failed most of them.
+const CANCEL_ROUNDS: usize = 20;
+
+/// A connection of the test's own to each of `urls`.
+fn connections(urls: &[String]) -> Vec<redis::Connection> {
+    urls.iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// On how many nodes the key's server queue has an entry.
+fn queued(conns: &mut [redis::Connection], key: &str) -> usize {
+    conns
+        .iter_mut()
+        .map(|c| {
+            redis::cmd("ZCARD")
+                .arg(ferrolock::queue_key(key))
+                .query::<i64>(c)
+                .unwrap()
+        })
+        .filter(|&n| n > 0)
+        .count()
+}
+
+/// A waiter of another manager queued on every node is cancelled: once the cancel is
+/// reported, it is in no server queue.
+fn cancel_a_queued_waiter(urls: &[String]) {
+    let o = opts().wait(None).ttl(Duration::from_secs(60));
+    let (holders, waiters) = (host_manager(urls, o.clone()), host_manager(urls, o.clone()));
+    let mut conns = connections(urls);
+    let never = Cancel::new();
+    for round in 0..CANCEL_ROUNDS {
+        let key = format!("{}:{round}", unique_key("host-cancel-queued"));
+        let holder = holders
+            .acquire_blocking(&key, host::NO_OWNER, &o, &never, None)
+            .unwrap();
+        let waiting = waiters.acquire_call(&key, host::NO_OWNER, &o, Cancel::new());
+        assert!(
+            eventually(Duration::from_secs(20), || queued(&mut conns, &key)
+                == urls.len()),
+            "round {round}: the waiter never joined the server queues: the case did not happen"
+        );
+        waiting.cancel();
+        let err = waiting
+            .wait()
+            .unwrap()
+            .expect_err("cancelled, yet acquired");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        assert_eq!(
+            queued(&mut conns, &key),
+            0,
+            "round {round}: the cancel was reported while the waiter was still in a server queue"
+        );
+        assert_eq!(holder.release_blocking(&never, None), Ok(true));
+    }
+}
+
+/// A waiter is cancelled just as the holder's release wakes it, its grant on its way: once
+/// the cancel (or the grant) is reported and a grant released, another manager's try takes
+/// the key at once.
+fn cancel_a_waiter_as_it_is_granted(urls: &[String]) {
+    let o = opts().wait(None).ttl(Duration::from_secs(60));
+    let [holders, waiters, others] = std::array::from_fn(|_| host_manager(urls, o.clone()));
+    let mut conns = connections(urls);
+    let never = Cancel::new();
+    let once = opts().wait(Some(Duration::ZERO));
+    let mut cancelled = 0;
+    for round in 0..CANCEL_ROUNDS {
+        let key = format!("{}:{round}", unique_key("host-cancel-granted"));
+        let holder = holders
+            .acquire_blocking(&key, host::NO_OWNER, &o, &never, None)
+            .unwrap();
+        let waiting = waiters.acquire_call(&key, host::NO_OWNER, &o, Cancel::new());
+        assert!(
+            eventually(Duration::from_secs(20), || queued(&mut conns, &key)
+                == urls.len()),
+            "round {round}: the waiter never joined the server queues"
+        );
+        assert_eq!(holder.release_blocking(&never, None), Ok(true));
+        waiting.cancel();
+        match waiting.wait().unwrap() {
+            Ok(lock) => assert_eq!(lock.release_blocking(&never, None), Ok(true)),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Cancelled, "{e:?}");
+                cancelled += 1;
+            }
+        }
+        let other = others.acquire_blocking(&key, host::NO_OWNER, &once, &never, None);
+        let other = other.unwrap_or_else(|e| {
+            panic!("round {round}: another manager's try right after the cancel failed: {e}")
+        });
+        assert_eq!(other.release_blocking(&never, None), Ok(true));
+    }
+    assert!(
+        cancelled > 0,
+        "no round was cancelled: the race never happened"
+    );
+}
+
+#[test]
+fn a_cancelled_completion_acquire_is_reported_once_it_left_the_server_queue() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_queued_waiter(&[server.url()]);
+        let cluster = Cluster::start(3);
+        cancel_a_queued_waiter(&cluster.urls());
+    });
+}
+
+#[test]
+fn a_completion_acquire_cancelled_as_it_is_granted_leaves_the_key_free_when_reported() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_waiter_as_it_is_granted(&[server.url()]);
+        let cluster = Cluster::start(3);
+        cancel_a_waiter_as_it_is_granted(&cluster.urls());
+    });
+}

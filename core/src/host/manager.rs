@@ -209,9 +209,25 @@ impl Manager {
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
 
+    /// [`acquire`](Manager::acquire) until `cancel` fires, for a binding that awaits it (Node,
+    /// Python asyncio). Cancelled, it returns `Cancelled` only once whatever the acquire had
+    /// taken (key, hold count, queue entry) is given back on every node that answered (see
+    /// `until_cancelled`); a grant that came first is returned.
+    pub async fn acquire_cancellable(
+        &self,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: &Cancel,
+    ) -> Result<Lock> {
+        cancel::until_cancelled(self.acquire(key, owner, opts), cancel)
+            .await
+            .unwrap_or_else(|| Err(acquire_cancelled(key)))
+    }
+
     /// Starts an acquire on the process runtime; `done` gets its result once, on a library
-    /// thread that may block (see `call::start`). Cancelled, it gets `Cancelled` and no key
-    /// is left behind.
+    /// thread that may block (see `call::start`). Cancelled, it gets `Cancelled` once no key
+    /// or queue entry of it is left on any node that answered.
     pub fn acquire_start<D>(
         &self,
         key: &str,

@@ -618,9 +618,10 @@ impl Drop for Ticket {
             let waiters = self.waiters.clone();
             let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
             let channel = self.kq.channel.clone();
-            self.waiters.cluster.handle().spawn(async move {
+            // A cancelled acquire reports once this is done (`runtime::collect_cleanup`).
+            crate::runtime::started_cleanup(self.waiters.cluster.handle().spawn(async move {
                 waiters.dequeue_everywhere(&key, &id, &channel).await;
-            });
+            }));
         }
     }
 }
