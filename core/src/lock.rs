@@ -746,6 +746,11 @@ impl Drop for Finishing {
     }
 }
 
+/// Whether some release (or undo) is finishing in the background.
+pub(crate) fn finishing() -> bool {
+    FINISHING.load(std::sync::atomic::Ordering::SeqCst) > 0
+}
+
 /// Resolves once no release is finishing in the background (each is bounded by the node
 /// timeout). A forked child may inherit a count of tasks it does not have: its wait then ends
 /// with the caller's time limit.

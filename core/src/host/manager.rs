@@ -59,14 +59,16 @@ pub(crate) fn all() -> Vec<Manager> {
 }
 
 /// Releases the unreleased locks of `managers` and flushes their quiet releases, all at once
-/// on the process runtime, waiting at most `limit`; what is not done by then goes on in the
-/// background. Returns how many were released on a quorum in time.
+/// on the process runtime, then waits for what finishes in the background (the slower nodes of
+/// releases, the undo on a silent node of a lost or cancelled acquire, of any manager), at
+/// most `limit` in all; what is not done by then goes on in the background. Returns how many
+/// were released on a quorum in time.
 pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
     let work: Vec<_> = managers
         .iter()
         .filter_map(|m| m.core().ok().map(|core| (core, m.unreleased())))
         .collect();
-    if work.is_empty() {
+    if work.is_empty() && !crate::lock::finishing() {
         return 0;
     }
     let (tx, rx) = std::sync::mpsc::channel();
