@@ -104,7 +104,8 @@ impl NativeManager {
     }
 
     /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the
-    /// async context's owner id; `cancel` aborts the wait, undoing whatever was taken.
+    /// async context's owner id; `cancel` aborts the wait, which rejects once whatever was
+    /// taken is given back (`host::Manager::acquire_cancellable`).
     #[napi]
     pub fn acquire<'env>(
         &self,
@@ -128,17 +129,10 @@ impl NativeManager {
         // Without `reentrant` the core ignores the owner.
         let owner = owner.unwrap_or(0) as u64;
         promise_on_core(env, async move {
-            let acquire = manager.acquire(&key, owner, &opts);
             let lock = match cancel {
-                // Dropping the acquire undoes whatever it had taken.
-                Some(c) => tokio::select! {
-                    lock = acquire => lock,
-                    _ = c.cancelled() => return Err(coded(
-                        ErrorKind::Cancelled.code(),
-                        &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal (nothing was left behind)"),
-                    )),
-                },
-                None => acquire.await,
+                // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
+                Some(c) => manager.acquire_cancellable(&key, owner, &opts, &c).await,
+                None => manager.acquire(&key, owner, &opts).await,
             }
             .map_err(to_napi)?;
             if !env_locks.add(&lock) {
