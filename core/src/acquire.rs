@@ -754,7 +754,11 @@ where
         }
         let (shared, req) = (self.shared.clone(), self.req.clone());
         let answered = self.answered.take();
+        // The exit protocol waits for it (`background_releases`): an acquire the exit gave up
+        // is undone before the process ends.
+        let finishing = crate::lock::Finishing::start();
         crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
+            let _finishing = finishing;
             let mask = match (requests, answered) {
                 (Some(mut requests), _) if undo => {
                     // Every node but the silent ones answers first (each within the node

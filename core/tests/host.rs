@@ -642,3 +642,58 @@ fn a_completion_acquire_cancelled_as_it_is_granted_leaves_the_key_free_when_repo
         cancel_a_waiter_as_it_is_granted(&cluster.urls());
     });
 }
+
+#[test]
+fn a_cancelled_completion_acquire_with_paused_nodes_is_reported_once_it_left_the_others() {
+    let _serial = serial();
+    within(Duration::from_secs(60), || {
+        let cluster = Cluster::start(3);
+        let [a, b, c] = &cluster.servers[..] else {
+            unreachable!()
+        };
+        let key = unique_key("host-cancel-paused");
+        // b and c answer nothing: the attempt takes a, then waits for the others with a
+        // partial grant in hand, until the cancel.
+        let m = host_manager(
+            &cluster.urls(),
+            opts()
+                .wait(None)
+                .ttl(Duration::from_secs(60))
+                .node_timeout(Duration::from_secs(2)),
+        );
+        b.pause();
+        c.pause();
+        let waiting = m.acquire_call(&key, host::NO_OWNER, m.defaults(), Cancel::new());
+        let mut conn = redis::Client::open(a.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let exists = |conn: &mut redis::Connection| {
+            redis::cmd("EXISTS").arg(&key).query::<bool>(conn).unwrap()
+        };
+        assert!(
+            eventually(Duration::from_secs(20), || exists(&mut conn)),
+            "the attempt never took node a: the fault did not happen"
+        );
+        waiting.cancel();
+        let err = waiting
+            .wait()
+            .unwrap()
+            .expect_err("cancelled, yet acquired");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        assert!(
+            !exists(&mut conn),
+            "the cancel was reported with the grant still on node a, which had answered"
+        );
+        // The paused nodes run the request once resumed, then its undo (one connection), in
+        // the background.
+        b.resume();
+        c.resume();
+        for (name, server) in [("b", b), ("c", c)] {
+            assert!(
+                eventually(Duration::from_secs(15), || get(server, &key).is_none()),
+                "the cancelled acquire left its key on node {name}"
+            );
+        }
+    });
+}

@@ -185,8 +185,8 @@ func limitMs(d time.Duration) C.uint64_t {
 // Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
 // ctx is done: ctx.Err(), returned only once nothing of the acquire (a grant, a queue entry)
 // is left on any node that answered, so another client may take the key at once (a node that
-// has not answered is undone in the background when it does; Shutdown waits for that). The
-// waiting goroutine holds no OS thread.
+// does not answer within the node timeout is undone in the background when it does; Shutdown
+// waits for that). The waiting goroutine holds no OS thread.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	return m.acquire(ctx, key, opts)
 }
