@@ -137,8 +137,9 @@ fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 
 /// Turns a core future into an `asyncio.Future` of the running loop. `convert` builds the
 /// Python result (or exception) with the GIL held, off the runtime's workers. With
-/// `abort_on_cancel`, cancelling the asyncio future drops the core future (an acquire then
-/// releases what it had taken); without, the core future runs to completion regardless.
+/// `abort_on_cancel`, cancelling the asyncio future drops the core future (an extend then
+/// leaves the deadline; an acquire uses `spawn_cancellable` instead); without, the core future
+/// runs to completion regardless.
 pub fn spawn<'py, F, T, C>(
     py: Python<'py>,
     fut: F,

@@ -12,8 +12,8 @@ T = TypeVar("T")
 async def wrap(future: asyncio.Future[T]) -> T:
     """Makes the extension's `asyncio.Future` a coroutine, so `asyncio.create_task()` and
     `TaskGroup.create_task()` accept it like any `async def` method's result. The work has
-    already started; cancelling the await cancels the future (and, for an acquire or extend,
-    the work)."""
+    already started; cancelling the await cancels the future (and, for an extend, the work;
+    an acquire goes through `until_undone`)."""
     return await future
 
 
