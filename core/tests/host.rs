@@ -549,8 +549,9 @@ fn queued(conns: &mut [redis::Connection], key: &str) -> usize {
 }
 
 /// A waiter of another manager queued on every node is cancelled: once the cancel is
-/// reported, it is in no server queue.
-fn cancel_a_queued_waiter(urls: &[String]) {
+/// reported, it is in no server queue. The waiter is a completion-based call, or a blocking
+/// one on a thread of its own.
+fn cancel_a_queued_waiter(urls: &[String], blocking: bool) {
     let o = opts().wait(None).ttl(Duration::from_secs(60));
     let (holders, waiters) = (host_manager(urls, o.clone()), host_manager(urls, o.clone()));
     let mut conns = connections(urls);
@@ -560,17 +561,24 @@ fn cancel_a_queued_waiter(urls: &[String]) {
         let holder = holders
             .acquire_blocking(&key, host::NO_OWNER, &o, &never, None)
             .unwrap();
-        let waiting = waiters.acquire_call(&key, host::NO_OWNER, &o, Cancel::new());
+        let cancel = Cancel::new();
+        type Outcome = Box<dyn FnOnce() -> ferrolock::Result<host::Lock>>;
+        let outcome: Outcome = if blocking {
+            let (m, k, o, c) = (waiters.clone(), key.clone(), o.clone(), cancel.clone());
+            let t =
+                std::thread::spawn(move || m.acquire_blocking(&k, host::NO_OWNER, &o, &c, None));
+            Box::new(move || t.join().unwrap())
+        } else {
+            let call = waiters.acquire_call(&key, host::NO_OWNER, &o, cancel.clone());
+            Box::new(move || call.wait().unwrap())
+        };
         assert!(
             eventually(Duration::from_secs(20), || queued(&mut conns, &key)
                 == urls.len()),
             "round {round}: the waiter never joined the server queues: the case did not happen"
         );
-        waiting.cancel();
-        let err = waiting
-            .wait()
-            .unwrap()
-            .expect_err("cancelled, yet acquired");
+        cancel.cancel();
+        let err = outcome().expect_err("cancelled, yet acquired");
         assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
         assert_eq!(
             queued(&mut conns, &key),
@@ -627,9 +635,19 @@ fn cancel_a_waiter_as_it_is_granted(urls: &[String]) {
 fn a_cancelled_completion_acquire_is_reported_once_it_left_the_server_queue() {
     within(Duration::from_secs(120), || {
         let server = RedisServer::start();
-        cancel_a_queued_waiter(&[server.url()]);
+        cancel_a_queued_waiter(&[server.url()], false);
         let cluster = Cluster::start(3);
-        cancel_a_queued_waiter(&cluster.urls());
+        cancel_a_queued_waiter(&cluster.urls(), false);
+    });
+}
+
+#[test]
+fn a_cancelled_blocking_acquire_returns_once_it_left_the_server_queue() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_queued_waiter(&[server.url()], true);
+        let cluster = Cluster::start(3);
+        cancel_a_queued_waiter(&cluster.urls(), true);
     });
 }
 
