@@ -64,12 +64,19 @@ export interface ManagerOptions extends LockOptions {
 }
 
 export interface AcquireOptions extends LockOptions {
-  /** Governs the wait only: aborting it rejects with AbortError and leaves no key behind. */
+  /**
+   * Governs the wait only: aborting it rejects with AbortError, and only once nothing of the
+   * wait (key, queue entry) is left on any node that answered, so another client may take the
+   * key at once. A grant that came first is released before the rejection.
+   */
   signal?: Signal;
 }
 
 export interface WithLockOptions extends ManagerOptions {
-  /** Governs the wait only; once granted, watch it yourself in the callback. */
+  /**
+   * Governs the wait only (aborting it leaves nothing, as AcquireOptions.signal); once
+   * granted, watch it yourself in the callback.
+   */
   signal?: Signal;
 }
 

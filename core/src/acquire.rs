@@ -6,8 +6,10 @@
 //! Its requests own what they use, so whatever is still in flight when the attempt stops (its
 //! caller dropped it, or it won while slower nodes had not answered) goes on in a task: a
 //! request still waiting for its node's connection has not been sent, and dropping it would
-//! leave that node without the key. A dropped attempt is undone by that task once every node
-//! has answered, with exact knowledge of which nodes granted. A failed attempt reports once
+//! leave that node without the key. A dropped attempt is undone by that task, with exact
+//! knowledge of which nodes granted: the nodes that answer (all but the silent ones) first, a
+//! silent one in the background once its answer is in (`undo_late`); a cancelled caller
+//! reports once the first part is done (`host::until_cancelled`). A failed attempt reports once
 //! its outcome is decided: the nodes that answered are undone before the caller hears of it,
 //! the others in the background once each has answered or timed out (`undo_late`). A won
 //! attempt becomes a `Lock` with no await in between; one that went to a blocking caller
@@ -731,8 +733,8 @@ async fn undo_one(
 
 /// What becomes of an attempt's requests still in flight when it is dropped.
 enum Then {
-    /// Dropped before its outcome was known (or while raising the fence): once every node
-    /// has answered, undo exactly what was granted.
+    /// Dropped before its outcome was known (or while raising the fence): undo exactly what
+    /// was granted, where the answer is in (a silent node's once it is: `undo_late`).
     UndoAll,
     /// Won, and the grant is the caller's: only keep the slower nodes' requests going.
     Drive,
@@ -742,7 +744,7 @@ enum Then {
 /// caller went away, or a won attempt returned while slower nodes had not answered), it hands
 /// them to a task, which keeps them going (a request still waiting for its node's connection
 /// has not been sent: dropping it would leave that node without the key) and, with
-/// `Then::UndoAll`, undoes exactly what they granted once every node has answered.
+/// `Then::UndoAll`, undoes exactly what they granted (see `Then::UndoAll`).
 struct InFlight<R>
 where
     R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
@@ -768,8 +770,29 @@ where
         }
         let (shared, req) = (self.shared.clone(), self.req.clone());
         let answered = self.answered.take();
+        // The exit protocol waits for it (`background_releases`): an acquire the exit gave up
+        // is undone before the process ends.
+        let finishing = crate::lock::Finishing::start();
         crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
+            let _finishing = finishing;
             let mask = match (requests, answered) {
+                (Some(mut requests), _) if undo => {
+                    // Every node but the silent ones answers first (each within the node
+                    // timeout) and is undone here; a cancelled acquire reports once this is
+                    // done. A silent node is undone in the background once it answers
+                    // (`undo_late`), without holding the cancel up.
+                    let silent = |i: usize| shared.cluster.nodes[i].is_silent();
+                    while !requests.all_answered() && !requests.only_pending(silent) {
+                        requests.next().await;
+                    }
+                    let tally = requests.tally();
+                    let mut mask = undo_mask(&tally, req.reentry);
+                    for (m, answer) in mask.iter_mut().zip(&tally.answers) {
+                        *m &= !is_late(answer);
+                    }
+                    undo_late(&shared, &req, Some(requests), &tally);
+                    mask
+                }
                 (Some(mut requests), _) => {
                     while requests.next().await {}
                     undo_mask(&requests.tally(), req.reentry)
@@ -808,7 +831,10 @@ where
     let answers = tally.answers.clone();
     let (wakes, rx) = watch::channel(answers.iter().map(wakes_us).collect::<Vec<bool>>());
     let (shared, req) = (shared.clone(), req.clone());
+    // The exit protocol waits for it (`background_releases`).
+    let finishing = crate::lock::Finishing::start();
     crate::runtime::spawn_cleanup(&shared.cluster.handle(), async move {
+        let _finishing = finishing;
         let n = shared.cluster.nodes.len();
         let mut started = vec![false; n];
         let mut undos = futures::stream::FuturesUnordered::new();

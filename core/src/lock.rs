@@ -725,14 +725,15 @@ where
     woke: bool,
 }
 
-/// Releases finishing in the background, counted until their task ends (or is dropped).
+/// Releases (and undos of a lost or cancelled acquire) finishing in the background, counted
+/// until their task ends (or is dropped).
 static FINISHING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 static FINISHED: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
-struct Finishing;
+pub(crate) struct Finishing;
 
 impl Finishing {
-    fn start() -> Finishing {
+    pub(crate) fn start() -> Finishing {
         FINISHING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Finishing
     }
@@ -743,6 +744,11 @@ impl Drop for Finishing {
         FINISHING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         FINISHED.notify_waiters();
     }
+}
+
+/// Whether some release (or undo) is finishing in the background.
+pub(crate) fn finishing() -> bool {
+    FINISHING.load(std::sync::atomic::Ordering::SeqCst) > 0
 }
 
 /// Resolves once no release is finishing in the background (each is bounded by the node

@@ -341,6 +341,14 @@ where
             && self.answers.len() - quiet - failed >= self.quorum
     }
 
+    /// Whether every node that has not answered yet is one of `these`.
+    pub(crate) fn only_pending(&self, these: impl Fn(usize) -> bool) -> bool {
+        self.answers
+            .iter()
+            .enumerate()
+            .all(|(i, a)| !matches!(a, Answer::Pending) || these(i))
+    }
+
     pub(crate) fn all_answered(&self) -> bool {
         self.left == 0
     }

@@ -518,3 +518,200 @@ fn exit_protocol_child() {
     drop(held);
     println!("exit-child-ok");
 }
+
+/// Rounds of the cancel races below: the old report-then-undo failed most of them.
+const CANCEL_ROUNDS: usize = 20;
+
+/// A connection of the test's own to each of `urls`.
+fn connections(urls: &[String]) -> Vec<redis::Connection> {
+    urls.iter()
+        .map(|u| {
+            redis::Client::open(u.as_str())
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// On how many nodes the key's server queue has an entry.
+fn queued(conns: &mut [redis::Connection], key: &str) -> usize {
+    conns
+        .iter_mut()
+        .map(|c| {
+            redis::cmd("ZCARD")
+                .arg(ferrolock::queue_key(key))
+                .query::<i64>(c)
+                .unwrap()
+        })
+        .filter(|&n| n > 0)
+        .count()
+}
+
+/// A waiter of another manager queued on every node is cancelled: once the cancel is
+/// reported, it is in no server queue. The waiter is a completion-based call, or a blocking
+/// one on a thread of its own.
+fn cancel_a_queued_waiter(urls: &[String], blocking: bool) {
+    let o = opts().wait(None).ttl(Duration::from_secs(60));
+    let (holders, waiters) = (host_manager(urls, o.clone()), host_manager(urls, o.clone()));
+    let mut conns = connections(urls);
+    let never = Cancel::new();
+    for round in 0..CANCEL_ROUNDS {
+        let key = format!("{}:{round}", unique_key("host-cancel-queued"));
+        let holder = holders
+            .acquire_blocking(&key, host::NO_OWNER, &o, &never, None)
+            .unwrap();
+        let cancel = Cancel::new();
+        type Outcome = Box<dyn FnOnce() -> ferrolock::Result<host::Lock>>;
+        let outcome: Outcome = if blocking {
+            let (m, k, o, c) = (waiters.clone(), key.clone(), o.clone(), cancel.clone());
+            let t =
+                std::thread::spawn(move || m.acquire_blocking(&k, host::NO_OWNER, &o, &c, None));
+            Box::new(move || t.join().unwrap())
+        } else {
+            let call = waiters.acquire_call(&key, host::NO_OWNER, &o, cancel.clone());
+            Box::new(move || call.wait().unwrap())
+        };
+        assert!(
+            eventually(Duration::from_secs(20), || queued(&mut conns, &key)
+                == urls.len()),
+            "round {round}: the waiter never joined the server queues: the case did not happen"
+        );
+        cancel.cancel();
+        let err = outcome().expect_err("cancelled, yet acquired");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        assert_eq!(
+            queued(&mut conns, &key),
+            0,
+            "round {round}: the cancel was reported while the waiter was still in a server queue"
+        );
+        assert_eq!(holder.release_blocking(&never, None), Ok(true));
+    }
+}
+
+/// A waiter is cancelled just as the holder's release wakes it, its grant on its way: once
+/// the cancel (or the grant) is reported and a grant released, another manager's try takes
+/// the key at once.
+fn cancel_a_waiter_as_it_is_granted(urls: &[String]) {
+    let o = opts().wait(None).ttl(Duration::from_secs(60));
+    let [holders, waiters, others] = std::array::from_fn(|_| host_manager(urls, o.clone()));
+    let mut conns = connections(urls);
+    let never = Cancel::new();
+    let once = opts().wait(Some(Duration::ZERO));
+    let mut cancelled = 0;
+    for round in 0..CANCEL_ROUNDS {
+        let key = format!("{}:{round}", unique_key("host-cancel-granted"));
+        let holder = holders
+            .acquire_blocking(&key, host::NO_OWNER, &o, &never, None)
+            .unwrap();
+        let waiting = waiters.acquire_call(&key, host::NO_OWNER, &o, Cancel::new());
+        assert!(
+            eventually(Duration::from_secs(20), || queued(&mut conns, &key)
+                == urls.len()),
+            "round {round}: the waiter never joined the server queues"
+        );
+        assert_eq!(holder.release_blocking(&never, None), Ok(true));
+        waiting.cancel();
+        match waiting.wait().unwrap() {
+            Ok(lock) => assert_eq!(lock.release_blocking(&never, None), Ok(true)),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Cancelled, "{e:?}");
+                cancelled += 1;
+            }
+        }
+        let other = others.acquire_blocking(&key, host::NO_OWNER, &once, &never, None);
+        let other = other.unwrap_or_else(|e| {
+            panic!("round {round}: another manager's try right after the cancel failed: {e}")
+        });
+        assert_eq!(other.release_blocking(&never, None), Ok(true));
+    }
+    assert!(
+        cancelled > 0,
+        "no round was cancelled: the race never happened"
+    );
+}
+
+#[test]
+fn a_cancelled_completion_acquire_is_reported_once_it_left_the_server_queue() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_queued_waiter(&[server.url()], false);
+        let cluster = Cluster::start(3);
+        cancel_a_queued_waiter(&cluster.urls(), false);
+    });
+}
+
+#[test]
+fn a_cancelled_blocking_acquire_returns_once_it_left_the_server_queue() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_queued_waiter(&[server.url()], true);
+        let cluster = Cluster::start(3);
+        cancel_a_queued_waiter(&cluster.urls(), true);
+    });
+}
+
+#[test]
+fn a_completion_acquire_cancelled_as_it_is_granted_leaves_the_key_free_when_reported() {
+    within(Duration::from_secs(120), || {
+        let server = RedisServer::start();
+        cancel_a_waiter_as_it_is_granted(&[server.url()]);
+        let cluster = Cluster::start(3);
+        cancel_a_waiter_as_it_is_granted(&cluster.urls());
+    });
+}
+
+#[test]
+fn a_cancelled_completion_acquire_with_paused_nodes_is_reported_once_it_left_the_others() {
+    let _serial = serial();
+    within(Duration::from_secs(60), || {
+        let cluster = Cluster::start(3);
+        let [a, b, c] = &cluster.servers[..] else {
+            unreachable!()
+        };
+        let key = unique_key("host-cancel-paused");
+        // b and c answer nothing: the attempt takes a, then waits for the others with a
+        // partial grant in hand, until the cancel.
+        let m = host_manager(
+            &cluster.urls(),
+            opts()
+                .wait(None)
+                .ttl(Duration::from_secs(60))
+                .node_timeout(Duration::from_secs(2)),
+        );
+        b.pause();
+        c.pause();
+        let waiting = m.acquire_call(&key, host::NO_OWNER, m.defaults(), Cancel::new());
+        let mut conn = redis::Client::open(a.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let exists = |conn: &mut redis::Connection| {
+            redis::cmd("EXISTS").arg(&key).query::<bool>(conn).unwrap()
+        };
+        assert!(
+            eventually(Duration::from_secs(20), || exists(&mut conn)),
+            "the attempt never took node a: the fault did not happen"
+        );
+        waiting.cancel();
+        let err = waiting
+            .wait()
+            .unwrap()
+            .expect_err("cancelled, yet acquired");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        assert!(
+            !exists(&mut conn),
+            "the cancel was reported with the grant still on node a, which had answered"
+        );
+        // The paused nodes run the request once resumed, then its undo (one connection), in
+        // the background.
+        b.resume();
+        c.resume();
+        for (name, server) in [("b", b), ("c", c)] {
+            assert!(
+                eventually(Duration::from_secs(15), || get(server, &key).is_none()),
+                "the cancelled acquire left its key on node {name}"
+            );
+        }
+    });
+}

@@ -136,9 +136,12 @@ func limitMs(d time.Duration) C.uint64_t {
 }
 
 // Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
-// ctx is done (ctx.Err(), nothing kept). The waiting goroutine holds no OS thread. A key
-// (or an option string) containing NUL is refused with ErrInvalidArgument naming it: the C
-// library takes NUL-terminated strings and would hold the key cut short at the NUL.
+// ctx is done: ctx.Err(), returned only once nothing of the acquire (a grant, a queue entry)
+// is left on any node that answered, so another client may take the key at once (a node that
+// does not answer within the node timeout is undone in the background when it does; Shutdown
+// waits for that). The waiting goroutine holds no OS thread. A key (or an option string)
+// containing NUL is refused with ErrInvalidArgument naming it: the C library takes
+// NUL-terminated strings and would hold the key cut short at the NUL.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	return m.acquire(ctx, key, opts)
 }

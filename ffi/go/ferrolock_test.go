@@ -1012,5 +1012,60 @@ func TestShutdownHandsQueuedRecordsToTheLogger(t *testing.T) {
 		if !found {
 			t.Errorf("no record of %s's release in the child's log:\n%s", k, out)
 		}
+// An Acquire whose ctx is cancelled just as the holder's release wakes it (its grant on its
+// way): once Acquire has returned, whatever it took (a grant, a queue entry) is given back on
+// every node, so another manager's TryAcquire takes the key at once. Returning first and
+// undoing after failed such a try in most rounds.
+func TestCancelledAcquireAsItIsGrantedLeavesTheKeyFree(t *testing.T) {
+	holder, m, other := manager(t), manager(t), manager(t)
+	bg := context.Background()
+	cancelled := 0
+	for round := 0; round < 20; round++ {
+		k := key("cancel-granted")
+		held, err := holder.Acquire(bg, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		type result struct {
+			l   *ferrolock.Lock
+			err error
+		}
+		out := make(chan result, 1)
+		go func() {
+			l, err := m.Acquire(ctx, k)
+			out <- result{l, err}
+		}()
+		// Queued on every node (the key and its queue keys are there): the release wakes it.
+		for i, port := range ports {
+			if !settles(20*time.Second, func() bool { return keysNamed(t, port, k) >= 2 }) {
+				t.Fatalf("round %d: the waiter never queued on node %d", round, i)
+			}
+		}
+		if err := held.Release(); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		r := <-out
+		switch {
+		case r.err == nil:
+			if err := r.l.Release(); err != nil {
+				t.Fatal(err)
+			}
+		case errors.Is(r.err, context.Canceled):
+			cancelled++
+		default:
+			t.Fatalf("round %d: %v", round, r.err)
+		}
+		l, err := other.TryAcquire(bg, k)
+		if err != nil {
+			t.Fatalf("round %d: another manager's try right after the cancelled Acquire returned: %v", round, err)
+		}
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cancelled == 0 {
+		t.Fatal("no round was cancelled: the race never happened")
 	}
 }

@@ -195,7 +195,10 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
 
 /// Cancels the acquire (thread-safe): it gives back whatever it had taken, and its outcome
 /// becomes `FERROLOCK_ERR_CANCELLED` unless it had already been decided. `done` is still
-/// called. NULL is ignored.
+/// called, and a `FERROLOCK_ERR_CANCELLED` outcome is ready only once nothing of the acquire
+/// (key, hold count, queue entry) is left on any node that answered: another client may take
+/// the key at once. A node that does not answer within the node timeout is undone in the
+/// background once it does (`ferrolock_shutdown` waits for that). NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_cancel(acquisition: *const ferrolock_acquisition) {
     guard((), || {

@@ -717,6 +717,53 @@ static void test_done_after_out_slot(void) {
   ferrolock_manager_free(m);
   CHECK(s.unwritten == 0, "done ran before *acquisition_out was written in %d of %d tries", s.unwritten, tries);
   CHECK(s.not_acquired == tries, "%d of %d tries read NOT_ACQUIRED from done", s.not_acquired, tries);
+/* A completion acquire cancelled just as the holder's release wakes it (its grant on its way):
+ * once done reports, whatever it took (a grant, a queue entry) is given back on every node, so
+ * another manager's try takes the key at once. Reporting first and undoing after failed such a
+ * try in most rounds. */
+static void test_cancel_completion_acquire_as_granted(void) {
+  ferrolock_manager *holder = manager_with(options_ms(NULL)), *m = manager_with(options_ms(NULL)),
+                    *other = manager_with(options_ms(NULL));
+  int cancelled = 0;
+  for (int round = 0; round < 20; round++) {
+    char key[128];
+    snprintf(key, sizeof key, "%s", fresh_key("cancel-granted"));
+    ferrolock_lock *held = NULL, *got = NULL, *taken = NULL;
+    EXPECT(ferrolock_manager_acquire(holder, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+    done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    ferrolock_acquisition *a = NULL;
+    EXPECT(ferrolock_manager_acquire_start(m, key, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+    /* Queued on every node (the key and its queue keys are there): the release wakes it. */
+    for (int i = 0; i < node_count; i++) {
+      long names = 0;
+      for (int tries = 0; tries < 800 && (names = keys_on(i, key)) < 2; tries++) sleep_ms(25);
+      CHECK(names >= 2, "round %d: the waiter never queued on node %d", round, i);
+    }
+    EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(held);
+    ferrolock_acquisition_cancel(a);
+    CHECK(wait_done(&d, 60) == 1, "round %d: done called %d times", round, d.calls);
+    int status = ferrolock_acquisition_result(a, &got, &err);
+    ferrolock_acquisition_free(a);
+    if (status == FERROLOCK_OK) {
+      EXPECT(ferrolock_lock_release(got, NULL, &err), FERROLOCK_OK, NULL);
+      ferrolock_lock_free(got);
+    } else {
+      CHECK(status == FERROLOCK_ERR_CANCELLED, "round %d: %s", round, ferrolock_status_name(status));
+      ferrolock_error_free(err);
+      err = NULL;
+      cancelled++;
+    }
+    int tried = ferrolock_manager_try_acquire(other, key, NULL, &taken, &err);
+    CHECK(tried == FERROLOCK_OK, "round %d: another manager's try right after the cancel: %s: %s", round,
+          ferrolock_status_name(tried), err && err->message ? err->message : "");
+    EXPECT(ferrolock_lock_release(taken, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(taken);
+  }
+  CHECK(cancelled > 0, "no round was cancelled: the race never happened");
+  ferrolock_manager_free(holder);
+  ferrolock_manager_free(m);
+  ferrolock_manager_free(other);
 }
 
 static void test_bad_inputs(void) {
@@ -997,6 +1044,7 @@ static const test_t tests[] = {
     {"completion_acquire", test_completion_acquire},
     {"callbacks_call_back_in", test_callbacks_call_back_in},
     {"done_after_out_slot", test_done_after_out_slot},
+    {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
     {"bad_inputs", test_bad_inputs},
     {"metrics_text", test_metrics_text},
     {"log_callback", test_log_callback},

@@ -104,7 +104,8 @@ impl NativeManager {
     }
 
     /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the
-    /// async context's owner id; `cancel` aborts the wait, undoing whatever was taken.
+    /// async context's owner id; `cancel` aborts the wait, which rejects once whatever was
+    /// taken is given back (`host::Manager::acquire_cancellable`).
     #[napi]
     pub fn acquire<'env>(
         &self,
@@ -132,16 +133,11 @@ impl NativeManager {
         let owner = owner.unwrap_or(0) as u64;
         promise_on_core(env, async move {
             let _waiting = waiting;
-            let acquire = manager.acquire(&key, owner, &opts);
-            // Dropping the acquire undoes whatever it had taken.
-            let lock = tokio::select! {
-                lock = acquire => lock,
-                _ = cancel.cancelled() => return Err(coded(
-                    ErrorKind::Cancelled.code(),
-                    &format!("lock {key:?} not acquired: the wait was aborted by the caller's signal (nothing was left behind)"),
-                )),
-            }
-            .map_err(to_napi)?;
+            // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
+            let lock = manager
+                .acquire_cancellable(&key, owner, &opts, &cancel)
+                .await
+                .map_err(to_napi)?;
             if !env_locks.add(&lock) {
                 let _ = lock.release().await;
                 return Err(coded(

@@ -7,7 +7,8 @@
 //!   connections of its own (one per node), as redis-py does.
 //! - asyncio: the future runs as a task on the runtime; its result is handed to the event
 //!   loop with `call_soon_threadsafe` from a blocking-pool thread. A runtime worker never
-//!   waits for the GIL.
+//!   waits for the GIL. A cancelled acquire raises `CancelledError` once it has given back
+//!   what it took (`spawn_cancellable`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -136,8 +137,9 @@ fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
 
 /// Turns a core future into an `asyncio.Future` of the running loop. `convert` builds the
 /// Python result (or exception) with the GIL held, off the runtime's workers. With
-/// `abort_on_cancel`, cancelling the asyncio future drops the core future (an acquire then
-/// releases what it had taken); without, the core future runs to completion regardless.
+/// `abort_on_cancel`, cancelling the asyncio future drops the core future (an extend then
+/// leaves the deadline; an acquire uses `spawn_cancellable` instead); without, the core future
+/// runs to completion regardless.
 pub fn spawn<'py, F, T, C>(
     py: Python<'py>,
     fut: F,
@@ -181,6 +183,29 @@ where
 {
     let future = spawn(py, fut, abort_on_cancel, convert)?;
     coroutine(py, future)
+}
+
+/// As [`spawn_coroutine`], for a call that cancelling stops (an acquire): `start` builds the
+/// future from the call's `Cancel`, and must stop, giving back what it took, once that fires
+/// (`host::Manager::acquire_cancellable`). Cancelling the await fires it, and `CancelledError`
+/// is raised only once the future has ended, a lock it got first released
+/// (`ferrolock._aio.until_undone`): nothing of the call is left on a node that answered.
+pub fn spawn_cancellable<'py, F, T, C>(
+    py: Python<'py>,
+    start: impl FnOnce(Cancel) -> F,
+    convert: C,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+    C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    static UNTIL_UNDONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let cancel = Cancel::new();
+    let future = spawn(py, start(cancel.clone()), false, convert)?;
+    UNTIL_UNDONE
+        .import(py, "ferrolock._aio", "until_undone")?
+        .call1((future, FireCancel { cancel }))
 }
 
 /// Hands a finished result to the event loop. Runs on the blocking pool because attaching to
@@ -253,5 +278,18 @@ impl AbortOnCancel {
             self.task.abort();
         }
         Ok(())
+    }
+}
+
+/// Fires a call's `Cancel` when called (`ferrolock._aio.until_undone`, on a cancelled await).
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+struct FireCancel {
+    cancel: Cancel,
+}
+
+#[pymethods]
+impl FireCancel {
+    fn __call__(&self) {
+        self.cancel.cancel();
     }
 }

@@ -255,7 +255,7 @@ impl PyLockContext {
         )
     }
 
-    /// An `asyncio.Future` acquiring this context's lock for `owner` (used by `__aenter__`).
+    /// A coroutine acquiring this context's lock for `owner` (used by `__aenter__`).
     fn _acquire_async<'py>(&self, py: Python<'py>, owner: u64) -> PyResult<Bound<'py, PyAny>> {
         self.manager
             .get()

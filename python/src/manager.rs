@@ -50,8 +50,9 @@ impl PyManager {
         Ok(PyLock::new(lock))
     }
 
-    /// An `asyncio.Future` resolving to a `Lock`. Cancelling it abandons the attempt (whatever
-    /// was taken is released).
+    /// A coroutine resolving to a `Lock`. Cancelling its await stops the attempt, and the
+    /// `CancelledError` comes once whatever it had taken is given back
+    /// (`bridge::spawn_cancellable`).
     pub(crate) fn acquire_future<'py>(
         &self,
         py: Python<'py>,
@@ -61,8 +62,10 @@ impl PyManager {
     ) -> PyResult<Bound<'py, PyAny>> {
         let m = self.host.clone();
         let k = key.clone();
-        let fut = async move { m.acquire(&k, owner, &opts).await };
-        bridge::spawn(py, fut, true, move |py, out| match out {
+        let start = move |cancel: host::Cancel| async move {
+            m.acquire_cancellable(&k, owner, &opts, &cancel).await
+        };
+        bridge::spawn_cancellable(py, start, move |py, out| match out {
             Ok(lock) => Ok(Py::new(py, PyLock::new(lock))?.into_any()),
             Err(e) => Err(to_py(py, &e, Some(&key))),
         })
@@ -156,7 +159,7 @@ impl PyManager {
         self.acquire_blocking(py, &key, args.opts, owner)
     }
 
-    /// Returns an `asyncio.Future` resolving to a `Lock` (see `acquire_future`).
+    /// Returns a coroutine resolving to a `Lock` (see `acquire_future`).
     #[pyo3(signature = (key, options, owner))]
     fn acquire_async<'py>(
         &self,

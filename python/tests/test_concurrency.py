@@ -276,3 +276,70 @@ def test_each_blocking_thread_has_its_own_connection_closed_when_it_ends(key: st
         manager.close()
     finally:
         node.close()
+
+
+def test_a_cancelled_async_acquire_raises_once_it_left_the_server_queue(node: RedisNode, key: str) -> None:
+    """The CancelledError comes only once the waiter is out of the server queue: raising first
+    and leaving after let a try of another process right after fail."""
+    holder, waiter = LockManager([node.url], restart_guard=0), LockManager([node.url], restart_guard=0)
+    r = node.client()
+
+    async def main() -> None:
+        for round in range(20):
+            k = f"{key}:{round}"
+            queue = f"ferrolock:queue:{{{k}}}"
+            held = await holder.acquire_async(k)
+            task = asyncio.create_task(waiter.acquire_async(k))
+            deadline = time.monotonic() + 20
+            while r.zcard(queue) == 0:
+                assert time.monotonic() < deadline, f"round {round}: the waiter never queued"
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert r.zcard(queue) == 0, f"round {round}: cancelled, yet still in the server queue"
+            assert await held.release_async() is True
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
+        waiter.close()
+
+
+def test_an_async_acquire_cancelled_as_it_is_granted_leaves_the_key_free(cluster: list[RedisNode], key: str) -> None:
+    """Cancelled just as the holder's release wakes it (its grant on its way): once the await
+    raised, another manager's try takes the key at once."""
+    urls = [n.url for n in cluster]
+    # Servers started a moment ago: their votes count at once.
+    holder, waiter, other = (LockManager(urls, restart_guard=0) for _ in range(3))
+    clients = [n.client() for n in cluster]
+
+    async def main() -> None:
+        cancelled = 0
+        for round in range(20):
+            k = f"{key}:{round}"
+            queue = f"ferrolock:queue:{{{k}}}"
+            held = await holder.acquire_async(k)
+            task = asyncio.create_task(waiter.acquire_async(k))
+            deadline = time.monotonic() + 20
+            while not all(c.zcard(queue) for c in clients):
+                assert time.monotonic() < deadline, f"round {round}: the waiter never queued everywhere"
+                await asyncio.sleep(0.01)
+            assert await held.release_async() is True
+            task.cancel()
+            try:
+                lock = await task
+            except asyncio.CancelledError:
+                cancelled += 1
+            else:
+                assert await lock.release_async() is True
+            taken = other.acquire(k, wait=0)
+            assert taken.release() is True
+        assert cancelled > 0, "no round was cancelled: the race never happened"
+
+    try:
+        asyncio.run(main())
+    finally:
+        for m in (holder, waiter, other):
+            m.close()

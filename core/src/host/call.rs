@@ -6,11 +6,13 @@ use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::error::Result;
-use crate::host::cancel::Cancel;
+use crate::host::cancel::{Cancel, until_cancelled};
 
 /// Runs `fut` on the process runtime. `done` is called exactly once with its result, or with
-/// `cancelled()` if `cancel` fired first (the future is then dropped: an acquire undoes what
-/// it had taken, a release still completes, an extend leaves the deadline). `done` runs on a
+/// `cancelled()` if `cancel` fired first. A cancelled future is dropped, and `done` is called
+/// only once what its drop started has finished ([`until_cancelled`]): an acquire has given
+/// back what it had taken (key, hold count, queue entry) on every node that answered, a
+/// release has completed; an extend leaves the deadline. `done` runs on a
 /// library thread that may block (the runtime's blocking pool, never a worker), so it may
 /// take a binding's lock (Python's GIL) or hand the result on. A result that `done` drops
 /// unused (a lock nobody will take) is released in the background.
@@ -28,10 +30,9 @@ pub fn start<T, F, D>(
     let blocking = rt.handle().clone();
     let mut once = Once::<T, D>(Some(done), std::marker::PhantomData);
     rt.spawn(async move {
-        let out = tokio::select! {
-            biased;
-            out = fut => out,
-            _ = cancel.cancelled() => Err(cancelled()),
+        let out = match until_cancelled(fut, &cancel).await {
+            Some(out) => out,
+            None => Err(cancelled()),
         };
         if let Some(done) = once.0.take() {
             drop(blocking.spawn_blocking(move || done(out)));

@@ -84,8 +84,8 @@ pub type Check<'a> = Option<&'a mut dyn FnMut()>;
 
 /// Runs `fut` on the calling thread (`runtime::block_on`) until it completes or `cancel`
 /// fires. `None` once cancelled: the future was dropped, on this thread, and the clean-up its
-/// drop started (an undo, the rest of a release) finished before this returns (each piece is
-/// bounded by the node timeout).
+/// drop started (an undo, leaving the server queue, the rest of a release) finished before
+/// this returns (each piece is bounded by the node timeout).
 ///
 /// # Panics
 /// When called from async code (inside a tokio runtime).
@@ -119,8 +119,33 @@ where
     }
     // Dropped inside `block_on`, so the clean-up it starts runs on this thread's connections,
     // where the call's requests went out, before the thread is handed back.
-    crate::runtime::block_on(async move { drop(fut) });
+    crate::runtime::block_on(drop_cancelled(fut));
     None
+}
+
+/// Runs `fut` (on the current runtime) until it completes or `cancel` fires, whichever comes
+/// first. `None` once cancelled, and only once the clean-up its drop started has finished
+/// (see [`drop_cancelled`]): the caller may report the cancel at once, and another client
+/// finds nothing of it left on any node that answered.
+pub async fn until_cancelled<F: Future>(fut: F, cancel: &Cancel) -> Option<F::Output> {
+    let mut fut = Box::pin(fut);
+    tokio::select! {
+        biased;
+        out = fut.as_mut() => return Some(out),
+        _ = cancel.cancelled() => {}
+    }
+    drop_cancelled(fut).await;
+    None
+}
+
+/// Drops a cancelled call's future and waits for the clean-up its drop started: an acquire's
+/// undo on every node that answered and its leaving the server queue (each bounded by the node
+/// timeout), the rest of a release. What waits for a silent node's answer goes on in the
+/// background (the exit protocol waits for it): a cancel is not held up by a paused node.
+async fn drop_cancelled<F>(fut: F) {
+    for task in crate::runtime::collect_cleanup(move || drop(fut)) {
+        let _ = task.await;
+    }
 }
 
 enum Step<T> {

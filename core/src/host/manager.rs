@@ -59,14 +59,16 @@ pub(crate) fn all() -> Vec<Manager> {
 }
 
 /// Releases the unreleased locks of `managers` and flushes their quiet releases, all at once
-/// on the process runtime, waiting at most `limit`; what is not done by then goes on in the
-/// background. Returns how many were released on a quorum in time.
+/// on the process runtime, then waits for what finishes in the background (the slower nodes of
+/// releases, the undo on a silent node of a lost or cancelled acquire, of any manager), at
+/// most `limit` in all; what is not done by then goes on in the background. Returns how many
+/// were released on a quorum in time.
 pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
     let work: Vec<_> = managers
         .iter()
         .filter_map(|m| m.core().ok().map(|core| (core, m.unreleased())))
         .collect();
-    if work.is_empty() {
+    if work.is_empty() && !crate::lock::finishing() {
         return 0;
     }
     let (tx, rx) = std::sync::mpsc::channel();
@@ -209,9 +211,25 @@ impl Manager {
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
 
+    /// [`acquire`](Manager::acquire) until `cancel` fires, for a binding that awaits it (Node,
+    /// Python asyncio). Cancelled, it returns `Cancelled` only once whatever the acquire had
+    /// taken (key, hold count, queue entry) is given back on every node that answered (see
+    /// `until_cancelled`); a grant that came first is returned.
+    pub async fn acquire_cancellable(
+        &self,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: &Cancel,
+    ) -> Result<Lock> {
+        cancel::until_cancelled(self.acquire(key, owner, opts), cancel)
+            .await
+            .unwrap_or_else(|| Err(acquire_cancelled(key)))
+    }
+
     /// Starts an acquire on the process runtime; `done` gets its result once, on a library
-    /// thread that may block (see `call::start`). Cancelled, it gets `Cancelled` and no key
-    /// is left behind.
+    /// thread that may block (see `call::start`). Cancelled, it gets `Cancelled` once no key
+    /// or queue entry of it is left on any node that answered.
     pub fn acquire_start<D>(
         &self,
         key: &str,

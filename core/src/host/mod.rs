@@ -32,7 +32,7 @@ pub mod scope;
 mod shared;
 
 pub use call::{Call, start};
-pub use cancel::{CHECK_EVERY, Cancel, Check, block_on};
+pub use cancel::{CHECK_EVERY, Cancel, Check, block_on, until_cancelled};
 pub use exit::{exit, is_exiting};
 pub use lock::Lock;
 pub use manager::{Manager, NO_OWNER};

@@ -215,6 +215,40 @@ thread_local! {
     /// Clean-up spawned on this thread's runtime (undo, a release finishing after its caller
     /// left), finished before [`block_on`] returns.
     static CLEANUP: RefCell<Vec<JoinHandle<()>>> = const { RefCell::new(Vec::new()) };
+    /// While a cancelled call's future is dropped on this thread (`collect_cleanup`): the
+    /// clean-up its drop started on a runtime's workers, which the call waits for before it
+    /// reports the cancel.
+    static COLLECTING: RefCell<Option<Vec<JoinHandle<()>>>> = const { RefCell::new(None) };
+}
+
+/// Runs `drop_it` (the drop of a cancelled call's future) and returns the clean-up tasks it
+/// started on a runtime's workers (`spawn_cleanup`, a waiter leaving the server queue).
+/// Clean-up started on a blocking caller's own runtime is not among them: [`block_on`]
+/// finishes that itself.
+pub(crate) fn collect_cleanup(drop_it: impl FnOnce()) -> Vec<JoinHandle<()>> {
+    /// Puts back the collector of an enclosing call, also when the drop panics.
+    struct Restore(Option<Vec<JoinHandle<()>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let outer = self.0.take();
+            let _ = COLLECTING.try_with(|c| *c.borrow_mut() = outer);
+        }
+    }
+    let restore = Restore(COLLECTING.with(|c| c.replace(Some(Vec::new()))));
+    drop_it();
+    let tasks = COLLECTING.with(|c| c.borrow_mut().take());
+    drop(restore);
+    tasks.unwrap_or_default()
+}
+
+/// Hands a clean-up task just spawned on a runtime's workers to the cancelled call dropping
+/// its future on this thread, if any (see [`collect_cleanup`]); otherwise it runs on alone.
+pub(crate) fn started_cleanup(task: JoinHandle<()>) {
+    let _ = COLLECTING.try_with(|c| {
+        if let Some(tasks) = c.borrow_mut().as_mut() {
+            tasks.push(task);
+        }
+    });
 }
 
 /// Whether this thread is inside [`block_on`], so that requests use its own connections.
@@ -334,7 +368,7 @@ where
         // Dropped outside `block_on` (an interrupted blocking wait) by a thread that drove it.
         block_on(work);
     } else {
-        drop(handle.spawn(work));
+        started_cleanup(handle.spawn(work));
     }
 }
 

@@ -191,7 +191,8 @@ class LockManager:
 
     async def acquire_async(self, key: str, **options: Any) -> Lock:
         """As :meth:`acquire`, awaiting instead of blocking; cancelling the await abandons the
-        attempt (whatever it had taken is released). The reentrancy owner is the current
+        attempt, and ``CancelledError`` is raised once whatever it had taken (the key, a queue
+        entry) is given back on every node that answered. The reentrancy owner is the current
         task."""
         return await self._manager.acquire_async(key, options, _owner.task_owner())  # type: ignore[no-any-return]
 
