@@ -834,7 +834,9 @@ pub(crate) fn latch_px_ms(timeout: Duration) -> u64 {
 /// The cluster client's settings: primaries only (reading from replicas is never enabled),
 /// and redis-rs's retries on TRYAGAIN, CLUSTERDOWN, MASTERDOWN and LOADING shortened from
 /// its default (about 1.28 s before the first) to waits of 10-50 ms, so they fit within a
-/// node timeout of 200 ms; the node timeout still bounds every request.
+/// node timeout of 200 ms; the node timeout still bounds every request. The same retries
+/// re-send a request whose connection dropped, which may have run: every lock request is
+/// safe to run twice (see `Node::resend`, which does it for a standalone server).
 fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .retries(3)
