@@ -175,6 +175,8 @@ impl Floor {
                     token: &token,
                     contended: true,
                     quiet_bound_ms: 0,
+                    // The core's: twice the default node timeout, min(200 ms, ttl/10).
+                    latch_px_ms: 2 * (ttl_ms / 10).min(200),
                 }
                 .command(false);
                 (acquire, release)

@@ -358,7 +358,8 @@ fn held_text(ms: u64) -> String {
 
 /// Keys that look like locks: a string holding a ferrolock token (time-random) or a
 /// 32-hex-digit token (redis-py, node-redlock), or a hash whose fields are `<uuid>:<thread id>` with counts (Redisson's RLock
-/// layout, ferrolock's reentrant lock). ferrolock's own queue and fence keys are skipped.
+/// layout, ferrolock's reentrant lock). ferrolock's own names (`ferrolock:*`: queues, fence counters,
+/// request latches) are skipped.
 fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;

@@ -377,6 +377,9 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     server.cmd::<()>(&["PEXPIRE", "redisson", "30000"]);
     server.cmd::<()>(&["SET", "not-a-lock", "hello"]);
     server.cmd::<()>(&["SET", "ferrolock:fence:{plain}", "7"]);
+    // A release's latch (issue 29 item 1): a short-lived record, never a lock.
+    let latch = ferrolock::latch_key("plain", token);
+    server.cmd::<()>(&["SET", &latch, "1", "PX", "60000"]);
     // ferrolock tokens carry their grant's time: one granted two hours ago (renewed: its ttl
     // is short), one granted now with a ttl longer than --long below.
     let now_ms = std::time::SystemTime::now()
@@ -433,7 +436,9 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
         "{text}"
     );
     assert!(
-        !text.contains("not-a-lock") && !text.contains("ferrolock:fence"),
+        !text.contains("not-a-lock")
+            && !text.contains("ferrolock:fence")
+            && !text.contains("ferrolock:latch"),
         "{text}"
     );
 

@@ -8,6 +8,7 @@
 -- the waiters' own channels ('' = none; see wake_head), ARGV[9] the grace after the bound in ms
 -- (see recheck(); 0 with N nodes, whose releases are never quiet), ARGV[10] '1' when the caller's last act on the key was a quiet release: it
 -- may take the lock back until the head's bound + grace, ARGV[11] '1' = sharded pub/sub (SPUBLISH).
+-- Safe to run twice (a re-send after a dropped connection): finding our own token is our grant.
 -- Returns nil on a grant ({counter} with fencing); otherwise the ms after which a re-check is
 -- worth it: the holder's PTTL (-1: it has none), or the lease left to the waiter whose turn it
 -- is, cut to the end of our own barging bound while we are within it (see recheck()).
@@ -26,6 +27,12 @@ local function hint(ms)
   return ms
 end
 if pttl ~= -2 then
+  if redis.pcall('GET', KEYS[1]) == ARGV[1] then
+    -- Our own grant: this call ran already (a re-send after a dropped connection). The same
+    -- answer, its fence read (no grant since: ours holds).
+    dequeue(id)
+    return fence_reply(KEYS[2], ARGV[3] == '' and '' or '0')
+  end
   enqueue(id, ARGV[5], tonumber(ARGV[6]))
   return hint(pttl)
 end

@@ -1,27 +1,34 @@
 -- Compare-and-delete: release only our own grant, then wake the waiter whose turn it is.
 -- Standalone (not prepended with queue.lua), with the queue keys of queue.lua:
 -- KEYS[1] lock key, KEYS[2] the waiter queue, and, when the releasing client has seen
--- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times. The uncontended
--- release sends two keys and pays one EXISTS for the queue; it then wakes the first waiter
--- without dropping lapsed ones first (the client sends all four from its next release on).
+-- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times; the last key
+-- (KEYS[3], or KEYS[5]) is this release's latch, `ferrolock:latch:{key}:<token>`. The
+-- uncontended release sends three keys and pays one EXISTS for the queue; it then wakes the
+-- first waiter without dropping lapsed ones first (the client sends all five from its next
+-- release on).
 -- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels; ARGV[3] '1' = sharded
--- pub/sub (SPUBLISH: the channel is in the key's slot); with four keys, ARGV[4]
--- the barging bound in ms, or 0: a head queued for less than that is not told (a quiet
--- release by a worker in a loop; see DESIGN.md, "Quiet streaks").
+-- pub/sub (SPUBLISH: the channel is in the key's slot); ARGV[4] the latch's PX in ms; with
+-- five keys, ARGV[5] the barging bound in ms, or 0: a head queued for less than that is not
+-- told (a quiet release by a worker in a loop; see DESIGN.md, "Quiet streaks").
 -- Returns 0 (not ours), 1 (released), 2 (released, and waiters are queued: contention, which
 -- makes this client's next attempt on the key respect the waiter queue), 3 (released quietly:
 -- waiters are queued, the first was not told).
 -- A key of another type (a reentrant lock's hash) is someone else's: pcall turns WRONGTYPE
 -- into a mismatch, at no extra call.
+-- Safe to run twice (a re-send after a dropped connection): the latch, set with the delete,
+-- tells a second run that this release already ran (1), where the key alone would say "not
+-- ours".
+local latch = KEYS[#KEYS]
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+  return redis.call('EXISTS', latch)
 end
 redis.call('DEL', KEYS[1])
+redis.call('SET', latch, '1', 'PX', ARGV[4])
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return 1
 end
 local now
-if #KEYS >= 4 then
+if #KEYS >= 5 then
   -- Waiters whose lease ended are dropped first (as queue_head() does), so that the wake-up
   -- goes to a live one.
   local t = redis.call('TIME')
@@ -43,7 +50,7 @@ if now then
   -- The releasing process's next attempt may take it back during a grace after the bound
   -- (the `quiet` argument of acquire.lua), so it cannot find a free lock promised to a head
   -- that nobody told.
-  local bound = tonumber(ARGV[4])
+  local bound = tonumber(ARGV[5])
   local since = bound > 0 and redis.call('ZSCORE', KEYS[4], head)
   if since and now - tonumber(since) < bound then
     return 3

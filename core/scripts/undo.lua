@@ -7,7 +7,8 @@
 -- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] Redisson's channel
 -- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
 -- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] '1' = sharded pub/sub
--- (SPUBLISH). Waiter id '': compare-and-delete only
+-- (SPUBLISH), reentrant: KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`),
+-- ARGV[9] its PX in ms. Waiter id '': compare-and-delete only
 -- (an undo sent late, or for a caller that no longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
@@ -18,9 +19,13 @@ if ARGV[8] == '1' then
 end
 local freed = 0
 if ARGV[2] == '1' then
-  if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  if redis.call('EXISTS', KEYS[6]) == 1 then
+    -- This call ran already (a re-send after a dropped connection): never a second decrement.
+    freed = 1
+  elseif redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     -- One decrement: a fresh grant's count is 1 (this frees the key); a re-entry's undo leaves
-    -- the outer grant's count. The client sends it exactly once.
+    -- the outer grant's count. The client sends it once; a re-send finds the latch.
+    redis.call('SET', KEYS[6], '1', 'PX', ARGV[9])
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
       redis.call('DEL', KEYS[1])
       redis.call(PUBLISH, ARGV[3], '0')

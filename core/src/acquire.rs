@@ -29,17 +29,17 @@ use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
-use crate::node::{Node, NodeError, node_error, timed_out};
+use crate::node::{Node, NodeError, latch_px_ms, node_error, timed_out};
 use crate::options::LockOptions;
 use crate::owner::{Holder, new_owner_id};
 use crate::queue::{QueueArgs, Ticket, WakeSources, Woken, barge_bound_ms, quiet_grace_ms};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
-    Acquire, AcquireReentrant, KeyNames, RaiseFence, Undo, command, redisson_channel,
+    Acquire, AcquireReentrant, KeyNames, Latch, RaiseFence, Undo, command, redisson_channel,
     waiter_channel_prefix,
 };
 use crate::shared::Shared;
-use crate::token::new_token;
+use crate::token::{new_token, random_hex};
 
 /// After this many attempts in a row that found a majority of nodes unreachable, acquire
 /// gives up with `QuorumUnreachable` instead of waiting out its budget: a dead cluster should
@@ -483,6 +483,8 @@ struct Req {
     wake_prefix: String,
     /// Filled (one slot per node) only when a node answers busy: a grant allocates nothing.
     hints: Mutex<Vec<Option<i64>>>,
+    /// A re-entry's call id, for its latch (see `scripts::Latch`); empty otherwise.
+    call: String,
 }
 
 impl Req {
@@ -529,6 +531,7 @@ impl Req {
             names,
             wake_prefix,
             hints: Mutex::new(Vec::new()),
+            call: if reentry { random_hex() } else { String::new() },
         }
     }
 
@@ -710,6 +713,12 @@ async fn undo_one(
     };
     let names = KeyNames::of(key);
     let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
+    // Drawn once for this undo, so that every re-send of it carries the same id.
+    let call = if opts.reentrant {
+        random_hex()
+    } else {
+        String::new()
+    };
     let undo = Undo {
         key,
         names: &names,
@@ -718,6 +727,10 @@ async fn undo_one(
         channel: &channel,
         place: queue.map(QueueArgs::place).unwrap_or_default(),
         bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
+        latch: Latch {
+            id: &call,
+            px_ms: latch_px_ms(timeout),
+        },
     };
     let undo = &undo;
     shared.cluster.nodes[i]
@@ -967,7 +980,8 @@ async fn until_decided_or_refuser_woke<R>(
 }
 
 enum Reply {
-    Granted(i64),
+    /// With the fence counter when the script sent one.
+    Granted(Option<i64>),
     /// The re-check hint.
     Busy(i64),
 }
@@ -1028,11 +1042,27 @@ async fn ask(
                     .arg(ttl_ms)
                     .query_async(&mut conn)
                     .await?;
+                if reply != Value::Nil {
+                    return Ok(Value::Nil);
+                }
+                // Busy, or our own grant: this SET ran already and was sent again after its
+                // connection dropped (redis-rs re-sends on a cluster, `Node` on a server).
+                // Only a busy first try pays this round trip.
+                let holder = command("GET", 1, key.len())
+                    .arg(key)
+                    .query_async::<Value>(&mut conn)
+                    .await;
+                let holder = match holder {
+                    Ok(v) => v,
+                    // No answer: unknown, as the SET's own would be (undone: a fresh grant).
+                    Err(e) if e.is_io_error() || e.is_timeout() => return Err(e),
+                    // WRONGTYPE (a reentrant lock's hash): someone else's.
+                    Err(_) => Value::Nil,
+                };
                 // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
-                return Ok(if reply == Value::Nil {
-                    Value::Int(-1)
-                } else {
-                    Value::Nil
+                return Ok(match holder {
+                    Value::BulkString(b) if b == token.as_bytes() => Value::Nil,
+                    _ => Value::Int(-1),
                 });
             }
             // Built in a block: only the invocation lives across the await.
@@ -1049,6 +1079,10 @@ async fn ask(
                         place,
                         reentry: r.reentry,
                         bound_ms,
+                        latch: Latch {
+                            id: &r.call,
+                            px_ms: latch_px_ms(timeout),
+                        },
                     }
                     .invocation()
                 } else {
@@ -1081,7 +1115,11 @@ async fn ask(
         Box::pin(node.confirm_primary(key, deadline, timeout)).await?;
     }
     match reply {
-        Reply::Granted(counter) => Ok(Some(counter)),
+        // A fence-less grant is never fence 0: the answer is an error, and the grant undone.
+        Reply::Granted(None) if r.fencing() => Err(NodeError::Redis(format!(
+            "lock {key:?}: a fenced grant was answered without a fence"
+        ))),
+        Reply::Granted(counter) => Ok(Some(counter.unwrap_or(0))),
         Reply::Busy(hint) => {
             let mut hints = r.hints.lock().unwrap_or_else(|p| p.into_inner());
             hints.resize(n, None);
@@ -1323,9 +1361,9 @@ fn raise_failure(shared: &Shared, raised: &Tally) -> Spoiled {
 /// after which a re-check is worth it.
 fn parse_reply(v: Value) -> Result<Reply, NodeError> {
     match v {
-        Value::Nil => Ok(Reply::Granted(0)),
+        Value::Nil => Ok(Reply::Granted(None)),
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(c)] => Ok(Reply::Granted(*c)),
+            [Value::Int(c)] => Ok(Reply::Granted(Some(*c))),
             _ => Err(NodeError::Redis(format!(
                 "unexpected acquire reply {items:?}"
             ))),

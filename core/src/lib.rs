@@ -72,8 +72,8 @@ pub use options::{
     spec as option_spec, split_nodes,
 };
 pub use scripts::{
-    fence_key, queue_key, queue_lease_key, queue_since_key, redisson_channel, release_channel,
-    waiter_channel,
+    fence_key, latch_key, queue_key, queue_lease_key, queue_since_key, redisson_channel,
+    release_channel, waiter_channel,
 };
 pub use token::token_time;
 

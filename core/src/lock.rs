@@ -10,14 +10,15 @@ use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::node::Node;
 use crate::node::NodeError;
+use crate::node::{Node, latch_px_ms};
 use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::queue::barge_bound_ms;
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
-use crate::scripts::{Extend, Release, ReleaseReentrant, redisson_channel};
+use crate::scripts::{Extend, Latch, Release, ReleaseReentrant, redisson_channel};
 use crate::shared::Shared;
+use crate::token::random_hex;
 use crate::watchdog::{Next, Watched};
 
 /// Where a lock stands.
@@ -920,6 +921,8 @@ struct How {
     /// Plain, one node, a worker in a loop: the head's barging bound within which the
     /// release is quiet; 0: never quiet.
     quiet_bound: u64,
+    /// How long the release's latch lives (see `scripts::Latch`).
+    latch_px: u64,
 }
 
 impl How {
@@ -940,12 +943,14 @@ impl How {
         } else {
             0
         };
+        let timeout = opts.effective_node_timeout();
         How {
             reentrant,
             ttl_ms: opts.ttl_millis(),
-            timeout: opts.effective_node_timeout(),
+            timeout,
             contended,
             quiet_bound,
+            latch_px: latch_px_ms(timeout),
         }
     }
 }
@@ -1013,6 +1018,14 @@ async fn release_on(
     redisson: &str,
     deadline: Instant,
 ) -> std::result::Result<Option<i64>, NodeError> {
+    // A reentrant release's call id, drawn once so that every re-send carries it (a plain
+    // release's latch is named by its token, unique per grant).
+    let call = if how.reentrant {
+        random_hex()
+    } else {
+        String::new()
+    };
+    let call = call.as_str();
     shared.cluster.nodes[i]
         .run_bounded(deadline, how.timeout, false, move |mut conn| async move {
             if how.reentrant {
@@ -1023,6 +1036,10 @@ async fn release_on(
                     field: token,
                     ttl_ms: how.ttl_ms,
                     channel: redisson,
+                    latch: Latch {
+                        id: call,
+                        px_ms: how.latch_px,
+                    },
                 };
                 let left: Option<i64> =
                     Box::pin(unlock.invocation(conn.sharded()).invoke_async(&mut conn)).await?;
@@ -1050,6 +1067,7 @@ fn release_command(key: &str, token: &str, how: How, sharded: bool) -> redis::Cm
         token,
         contended: how.contended,
         quiet_bound_ms: how.quiet_bound,
+        latch_px_ms: how.latch_px,
     }
     .command(sharded)
 }

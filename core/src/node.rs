@@ -654,54 +654,69 @@ impl Node {
         f: F,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        self.run_until(Instant::now() + timeout, timeout, voting, f)
+        self.run_until(Instant::now() + timeout, timeout, voting, f, 0)
             .await
     }
 
     /// `run`, with the deadline given. A failure at or after the deadline means the node said
     /// nothing in time (its reply, or its connection's handshake): it is silent (`is_silent`).
+    /// `sent`: how many times the request went out already (see `resend`).
     async fn run_until<T, F, Fut>(
         &self,
         deadline: Instant,
         timeout: Duration,
         voting: bool,
         f: F,
+        mut sent: u32,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let result: Result<T, NodeError> = async {
-            let (conn, generation, turn) = match self.open_now() {
-                Some((conn, generation)) => (conn, generation, None),
-                // Boxed: opening a connection is rare, and its future is several KB, which every
-                // request future would otherwise carry (and a fan-out allocate, once per node).
-                None => Box::pin(self.connection(timeout)).await?,
-            };
-            let _awaiting = self.begin_request(voting)?;
-            let reply = tokio::time::timeout_at(deadline, f(conn));
-            let mut reply = std::pin::pin!(reply);
-            if let Some(turn) = turn {
-                // The first poll hands the request to the connection's writer (unconstrained: a
-                // spent task budget would defer that); only then does the next turn begin.
-                let first = tokio::task::unconstrained(std::future::poll_fn(|cx| {
-                    Poll::Ready(reply.as_mut().poll(cx))
-                }))
-                .await;
-                drop(turn);
-                if let Poll::Ready(done) = first {
-                    return match done {
-                        Err(_) => Err(timed_out(timeout)),
-                        Ok(reply) => self.settle(reply, generation),
-                    };
+            loop {
+                let (conn, generation, turn) = match self.open_now() {
+                    Some((conn, generation)) => (conn, generation, None),
+                    // Boxed: opening a connection is rare, and its future is several KB, which
+                    // every request future would otherwise carry (and a fan-out allocate, once
+                    // per node). A re-send's is bounded by the request's deadline.
+                    None if sent > 0 => {
+                        tokio::time::timeout_at(deadline, Box::pin(self.connection(timeout)))
+                            .await
+                            .map_err(|_| timed_out(timeout))??
+                    }
+                    None => Box::pin(self.connection(timeout)).await?,
+                };
+                let _awaiting = self.begin_request(voting, sent)?;
+                let reply = tokio::time::timeout_at(deadline, f(conn));
+                let mut reply = std::pin::pin!(reply);
+                let mut first = None;
+                if let Some(turn) = turn {
+                    // The first poll hands the request to the connection's writer
+                    // (unconstrained: a spent task budget would defer that); only then does
+                    // the next turn begin.
+                    first = Some(
+                        tokio::task::unconstrained(std::future::poll_fn(|cx| {
+                            Poll::Ready(reply.as_mut().poll(cx))
+                        }))
+                        .await,
+                    );
+                    drop(turn);
                 }
-            }
-            match reply.await {
-                Err(_) => Err(timed_out(timeout)),
-                Ok(reply) => self.settle(reply, generation),
+                let done = match first {
+                    Some(Poll::Ready(done)) => done,
+                    _ => reply.await,
+                };
+                let Ok(reply) = done else {
+                    return Err(timed_out(timeout));
+                };
+                if self.resend(&reply, generation, deadline, &mut sent) {
+                    continue;
+                }
+                return self.settle(reply, generation);
             }
         }
         .await;
@@ -709,6 +724,29 @@ impl Node {
             self.silent.store(true, Ordering::Relaxed);
         }
         result
+    }
+
+    /// Whether to send a request again, on a new connection, because its standalone
+    /// connection dropped before the reply came (a network reset, `CLIENT KILL`, a restart):
+    /// it may have run, and every lock request is safe to run twice (see DESIGN.md, "Wire
+    /// format"), while giving up would report a node that is up as unreachable. At most
+    /// `RESENDS` times, before the deadline. A cluster's connection re-sends by itself
+    /// (redis-rs's retries).
+    fn resend<T>(
+        &self,
+        reply: &redis::RedisResult<T>,
+        generation: u64,
+        deadline: Instant,
+        sent: &mut u32,
+    ) -> bool {
+        let dropped = matches!(reply, Err(e) if e.is_connection_dropped());
+        if !dropped || self.is_cluster() || *sent >= RESENDS || Instant::now() >= deadline {
+            return false;
+        }
+        self.invalidate(generation);
+        *sent += 1;
+        tracing::debug!(node = %self.display, "connection dropped before the reply: sending the request again");
+        true
     }
 
     /// `run`, for a request whose caller wakes it at `deadline` (see `quorum::FanOut`, which
@@ -725,13 +763,13 @@ impl Node {
         f: F,
     ) -> Result<T, NodeError>
     where
-        F: FnOnce(Conn) -> Fut,
+        F: Fn(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let Some((conn, generation)) = self.open_now() else {
-            return Box::pin(self.run_until(deadline, timeout, voting, f)).await;
+            return Box::pin(self.run_until(deadline, timeout, voting, f, 0)).await;
         };
-        let _awaiting = self.begin_request(voting)?;
+        let awaiting = self.begin_request(voting, 0)?;
         let reply = f(conn);
         let mut reply = std::pin::pin!(reply);
         let reply = std::future::poll_fn(|cx| match reply.as_mut().poll(cx) {
@@ -740,8 +778,13 @@ impl Node {
             Poll::Pending => Poll::Pending,
         })
         .await;
+        drop(awaiting);
+        let mut sent = 0;
         match reply {
             None => Err(self.timed_out(timeout)),
+            Some(reply) if self.resend(&reply, generation, deadline, &mut sent) => {
+                Box::pin(self.run_until(deadline, timeout, voting, f, sent)).await
+            }
             Some(reply) => self.settle(reply, generation),
         }
     }
@@ -763,9 +806,17 @@ impl Node {
     /// Before a request is sent: a voting request is refused while the restart guard holds;
     /// every request counts as a round trip; a blocking caller may poll for its reply (see
     /// `runtime/spin.rs`) until the returned guard is dropped.
-    fn begin_request(&self, voting: bool) -> Result<Awaiting, NodeError> {
-        if voting {
-            self.guarded()?;
+    /// A re-send (`sent` > 0) that finds the guard on (the node restarted: the drop was its
+    /// restart) is an unknown outcome, not `Guarded`, which would say it was never sent.
+    fn begin_request(&self, voting: bool, sent: u32) -> Result<Awaiting, NodeError> {
+        if voting && let Err(e) = self.guarded() {
+            return Err(match sent {
+                0 => e,
+                _ => NodeError::Unreachable(format!(
+                    "connection dropped before the reply, and the node {}",
+                    e.detail()
+                )),
+            });
         }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         Ok(Awaiting::start())
@@ -808,10 +859,23 @@ impl Node {
     }
 }
 
+/// How many times a request whose standalone connection dropped before its reply is sent
+/// again (see `Node::resend`); redis-rs re-sends a cluster's up to its `retries`.
+const RESENDS: u32 = 2;
+
+/// How long a request's latch lives (see `scripts::Latch`), for a request with node timeout
+/// `timeout`: every send of a request, re-sends included (ours and redis-rs's), goes out
+/// before its deadline, one node timeout after it was first sent; the latch lives twice that.
+pub(crate) fn latch_px_ms(timeout: Duration) -> u64 {
+    2 * timeout.as_millis().max(1) as u64
+}
+
 /// The cluster client's settings: primaries only (reading from replicas is never enabled),
 /// and redis-rs's retries on TRYAGAIN, CLUSTERDOWN, MASTERDOWN and LOADING shortened from
 /// its default (about 1.28 s before the first) to waits of 10-50 ms, so they fit within a
-/// node timeout of 200 ms; the node timeout still bounds every request.
+/// node timeout of 200 ms; the node timeout still bounds every request. The same retries
+/// re-send a request whose connection dropped, which may have run: every lock request is
+/// safe to run twice (see `Node::resend`, which does it for a standalone server).
 fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
         .retries(3)

@@ -279,15 +279,17 @@ fn raise_fence_and_undo_treat_the_other_type_as_not_ours() {
         } else {
             format!("ferrolock:release:{{{key}}}:")
         };
+        let latch = format!("ferrolock:latch:{{{key}}}:c1");
         let freed: i64 = server.cmd(&[
             "EVAL",
             &undo,
-            "5",
+            "6",
             key,
             &fence,
             &q,
             &l,
             &s,
+            &latch,
             "our-token",
             reentrant,
             &channel,
@@ -295,6 +297,8 @@ fn raise_fence_and_undo_treat_the_other_type_as_not_ours() {
             "1",
             "1000",
             "6",
+            "0",
+            "400",
         ]);
         assert_eq!(freed, 0, "{key}");
     }

@@ -123,6 +123,8 @@ pub(crate) struct AcquireReentrant<'a> {
     /// A re-entry only: never a new grant.
     pub reentry: bool,
     pub bound_ms: u64,
+    /// A re-entry's latch (see `Latch`).
+    pub latch: Latch<'a>,
 }
 
 impl AcquireReentrant<'_> {
@@ -130,12 +132,35 @@ impl AcquireReentrant<'_> {
         let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
+        if self.reentry {
+            inv.key(self.latch.name(self.key));
+        }
         inv.arg(self.ttl_ms).arg(self.field).arg(self.fence_mode);
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms);
         inv.arg(flag(self.reentry)).arg(self.bound_ms);
+        if self.reentry {
+            inv.arg(self.latch.px_ms);
+        }
         inv
+    }
+}
+
+/// What makes a request that is not idempotent by itself (a decrement, an increment) safe to
+/// run twice: the script keeps its reply in `ferrolock:latch:{key}:<id>` for `px_ms`, and a
+/// re-send of the same call (the same id: redis-rs re-sends the same bytes on a cluster, and
+/// `Node` the same command on a standalone node) finds it there instead of running again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Latch<'a> {
+    /// Unique per call, the same on every re-send of it.
+    pub id: &'a str,
+    pub px_ms: u64,
+}
+
+impl Latch<'_> {
+    fn name(&self, key: &str) -> String {
+        super::latch_key(key, self.id)
     }
 }
 
@@ -171,6 +196,8 @@ pub(crate) struct Undo<'a> {
     /// Where to put our waiter id back; an empty id: compare-and-delete only.
     pub place: Place<'a>,
     pub bound_ms: u64,
+    /// The reentrant undo's latch (its decrement runs once).
+    pub latch: Latch<'a>,
 }
 
 impl Undo<'_> {
@@ -178,6 +205,9 @@ impl Undo<'_> {
         let mut inv = UNDO.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
+        if self.reentrant {
+            inv.key(self.latch.name(self.key));
+        }
         inv.arg(self.token)
             .arg(flag(self.reentrant))
             .arg(self.channel);
@@ -186,6 +216,9 @@ impl Undo<'_> {
             .arg(self.place.lease_ms)
             .arg(self.bound_ms)
             .arg(flag(sharded));
+        if self.reentrant {
+            inv.arg(self.latch.px_ms);
+        }
         inv
     }
 }
@@ -237,6 +270,9 @@ pub struct Release<'a> {
     /// With `contended`: the head's barging bound within which the release is quiet; 0:
     /// never quiet.
     pub quiet_bound_ms: u64,
+    /// How long the release's latch (`ferrolock:latch:{key}:<token>`) lives: a re-send of a
+    /// release that ran finds it, where the key alone would say "not ours".
+    pub latch_px_ms: u64,
 }
 
 impl Release<'_> {
@@ -251,18 +287,22 @@ impl Release<'_> {
         let (key, token) = (self.key, self.token);
         let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
         let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
-        let names = queue.len() + prefix.len();
+        let latch = Tagged::latch(key, token);
+        let names = queue.len() + prefix.len() + latch.len() + 20;
         let mut cmd = if self.contended {
             let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
-            let mut cmd = evalsha(&RELEASE, 4, 8, bytes + 1);
-            cmd.arg(key).arg(queue).arg(leases).arg(since);
+            let mut cmd = evalsha(&RELEASE, 5, 10, bytes + 1);
+            cmd.arg(key).arg(queue).arg(leases).arg(since).arg(latch);
             cmd
         } else {
-            let mut cmd = evalsha(&RELEASE, 2, 5, key.len() + names + token.len() + 1);
-            cmd.arg(key).arg(queue);
+            let mut cmd = evalsha(&RELEASE, 3, 7, key.len() + names + token.len() + 1);
+            cmd.arg(key).arg(queue).arg(latch);
             cmd
         };
-        cmd.arg(token).arg(prefix).arg(flag(sharded));
+        cmd.arg(token)
+            .arg(prefix)
+            .arg(flag(sharded))
+            .arg(self.latch_px_ms);
         if self.contended {
             cmd.arg(self.quiet_bound_ms);
         }
@@ -277,16 +317,20 @@ pub(crate) struct ReleaseReentrant<'a> {
     pub ttl_ms: u64,
     /// Redisson's channel.
     pub channel: &'a str,
+    /// Its decrement runs once.
+    pub latch: Latch<'a>,
 }
 
 impl ReleaseReentrant<'_> {
     pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = RELEASE_REENTRANT.prepare_invoke();
         inv.key(self.key)
+            .key(self.latch.name(self.key))
             .arg(self.field)
             .arg(self.ttl_ms)
             .arg(self.channel)
-            .arg(flag(sharded));
+            .arg(flag(sharded))
+            .arg(self.latch.px_ms);
         inv
     }
 }

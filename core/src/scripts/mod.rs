@@ -8,7 +8,9 @@ use redis::Script;
 mod args;
 
 pub use args::{Acquire, KeyNames, Place, Release};
-pub(crate) use args::{AcquireReentrant, Dequeue, Extend, RaiseFence, ReleaseReentrant, Undo};
+pub(crate) use args::{
+    AcquireReentrant, Dequeue, Extend, Latch, RaiseFence, ReleaseReentrant, Undo,
+};
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
@@ -114,6 +116,14 @@ pub fn queue_since_key(key: &str) -> String {
     tagged("ferrolock:queue-since:", key)
 }
 
+/// A request's latch: `ferrolock:latch:<key>:<id>` (braces as `braces` says), in the key's
+/// slot, where a script that must not run twice keeps its reply for a re-send of the same call
+/// (see `args::Latch`). It always has a PX: never a leaked lock (`ferrolock scan` skips every
+/// `ferrolock:` name).
+pub fn latch_key(key: &str, id: &str) -> String {
+    Tagged::latch(key, id).to_name()
+}
+
 /// Where the fence counter for `key` lives.
 pub fn fence_key(key: &str) -> String {
     tagged("ferrolock:fence:", key)
@@ -154,6 +164,8 @@ pub(crate) struct Tagged<'a> {
     prefix: &'static str,
     key: &'a str,
     suffix: &'static str,
+    /// After the suffix: a latch's call id.
+    id: &'a str,
 }
 
 impl<'a> Tagged<'a> {
@@ -162,6 +174,7 @@ impl<'a> Tagged<'a> {
             prefix: "ferrolock:queue:",
             key,
             suffix: "",
+            id: "",
         }
     }
     pub fn queue_leases(key: &'a str) -> Self {
@@ -169,6 +182,7 @@ impl<'a> Tagged<'a> {
             prefix: "ferrolock:queue-lease:",
             key,
             suffix: "",
+            id: "",
         }
     }
     pub fn queue_since(key: &'a str) -> Self {
@@ -176,6 +190,7 @@ impl<'a> Tagged<'a> {
             prefix: "ferrolock:queue-since:",
             key,
             suffix: "",
+            id: "",
         }
     }
     /// `waiter_channel_prefix(key)`.
@@ -184,24 +199,43 @@ impl<'a> Tagged<'a> {
             prefix: "ferrolock:release:",
             key,
             suffix: ":",
+            id: "",
+        }
+    }
+    /// `latch_key(key, id)`.
+    pub fn latch(key: &'a str, id: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:latch:",
+            key,
+            suffix: ":",
+            id,
         }
     }
 }
 
 impl<'a> Tagged<'a> {
     /// The name in pieces: the one place that lays a derived name out.
-    fn parts(&self) -> [&'a str; 5] {
+    fn parts(&self) -> [&'a str; 6] {
         let (open, close) = if braces(self.key) {
             ("{", "}")
         } else {
             ("", "")
         };
-        [self.prefix, open, self.key, close, self.suffix]
+        [self.prefix, open, self.key, close, self.suffix, self.id]
     }
 
     /// The length of the name.
     pub fn len(&self) -> usize {
         self.parts().iter().map(|p| p.len()).sum()
+    }
+
+    /// The name as a `String`.
+    fn to_name(self) -> String {
+        let mut s = String::with_capacity(self.len());
+        for part in self.parts() {
+            s.push_str(part);
+        }
+        s
     }
 }
 
@@ -222,16 +256,13 @@ impl redis::ToRedisArgs for Tagged<'_> {
 /// `<prefix><key>`, braces as `braces` says. Pushed by hand: `format!` costs several times as
 /// much, on every acquire and release.
 fn tagged(prefix: &'static str, key: &str) -> String {
-    let name = Tagged {
+    Tagged {
         prefix,
         key,
         suffix: "",
-    };
-    let mut s = String::with_capacity(name.len());
-    for part in name.parts() {
-        s.push_str(part);
+        id: "",
     }
-    s
+    .to_name()
 }
 
 /// `name`, with room for `args` more arguments of `bytes` bytes in all: the hot paths' commands
@@ -295,6 +326,8 @@ mod tests {
             queue_lease_key(key),
             queue_since_key(key),
             fence_key(key),
+            latch_key(key, "c1"),
+            arg(Tagged::latch(key, "c1")),
             arg(Tagged::queue(key)),
             arg(Tagged::queue_leases(key)),
             arg(Tagged::queue_since(key)),
@@ -305,6 +338,7 @@ mod tests {
             Tagged::queue_leases(key),
             Tagged::queue_since(key),
             Tagged::waiter_channel_prefix(key),
+            Tagged::latch(key, "c1"),
         ] {
             assert_eq!(t.len(), arg(t).len(), "{key:?}");
         }
@@ -364,6 +398,8 @@ mod tests {
             "ferrolock:release:{orders:1}:w1"
         );
         assert_eq!(fence_key("a"), "ferrolock:fence:{a}");
+        assert_eq!(latch_key("a", "c1"), "ferrolock:latch:{a}:c1");
+        assert_eq!(latch_key("{u}:x", "c1"), "ferrolock:latch:{u}:x:c1");
         assert_eq!(queue_key("a"), "ferrolock:queue:{a}");
         assert_eq!(queue_lease_key("a"), "ferrolock:queue-lease:{a}");
         assert_eq!(queue_since_key("a"), "ferrolock:queue-since:{a}");

@@ -589,6 +589,8 @@ struct ProxyState {
     held: [bool; 2],
     /// Clones of both sockets of every live link, so that `cut` can shut them down.
     links: HashMap<u64, [TcpStream; 2]>,
+    /// Per direction: chunks read so far (on every link), forwarded or held.
+    chunks: [u64; 2],
 }
 
 struct ProxyShared {
@@ -625,6 +627,7 @@ impl Proxy {
                 delay: [Duration::ZERO; 2],
                 held: [false; 2],
                 links: HashMap::new(),
+                chunks: [0; 2],
             }),
             next_id: AtomicU64::new(0),
             stop: AtomicBool::new(false),
@@ -684,6 +687,25 @@ impl Proxy {
         for link in state.links.drain().map(|(_, link)| link) {
             link.iter().for_each(|s| drop(s.shutdown(Shutdown::Both)));
         }
+    }
+
+    /// A network reset: closes every live link, dropping what `hold` kept for them, and
+    /// forwards normally (no hold, no delay) on the links made from then on. A request held
+    /// in `Down` has run on the server; its client never gets the reply.
+    pub fn reset(&self) {
+        let mut state = lock(&self.shared.state);
+        state.mode = Mode::Forward;
+        state.delay = [Duration::ZERO; 2];
+        state.held = [false; 2];
+        for link in state.links.drain().map(|(_, link)| link) {
+            link.iter().for_each(|s| drop(s.shutdown(Shutdown::Both)));
+        }
+    }
+
+    /// Chunks read in `dir` so far, on every link (forwarded or held): a request that reached
+    /// the proxy while `Up` is held shows here.
+    pub fn chunks_read(&self, dir: Direction) -> u64 {
+        lock(&self.shared.state).chunks[dir.index()]
     }
 
     /// Plain forwarding again, without delay; held bytes are delivered. Links cut earlier stay
@@ -747,7 +769,8 @@ fn pump(shared: Arc<ProxyShared>, id: u64, dir: Direction, mut from: TcpStream, 
         let mut buf = [0u8; 16 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buf) {
             let (mode, delay) = {
-                let state = lock(&reader_shared.state);
+                let mut state = lock(&reader_shared.state);
+                state.chunks[dir.index()] += 1;
                 (state.mode, state.delay[dir.index()])
             };
             match mode {

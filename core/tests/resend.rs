@@ -1,0 +1,449 @@
+//! Issue 29 item 1: a lock request whose connection drops after the node ran it, before its
+//! reply came back, is sent again (by redis-rs on a cluster, by ferrolock on a standalone
+//! node) and must not take effect twice. The node sits behind the test bed's proxy, which
+//! holds every reply while the request goes through; once the request visibly ran on the
+//! node (its effect on the key), and its caller has had no reply, every link is reset.
+// A std mutex held across awaits on purpose: every test has its own runtime.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ErrorKind, LockManager, LockOptions};
+use ferrolock_testbed::{ClusterOptions, Direction, Proxy, RedisCluster, RedisServer};
+
+/// A failure bound, far above what a healthy run needs.
+const HANG: Duration = Duration::from_secs(30);
+/// Long enough that the test sees the request run and resets the link well before the
+/// request's own deadline, however loaded the machine.
+const NODE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One node behind a proxy: a standalone server, or a one-primary cluster that announces the
+/// proxy's port (so the cluster client's every connection goes through it).
+struct Bed {
+    server: Option<RedisServer>,
+    cluster: Option<RedisCluster>,
+    proxy: Proxy,
+    url: String,
+}
+
+impl Bed {
+    fn standalone() -> Bed {
+        let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
+        let url = proxy.url();
+        Bed {
+            server: Some(server),
+            cluster: None,
+            proxy,
+            url,
+        }
+    }
+
+    fn cluster() -> Bed {
+        let cluster = RedisCluster::start_with(ClusterOptions {
+            primaries: 1,
+            ..ClusterOptions::default()
+        });
+        let proxy = Proxy::start(cluster.nodes[0].port());
+        let port = proxy.port().to_string();
+        cluster.nodes[0].cmd::<()>(&["CONFIG", "SET", "cluster-announce-port", &port]);
+        let slots: redis::Value = cluster.nodes[0].cmd(&["CLUSTER", "SLOTS"]);
+        assert!(
+            format!("{slots:?}").contains(&format!("int({port})")),
+            "the node does not announce the proxy's port: {slots:?}"
+        );
+        let url = format!("redis+cluster://127.0.0.1:{port}");
+        Bed {
+            server: None,
+            cluster: Some(cluster),
+            proxy,
+            url,
+        }
+    }
+
+    fn node(&self) -> &RedisServer {
+        match (&self.server, &self.cluster) {
+            (Some(s), _) => s,
+            (None, Some(c)) => &c.nodes[0],
+            (None, None) => unreachable!(),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        if self.cluster.is_some() {
+            "one-primary cluster"
+        } else {
+            "standalone node"
+        }
+    }
+}
+
+fn lock_opts(reentrant: bool, fencing: bool) -> LockOptions {
+    opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(NODE_TIMEOUT)
+        .wait(Some(Duration::ZERO))
+        .reentrant(reentrant)
+        .fencing(fencing)
+}
+
+/// Opens `m`'s connection (a reset closed it): the fault is for the request, not the
+/// connection's handshake.
+async fn warm(m: &LockManager) {
+    let lock = m.try_acquire("warm-up").await.unwrap();
+    assert!(lock.release().await.unwrap());
+}
+
+/// Runs `op` with its reply cut off: every reply is held, `op` is sent, and once `ran` shows
+/// it took effect on `node` (with `op` still waiting: no reply came), every link is reset.
+async fn cut_reply<T: Send + 'static>(
+    bed: &Bed,
+    what: &str,
+    op: impl Future<Output = T> + Send + 'static,
+    ran: impl Fn(&RedisServer) -> bool,
+) -> T {
+    bed.proxy.hold(Direction::Down);
+    let task = tokio::spawn(op);
+    let start = Instant::now();
+    while !ran(bed.node()) {
+        assert!(
+            !task.is_finished(),
+            "{}: {what} returned before it ran",
+            bed.name()
+        );
+        assert!(
+            start.elapsed() < HANG,
+            "{}: {what} never ran on the node",
+            bed.name()
+        );
+        tokio::time::sleep(ms(2)).await;
+    }
+    assert!(
+        !task.is_finished(),
+        "{}: {what} got a reply through a held link",
+        bed.name()
+    );
+    bed.proxy.reset();
+    task.await.unwrap()
+}
+
+fn count(node: &RedisServer, key: &str, field: &str) -> Option<String> {
+    node.cmd(&["HGET", key, field])
+}
+
+fn exists(node: &RedisServer, key: &str) -> bool {
+    node.cmd::<bool>(&["EXISTS", key])
+}
+
+/// Every key left on `node` is a fence counter (permanent by design) or a request latch
+/// within its stated PX (twice the node timeout).
+fn nothing_left(bed: &Bed) {
+    let keys: Vec<String> = bed.node().cmd(&["KEYS", "*"]);
+    for k in keys {
+        if k.starts_with("ferrolock:fence:") {
+            continue;
+        }
+        assert!(
+            k.starts_with("ferrolock:latch:"),
+            "{}: {k:?} left behind",
+            bed.name()
+        );
+        let left: i64 = bed.node().cmd(&["PTTL", &k]);
+        assert!(
+            left > 0 && left <= 2 * NODE_TIMEOUT.as_millis() as i64,
+            "{}: latch {k:?} has PTTL {left}",
+            bed.name()
+        );
+    }
+}
+
+/// The plain lock: its grant (SET NX, or acquire.lua when fenced) and its release.
+async fn plain_rounds(bed: &Bed, fencing: bool) {
+    let o = lock_opts(false, fencing);
+    let m = manager(std::slice::from_ref(&bed.url), o.clone());
+    let rival = manager(std::slice::from_ref(&bed.url), o.clone());
+    let key = format!("plain-{fencing}");
+    let mut last_fence = 0;
+    for _ in 0..2 {
+        warm(&m).await;
+        let (m2, k, o2) = (m.clone(), key.clone(), o.clone());
+        let got = cut_reply(
+            bed,
+            "plain acquire",
+            async move { m2.acquire_with(&k, &o2).await },
+            |n| exists(n, &key),
+        )
+        .await;
+        let lock = got.unwrap_or_else(|e| panic!("{}: plain acquire: {e}", bed.name()));
+        assert_eq!(
+            get(bed.node(), &key).as_deref(),
+            Some(lock.token()),
+            "{}",
+            bed.name()
+        );
+        if fencing {
+            let fence = lock.fence().expect("a fenced grant has a fence");
+            assert!(
+                fence > last_fence,
+                "{}: fence {fence} after {last_fence}",
+                bed.name()
+            );
+            last_fence = fence;
+        }
+        let err = rival.try_acquire(&key).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{}: {err}", bed.name());
+        warm(&m).await;
+        let released = cut_reply(
+            bed,
+            "plain release",
+            async move { lock.release().await },
+            |n| !exists(n, &key),
+        )
+        .await;
+        assert!(
+            released.unwrap_or_else(|e| panic!("{}: plain release: {e}", bed.name())),
+            "{}: a release that ran reported the lock lost",
+            bed.name()
+        );
+    }
+    // Fences go on increasing.
+    let lock = m.acquire_with(&key, &o).await.unwrap();
+    if fencing {
+        assert!(lock.fence().unwrap() > last_fence, "{}", bed.name());
+    }
+    assert!(lock.release().await.unwrap());
+}
+
+/// The reentrant lock: a fresh grant, a re-entry, the nested release and the last one.
+async fn reentrant_rounds(bed: &Bed, fencing: bool) {
+    let o = lock_opts(true, fencing);
+    let m = manager(std::slice::from_ref(&bed.url), o.clone());
+    let rival = manager(std::slice::from_ref(&bed.url), o.clone());
+    let key = format!("reentrant-{fencing}");
+    let mut last_fence = 0;
+    for _ in 0..2 {
+        warm(&m).await;
+        let (m2, k, o2) = (m.clone(), key.clone(), o.clone());
+        let outer = cut_reply(
+            bed,
+            "reentrant fresh acquire",
+            async move { m2.acquire_owned(&k, 1, &o2).await },
+            |n| exists(n, &key),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}: reentrant acquire: {e}", bed.name()));
+        let field = outer.token().to_string();
+        assert_eq!(
+            count(bed.node(), &key, &field).as_deref(),
+            Some("1"),
+            "{}",
+            bed.name()
+        );
+        if fencing {
+            let fence = outer.fence().expect("a fenced grant has a fence");
+            assert!(
+                fence > last_fence,
+                "{}: fence {fence} after {last_fence}",
+                bed.name()
+            );
+            last_fence = fence;
+        }
+        warm(&m).await;
+        let (m2, k, o2) = (m.clone(), key.clone(), o.clone());
+        let (k2, f) = (key.clone(), field.clone());
+        let inner = cut_reply(
+            bed,
+            "re-entry",
+            async move { m2.acquire_owned(&k, 1, &o2).await },
+            move |n| count(n, &k2, &f).as_deref() == Some("2"),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}: re-entry: {e}", bed.name()));
+        assert_eq!(
+            count(bed.node(), &key, &field).as_deref(),
+            Some("2"),
+            "{}",
+            bed.name()
+        );
+        assert_eq!(inner.fence(), outer.fence());
+        warm(&m).await;
+        let (k, f) = (key.clone(), field.clone());
+        let released = cut_reply(
+            bed,
+            "nested release",
+            async move { inner.release().await },
+            move |n| count(n, &k, &f).as_deref() == Some("1"),
+        )
+        .await;
+        assert!(
+            released.unwrap_or_else(|e| panic!("{}: nested release: {e}", bed.name())),
+            "{}",
+            bed.name()
+        );
+        assert_eq!(
+            count(bed.node(), &key, &field).as_deref(),
+            Some("1"),
+            "{}: the nested release was applied twice",
+            bed.name()
+        );
+        let err = rival.try_acquire(&key).await.unwrap_err();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::NotAcquired,
+            "{}: second holder",
+            bed.name()
+        );
+        assert!(outer.is_held());
+        warm(&m).await;
+        let k = key.clone();
+        let released = cut_reply(
+            bed,
+            "last release",
+            async move { outer.release().await },
+            move |n| !exists(n, &k),
+        )
+        .await;
+        assert!(
+            released.unwrap_or_else(|e| panic!("{}: last release: {e}", bed.name())),
+            "{}",
+            bed.name()
+        );
+        assert!(!exists(bed.node(), &key), "{}", bed.name());
+    }
+}
+
+/// The undo of an attempt that missed its quorum: node 0 (behind the proxy) grants, nodes 1
+/// and 2 (standalone, direct) refuse. The grant's reply must reach the client before the
+/// replies are held, so requests are held first: once the undo reached the proxy, the
+/// replies are held and the undo let through.
+async fn undo_rounds(bed: &Bed, fencing: bool) {
+    let others = [RedisServer::start(), RedisServer::start()];
+    let mut urls = vec![bed.url.clone()];
+    urls.extend(others.iter().map(RedisServer::url));
+    let node0 = bed.node();
+    for reentrant in [false, true] {
+        let o = lock_opts(reentrant, fencing);
+        let m = manager(&urls, o.clone());
+        let key = format!("undo-{reentrant}-{fencing}");
+        // Reentrant: the undo of a re-entry (a decrement) under an outer grant that is gone
+        // on nodes 1 and 2. Plain: a grant refused by a rival on nodes 1 and 2.
+        let outer = if reentrant {
+            let outer = m.acquire_owned(&key, 7, &o).await.unwrap();
+            granted_everywhere(&others, &key).await;
+            for s in &others {
+                s.cmd::<()>(&["DEL", &key]);
+            }
+            Some(outer)
+        } else {
+            for s in &others {
+                s.cmd::<()>(&["SET", &key, "rival", "PX", "60000"]);
+            }
+            None
+        };
+        let field = outer.as_ref().map(|l| l.token().to_string());
+        warm(&m).await;
+        for s in &others {
+            s.cmd::<()>(&["CLIENT", "PAUSE", "30000", "WRITE"]);
+        }
+        let (m2, k, o2) = (m.clone(), key.clone(), o.clone());
+        let attempt = tokio::spawn(async move { m2.acquire_owned(&k, 7, &o2).await });
+        let granted = |n: &RedisServer| match &field {
+            Some(f) => count(n, &key, f).as_deref() == Some("2"),
+            None => exists(n, &key),
+        };
+        let start = Instant::now();
+        while !granted(node0) {
+            assert!(
+                start.elapsed() < HANG,
+                "{}: node 0 never granted",
+                bed.name()
+            );
+            tokio::time::sleep(ms(2)).await;
+        }
+        bed.proxy.hold(Direction::Up);
+        let before = bed.proxy.chunks_read(Direction::Up);
+        for s in &others {
+            s.cmd::<()>(&["CLIENT", "UNPAUSE"]);
+        }
+        let start = Instant::now();
+        while bed.proxy.chunks_read(Direction::Up) == before {
+            assert!(start.elapsed() < HANG, "{}: no undo was sent", bed.name());
+            tokio::time::sleep(ms(2)).await;
+        }
+        bed.proxy.hold(Direction::Down);
+        let evals = calls(node0, "evalsha");
+        bed.proxy.release(Direction::Up);
+        let undone = |n: &RedisServer| match &field {
+            Some(f) => count(n, &key, f).as_deref() == Some("1"),
+            None => !exists(n, &key),
+        };
+        let start = Instant::now();
+        while !undone(node0) {
+            assert!(start.elapsed() < HANG, "{}: the undo never ran", bed.name());
+            tokio::time::sleep(ms(2)).await;
+        }
+        // Replies have been held since before the undo ran: it got none. Reset, and wait
+        // for the undo to be sent again.
+        let ran = calls(node0, "evalsha");
+        assert!(ran > evals, "{}", bed.name());
+        bed.proxy.reset();
+        let start = Instant::now();
+        while calls(node0, "evalsha") == ran {
+            assert!(
+                start.elapsed() < HANG,
+                "{}: the undo whose connection dropped was never sent again",
+                bed.name()
+            );
+            tokio::time::sleep(ms(2)).await;
+        }
+        let err = tokio::time::timeout(HANG, attempt)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{}: {err}", bed.name());
+        match (&outer, &field) {
+            (Some(_), Some(f)) => assert_eq!(
+                count(node0, &key, f).as_deref(),
+                Some("1"),
+                "{}: the undo of a re-entry was applied twice (fencing {fencing})",
+                bed.name()
+            ),
+            _ => assert!(!exists(node0, &key), "{}", bed.name()),
+        }
+        if let Some(outer) = outer {
+            // Gone on nodes 1 and 2: not ours on a quorum, which decides before node 0 has
+            // answered (its release goes on in the background).
+            let _ = outer.release().await;
+        }
+        for s in &others {
+            s.cmd::<()>(&["DEL", &key]);
+        }
+        gone_everywhere(std::slice::from_ref(node0), &key).await;
+    }
+}
+
+async fn all_rounds(bed: Bed) {
+    for fencing in [false, true] {
+        plain_rounds(&bed, fencing).await;
+        reentrant_rounds(&bed, fencing).await;
+        undo_rounds(&bed, fencing).await;
+    }
+    nothing_left(&bed);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_resent_after_its_connection_dropped_runs_once_on_a_standalone_node() {
+    let _serial = serial();
+    all_rounds(Bed::standalone()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_resent_after_its_connection_dropped_runs_once_on_a_cluster() {
+    let _serial = serial();
+    all_rounds(Bed::cluster()).await;
+}
