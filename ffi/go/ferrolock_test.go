@@ -1012,6 +1012,9 @@ func TestShutdownHandsQueuedRecordsToTheLogger(t *testing.T) {
 		if !found {
 			t.Errorf("no record of %s's release in the child's log:\n%s", k, out)
 		}
+	}
+}
+
 // An Acquire whose ctx is cancelled just as the holder's release wakes it (its grant on its
 // way): once Acquire has returned, whatever it took (a grant, a queue entry) is given back on
 // every node, so another manager's TryAcquire takes the key at once. Returning first and

@@ -717,6 +717,8 @@ static void test_done_after_out_slot(void) {
   ferrolock_manager_free(m);
   CHECK(s.unwritten == 0, "done ran before *acquisition_out was written in %d of %d tries", s.unwritten, tries);
   CHECK(s.not_acquired == tries, "%d of %d tries read NOT_ACQUIRED from done", s.not_acquired, tries);
+}
+
 /* A completion acquire cancelled just as the holder's release wakes it (its grant on its way):
  * once done reports, whatever it took (a grant, a queue entry) is given back on every node, so
  * another manager's try takes the key at once. Reporting first and undoing after failed such a
