@@ -2,7 +2,7 @@
 #   make ffi-lib       build libferrolock.{a,so} and stage them with ferrolock.h and ferrolock.pc
 #                      under target/ffi (a prefix usable in place: PKG_CONFIG_PATH=target/ffi/lib/pkgconfig)
 #   make check-header  regenerate ffi/include/ferrolock.h and fail if it differs from the commit
-#   make test-c        C tests + the example against real redis-servers, and a valgrind run
+#   make test-c        C tests + the examples (hello_lock.c, the README's) against real redis-servers, and a valgrind run
 #   make test-go       go vet, go test, go test -race over the in-tree library
 #   make install PREFIX=/usr/local [DESTDIR=...]   a release build into DESTDIR/PREFIX/{lib,include,lib/pkgconfig}
 #
@@ -51,12 +51,15 @@ test-c: redis ffi-lib check-header
 	mkdir -p target/ffi/bin
 	$(CC) $(FFI_CFLAGS) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock $(FFI_PC_FLAGS)
 	$(CC) $(FFI_CFLAGS) ffi/examples/hello_lock.c -o target/ffi/bin/hello_lock $(FFI_PC_FLAGS)
+	sed -n '/^## First example: C$$/,/^## /p' README.md | sed -n '/^```c$$/,/^```$$/{/^```/!p}' > target/ffi/bin/readme_example.c
+	$(CC) $(FFI_CFLAGS) target/ffi/bin/readme_example.c -o target/ffi/bin/readme_example $(FFI_PC_FLAGS)
 	$(CC) $(FFI_CFLAGS) -I$(FFI_STAGE)/include ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock_shared \
 	  -L$(FFI_STAGE)/lib -lferrolock
 	readelf -d target/ffi/bin/test_ferrolock_shared | grep -F '[libferrolock.so.$(FFI_ABI)]'
 	FERROLOCK_TEST_NODES=1 LD_LIBRARY_PATH=$(FFI_STAGE)/lib ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_shared --only version
 	timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
 	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/hello_lock
+	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/readme_example
 	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=3000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
 	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
 	  target/ffi/bin/test_ferrolock --only acquire_release,completion_acquire,callbacks_call_back_in,cancel_blocked_acquire,bad_inputs
