@@ -12,7 +12,9 @@ redis:
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
 test: redis lint test-rust test-python test-node test-faults test-c test-go
 
+## The version is the same everywhere it is written (scripts/check-version.sh: reads files only).
 lint:
+	scripts/check-version.sh
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 

@@ -2,14 +2,21 @@
 #   make ffi-lib       build libferrolock.{a,so} and stage them with ferrolock.h and ferrolock.pc
 #                      under target/ffi (a prefix usable in place: PKG_CONFIG_PATH=target/ffi/lib/pkgconfig)
 #   make check-header  regenerate ffi/include/ferrolock.h and fail if it differs from the commit
-#   make test-c        C tests + the example against real redis-servers, and a valgrind run
+#   make test-c        C tests + the examples (hello_lock.c, the README's) against real redis-servers, and a valgrind run
 #   make test-go       go vet, go test, go test -race over the in-tree library
-#   make install PREFIX=/usr/local   a release build into PREFIX/{lib,include,lib/pkgconfig}
+#   make install PREFIX=/usr/local [DESTDIR=...]   a release build into DESTDIR/PREFIX/{lib,include,lib/pkgconfig}
+#
+# The shared library is staged as libferrolock.so.V (V the workspace version), with the
+# soname's link libferrolock.so.ABI -> it and the link-time libferrolock.so -> the soname.
+# ABI is 0.y while the version is 0.y.z (a 0.y release may break the ABI), the major from 1.0
+# (ffi/build.rs records the same soname).
 
 FFI_STAGE := $(CURDIR)/target/ffi
 # Where cargo builds (CARGO_TARGET_DIR when set).
 FFI_TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+FFI_VERSION_PARTS := $(subst ., ,$(FFI_VERSION))
+FFI_ABI := $(if $(filter 0,$(word 1,$(FFI_VERSION_PARTS))),0.$(word 2,$(FFI_VERSION_PARTS)),$(word 1,$(FFI_VERSION_PARTS)))
 PREFIX ?= /usr/local
 CC ?= cc
 FFI_CFLAGS := -std=c11 -Wall -Wextra -Werror -g -O1 -pthread
@@ -20,14 +27,17 @@ FFI_PC_FLAGS = $(shell if command -v pkg-config >/dev/null 2>&1; then \
 
 .PHONY: ffi-lib check-header test-c test-go install
 
-# $(1): cargo profile flag, $(2): target dir profile name, $(3): prefix written into the .pc
+# $(1): cargo profile flag, $(2): target dir profile name, $(3): the directory staged into
+# (the .pc finds its prefix from its own place, so the tree can be moved)
 define ffi_stage
 	$(CARGO) build --locked -p ferrolock-ffi $(1)
 	mkdir -p $(3)/lib/pkgconfig $(3)/include
 	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.a $(3)/lib/libferrolock.a
-	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so
+	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so.$(FFI_VERSION)
+	ln -sfn libferrolock.so.$(FFI_VERSION) $(3)/lib/libferrolock.so.$(FFI_ABI)
+	ln -sfn libferrolock.so.$(FFI_ABI) $(3)/lib/libferrolock.so
 	cp ffi/include/ferrolock.h $(3)/include/ferrolock.h
-	sed -e 's|@PREFIX@|$(3)|' -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
+	sed -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
 endef
 
 ffi-lib:
@@ -41,8 +51,15 @@ test-c: redis ffi-lib check-header
 	mkdir -p target/ffi/bin
 	$(CC) $(FFI_CFLAGS) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock $(FFI_PC_FLAGS)
 	$(CC) $(FFI_CFLAGS) ffi/examples/hello_lock.c -o target/ffi/bin/hello_lock $(FFI_PC_FLAGS)
+	sed -n '/^## First example: C$$/,/^## /p' README.md | sed -n '/^```c$$/,/^```$$/{/^```/!p}' > target/ffi/bin/readme_example.c
+	$(CC) $(FFI_CFLAGS) target/ffi/bin/readme_example.c -o target/ffi/bin/readme_example $(FFI_PC_FLAGS)
+	$(CC) $(FFI_CFLAGS) -I$(FFI_STAGE)/include ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock_shared \
+	  -L$(FFI_STAGE)/lib -lferrolock
+	readelf -d target/ffi/bin/test_ferrolock_shared | grep -F '[libferrolock.so.$(FFI_ABI)]'
+	FERROLOCK_TEST_NODES=1 LD_LIBRARY_PATH=$(FFI_STAGE)/lib ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_shared --only version
 	timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock
 	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/hello_lock
+	FERROLOCK_TEST_NODES=1 ffi/tests/with-redis.sh target/ffi/bin/readme_example
 	FERROLOCK_TEST_NODES=1 FERROLOCK_TEST_NODE_TIMEOUT_MS=3000 ffi/tests/with-redis.sh valgrind --quiet --error-exitcode=99 --leak-check=full \
 	  --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=no \
 	  target/ffi/bin/test_ferrolock --only acquire_release,completion_acquire,callbacks_call_back_in,cancel_blocked_acquire,bad_inputs
@@ -55,7 +72,7 @@ test-go: redis ffi-lib
 	  FERROLOCK_TEST_NODES=1 timeout 300 ../tests/with-redis.sh go run ./examples/withlock
 
 install:
-	$(call ffi_stage,--release,release,$(PREFIX))
+	$(call ffi_stage,--release,release,$(DESTDIR)$(PREFIX))
 
 ## libFuzzer over the C entry points that parse caller input (options by name, node URLs):
 ## the library built with sanitizer coverage (stable rustc flags, as cargo-fuzz uses), the

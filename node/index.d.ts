@@ -153,6 +153,9 @@ export interface PrefixMetrics {
   hold: HistogramMetrics;
 }
 
+/** This package's version, "MAJOR.MINOR.PATCH" (the Rust workspace's). */
+export declare const version: string;
+
 /** The core's counts for this process (every worker thread included), by key prefix. */
 export declare function metrics(): Record<string, PrefixMetrics>;
 /** The same counts in Prometheus's text exposition format (`ferrolock_*` names). */

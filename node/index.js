@@ -6,6 +6,9 @@ const { Lock } = require('./lib/lock');
 const native = require('./lib/native');
 const { setLogger } = require('./lib/log');
 
+/** This package's version (the workspace's; scripts/check-version.sh keeps them equal). */
+const { version } = require('./package.json');
+
 /** The core's counts for this process (every worker thread included), by key prefix. */
 function metrics() {
   return native.metrics();
@@ -17,6 +20,7 @@ function prometheusText() {
 }
 
 module.exports = {
+  version,
   withLock,
   LockManager,
   Lock,

@@ -4,6 +4,7 @@ const require = createRequire(import.meta.url);
 const ferrolock = require('./index.js');
 
 export const {
+  version,
   withLock,
   LockManager,
   Lock,

@@ -1,4 +1,4 @@
-//! The README's Rust example. Run with a redis-server on localhost:
+//! The README's Rust example. Run with a redis-server on localhost (or FERROLOCK_NODES):
 //! `cargo run -p ferrolock --example first_lock`
 
 use std::time::Duration;
@@ -7,14 +7,13 @@ use ferrolock::{LockManager, LockOptions, ManagerOptions};
 
 #[tokio::main]
 async fn main() -> ferrolock::Result<()> {
+    // nodes: FERROLOCK_NODES or redis://127.0.0.1:6379 (or `.nodes([...])`)
     let manager = LockManager::new(
-        ManagerOptions::new()
-            .nodes(["redis://127.0.0.1:6379"])
-            .lock(
-                LockOptions::default()
-                    .ttl(Duration::from_secs(10))
-                    .wait(Some(Duration::from_secs(5))),
-            ),
+        ManagerOptions::new().lock(
+            LockOptions::default()
+                .ttl(Duration::from_secs(10))
+                .wait(Some(Duration::from_secs(5))),
+        ),
     )?;
     let lock = manager.acquire("orders:1001").await?;
     tokio::select! {

@@ -5,3 +5,6 @@ func LiveHandles() int64 { return liveHandles.Load() }
 
 // RestoreDefaultLogger undoes a test's SetLogger.
 func RestoreDefaultLogger() { setDefaultLogger() }
+
+// LibraryVersion is the linked C library's ferrolock_version().
+func LibraryVersion() string { return libraryVersion() }

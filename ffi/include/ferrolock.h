@@ -14,6 +14,12 @@
 #include <stdint.h>
 #include <stddef.h>
 
+// The version of this header (`ferrolock_version()` gives the library's).
+#define FERROLOCK_VERSION_MAJOR 0
+#define FERROLOCK_VERSION_MINOR 1
+#define FERROLOCK_VERSION_PATCH 0
+#define FERROLOCK_VERSION_STRING "0.1.0"
+
 // `ferrolock_manager_acquire_start`'s `owner` for "no owner" (not a reentrant re-entry).
 #define FERROLOCK_NO_OWNER UINT64_MAX
 
@@ -382,6 +388,11 @@ void ferrolock_error_free(struct ferrolock_error *err);
 // "PANIC", "PENDING", ...): the core's error codes. A static string; "UNKNOWN" for a number
 // that is no status.
 const char *ferrolock_status_name(int status);
+
+// The library's version, "MAJOR.MINOR.PATCH" (the workspace's): a static string. Compare it
+// with FERROLOCK_VERSION_STRING to tell the header a program was compiled with from the
+// library it runs with.
+const char *ferrolock_version(void);
 
 #ifdef __cplusplus
 }  // extern "C"

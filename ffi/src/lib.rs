@@ -27,6 +27,7 @@ mod observe;
 mod options;
 mod panic_hook;
 mod status;
+mod version;
 
 pub use acquisition::*;
 pub use cancel::*;
@@ -35,3 +36,4 @@ pub use manager::*;
 pub use observe::*;
 pub use options::*;
 pub use status::*;
+pub use version::*;

@@ -1035,6 +1035,18 @@ static void test_shutdown(void) {
   for (int n = 0; n < node_count; n++) CHECK(keys_on(n, part_copy) == 0, "node %d: %ld keys left", n, keys_on(n, part_copy));
 }
 
+/* The header's macros and the linked library give the same version. Needs no server; the
+ * dynamically linked build of this file runs it through the soname's link. */
+static void test_version(void) {
+  char parts[64];
+  snprintf(parts, sizeof parts, "%d.%d.%d", FERROLOCK_VERSION_MAJOR, FERROLOCK_VERSION_MINOR,
+           FERROLOCK_VERSION_PATCH);
+  CHECK(strcmp(parts, FERROLOCK_VERSION_STRING) == 0, "macros %s, string %s", parts, FERROLOCK_VERSION_STRING);
+  const char *linked = ferrolock_version();
+  CHECK(linked != NULL && strcmp(linked, FERROLOCK_VERSION_STRING) == 0, "library %s, header %s",
+        linked ? linked : "(null)", FERROLOCK_VERSION_STRING);
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -1052,6 +1064,7 @@ static const test_t tests[] = {
     {"log_callback", test_log_callback},
     {"release_all", test_release_all},
     {"shutdown", test_shutdown},
+    {"version", test_version},
 };
 
 static int selected(const char *only, const char *name) {

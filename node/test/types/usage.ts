@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
-import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
+import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, version, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
 
 export async function usage(nodes: string[]): Promise<number> {
   const result: number = await withLock(
@@ -30,6 +30,8 @@ export async function usage(nodes: string[]): Promise<number> {
   void released;
   return result;
 }
+
+export const versionText: string = `ferrolock ${version}`;
 
 export function scrape(): string {
   const m = metrics();
