@@ -1086,7 +1086,7 @@ fn retry_pause(lease: &LockOptions) -> Duration {
 
 impl Watched for LockInner {
     /// Declared lost, renewed in this tick, or looked at later.
-    fn inspect(&self, now: Instant) -> Next {
+    fn inspect(&self, now: Instant, batch: bool) -> Next {
         let lock = self;
         let mut s = lock.state();
         if s.status != LockStatus::Held {
@@ -1121,20 +1121,26 @@ impl Watched for LockInner {
             return Next::Forget;
         }
         if lock.opts.watchdog && !s.renewing {
-            // The task wakes at the first lock's renewal time and then renews every lock due
-            // within the next half period as well: locks acquired at different moments end up in
-            // one batch after their first renewal, so a tick is one pipeline per node. Retries
-            // after a failure have no such slack.
-            let due_from = match s.retry_at {
-                Some(t) => t,
-                None => s
-                    .next_renewal
-                    .checked_sub(s.ttl / 6)
-                    .unwrap_or(s.next_renewal),
-            };
-            if now >= due_from {
+            // A tick that renews a due lock renews every lock due within the next half period
+            // as well: locks acquired at different moments end up in one batch after their
+            // first renewal, so a tick is one pipeline per node. Early only to join a batch
+            // another lock made due, so renewals stay ttl/3 apart otherwise; retries after a
+            // failure have no such slack.
+            let due_at = s.retry_at.unwrap_or(s.next_renewal);
+            if now >= due_at {
                 s.renewing = true;
                 return Next::RenewNow(lose_at);
+            }
+            let joins_from = s
+                .next_renewal
+                .checked_sub(s.ttl / 6)
+                .unwrap_or(s.next_renewal);
+            if s.retry_at.is_none() && now >= joins_from {
+                if batch {
+                    s.renewing = true;
+                    return Next::RenewNow(lose_at);
+                }
+                return Next::Joinable(lock.next_event(&s));
             }
         }
         Next::At(lock.next_event(&s))
