@@ -67,6 +67,7 @@ pub(crate) async fn acquire(
         check_redisson_channel(shared, key)?;
     }
     opts.validate()?;
+    crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
     let stats = crate::metrics::stats(key);
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
@@ -1109,6 +1110,7 @@ async fn attempt(
     if !tally.won() {
         shared.contention.mark_contended(&req.key);
     }
+    crate::hooks::run(crate::hooks::Point::Answered, &req.key);
     let mut fence = None;
     let mut spoiled = None;
     if tally.won() && fencing {

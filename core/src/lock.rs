@@ -279,6 +279,25 @@ pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
     opts.clone().ttl(ttl).effective_node_timeout() * 2
 }
 
+/// Refuses a lease (at acquire and `extend_for`) whose loss margin leaves the watchdog no
+/// room to renew before it declares the lock lost: the margin must be under ttl/3, the
+/// renewal period. The default node timeout (at most ttl/10) always fits. `what` completes
+/// "ttl … is too short".
+pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> Result<()> {
+    let ttl = opts.ttl;
+    let margin = loss_margin(opts, ttl);
+    if margin < ttl / 3 {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "ttl {ttl:?} is too short {}: its loss margin (2 × node timeout {:?} = {margin:?}) \
+         must be under a third of it, or the watchdog could not renew it before declaring it \
+         lost; use a longer ttl or a shorter node timeout",
+        what(),
+        opts.effective_node_timeout()
+    )))
+}
+
 /// The error every call on an inherited handle returns (see `LockInner::inherited`).
 fn inherited_error(key: &str, pid: u32) -> Error {
     Error::new(
@@ -556,15 +575,9 @@ impl Lock {
         }
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
-        let margin = loss_margin(&opts, ttl);
-        // A new lease must leave the watchdog room to renew before it declares a loss; the
-        // lease the lock was granted with (or last extended to) was accepted as it is.
-        if ttl != self.ttl() && margin >= ttl / 3 {
-            return Err(Error::invalid(format!(
-                "ttl {ttl:?} is too short to extend lock {key:?} to: its loss margin (2 × node \
-                 timeout = {margin:?}) must be under a third of it, or the watchdog could not \
-                 renew it before declaring it lost"
-            )));
+        // The lease the lock was granted with (or last extended to) was accepted as it is.
+        if ttl != self.ttl() {
+            check_lease(&opts, || format!("to extend lock {key:?} to"))?;
         }
         let _op = self.inner.op.lock().await;
         crate::hooks::run(crate::hooks::Point::Extending, key);

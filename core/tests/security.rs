@@ -5,6 +5,8 @@ mod common;
 
 /// A TLS handshake in a debug build on a loaded machine can outlast the default 200 ms.
 const TLS_NODE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Long enough for that node timeout (its loss margin, 2 × node timeout, under ttl/3).
+const TLS_TTL: Duration = Duration::from_secs(30);
 
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ async fn tls_with_a_ca_file_and_an_acl_user_restricted_to_lock_keys() {
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
@@ -85,7 +88,7 @@ async fn the_ca_file_can_come_from_the_environment() {
     let m = LockManager::new(
         ManagerOptions::new()
             .nodes([locker_url(&server)])
-            .lock(opts().node_timeout(TLS_NODE_TIMEOUT)),
+            .lock(opts().node_timeout(TLS_NODE_TIMEOUT).ttl(TLS_TTL)),
     );
     unsafe { std::env::remove_var("FERROLOCK_TLS_CA") };
     let lock = m.unwrap().acquire("lock:env-ca").await.unwrap();
@@ -103,6 +106,7 @@ async fn an_untrusted_certificate_is_an_unreachable_node_named_without_its_passw
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
@@ -124,6 +128,7 @@ async fn a_wrong_password_is_an_error_without_the_password() {
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
