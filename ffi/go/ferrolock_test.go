@@ -383,6 +383,12 @@ func TestBadInputs(t *testing.T) {
 	add("non-UTF-8 key", err, "UTF-8")
 	_, err = m.Acquire(ctx, key("manager-option"), ferrolock.Nodes("redis://127.0.0.1:2"))
 	add("manager option on an acquire", err, "manager")
+	// A node timeout its ttl cannot renew with (loss margin 10 s, not under 1 s / 3): refused at
+	// acquire, not reported lost with "validity 0s"; and a ttl too short to renew.
+	_, err = m.Acquire(ctx, key("margin"), ferrolock.TTL(time.Second), ferrolock.NodeTimeout(5*time.Second))
+	add("node timeout too long for the ttl", err, "node timeout 5s")
+	_, err = m.Acquire(ctx, key("short-ttl"), ferrolock.TTL(10*time.Millisecond))
+	add("ttl too short to renew", err, "ttl 10ms is too short")
 	for _, c := range cases {
 		var fe *ferrolock.Error
 		if !errors.Is(c.err, ferrolock.ErrInvalidArgument) || !errors.As(c.err, &fe) || !strings.Contains(fe.Message, c.want) {

@@ -23,7 +23,7 @@ func Set(name string, value any) Option {
 // Nodes are the Redis URLs: one node, or N for Redlock. Default: FERROLOCK_NODES.
 func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ",")) }
 
-// TTL is the lease on each node; the watchdog renews it every TTL/3.
+// TTL is the lease on each node (at least 100ms); the watchdog renews it every TTL/3.
 func TTL(d time.Duration) Option { return Set("ttl", d) }
 
 // Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done.
@@ -32,7 +32,8 @@ func Wait(d time.Duration) Option { return Set("wait", d) }
 // RetryDelay is the mean pause between attempts.
 func RetryDelay(d time.Duration) Option { return Set("retry_delay", d) }
 
-// NodeTimeout bounds each request to each node.
+// NodeTimeout bounds each request to each node. An acquire whose loss margin
+// (2 × NodeTimeout) is not under TTL/3 is refused; the default always fits.
 func NodeTimeout(d time.Duration) Option { return Set("node_timeout", d) }
 
 // MaxHold stops the watchdog (and signals loss) after d.

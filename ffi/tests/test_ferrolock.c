@@ -106,6 +106,9 @@ static ferrolock_options *options_ms(const char *name, ...) {
   const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
   if (slow && ferrolock_options_set_ms(o, "node_timeout", strtoull(slow, NULL, 10), NULL) != FERROLOCK_OK)
     abort();
+  /* A ttl that node timeout fits (its loss margin, 2 × node timeout, under ttl/3). */
+  if (slow && ferrolock_options_set_ms(o, "ttl", 10 * strtoull(slow, NULL, 10), NULL) != FERROLOCK_OK)
+    abort();
   va_list ap;
   va_start(ap, name);
   for (; name; name = va_arg(ap, const char *)) {
@@ -547,6 +550,17 @@ static void test_bad_inputs(void) {
   ferrolock_options *per = ferrolock_options_new();
   EXPECT(ferrolock_options_set_str(per, "nodes", "redis://127.0.0.1:2", &err), FERROLOCK_OK, NULL);
   EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "belongs to the manager");
+  ferrolock_options_free(per);
+  /* A node timeout its ttl cannot renew with (loss margin 900 ms, not under 1 s / 3), and a
+     ttl too short to renew (seconds meant as ms): refused at acquire, naming them. */
+  per = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(per, "ttl", 1000, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_options_set_ms(per, "node_timeout", 450, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "node timeout 450ms");
+  ferrolock_options_free(per);
+  per = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(per, "ttl", 10, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl 10ms");
   ferrolock_options_free(per);
   /* Locks. */
   EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
