@@ -149,3 +149,17 @@ async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
 }
+
+#[test]
+fn a_bad_node_list_from_the_environment_names_the_variable() {
+    // SAFETY: the only test in this binary that touches FERROLOCK_NODES.
+    unsafe { std::env::set_var("FERROLOCK_NODES", "http://127.0.0.1:6379") };
+    let err = LockManager::new(ManagerOptions::new()).unwrap_err();
+    unsafe { std::env::remove_var("FERROLOCK_NODES") };
+    assert_eq!(err.kind(), ferrolock::ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.message().contains("FERROLOCK_NODES")
+            && err.message().contains("http://127.0.0.1:6379"),
+        "{err}"
+    );
+}

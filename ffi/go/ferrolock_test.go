@@ -379,6 +379,8 @@ func TestBadInputs(t *testing.T) {
 	add("unknown option", err, `"no_such"`)
 	_, err = ferrolock.NewManager(ferrolock.Nodes("http://127.0.0.1:6379"))
 	add("malformed URL", err, "http://127.0.0.1:6379")
+	_, err = ferrolock.NewManager(ferrolock.Nodes())
+	add("empty node list", err, "no node URL")
 	_, err = m.Acquire(ctx, key("bad-utf8"+string([]byte{0xff})))
 	add("non-UTF-8 key", err, "UTF-8")
 	_, err = m.Acquire(ctx, key("manager-option"), ferrolock.Nodes("redis://127.0.0.1:2"))

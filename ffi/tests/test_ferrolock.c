@@ -505,6 +505,8 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_bool(NULL, "fencing", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_bool(o, NULL, true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_bool(o, "ttl", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=true");
+  /* An explicitly empty node list (left out, it means FERROLOCK_NODES, else localhost). */
+  EXPECT(ferrolock_options_set_str(o, "nodes", "", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "no node URL");
   EXPECT(ferrolock_options_set_count(NULL, "max_extensions", 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_count(o, NULL, 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_count(o, "max_extensions", 1ull << 40, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "max_extensions=1099511627776");

@@ -214,6 +214,7 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     [['k', async () => 1, { nodes: ['http://nope'] }], /http:\/\/nope/],
     [['k', 'not a function', { nodes }], /callback function/],
     [['k', async () => 1, { nodes, tll: 5 }], /unknown option "tll"/],
+    [['k', async () => 1, { nodes: [] }], /nodes=\[\]: no node URL/],
     // ttl in ms: 10 meant as seconds is refused at once, and so is a node timeout the ttl
     // cannot renew with (its loss margin, 2 × node timeout, not under ttl/3).
     [['k', async () => 1, { nodes, ttl: 10 }], /ttl 10ms is too short/],
