@@ -163,3 +163,41 @@ fn a_bad_node_list_from_the_environment_names_the_variable() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_named_as_such() {
+    // A plain TCP server answering HTTP junk to whatever it is sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0
+                        || conn
+                            .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://{addr}");
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([url.clone()])
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    let err = m.acquire("not-redis").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("not a Redis server") && text.contains(&addr.to_string()),
+        "{err}"
+    );
+}
