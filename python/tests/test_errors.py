@@ -31,7 +31,7 @@ BAD_LOCK_OPTIONS: list[tuple[str, Any, str]] = [
     ("ttl", [10], "ttl=[10]"),
     ("ttl", timedelta(0), "ttl=datetime.timedelta(0)"),
     ("ttl", timedelta(seconds=-1), "ttl=datetime.timedelta"),
-    ("ttl", 0.0000001, "1ms"),
+    ("ttl", 0.0000001, "the minimum is 100ms"),
     ("ttl", 3e6, "too long"),
     ("wait", -1, "wait=-1"),
     ("wait", math.nan, "wait=nan"),
