@@ -986,12 +986,21 @@ async fn ask(
                     .arg(ttl_ms)
                     .query_async(&mut conn)
                     .await?;
+                if reply != Value::Nil {
+                    return Ok(Value::Nil);
+                }
+                // Taken: by a lock, or by a key of a type no lock has, which would never be
+                // released (the scripts check it themselves).
+                let kind: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
+                if kind != "string" && kind != "hash" && kind != "none" {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "WRONGTYPE",
+                        format!("key {key} holds a {kind}, not a lock"),
+                    )));
+                }
                 // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
-                return Ok(if reply == Value::Nil {
-                    Value::Int(-1)
-                } else {
-                    Value::Nil
-                });
+                return Ok(Value::Int(-1));
             }
             // Built in a block: only the invocation lives across the await.
             let inv = {

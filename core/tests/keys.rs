@@ -366,3 +366,38 @@ async fn the_queue_of_a_key_without_a_valid_tag_wraps_it_whole() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_another_type_is_refused_naming_it_not_waited_on() {
+    let server = RedisServer::start();
+    let cases: [(&str, &[&str]); 4] = [
+        ("list", &["RPUSH", "typed:list", "x"]),
+        ("set", &["SADD", "typed:set", "x"]),
+        ("zset", &["ZADD", "typed:zset", "1", "x"]),
+        ("stream", &["XADD", "typed:stream", "*", "f", "v"]),
+    ];
+    for (kind, write) in cases {
+        let _: redis::Value = server.cmd(write);
+        let key = write[1];
+        // A manager that has not met the key yet: its single plain try is a SET NX.
+        let m = manager(&[server.url()], opts());
+        for (reentrant, wait) in [(false, 0), (true, 0), (false, 3), (true, 3)] {
+            // A budget the old behaviour used up, waiting for a holder that never leaves; and
+            // a single try (wait=0), whose plain acquire is a SET NX.
+            let o = opts()
+                .reentrant(reentrant)
+                .wait(Some(Duration::from_secs(wait)));
+            let err = m.acquire_with(key, &o).await.unwrap_err();
+            let text = err.to_string();
+            assert_ne!(
+                err.kind(),
+                ErrorKind::NotAcquired,
+                "{kind}, reentrant={reentrant}: {err}"
+            );
+            assert!(
+                text.contains(key) && text.contains(&format!("holds a {kind}")),
+                "{kind}, reentrant={reentrant}: {err}"
+            );
+        }
+    }
+}
