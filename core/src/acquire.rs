@@ -171,6 +171,7 @@ async fn acquire_loop(
             Some(Spoiled::FenceFailed(_)) => None,
             _ => wake_hint(&tally, &outcome.hints),
         };
+        let no_ttl = without_ttl(&outcome.hints);
         // After the attempt, only wake-ups from nodes that did not grant it count (see
         // `WakeSources`).
         let not_granted = match outcome.late {
@@ -219,6 +220,7 @@ async fn acquire_loop(
                 opts,
                 &tally,
                 spoiled.as_ref(),
+                no_ttl,
             ));
         }
 
@@ -246,7 +248,7 @@ async fn acquire_loop(
                 let turn = tokio::select! {
                     turn = t.my_turn() => turn,
                     _ = until(give_up_at) => {
-                        return Err(not_acquired_error(shared, key, opts, &tally, spoiled.as_ref()));
+                        return Err(not_acquired_error(shared, key, opts, &tally, spoiled.as_ref(), no_ttl));
                     }
                 };
                 if turn.attempt_now {
@@ -338,6 +340,7 @@ fn not_acquired_error(
     opts: &LockOptions,
     tally: &Tally,
     spoiled: Option<&Spoiled>,
+    no_ttl: usize,
 ) -> Error {
     let waited = match opts.wait {
         Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
@@ -357,6 +360,12 @@ fn not_acquired_error(
             "a quorum granted it but raising its fencing token failed on {}: {}, so it was released",
             shared.cluster.nodes[*i].name(),
             e.detail()
+        ),
+        None if no_ttl > 0 => format!(
+            "held by another owner on {} of {} nodes, with no TTL on {no_ttl} of them: a lock \
+             that will never expire (leaked?); `ferrolock scan` lists such keys",
+            tally.no(),
+            tally.answers.len()
         ),
         None => format!(
             "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
@@ -427,6 +436,14 @@ pub(crate) fn jitter(base: Duration) -> Duration {
 /// When a re-check is first worth it: the time after which a quorum of nodes could grant,
 /// from each node's answer (a grant: now; busy: the PTTL or queue lease it returned; no
 /// answer, or a key without TTL: unknown).
+/// A busy answer with no re-check hint (a failed plain SET NX on a key with a TTL).
+const NO_HINT: i64 = -3;
+
+/// How many nodes answered busy for a holder with no TTL (a leaked lock).
+fn without_ttl(hints: &[Option<i64>]) -> usize {
+    hints.iter().filter(|h| **h == Some(-1)).count()
+}
+
 fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
     let mut at: Vec<u64> = tally
         .answers
@@ -991,7 +1008,13 @@ async fn ask(
                 }
                 // Taken: by a lock, or by a key of a type no lock has, which would never be
                 // released (the scripts check it themselves).
-                let kind: String = redis::cmd("TYPE").arg(key).query_async(&mut conn).await?;
+                let (kind, pttl): (String, i64) = redis::pipe()
+                    .cmd("TYPE")
+                    .arg(key)
+                    .cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await?;
                 if kind != "string" && kind != "hash" && kind != "none" {
                     return Err(redis::RedisError::from((
                         redis::ErrorKind::Client,
@@ -999,8 +1022,9 @@ async fn ask(
                         format!("key {key} holds a {kind}, not a lock"),
                     )));
                 }
-                // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
-                return Ok(Value::Int(-1));
+                // Busy with no re-check hint (the waiter's queued re-check gets the PTTL),
+                // unless the holder has no TTL at all (a leaked lock, for the error).
+                return Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT }));
             }
             // Built in a block: only the invocation lives across the await.
             let inv = {

@@ -401,3 +401,23 @@ async fn a_key_of_another_type_is_refused_naming_it_not_waited_on() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_key_with_no_ttl_is_held_and_the_error_says_so() {
+    let server = RedisServer::start();
+    // A leaked lock: a token someone SET without PX.
+    let _: String = server.cmd(&["SET", "leaked", "someone"]);
+    let m = manager(&[server.url()], opts());
+    // The single plain try (SET NX), then a waiting one (the queue script).
+    for wait in [0, 1] {
+        let o = opts().wait(Some(Duration::from_secs(wait)));
+        let err = m.acquire_with("leaked", &o).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "wait={wait}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("no TTL") && text.contains("ferrolock scan"),
+            "wait={wait}: {err}"
+        );
+    }
+    assert_eq!(get(&server, "leaked").as_deref(), Some("someone"));
+}
