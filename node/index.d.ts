@@ -24,13 +24,13 @@ interface SignalLike {
 
 /** Options of a lock; a LockManager's are the defaults of each acquire. */
 export interface LockOptions {
-  /** The lease on each node, ms; the watchdog renews it every ttl/3. Default 10000. */
+  /** The lease on each node, ms (at least 100); the watchdog renews it every ttl/3. Default 10000. */
   ttl?: number;
   /** ms to wait for the lock: omitted, null or Infinity blocks until acquired; 0 tries once. */
   wait?: number | null;
   /** Between attempts, ms (jittered ±50 %). Default 100. */
   retryDelay?: number;
-  /** Per node, per request, ms. Default min(200, ttl/10). */
+  /** Per node, per request, ms. Default min(200, ttl/10). An acquire whose 2 × nodeTimeout is not under ttl/3 is refused. */
   nodeTimeout?: number | null;
   /** drift = ttl × driftFactor + 2 ms. Default 0.01. */
   driftFactor?: number;

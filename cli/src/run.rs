@@ -63,7 +63,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "URLS")]
     nodes: Option<String>,
 
-    /// Lease on each node, renewed every ttl/3 while COMMAND runs [default: 10s]
+    /// Lease on each node (at least 100ms), renewed every ttl/3 while COMMAND runs [default: 10s]
     // Hyphen values reach our parser, so `--ttl -1s` is named as a bad duration rather than
     // reported as an unknown flag `-1`.
     #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
@@ -78,7 +78,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
     retry_delay: Option<Duration>,
 
-    /// Per node, per request [default: min(200ms, ttl/10)]
+    /// Per node, per request; 2 × it must be under ttl/3 [default: min(200ms, ttl/10)]
     #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
     node_timeout: Option<Duration>,
 

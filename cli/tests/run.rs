@@ -322,6 +322,12 @@ fn bad_input_exits_64_and_names_the_value() {
         (&["--wait", "5", "k", "--"], "'5'"),
         (&["--wait", "-1s", "k", "--"], "'-1s'"),
         (&["--ttl", "1ms", "k", "--"], "1ms"),
+        (&["--ttl", "50ms", "k", "--"], "ttl 50ms is too short"),
+        // A node timeout the ttl cannot renew with: refused, not a child stopped at once.
+        (
+            &["--ttl", "1s", "--node-timeout", "5s", "k", "--"],
+            "node timeout 5s",
+        ),
         (&["--nodes", "http://x", "k", "--"], "http://x"),
         (&["--nodes", "", "k", "--"], "empty node URL"),
         (&["", "--"], "key must not be empty"),

@@ -75,6 +75,7 @@ pub(crate) async fn acquire(
         check_redisson_channel(shared, key)?;
     }
     opts.validate()?;
+    crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
     let stats = crate::metrics::stats(key);
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
@@ -188,6 +189,7 @@ async fn acquire_loop(
         } else {
             migrating_streak = 0;
         }
+        let no_ttl = without_ttl(&outcome.hints);
         // After the attempt, only wake-ups from nodes that did not grant it count (see
         // `WakeSources`).
         let not_granted = match outcome.late {
@@ -236,6 +238,7 @@ async fn acquire_loop(
                 opts,
                 &tally,
                 spoiled.as_ref(),
+                no_ttl,
             ));
         }
 
@@ -263,7 +266,7 @@ async fn acquire_loop(
                 let turn = tokio::select! {
                     turn = t.my_turn() => turn,
                     _ = until(give_up_at) => {
-                        return Err(not_acquired_error(shared, key, opts, &tally, spoiled.as_ref()));
+                        return Err(not_acquired_error(shared, key, opts, &tally, spoiled.as_ref(), no_ttl));
                     }
                 };
                 if turn.attempt_now {
@@ -355,6 +358,7 @@ fn not_acquired_error(
     opts: &LockOptions,
     tally: &Tally,
     spoiled: Option<&Spoiled>,
+    no_ttl: usize,
 ) -> Error {
     let waited = match opts.wait {
         Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
@@ -374,6 +378,12 @@ fn not_acquired_error(
             "a quorum granted it but raising its fencing token failed on {}: {}, so it was released",
             shared.cluster.nodes[*i].name(),
             e.detail()
+        ),
+        None if no_ttl > 0 => format!(
+            "held by another owner on {} of {} nodes, with no TTL on {no_ttl} of them: a lock \
+             that will never expire (leaked?); `ferrolock scan` lists such keys",
+            tally.no(),
+            tally.answers.len()
         ),
         None => format!(
             "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
@@ -444,6 +454,14 @@ pub(crate) fn jitter(base: Duration) -> Duration {
 /// When a re-check is first worth it: the time after which a quorum of nodes could grant,
 /// from each node's answer (a grant: now; busy: the PTTL or queue lease it returned; no
 /// answer, or a key without TTL: unknown).
+/// A busy answer with no re-check hint (a failed plain SET NX on a key with a TTL).
+const NO_HINT: i64 = -3;
+
+/// How many nodes answered busy for a holder with no TTL (a leaked lock).
+fn without_ttl(hints: &[Option<i64>]) -> usize {
+    hints.iter().filter(|h| **h == Some(-1)).count()
+}
+
 fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
     let mut at: Vec<u64> = tally
         .answers
@@ -1045,25 +1063,43 @@ async fn ask(
                 if reply != Value::Nil {
                     return Ok(Value::Nil);
                 }
-                // Busy, or our own grant: this SET ran already and was sent again after its
-                // connection dropped (redis-rs re-sends on a cluster, `Node` on a server).
-                // Only a busy first try pays this round trip.
-                let holder = command("GET", 1, key.len())
+                // Busy, our own grant (this SET ran already and was sent again after its
+                // connection dropped: redis-rs re-sends on a cluster, `Node` on a server), or
+                // taken by a key of a type no lock has, which would never be released (the
+                // scripts check it themselves). One round trip, paid only by a busy first try.
+                let replies: Vec<Value> = redis::pipe()
+                    .ignore_errors()
+                    .cmd("GET")
                     .arg(key)
-                    .query_async::<Value>(&mut conn)
-                    .await;
-                let holder = match holder {
-                    Ok(v) => v,
-                    // No answer: unknown, as the SET's own would be (undone: a fresh grant).
-                    Err(e) if e.is_io_error() || e.is_timeout() => return Err(e),
-                    // WRONGTYPE (a reentrant lock's hash): someone else's.
-                    Err(_) => Value::Nil,
-                };
-                // Busy with no re-check hint: the waiter's queued re-check gets the PTTL.
-                return Ok(match holder {
-                    Value::BulkString(b) if b == token.as_bytes() => Value::Nil,
-                    _ => Value::Int(-1),
-                });
+                    .cmd("TYPE")
+                    .arg(key)
+                    .cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await?;
+                let [holder, kind, pttl]: [Value; 3] = replies.try_into().map_err(|_| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "unexpected reply",
+                        "GET, TYPE, PTTL did not answer three replies".to_string(),
+                    ))
+                })?;
+                // GET fails with WRONGTYPE on a reentrant lock's hash: someone else's.
+                if matches!(&holder, Value::BulkString(b) if b == token.as_bytes()) {
+                    return Ok(Value::Nil);
+                }
+                let kind: String = redis::from_redis_value(kind)?;
+                let pttl: i64 = redis::from_redis_value(pttl)?;
+                if kind != "string" && kind != "hash" && kind != "none" {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "WRONGTYPE",
+                        format!("key {key} holds a {kind}, not a lock"),
+                    )));
+                }
+                // Busy with no re-check hint (the waiter's queued re-check gets the PTTL),
+                // unless the holder has no TTL at all (a leaked lock, for the error).
+                return Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT }));
             }
             // Built in a block: only the invocation lives across the await.
             let inv = {
@@ -1190,6 +1226,7 @@ async fn attempt(
     if !tally.won() {
         shared.contention.mark_contended(&req.key);
     }
+    crate::hooks::run(crate::hooks::Point::Answered, &req.key);
     let mut fence = None;
     let mut spoiled = None;
     if tally.won() && fencing {

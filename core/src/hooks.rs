@@ -16,6 +16,9 @@ pub enum Point {
     WatchdogScan,
     /// `Lock::extend_for`, holding the lock's operation guard (a renewal due now is skipped).
     Extending,
+    /// An acquire attempt, once its nodes answered and before its validity is checked (a
+    /// stalled client: the only way a grant comes late when the node timeout fits the ttl).
+    Answered,
 }
 
 /// Called with the point and the lock's key (empty where there is none).

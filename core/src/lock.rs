@@ -280,6 +280,25 @@ pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
     opts.clone().ttl(ttl).effective_node_timeout() * 2
 }
 
+/// Refuses a lease (at acquire and `extend_for`) whose loss margin leaves the watchdog no
+/// room to renew before it declares the lock lost: the margin must be under ttl/3, the
+/// renewal period. The default node timeout (at most ttl/10) always fits. `what` completes
+/// "ttl … is too short".
+pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> Result<()> {
+    let ttl = opts.ttl;
+    let margin = loss_margin(opts, ttl);
+    if margin < ttl / 3 {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "ttl {ttl:?} is too short {}: its loss margin (2 × node timeout {:?} = {margin:?}) \
+         must be under a third of it, or the watchdog could not renew it before declaring it \
+         lost; use a longer ttl or a shorter node timeout",
+        what(),
+        opts.effective_node_timeout()
+    )))
+}
+
 /// The error every call on an inherited handle returns (see `LockInner::inherited`).
 fn inherited_error(key: &str, pid: u32) -> Error {
     Error::new(
@@ -557,15 +576,9 @@ impl Lock {
         }
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
-        let margin = loss_margin(&opts, ttl);
-        // A new lease must leave the watchdog room to renew before it declares a loss; the
-        // lease the lock was granted with (or last extended to) was accepted as it is.
-        if ttl != self.ttl() && margin >= ttl / 3 {
-            return Err(Error::invalid(format!(
-                "ttl {ttl:?} is too short to extend lock {key:?} to: its loss margin (2 × node \
-                 timeout = {margin:?}) must be under a third of it, or the watchdog could not \
-                 renew it before declaring it lost"
-            )));
+        // The lease the lock was granted with (or last extended to) was accepted as it is.
+        if ttl != self.ttl() {
+            check_lease(&opts, || format!("to extend lock {key:?} to"))?;
         }
         let _op = self.inner.op.lock().await;
         crate::hooks::run(crate::hooks::Point::Extending, key);
@@ -1110,7 +1123,7 @@ fn retry_pause(lease: &LockOptions) -> Duration {
 
 impl Watched for LockInner {
     /// Declared lost, renewed in this tick, or looked at later.
-    fn inspect(&self, now: Instant) -> Next {
+    fn inspect(&self, now: Instant, batch: bool) -> Next {
         let lock = self;
         let mut s = lock.state();
         if s.status != LockStatus::Held {
@@ -1145,20 +1158,26 @@ impl Watched for LockInner {
             return Next::Forget;
         }
         if lock.opts.watchdog && !s.renewing {
-            // The task wakes at the first lock's renewal time and then renews every lock due
-            // within the next half period as well: locks acquired at different moments end up in
-            // one batch after their first renewal, so a tick is one pipeline per node. Retries
-            // after a failure have no such slack.
-            let due_from = match s.retry_at {
-                Some(t) => t,
-                None => s
-                    .next_renewal
-                    .checked_sub(s.ttl / 6)
-                    .unwrap_or(s.next_renewal),
-            };
-            if now >= due_from {
+            // A tick that renews a due lock renews every lock due within the next half period
+            // as well: locks acquired at different moments end up in one batch after their
+            // first renewal, so a tick is one pipeline per node. Early only to join a batch
+            // another lock made due, so renewals stay ttl/3 apart otherwise; retries after a
+            // failure have no such slack.
+            let due_at = s.retry_at.unwrap_or(s.next_renewal);
+            if now >= due_at {
                 s.renewing = true;
                 return Next::RenewNow(lose_at);
+            }
+            let joins_from = s
+                .next_renewal
+                .checked_sub(s.ttl / 6)
+                .unwrap_or(s.next_renewal);
+            if s.retry_at.is_none() && now >= joins_from {
+                if batch {
+                    s.renewing = true;
+                    return Next::RenewNow(lose_at);
+                }
+                return Next::Joinable(lock.next_event(&s));
             }
         }
         Next::At(lock.next_event(&s))

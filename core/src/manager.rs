@@ -34,37 +34,19 @@ impl LockManager {
     pub fn new(options: ManagerOptions) -> Result<LockManager> {
         options.lock.validate()?;
         let urls = options.resolved_nodes();
-        let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
-        if urls.iter().any(|u| u.trim().is_empty()) {
-            return Err(Error::invalid(format!(
-                "empty node URL in node list {shown:?}"
-            )));
-        }
-        // The same node twice would count its vote twice (or, refusing, make a quorum
-        // impossible): Redlock needs independent nodes.
-        for (i, u) in urls.iter().enumerate() {
-            if urls[..i].contains(u) {
-                return Err(Error::invalid(format!(
-                    "node {:?} is listed twice in {shown:?}: Redlock needs distinct nodes",
-                    crate::node::redact_url(u)
-                )));
+        let from_env = options.nodes.is_empty()
+            && std::env::var(crate::options::NODES_ENV).is_ok_and(|v| !v.trim().is_empty());
+        let nodes = open_nodes(&options, &urls).map_err(|e| {
+            if from_env {
+                // The caller wrote no URL: say where the bad one came from.
+                Error::new(
+                    e.kind(),
+                    format!("{}: {}", crate::options::NODES_ENV, e.message()),
+                )
+            } else {
+                e
             }
-        }
-        let tls_ca = options.resolved_tls_ca();
-        let guard = match options.restart_guard {
-            Some(g) if g > crate::options::MAX_DURATION => {
-                return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
-            }
-            Some(g) => g,
-            // A node that restarts with no persistence forgets its locks; with fewer than 3
-            // nodes there is no spare to outvote it anyway.
-            None if urls.len() >= 3 => options.lock.ttl,
-            None => Duration::ZERO,
-        };
-        let nodes = urls
-            .iter()
-            .map(|u| Node::open(u, tls_ca.as_deref(), guard, options.sharded_pubsub))
-            .collect::<Result<Vec<_>>>()?;
+        })?;
         Ok(LockManager {
             shared: Arc::new(Shared::new(Cluster::new(nodes), options.lock)),
         })
@@ -197,4 +179,38 @@ impl LockManager {
             .waiters
             .set_attempt_hooks(|h| h.won_reported = hook);
     }
+}
+
+/// Checks the node list (no empty URL, no node twice) and opens each node (no connection yet).
+fn open_nodes(options: &ManagerOptions, urls: &[String]) -> Result<Vec<Node>> {
+    let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
+    if urls.iter().any(|u| u.trim().is_empty()) {
+        return Err(Error::invalid(format!(
+            "empty node URL in node list {shown:?}"
+        )));
+    }
+    // The same node twice would count its vote twice (or, refusing, make a quorum
+    // impossible): Redlock needs independent nodes.
+    for (i, u) in urls.iter().enumerate() {
+        if urls[..i].contains(u) {
+            return Err(Error::invalid(format!(
+                "node {:?} is listed twice in {shown:?}: Redlock needs distinct nodes",
+                crate::node::redact_url(u)
+            )));
+        }
+    }
+    let tls_ca = options.resolved_tls_ca();
+    let guard = match options.restart_guard {
+        Some(g) if g > crate::options::MAX_DURATION => {
+            return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
+        }
+        Some(g) => g,
+        // A node that restarts with no persistence forgets its locks; with fewer than 3
+        // nodes there is no spare to outvote it anyway.
+        None if urls.len() >= 3 => options.lock.ttl,
+        None => Duration::ZERO,
+    };
+    urls.iter()
+        .map(|u| Node::open(u, tls_ca.as_deref(), guard, options.sharded_pubsub))
+        .collect()
 }

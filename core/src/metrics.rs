@@ -6,7 +6,10 @@
 //!
 //! The label is the part of the key before its last `:` (`orders:1001` → `orders`; a key
 //! without `:` is its own prefix), so keys with ids do not explode the label set;
-//! [`set_prefix_separator`] changes the separator. A lock looks its label up once, at its
+//! [`set_prefix_separator`] changes the separator. The label set is bounded: past
+//! [`MAX_PREFIXES`] labels, a new prefix is counted under [`OVERFLOW_PREFIX`] (`_other`), so
+//! keys that are ids without a `:` (`job-0`, `job-1`, ...) cannot grow it without bound. A
+//! lock looks its label up once, at its
 //! grant; every later count goes to atomics it holds.
 
 use std::collections::BTreeMap;
@@ -121,6 +124,12 @@ pub struct PrefixSnapshot {
 /// Every prefix's counts, by prefix.
 pub type Snapshot = BTreeMap<String, PrefixSnapshot>;
 
+/// The most labels one process keeps: keys whose prefix is an id (`job-0`, `job-1`, ...
+/// without a `:`) must not grow the registry, or the scrape, without bound.
+pub const MAX_PREFIXES: usize = 1000;
+/// The label of every prefix first seen once `MAX_PREFIXES` are kept.
+pub const OVERFLOW_PREFIX: &str = "_other";
+
 static REGISTRY: Mutex<BTreeMap<String, Arc<Stats>>> = Mutex::new(BTreeMap::new());
 /// The separator's char code; 0: none (the whole key is the label).
 static SEPARATOR: AtomicU32 = AtomicU32::new(':' as u32);
@@ -143,12 +152,21 @@ pub fn prefix_of(key: &str) -> &str {
 pub(crate) fn stats(key: &str) -> Arc<Stats> {
     let prefix = prefix_of(key);
     let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    counts_of(&mut reg, prefix)
+}
+
+/// The counts of `prefix` in `reg`, made on first use; past the cap, a new prefix shares the
+/// overflow label (the one entry allowed past it).
+fn counts_of(reg: &mut BTreeMap<String, Arc<Stats>>, prefix: &str) -> Arc<Stats> {
     if let Some(s) = reg.get(prefix) {
         return s.clone();
     }
-    let s = Arc::new(Stats::default());
-    reg.insert(prefix.to_string(), s.clone());
-    s
+    let prefix = if reg.len() >= MAX_PREFIXES {
+        OVERFLOW_PREFIX
+    } else {
+        prefix
+    };
+    reg.entry(prefix.to_string()).or_default().clone()
 }
 
 /// Everything counted so far in this process.
@@ -312,6 +330,26 @@ mod tests {
         assert_eq!(prefix_of("orders:1001"), "orders");
         assert_eq!(prefix_of("a:b:c"), "a:b");
         assert_eq!(prefix_of("plain"), "plain");
+    }
+
+    #[test]
+    fn the_label_set_is_bounded_by_an_overflow_label() {
+        // A registry of its own: the process's one is shared with the other tests.
+        let mut reg = BTreeMap::new();
+        // Keys without the separator (`job-0`, `job-1`, ...) are each their own prefix.
+        for i in 0..MAX_PREFIXES + 10 {
+            counts_of(&mut reg, prefix_of(&format!("job-{i}")));
+        }
+        assert_eq!(
+            reg.len(),
+            MAX_PREFIXES + 1,
+            "the cap and the overflow label"
+        );
+        let late = counts_of(&mut reg, "job-late");
+        assert!(Arc::ptr_eq(&late, &reg[OVERFLOW_PREFIX]));
+        assert!(!reg.contains_key("job-late"));
+        // A prefix kept before the cap keeps its own label.
+        assert!(!Arc::ptr_eq(&counts_of(&mut reg, "job-0"), &late));
     }
 
     #[test]

@@ -837,6 +837,13 @@ impl Node {
     /// answer, like a server that refuses connections.
     fn classify(&self, e: &redis::RedisError) -> NodeError {
         let text = scrub(&e.to_string(), self.password.as_deref());
+        // A reply that is not RESP at all (an HTTP server, say, at a wrong port): its dump
+        // helps nobody.
+        if e.kind() == redis::ErrorKind::Parse && text.contains("Parse error at") {
+            return NodeError::Redis(
+                "not a Redis server: its reply is not the Redis protocol (RESP)".into(),
+            );
+        }
         if e.is_io_error()
             || e.is_connection_refusal()
             || e.is_timeout()

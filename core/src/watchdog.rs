@@ -30,8 +30,9 @@ const PER_RENEWAL: Duration = Duration::from_micros(50);
 /// What the watchdog keeps alive: a held lock (`lock.rs`), which decides for itself when it
 /// is due, lost or renewed; the watchdog batches the renewals and runs the clock.
 pub(crate) trait Watched: Send + Sync {
-    /// What it needs now: it may declare itself lost (`Next::Forget`).
-    fn inspect(&self, now: Instant) -> Next;
+    /// What it needs now: it may declare itself lost (`Next::Forget`). `batch`: a batch goes
+    /// out in this tick, which it may join ahead of its time (`Next::Joinable`).
+    fn inspect(&self, now: Instant, batch: bool) -> Next;
     /// When it next needs looking at.
     fn due(&self) -> Instant;
     /// Starts this tick's renewal: the guard that keeps its extend and release out, and the
@@ -56,6 +57,9 @@ pub(crate) enum Next {
     Forget,
     /// Renew in this tick; declare it lost at this instant if no renewal has confirmed.
     RenewNow(Instant),
+    /// Not due yet, but close enough to join a batch that goes out in this tick; else look
+    /// again at this instant.
+    Joinable(Instant),
     At(Instant),
 }
 
@@ -167,6 +171,7 @@ async fn run(weak: Weak<Core>) {
         let local = core.local();
         let now = Instant::now();
         let mut due: Vec<Arc<dyn Watched>> = Vec::new();
+        let mut joinable: Vec<Arc<dyn Watched>> = Vec::new();
         let mut wake_at = now + IDLE;
         {
             let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,12 +180,17 @@ async fn run(weak: Weak<Core>) {
                 let Some(lock) = weak_lock.upgrade() else {
                     return false;
                 };
-                match lock.inspect(now) {
+                match lock.inspect(now, false) {
                     Next::Forget => false,
                     Next::RenewNow(lose_at) => {
                         // Renewed beside this loop; the loss deadline still bounds the sleep.
                         wake_at = wake_at.min(lose_at);
                         due.push(lock);
+                        true
+                    }
+                    Next::Joinable(t) => {
+                        wake_at = wake_at.min(t);
+                        joinable.push(lock);
                         true
                     }
                     Next::At(t) => {
@@ -189,6 +199,16 @@ async fn run(weak: Weak<Core>) {
                     }
                 }
             });
+            // Only a lock that is due makes a batch: an idle wake-up renews nothing early,
+            // so a lock alone is renewed every ttl/3, never more often.
+            if !due.is_empty() {
+                for lock in joinable {
+                    if let Next::RenewNow(lose_at) = lock.inspect(now, true) {
+                        wake_at = wake_at.min(lose_at);
+                        due.push(lock);
+                    }
+                }
+            }
             if reg.locks.is_empty() {
                 reg.running = false;
                 reg.wakes_at = None;

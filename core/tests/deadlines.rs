@@ -145,6 +145,75 @@ async fn extend_for_rejects_a_ttl_its_loss_margin_would_eat() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acquire_rejects_a_node_timeout_its_ttl_cannot_renew_with() {
+    let server = RedisServer::start();
+    let key = unique_key("acquire-margin");
+    // The manager is built with the options: only an acquire knows which ttl meets which
+    // node timeout (this one may pass a longer ttl).
+    let m = manager(
+        &[server.url()],
+        opts()
+            .watchdog(true)
+            .ttl(Duration::from_secs(1))
+            .node_timeout(ms(450)),
+    );
+    // Loss margin 2 × 450 ms = 900 ms, not under a third of 1 s: the lock would be declared
+    // lost about 100 ms after its grant.
+    let err = m.acquire(&key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("1s") && text.contains("450ms") && text.contains("loss margin"),
+        "does not name the ttl and node timeout: {err}"
+    );
+    assert_eq!(
+        get(&server, &key),
+        None,
+        "a refused acquire reached the node"
+    );
+    // The same rule and message as extend_for.
+    let lock = m
+        .acquire_with(
+            &key,
+            &opts().ttl(Duration::from_secs(10)).node_timeout(ms(450)),
+        )
+        .await
+        .unwrap();
+    let extend = lock.extend_for(Duration::from_secs(1)).await.unwrap_err();
+    assert_eq!(
+        extend
+            .to_string()
+            .split_once(": its")
+            .map(|(_, why)| why.to_string()),
+        text.split_once(": its").map(|(_, why)| why.to_string()),
+    );
+    assert!(lock.release().await.unwrap());
+    // The default node timeout (min(200 ms, ttl/10)) always fits.
+    for ttl in [ms(100), ms(300), ms(1200), Duration::from_secs(2)] {
+        let lock = m
+            .acquire_with(&key, &opts().ttl(ttl))
+            .await
+            .unwrap_or_else(|e| panic!("ttl {ttl:?}: {e}"));
+        assert!(lock.release().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_ttl_too_short_to_renew_is_refused_naming_it() {
+    let server = RedisServer::start();
+    // `ttl: 10` in Node, meant as seconds, is 10 ms.
+    let m = manager(&[server.url()], opts().watchdog(true));
+    let key = unique_key("ttl-floor");
+    let err = m
+        .acquire_with(&key, &opts().watchdog(true).ttl(ms(10)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("ttl 10ms"), "{err}");
+    assert_eq!(get(&server, &key), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_skipped_for_an_extend_in_flight_still_signals_loss_in_time() {
     let _serial = serial();
     let _hook = HookGuard;

@@ -7,63 +7,56 @@
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::ErrorKind;
+use ferrolock::{__set_test_hook, ErrorKind, HookPoint};
 use ferrolock_testbed::Cluster;
 
-/// Pauses `servers` now and resumes them after `after`, from a plain thread (the fault must
-/// not depend on the runtime under test).
-fn pause_for(cluster: &Cluster, which: &[usize], after: Duration) -> std::thread::JoinHandle<()> {
-    for &i in which {
-        cluster.servers[i].pause();
+/// Clears the process-wide test hook when the test ends, also on a failure.
+struct HookGuard;
+impl Drop for HookGuard {
+    fn drop(&mut self) {
+        __set_test_hook(None);
     }
-    let pids: Vec<u32> = which.iter().map(|&i| cluster.servers[i].pid()).collect();
-    std::thread::spawn(move || {
-        std::thread::sleep(after);
-        for pid in pids {
-            // SAFETY: plain kill(2) on a child pid we started.
-            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
-        }
-    })
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
     let _serial = serial();
+    let _hook = HookGuard;
     let cluster = Cluster::start(3);
-    // ttl 150ms, node timeout 3s: a quorum that answers after 400ms answers "yes" too late
-    // (the node timeout is far from the pause, so a slow machine still hears the answer).
-    let o = opts()
-        .ttl(ms(150))
-        .node_timeout(ms(3_000))
-        .wait(Some(Duration::ZERO));
+    // ttl 150ms with its default node timeout (15 ms): every node answers in time, and the
+    // client stalls 400 ms after the answers (a GC pause, a SIGSTOP), so the quorum's "yes"
+    // is heard after the validity. (A node timeout long enough for a paused node to answer
+    // "yes" that late is refused at acquire.)
+    let o = opts().ttl(ms(150)).wait(Some(Duration::ZERO));
     let m = manager(&cluster.urls(), o.clone());
-    // Connections open before the fault, with a ttl that connecting on a loaded machine
-    // cannot outlast.
-    let warm = o.ttl(Duration::from_secs(10));
-    m.acquire_with("warmup", &warm)
-        .await
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
-    let resumer = pause_for(&cluster, &[1, 2], ms(400));
-    let started = Instant::now();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let flag = stalled.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::Answered && key == "slow" {
+            std::thread::sleep(ms(400));
+            flag.store(true, Ordering::SeqCst);
+        }
+    })));
     let result = m.acquire("slow").await;
-    resumer.join().unwrap();
-    let took = started.elapsed();
-    assert!(
-        took >= ms(400),
-        "the fault was not in place: acquire took {took:?}"
-    );
+    assert!(stalled.load(Ordering::SeqCst), "the stall was not in place");
     let err = result.expect_err("an acquire slower than its ttl must not be granted");
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
     assert!(
         err.message().contains("a quorum granted it"),
         "the quorum did answer yes: {err}"
     );
+    // Released, not left to expire: the next acquire is granted at once.
+    m.acquire_with("slow", &o.ttl(Duration::from_secs(10)))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
 
 /// An extend whose node timeout could outlast its new validity (a confirmation arriving after
@@ -75,9 +68,9 @@ async fn an_extend_that_could_confirm_after_its_new_validity_is_refused_and_move
     let cluster = Cluster::start(3);
     let m = manager(
         &cluster.urls(),
-        // Node timeout 2 s, far from the 400 ms pause; ttl 10 s, so that its loss margin (two
-        // node timeouts) leaves the lock held when the extend is asked for.
-        opts().ttl(Duration::from_secs(10)).node_timeout(ms(2_000)),
+        // Node timeout 2 s, far from the 400 ms pause; ttl 15 s, so that its loss margin (two
+        // node timeouts) is under a third of it.
+        opts().ttl(Duration::from_secs(15)).node_timeout(ms(2_000)),
     );
     let lock = m.acquire("slow-extend").await.unwrap();
     let before = lock.deadline();
@@ -95,7 +88,7 @@ async fn an_extend_that_could_confirm_after_its_new_validity_is_refused_and_move
         before,
         "a failed extend must leave the deadline alone"
     );
-    assert_eq!(lock.ttl(), Duration::from_secs(10));
+    assert_eq!(lock.ttl(), Duration::from_secs(15));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -39,8 +39,10 @@ async fn fences_strictly_increase_over_1000_grants_on_differing_quorums() {
     let managers: Vec<LockManager> = (0..4)
         .map(|_| {
             // Node timeout 2 s, not the default 200 ms: a loaded machine answers late, and a
-            // release that hears from too few nodes is an error.
+            // release that hears from too few nodes is an error (ttl 30 s: its loss margin
+            // must be under ttl/3).
             let o = opts()
+                .ttl(Duration::from_secs(30))
                 .fencing(true)
                 .retry_delay(ms(2))
                 .node_timeout(ms(2_000));

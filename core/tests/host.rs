@@ -122,7 +122,7 @@ fn a_cancelled_release_completes_exactly_once() {
         let key = unique_key("host-cancel-release");
         let o = opts()
             .reentrant(true)
-            .ttl(Duration::from_secs(60))
+            .ttl(Duration::from_secs(90))
             .node_timeout(Duration::from_secs(10));
         let m = host_manager(&[server.url()], o.clone());
         let never = Cancel::new();
@@ -476,7 +476,7 @@ fn exit_protocol_child() {
     let m = host_manager(
         &urls,
         opts()
-            .ttl(Duration::from_secs(120))
+            .ttl(Duration::from_secs(180))
             .node_timeout(node_timeout),
     );
     let held = take(&m, "exit-held");

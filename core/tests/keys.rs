@@ -370,3 +370,58 @@ async fn the_queue_of_a_key_without_a_valid_tag_wraps_it_whole() {
         .unwrap()
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_of_another_type_is_refused_naming_it_not_waited_on() {
+    let server = RedisServer::start();
+    let cases: [(&str, &[&str]); 4] = [
+        ("list", &["RPUSH", "typed:list", "x"]),
+        ("set", &["SADD", "typed:set", "x"]),
+        ("zset", &["ZADD", "typed:zset", "1", "x"]),
+        ("stream", &["XADD", "typed:stream", "*", "f", "v"]),
+    ];
+    for (kind, write) in cases {
+        let _: redis::Value = server.cmd(write);
+        let key = write[1];
+        // A manager that has not met the key yet: its single plain try is a SET NX.
+        let m = manager(&[server.url()], opts());
+        for (reentrant, wait) in [(false, 0), (true, 0), (false, 3), (true, 3)] {
+            // A budget the old behaviour used up, waiting for a holder that never leaves; and
+            // a single try (wait=0), whose plain acquire is a SET NX.
+            let o = opts()
+                .reentrant(reentrant)
+                .wait(Some(Duration::from_secs(wait)));
+            let err = m.acquire_with(key, &o).await.unwrap_err();
+            let text = err.to_string();
+            assert_ne!(
+                err.kind(),
+                ErrorKind::NotAcquired,
+                "{kind}, reentrant={reentrant}: {err}"
+            );
+            assert!(
+                text.contains(key) && text.contains(&format!("holds a {kind}")),
+                "{kind}, reentrant={reentrant}: {err}"
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lock_key_with_no_ttl_is_held_and_the_error_says_so() {
+    let server = RedisServer::start();
+    // A leaked lock: a token someone SET without PX.
+    let _: String = server.cmd(&["SET", "leaked", "someone"]);
+    let m = manager(&[server.url()], opts());
+    // The single plain try (SET NX), then a waiting one (the queue script).
+    for wait in [0, 1] {
+        let o = opts().wait(Some(Duration::from_secs(wait)));
+        let err = m.acquire_with("leaked", &o).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "wait={wait}: {err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("no TTL") && text.contains("ferrolock scan"),
+            "wait={wait}: {err}"
+        );
+    }
+    assert_eq!(get(&server, "leaked").as_deref(), Some("someone"));
+}

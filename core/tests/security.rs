@@ -5,6 +5,8 @@ mod common;
 
 /// A TLS handshake in a debug build on a loaded machine can outlast the default 200 ms.
 const TLS_NODE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Long enough for that node timeout (its loss margin, 2 × node timeout, under ttl/3).
+const TLS_TTL: Duration = Duration::from_secs(30);
 
 use std::time::Duration;
 
@@ -46,6 +48,7 @@ async fn tls_with_a_ca_file_and_an_acl_user_restricted_to_lock_keys() {
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
@@ -85,7 +88,7 @@ async fn the_ca_file_can_come_from_the_environment() {
     let m = LockManager::new(
         ManagerOptions::new()
             .nodes([locker_url(&server)])
-            .lock(opts().node_timeout(TLS_NODE_TIMEOUT)),
+            .lock(opts().node_timeout(TLS_NODE_TIMEOUT).ttl(TLS_TTL)),
     );
     unsafe { std::env::remove_var("FERROLOCK_TLS_CA") };
     let lock = m.unwrap().acquire("lock:env-ca").await.unwrap();
@@ -103,6 +106,7 @@ async fn an_untrusted_certificate_is_an_unreachable_node_named_without_its_passw
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
@@ -124,6 +128,7 @@ async fn a_wrong_password_is_an_error_without_the_password() {
             .lock(
                 opts()
                     .node_timeout(TLS_NODE_TIMEOUT)
+                    .ttl(TLS_TTL)
                     .wait(Some(Duration::ZERO)),
             ),
     )
@@ -143,4 +148,56 @@ async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
+}
+
+#[test]
+fn a_bad_node_list_from_the_environment_names_the_variable() {
+    // SAFETY: the only test in this binary that touches FERROLOCK_NODES.
+    unsafe { std::env::set_var("FERROLOCK_NODES", "http://127.0.0.1:6379") };
+    let err = LockManager::new(ManagerOptions::new()).unwrap_err();
+    unsafe { std::env::remove_var("FERROLOCK_NODES") };
+    assert_eq!(err.kind(), ferrolock::ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.message().contains("FERROLOCK_NODES")
+            && err.message().contains("http://127.0.0.1:6379"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_named_as_such() {
+    // A plain TCP server answering HTTP junk to whatever it is sent.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let mut buf = [0u8; 1024];
+                while let Ok(n) = conn.read(&mut buf) {
+                    if n == 0
+                        || conn
+                            .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                            .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let url = format!("redis://{addr}");
+    let m = LockManager::new(
+        ManagerOptions::new()
+            .nodes([url.clone()])
+            .lock(opts().wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    let err = m.acquire("not-redis").await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("not a Redis server") && text.contains(&addr.to_string()),
+        "{err}"
+    );
 }

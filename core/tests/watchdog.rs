@@ -308,3 +308,30 @@ async fn a_thousand_locks_are_renewed_in_batches_not_one_by_one() {
     assert!(locks.iter().all(|l| l.is_held()));
     drop(Arc::new(locks));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_lock_is_renewed_every_third_of_its_ttl_not_more_often() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // ttl 4 s: its third (1.33 s) is longer than the watchdog's idle wake-up (1 s), which
+    // used to renew any lock due within half a period, so every second here.
+    let ttl = Duration::from_secs(4);
+    let m = manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(ttl).node_timeout(ms(400)),
+    );
+    let lock = m.acquire("counted").await.unwrap();
+    // The plain acquire is a SET NX; every script call from here on is a renewal.
+    let scripts = || calls(&server, "evalsha") + calls(&server, "eval");
+    let before = tokio::task::block_in_place(scripts);
+    tokio::time::sleep(ttl * 4).await;
+    let renewals = tokio::task::block_in_place(scripts) - before;
+    assert!(lock.is_held(), "{:?}", lock.status());
+    // A count, not a speed: a slow machine renews later, never more often. At least one per
+    // ttl, or the lock would have expired.
+    assert!(
+        (4..=12).contains(&renewals),
+        "{renewals} renewals of one lock in 4 ttl (3 per ttl expected)"
+    );
+    assert!(lock.release().await.unwrap());
+}

@@ -391,10 +391,18 @@ func TestBadInputs(t *testing.T) {
 	add("unknown option", err, `"no_such"`)
 	_, err = ferrolock.NewManager(ferrolock.Nodes("http://127.0.0.1:6379"))
 	add("malformed URL", err, "http://127.0.0.1:6379")
+	_, err = ferrolock.NewManager(ferrolock.Nodes())
+	add("empty node list", err, "no node URL")
 	_, err = m.Acquire(ctx, key("bad-utf8"+string([]byte{0xff})))
 	add("non-UTF-8 key", err, "UTF-8")
 	_, err = m.Acquire(ctx, key("manager-option"), ferrolock.Nodes("redis://127.0.0.1:2"))
 	add("manager option on an acquire", err, "manager")
+	// A node timeout its ttl cannot renew with (loss margin 10 s, not under 1 s / 3): refused at
+	// acquire, not reported lost with "validity 0s"; and a ttl too short to renew.
+	_, err = m.Acquire(ctx, key("margin"), ferrolock.TTL(time.Second), ferrolock.NodeTimeout(5*time.Second))
+	add("node timeout too long for the ttl", err, "node timeout 5s")
+	_, err = m.Acquire(ctx, key("short-ttl"), ferrolock.TTL(10*time.Millisecond))
+	add("ttl too short to renew", err, "ttl 10ms is too short")
 	for _, c := range cases {
 		var fe *ferrolock.Error
 		if !errors.Is(c.err, ferrolock.ErrInvalidArgument) || !errors.As(c.err, &fe) || !strings.Contains(fe.Message, c.want) {

@@ -30,8 +30,8 @@ func Set(name string, value any) Option { return Option{name, value} }
 // Nodes are the Redis URLs: one node, or N for Redlock. Default: FERROLOCK_NODES.
 func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ",")) }
 
-// TTL is the lease on each node; the watchdog renews it every TTL/3. A duration, as every
-// option below that takes one: TTL(10) is 10 ns, refused (below a millisecond), not 10 s.
+// TTL is the lease on each node (at least 100ms); the watchdog renews it every TTL/3. A
+// duration, as every option below that takes one: TTL(10) is 10 ns, refused, not 10 s.
 func TTL(d time.Duration) Option { return Set("ttl", d) }
 
 // Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done.
@@ -40,7 +40,8 @@ func Wait(d time.Duration) Option { return Set("wait", d) }
 // RetryDelay is the mean pause between attempts.
 func RetryDelay(d time.Duration) Option { return Set("retry_delay", d) }
 
-// NodeTimeout bounds each request to each node.
+// NodeTimeout bounds each request to each node. An acquire whose loss margin
+// (2 × NodeTimeout) is not under TTL/3 is refused; the default always fits.
 func NodeTimeout(d time.Duration) Option { return Set("node_timeout", d) }
 
 // MaxHold stops the watchdog (and signals loss) after d.

@@ -106,6 +106,9 @@ static ferrolock_options *options_ms(const char *name, ...) {
   const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
   if (slow && ferrolock_options_set_ms(o, "node_timeout", strtoull(slow, NULL, 10), NULL) != FERROLOCK_OK)
     abort();
+  /* A ttl that node timeout fits (its loss margin, 2 × node timeout, under ttl/3). */
+  if (slow && ferrolock_options_set_ms(o, "ttl", 10 * strtoull(slow, NULL, 10), NULL) != FERROLOCK_OK)
+    abort();
   va_list ap;
   va_start(ap, name);
   for (; name; name = va_arg(ap, const char *)) {
@@ -786,6 +789,8 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_bool(NULL, "fencing", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_bool(o, NULL, true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_bool(o, "ttl", true, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=true");
+  /* An explicitly empty node list (left out, it means FERROLOCK_NODES, else localhost). */
+  EXPECT(ferrolock_options_set_str(o, "nodes", "", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "no node URL");
   EXPECT(ferrolock_options_set_count(NULL, "max_extensions", 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_count(o, NULL, 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_count(o, "max_extensions", 1ull << 40, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "max_extensions=1099511627776");
@@ -831,6 +836,17 @@ static void test_bad_inputs(void) {
   ferrolock_options *per = ferrolock_options_new();
   EXPECT(ferrolock_options_set_str(per, "nodes", "redis://127.0.0.1:2", &err), FERROLOCK_OK, NULL);
   EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "belongs to the manager");
+  ferrolock_options_free(per);
+  /* A node timeout its ttl cannot renew with (loss margin 900 ms, not under 1 s / 3), and a
+     ttl too short to renew (seconds meant as ms): refused at acquire, naming them. */
+  per = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(per, "ttl", 1000, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_options_set_ms(per, "node_timeout", 450, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "node timeout 450ms");
+  ferrolock_options_free(per);
+  per = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(per, "ttl", 10, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, per, NULL, &lock, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl 10ms");
   ferrolock_options_free(per);
   /* Locks. */
   EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);

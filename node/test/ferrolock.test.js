@@ -258,6 +258,11 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     [['k', async () => 1, { nodes: ['http://nope'] }], /http:\/\/nope/],
     [['k', 'not a function', { nodes }], /callback function/],
     [['k', async () => 1, { nodes, tll: 5 }], /unknown option "tll"/],
+    [['k', async () => 1, { nodes: [] }], /nodes=\[\]: no node URL/],
+    // ttl in ms: 10 meant as seconds is refused at once, and so is a node timeout the ttl
+    // cannot renew with (its loss margin, 2 × node timeout, not under ttl/3).
+    [['k', async () => 1, { nodes, ttl: 10 }], /ttl 10ms is too short/],
+    [['k', async () => 1, { nodes, ttl: 1000, nodeTimeout: 5000 }], /ttl 1s is too short.*node timeout 5s/],
   ];
   for (const [args, re] of cases) {
     await assert.rejects(withLock(...args), (e) => e instanceof InvalidArgumentError && e.code === 'INVALID_ARGUMENT' && re.test(e.message), String(args[2] && JSON.stringify(args[2])));

@@ -31,7 +31,7 @@ BAD_LOCK_OPTIONS: list[tuple[str, Any, str]] = [
     ("ttl", [10], "ttl=[10]"),
     ("ttl", timedelta(0), "ttl=datetime.timedelta(0)"),
     ("ttl", timedelta(seconds=-1), "ttl=datetime.timedelta"),
-    ("ttl", 0.0000001, "1ms"),
+    ("ttl", 0.0000001, "the minimum is 100ms"),
     ("ttl", 3e6, "too long"),
     ("wait", -1, "wait=-1"),
     ("wait", math.nan, "wait=nan"),
@@ -109,6 +109,17 @@ def test_option_errors_read_name_equals_value_in_the_cores_words(
     with pytest.raises(InvalidArgument) as info:
         manager.acquire(key, **{name: value})
     assert str(info.value) == f'lock "{key}": {message}'
+
+
+def test_acquire_refuses_a_node_timeout_its_ttl_cannot_renew_with(
+    manager: LockManager, key: str
+) -> None:
+    # Loss margin 2 × 0.45 s, not under a third of 1 s: the lock would be lost at ~0.1 s.
+    with pytest.raises(InvalidArgument, match=r"ttl 1s is too short.*node timeout 450ms"):
+        manager.acquire(key, ttl=1.0, node_timeout=0.45)
+    with pytest.raises(InvalidArgument, match=r"ttl 10ms is too short"):
+        manager.acquire(key, ttl=0.01)
+    manager.acquire(key, ttl=1.0).release()
 
 
 def test_option_names_are_the_cores_table() -> None:

@@ -16,7 +16,10 @@ import signal, sys, time, ferrolock
 # SIGINT ignored, and Python then installs no handler: restore Ctrl-C's usual meaning.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 urls = sys.argv[1].split(",")
-m = ferrolock.LockManager(urls, node_timeout=float(sys.argv[3]), restart_guard=0)
+# ttl 10 × node timeout: its loss margin (2 × node timeout) must be under ttl/3.
+m = ferrolock.LockManager(
+    urls, ttl=10 * float(sys.argv[3]), node_timeout=float(sys.argv[3]), restart_guard=0
+)
 print("waiting", flush=True)
 t = time.monotonic()
 try:

@@ -20,6 +20,10 @@ pub const DEFAULT_NODE: &str = "redis://127.0.0.1:6379";
 /// bound and no duration can wrap around in a 32-bit timer, in `PX`, or in `Instant + d`.
 pub const MAX_DURATION: Duration = Duration::from_millis(i32::MAX as u64);
 
+/// The shortest ttl: one the watchdog can renew over a network. A shorter one is most often a
+/// number of seconds passed where milliseconds are expected (Node's `ttl: 10`).
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+
 /// Per-lock options. Every field has the default from DESIGN.md; the manager's copy is the
 /// default for each lock, and each acquire may override it.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,9 +132,10 @@ impl LockOptions {
     /// Rejects every value that would make the lock meaningless or overflow somewhere.
     pub fn validate(&self) -> Result<()> {
         check_duration("ttl", self.ttl)?;
-        if self.ttl < Duration::from_millis(1) {
+        if self.ttl < MIN_TTL {
             return Err(Error::invalid(format!(
-                "ttl must be at least 1ms (Redis expires in whole milliseconds), got {:?}",
+                "ttl {:?} is too short: the minimum is {MIN_TTL:?} (the watchdog renews every \
+                 ttl/3, and each node must answer within a node timeout of a fraction of that)",
                 self.ttl
             )));
         }
@@ -344,7 +349,7 @@ mod tests {
             .ttl(Duration::from_micros(500))
             .validate()
             .unwrap_err();
-        assert!(sub_ms.message().contains("1ms"), "{sub_ms}");
+        assert!(sub_ms.message().contains("100ms"), "{sub_ms}");
         let nan = LockOptions::default()
             .drift_factor(f64::NAN)
             .validate()

@@ -103,7 +103,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "10 s",
         range: DURATION_RANGE,
-        doc: "the lease on each node; the watchdog renews it every ttl/3",
+        doc: "the lease on each node; the watchdog renews it every ttl/3; at least 100 ms",
     },
     OptionSpec {
         name: "wait",
@@ -130,7 +130,8 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "min(200 ms, ttl/10)",
         range: DURATION_RANGE,
-        doc: "per node, per request",
+        doc: "per node, per request; an acquire whose loss margin (2 × node timeout) is not \
+              under ttl/3 is refused, as `extend(ttl)` is (the default always fits)",
     },
     OptionSpec {
         name: "drift_factor",
@@ -312,9 +313,15 @@ impl ManagerOptions {
                 }
             }
             ("nodes", _) => {
+                // Left out (None) means FERROLOCK_NODES, else the local node; written out
+                // empty (`nodes: []`, Go's `Nodes()`, `--nodes ""`), it is a mistake.
+                let empty = "no node URL given (leave nodes out to use FERROLOCK_NODES or \
+                             redis://127.0.0.1:6379)";
                 self.nodes = match value {
                     Value::None => Vec::new(),
+                    Value::Text(list) if list.trim().is_empty() => return Err(bad(empty)),
                     Value::Text(list) => super::split_nodes(&list),
+                    Value::List(list) if list.is_empty() => return Err(bad(empty)),
                     Value::List(list) => list,
                     _ => return Err(bad("expected node URLs")),
                 }
@@ -389,6 +396,28 @@ mod tests {
         assert_eq!(o.restart_guard, Some(Duration::ZERO));
         assert_eq!(o.nodes, ["redis://a:1", "redis://b:2"]);
         assert_eq!(o.tls_ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
+    }
+
+    #[test]
+    fn an_explicitly_empty_node_list_is_refused_and_none_is_the_default() {
+        let mut o = ManagerOptions::default();
+        for (value, written) in [
+            (Value::List(Vec::new()), "[]"),
+            (Value::Text(String::new()), "\"\""),
+            (Value::Text(" ".into()), "\" \""),
+        ] {
+            let err = o.set("nodes", value, written).unwrap_err();
+            assert!(
+                err.message()
+                    .starts_with(&format!("nodes={written}: no node URL")),
+                "{err}"
+            );
+        }
+        o.set("nodes", Value::None, "null").unwrap();
+        assert!(
+            o.nodes.is_empty(),
+            "None leaves the FERROLOCK_NODES fallback"
+        );
     }
 
     #[test]
