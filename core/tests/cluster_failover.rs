@@ -141,7 +141,7 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
 /// patterns (Redis 7 gives a new user no channel at all), and sharded pub/sub with its probe
 /// (`pubsub|shardnumsub`; refused, the client falls back to classic pub/sub).
 const CLUSTER_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
-     -@all +get +set +del +exists +pexpire +pttl +evalsha +script|load +publish +subscribe \
+     -@all +get +set +del +exists +pexpire +pttl +type +evalsha +script|load +publish +subscribe \
      +unsubscribe +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +hexists +hincrby +incr \
      +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +time +ping +cluster|slots \
      +asking";

@@ -20,7 +20,7 @@ const SECRET: &str = "s3cr3t-Pa55";
 fn locker_acl() -> String {
     format!(
         "user locker on >{SECRET} ~lock:* ~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
-         -@all +set +get +del +exists +pexpire +pttl +eval +evalsha +script|load +publish +ping +hello +info +subscribe +unsubscribe"
+         -@all +set +get +del +exists +pexpire +pttl +type +eval +evalsha +script|load +publish +ping +hello +info +subscribe +unsubscribe"
     )
 }
 
