@@ -25,7 +25,6 @@ mod lock;
 mod manager;
 mod observe;
 mod options;
-mod panic_hook;
 mod status;
 mod version;
 

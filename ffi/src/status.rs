@@ -106,7 +106,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Runs one entry point: clears `*err`, catches a panic (logged, never printed: see
-/// `panic_hook`), and turns a failure into its status (and, when `err` is not NULL, an
+/// `ferrolock::host::panic_hook`), and turns a failure into its status (and, when `err` is not NULL, an
 /// error object).
 pub(crate) fn call(
     entry: &str,
@@ -117,7 +117,7 @@ pub(crate) fn call(
         // SAFETY: the caller passes NULL or a valid `ferrolock_error *` slot.
         unsafe { *err = std::ptr::null_mut() };
     }
-    let entered = crate::panic_hook::entered();
+    let entered = ferrolock::host::panic_hook::entered();
     let caught = catch_unwind(AssertUnwindSafe(body));
     drop(entered);
     let failure = match caught {
@@ -141,7 +141,7 @@ pub(crate) fn call(
 
 /// Runs an entry point that cannot fail, returning `fallback` if it panics.
 pub(crate) fn guard<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    let _entered = crate::panic_hook::entered();
+    let _entered = ferrolock::host::panic_hook::entered();
     catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
 }
 

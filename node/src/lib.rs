@@ -10,3 +10,10 @@ pub mod manager;
 pub mod metrics;
 pub mod options;
 pub mod rt;
+
+/// At load (before any call): the library's panics go to the logger, not stderr
+/// (`ferrolock::host::panic_hook`).
+#[napi_derive::module_init]
+fn init() {
+    ferrolock::host::panic_hook::install_for_module();
+}

@@ -58,3 +58,18 @@ pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
 pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'_, ()>> {
     promise_on_core(env, async { Ok(()) })
 }
+
+/// Panics on one of the core's runtime threads and resolves to the panic's text, for the
+/// test that such a panic reaches the logger and not stderr (nothing in the library panics on
+/// purpose). Not exported by `index.js`.
+#[napi_derive::napi(js_name = "__panicForTest")]
+pub fn panic_for_test(env: &napi::Env) -> napi::Result<PromiseRaw<'_, String>> {
+    promise_on_core(env, async {
+        let task =
+            ferrolock::runtime::runtime().spawn(async { panic!("__panicForTest was called") });
+        Ok(task
+            .await
+            .map(|()| String::new())
+            .unwrap_or_else(|e| e.to_string()))
+    })
+}

@@ -37,9 +37,17 @@ fn _sync_log_level(py: Python<'_>) {
     log::sync_level(py);
 }
 
+/// Panics inside the entry point, for the test that a panic reaches the "ferrolock" logger
+/// and not stderr (nothing else in the library panics on purpose). Not part of the API.
+#[pyfunction]
+fn _panic_for_test() {
+    panic!("_panic_for_test was called");
+}
+
 #[pymodule]
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
+    ferrolock::host::panic_hook::install_for_module();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The core's error table: (code, number) of every kind, for the check that each Python
     // exception class's `.code` is the core's.
@@ -57,5 +65,6 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(metrics::prometheus_text, m)?)?;
     m.add_function(wrap_pyfunction!(_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
     Ok(())
 }

@@ -15,7 +15,8 @@
 //!   thread; `lost`: an awaitable), `free` (waits for a running callback), `abandon`.
 //! - [`scope`]: the end of a `with` / `withLock` scope, one decision table for every binding.
 //! - [`exit()`]: the process-exit protocol, bounded in time.
-//! - [`log`]: the core's `tracing` events handed to a binding's log function.
+//! - [`log`]: the core's `tracing` events handed to a binding's log function;
+//!   [`panic_hook`]: the library's panics sent there too, never printed.
 //!
 //! Fork: every registry here is per process (`PerProcess`): a forked child makes its own
 //! managers, hands out its own locks, and never touches what it inherited (an inherited
@@ -28,6 +29,7 @@ mod lock;
 pub mod log;
 mod loss;
 mod manager;
+pub mod panic_hook;
 pub mod scope;
 mod shared;
 

@@ -15,6 +15,7 @@ __all__ = [
     "_exit",
     "ERROR_CODES",
     "_sync_log_level",
+    "_panic_for_test",
     "metrics",
     "prometheus_text",
 ]
@@ -104,3 +105,4 @@ class _LockContextBase:
 
 def _exit() -> int: ...
 def _sync_log_level() -> None: ...
+def _panic_for_test() -> None: ...
