@@ -618,8 +618,12 @@ impl Drop for Ticket {
             let waiters = self.waiters.clone();
             let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
             let channel = self.kq.channel.clone();
+            // Counted: a closed manager's waits are gone from every answering node when
+            // `close` returns.
+            let pending = crate::runtime::Pending::start();
             self.waiters.cluster.handle().spawn(async move {
                 waiters.dequeue_everywhere(&key, &id, &channel).await;
+                drop(pending);
             });
         }
     }
