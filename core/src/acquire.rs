@@ -801,9 +801,9 @@ where
         }
         let (shared, req) = (self.shared.clone(), self.req.clone());
         let answered = self.answered.take();
-        // The exit protocol waits for it (`background_releases`): an acquire the exit gave up
+        // The exit protocol waits for it (`runtime::settled`): an acquire the exit gave up
         // is undone before the process ends.
-        let finishing = crate::lock::Finishing::start();
+        let finishing = crate::runtime::Pending::start();
         crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
             let _finishing = finishing;
             let mask = match (requests, answered) {
@@ -862,8 +862,8 @@ where
     let answers = tally.answers.clone();
     let (wakes, rx) = watch::channel(answers.iter().map(wakes_us).collect::<Vec<bool>>());
     let (shared, req) = (shared.clone(), req.clone());
-    // The exit protocol waits for it (`background_releases`).
-    let finishing = crate::lock::Finishing::start();
+    // The exit protocol waits for it (`runtime::settled`).
+    let finishing = crate::runtime::Pending::start();
     crate::runtime::spawn_cleanup(&shared.cluster.handle(), async move {
         let _finishing = finishing;
         let n = shared.cluster.nodes.len();

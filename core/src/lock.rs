@@ -728,7 +728,7 @@ impl Drop for FinishRelease {
 /// drives them to their end on the connections they went out on, and wakes this manager's
 /// waiters if the release had not yet.
 ///
-/// The exit protocol waits for these (`background_releases`): a process that exits right
+/// The exit protocol waits for these (`spawn_cleanup` counts them): a process that exits right
 /// after a quorum released would otherwise leave its key on the slower nodes until the ttl.
 struct Releasing<R>
 where
@@ -737,47 +737,6 @@ where
     inner: Arc<LockInner>,
     requests: Option<FanOut<R>>,
     woke: bool,
-}
-
-/// Releases (and undos of a lost or cancelled acquire) finishing in the background, counted
-/// until their task ends (or is dropped).
-static FINISHING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-static FINISHED: tokio::sync::Notify = tokio::sync::Notify::const_new();
-
-pub(crate) struct Finishing;
-
-impl Finishing {
-    pub(crate) fn start() -> Finishing {
-        FINISHING.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Finishing
-    }
-}
-
-impl Drop for Finishing {
-    fn drop(&mut self) {
-        FINISHING.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        FINISHED.notify_waiters();
-    }
-}
-
-/// Whether some release (or undo) is finishing in the background.
-pub(crate) fn finishing() -> bool {
-    FINISHING.load(std::sync::atomic::Ordering::SeqCst) > 0
-}
-
-/// Resolves once no release is finishing in the background (each is bounded by the node
-/// timeout). A forked child may inherit a count of tasks it does not have: its wait then ends
-/// with the caller's time limit.
-pub(crate) async fn background_releases() {
-    loop {
-        let finished = FINISHED.notified();
-        tokio::pin!(finished);
-        finished.as_mut().enable();
-        if FINISHING.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-            return;
-        }
-        finished.await;
-    }
 }
 
 impl<R> Drop for Releasing<R>
@@ -789,11 +748,9 @@ where
             return;
         };
         let (inner, woke) = (self.inner.clone(), self.woke);
-        let finishing = Finishing::start();
         crate::runtime::spawn_cleanup(&inner.shared.cluster.handle(), {
             let inner = inner.clone();
             async move {
-                let _finishing = finishing;
                 while requests.next().await {}
                 if !woke {
                     inner
@@ -916,8 +873,12 @@ impl Drop for Lock {
         // Never in a forked child: the lock is the parent's (and its state is not touched).
         if !self.inner.inherited() && !self.inner.state().released {
             let inner = self.inner.clone();
+            // Counted, so that closing and exit wait for it (not `spawn_cleanup`: a drop
+            // never blocks, not even on a blocking caller's thread).
+            let pending = crate::runtime::Pending::start();
             self.inner.shared.cluster.handle().spawn(async move {
                 let _ = inner.release().await;
+                drop(pending);
             });
         }
     }

@@ -62,7 +62,6 @@ impl<T> PerProcess<T> {
     }
 
     /// This process's value, if it made one.
-    #[cfg(test)]
     pub fn get(&self) -> Option<&T> {
         let p = self.current.load(Ordering::Acquire);
         // SAFETY: as in `get_or_init`.

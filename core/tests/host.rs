@@ -715,3 +715,193 @@ fn a_cancelled_completion_acquire_with_paused_nodes_is_reported_once_it_left_the
         }
     });
 }
+
+/// The waiter-queue keys of `key` that exist on `server` (none once nothing of a waiter is
+/// left there).
+fn queue_keys(server: &RedisServer, key: &str) -> Vec<String> {
+    [
+        ferrolock::queue_key(key),
+        ferrolock::queue_lease_key(key),
+        ferrolock::queue_since_key(key),
+    ]
+    .into_iter()
+    .filter(|k| server.cmd::<i64>(&["EXISTS", k]) == 1)
+    .collect()
+}
+
+/// Closing a manager ends the acquires waiting on it (a blocking one and a completion-based
+/// one) with a clear error, and leaves nothing of them on any node: no queue entry once
+/// `close` has returned, no key once the holder has released.
+#[test]
+fn closing_a_manager_ends_its_waits_and_leaves_no_key_or_queue_entry() {
+    let _serial = serial();
+    within(Duration::from_secs(120), || {
+        let cluster = Cluster::start(3);
+        let key = unique_key("host-close-waits");
+        let o = opts().wait(None).ttl(Duration::from_secs(60));
+        let holder = host_manager(&cluster.urls(), o.clone());
+        let held = holder
+            .acquire_blocking(&key, host::NO_OWNER, &o, &Cancel::new(), None)
+            .unwrap();
+        let waiters = host_manager(&cluster.urls(), o.clone());
+        let (tx, rx) = mpsc::channel();
+        let (m, k, wo) = (waiters.clone(), key.clone(), o.clone());
+        let blocked = std::thread::spawn(move || {
+            let _ = tx.send(m.acquire_blocking(&k, host::NO_OWNER, &wo, &Cancel::new(), None));
+        });
+        let call = waiters.acquire_call(&key, host::NO_OWNER, &o, Cancel::new());
+        // The fault: the waiters sit in the key's queue on every node.
+        assert!(
+            eventually(Duration::from_secs(30), || cluster
+                .servers
+                .iter()
+                .all(|s| !queue_keys(s, &key).is_empty())),
+            "the waiters never queued on every node"
+        );
+        waiters.close(Duration::from_secs(5));
+        let ended = |r: &ferrolock::Result<host::Lock>| match r {
+            Err(e) => e.kind() == ErrorKind::NotAcquired && e.to_string().contains("closed"),
+            Ok(_) => false,
+        };
+        let first = rx.recv_timeout(Duration::from_secs(30));
+        assert!(
+            matches!(&first, Ok(r) if ended(r)),
+            "the blocked acquire did not end with the close"
+        );
+        blocked.join().unwrap();
+        let second = call.wait().expect("the call's result");
+        assert!(ended(&second), "the completion-based acquire did not end");
+        for s in &cluster.servers {
+            assert_eq!(queue_keys(s, &key), Vec::<String>::new(), "queue left");
+        }
+        assert!(held.release_blocking(&Cancel::new(), None).unwrap());
+        let other = host_manager(&cluster.urls(), opts().wait(Some(Duration::ZERO)));
+        let again =
+            other.acquire_blocking(&key, host::NO_OWNER, other.defaults(), &Cancel::new(), None);
+        assert!(
+            again.is_ok(),
+            "a closed manager's waiter kept the key: {again:?}"
+        );
+        drop(again);
+        other.close(Duration::from_secs(5));
+        for s in &cluster.servers {
+            assert_eq!(s.cmd::<i64>(&["EXISTS", &key]), 0);
+            assert_eq!(queue_keys(s, &key), Vec::<String>::new(), "queue left");
+        }
+    });
+}
+
+/// Exit finds every lock of the process however its handles were freed (run as a child of
+/// its own: exit is process-wide).
+const EXIT_FREED_CHILD: &str = "FERROLOCK_HOST_EXIT_FREED_CHILD";
+
+#[test]
+fn exit_releases_locks_whose_manager_or_handle_was_freed() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // Every byte to and from the node waits: a release started in the background is still
+    // running when exit starts.
+    let proxy = ferrolock_testbed::Proxy::start(server.port());
+    proxy.set_delay(Duration::from_millis(500));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "exit_freed_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(
+            EXIT_FREED_CHILD,
+            format!("{} {}", proxy.url(), server.url()),
+        )
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("exit-freed-ok"),
+        "child failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn exit_freed_child() {
+    let Ok(urls) = std::env::var(EXIT_FREED_CHILD) else {
+        return; // only as the child of the test above
+    };
+    let (via_proxy, direct) = urls.split_once(' ').unwrap();
+    let o = opts()
+        .watchdog(true)
+        .ttl(Duration::from_secs(90))
+        .node_timeout(Duration::from_secs(10));
+    let urls = [via_proxy.to_string()];
+    // A lock whose manager's every handle was dropped (Go's deferred Close ran first, a
+    // collected Python or Node manager).
+    let m = host_manager(&urls, o.clone());
+    let kept = take(&m, "exit-freed-kept");
+    drop(m);
+    // A lock freed unreleased, then its manager: the release its drop starts is running.
+    let m = host_manager(&urls, o);
+    let dropped = take(&m, "exit-freed-dropped");
+    let dropped_key = dropped.key().to_string();
+    drop(dropped);
+    drop(m);
+    let released = host::exit(Duration::from_secs(30));
+    assert_eq!(released, 1, "exit released {released} locks");
+    assert_eq!(kept.core().status(), ferrolock::LockStatus::Released);
+    let mut c = redis::Client::open(direct)
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    for k in [kept.key(), &dropped_key] {
+        let n: i64 = redis::cmd("EXISTS").arg(k).query(&mut c).unwrap();
+        assert_eq!(n, 0, "{k} left on the node");
+    }
+    println!("exit-freed-ok");
+}
+
+/// A forked child that acquires on a manager it inherited releases that lock at its exit.
+#[test]
+fn a_forked_childs_exit_releases_what_it_took_on_an_inherited_manager() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("host-exit-fork");
+    let m = host_manager(
+        &[server.url()],
+        opts().watchdog(true).ttl(Duration::from_secs(60)),
+    );
+    // The parent uses the manager first: the child inherits one with the parent's core.
+    take(&m, "host-exit-fork-parent")
+        .release_blocking(&Cancel::new(), None)
+        .unwrap();
+    // SAFETY: the child only acquires, runs the exit protocol, then `_exit`s.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork failed");
+    if child == 0 {
+        let code =
+            match m.acquire_blocking(&key, host::NO_OWNER, m.defaults(), &Cancel::new(), None) {
+                Ok(lock) => {
+                    let released = host::exit(Duration::from_secs(10));
+                    drop(lock);
+                    if released == 1 { 0 } else { 2 }
+                }
+                Err(_) => 3,
+            };
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    assert!(libc::WIFEXITED(status));
+    assert_eq!(
+        libc::WEXITSTATUS(status),
+        0,
+        "the child's exit did not release its lock (2) or it could not acquire (3)"
+    );
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", &key]),
+        0,
+        "the child's key was left"
+    );
+}

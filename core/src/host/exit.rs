@@ -6,33 +6,33 @@
 //! A binding calls [`exit`] from its exit hook (Python's `atexit`, Node's `process.on('exit')`,
 //! C's `ferrolock_shutdown` or a destructor) on one thread, before it stops its own callbacks.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use tokio::sync::Notify;
-
 use crate::error::{Error, ErrorKind};
+use crate::host::flag::Flag;
 
 /// Set by [`exit`]: from then on an acquire gives up, and one that completes releases its
 /// lock at once instead of handing it to a caller that may never run again (a daemon thread
 /// waiting for the lock that exit just released). Inherited by a forked child on purpose: a
 /// child forked during exit must not start new work either.
-static EXITING: AtomicBool = AtomicBool::new(false);
-static EXITING_NOW: Notify = Notify::const_new();
+static EXITING: Flag = Flag::new();
 /// Blocking acquires in progress, counted until their thread is back (clean-up included).
 static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
 
 pub fn is_exiting() -> bool {
-    EXITING.load(Ordering::SeqCst)
+    EXITING.is_set()
 }
 
 /// Resolves once the process is exiting.
 pub(crate) async fn exiting() {
-    let notified = EXITING_NOW.notified();
-    tokio::pin!(notified);
-    notified.as_mut().enable();
-    if !is_exiting() {
-        notified.await;
+    EXITING.wait().await
+}
+
+/// Sleeps in steps of 1 ms on the calling thread until `done()` holds or `until` has passed.
+pub(crate) fn wait_until(until: Instant, done: impl Fn() -> bool) {
+    while !done() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -64,13 +64,11 @@ impl Drop for BlockingAcquire {
 /// the blocking acquires to come back, a third for each release pass. Returns how many locks
 /// were released on a quorum. Idempotent; later calls find nothing left to release.
 pub fn exit(limit: Duration) -> usize {
-    EXITING.store(true, Ordering::SeqCst);
-    EXITING_NOW.notify_waiters();
+    EXITING.set();
     let share = limit / 3;
-    let until = Instant::now() + share;
-    while BLOCKING_ACQUIRES.load(Ordering::SeqCst) > 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_until(Instant::now() + share, || {
+        BLOCKING_ACQUIRES.load(Ordering::SeqCst) == 0
+    });
     let mut released = 0;
     for _ in 0..2 {
         let managers = crate::host::manager::all();

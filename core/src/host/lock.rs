@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::host::cancel::{self, Cancel, Check};
 use crate::host::loss::Gate;
+use crate::host::manager::Manager;
 use crate::lock::{Lock as CoreLock, LockStatus, LossReason};
 
 /// A lock a binding hands out. Cheap to clone (clones share the lock and its subscriptions).
@@ -21,6 +22,9 @@ pub struct Lock {
     /// The process the lock was handed out in. In a forked child the handle is inert and the
     /// gate (whose mutex a parent's thread may have held at the fork) is never touched.
     pid: u32,
+    /// The manager that handed it out: keeps it in the exit registry (which finds this lock
+    /// through it) however the binding freed its own handles to the manager.
+    _manager: Manager,
 }
 
 impl std::fmt::Debug for Lock {
@@ -33,12 +37,13 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(core: Arc<CoreLock>, owner: u64) -> Lock {
+    pub(crate) fn new(core: Arc<CoreLock>, owner: u64, manager: Manager) -> Lock {
         Lock {
             core,
             owner,
             gate: Arc::default(),
             pid: crate::runtime::pid(),
+            _manager: manager,
         }
     }
 

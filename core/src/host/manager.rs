@@ -1,14 +1,21 @@
 //! `host::Manager`: the core manager plus what a binding's process needs of it: the locks it
 //! handed out (for `release_all`, `close` and exit), closing, and the reentrancy owner the
 //! binding supplies with each acquire.
+//!
+//! Exit finds every lock of the process through the registry of managers, however the
+//! binding freed its handles: a lock keeps its manager's entry alive (`host::Lock` holds a
+//! `Manager`), a manager first used in a forked child registers there, and a lock dropped
+//! unreleased is released by a counted task exit waits for (`runtime::Pending`).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::host::call;
 use crate::host::cancel::{self, Cancel, Check};
 use crate::host::exit::{self, BlockingAcquire};
+use crate::host::flag::Flag;
 use crate::host::lock::Lock;
 use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
@@ -18,6 +25,11 @@ use crate::per_process::PerProcess;
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
 pub const NO_OWNER: u64 = u64::MAX;
+
+/// How long a binding's `close` (C's `ferrolock_manager_free`, Go's `Close`, Python's and
+/// Node's `close()`) waits for the waits it ends and the releases it makes; the rest goes on
+/// in the background.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A manager as a binding holds it. Cheap to clone; clones share everything.
 #[derive(Clone)]
@@ -30,8 +42,11 @@ struct Inner {
     /// from `options` on first use (never touching the inherited mutex).
     core: PerProcess<Mutex<Option<LockManager>>>,
     options: ManagerOptions,
-    /// Closed in some process: a child forked after the close starts closed too.
-    closed: std::sync::atomic::AtomicBool,
+    /// Closed in some process: a child forked after the close starts closed too. Acquires
+    /// waiting on the manager give up when it is set.
+    closed: Flag,
+    /// Acquires in progress on this manager (in this process), for `close` to wait for.
+    acquiring: AtomicUsize,
     /// The locks handed out in this process, weakly.
     handed: PerProcess<Mutex<Vec<Weak<CoreLock>>>>,
     nodes: Vec<String>,
@@ -48,6 +63,15 @@ fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Adds `inner` to this process's registry (once).
+fn register(inner: &Arc<Inner>) {
+    let me = Arc::downgrade(inner);
+    let mut v = locked(registry().get_or_init(Mutex::default));
+    if !v.iter().any(|w| Weak::ptr_eq(w, &me)) {
+        v.push(me);
+    }
+}
+
 /// The live managers of this process.
 pub(crate) fn all() -> Vec<Manager> {
     let mut v = locked(registry().get_or_init(Mutex::default));
@@ -58,19 +82,16 @@ pub(crate) fn all() -> Vec<Manager> {
         .collect()
 }
 
-/// Releases the unreleased locks of `managers` and flushes their quiet releases, all at once
-/// on the process runtime, then waits for what finishes in the background (the slower nodes of
-/// releases, the undo on a silent node of a lost or cancelled acquire, of any manager), at
-/// most `limit` in all; what is not done by then goes on in the background. Returns how many
-/// were released on a quorum in time.
+/// Releases the unreleased locks of `managers` (closed ones included) and flushes the quiet
+/// releases of those still open, all at once on the process runtime, then waits for the
+/// process's background work (the slower nodes' parts of releases, undos, dequeues, the
+/// releases of dropped handles), waiting at most `limit` in all; what is not done by then goes
+/// on in the background. Returns how many were released on a quorum in time.
 pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
     let work: Vec<_> = managers
         .iter()
-        .filter_map(|m| m.core().ok().map(|core| (core, m.unreleased())))
+        .map(|m| (m.live_core(), m.unreleased()))
         .collect();
-    if work.is_empty() && !crate::lock::finishing() {
-        return 0;
-    }
     let (tx, rx) = std::sync::mpsc::channel();
     // Counted as releases decide, so a limit reached while the slower nodes finish still
     // reports the releases that were done.
@@ -86,13 +107,15 @@ pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
                     }
                 });
                 futures::future::join_all(releases).await;
-                core.flush_quiet_releases().await;
+                if let Some(core) = core {
+                    core.flush_quiet_releases().await;
+                }
             }
         });
         futures::future::join_all(all).await;
         // A release returns at its quorum; the slower nodes' parts go on in the background:
         // wait for those too, so that nothing is left on a node (within `limit`).
-        crate::lock::background_releases().await;
+        crate::runtime::settled().await;
         let _ = tx.send(());
     });
     let _ = rx.recv_timeout(limit);
@@ -118,11 +141,12 @@ impl Manager {
             quorum: core.quorum(),
             core: PerProcess::default(),
             options,
-            closed: Default::default(),
+            closed: Flag::new(),
+            acquiring: AtomicUsize::new(0),
             handed: PerProcess::default(),
         });
         inner.core.get_or_init(|| Mutex::new(Some(core)));
-        locked(registry().get_or_init(Mutex::default)).push(Arc::downgrade(&inner));
+        register(&inner);
         Ok(Manager { inner })
     }
 
@@ -130,15 +154,24 @@ impl Manager {
     pub fn core(&self) -> Result<LockManager> {
         let inner = &self.inner;
         let slot = inner.core.get_or_init(|| {
-            // A forked child: a manager of its own on the same options.
+            // A forked child: a manager of its own on the same options, registered in the
+            // child, whose exit then finds the locks it hands out.
             let fresh = (!self.is_closed())
                 .then(|| LockManager::new(inner.options.clone()).ok())
                 .flatten();
+            if fresh.is_some() {
+                register(inner);
+            }
             Mutex::new(fresh)
         });
         locked(slot)
             .clone()
             .ok_or_else(|| Error::invalid("this LockManager is closed"))
+    }
+
+    /// The core manager of this process if it has one and is open, without making one.
+    fn live_core(&self) -> Option<LockManager> {
+        self.inner.core.get().and_then(|slot| locked(slot).clone())
     }
 
     /// The node URLs, passwords redacted.
@@ -160,14 +193,19 @@ impl Manager {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.inner.closed.load(std::sync::atomic::Ordering::SeqCst)
+        self.inner.closed.is_set()
     }
 
     /// Acquires `key` for `owner`, an opaque id the binding supplies (a thread, an asyncio
     /// task, an async context, an explicit id: it only matters with `opts.reentrant`, where
-    /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters). Gives up once the process is exiting (see `exit`). Dropping
-    /// the future part-way releases whatever it had taken.
+    /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters).
+    /// Gives up once the process is exiting (see `exit`) or the manager is closed
+    /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
+    /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        // Counted before the closed check, which `core` makes: `close` sets the flag, then
+        // waits for the count, so an acquire either sees the flag or is waited for.
+        let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
         let acquire = async {
             if owner == NO_OWNER {
@@ -185,14 +223,18 @@ impl Manager {
             biased;
             // Dropping the acquire undoes whatever it had taken.
             _ = exit::exiting() => return Err(exit::exiting_error(key)),
+            _ = self.inner.closed.wait() => return Err(closed_error(key)),
             lock = acquire => Arc::new(lock?),
         };
         self.hand_out(&lock);
-        if exit::is_exiting() {
+        if exit::is_exiting() || self.is_closed() {
             let _ = lock.release().await;
-            return Err(exit::exiting_error(key));
+            return Err(match exit::is_exiting() {
+                true => exit::exiting_error(key),
+                false => closed_error(key),
+            });
         }
-        Ok(Lock::new(lock, owner))
+        Ok(Lock::new(lock, owner, self.clone()))
     }
 
     /// [`acquire`](Manager::acquire) on the calling thread, which drives its own I/O.
@@ -296,20 +338,49 @@ impl Manager {
         release_all_of(std::slice::from_ref(self), limit)
     }
 
-    /// [`release_all`](Manager::release_all), then closes: later acquires fail with
-    /// `InvalidArgument`, and the connections go once the last lock of the manager is gone.
-    /// Idempotent.
+    /// Closes: acquires waiting on this manager give up (`NotAcquired`, "its LockManager was
+    /// closed"), each having given back what it had taken and left the key's queue on every
+    /// node that answers; then [`release_all`](Manager::release_all). Later acquires fail
+    /// with `InvalidArgument`, and the connections go once the last lock of the manager is
+    /// gone. Waits at most `limit` in all (the rest goes on in the background). Idempotent.
+    /// Call it from a thread outside any runtime.
     pub fn close(&self, limit: Duration) {
-        if self.is_closed() {
+        if !self.inner.closed.set() {
             return;
         }
-        self.release_all(limit);
-        self.inner
-            .closed
-            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let until = Instant::now() + limit;
+        // The waits see the flag and end; their undos and dequeues are counted background
+        // work, which `release_all` waits for.
+        exit::wait_until(until, || self.inner.acquiring.load(Ordering::SeqCst) == 0);
+        self.release_all(until.saturating_duration_since(Instant::now()));
         let taken = locked(self.inner.core.get_or_init(Mutex::default)).take();
         drop(taken);
     }
+}
+
+/// Counts an acquire on a manager for as long as it runs (see `close`).
+struct Acquiring<'a>(&'a Inner);
+
+impl Acquiring<'_> {
+    fn enter(inner: &Inner) -> Acquiring<'_> {
+        inner.acquiring.fetch_add(1, Ordering::SeqCst);
+        Acquiring(inner)
+    }
+}
+
+impl Drop for Acquiring<'_> {
+    fn drop(&mut self) {
+        self.0.acquiring.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn closed_error(key: &str) -> Error {
+    Error::new(
+        crate::error::ErrorKind::NotAcquired,
+        format!(
+            "lock {key:?} not acquired: its LockManager was closed while it waited (nothing was left behind)"
+        ),
+    )
 }
 
 fn acquire_cancelled(key: &str) -> Error {

@@ -25,6 +25,7 @@
 mod call;
 mod cancel;
 mod exit;
+mod flag;
 mod lock;
 pub mod log;
 mod loss;
@@ -37,5 +38,5 @@ pub use call::{Call, start};
 pub use cancel::{CHECK_EVERY, Cancel, Check, block_on, until_cancelled};
 pub use exit::{exit, is_exiting};
 pub use lock::Lock;
-pub use manager::{Manager, NO_OWNER};
+pub use manager::{CLOSE_LIMIT, Manager, NO_OWNER};
 pub use shared::{shared, shared_count};

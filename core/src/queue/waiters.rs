@@ -626,11 +626,15 @@ impl Drop for Ticket {
             let (key, id) = (self.kq.key.clone(), self.kq.server_id.clone());
             let channel = self.kq.channel.clone();
             let lease_end = self.kq.q().lease_end;
+            // Counted: a closed manager's waits are gone from every answering node when
+            // `close` returns, and the exit protocol waits for it.
+            let pending = crate::runtime::Pending::start();
             // A cancelled acquire reports once this is done (`runtime::collect_cleanup`).
             crate::runtime::started_cleanup(self.waiters.cluster.handle().spawn(async move {
                 waiters
                     .dequeue_everywhere(&key, &id, &channel, lease_end)
                     .await;
+                drop(pending);
             }));
         }
     }

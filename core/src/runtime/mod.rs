@@ -40,6 +40,12 @@ mod spin;
 pub use spin::__polled_requests;
 pub(crate) use spin::Awaiting;
 
+/// Background work counted until it ends (`spawn_cleanup`'s, and the tasks a dropped lock or
+/// waiter starts), for `close` and exit to wait for.
+mod pending;
+
+pub(crate) use pending::{Pending, settled};
+
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
 
@@ -346,11 +352,17 @@ fn finish_cleanup(rt: &Runtime) {
 /// completing a release): on `handle` normally; on a blocking caller's thread, on that
 /// thread's own runtime, because it must use the connections the caller's requests went out
 /// on (a request and its undo on one connection execute in that order), and before the
-/// caller's thread is handed back (nothing else would drive it).
+/// caller's thread is handed back (nothing else would drive it). Counted until it ends
+/// (`Pending`).
 pub(crate) fn spawn_cleanup<F>(handle: &Handle, work: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {
+    let pending = Pending::start();
+    let work = async move {
+        work.await;
+        drop(pending);
+    };
     if driving_locally() {
         let task = tokio::spawn(work);
         CLEANUP.with(|c| c.borrow_mut().push(task));
