@@ -32,13 +32,9 @@ if redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   return nil
 end
 local pttl = redis.call('PTTL', KEYS[1])
--- A key of a type no lock has (list, set, zset, stream) would never be released: refuse it,
--- naming it and its type, instead of waiting. Read-only, so safe to run twice.
-if pttl ~= -2 then
-  local t = redis.call('TYPE', KEYS[1])['ok']
-  if t ~= 'string' and t ~= 'hash' then
-    return redis.error_reply('WRONGTYPE key ' .. KEYS[1] .. ' holds a ' .. t .. ', not a lock')
-  end
+local foreign = foreign_type(KEYS[1], pttl)
+if foreign then
+  return foreign
 end
 if ARGV[7] == '1' then
   return pttl

@@ -1,4 +1,5 @@
--- Waiter queue, prepended to both acquire scripts and the undo (see DESIGN.md, "Waiter queue").
+-- Waiter queue, prepended to both acquire scripts and the undo (see DESIGN.md, "Waiter queue"),
+-- and the lock-type check both acquire scripts make.
 -- KEYS[3]: the queue, a ZSET of waiter ids ordered by arrival (a sequence with one node; the
 -- waiter's own clock in microseconds with N nodes, so that every node orders the same waiters
 -- the same way).
@@ -130,6 +131,20 @@ local function fence_reply(counter, mode)
     return {redis.call('INCR', counter)}
   elseif mode == '0' then
     return {tonumber(redis.call('GET', counter) or '0')}
+  end
+  return nil
+end
+
+-- A key of a type no lock has (list, set, zset, stream) would never be released: an error
+-- reply naming the key and its type, so the acquire refuses it instead of waiting; nil for a
+-- missing key (pttl -2) or a lock's type. Read-only, so safe to run twice.
+local function foreign_type(key, pttl)
+  if pttl == -2 then
+    return nil
+  end
+  local t = redis.call('TYPE', key)['ok']
+  if t ~= 'string' and t ~= 'hash' then
+    return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. t .. ', not a lock')
   end
   return nil
 end
