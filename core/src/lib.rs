@@ -83,6 +83,13 @@ pub use token::token_time;
 pub mod __wire {
     pub use crate::queue::{barge_bound_ms, quiet_grace_ms};
     pub use crate::scripts::{
-        Acquire, KeyNames, Place, Release, redisson_channel, waiter_channel_prefix,
+        Acquire, KeyNames, Place, Release, latch_key, redisson_channel, waiter_channel_prefix,
     };
+    /// The read-write lock's scripts, for their tests until the handles send them.
+    pub mod rw {
+        pub use crate::scripts::{
+            ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, EXTEND_READ_SRC, EXTEND_WRITE_SRC,
+            RELEASE_READ_SRC, RELEASE_WRITE_SRC,
+        };
+    }
 }

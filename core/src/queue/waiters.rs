@@ -71,7 +71,7 @@ pub(crate) struct Waiters {
     state: PerProcess<Mutex<State>>,
     /// Test hook run between a failed first attempt and joining the queue (subscribing).
     pub hook: Mutex<Option<Hook>>,
-    /// Test hooks inside an attempt (see acquire.rs); looked at only once `hooked` is set.
+    /// Test hooks inside an attempt (see acquire/); looked at only once `hooked` is set.
     attempt_hooks: Mutex<AttemptHooks>,
     hooked: AtomicBool,
 }

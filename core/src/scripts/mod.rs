@@ -34,6 +34,21 @@ const UNDO_SRC: &str = concat!(
     include_str!("../../scripts/undo.lua")
 );
 const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
+// The read-write lock's scripts (issue 33), on Redisson's RReadWriteLock layout; a writer's
+// renewal is `extend_reentrant.lua` on its ":write" field. Not yet sent by the manager: the
+// read and write handles come next (tests: core/tests/rwlock_scripts.rs).
+pub const ACQUIRE_READ_SRC: &str = concat!(
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/acquire_read.lua")
+);
+pub const ACQUIRE_WRITE_SRC: &str = concat!(
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/acquire_write.lua")
+);
+pub const RELEASE_READ_SRC: &str = include_str!("../../scripts/release_read.lua");
+pub const RELEASE_WRITE_SRC: &str = include_str!("../../scripts/release_write.lua");
+pub const EXTEND_READ_SRC: &str = include_str!("../../scripts/extend_read.lua");
+pub const EXTEND_WRITE_SRC: &str = EXTEND_REENTRANT_SRC;
 const EXTEND_REENTRANT_SRC: &str = include_str!("../../scripts/extend_reentrant.lua");
 
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));

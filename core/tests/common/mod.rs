@@ -1,5 +1,7 @@
 #![allow(dead_code)]
 
+pub mod redisson;
+
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 

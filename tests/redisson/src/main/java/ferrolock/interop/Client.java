@@ -11,38 +11,45 @@ import org.redisson.config.Config;
 import org.redisson.config.ShardedSubscriptionMode;
 
 /**
- * A Redisson client in cluster mode, scripted one command per stdin line; every RLock call runs
- * on the main thread (Redisson's owner is "uuid:threadId"). Args: seed URL, "sharded" (Redisson's
- * default, AUTO) or "classic" (OFF). Replies one line each:
+ * A Redisson client, scripted one command per stdin line; every lock call runs on the main thread
+ * (Redisson's owner is "uuid:threadId"). Args: a URL, then "sharded" (cluster mode, Redisson's
+ * default AUTO), "classic" (cluster mode, OFF) or "single" (one server). Replies one line each:
  *   try KEY            -> "try KEY true|false"          (tryLock(0, 120 s))
  *   lock KEY LEASE_MS  -> "locked KEY" once granted     (lock(); LEASE_MS -1 = watchdog)
  *   unlock KEY         -> "unlocked KEY"
+ * The same with an "r" or "w" in front (rtry, rlock, runlock, wtry, ...) on the RReadWriteLock
+ * KEY's read or write lock; the reply's first word carries the same prefix ("rlocked KEY").
  *   quit
  */
 public final class Client {
     public static void main(String[] args) throws Exception {
         Config config = new Config();
-        config.useClusterServers()
-                .addNodeAddress(args[0])
-                .setShardedSubscriptionMode(
-                        args[1].equals("classic") ? ShardedSubscriptionMode.OFF : ShardedSubscriptionMode.AUTO);
+        if (args[1].equals("single")) {
+            config.useSingleServer().setAddress(args[0]);
+        } else {
+            config.useClusterServers()
+                    .addNodeAddress(args[0])
+                    .setShardedSubscriptionMode(
+                            args[1].equals("classic") ? ShardedSubscriptionMode.OFF : ShardedSubscriptionMode.AUTO);
+        }
         RedissonClient redisson = Redisson.create(config);
         System.out.println("ready " + redisson.getId());
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         for (String line; (line = in.readLine()) != null; ) {
             String[] c = line.trim().split(" ");
-            switch (c[0]) {
+            String kind = c[0].startsWith("r") || c[0].startsWith("w") ? c[0].substring(0, 1) : "";
+            switch (c[0].substring(kind.length())) {
                 case "try" -> System.out.println(
-                        "try " + c[1] + " " + redisson.getLock(c[1]).tryLock(0, 120, TimeUnit.SECONDS));
+                        kind + "try " + c[1] + " " + lockOf(redisson, kind, c[1]).tryLock(0, 120, TimeUnit.SECONDS));
                 case "lock" -> {
-                    RLock lock = redisson.getLock(c[1]);
+                    RLock lock = lockOf(redisson, kind, c[1]);
                     long lease = Long.parseLong(c[2]);
                     if (lease < 0) lock.lock(); else lock.lock(lease, TimeUnit.MILLISECONDS);
-                    System.out.println("locked " + c[1]);
+                    System.out.println(kind + "locked " + c[1]);
                 }
                 case "unlock" -> {
-                    redisson.getLock(c[1]).unlock();
-                    System.out.println("unlocked " + c[1]);
+                    lockOf(redisson, kind, c[1]).unlock();
+                    System.out.println(kind + "unlocked " + c[1]);
                 }
                 case "quit" -> {
                     redisson.shutdown();
@@ -53,5 +60,14 @@ public final class Client {
             System.out.flush();
         }
         redisson.shutdown();
+    }
+
+    /** "" the RLock, "r" or "w" the RReadWriteLock's read or write lock. */
+    private static RLock lockOf(RedissonClient redisson, String kind, String key) {
+        return switch (kind) {
+            case "r" -> redisson.getReadWriteLock(key).readLock();
+            case "w" -> redisson.getReadWriteLock(key).writeLock();
+            default -> redisson.getLock(key);
+        };
     }
 }

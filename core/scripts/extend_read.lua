@@ -1,0 +1,17 @@
+-- A reader's renewal: its own hold keys to the ttl, and the hash only upward (never shorter:
+-- the other readers' deadlines follow it). Answers like the other renewals, so the watchdog's
+-- batch reads it the same way.
+-- KEYS[1] lock key, KEYS[2] our timeout prefix (one slot); ARGV[1] field, ARGV[2] ttl ms.
+-- Returns 1 when renewed, 0 when we hold no read lock (also for a key of another type).
+local count = tonumber(redis.pcall('HGET', KEYS[1], ARGV[1]))
+if not count then
+  return 0
+end
+for i = 1, count do
+  redis.call('PEXPIRE', KEYS[2] .. ':' .. i, ARGV[2])
+end
+local left = redis.call('PTTL', KEYS[1])
+if left >= 0 and left < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 1

@@ -1,0 +1,51 @@
+-- Redisson's read unlock: one hold fewer (its count, and its timeout key). The last hold of the
+-- last reader deletes the hash and publishes "0" on Redisson's channel; so does a release that
+-- finds every other reader's timeout keys expired (crashed readers), as Redisson's does.
+-- Unlike Redisson's it never shortens the hash (Redisson sets it to the longest reader
+-- timeout left): the readers still live computed their deadlines from it.
+-- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] our timeout prefix, KEYS[4] the prefix
+-- of every reader's timeout keys ("{name}" or the name with a '{') (one slot).
+-- ARGV[1] field, ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' = SPUBLISH, ARGV[5] the latch's
+-- PX in ms.
+-- Returns nil when we hold no read lock, 0 when the key is still held, 1 when released.
+-- Safe to run twice: the reply is kept in the latch (a decrement run twice would drop a hold
+-- of a live handle).
+local done = redis.call('GET', KEYS[2])
+if done then
+  return tonumber(done)
+end
+if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
+  return nil
+end
+local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if count <= 0 then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+end
+redis.call('DEL', KEYS[3] .. ':' .. (count + 1))
+if redis.call('HLEN', KEYS[1]) > 1 then
+  local live = redis.call('HGET', KEYS[1], 'mode') == 'write'
+  if not live then
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      local n = tonumber(redis.call('HGET', KEYS[1], f))
+      if f ~= 'mode' and n then
+        for i = n, 1, -1 do
+          if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
+            live = true
+            break
+          end
+        end
+      end
+      if live then
+        break
+      end
+    end
+  end
+  if live then
+    redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
+    return 0
+  end
+end
+redis.call('DEL', KEYS[1])
+redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '0')
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
+return 1

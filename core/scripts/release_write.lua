@@ -1,0 +1,32 @@
+-- Redisson's write unlock: one hold fewer; the last one drops our writer field and, with no
+-- read hold left (ours, taken under the write lock), deletes the hash, otherwise hands the
+-- hash to those readers (mode 'read'). Either way it publishes "1" on Redisson's channel:
+-- every waiter re-checks, so every reader at the front of the queue can go (Redisson's own
+-- write unlock publishes nothing when read holds are left; its readers then wait for a poll).
+-- The key is never shortened.
+-- KEYS[1] lock key, KEYS[2] this call's latch (one slot).
+-- ARGV[1] the writer's field ("<field>:write"), ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' =
+-- SPUBLISH, ARGV[5] the latch's PX in ms.
+-- Returns nil when we hold no write lock, 0 when still held (count > 0), 1 when released.
+-- Safe to run twice: the reply is kept in the latch.
+local done = redis.call('GET', KEYS[2])
+if done then
+  return tonumber(done)
+end
+if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
+  return nil
+end
+local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+if count > 0 then
+  redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
+  return 0
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+if redis.call('HLEN', KEYS[1]) <= 1 then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('HSET', KEYS[1], 'mode', 'read')
+end
+redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
+return 1

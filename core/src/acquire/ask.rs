@@ -1,0 +1,146 @@
+//! One node's request of an attempt: the plain `SET NX` or the kind's acquire script, and
+//! what its answer counts as.
+
+use std::sync::Arc;
+
+use redis::Value;
+use tokio::time::Instant;
+
+use super::attempt::Req;
+use super::reply::{NO_HINT, Reply, parse_reply};
+use crate::error::Result;
+use crate::node::{NodeError, latch_px_ms};
+use crate::queue::{QueueArgs, barge_bound_ms, quiet_grace_ms};
+use crate::scripts::{Acquire, AcquireReentrant, Latch, command};
+use crate::shared::Shared;
+
+pub(super) async fn ask(
+    shared: Arc<Shared>,
+    req: Arc<Req>,
+    i: usize,
+    deadline: Instant,
+) -> Result<Option<i64>, NodeError> {
+    let r = &*req;
+    let opts = &r.opts;
+    let timeout = opts.effective_node_timeout();
+    let ttl_ms = opts.ttl_millis();
+    let (key, token) = (r.key.as_str(), r.token.as_str());
+    let n = shared.cluster.nodes.len();
+    let node = &shared.cluster.nodes[i];
+    node.slot_guarded(key)?;
+    let reply = node
+        .run_bounded(deadline, timeout, true, move |mut conn| async move {
+            if r.plain_set {
+                // A `Value`, not a `String`: "OK" needs no allocation of its own.
+                let reply: Value = command("SET", 5, key.len() + token.len() + 24)
+                    .arg(key)
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(ttl_ms)
+                    .query_async(&mut conn)
+                    .await?;
+                if reply != Value::Nil {
+                    return Ok(Value::Nil);
+                }
+                // Busy, our own grant (this SET ran already and was sent again after its
+                // connection dropped: redis-rs re-sends on a cluster, `Node` on a server), or
+                // taken by a key of a type no lock has, which would never be released (the
+                // scripts check it themselves). One round trip, paid only by a busy first try.
+                let replies: Vec<Value> = redis::pipe()
+                    .ignore_errors()
+                    .cmd("GET")
+                    .arg(key)
+                    .cmd("TYPE")
+                    .arg(key)
+                    .cmd("PTTL")
+                    .arg(key)
+                    .query_async(&mut conn)
+                    .await?;
+                let [holder, kind, pttl]: [Value; 3] = replies.try_into().map_err(|_| {
+                    redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "unexpected reply",
+                        "GET, TYPE, PTTL did not answer three replies".to_string(),
+                    ))
+                })?;
+                // GET fails with WRONGTYPE on a reentrant lock's hash: someone else's.
+                if matches!(&holder, Value::BulkString(b) if b == token.as_bytes()) {
+                    return Ok(Value::Nil);
+                }
+                let kind: String = redis::from_redis_value(kind)?;
+                let pttl: i64 = redis::from_redis_value(pttl)?;
+                if kind != "string" && kind != "hash" && kind != "none" {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Client,
+                        "WRONGTYPE",
+                        format!("key {key} holds a {kind}, not a lock"),
+                    )));
+                }
+                // Busy with no re-check hint (the waiter's queued re-check gets the PTTL),
+                // unless the holder has no TTL at all (a leaked lock, for the error).
+                return Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT }));
+            }
+            // Built in a block: only the invocation lives across the await.
+            let inv = {
+                let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
+                let bound_ms = barge_bound_ms(n);
+                if opts.reentrant {
+                    AcquireReentrant {
+                        key,
+                        names: &r.names,
+                        ttl_ms,
+                        field: token,
+                        fence_mode: r.fence_mode,
+                        place,
+                        reentry: r.reentry,
+                        bound_ms,
+                        latch: Latch {
+                            id: &r.call,
+                            px_ms: latch_px_ms(timeout),
+                        },
+                    }
+                    .invocation()
+                } else {
+                    Acquire {
+                        key,
+                        names: &r.names,
+                        token,
+                        ttl_ms,
+                        fence_mode: r.fence_mode,
+                        place,
+                        bound_ms,
+                        wake_prefix: &r.wake_prefix,
+                        grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
+                        quiet: r.quiet,
+                    }
+                    .invocation(conn.sharded())
+                }
+            };
+            // Boxed: the queue path is off the uncontended hot path, and its future would
+            // size every node's request.
+            let value: Value = Box::pin(inv.invoke_async(&mut conn)).await?;
+            Ok(value)
+        })
+        .await?;
+    // Parsed first: an error reply is the answer to report. The guard's check comes before
+    // the answer counts; a grant it holds back is undone (`undo_now_mask`).
+    let reply = parse_reply(reply)?;
+    if node.guards_slots() {
+        // Boxed: only a cluster with the restart guard on pays for its probe's future.
+        Box::pin(node.confirm_primary(key, deadline, timeout)).await?;
+    }
+    match reply {
+        // A fence-less grant is never fence 0: the answer is an error, and the grant undone.
+        Reply::Granted(None) if r.fencing() => Err(NodeError::Redis(format!(
+            "lock {key:?}: a fenced grant was answered without a fence"
+        ))),
+        Reply::Granted(counter) => Ok(Some(counter.unwrap_or(0))),
+        Reply::Busy(hint) => {
+            let mut hints = r.hints.lock().unwrap_or_else(|p| p.into_inner());
+            hints.resize(n, None);
+            hints[i] = Some(hint);
+            Ok(None)
+        }
+    }
+}

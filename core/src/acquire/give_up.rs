@@ -1,0 +1,71 @@
+//! The errors an acquire ends with when it gives up.
+
+use super::attempt::Spoiled;
+use crate::error::{Error, ErrorKind};
+use crate::options::LockOptions;
+use crate::quorum::Tally;
+use crate::shared::Shared;
+
+pub(super) fn unreachable_error(shared: &Shared, key: &str, tally: &Tally) -> Error {
+    Error::new(
+        ErrorKind::QuorumUnreachable,
+        format!(
+            "lock {key:?}: quorum unreachable: {} of {} nodes did not answer (need {}): {}",
+            tally.unreachable(),
+            tally.answers.len(),
+            tally.quorum,
+            tally.describe_failures(&shared.cluster.nodes)
+        ),
+    )
+}
+
+pub(super) fn not_acquired_error(
+    shared: &Shared,
+    key: &str,
+    opts: &LockOptions,
+    tally: &Tally,
+    spoiled: Option<&Spoiled>,
+    no_ttl: usize,
+) -> Error {
+    let waited = match opts.wait {
+        Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
+        Some(w) => format!("within wait={w:?}"),
+        None => "before giving up".to_string(),
+    };
+    let why = match spoiled {
+        Some(Spoiled::TooLate) => format!(
+            "a quorum granted it but the acquire took longer than the validity (ttl {:?} minus drift {:?}), so it was released",
+            opts.ttl,
+            opts.drift()
+        ),
+        Some(Spoiled::FenceFailed(detail)) => format!(
+            "a quorum granted it but its fencing token could not be raised on a quorum ({detail}), so it was released"
+        ),
+        Some(Spoiled::FenceError(i, e)) => format!(
+            "a quorum granted it but raising its fencing token failed on {}: {}, so it was released",
+            shared.cluster.nodes[*i].name(),
+            e.detail()
+        ),
+        None if no_ttl > 0 => format!(
+            "held by another owner on {} of {} nodes, with no TTL on {no_ttl} of them: a lock \
+             that will never expire (leaked?); `ferrolock scan` lists such keys",
+            tally.no(),
+            tally.answers.len()
+        ),
+        None => format!(
+            "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
+            tally.no(),
+            tally.answers.len()
+        ),
+    };
+    let failures = tally.describe_failures(&shared.cluster.nodes);
+    let tail = if failures.is_empty() {
+        String::new()
+    } else {
+        format!("; failed: {failures}")
+    };
+    Error::new(
+        ErrorKind::NotAcquired,
+        format!("lock {key:?} not acquired {waited}: {why}{tail}"),
+    )
+}

@@ -1,0 +1,46 @@
+//! What a kind of hold tells the machinery every kind shares (plan, attempt, undo, late undo):
+//! how its holder is named, which channel its release publishes on, and whether a hold is
+//! counted per owner. Every kind's acquire script answers in one shape (`reply::parse_reply`:
+//! nil or `{fence}` granted, an integer busy with its re-check hint), and its undo is
+//! `undo.lua` in the kind's mode; renewal is the watchdog's `Extend` in the same mode.
+
+use crate::options::LockOptions;
+use crate::scripts::{redisson_channel, waiter_channel_prefix};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A token at a string key: `SET NX` or `acquire.lua`, undone by compare-and-delete.
+    Plain,
+    /// Redisson's `RLock` hash: a field per owner holding its hold count.
+    Reentrant,
+}
+
+impl Kind {
+    pub fn of(opts: &LockOptions) -> Kind {
+        if opts.reentrant {
+            Kind::Reentrant
+        } else {
+            Kind::Plain
+        }
+    }
+
+    /// Held per owner with a hold count: an owner re-enters, and a decrement (acquire's undo,
+    /// a release) runs once under a latch (see `scripts::Latch`).
+    pub fn counted(self) -> bool {
+        self != Kind::Plain
+    }
+
+    /// Where an undo publishes a release: Redisson's channel, or the prefix of the plain
+    /// lock's waiters' own channels.
+    pub fn undo_channel(self, key: &str) -> String {
+        match self {
+            Kind::Plain => waiter_channel_prefix(key),
+            Kind::Reentrant => redisson_channel(key),
+        }
+    }
+
+    /// The release channel that names the key's local waiter queue.
+    pub fn queue_channel(self, key: &str) -> String {
+        crate::queue::queue_channel(key, self.counted())
+    }
+}

@@ -1,0 +1,165 @@
+//! Undoing a grant exactly once per node (`undo.lua`): where, and the requests that do it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::attempt::Req;
+use super::kind::Kind;
+use crate::error::Result;
+use crate::node::{NodeError, latch_px_ms};
+use crate::queue::{QueueArgs, barge_bound_ms};
+use crate::quorum::{Answer, FanOut, Tally, yes_if};
+use crate::scripts::{KeyNames, Latch, Undo};
+use crate::shared::Shared;
+use crate::token::random_hex;
+
+/// Requests that must each run exactly once: driven by their caller, and handed to a task
+/// if the caller is dropped first (a request not yet written goes out from the task; one
+/// written is not sent again). An undo of a re-entry decrements a hold count: sending it
+/// twice would take a count from the outer grant.
+pub(super) struct Detached<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    pub(super) shared: Arc<Shared>,
+    pub(super) requests: Option<FanOut<R>>,
+}
+
+/// The undo of what `req` may hold on the nodes marked in `mask` (see `undo_one`).
+pub(super) fn undo_detached(
+    shared: &Arc<Shared>,
+    req: &Arc<Req>,
+    mask: Vec<bool>,
+    requeue: bool,
+) -> Detached<impl Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static> {
+    let timeout = req.opts.effective_node_timeout();
+    let requests = FanOut::start_owned(
+        shared.cluster.nodes.len(),
+        shared.cluster.quorum,
+        timeout,
+        {
+            let (shared, req) = (shared.clone(), req.clone());
+            move |i, deadline| {
+                let (shared, req, wanted) = (shared.clone(), req.clone(), mask[i]);
+                async move {
+                    if !wanted {
+                        return Ok(None);
+                    }
+                    undo_one(&shared, &req, i, deadline, requeue).await
+                }
+            }
+        },
+    );
+    Detached {
+        shared: shared.clone(),
+        requests: Some(requests),
+    }
+}
+
+impl<R> Detached<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    pub(super) async fn finish(mut self) {
+        if let Some(requests) = self.requests.as_mut() {
+            while requests.next().await {}
+        }
+        self.requests = None;
+    }
+}
+
+impl<R> Drop for Detached<R>
+where
+    R: Future<Output = (usize, Result<Option<i64>, NodeError>)> + Send + 'static,
+{
+    fn drop(&mut self) {
+        if let Some(mut requests) = self.requests.take()
+            && !requests.all_answered()
+        {
+            crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
+                while requests.next().await {}
+            });
+        }
+    }
+}
+
+/// Node `i`'s undo of what `req` may hold there (`undo.lua`): compare-and-delete, or one
+/// decrement of our hold count (reentrant); with `requeue`, while this manager still waits for
+/// the key, the same script puts our waiter id back in the server queue where the grant
+/// dequeued it. Without it, compare-and-delete only: a re-enqueue arriving late (after this
+/// process's next grant) would leave a stale head in the queue.
+pub(super) async fn undo_one(
+    shared: &Shared,
+    req: &Req,
+    i: usize,
+    deadline: Instant,
+    requeue: bool,
+) -> Result<Option<i64>, NodeError> {
+    let (key, token, opts) = (req.key.as_str(), req.token.as_str(), &req.opts);
+    let timeout = opts.effective_node_timeout();
+    let kind = Kind::of(opts);
+    let channel = kind.undo_channel(key);
+    let names = KeyNames::of(key);
+    let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
+    // Drawn once for this undo, so that every re-send of it carries the same id.
+    let call = if kind.counted() {
+        random_hex()
+    } else {
+        String::new()
+    };
+    let undo = Undo {
+        key,
+        names: &names,
+        token,
+        reentrant: kind.counted(),
+        channel: &channel,
+        place: queue.map(QueueArgs::place).unwrap_or_default(),
+        bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
+        latch: Latch {
+            id: &call,
+            px_ms: latch_px_ms(timeout),
+        },
+    };
+    let undo = &undo;
+    shared.cluster.nodes[i]
+        .run_bounded(deadline, timeout, false, move |mut conn| async move {
+            let freed: i64 = undo
+                .invocation(conn.sharded())
+                .invoke_async(&mut conn)
+                .await?;
+            Ok(yes_if(freed == 1))
+        })
+        .await
+}
+
+/// Where to undo a fresh grant once every node has answered: wherever we may hold it (a yes,
+/// or an answer we never saw; a node that said no holds nothing of ours). A re-entry only
+/// where it was granted.
+pub(super) fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
+    tally
+        .answers
+        .iter()
+        .map(|ans| match ans {
+            Answer::Yes(_) => true,
+            Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
+            _ => !reentry,
+        })
+        .collect()
+}
+
+/// Where a lost attempt is undone before its caller hears of it: the nodes that answered and
+/// may hold our grant (a yes; an error reply, for a fresh grant). The others are `is_late`,
+/// or held back by the guard (nothing sent), or met a migrating slot (nothing ran).
+pub(super) fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
+    tally
+        .answers
+        .iter()
+        .map(|ans| match ans {
+            Answer::Yes(_) => true,
+            Answer::Failed(NodeError::Redis(_) | NodeError::HeldBack(_)) => !reentry,
+            _ => false,
+        })
+        .collect()
+}

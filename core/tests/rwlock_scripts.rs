@@ -1,0 +1,483 @@
+//! The read-write lock's scripts (core/scripts/*_read.lua, *_write.lua) run on a real
+//! redis-server, one call at a time as the handles will send them: Redisson's RReadWriteLock
+//! layout (byte for byte what `rwlock_redisson.rs` read from a Java client), exclusion,
+//! re-entry, downgrade, upgrade refused, a waiting writer served before readers that queued
+//! after it, a write release that lets every reader at the front in, re-sends that change
+//! nothing, a renewal that never shortens the hash, and a Java Redisson client excluded by and
+//! woken by them.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::redisson::{Redisson, redisson_classpath};
+use common::*;
+use ferrolock::__wire::rw::*;
+use ferrolock::__wire::{KeyNames, latch_key};
+use ferrolock_testbed::RedisServer;
+use redis::Value;
+
+const TTL: &str = "60000";
+const LATCH_PX: &str = "10000";
+
+/// What Redisson names `{name}` in its read-write lock's keys: the name in braces, or the name
+/// itself when it has a `{` already.
+fn prefix(key: &str) -> String {
+    if key.contains('{') {
+        key.to_string()
+    } else {
+        format!("{{{key}}}")
+    }
+}
+
+fn timeout_prefix(key: &str, field: &str) -> String {
+    format!("{}:{field}:rwlock_timeout", prefix(key))
+}
+
+fn channel(key: &str) -> String {
+    format!("redisson_rwlock:{}", prefix(key))
+}
+
+/// One call's arguments to an acquire: the waiter id ('r…' a reader, 'w…' a writer, '' not
+/// queued), re-entry, the barging bound, and the call id its latch is named by.
+struct Call<'a> {
+    id: &'a str,
+    reentry: bool,
+    bound_ms: u64,
+    call: &'a str,
+}
+
+impl Call<'_> {
+    fn first(call: &str) -> Call<'_> {
+        Call {
+            id: "",
+            reentry: false,
+            bound_ms: 0,
+            call,
+        }
+    }
+}
+
+fn eval(s: &RedisServer, src: &str, keys: &[&str], args: &[&str]) -> Value {
+    let n = keys.len().to_string();
+    let mut all = vec!["EVAL", src, &n];
+    all.extend_from_slice(keys);
+    all.extend_from_slice(args);
+    s.cmd(&all)
+}
+
+fn read(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
+    let names = KeyNames::of(key);
+    let (tp, latch) = (timeout_prefix(key, field), latch_key(key, c.call));
+    let bound = c.bound_ms.to_string();
+    eval(
+        s,
+        ACQUIRE_READ_SRC,
+        &[
+            key,
+            &names.fence,
+            &names.queue,
+            &names.leases,
+            &names.since,
+            &tp,
+            &latch,
+        ],
+        &[
+            TTL,
+            field,
+            "",
+            c.id,
+            "",
+            "30000",
+            if c.reentry { "1" } else { "0" },
+            &bound,
+            LATCH_PX,
+        ],
+    )
+}
+
+fn write(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
+    let names = KeyNames::of(key);
+    let (wfield, latch) = (format!("{field}:write"), latch_key(key, c.call));
+    let bound = c.bound_ms.to_string();
+    eval(
+        s,
+        ACQUIRE_WRITE_SRC,
+        &[
+            key,
+            &names.fence,
+            &names.queue,
+            &names.leases,
+            &names.since,
+            &latch,
+        ],
+        &[
+            TTL,
+            &wfield,
+            "",
+            c.id,
+            "",
+            "30000",
+            if c.reentry { "1" } else { "0" },
+            &bound,
+            LATCH_PX,
+            field,
+        ],
+    )
+}
+
+fn release_read(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
+    let (tp, latch, p, ch) = (
+        timeout_prefix(key, field),
+        latch_key(key, call),
+        prefix(key),
+        channel(key),
+    );
+    eval(
+        s,
+        RELEASE_READ_SRC,
+        &[key, &latch, &tp, &p],
+        &[field, TTL, &ch, "0", LATCH_PX],
+    )
+}
+
+fn release_write(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
+    let (wfield, latch, ch) = (format!("{field}:write"), latch_key(key, call), channel(key));
+    eval(
+        s,
+        RELEASE_WRITE_SRC,
+        &[key, &latch],
+        &[&wfield, TTL, &ch, "0", LATCH_PX],
+    )
+}
+
+fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
+    let tp = timeout_prefix(key, field);
+    eval(s, EXTEND_READ_SRC, &[key, &tp], &[field, ttl])
+}
+
+fn granted(v: &Value) -> bool {
+    *v == Value::Nil
+}
+
+fn hash(s: &RedisServer, key: &str) -> BTreeMap<String, String> {
+    s.cmd(&["HGETALL", key])
+}
+
+/// The keys of the lock itself (the hash and the read holds' keys), without ferrolock's latch
+/// and queue keys.
+fn lock_keys(s: &RedisServer) -> Vec<String> {
+    let mut keys: Vec<String> = s.cmd(&["KEYS", "*"]);
+    keys.retain(|k| !k.starts_with("ferrolock:"));
+    keys.sort();
+    keys
+}
+
+fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
+    let s = RedisServer::start();
+    for key in ["rw:plain", "rw{tag}x"] {
+        let (a, b) = ("uuid-a:1", "uuid-b:2");
+        // Two readers share it; the layout is Redisson's.
+        assert!(granted(&read(&s, key, a, &Call::first("c1"))));
+        assert!(granted(&read(&s, key, b, &Call::first("c2"))));
+        assert_eq!(hash(&s, key), map(&[("mode", "read"), (a, "1"), (b, "1")]));
+        let (ta, tb) = (
+            format!("{}:1", timeout_prefix(key, a)),
+            format!("{}:1", timeout_prefix(key, b)),
+        );
+        let mut want = vec![key.to_string(), ta.clone(), tb.clone()];
+        want.sort();
+        assert_eq!(lock_keys(&s), want);
+        let p = pttl(&s, key);
+        assert!(0 < p && p <= 60_000, "{key}: PTTL {p}");
+        assert_eq!(get(&s, &ta).as_deref(), Some("1"));
+        let p = pttl(&s, &ta);
+        assert!(0 < p && p <= 60_000, "{ta}: PTTL {p}");
+        // A writer is refused while they read: busy, with the hash's PTTL.
+        let w = write(&s, key, "uuid-c:3", &Call::first("c3"));
+        assert!(matches!(w, Value::Int(p) if p > 0), "{w:?}");
+        // Re-entry: count 2, a second hold key.
+        let re = Call {
+            reentry: true,
+            ..Call::first("c4")
+        };
+        assert!(granted(&read(&s, key, a, &re)));
+        assert_eq!(hash(&s, key)[a], "2");
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", &format!("{}:2", timeout_prefix(key, a))]),
+            1
+        );
+        // Upgrade refused with an error naming it.
+        let up = upgrade_error(&s, key, a);
+        assert!(up.contains("RWLOCK_UPGRADE") && up.contains(key), "{up}");
+        // Releases: b's last hold, then a's two.
+        assert_eq!(release_read(&s, key, b, "r1"), Value::Int(0));
+        assert_eq!(release_read(&s, key, a, "r2"), Value::Int(0));
+        assert_eq!(release_read(&s, key, a, "r3"), Value::Int(1));
+        assert_eq!(lock_keys(&s), Vec::<String>::new());
+
+        // A writer: "<field>:write"; readers and other writers refused; downgrade allowed.
+        assert!(granted(&write(&s, key, a, &Call::first("c5"))));
+        assert_eq!(
+            hash(&s, key),
+            map(&[("mode", "write"), (&format!("{a}:write"), "1")])
+        );
+        assert!(!granted(&read(&s, key, b, &Call::first("c6"))));
+        assert!(!granted(&write(&s, key, b, &Call::first("c7"))));
+        let down = Call {
+            reentry: true,
+            ..Call::first("c8")
+        };
+        assert!(granted(&read(&s, key, a, &down)));
+        assert_eq!(
+            hash(&s, key),
+            map(&[("mode", "write"), (&format!("{a}:write"), "1"), (a, "1")])
+        );
+        // The write release hands the hash to the read hold left.
+        assert_eq!(release_write(&s, key, a, "r4"), Value::Int(1));
+        assert_eq!(hash(&s, key), map(&[("mode", "read"), (a, "1")]));
+        assert!(granted(&read(&s, key, b, &Call::first("c9"))));
+        assert_eq!(release_read(&s, key, a, "r5"), Value::Int(0));
+        assert_eq!(release_read(&s, key, b, "r6"), Value::Int(1));
+        assert_eq!(lock_keys(&s), Vec::<String>::new());
+    }
+}
+
+/// The error reply of a write acquire by an owner that holds its read lock.
+fn upgrade_error(s: &RedisServer, key: &str, field: &str) -> String {
+    let names = KeyNames::of(key);
+    let (wfield, latch) = (format!("{field}:write"), latch_key(key, "up"));
+    let mut conn = s.client();
+    let r: redis::RedisResult<Value> = redis::cmd("EVAL")
+        .arg(ACQUIRE_WRITE_SRC)
+        .arg(6)
+        .arg(&[
+            key,
+            &names.fence,
+            &names.queue,
+            &names.leases,
+            &names.since,
+            &latch,
+        ])
+        .arg(&[TTL, &wfield, "", "", "", "30000", "0", "0", LATCH_PX, field])
+        .query(&mut conn);
+    match r {
+        Err(e) => e.to_string(),
+        Ok(v) => panic!("an upgrade was answered {v:?}"),
+    }
+}
+
+/// A re-sent call (the same call id, as a re-send after a dropped connection carries) changes
+/// nothing: a read acquire adds no second hold, a release removes one hold, not two.
+#[test]
+fn a_resent_read_acquire_or_release_changes_nothing() {
+    let s = RedisServer::start();
+    let (key, a) = ("rw:resend", "uuid-a:1");
+    assert!(granted(&read(&s, key, a, &Call::first("g1"))));
+    let again = Call {
+        reentry: true,
+        ..Call::first("g2")
+    };
+    for _ in 0..2 {
+        assert!(granted(&read(&s, key, a, &again)));
+    }
+    assert_eq!(hash(&s, key)[a], "2", "a re-sent re-entry added a hold");
+    assert_eq!(
+        s.cmd::<i64>(&["EXISTS", &format!("{}:3", timeout_prefix(key, a))]),
+        0
+    );
+    // The first grant sent again: still one hold from it.
+    assert!(granted(&read(&s, key, a, &Call::first("g1"))));
+    assert_eq!(hash(&s, key)[a], "2");
+    for _ in 0..2 {
+        assert_eq!(release_read(&s, key, a, "x1"), Value::Int(0));
+    }
+    assert_eq!(
+        hash(&s, key)[a],
+        "1",
+        "a re-sent release removed a second hold"
+    );
+    for _ in 0..2 {
+        assert_eq!(release_read(&s, key, a, "x2"), Value::Int(1));
+    }
+    assert_eq!(lock_keys(&s), Vec::<String>::new());
+    // A write re-entry and release, each sent twice.
+    assert!(granted(&write(&s, key, a, &Call::first("w1"))));
+    assert!(granted(&write(&s, key, a, &Call::first("w1"))));
+    let again = Call {
+        reentry: true,
+        ..Call::first("w2")
+    };
+    for _ in 0..2 {
+        assert!(granted(&write(&s, key, a, &again)));
+    }
+    assert_eq!(hash(&s, key)[&format!("{a}:write")], "2");
+    for _ in 0..2 {
+        assert_eq!(release_write(&s, key, a, "y1"), Value::Int(0));
+    }
+    assert_eq!(hash(&s, key)[&format!("{a}:write")], "1");
+    assert_eq!(release_write(&s, key, a, "y2"), Value::Int(1));
+    assert_eq!(lock_keys(&s), Vec::<String>::new());
+}
+
+/// Readers hold; a writer queues; readers that come after it (queued or not) are refused past
+/// the barging bound (0 here) until the writer has had its turn; the writer's release lets
+/// every reader at the front of the queue in, not only the head, and publishes "1".
+#[test]
+fn a_queued_writer_goes_before_later_readers_and_its_release_lets_the_front_readers_in() {
+    let s = RedisServer::start();
+    let key = "rw:order";
+    let queued = |id: &'static str, call: &'static str| Call {
+        id,
+        reentry: false,
+        bound_ms: 0,
+        call,
+    };
+    assert!(granted(&read(&s, key, "r0", &Call::first("a0"))));
+    // The writer waits behind the reader, queued.
+    assert!(!granted(&write(&s, key, "W", &queued("w-W", "a1"))));
+    // Later readers: a first try (not queued) and two queued ones, all refused.
+    assert!(!granted(&read(&s, key, "r1", &Call::first("a2"))));
+    assert!(!granted(&read(&s, key, "r2", &queued("r-2", "a3"))));
+    assert!(!granted(&read(&s, key, "r3", &queued("r-3", "a4"))));
+    // Within a barging bound a newcomer may still pass (the stated bound).
+    let barging = Call {
+        bound_ms: 60_000,
+        ..Call::first("a5")
+    };
+    assert!(granted(&read(&s, key, "r4", &barging)));
+    assert_eq!(release_read(&s, key, "r4", "b0"), Value::Int(0));
+    assert_eq!(release_read(&s, key, "r0", "b1"), Value::Int(1));
+    // Free: the queued readers behind the writer still wait for it.
+    assert!(!granted(&read(&s, key, "r2", &queued("r-2", "a6"))));
+    assert!(granted(&write(&s, key, "W", &queued("w-W", "a7"))));
+    assert!(!granted(&read(&s, key, "r3", &queued("r-3", "a8"))));
+
+    let mut sub = s.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(key)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    assert_eq!(release_write(&s, key, "W", "b2"), Value::Int(1));
+    let m = pubsub.get_message().expect("the write release's message");
+    assert_eq!(m.get_payload_bytes(), b"1");
+    // Both queued readers are at the front now: both get in, the second without waiting for
+    // the first.
+    assert!(granted(&read(&s, key, "r3", &queued("r-3", "a9"))));
+    assert!(granted(&read(&s, key, "r2", &queued("r-2", "a10"))));
+    assert_eq!(
+        hash(&s, key),
+        map(&[("mode", "read"), ("r2", "1"), ("r3", "1")])
+    );
+}
+
+/// A reader's renewal renews its own hold keys and raises the hash, never lowers it; a release that finds every
+/// other reader's hold keys expired (crashed readers) frees the key, as Redisson's does.
+#[test]
+fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
+    let s = RedisServer::start();
+    let (key, a, b) = ("rw:renew", "uuid-a:1", "uuid-b:2");
+    assert!(granted(&read(&s, key, a, &Call::first("a"))));
+    assert!(granted(&read(&s, key, b, &Call::first("b"))));
+    s.cmd::<()>(&["PEXPIRE", key, "100000"]);
+    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    assert!(pttl(&s, key) > 20_000, "the renewal shortened the hash");
+    s.cmd::<()>(&["PEXPIRE", key, "5000"]);
+    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    let p = pttl(&s, key);
+    assert!(
+        p > 5_000 && p <= 20_000,
+        "the renewal did not raise the hash: PTTL {p}"
+    );
+    let p = pttl(&s, &format!("{}:1", timeout_prefix(key, a)));
+    assert!(p > 5_000 && p <= 20_000, "our hold key: PTTL {p}");
+    assert_eq!(extend_read(&s, key, "uuid-z:9", "20000"), Value::Int(0));
+    // b crashes: its hold key expires (deleted here), its field stays.
+    s.cmd::<()>(&["DEL", &format!("{}:1", timeout_prefix(key, b))]);
+    assert_eq!(release_read(&s, key, a, "r"), Value::Int(1));
+    assert_eq!(lock_keys(&s), Vec::<String>::new());
+}
+
+/// A Java Redisson client and these scripts on one key: each excluded while the other holds,
+/// readers shared; each one's release wakes the other's waiter (Redisson's waiter waits on the
+/// channel, and otherwise for the hash's 60 s PTTL: only the message explains a prompt grant).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
+    let classpath = redisson_classpath();
+    let s = RedisServer::start();
+    let mut r = Redisson::start(classpath, &s.url(), "single").await;
+    let key = "rw:interop";
+    let try_ = async |r: &mut Redisson, cmd: &str| {
+        r.send(&format!("{cmd} {key}")).await;
+        let reply = r
+            .expect(&format!("{cmd} {key} "), Duration::from_secs(30))
+            .await;
+        reply.ends_with(" true")
+    };
+    // Our write held: Redisson can neither read nor write.
+    assert!(granted(&write(&s, key, "fl:1", &Call::first("w"))));
+    assert!(!try_(&mut r, "rtry").await);
+    assert!(!try_(&mut r, "wtry").await);
+    // Redisson's reader waits (watchdog lease); our write release wakes it.
+    r.send(&format!("rlock {key} -1")).await;
+    wait_for_subscriber(&s, &channel(key)).await;
+    assert!(r.lines.is_empty(), "Redisson read while we wrote");
+    assert_eq!(release_write(&s, key, "fl:1", "rw"), Value::Int(1));
+    r.expect(&format!("rlocked {key}"), Duration::from_secs(20))
+        .await;
+    // Readers share: ours joins Redisson's; a writer of ours is refused.
+    assert!(granted(&read(&s, key, "fl:2", &Call::first("r"))));
+    assert!(!granted(&write(&s, key, "fl:3", &Call::first("w3"))));
+    r.send(&format!("runlock {key}")).await;
+    r.expect(&format!("runlocked {key}"), Duration::from_secs(30))
+        .await;
+    // Our read held (ttl 60 s): Redisson's writer waits; our release wakes it.
+    r.send(&format!("wlock {key} -1")).await;
+    wait_for_subscriber(&s, &channel(key)).await;
+    assert!(r.lines.is_empty(), "Redisson wrote while we read");
+    assert_eq!(release_read(&s, key, "fl:2", "rr"), Value::Int(1));
+    r.expect(&format!("wlocked {key}"), Duration::from_secs(20))
+        .await;
+    // Redisson's write held: we can neither read nor write; its unlock publishes "1".
+    assert!(!granted(&read(&s, key, "fl:4", &Call::first("r4"))));
+    assert!(!granted(&write(&s, key, "fl:4", &Call::first("w4"))));
+    let mut sub = s.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(key)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    r.send(&format!("wunlock {key}")).await;
+    r.expect(&format!("wunlocked {key}"), Duration::from_secs(30))
+        .await;
+    assert_eq!(pubsub.get_message().unwrap().get_payload_bytes(), b"1");
+    assert!(granted(&write(&s, key, "fl:4", &Call::first("w5"))));
+}
+
+/// Until someone listens on `channel`, then a moment more (Redisson re-checks the lock once
+/// subscribed; a release before that re-check would be caught by it, not by the message).
+async fn wait_for_subscriber(s: &RedisServer, channel: &str) {
+    let bound = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply: Vec<Value> = s.cmd(&["PUBSUB", "NUMSUB", channel]);
+        if matches!(reply.get(1), Some(Value::Int(n)) if *n > 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < bound,
+            "nobody subscribed to {channel}"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
