@@ -1088,3 +1088,63 @@ func TestCancelledAcquireAsItIsGrantedLeavesTheKeyFree(t *testing.T) {
 		t.Fatal("no round was cancelled: the race never happened")
 	}
 }
+
+// queueKeys counts key's queue keys on the node at port (ferrolock:queue:{key}, -lease,
+// -since; DESIGN.md, "Waiter queue").
+func queueKeys(t *testing.T, port int, key string) int {
+	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "--scan", "--pattern", "ferrolock:queue*:{"+key+"}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(out)))
+}
+
+// Close ends an Acquire waiting on the manager with ErrNotAcquired naming the close, and
+// leaves no queue entry of it on any node; the holder's key stays its own (issue 29 item 4).
+func TestCloseEndsWaitsAndLeavesNoQueueEntry(t *testing.T) {
+	holder := manager(t, ferrolock.TTL(60*time.Second))
+	m := manager(t)
+	ctx := context.Background()
+	k := key("close-ends-waits")
+	held, err := holder.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ended := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, k)
+		if err == nil {
+			l.Release()
+			err = errors.New("granted")
+		}
+		ended <- err
+	}()
+	// The fault: the waiter sits in the key's queue on every node.
+	for _, port := range ports {
+		if !settles(30*time.Second, func() bool { return queueKeys(t, port, k) > 0 }) {
+			t.Fatalf("port %d: the waiter never queued", port)
+		}
+	}
+	m.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("the wait ended with %v, not ErrNotAcquired naming the close", err)
+		}
+	case <-time.After(30 * time.Second):
+		held.Release() // lets the waiter go, so that the test ends
+		t.Fatal("the Acquire went on waiting after Close")
+	}
+	for _, port := range ports {
+		if n := queueKeys(t, port, k); n != 0 {
+			t.Fatalf("port %d: %d queue keys left", port, n)
+		}
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("the holder's lock: %v", err)
+	}
+	if _, err := manager(t).TryAcquire(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("another manager's TryAcquire: %v, want ErrNotAcquired", err)
+	}
+}

@@ -493,6 +493,76 @@ static void test_completion_acquire(void) {
   ferrolock_manager_free(m);
 }
 
+/* The queue keys of `key` on node i (ferrolock:queue:{key}, -lease, -since; DESIGN.md,
+ * "Waiter queue"). */
+static long queue_keys_on(int i, const char *key) {
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d --scan --pattern 'ferrolock:queue*:{%s}' | wc -l", node_ports[i], key);
+  FILE *p = popen(cmd, "r");
+  long n = -1;
+  if (p) {
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+/* Waits until `flag` is set, at most `seconds`. */
+static int flag_within(int *flag, int seconds) {
+  double give_up = now_ms() + seconds * 1e3;
+  while (!__atomic_load_n(flag, __ATOMIC_SEQ_CST) && now_ms() < give_up) sleep_ms(10);
+  return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
+}
+
+/* Freeing a manager ends the acquires waiting on it (a blocking one on another thread, a
+ * completion-based one) with NOT_ACQUIRED naming the close, and leaves no queue entry of
+ * them on any node; the holder's key stays its own. Issue 29 item 4. */
+static void test_manager_free_ends_waits(void) {
+  ferrolock_manager *holder = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  char key[128];
+  snprintf(key, sizeof key, "%s", fresh_key("free-ends-waits"));
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  waiter_t w = {.m = m, .key = key};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_for_lock, &w) == 0);
+  done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ferrolock_acquisition *a = NULL;
+  EXPECT(ferrolock_manager_acquire_start(m, key, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+  /* The fault: the waiters sit in the key's queue on every node. */
+  for (int i = 0; i < node_count; i++) {
+    double give_up = now_ms() + 30000;
+    while (queue_keys_on(i, key) < 1 && now_ms() < give_up) sleep_ms(25);
+    CHECK(queue_keys_on(i, key) >= 1, "node %d: the waiters never queued", i);
+  }
+  ferrolock_manager_free(m);
+  int ended = flag_within(&w.done, 30);
+  if (!ended) { /* Let the waiter go, so the test can end. */
+    EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+    CHECK(ended, "the blocked acquire went on waiting after its manager was freed");
+  }
+  pthread_join(t, NULL);
+  CHECK(w.status == FERROLOCK_ERR_NOT_ACQUIRED && w.lock == NULL && strstr(w.message, "closed"),
+        "blocked acquire: %s: %s", ferrolock_status_name(w.status), w.message);
+  CHECK(wait_done(&d, 30) == 1, "the pending acquisition never completed after its manager was freed");
+  ferrolock_lock *none = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_NOT_ACQUIRED, "closed");
+  CHECK(none == NULL);
+  ferrolock_acquisition_free(a);
+  /* No queue entry of the freed manager, and the key is still the holder's alone. */
+  for (int i = 0; i < node_count; i++) CHECK(queue_keys_on(i, key) == 0, "node %d: %ld queue keys left", i, queue_keys_on(i, key));
+  CHECK(ferrolock_lock_is_held(held));
+  ferrolock_manager *other = manager_with(options_ms(NULL));
+  ferrolock_lock *rival = NULL;
+  EXPECT(ferrolock_manager_try_acquire(other, key, NULL, &rival, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  for (int i = 0; i < node_count; i++) CHECK(keys_on(i, key) == 0, "node %d: %ld keys left", i, keys_on(i, key));
+  ferrolock_manager_free(other);
+  ferrolock_manager_free(holder);
+}
+
 static void delete_everywhere(const char *key);
 
 /* Callbacks that call back in. stderr is captured around the calls: the library prints nothing. */
@@ -1079,6 +1149,7 @@ static const test_t tests[] = {
     {"lost_never_after_free", test_lost_never_after_free},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
+    {"manager_free_ends_waits", test_manager_free_ends_waits},
     {"callbacks_call_back_in", test_callbacks_call_back_in},
     {"done_after_out_slot", test_done_after_out_slot},
     {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
