@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_SHUTDOWN"); part != "" {
 		os.Exit(shutdownChild(part))
 	}
+	if part := os.Getenv("FERROLOCK_GO_CLOSE_EXIT"); part != "" {
+		os.Exit(closeExitChild(part))
+	}
 	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
 		os.Exit(logExitChild(part))
 	}
@@ -1146,5 +1149,59 @@ func TestCloseEndsWaitsAndLeavesNoQueueEntry(t *testing.T) {
 	}
 	if _, err := manager(t).TryAcquire(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
 		t.Fatalf("another manager's TryAcquire: %v, want ErrNotAcquired", err)
+	}
+}
+
+// The child of TestCloseThenShutdownReleasesWhatIsStillHeld: Close with two locks held (the
+// usual defer order runs Close before Shutdown), one used after the Close, then Shutdown.
+func closeExitChild(part string) int {
+	m, err := ferrolock.NewManager(base...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	var locks [2]*ferrolock.Lock
+	for i := range locks {
+		if locks[i], err = m.Acquire(ctx, fmt.Sprintf("%s:%d", part, i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	m.Close()
+	// The godoc's promise: a closed manager's locks stay usable until released.
+	if v, err := locks[0].Extend(ctx); err != nil || v <= 0 {
+		fmt.Fprintln(os.Stderr, "Extend after Close:", v, err)
+		return 2
+	}
+	if err := locks[0].Release(); err != nil {
+		fmt.Fprintln(os.Stderr, "Release after Close:", err)
+		return 3
+	}
+	if err := locks[1].Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "the other lock after Close:", err)
+		return 4
+	}
+	if n := ferrolock.Shutdown(10 * time.Second); n != 1 {
+		fmt.Fprintln(os.Stderr, "Shutdown released", n)
+		return 5
+	}
+	return 0
+}
+
+// Close, then the end of main (Shutdown) with a lock still held: the lock is released
+// (issue 30 item 6 (b)); the lock used after Close worked.
+func TestCloseThenShutdownReleasesWhatIsStillHeld(t *testing.T) {
+	part := key("close-exit")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_CLOSE_EXIT="+part)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, part); n != 0 {
+			t.Fatalf("port %d: %d keys left", port, n)
+		}
 	}
 }

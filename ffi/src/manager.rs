@@ -21,6 +21,14 @@ pub struct ferrolock_manager {
 
 /// Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
 /// connection is opened until the first acquire, so a node that is down now is no error.
+///
+/// Fork: a child forked (without exec) from a process using ferrolock may go on using the
+/// managers it inherited (acquire, release_all, free): each builds its own connections in
+/// the child, and the child's `ferrolock_shutdown` releases the locks the child took. A lock
+/// inherited from the parent is the parent's: in the child it is never held
+/// (`ferrolock_lock_is_held` false), `ferrolock_lock_release`, `_extend` and `_check` give
+/// `FERROLOCK_ERR_NOT_HELD` ("... a forked child cannot use, extend or release its parent's
+/// locks"), it is never renewed or signalled, and its free releases nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_new(
     opts: *const ferrolock_options,
