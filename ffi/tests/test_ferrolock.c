@@ -1200,7 +1200,10 @@ static void test_fork_child(void) {
 static int freed_child(const char *part) {
   char k[3][160];
   for (int i = 0; i < 3; i++) snprintf(k[i], sizeof k[i], "%s:%d", part, i);
-  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)2000, NULL));
+  /* A short ttl, so that renewal shows within the test (a slow run's node timeout needs 10 ×). */
+  const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
+  uint64_t ttl = slow ? 10 * strtoull(slow, NULL, 10) : 2000;
+  ferrolock_manager *m = manager_with(options_ms("ttl", ttl, NULL));
   ferrolock_lock *usable = NULL, *kept = NULL, *dropped = NULL;
   if (ferrolock_manager_acquire(m, k[0], NULL, NULL, &usable, &err) != FERROLOCK_OK) return 10;
   if (ferrolock_manager_acquire(m, k[1], NULL, NULL, &kept, &err) != FERROLOCK_OK) return 11;
@@ -1212,7 +1215,7 @@ static int freed_child(const char *part) {
   if (ferrolock_lock_release(usable, &released, &err) != FERROLOCK_OK || !released) return 13;
   ferrolock_lock_free(usable);
   /* Renewed: still held after more than its ttl. */
-  sleep_ms(3000);
+  sleep_ms((int)ttl + 1000);
   if (!ferrolock_lock_is_held(kept)) return 16;
   /* (c) Freed unreleased, then its manager freed. */
   ferrolock_manager *m2 = manager_with(options_ms(NULL));
