@@ -110,7 +110,11 @@ export declare class LockManager {
   acquire(key: string, options?: AcquireOptions): Promise<Lock>;
   /** Tries once; rejects with NotAcquiredError if held elsewhere. */
   tryAcquire(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
-  /** Releases the locks it handed out that are still held, then closes. */
+  /**
+   * Ends the acquires waiting on this manager (they reject with NotAcquiredError, "its
+   * LockManager was closed", leaving nothing on any node that answers), releases the locks it
+   * handed out that are still held, then closes.
+   */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
 }

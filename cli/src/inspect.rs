@@ -45,13 +45,9 @@ const DEFAULT_LONG: Duration = Duration::from_secs(3600);
 const SCAN_COUNT: usize = 1000;
 
 fn nodes(list: &Option<String>) -> Vec<String> {
-    ManagerOptions::new()
-        .nodes(
-            list.as_deref()
-                .map(ferrolock::split_nodes)
-                .unwrap_or_default(),
-        )
-        .resolved_nodes()
+    let mut options = ManagerOptions::new();
+    options.nodes = list.as_deref().map(ferrolock::split_nodes);
+    options.resolved_nodes()
 }
 
 fn report(json: bool, out: Json, text: String) -> u8 {

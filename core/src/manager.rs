@@ -33,8 +33,14 @@ impl LockManager {
     /// node that is down now does not stop the manager from being built).
     pub fn new(options: ManagerOptions) -> Result<LockManager> {
         options.lock.validate()?;
+        if options.nodes.as_ref().is_some_and(Vec::is_empty) {
+            return Err(Error::invalid(format!(
+                "nodes=[]: {}",
+                crate::options::NO_NODE_GIVEN
+            )));
+        }
         let urls = options.resolved_nodes();
-        let from_env = options.nodes.is_empty()
+        let from_env = options.nodes.is_none()
             && std::env::var(crate::options::NODES_ENV).is_ok_and(|v| !v.trim().is_empty());
         let nodes = open_nodes(&options, &urls).map_err(|e| {
             if from_env {

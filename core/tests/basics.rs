@@ -338,6 +338,17 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
     assert!(err.message().contains("ttl"), "{err}");
 }
 
+/// An explicitly empty node list is a mistake, refused as the bindings refuse `nodes: []`; an
+/// omitted one keeps the FERROLOCK_NODES → local node fallback (issue 29 item 4).
+#[test]
+fn an_explicitly_empty_node_list_is_refused() {
+    let err = LockManager::new(ManagerOptions::new().nodes(Vec::<String>::new())).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("no node URL given"), "{err}");
+    // Left out: FERROLOCK_NODES (set by the test below for a moment) or the local node.
+    assert!(LockManager::new(ManagerOptions::new()).is_ok());
+}
+
 #[tokio::test]
 async fn nodes_come_from_ferrolock_nodes_when_not_given() {
     let cluster = Cluster::start(3);

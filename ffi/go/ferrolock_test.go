@@ -42,6 +42,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_SHUTDOWN"); part != "" {
 		os.Exit(shutdownChild(part))
 	}
+	if part := os.Getenv("FERROLOCK_GO_CLOSE_EXIT"); part != "" {
+		os.Exit(closeExitChild(part))
+	}
 	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
 		os.Exit(logExitChild(part))
 	}
@@ -1086,5 +1089,119 @@ func TestCancelledAcquireAsItIsGrantedLeavesTheKeyFree(t *testing.T) {
 	}
 	if cancelled == 0 {
 		t.Fatal("no round was cancelled: the race never happened")
+	}
+}
+
+// queueKeys counts key's queue keys on the node at port (ferrolock:queue:{key}, -lease,
+// -since; DESIGN.md, "Waiter queue").
+func queueKeys(t *testing.T, port int, key string) int {
+	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "--scan", "--pattern", "ferrolock:queue*:{"+key+"}").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(strings.Fields(string(out)))
+}
+
+// Close ends an Acquire waiting on the manager with ErrNotAcquired naming the close, and
+// leaves no queue entry of it on any node; the holder's key stays its own (issue 29 item 4).
+func TestCloseEndsWaitsAndLeavesNoQueueEntry(t *testing.T) {
+	holder := manager(t, ferrolock.TTL(60*time.Second))
+	m := manager(t)
+	ctx := context.Background()
+	k := key("close-ends-waits")
+	held, err := holder.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	ended := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, k)
+		if err == nil {
+			l.Release()
+			err = errors.New("granted")
+		}
+		ended <- err
+	}()
+	// The fault: the waiter sits in the key's queue on every node.
+	for _, port := range ports {
+		if !settles(30*time.Second, func() bool { return queueKeys(t, port, k) > 0 }) {
+			t.Fatalf("port %d: the waiter never queued", port)
+		}
+	}
+	m.Close()
+	select {
+	case err := <-ended:
+		if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("the wait ended with %v, not ErrNotAcquired naming the close", err)
+		}
+	case <-time.After(30 * time.Second):
+		held.Release() // lets the waiter go, so that the test ends
+		t.Fatal("the Acquire went on waiting after Close")
+	}
+	for _, port := range ports {
+		if n := queueKeys(t, port, k); n != 0 {
+			t.Fatalf("port %d: %d queue keys left", port, n)
+		}
+	}
+	if err := held.Err(); err != nil {
+		t.Fatalf("the holder's lock: %v", err)
+	}
+	if _, err := manager(t).TryAcquire(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("another manager's TryAcquire: %v, want ErrNotAcquired", err)
+	}
+}
+
+// The child of TestCloseThenShutdownReleasesWhatIsStillHeld: Close with two locks held (the
+// usual defer order runs Close before Shutdown), one used after the Close, then Shutdown.
+func closeExitChild(part string) int {
+	m, err := ferrolock.NewManager(base...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx := context.Background()
+	var locks [2]*ferrolock.Lock
+	for i := range locks {
+		if locks[i], err = m.Acquire(ctx, fmt.Sprintf("%s:%d", part, i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	m.Close()
+	// The godoc's promise: a closed manager's locks stay usable until released.
+	if v, err := locks[0].Extend(ctx); err != nil || v <= 0 {
+		fmt.Fprintln(os.Stderr, "Extend after Close:", v, err)
+		return 2
+	}
+	if err := locks[0].Release(); err != nil {
+		fmt.Fprintln(os.Stderr, "Release after Close:", err)
+		return 3
+	}
+	if err := locks[1].Err(); err != nil {
+		fmt.Fprintln(os.Stderr, "the other lock after Close:", err)
+		return 4
+	}
+	if n := ferrolock.Shutdown(10 * time.Second); n != 1 {
+		fmt.Fprintln(os.Stderr, "Shutdown released", n)
+		return 5
+	}
+	return 0
+}
+
+// Close, then the end of main (Shutdown) with a lock still held: the lock is released
+// (issue 30 item 6 (b)); the lock used after Close worked.
+func TestCloseThenShutdownReleasesWhatIsStillHeld(t *testing.T) {
+	part := key("close-exit")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_CLOSE_EXIT="+part)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, part); n != 0 {
+			t.Fatalf("port %d: %d keys left", port, n)
+		}
 	}
 }

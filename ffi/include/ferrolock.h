@@ -257,11 +257,27 @@ void ferrolock_lock_free(struct ferrolock_lock *lock);
 
 // Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
 // connection is opened until the first acquire, so a node that is down now is no error.
+//
+// Fork: a child forked (without exec) from a process using ferrolock may go on using the
+// managers it inherited (acquire, release_all, free): each builds its own connections in
+// the child, and the child's `ferrolock_shutdown` releases the locks the child took. A lock
+// inherited from the parent is the parent's: in the child it is never held
+// (`ferrolock_lock_is_held` false), `ferrolock_lock_release`, `_extend` and `_check` give
+// `FERROLOCK_ERR_NOT_HELD` ("... a forked child cannot use, extend or release its parent's
+// locks"), it is never renewed or signalled, and its free releases nothing.
 int ferrolock_manager_new(const struct ferrolock_options *opts,
                           struct ferrolock_manager **manager_out,
                           struct ferrolock_error **err);
 
-// Frees a manager. NULL is ignored. Locks it handed out stay usable.
+// Frees a manager. NULL is ignored. Acquires still waiting on it end with
+// `FERROLOCK_ERR_NOT_ACQUIRED` ("its LockManager was closed"): a `ferrolock_manager_acquire`
+// blocked on another thread returns it, a pending `ferrolock_manager_acquire_start` completes
+// with it (its acquisition still needs `ferrolock_acquisition_free`); each gives back what it
+// had taken and leaves the key's queue on every node that answers before this returns
+// (waiting at most 5 s; the rest goes on in the background). Calls that start on the manager
+// must not overlap the free. Locks it handed out stay usable (renewed, releasable, their
+// loss reported) until released or freed; `ferrolock_shutdown` still releases those held.
+// It does not release them: call `ferrolock_manager_release_all` first for that.
 void ferrolock_manager_free(struct ferrolock_manager *manager);
 
 // Acquires `key`, waiting as the options' `wait` says (default: without limit). `opts` may be

@@ -493,6 +493,76 @@ static void test_completion_acquire(void) {
   ferrolock_manager_free(m);
 }
 
+/* The queue keys of `key` on node i (ferrolock:queue:{key}, -lease, -since; DESIGN.md,
+ * "Waiter queue"). */
+static long queue_keys_on(int i, const char *key) {
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d --scan --pattern 'ferrolock:queue*:{%s}' | wc -l", node_ports[i], key);
+  FILE *p = popen(cmd, "r");
+  long n = -1;
+  if (p) {
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+/* Waits until `flag` is set, at most `seconds`. */
+static int flag_within(int *flag, int seconds) {
+  double give_up = now_ms() + seconds * 1e3;
+  while (!__atomic_load_n(flag, __ATOMIC_SEQ_CST) && now_ms() < give_up) sleep_ms(10);
+  return __atomic_load_n(flag, __ATOMIC_SEQ_CST);
+}
+
+/* Freeing a manager ends the acquires waiting on it (a blocking one on another thread, a
+ * completion-based one) with NOT_ACQUIRED naming the close, and leaves no queue entry of
+ * them on any node; the holder's key stays its own. Issue 29 item 4. */
+static void test_manager_free_ends_waits(void) {
+  ferrolock_manager *holder = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  char key[128];
+  snprintf(key, sizeof key, "%s", fresh_key("free-ends-waits"));
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  waiter_t w = {.m = m, .key = key};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_for_lock, &w) == 0);
+  done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ferrolock_acquisition *a = NULL;
+  EXPECT(ferrolock_manager_acquire_start(m, key, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+  /* The fault: the waiters sit in the key's queue on every node. */
+  for (int i = 0; i < node_count; i++) {
+    double give_up = now_ms() + 30000;
+    while (queue_keys_on(i, key) < 1 && now_ms() < give_up) sleep_ms(25);
+    CHECK(queue_keys_on(i, key) >= 1, "node %d: the waiters never queued", i);
+  }
+  ferrolock_manager_free(m);
+  int ended = flag_within(&w.done, 30);
+  if (!ended) { /* Let the waiter go, so the test can end. */
+    EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+    CHECK(ended, "the blocked acquire went on waiting after its manager was freed");
+  }
+  pthread_join(t, NULL);
+  CHECK(w.status == FERROLOCK_ERR_NOT_ACQUIRED && w.lock == NULL && strstr(w.message, "closed"),
+        "blocked acquire: %s: %s", ferrolock_status_name(w.status), w.message);
+  CHECK(wait_done(&d, 30) == 1, "the pending acquisition never completed after its manager was freed");
+  ferrolock_lock *none = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_NOT_ACQUIRED, "closed");
+  CHECK(none == NULL);
+  ferrolock_acquisition_free(a);
+  /* No queue entry of the freed manager, and the key is still the holder's alone. */
+  for (int i = 0; i < node_count; i++) CHECK(queue_keys_on(i, key) == 0, "node %d: %ld queue keys left", i, queue_keys_on(i, key));
+  CHECK(ferrolock_lock_is_held(held));
+  ferrolock_manager *other = manager_with(options_ms(NULL));
+  ferrolock_lock *rival = NULL;
+  EXPECT(ferrolock_manager_try_acquire(other, key, NULL, &rival, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  for (int i = 0; i < node_count; i++) CHECK(keys_on(i, key) == 0, "node %d: %ld keys left", i, keys_on(i, key));
+  ferrolock_manager_free(other);
+  ferrolock_manager_free(holder);
+}
+
 static void delete_everywhere(const char *key);
 
 /* Callbacks that call back in. stderr is captured around the calls: the library prints nothing. */
@@ -1058,6 +1128,132 @@ static void test_shutdown(void) {
   for (int n = 0; n < node_count; n++) CHECK(keys_on(n, part_copy) == 0, "node %d: %ld keys left", n, keys_on(n, part_copy));
 }
 
+/* Waits for `child` at most `seconds`; a child still running then is killed (a hang). Returns
+ * its exit status, or -1 if it hung or died of a signal. */
+static int child_status(pid_t child, int seconds) {
+  int status = 0;
+  double give_up = now_ms() + seconds * 1e3;
+  pid_t got;
+  while ((got = waitpid(child, &status, WNOHANG)) == 0 && now_ms() < give_up) sleep_ms(20);
+  if (got == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    return -1;
+  }
+  return got == child && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The body of test_fork_child (issue 30 item 6 (a)): in a child forked (no exec) from a
+ * process that holds `inherited` through `m`, the manager works and the inherited lock is
+ * inert, with a clear error; the child's own lock is released by ferrolock_shutdown. */
+static int forked_child(ferrolock_manager *m, ferrolock_lock *inherited, const char *own_key) {
+  ferrolock_error *e = NULL;
+  if (ferrolock_lock_is_held(inherited)) return 20;
+  int st = ferrolock_lock_release(inherited, NULL, &e);
+  int refused = st == FERROLOCK_ERR_NOT_HELD && e && strstr(e->message, "forked child");
+  ferrolock_error_free(e);
+  e = NULL;
+  if (!refused) return 21;
+  st = ferrolock_lock_extend(inherited, FERROLOCK_SAME_TTL, NULL, NULL, &e);
+  refused = st == FERROLOCK_ERR_NOT_HELD && e && strstr(e->message, "forked child");
+  ferrolock_error_free(e);
+  e = NULL;
+  if (!refused) return 22;
+  ferrolock_lock_free(inherited); /* releases nothing: the parent checks its key */
+  ferrolock_lock *own = NULL;
+  if (ferrolock_manager_acquire(m, own_key, NULL, NULL, &own, &e) != FERROLOCK_OK) {
+    ferrolock_error_free(e);
+    return 23;
+  }
+  if (!ferrolock_lock_is_held(own)) return 24;
+  size_t released = ferrolock_shutdown(10000);
+  ferrolock_lock_free(own);
+  ferrolock_manager_free(m);
+  return released == 1 ? 0 : 25;
+}
+
+static void test_fork_child(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  char parents[128], childs[128];
+  snprintf(parents, sizeof parents, "%s", fresh_key("fork-parent"));
+  snprintf(childs, sizeof childs, "%s", fresh_key("fork-child"));
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(m, parents, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) _exit(forked_child(m, held, childs));
+  int status = child_status(child, 60);
+  CHECK(status == 0, "child status %d (-1: hung or crashed)", status);
+  /* The child's own lock was released by its shutdown; the parent's is untouched. */
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, childs) == 0, "node %d: %ld of the child's keys left", n, keys_on(n, childs));
+  CHECK(ferrolock_lock_is_held(held));
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, parents) == 1, "node %d: the parent's key is gone", n);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  ferrolock_manager_free(m);
+}
+
+/* The child of test_freed_then_shutdown (issue 30 item 6 (b), (c)): a lock whose manager was
+ * freed stays usable and shutdown releases it; a lock freed unreleased, then its manager
+ * freed, is released before shutdown returns. */
+static int freed_child(const char *part) {
+  char k[3][160];
+  for (int i = 0; i < 3; i++) snprintf(k[i], sizeof k[i], "%s:%d", part, i);
+  /* A short ttl, so that renewal shows within the test (a slow run's node timeout needs 10 ×). */
+  const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
+  uint64_t ttl = slow ? 10 * strtoull(slow, NULL, 10) : 2000;
+  ferrolock_manager *m = manager_with(options_ms("ttl", ttl, NULL));
+  ferrolock_lock *usable = NULL, *kept = NULL, *dropped = NULL;
+  if (ferrolock_manager_acquire(m, k[0], NULL, NULL, &usable, &err) != FERROLOCK_OK) return 10;
+  if (ferrolock_manager_acquire(m, k[1], NULL, NULL, &kept, &err) != FERROLOCK_OK) return 11;
+  ferrolock_manager_free(m);
+  /* (b) The header's promise: the locks of a freed manager stay usable. */
+  uint64_t validity = 0;
+  if (ferrolock_lock_extend(usable, FERROLOCK_SAME_TTL, NULL, &validity, &err) != FERROLOCK_OK || validity == 0) return 12;
+  bool released = false;
+  if (ferrolock_lock_release(usable, &released, &err) != FERROLOCK_OK || !released) return 13;
+  ferrolock_lock_free(usable);
+  /* Renewed: still held after more than its ttl. */
+  sleep_ms((int)ttl + 1000);
+  if (!ferrolock_lock_is_held(kept)) return 16;
+  /* (c) Freed unreleased, then its manager freed. */
+  ferrolock_manager *m2 = manager_with(options_ms(NULL));
+  if (ferrolock_manager_acquire(m2, k[2], NULL, NULL, &dropped, &err) != FERROLOCK_OK) return 14;
+  ferrolock_lock_free(dropped);
+  ferrolock_manager_free(m2);
+  /* `kept` is held, its manager freed: shutdown releases it (the dropped one is counted by
+   * the background release its free started, which shutdown waits for). */
+  size_t n = ferrolock_shutdown(10000);
+  if (!ferrolock_lock_is_held(kept) && n >= 1) {
+    ferrolock_lock_free(kept);
+    return 0;
+  }
+  fprintf(stderr, "shutdown released %zu\n", n);
+  return 15;
+}
+
+static void test_freed_then_shutdown(void) {
+  char part[128];
+  snprintf(part, sizeof part, "%s", fresh_key("freed-shutdown"));
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    execl(self_path, self_path, "freed", part, (char *)NULL);
+    _exit(127);
+  }
+  int status = child_status(child, 60);
+  /* The keys first: :1 is the lock whose manager was freed, :2 the one freed unreleased. */
+  long left[3] = {0, 0, 0};
+  for (int i = 0; i < 3; i++) {
+    char k[160];
+    snprintf(k, sizeof k, "%s:%d", part, i);
+    for (int n = 0; n < node_count; n++) left[i] += keys_on(n, k);
+  }
+  CHECK(left[0] == 0 && left[1] == 0 && left[2] == 0, "keys left on the nodes: :0 %ld, :1 %ld, :2 %ld", left[0], left[1], left[2]);
+  CHECK(status == 0, "child status %d (-1: hung or crashed)", status);
+}
+
 /* The header's macros and the linked library give the same version. Needs no server; the
  * dynamically linked build of this file runs it through the soname's link. */
 static void test_version(void) {
@@ -1079,6 +1275,7 @@ static const test_t tests[] = {
     {"lost_never_after_free", test_lost_never_after_free},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
+    {"manager_free_ends_waits", test_manager_free_ends_waits},
     {"callbacks_call_back_in", test_callbacks_call_back_in},
     {"done_after_out_slot", test_done_after_out_slot},
     {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
@@ -1087,6 +1284,8 @@ static const test_t tests[] = {
     {"log_callback", test_log_callback},
     {"release_all", test_release_all},
     {"shutdown", test_shutdown},
+    {"fork_child", test_fork_child},
+    {"freed_then_shutdown", test_freed_then_shutdown},
     {"version", test_version},
 };
 
@@ -1104,6 +1303,10 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "shutdown") == 0) {
     read_nodes();
     return shutdown_child(argv[2]);
+  }
+  if (argc == 3 && strcmp(argv[1], "freed") == 0) {
+    read_nodes();
+    return freed_child(argv[2]);
   }
   const char *only = argc == 3 && strcmp(argv[1], "--only") == 0 ? argv[2] : NULL;
   read_nodes();

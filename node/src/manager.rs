@@ -149,8 +149,8 @@ impl NativeManager {
         })
     }
 
-    /// Releases the locks this manager handed out that are still held, then closes it
-    /// (`host::Manager::close`). A shared manager (withLock's) stays open for other callers:
+    /// Ends the acquires waiting on this manager, releases the locks it handed out that are
+    /// still held, then closes it (`host::Manager::close`). A shared manager (withLock's) stays open for other callers:
     /// only its use here ends.
     #[napi]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {

@@ -6,7 +6,7 @@ const assert = require('node:assert/strict');
 const { execFileSync } = require('node:child_process');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { servers } = require('./redis');
-const { LockManager, AbortError } = require('..');
+const { LockManager, AbortError, NotAcquiredError } = require('..');
 
 const T = { timeout: 120_000 };
 let three;
@@ -64,6 +64,44 @@ test('an acquire aborted as it is granted leaves the key free once it rejects', 
     }
     assert.ok(aborted > 0, 'no round was aborted: the race never happened');
   } finally {
+    await Promise.all([holder, waiter, other].map((m) => m.close()));
+  }
+});
+
+/** The queue keys of `key` on `server` (ferrolock:queue:{key}, -lease, -since; DESIGN.md, "Waiter queue"). */
+function queueKeys(server, key) {
+  const out = execFileSync('redis-cli', ['-p', String(server.port), '--scan', '--pattern', `ferrolock:queue*:{${key}}`], { encoding: 'utf8' });
+  return out.split('\n').filter(Boolean);
+}
+
+// close() ends the acquires waiting on the manager with NotAcquiredError naming the close, and
+// leaves no queue entry of them on any node; the holder's key stays its own (issue 29 item 4).
+test('close ends the waits on the manager and leaves no queue entry', T, async () => {
+  const srv = three;
+  const nodes = srv.map((s) => s.url);
+  const holder = new LockManager({ nodes, restartGuard: 0, ttl: 60_000 });
+  const waiter = new LockManager({ nodes, restartGuard: 0 });
+  const other = new LockManager({ nodes, restartGuard: 0 });
+  const key = `close-ends-waits:${process.pid}`;
+  const held = await holder.acquire(key);
+  try {
+    const waits = [1, 2].map(() => waiter.acquire(key).then(
+      async (lock) => { await lock.release(); return new Error('granted'); },
+      (error) => error,
+    ));
+    // The fault: the waiters sit in the key's queue on every node.
+    await until('the waiters queued on every node', () => srv.every((s) => queueKeys(s, key).length > 0));
+    await waiter.close();
+    const timeout = sleep(30_000, 'still waiting', { ref: false });
+    for (const ended of await Promise.all(waits.map((w) => Promise.race([w, timeout])))) {
+      assert.ok(ended instanceof NotAcquiredError && /closed/.test(ended.message), `the wait ended with ${ended}`);
+    }
+    assert.deepEqual(srv.map((s) => queueKeys(s, key)), [[], [], []]);
+    assert.equal(held.status, 'held');
+    const rival = await other.tryAcquire(key).catch((e) => e);
+    assert.ok(rival instanceof NotAcquiredError, `another manager's try: ${rival}`);
+  } finally {
+    await held.release();
     await Promise.all([holder, waiter, other].map((m) => m.close()));
   }
 });

@@ -180,8 +180,8 @@ impl PyManager {
         py.detach(|| self.host.release_all(limit))
     }
 
-    /// `host::Manager::close`: releases the locks still held, then later acquires raise
-    /// `InvalidArgument`. Idempotent.
+    /// `host::Manager::close`: ends the waits on this manager (`NotAcquired`), releases the
+    /// locks still held, then later acquires raise `InvalidArgument`. Idempotent.
     fn close(&self, py: Python<'_>) {
         py.detach(|| self.host.close(CLOSE_LIMIT));
     }

@@ -208,6 +208,63 @@ def test_closed_manager_refuses_and_released_its_locks(node: RedisNode, key: str
     m.close()  # idempotent
 
 
+def _queue_keys(node: RedisNode, key: str) -> list[str]:
+    """The key's queue keys on node (DESIGN.md, "Waiter queue")."""
+    return sorted(node.client().scan_iter(match=f"ferrolock:queue*:{{{key}}}"))
+
+
+def test_close_ends_the_waits_and_leaves_no_queue_entry(cluster: list[RedisNode], key: str) -> None:
+    """close() ends the acquires waiting on the manager (a blocking one in a thread, an
+    asyncio one) with NotAcquired naming the close, and leaves no queue entry of them on any
+    node; the holder's key stays its own (issue 29 item 4)."""
+    import asyncio
+    import threading
+
+    urls = [n.url for n in cluster]
+    holder = LockManager(urls, restart_guard=0, ttl=60)
+    held = holder.acquire(key)
+    m = LockManager(urls, restart_guard=0)
+    outcomes: list[BaseException | None] = []
+
+    def blocked() -> None:
+        try:
+            m.acquire(key).release()
+            outcomes.append(None)
+        except BaseException as e:  # noqa: BLE001 - the outcome is what the test checks
+            outcomes.append(e)
+
+    async def awaited() -> None:
+        try:
+            (await m.acquire_async(key)).release()
+            outcomes.append(None)
+        except BaseException as e:  # noqa: BLE001
+            outcomes.append(e)
+
+    threads = [threading.Thread(target=blocked), threading.Thread(target=lambda: asyncio.run(awaited()))]
+    for t in threads:
+        t.start()
+    # The fault: the waiters sit in the key's queue on every node.
+    deadline = time.monotonic() + 30
+    while not all(_queue_keys(n, key) for n in cluster) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(_queue_keys(n, key) for n in cluster), "the waiters never queued on every node"
+    m.close()
+    for t in threads:
+        t.join(30)
+    if any(t.is_alive() for t in threads):
+        held.release()  # lets the waiters go, so that the test ends
+        pytest.fail("an acquire went on waiting after close()")
+    assert len(outcomes) == 2
+    for e in outcomes:
+        assert isinstance(e, NotAcquired) and "closed" in str(e), repr(e)
+    assert [_queue_keys(n, key) for n in cluster] == [[], [], []]
+    assert held.locked() and all(n.client().get(key) == held.token for n in cluster)
+    with pytest.raises(NotAcquired):
+        LockManager(urls, restart_guard=0, wait=0).acquire(key)
+    held.release()
+    holder.close()
+
+
 def test_owned_is_false_in_another_thread(manager: LockManager, key: str) -> None:
     import threading
 

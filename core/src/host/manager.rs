@@ -343,16 +343,33 @@ impl Manager {
     /// node that answers; then [`release_all`](Manager::release_all). Later acquires fail
     /// with `InvalidArgument`, and the connections go once the last lock of the manager is
     /// gone. Waits at most `limit` in all (the rest goes on in the background). Idempotent.
-    /// Call it from a thread outside any runtime.
+    /// Call it from a thread outside any runtime. Python's and Node's `close()`.
     pub fn close(&self, limit: Duration) {
+        self.close_then(limit, |this, left| {
+            this.release_all(left);
+        });
+    }
+
+    /// [`close`](Manager::close) that leaves the locks it handed out alone: they stay usable
+    /// (renewed, releasable, their loss reported) until released or freed, and exit still
+    /// releases them. C's `ferrolock_manager_free` and Go's `Close`, whose handles outlive
+    /// the manager by design. Waits for the ended waits' undos and dequeues, at most `limit`.
+    pub fn close_keeping_locks(&self, limit: Duration) {
+        // No manager to release: only the process's background work is waited for.
+        self.close_then(limit, |_, left| release_all_of(&[], left));
+    }
+
+    /// Sets the closed flag, waits for the acquires in progress to give up, runs `then` with
+    /// what is left of `limit`, and drops the core manager. Idempotent.
+    fn close_then<T>(&self, limit: Duration, then: impl FnOnce(&Manager, Duration) -> T) {
         if !self.inner.closed.set() {
             return;
         }
         let until = Instant::now() + limit;
         // The waits see the flag and end; their undos and dequeues are counted background
-        // work, which `release_all` waits for.
+        // work, which `then` waits for.
         exit::wait_until(until, || self.inner.acquiring.load(Ordering::SeqCst) == 0);
-        self.release_all(until.saturating_duration_since(Instant::now()));
+        then(self, until.saturating_duration_since(Instant::now()));
         let taken = locked(self.inner.core.get_or_init(Mutex::default)).take();
         drop(taken);
     }

@@ -192,9 +192,10 @@ fn check_duration(name: &str, d: Duration) -> Result<()> {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ManagerOptions {
-    /// Node URLs (`redis://`, `rediss://`, `unix://`). Empty means `FERROLOCK_NODES`, else
-    /// `redis://127.0.0.1:6379`.
-    pub nodes: Vec<String>,
+    /// Node URLs (`redis://`, `rediss://`, `unix://`). `None` (left out) means
+    /// `FERROLOCK_NODES`, else `redis://127.0.0.1:6379`; an empty list is refused by
+    /// `LockManager::new` (written out empty, it is a mistake, as in every binding).
+    pub nodes: Option<Vec<String>>,
     /// CA file for `rediss://` nodes. `None` means `FERROLOCK_TLS_CA`, else the system roots.
     pub tls_ca: Option<PathBuf>,
     /// Window after a node's (re)start in which its vote does not count. `None` means the
@@ -211,7 +212,7 @@ pub struct ManagerOptions {
 impl Default for ManagerOptions {
     fn default() -> Self {
         ManagerOptions {
-            nodes: Vec::new(),
+            nodes: None,
             tls_ca: None,
             restart_guard: None,
             sharded_pubsub: true,
@@ -224,8 +225,10 @@ impl ManagerOptions {
     pub fn new() -> Self {
         Self::default()
     }
+    /// Sets the node list (an empty one is refused by `LockManager::new`); not calling it
+    /// leaves the `FERROLOCK_NODES` → local node fallback.
     pub fn nodes<S: Into<String>>(mut self, nodes: impl IntoIterator<Item = S>) -> Self {
-        self.nodes = nodes.into_iter().map(Into::into).collect();
+        self.nodes = Some(nodes.into_iter().map(Into::into).collect());
         self
     }
     pub fn tls_ca(mut self, path: impl Into<PathBuf>) -> Self {
@@ -245,10 +248,11 @@ impl ManagerOptions {
         self
     }
 
-    /// The node list in force: the explicit one, else `FERROLOCK_NODES`, else the default.
+    /// The node list in force: the explicit one (empty if written out empty), else
+    /// `FERROLOCK_NODES`, else the default.
     pub fn resolved_nodes(&self) -> Vec<String> {
-        if !self.nodes.is_empty() {
-            return self.nodes.clone();
+        if let Some(nodes) = &self.nodes {
+            return nodes.clone();
         }
         match std::env::var(NODES_ENV) {
             Ok(v) if !v.trim().is_empty() => split_nodes(&v),
@@ -264,6 +268,10 @@ impl ManagerOptions {
         })
     }
 }
+
+/// Why an explicitly empty node list is refused (after `nodes=<as written>: `).
+pub(crate) const NO_NODE_GIVEN: &str =
+    "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
 
 /// Splits a comma-separated node list, trimming blanks around each URL.
 pub fn split_nodes(list: &str) -> Vec<String> {

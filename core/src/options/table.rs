@@ -315,14 +315,13 @@ impl ManagerOptions {
             ("nodes", _) => {
                 // Left out (None) means FERROLOCK_NODES, else the local node; written out
                 // empty (`nodes: []`, Go's `Nodes()`, `--nodes ""`), it is a mistake.
-                let empty = "no node URL given (leave nodes out to use FERROLOCK_NODES or \
-                             redis://127.0.0.1:6379)";
+                let empty = super::NO_NODE_GIVEN;
                 self.nodes = match value {
-                    Value::None => Vec::new(),
+                    Value::None => None,
                     Value::Text(list) if list.trim().is_empty() => return Err(bad(empty)),
-                    Value::Text(list) => super::split_nodes(&list),
+                    Value::Text(list) => Some(super::split_nodes(&list)),
                     Value::List(list) if list.is_empty() => return Err(bad(empty)),
-                    Value::List(list) => list,
+                    Value::List(list) => Some(list),
                     _ => return Err(bad("expected node URLs")),
                 }
             }
@@ -394,7 +393,7 @@ mod tests {
         assert_eq!(l.max_hold, Some(Duration::from_secs(9)));
         assert_eq!(l.max_extensions, Some(4));
         assert_eq!(o.restart_guard, Some(Duration::ZERO));
-        assert_eq!(o.nodes, ["redis://a:1", "redis://b:2"]);
+        assert_eq!(o.nodes.unwrap(), ["redis://a:1", "redis://b:2"]);
         assert_eq!(o.tls_ca.as_deref(), Some(std::path::Path::new("/ca.pem")));
     }
 
@@ -415,7 +414,7 @@ mod tests {
         }
         o.set("nodes", Value::None, "null").unwrap();
         assert!(
-            o.nodes.is_empty(),
+            o.nodes.is_none(),
             "None leaves the FERROLOCK_NODES fallback"
         );
     }

@@ -224,8 +224,10 @@ class LockManager:
         return self._manager.release_all(timeout)
 
     def close(self) -> None:
-        """Releases the locks still held (see :meth:`release_all`) and closes the
-        connections. Later acquires raise ``InvalidArgument``. Idempotent."""
+        """Ends the acquires waiting on this manager (``NotAcquired``, "its LockManager
+        was closed"; nothing of them is left on any node that answers), releases the locks
+        still held (see :meth:`release_all`) and closes the connections. Later acquires raise
+        ``InvalidArgument``. Idempotent."""
         self._manager.close()
 
     def __enter__(self) -> LockManager:
