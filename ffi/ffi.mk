@@ -5,7 +5,8 @@
 #   make test-c        C tests + the examples (hello_lock.c, the README's) against real redis-servers, a valgrind run
 #                      and the sanitizer run (test-c-sanitize)
 #   make test-c-sanitize  the C tests built with ASan and UBSan (any report fails), against real redis-servers
-#   make test-go       go vet, go test, go test -race over the in-tree library
+#   make test-go       go vet, go test, go test -race under GOEXPERIMENT=cgocheck2, over the in-tree library
+#                      (CGO_CFLAGS carries the library's checksum: Go's build cache does not see a rebuilt .a)
 #   make install PREFIX=/usr/local [DESTDIR=...]   a release build into DESTDIR/PREFIX/{lib,include,lib/pkgconfig}
 #
 # The shared library is staged as libferrolock.so.V (V the workspace version), with the
@@ -82,9 +83,10 @@ test-c-sanitize: redis ffi-lib
 
 test-go: redis ffi-lib
 	cd ffi/go && export PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig && \
+	  export CGO_CFLAGS="-DFERROLOCK_LIB_SUM=$$(sha256sum $(FFI_STAGE)/lib/libferrolock.a | cut -c1-16)" && \
 	  go vet ./... && \
 	  timeout 900 ../tests/with-redis.sh go test -count=1 ./... && \
-	  timeout 900 ../tests/with-redis.sh go test -count=1 -race ./... && \
+	  GOEXPERIMENT=cgocheck2 timeout 900 ../tests/with-redis.sh go test -count=1 -race ./... && \
 	  FERROLOCK_TEST_NODES=1 timeout 300 ../tests/with-redis.sh go run ./examples/withlock
 
 install:
