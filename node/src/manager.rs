@@ -157,7 +157,7 @@ impl NativeManager {
         let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
         let host = self.host.clone();
         let shared = self.shared;
-        env.spawn_future(async move {
+        promise_on_core(env, async move {
             if first && !shared {
                 blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
             }

@@ -5,31 +5,24 @@
 
 use std::future::Future;
 
+use napi::Env;
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
-use napi::{Env, JsValue};
 
 use crate::errors::coded;
 
-/// A resolver handed to a deferred promise (its value moved in).
-type Resolver<T> = Box<dyn FnOnce(Env) -> napi::Result<T> + Send>;
-
 /// Runs `fut` on the core's runtime and returns a promise of its result, settled from there
-/// through the promise's threadsafe function: one hop from the JavaScript thread to a core
-/// worker and one back (napi's `spawn_future` would add a hop through napi's own runtime
-/// each way, a thread wake-up that costs more than a local Redis round trip on a VM).
+/// through this environment's completion queue (`completions`): one hop from the JavaScript
+/// thread to a core worker and one back, shared by every outcome that lands before the
+/// JavaScript thread gets to them (napi's `spawn_future` would add a hop through napi's own
+/// runtime each way, a thread wake-up that costs more than a local Redis round trip on a VM).
 pub fn promise_on_core<T, F>(env: &Env, fut: F) -> napi::Result<PromiseRaw<'_, T>>
 where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = napi::Result<T>> + Send + 'static,
 {
-    let (deferred, promise) = env.create_deferred::<T, Resolver<T>>()?;
-    ferrolock::runtime::runtime().spawn(async move {
-        match fut.await {
-            Ok(v) => deferred.resolve(Box::new(move |_| Ok(v))),
-            Err(e) => deferred.reject(e),
-        }
-    });
-    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+    let (pending, promise) = crate::completions::promise(env)?;
+    ferrolock::runtime::runtime().spawn(async move { pending.settle(fut.await) });
+    Ok(PromiseRaw::new(env.raw(), promise))
 }
 
 /// Runs blocking host calls (`host::Manager::close`) on the core runtime's blocking pool.

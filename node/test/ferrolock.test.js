@@ -433,3 +433,21 @@ test("a terminated worker thread's waiting acquire is cancelled: it leaves the l
     await holder.close();
   }
 });
+
+test('300 concurrent acquires settled in shared batches each get their own outcome', T, async () => {
+  const m = new LockManager({ nodes: [one.url] });
+  const busy = await m.acquire('batch:busy');
+  try {
+    const keys = Array.from({ length: 300 }, (_, i) => `batch:${i}`);
+    const outcomes = await Promise.allSettled([...keys.map((k) => m.acquire(k)), m.tryAcquire('batch:busy')]);
+    const refused = outcomes.pop();
+    assert.ok(refused.status === 'rejected' && refused.reason instanceof NotAcquiredError, String(refused.reason));
+    assert.deepEqual(outcomes.map((o) => o.status === 'fulfilled' && o.value.key), keys);
+    const released = await Promise.all(outcomes.map((o) => o.value.release()));
+    assert.ok(released.every((r) => r === true));
+    for (const k of keys) assert.ok(!one.exists(k), k);
+  } finally {
+    await busy.release();
+    await m.close();
+  }
+});
