@@ -15,8 +15,8 @@ pub struct NativeLock {
     pub(crate) inner: Lock,
 }
 
-/// What the end of a `withLock` body decided (`host::scope`): `action` is "clean" (the
-/// body's outcome stands), "raise" (reject with the error of `code`; with `chain`, the
+/// What the end of a `withLock` body decided (`host::scope`) when it is not simply "the
+/// body's outcome stands" (null): `action` is "raise" (reject with the error of `code`; with `chain`, the
 /// body's error is its cause) or "log" (warn with `message`; the body's outcome stands).
 #[napi(object)]
 pub struct ScopeOutcome {
@@ -109,14 +109,15 @@ impl NativeLock {
 
     /// The end of a `withLock` body: `failed` when the callback threw or rejected,
     /// `stopped_by_loss` when what it threw is this lock's own loss (`lock.signal`'s reason).
-    /// The release and the decision are the host layer's (`host::scope::end`).
+    /// The release and the decision are the host layer's (`host::scope::end`). Resolves to
+    /// null when the body's outcome stands as it is (the common case, no object to build).
     #[napi]
     pub fn end_scope<'env>(
         &self,
         env: &'env Env,
         failed: bool,
         stopped_by_loss: bool,
-    ) -> Result<PromiseRaw<'env, ScopeOutcome>> {
+    ) -> Result<PromiseRaw<'env, Option<ScopeOutcome>>> {
         let lock = self.inner.clone();
         let body = match (failed, stopped_by_loss) {
             (_, true) => Body::StoppedByLoss,
@@ -125,24 +126,19 @@ impl NativeLock {
         };
         promise_on_core(env, async move {
             Ok(match host::scope::end(&lock, body).await {
-                ScopeEnd::Clean => ScopeOutcome {
-                    action: "clean".into(),
-                    code: String::new(),
-                    message: String::new(),
-                    chain: false,
-                },
-                ScopeEnd::Raise { error, chain } => ScopeOutcome {
+                ScopeEnd::Clean => None,
+                ScopeEnd::Raise { error, chain } => Some(ScopeOutcome {
                     action: "raise".into(),
                     code: error.kind().code().to_string(),
                     message: error.message().to_string(),
                     chain,
-                },
-                ScopeEnd::Log(message) => ScopeOutcome {
+                }),
+                ScopeEnd::Log(message) => Some(ScopeOutcome {
                     action: "log".into(),
                     code: String::new(),
                     message,
                     chain: false,
-                },
+                }),
             })
         })
     }

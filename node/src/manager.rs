@@ -39,6 +39,12 @@ impl CancelToken {
     }
 }
 
+/// A lock's options converted and checked once (`NativeManager::lock_options`).
+#[napi]
+pub struct NativeLockOptions {
+    inner: LockOptions,
+}
+
 #[napi]
 pub struct NativeManager {
     host: host::Manager,
@@ -103,15 +109,28 @@ impl NativeManager {
         self.closed.load(std::sync::atomic::Ordering::SeqCst) || self.host.is_closed()
     }
 
-    /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the
-    /// async context's owner id; `cancel` aborts the wait, which rejects once whatever was
-    /// taken is given back (`host::Manager::acquire_cancellable`).
+    /// This manager's defaults with `entries` on top, checked (errors name `key`), for any
+    /// number of acquires: `withLock` converts a set of options once, not on every call.
+    #[napi]
+    pub fn lock_options(
+        &self,
+        key: String,
+        entries: Vec<OptionEntry>,
+    ) -> Result<NativeLockOptions> {
+        Ok(NativeLockOptions {
+            inner: lock_options(&key, self.open()?.defaults(), &entries)?,
+        })
+    }
+
+    /// Acquires `key` with `options` (from `lockOptions`), else the defaults. `owner`
+    /// (reentrant locks) is the async context's owner id; `cancel` aborts the wait, which
+    /// rejects once whatever was taken is given back (`host::Manager::acquire_cancellable`).
     #[napi]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
         key: String,
-        entries: Vec<OptionEntry>,
+        options: Option<&NativeLockOptions>,
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
@@ -119,10 +138,9 @@ impl NativeManager {
         if key.is_empty() {
             return Err(invalid("lock key must be a non-empty string, got \"\""));
         }
-        let opts: LockOptions = if entries.is_empty() {
-            manager.defaults().clone()
-        } else {
-            lock_options(&key, manager.defaults(), &entries)?
+        let opts: LockOptions = match options {
+            Some(o) => o.inner.clone(),
+            None => manager.defaults().clone(),
         };
         let env_locks = crate::env::locks_of(env)?;
         // Fired by the caller's signal, or by this environment's teardown: the acquire of a
