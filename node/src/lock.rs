@@ -84,7 +84,7 @@ impl NativeLock {
             )));
         }
         let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             let validity = lock.extend(ttl).await;
             validity.map(|v| v.as_millis() as f64).map_err(to_napi)
         })
@@ -94,7 +94,10 @@ impl NativeLock {
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
         let lock = self.inner.clone();
-        promise_on_core(env, async move { lock.release().await.map_err(to_napi) })
+        promise_on_core(
+            env,
+            move || async move { lock.release().await.map_err(to_napi) },
+        )
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
@@ -104,7 +107,10 @@ impl NativeLock {
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
         let lost = self.inner.lost();
-        promise_on_core(env, async move { Ok(lost.await.map(|r| r.to_string())) })
+        promise_on_core(
+            env,
+            move || async move { Ok(lost.await.map(|r| r.to_string())) },
+        )
     }
 
     /// The end of a `withLock` body: `failed` when the callback threw or rejected,
@@ -124,7 +130,7 @@ impl NativeLock {
             (true, false) => Body::Failed,
             (false, false) => Body::Finished,
         };
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             Ok(match host::scope::end(&lock, body).await {
                 ScopeEnd::Clean => None,
                 ScopeEnd::Raise { error, chain } => Some(ScopeOutcome {

@@ -149,7 +149,7 @@ impl NativeManager {
         let waiting = env_locks.waiting(&cancel);
         // Without `reentrant` the core ignores the owner.
         let owner = owner.unwrap_or(0) as u64;
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             let _waiting = waiting;
             // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
             let lock = manager
@@ -175,7 +175,7 @@ impl NativeManager {
         let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
         let host = self.host.clone();
         let shared = self.shared;
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             if first && !shared {
                 blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
             }
