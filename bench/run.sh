@@ -28,7 +28,8 @@
 #      PREFIX=<tmp>`); the Go module (bench/go, its own go.mod: ffi/go stays standard library
 #      only) fetches redsync and go-redis through the Go proxy. Writes the full tables to
 #      bench/results/go.md and a summary into the report; with --go-only the summary replaces
-#      the Go section of the existing bench/results/latest.md, the rest staying as it was.
+#      the Go section of the existing bench/results/latest.md, the rest staying as it was
+#      (--node-only does the same with the Node section).
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
@@ -230,21 +231,26 @@ if [ "$node" = 1 ]; then
 fi
 
 
-# --go-only: the Go summary replaces the Go section of the existing report (before its
-# closing line), so that one part can be re-measured without the others.
-if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
-    awk -v summary="$tmp/go.md" '
+# --go-only / --node-only: that part's summary replaces its section of the existing report
+# (before its closing line), so that one part can be re-measured without the others.
+merge_part() { # summary file, section heading, name of the part
+    awk -v summary="$1" -v heading="$2" -v part="$3 part: " '
         function insert(  l) { while ((getline l < summary) > 0) print l; print ""; done = 1 }
-        /^## Go and C comparison/ { skip = 1; next }
-        /^Go and C part: / { next }
+        index($0, heading) == 1 { skip = 1; next }
+        index($0, part) == 1 { next }
         skip && /^(## |---$)/ { skip = 0 }
         skip { next }
         /^---$/ && !done { insert() }
         { print }
         END { if (!done) { print ""; insert() } }
     ' "$out" >"$tmp/latest.md"
-    printf 'Go and C part: `%s`, %d s, merged into the report above.\n' \
-        "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
+    printf '%s part: `%s`, %d s, merged into the report above.\n' \
+        "$3" "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
+}
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
+    merge_part "$tmp/go.md" "## Go and C comparison" "Go and C"
+elif [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$go" = 0 ] && [ -f "$out" ]; then
+    merge_part "$tmp/node.md" "## Node comparison" "Node"
 else
 {
     if [ -f "$tmp/rust.md" ]; then
