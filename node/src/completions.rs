@@ -39,7 +39,7 @@ type Outcome = (Deferred, Settle);
 
 #[derive(Clone, Copy)]
 struct TsfnPtr(sys::napi_threadsafe_function);
-// SAFETY: calling a threadsafe function from any thread is what it is for; the queue's mutex
+// SAFETY: calling a threadsafe function from any thread is what it is for; the `tsfn` mutex
 // keeps it from being called once the environment's teardown has released it.
 unsafe impl Send for TsfnPtr {}
 
