@@ -91,7 +91,10 @@ function parseArgs(argv) {
       case '--child': a.child = true; break;
       case '-h':
       case '--help':
-        console.log(fs.readFileSync(__filename, 'utf8').split('\n').slice(2, 31).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+        {
+          const lines = fs.readFileSync(__filename, 'utf8').split('\n').slice(2);
+          console.log(lines.slice(0, lines.findIndex((l) => !l.startsWith('//'))).map((l) => l.replace(/^\/\/ ?/, '')).join('\n'));
+        }
         process.exit(0);
         break;
       default:
