@@ -9,14 +9,17 @@
 #   2. bench/python/bench_peers.py (issue 6): the Python package vs redis-py Lock, pottery and
 #      python-redis-lock, uncontended and contended, on redis-servers it starts itself. Runs in
 #      a venv of its own (.bench-venv, created and updated here; FERROLOCK_BENCH_VENV moves it).
-#   3. bench/node/bench_node.js (issue 15): the Node package (built in release by `npm install`
-#      in node/) vs node-redlock and hand-written ioredis, uncontended, 1 and 5 nodes, pinned
-#      and unpinned, on redis-servers it starts itself; the peers live in bench/node's own
-#      node_modules; then 4 processes contending for one key vs node-redlock, 1 and 3 nodes.
-#      Also writes bench/results/node-{uncontended,contended}.md and node.svg (its chart also
-#      shows Python ferrolock's contended worst wait, from this run's Python part or else
-#      from bench/results/latest.md, and the C and Go figures of part 4, which runs before it,
-#      or else of bench/results/go.md; its 5-node target line quotes part 1's redis-rs floor).
+#   3. bench/node/bench_node.js (issues 15 and 32): the Node package (built in release by
+#      `npm install` in node/) vs node-redlock and hand-written ioredis, C = 1, 16, 64, 256
+#      concurrent loops on keys of their own, 1 and 5 nodes, pinned and unpinned, with the
+#      JavaScript thread's CPU per lock, on redis-servers it starts itself; the peers live in
+#      bench/node's own node_modules; then 4 processes contending for one key vs node-redlock,
+#      1 and 3 nodes. Writes bench/results/node-{uncontended,contended}.md (the report gets a
+#      summary line) and node.svg (ops/s against C per library; its contended panel also
+#      shows Python ferrolock's worst wait, from this run's Python part or else from
+#      bench/results/latest.md, and the C and Go figures of part 4, which runs before it, or
+#      else of bench/results/go.md). `--node-args --quick`: few short rounds, to see the
+#      direction of a change on a busy machine.
 #   4. bench/go (issue 16): the Go package (`ffi/go`) vs redsync and hand-written go-redis,
 #      uncontended, 1 and 5 nodes, pinned and unpinned, and 4 processes contending for one key
 #      vs redsync, 1 and 3 nodes; and C: bench/c/blocking_loop.c through the C library vs the
@@ -25,13 +28,14 @@
 #      PREFIX=<tmp>`); the Go module (bench/go, its own go.mod: ffi/go stays standard library
 #      only) fetches redsync and go-redis through the Go proxy. Writes the full tables to
 #      bench/results/go.md and a summary into the report; with --go-only the summary replaces
-#      the Go section of the existing bench/results/latest.md, the rest staying as it was.
+#      the Go section of the existing bench/results/latest.md, the rest staying as it was
+#      (--node-only does the same with the Node section).
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
 #   bench/run.sh --rust-only [ARGS...]            # only the Rust scenarios
 #   bench/run.sh --python-only                    # only the Python comparison
-#   bench/run.sh --node-only [--node-args "..."]  # only the Node comparison
+#   bench/run.sh --node-only [--node-args "..."]  # only the Node comparison (--node-args --quick)
 #   bench/run.sh --go-only [--go-args "..."]      # only the Go and C comparison
 #   bench/run.sh --python-args "--parts contended --duration 2" ...
 #   bench/run.sh --out FILE                       # write the report elsewhere (`-`: nowhere)
@@ -82,7 +86,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h | --help)
-            sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'
             echo
             echo "ferrolock-bench arguments:"
             "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
@@ -211,11 +215,6 @@ if [ "$node" = 1 ]; then
     go_results="$tmp/go-full.md"
     [ -f "$go_results" ] || go_results="$root/bench/results/go.md"
     node_results+=(--go-results "$go_results")
-    # The Rust part's redis-rs floor, quoted next to the 5-node target: this run's, else the
-    # last committed one.
-    rust_results="$tmp/rust.md"
-    [ -f "$rust_results" ] || rust_results="$root/bench/results/latest.md"
-    node_results+=(--rust-results "$rust_results")
     # The addon in release (what `npm install ./node` builds), then the peers, pinned.
     if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
         && { [ -d bench/node/node_modules/redlock ] \
@@ -232,21 +231,26 @@ if [ "$node" = 1 ]; then
 fi
 
 
-# --go-only: the Go summary replaces the Go section of the existing report (before its
-# closing line), so that one part can be re-measured without the others.
-if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
-    awk -v summary="$tmp/go.md" '
+# --go-only / --node-only: that part's summary replaces its section of the existing report
+# (before its closing line), so that one part can be re-measured without the others.
+merge_part() { # summary file, section heading, name of the part
+    awk -v summary="$1" -v heading="$2" -v part="$3 part: " '
         function insert(  l) { while ((getline l < summary) > 0) print l; print ""; done = 1 }
-        /^## Go and C comparison/ { skip = 1; next }
-        /^Go and C part: / { next }
+        index($0, heading) == 1 { skip = 1; next }
+        index($0, part) == 1 { next }
         skip && /^(## |---$)/ { skip = 0 }
         skip { next }
         /^---$/ && !done { insert() }
         { print }
         END { if (!done) { print ""; insert() } }
     ' "$out" >"$tmp/latest.md"
-    printf 'Go and C part: `%s`, %d s, merged into the report above.\n' \
-        "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
+    printf '%s part: `%s`, %d s, merged into the report above.\n' \
+        "$3" "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
+}
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
+    merge_part "$tmp/go.md" "## Go and C comparison" "Go and C"
+elif [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$go" = 0 ] && [ -f "$out" ]; then
+    merge_part "$tmp/node.md" "## Node comparison" "Node"
 else
 {
     if [ -f "$tmp/rust.md" ]; then

@@ -1,5 +1,5 @@
 'use strict';
-// `make bench`, Node part, contended (issue 15): 4 processes on one key, each a loop of
+// `make bench`, Node part, contended (issues 15 and 32): 4 processes on one key, each a loop of
 // acquire (blocking until granted) -> GET + SET of a counter on a separate redis-server ->
 // release, for
 //   - ferrolock's Node package: `manager.acquire(key)` (default wait: until granted, with its
@@ -19,7 +19,7 @@ const { spawn } = require('node:child_process');
 const path = require('node:path');
 
 const ROOT = path.resolve(__dirname, '..', '..');
-const PKG = path.join(ROOT, 'node');
+const PKG = path.resolve(process.env.FERROLOCK_BENCH_PACKAGE || path.join(ROOT, 'node'));
 const TTL = 10_000;
 const LIBS = ['ferrolock', 'node-redlock'];
 
@@ -129,7 +129,11 @@ async function runOne(lib, urls, counter, key, duration, procs) {
   const all = results.flatMap((r, i) => r.intervals.map(([a, b]) => [a, b, i]));
   all.sort((x, y) => x[0] - y[0]);
   let overlaps = 0;
-  for (let i = 1; i < all.length; i++) if (all[i][0] < all[i - 1][1]) overlaps++;
+  let handoffs = 0;
+  for (let i = 1; i < all.length; i++) {
+    if (all[i][0] < all[i - 1][1]) overlaps++;
+    if (all[i][2] !== all[i - 1][2]) handoffs++;
+  }
   const counted = Number(counter.cli('GET', `${key}:counter`)) || 0;
   const inWindow = results.map((r) => r.intervals.filter(([a]) => a < r.end).length);
   const waits = results.flatMap((r) => r.waits).sort((a, b) => a - b);
@@ -142,6 +146,8 @@ async function runOne(lib, urls, counter, key, duration, procs) {
     p50: pct(waits, 50),
     p99: pct(waits, 99),
     max: waits.at(-1),
+    // Sections granted to another process than the one before (the rest: a process retaking).
+    handoffs: all.length > 1 ? handoffs / (all.length - 1) : 0,
     counter: counted,
     overlaps,
     errors: results.reduce((a, r) => a + r.errors, 0),

@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
-const { convert, checkKey } = require('./options');
+const { convert, checkKey, checkSignal } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -75,21 +75,21 @@ function enclosing(nm, key) {
   return undefined;
 }
 
-async function acquireNative(nm, key, conv) {
+/** `opts`: a NativeLockOptions, or null for the manager's defaults. */
+async function acquireNative(nm, key, opts, reentrant, signal) {
   const held = enclosing(nm, key);
   let owner = null;
   if (held) {
-    if (!(held.reentrant && conv.reentrant)) {
+    if (!(held.reentrant && reentrant)) {
       throw new NotAcquiredError(
         `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing withLock), so waiting would deadlock; pass reentrant: true to both to re-enter`,
         { key },
       );
     }
     owner = held.owner;
-  } else if (conv.reentrant) {
+  } else if (reentrant) {
     owner = native.newOwner();
   }
-  const signal = conv.signal;
   if (signal?.aborted) throw abortError(key, signal);
   let token = null;
   if (signal) {
@@ -98,7 +98,7 @@ async function acquireNative(nm, key, conv) {
   }
   let inner;
   try {
-    inner = await nm.acquire(key, conv.lock, owner, token);
+    inner = await nm.acquire(key, opts, owner, token);
   } catch (e) {
     const err = fromNative(e, key);
     if (err instanceof AbortError && signal) throw abortError(key, signal);
@@ -140,7 +140,8 @@ class LockManager {
   async acquire(key, options) {
     checkKey(key);
     const conv = convert(options, key, { manager: false, lock: true });
-    return (await acquireNative(this.#native, key, conv)).lock;
+    const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
+    return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal)).lock;
   }
   /** Tries once: rejects with NotAcquiredError if the lock is held elsewhere. */
   async tryAcquire(key, options) {
@@ -152,6 +153,14 @@ class LockManager {
   }
   async [Symbol.asyncDispose]() {
     await this.close();
+  }
+}
+
+function lockOptions(nm, key, entries) {
+  try {
+    return nm.lockOptions(key, entries);
+  } catch (e) {
+    throw fromNative(e, key);
   }
 }
 
@@ -173,6 +182,66 @@ function sharedManager(entries) {
   return nm;
 }
 
+// withLock's options converted once per distinct content (issue 32: converting and
+// JSON.stringify-ing them on every call cost about 20 µs of the JavaScript thread per lock):
+// the shared manager, the lock's options checked by the core, and `reentrant`. Looked up by a
+// key built from the values (most callers pass a new object literal each time, so an object's
+// identity would not find it). `signal` is per call, never part of it. Bounded: past
+// PREPARED_MAX distinct contents the cache starts over.
+const prepared = new Map();
+const PREPARED_MAX = 1000;
+
+/** A string naming `options`' content, or null when a value is not a plain one (those take
+ * the full conversion, which also reports what is wrong with them). */
+function contentKey(options) {
+  let k = '';
+  for (const name of Object.keys(options)) {
+    if (name === 'signal') continue;
+    const v = options[name];
+    switch (typeof v) {
+      case 'undefined':
+        continue;
+      case 'number':
+      case 'boolean':
+        k += `${name}=${typeof v}:${v};`;
+        continue;
+      case 'string':
+        k += `${name}=s${v.length}:${v};`;
+        continue;
+      default:
+        if (v === null) {
+          k += `${name}=null;`;
+          continue;
+        }
+        if (!Array.isArray(v)) return null;
+        k += `${name}=a${v.length}`;
+        for (const u of v) {
+          if (typeof u !== 'string') return null;
+          k += `,${u.length}:${u}`;
+        }
+        k += ';';
+    }
+  }
+  return k;
+}
+
+function withLockOptions(options, key) {
+  const plain = options === undefined || options === null || (typeof options === 'object' && !Array.isArray(options));
+  const id = plain ? (options == null ? '' : contentKey(options)) : null;
+  let found = id === null ? undefined : prepared.get(id);
+  if (found === undefined) {
+    const conv = convert(options, key, { manager: true, lock: true });
+    const nm = sharedManager(conv.manager);
+    found = { nm, opts: conv.lock.length ? lockOptions(nm, key, conv.lock) : null, reentrant: conv.reentrant };
+    if (id !== null) {
+      if (prepared.size >= PREPARED_MAX) prepared.clear();
+      prepared.set(id, found);
+    }
+    return { ...found, signal: conv.signal };
+  }
+  return { ...found, signal: options == null ? undefined : checkSignal(key, options.signal) };
+}
+
 /**
  * Runs `fn(lock)` holding `key`; resolves to its result. Always releases; rejects with
  * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
@@ -182,10 +251,9 @@ async function withLock(key, fn, options) {
   if (typeof fn !== 'function') {
     throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: withLock needs a callback function, got ${typeof fn}`, { key });
   }
-  const conv = convert(options, key, { manager: true, lock: true });
-  const nm = sharedManager(conv.manager);
-  const { lock, owner } = await acquireNative(nm, key, conv);
-  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: conv.reentrant === true, ended: false };
+  const { nm, opts, reentrant, signal } = withLockOptions(options, key);
+  const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal);
+  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
   let result;
   let failed = false;
   let error;
@@ -202,6 +270,10 @@ async function withLock(key, fn, options) {
   // the loss: the rejection is the full LockLostError, not caused by itself.
   const stopped = failed && error !== undefined && lock._lossReason === error;
   const end = await lock._native.endScope(failed, stopped);
+  if (end === null) {
+    if (failed) throw error;
+    return result;
+  }
   if (end.action === 'raise') throw fromCode(end.code, end.message, key, end.chain ? error : undefined);
   if (end.action === 'log') log.warn(end.message);
   if (failed) throw error;

@@ -137,4 +137,4 @@ function checkKey(key) {
   }
 }
 
-module.exports = { convert, checkKey, millis, TABLE };
+module.exports = { convert, checkKey, checkSignal, millis, TABLE };

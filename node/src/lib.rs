@@ -2,6 +2,7 @@
 //! of lock logic is the core's host layer (`ferrolock::host`). I/O runs on the core's
 //! runtime, never on the JavaScript thread nor on napi's runtime.
 
+pub mod completions;
 pub mod env;
 pub mod errors;
 pub mod lock;

@@ -15,8 +15,8 @@ pub struct NativeLock {
     pub(crate) inner: Lock,
 }
 
-/// What the end of a `withLock` body decided (`host::scope`): `action` is "clean" (the
-/// body's outcome stands), "raise" (reject with the error of `code`; with `chain`, the
+/// What the end of a `withLock` body decided (`host::scope`) when it is not simply "the
+/// body's outcome stands" (null): `action` is "raise" (reject with the error of `code`; with `chain`, the
 /// body's error is its cause) or "log" (warn with `message`; the body's outcome stands).
 #[napi(object)]
 pub struct ScopeOutcome {
@@ -84,7 +84,7 @@ impl NativeLock {
             )));
         }
         let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             let validity = lock.extend(ttl).await;
             validity.map(|v| v.as_millis() as f64).map_err(to_napi)
         })
@@ -94,7 +94,10 @@ impl NativeLock {
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
         let lock = self.inner.clone();
-        promise_on_core(env, async move { lock.release().await.map_err(to_napi) })
+        promise_on_core(
+            env,
+            move || async move { lock.release().await.map_err(to_napi) },
+        )
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
@@ -104,45 +107,44 @@ impl NativeLock {
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
         let lost = self.inner.lost();
-        promise_on_core(env, async move { Ok(lost.await.map(|r| r.to_string())) })
+        promise_on_core(
+            env,
+            move || async move { Ok(lost.await.map(|r| r.to_string())) },
+        )
     }
 
     /// The end of a `withLock` body: `failed` when the callback threw or rejected,
     /// `stopped_by_loss` when what it threw is this lock's own loss (`lock.signal`'s reason).
-    /// The release and the decision are the host layer's (`host::scope::end`).
+    /// The release and the decision are the host layer's (`host::scope::end`). Resolves to
+    /// null when the body's outcome stands as it is (the common case, no object to build).
     #[napi]
     pub fn end_scope<'env>(
         &self,
         env: &'env Env,
         failed: bool,
         stopped_by_loss: bool,
-    ) -> Result<PromiseRaw<'env, ScopeOutcome>> {
+    ) -> Result<PromiseRaw<'env, Option<ScopeOutcome>>> {
         let lock = self.inner.clone();
         let body = match (failed, stopped_by_loss) {
             (_, true) => Body::StoppedByLoss,
             (true, false) => Body::Failed,
             (false, false) => Body::Finished,
         };
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             Ok(match host::scope::end(&lock, body).await {
-                ScopeEnd::Clean => ScopeOutcome {
-                    action: "clean".into(),
-                    code: String::new(),
-                    message: String::new(),
-                    chain: false,
-                },
-                ScopeEnd::Raise { error, chain } => ScopeOutcome {
+                ScopeEnd::Clean => None,
+                ScopeEnd::Raise { error, chain } => Some(ScopeOutcome {
                     action: "raise".into(),
                     code: error.kind().code().to_string(),
                     message: error.message().to_string(),
                     chain,
-                },
-                ScopeEnd::Log(message) => ScopeOutcome {
+                }),
+                ScopeEnd::Log(message) => Some(ScopeOutcome {
                     action: "log".into(),
                     code: String::new(),
                     message,
                     chain: false,
-                },
+                }),
             })
         })
     }

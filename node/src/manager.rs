@@ -39,6 +39,12 @@ impl CancelToken {
     }
 }
 
+/// A lock's options converted and checked once (`NativeManager::lock_options`).
+#[napi]
+pub struct NativeLockOptions {
+    inner: LockOptions,
+}
+
 #[napi]
 pub struct NativeManager {
     host: host::Manager,
@@ -103,15 +109,28 @@ impl NativeManager {
         self.closed.load(std::sync::atomic::Ordering::SeqCst) || self.host.is_closed()
     }
 
-    /// Acquires `key` with the defaults plus `entries`. `owner` (reentrant locks) is the
-    /// async context's owner id; `cancel` aborts the wait, which rejects once whatever was
-    /// taken is given back (`host::Manager::acquire_cancellable`).
+    /// This manager's defaults with `entries` on top, checked (errors name `key`), for any
+    /// number of acquires: `withLock` converts a set of options once, not on every call.
+    #[napi]
+    pub fn lock_options(
+        &self,
+        key: String,
+        entries: Vec<OptionEntry>,
+    ) -> Result<NativeLockOptions> {
+        Ok(NativeLockOptions {
+            inner: lock_options(&key, self.open()?.defaults(), &entries)?,
+        })
+    }
+
+    /// Acquires `key` with `options` (from `lockOptions`), else the defaults. `owner`
+    /// (reentrant locks) is the async context's owner id; `cancel` aborts the wait, which
+    /// rejects once whatever was taken is given back (`host::Manager::acquire_cancellable`).
     #[napi]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
         key: String,
-        entries: Vec<OptionEntry>,
+        options: Option<&NativeLockOptions>,
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
@@ -119,10 +138,9 @@ impl NativeManager {
         if key.is_empty() {
             return Err(invalid("lock key must be a non-empty string, got \"\""));
         }
-        let opts: LockOptions = if entries.is_empty() {
-            manager.defaults().clone()
-        } else {
-            lock_options(&key, manager.defaults(), &entries)?
+        let opts: LockOptions = match options {
+            Some(o) => o.inner.clone(),
+            None => manager.defaults().clone(),
         };
         let env_locks = crate::env::locks_of(env)?;
         // Fired by the caller's signal, or by this environment's teardown: the acquire of a
@@ -131,7 +149,7 @@ impl NativeManager {
         let waiting = env_locks.waiting(&cancel);
         // Without `reentrant` the core ignores the owner.
         let owner = owner.unwrap_or(0) as u64;
-        promise_on_core(env, async move {
+        promise_on_core(env, move || async move {
             let _waiting = waiting;
             // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
             let lock = manager
@@ -157,7 +175,7 @@ impl NativeManager {
         let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
         let host = self.host.clone();
         let shared = self.shared;
-        env.spawn_future(async move {
+        promise_on_core(env, move || async move {
             if first && !shared {
                 blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
             }

@@ -5,31 +5,29 @@
 
 use std::future::Future;
 
+use napi::Env;
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
-use napi::{Env, JsValue};
 
 use crate::errors::coded;
 
-/// A resolver handed to a deferred promise (its value moved in).
-type Resolver<T> = Box<dyn FnOnce(Env) -> napi::Result<T> + Send>;
-
 /// Runs `fut` on the core's runtime and returns a promise of its result, settled from there
-/// through the promise's threadsafe function: one hop from the JavaScript thread to a core
-/// worker and one back (napi's `spawn_future` would add a hop through napi's own runtime
-/// each way, a thread wake-up that costs more than a local Redis round trip on a VM).
-pub fn promise_on_core<T, F>(env: &Env, fut: F) -> napi::Result<PromiseRaw<'_, T>>
+/// through this environment's completion queue (`completions`): one hop from the JavaScript
+/// thread to a core worker and one back, shared by every outcome that lands before the
+/// JavaScript thread gets to them (napi's `spawn_future` would add a hop through napi's own
+/// runtime each way, a thread wake-up that costs more than a local Redis round trip on a VM).
+///
+/// `make` builds the future on the runtime, boxed there: what the JavaScript thread moves into
+/// the task is the closure's captures, not the whole state machine (several kilobytes for an
+/// acquire), whose copies were the JavaScript thread's largest cost at 64 concurrent locks.
+pub fn promise_on_core<T, F, M>(env: &Env, make: M) -> napi::Result<PromiseRaw<'_, T>>
 where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = napi::Result<T>> + Send + 'static,
+    M: FnOnce() -> F + Send + 'static,
 {
-    let (deferred, promise) = env.create_deferred::<T, Resolver<T>>()?;
-    ferrolock::runtime::runtime().spawn(async move {
-        match fut.await {
-            Ok(v) => deferred.resolve(Box::new(move |_| Ok(v))),
-            Err(e) => deferred.reject(e),
-        }
-    });
-    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+    let (pending, promise) = crate::completions::promise(env)?;
+    ferrolock::runtime::runtime().spawn(async move { pending.settle(Box::pin(make()).await) });
+    Ok(PromiseRaw::new(env.raw(), promise))
 }
 
 /// Runs blocking host calls (`host::Manager::close`) on the core runtime's blocking pool.
@@ -56,7 +54,7 @@ pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
 /// core's runtime): the binding's own floor in `make bench`.
 #[napi_derive::napi(js_name = "__benchNoop")]
 pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'_, ()>> {
-    promise_on_core(env, async { Ok(()) })
+    promise_on_core(env, || async { Ok(()) })
 }
 
 /// Panics on one of the core's runtime threads and resolves to the panic's text, for the
@@ -64,7 +62,7 @@ pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::Promis
 /// purpose). Not exported by `index.js`.
 #[napi_derive::napi(js_name = "__panicForTest")]
 pub fn panic_for_test(env: &napi::Env) -> napi::Result<PromiseRaw<'_, String>> {
-    promise_on_core(env, async {
+    promise_on_core(env, || async {
         let task =
             ferrolock::runtime::runtime().spawn(async { panic!("__panicForTest was called") });
         Ok(task

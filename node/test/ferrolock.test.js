@@ -433,3 +433,47 @@ test("a terminated worker thread's waiting acquire is cancelled: it leaves the l
     await holder.close();
   }
 });
+
+test('300 concurrent acquires settled in shared batches each get their own outcome', T, async () => {
+  const m = new LockManager({ nodes: [one.url] });
+  const busy = await m.acquire('batch:busy');
+  try {
+    const keys = Array.from({ length: 300 }, (_, i) => `batch:${i}`);
+    const outcomes = await Promise.allSettled([...keys.map((k) => m.acquire(k)), m.tryAcquire('batch:busy')]);
+    const refused = outcomes.pop();
+    assert.ok(refused.status === 'rejected' && refused.reason instanceof NotAcquiredError, String(refused.reason));
+    assert.deepEqual(outcomes.map((o) => o.status === 'fulfilled' && o.value.key), keys);
+    const released = await Promise.all(outcomes.map((o) => o.value.release()));
+    assert.ok(released.every((r) => r === true));
+    for (const k of keys) assert.ok(!one.exists(k), k);
+  } finally {
+    await busy.release();
+    await m.close();
+  }
+});
+
+// Issue 32: withLock converts a set of options once, found again by content (not identity).
+test('withLock options converted once: equal content shares a manager, a changed value takes effect, a bad one rejects every time, signal is per call', T, async () => {
+  const nodes = [one.url];
+  // Equal content in another object and order: the same manager, so the nested call knows
+  // its async context already holds the key.
+  await assert.rejects(
+    withLock('conv:k', async () => withLock('conv:k', async () => 'never', { ttl: 60_000, nodes: [one.url] }), { nodes, ttl: 60_000 }),
+    (e) => e instanceof NotAcquiredError && /deadlock/.test(e.message),
+  );
+  // One object, changed between calls: the new ttl is the lock's.
+  const options = { nodes, ttl: 60_000 };
+  assert.ok((await withLock('conv:k', async (l) => l.validity, options)) > 30_000);
+  options.ttl = 5_000;
+  assert.ok((await withLock('conv:k', async (l) => l.validity, options)) <= 5_000);
+  options.nodes = ['redis://127.0.0.1:1'];
+  options.wait = 0;
+  await assert.rejects(withLock('conv:k', async () => 1, options), (e) => e.code === 'QUORUM_UNREACHABLE');
+  for (let i = 0; i < 2; i++) {
+    await assert.rejects(withLock('conv:k', async () => 1, { nodes, ttl: 2.5 }), (e) => e instanceof InvalidArgumentError && /ttl=2\.5/.test(e.message));
+  }
+  assert.equal(await withLock('conv:k', async () => 'ok', { nodes, ttl: 5_000 }), 'ok');
+  await assert.rejects(withLock('conv:k', async () => 1, { nodes, ttl: 5_000, signal: AbortSignal.abort() }), AbortError);
+  await assert.rejects(withLock('conv:k', async () => 1, { nodes, ttl: 5_000, signal: 'stop' }), (e) => e instanceof InvalidArgumentError && /signal/.test(e.message));
+  assert.ok(!one.exists('conv:k'));
+});

@@ -155,3 +155,55 @@ test('a process killed by a signal with its default action leaves its locks to t
   assert.ok(pttl > 0 && pttl <= 60_000, `PTTL ${pttl}`);
   one.cli('DEL', 'life:killed');
 });
+
+// Issue 32: every promise settles through one threadsafe function per environment, referenced
+// only while a promise is pending. These scripts have no handle of their own: only ferrolock's
+// pending promise keeps them running.
+test('a pending acquire keeps the process alive until it is granted', T, async () => {
+  const key = 'life:pending';
+  const { LockManager } = require(PKG);
+  const holder = new LockManager({ nodes: [one.url], ttl: 60000 });
+  const held = await holder.acquire(key);
+  const body = `${HEADER}
+    const m = new LockManager({ ttl: 60000 });
+    m.acquire(${JSON.stringify(key)}).then(async (lock) => {
+      console.log('acquired');
+      await lock.release();
+      await m.close();
+      console.log('released');
+    });
+    console.log('waiting');`;
+  let queued = null;
+  const r = await runNode(body, {
+    onLine: (line) => {
+      if (line !== 'waiting') return;
+      queued = (async () => {
+        for (const end = Date.now() + 20_000; one.cli('ZCARD', `ferrolock:queue:{${key}}`) === '0'; ) {
+          if (Date.now() > end) return false;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+        await held.release();
+        return true;
+      })();
+    },
+  });
+  await holder.close();
+  assert.equal(await queued, true, `the child never queued for the key: ${r.out}${r.err}`);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /acquired\nreleased/, `the child exited while its acquire was pending: ${r.out}`);
+  assert.ok(!one.exists(key));
+});
+
+test('a lock whose signal was read keeps the process alive until the loss, then it exits on its own', T, async () => {
+  const key = 'life:watched';
+  const body = `${HEADER}
+    const m = new LockManager({ ttl: 3000 });
+    m.acquire(${JSON.stringify(key)}).then((lock) => {
+      lock.signal.addEventListener('abort', () => console.log('lost'));
+      console.log('held');
+    });`;
+  const r = await runNode(body, { onLine: (line) => line === 'held' && one.cli('DEL', key) });
+  assert.equal(r.signal, null, 'the child did not exit on its own after the loss');
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /held\nlost/, `the child exited while its signal was watched: ${r.out}`);
+});
