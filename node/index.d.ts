@@ -194,7 +194,9 @@ export type ErrorCode =
   | 'LOCK_LOST'
   | 'QUORUM_UNREACHABLE'
   | 'REDIS_ERROR'
-  | 'ABORT_ERR';
+  | 'ABORT_ERR'
+  /** A ferrolock bug (a Rust panic inside the call): the process goes on. */
+  | 'PANIC';
 
 export declare class LockError extends Error {
   constructor(message: string, options?: { key?: string; cause?: unknown });

@@ -1,7 +1,6 @@
 //! Status codes, the error object handed to C, and the wrapper every entry runs in.
 
 use std::ffi::{CString, c_char, c_int};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use ferrolock::ErrorKind;
 
@@ -97,14 +96,6 @@ pub(crate) fn to_cstring(text: String) -> CString {
     })
 }
 
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".to_string())
-}
-
 /// Runs one entry point: clears `*err`, catches a panic (logged, never printed: see
 /// `ferrolock::host::panic_hook`), and turns a failure into its status (and, when `err` is not NULL, an
 /// error object).
@@ -117,19 +108,10 @@ pub(crate) fn call(
         // SAFETY: the caller passes NULL or a valid `ferrolock_error *` slot.
         unsafe { *err = std::ptr::null_mut() };
     }
-    let entered = ferrolock::host::panic_hook::entered();
-    let caught = catch_unwind(AssertUnwindSafe(body));
-    drop(entered);
-    let failure = match caught {
+    let failure = match ferrolock::host::panic_hook::catch(entry, body) {
         Ok(Ok(())) => return FERROLOCK_OK,
         Ok(Err(failure)) => failure,
-        Err(payload) => Failure::new(
-            FERROLOCK_ERR_PANIC,
-            format!(
-                "ferrolock bug: {entry} panicked: {} (please report it)",
-                panic_text(&*payload)
-            ),
-        ),
+        Err(message) => Failure::new(FERROLOCK_ERR_PANIC, message),
     };
     let status = failure.status;
     if !err.is_null() {
@@ -141,8 +123,7 @@ pub(crate) fn call(
 
 /// Runs an entry point that cannot fail, returning `fallback` if it panics.
 pub(crate) fn guard<T>(fallback: T, body: impl FnOnce() -> T) -> T {
-    let _entered = ferrolock::host::panic_hook::entered();
-    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+    ferrolock::host::panic_hook::catch("", body).unwrap_or(fallback)
 }
 
 /// Frees an error. NULL is ignored.

@@ -269,13 +269,20 @@ unsafe extern "C" fn dispatch(
         return;
     }
     let completions = unsafe { &*(context as *const Completions) };
-    completions.drain(env);
+    // A panic must not unwind out of a C callback (the process would abort); it is logged.
+    let _ =
+        ferrolock::host::panic_hook::catch("the completion dispatch", || completions.drain(env));
 }
 
 /// The environment's teardown: outcomes arriving from now on are dropped, and the threadsafe
 /// function is released so that Node can finalize it.
 unsafe extern "C" fn torn_down(data: *mut c_void) {
     let completions = unsafe { &*(data as *const Completions) };
+    let _ =
+        ferrolock::host::panic_hook::catch("the environment teardown", || tear_down(completions));
+}
+
+fn tear_down(completions: &Completions) {
     completions.closed.store(true, Ordering::Release);
     if let Some(TsfnPtr(tsfn)) = locked(&completions.tsfn).take() {
         unsafe {

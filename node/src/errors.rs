@@ -18,6 +18,17 @@ pub fn coded(code: &str, message: &str) -> napi::Error {
     )
 }
 
+/// Runs a napi entry point (`entry`, as JavaScript names it) on the JavaScript thread: a panic
+/// becomes an error of code PANIC (`ferrolock::host::panic_hook::catch`) instead of aborting
+/// the process (napi-rs catches unwinds only where asked to, and then with no code of ours).
+pub fn guard<T>(entry: &str, body: impl FnOnce() -> napi::Result<T>) -> napi::Result<T> {
+    ferrolock::host::panic_hook::catch(entry, body).unwrap_or_else(|m| Err(coded(PANIC, &m)))
+}
+
+/// The code of a panic's error: not a kind of the core's table (a bug, not an outcome), the
+/// name C's `ferrolock_status_name` gives `FERROLOCK_ERR_PANIC`.
+pub const PANIC: &str = "PANIC";
+
 pub fn invalid(message: impl AsRef<str>) -> napi::Error {
     coded(ErrorKind::InvalidArgument.code(), message.as_ref())
 }

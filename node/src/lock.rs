@@ -7,7 +7,7 @@ use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
 use napi_derive::napi;
 
-use crate::errors::{invalid, to_napi};
+use crate::errors::{guard, invalid, to_napi};
 use crate::rt::promise_on_core;
 
 #[napi]
@@ -29,75 +29,92 @@ pub struct ScopeOutcome {
 #[napi]
 impl NativeLock {
     #[napi(getter)]
-    pub fn key(&self) -> String {
-        self.inner.key().to_string()
+    pub fn key(&self) -> Result<String> {
+        guard("NativeLock.key", || Ok(self.inner.key().to_string()))
     }
 
     #[napi(getter)]
-    pub fn token(&self) -> String {
-        self.inner.core().token().to_string()
+    pub fn token(&self) -> Result<String> {
+        guard("NativeLock.token", || {
+            Ok(self.inner.core().token().to_string())
+        })
     }
 
     /// A number: fences are counters that stay far below 2^53.
     #[napi(getter)]
-    pub fn fence(&self) -> Option<f64> {
-        self.inner.core().fence().map(|f| f as f64)
+    pub fn fence(&self) -> Result<Option<f64>> {
+        guard("NativeLock.fence", || {
+            Ok(self.inner.core().fence().map(|f| f as f64))
+        })
     }
 
     /// Milliseconds left before the validity ends (0 once released or lost).
     #[napi(getter)]
-    pub fn validity(&self) -> f64 {
-        self.inner.core().validity().as_millis() as f64
+    pub fn validity(&self) -> Result<f64> {
+        guard("NativeLock.validity", || {
+            Ok(self.inner.core().validity().as_millis() as f64)
+        })
     }
 
     /// "held", "released" or "lost".
     #[napi(getter)]
-    pub fn status(&self) -> &'static str {
-        match self.inner.core().status() {
-            LockStatus::Held => "held",
-            LockStatus::Released => "released",
-            _ => "lost",
-        }
+    pub fn status(&self) -> Result<&'static str> {
+        guard("NativeLock.status", || {
+            Ok(match self.inner.core().status() {
+                LockStatus::Held => "held",
+                LockStatus::Released => "released",
+                _ => "lost",
+            })
+        })
     }
 
     /// The loss message once the lock is lost, else null: read by `lock.js` with the status,
     /// so the signal is aborted by the time the status says lost.
     #[napi(getter)]
-    pub fn loss_reason(&self) -> Option<String> {
-        self.inner.loss_reason().map(|r| r.to_string())
+    pub fn loss_reason(&self) -> Result<Option<String>> {
+        guard("NativeLock.lossReason", || {
+            Ok(self.inner.loss_reason().map(|r| r.to_string()))
+        })
     }
 
     /// Throws `LockLost` / `NotHeld` unless the lock is held.
     #[napi]
     pub fn check(&self) -> Result<()> {
-        self.inner.core().check().map_err(to_napi)
+        guard("NativeLock.check", || {
+            self.inner.core().check().map_err(to_napi)
+        })
     }
 
     /// Resolves to the new validity in ms. `ttl` (ms, optional) sets a new lease.
     #[napi]
     pub fn extend<'env>(&self, env: &'env Env, ttl: Option<u32>) -> Result<PromiseRaw<'env, f64>> {
-        let lock = self.inner.clone();
-        if ttl == Some(0) {
-            return Err(invalid(format!(
-                "lock {:?}: extend(ttl = 0): must be greater than zero",
-                lock.key()
-            )));
-        }
-        let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
-        promise_on_core(env, move || async move {
-            let validity = lock.extend(ttl).await;
-            validity.map(|v| v.as_millis() as f64).map_err(to_napi)
+        const ENTRY: &str = "NativeLock.extend";
+        guard(ENTRY, || {
+            let lock = self.inner.clone();
+            if ttl == Some(0) {
+                return Err(invalid(format!(
+                    "lock {:?}: extend(ttl = 0): must be greater than zero",
+                    lock.key()
+                )));
+            }
+            let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
+            promise_on_core(env, ENTRY, move || async move {
+                let validity = lock.extend(ttl).await;
+                validity.map(|v| v.as_millis() as f64).map_err(to_napi)
+            })
         })
     }
 
     /// Resolves to true once a quorum released, false if the token was already gone.
     #[napi]
     pub fn release<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, bool>> {
-        let lock = self.inner.clone();
-        promise_on_core(
-            env,
-            move || async move { lock.release().await.map_err(to_napi) },
-        )
+        const ENTRY: &str = "NativeLock.release";
+        guard(ENTRY, || {
+            let lock = self.inner.clone();
+            promise_on_core(env, ENTRY, move || async move {
+                lock.release().await.map_err(to_napi)
+            })
+        })
     }
 
     /// Resolves with the loss message once the lock is lost, or with null once it is
@@ -106,11 +123,13 @@ impl NativeLock {
     /// wants the signal, and every path that ends a lock releases it.
     #[napi]
     pub fn lost<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, Option<String>>> {
-        let lost = self.inner.lost();
-        promise_on_core(
-            env,
-            move || async move { Ok(lost.await.map(|r| r.to_string())) },
-        )
+        const ENTRY: &str = "NativeLock.lost";
+        guard(ENTRY, || {
+            let lost = self.inner.lost();
+            promise_on_core(env, ENTRY, move || async move {
+                Ok(lost.await.map(|r| r.to_string()))
+            })
+        })
     }
 
     /// The end of a `withLock` body: `failed` when the callback threw or rejected,
@@ -124,13 +143,28 @@ impl NativeLock {
         failed: bool,
         stopped_by_loss: bool,
     ) -> Result<PromiseRaw<'env, Option<ScopeOutcome>>> {
+        const ENTRY: &str = "NativeLock.endScope";
+        guard(ENTRY, || {
+            self.end_scope_unguarded(env, ENTRY, failed, stopped_by_loss)
+        })
+    }
+}
+
+impl NativeLock {
+    fn end_scope_unguarded<'env>(
+        &self,
+        env: &'env Env,
+        entry: &'static str,
+        failed: bool,
+        stopped_by_loss: bool,
+    ) -> Result<PromiseRaw<'env, Option<ScopeOutcome>>> {
         let lock = self.inner.clone();
         let body = match (failed, stopped_by_loss) {
             (_, true) => Body::StoppedByLoss,
             (true, false) => Body::Failed,
             (false, false) => Body::Finished,
         };
-        promise_on_core(env, move || async move {
+        promise_on_core(env, entry, move || async move {
             Ok(match host::scope::end(&lock, body).await {
                 ScopeEnd::Clean => None,
                 ScopeEnd::Raise { error, chain } => Some(ScopeOutcome {

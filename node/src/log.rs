@@ -11,7 +11,7 @@ use napi_derive::napi;
 use std::sync::Mutex;
 
 use crate::env::locked;
-use crate::errors::{invalid, to_napi};
+use crate::errors::{guard, invalid, to_napi};
 
 /// One record as JavaScript receives it.
 #[napi(object)]
@@ -69,6 +69,13 @@ fn weak_tsfn(callback: Function<NativeLogRecord, ()>) -> Result<Tsfn> {
 /// stops delivery.
 #[napi(js_name = "setLogger")]
 pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String) -> Result<()> {
+    guard("setLogger", || set_logger_unguarded(callback, level))
+}
+
+fn set_logger_unguarded(
+    callback: Option<Function<NativeLogRecord, ()>>,
+    level: String,
+) -> Result<()> {
     let level = LogLevel::parse(&level).map_err(|e| invalid(e.message()))?;
     let sink: Option<log::LogSink> = match callback {
         None => None,
@@ -92,6 +99,16 @@ pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String
 /// `setLogger` call is in effect.
 #[napi(js_name = "setDefaultLogger")]
 pub fn set_default_logger(
+    env: &Env,
+    callback: Function<NativeLogRecord, ()>,
+    main_thread: bool,
+) -> Result<()> {
+    guard("setDefaultLogger", || {
+        set_default_logger_unguarded(env, callback, main_thread)
+    })
+}
+
+fn set_default_logger_unguarded(
     env: &Env,
     callback: Function<NativeLogRecord, ()>,
     main_thread: bool,

@@ -9,7 +9,7 @@ use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
 use napi_derive::napi;
 
-use crate::errors::{coded, invalid, to_napi};
+use crate::errors::{coded, guard, invalid, to_napi};
 use crate::lock::NativeLock;
 use crate::options::{OptionEntry, lock_options, manager_options};
 use crate::rt::{blocking_on_core, in_core, promise_on_core};
@@ -27,15 +27,20 @@ pub struct CancelToken {
 impl CancelToken {
     #[napi(constructor)]
     #[allow(clippy::new_without_default)]
-    pub fn new() -> Self {
-        CancelToken {
-            inner: Cancel::new(),
-        }
+    pub fn new() -> Result<Self> {
+        guard("CancelToken", || {
+            Ok(CancelToken {
+                inner: Cancel::new(),
+            })
+        })
     }
 
     #[napi]
-    pub fn cancel(&self) {
-        self.inner.cancel();
+    pub fn cancel(&self) -> Result<()> {
+        guard("CancelToken.cancel", || {
+            self.inner.cancel();
+            Ok(())
+        })
     }
 }
 
@@ -59,12 +64,14 @@ impl NativeManager {
     /// Opens no connection: those open on first use.
     #[napi(constructor)]
     pub fn new(entries: Vec<OptionEntry>) -> Result<Self> {
-        let options = manager_options(&entries)?;
-        let host = in_core(|| host::Manager::new(options)).map_err(to_napi)?;
-        Ok(NativeManager {
-            host,
-            shared: false,
-            closed: Default::default(),
+        guard("NativeManager", || {
+            let options = manager_options(&entries)?;
+            let host = in_core(|| host::Manager::new(options)).map_err(to_napi)?;
+            Ok(NativeManager {
+                host,
+                shared: false,
+                closed: Default::default(),
+            })
         })
     }
 
@@ -72,41 +79,45 @@ impl NativeManager {
     /// (`host::shared`).
     #[napi(factory)]
     pub fn shared(entries: Vec<OptionEntry>) -> Result<Self> {
-        let options = manager_options(&entries)?;
-        let host = in_core(|| host::shared(&options)).map_err(to_napi)?;
-        Ok(NativeManager {
-            host,
-            shared: true,
-            closed: Default::default(),
+        guard("NativeManager.shared", || {
+            let options = manager_options(&entries)?;
+            let host = in_core(|| host::shared(&options)).map_err(to_napi)?;
+            Ok(NativeManager {
+                host,
+                shared: true,
+                closed: Default::default(),
+            })
         })
     }
 
     fn open(&self) -> Result<&host::Manager> {
-        if self.closed() {
+        if self.is_closed() {
             return Err(invalid("this LockManager is closed"));
         }
         Ok(&self.host)
     }
 
     #[napi(getter)]
-    pub fn nodes(&self) -> Vec<String> {
-        self.host.nodes().to_vec()
+    pub fn nodes(&self) -> Result<Vec<String>> {
+        guard("NativeManager.nodes", || Ok(self.host.nodes().to_vec()))
     }
 
     #[napi(getter)]
-    pub fn quorum(&self) -> u32 {
-        self.host.quorum() as u32
+    pub fn quorum(&self) -> Result<u32> {
+        guard("NativeManager.quorum", || Ok(self.host.quorum() as u32))
     }
 
     /// The core manager's client uuid: the same for every `NativeManager` sharing it.
     #[napi(getter)]
-    pub fn client_id(&self) -> String {
-        self.host.core().map(|m| m.client_id()).unwrap_or_default()
+    pub fn client_id(&self) -> Result<String> {
+        guard("NativeManager.clientId", || {
+            Ok(self.host.core().map(|m| m.client_id()).unwrap_or_default())
+        })
     }
 
     #[napi(getter)]
-    pub fn closed(&self) -> bool {
-        self.closed.load(std::sync::atomic::Ordering::SeqCst) || self.host.is_closed()
+    pub fn closed(&self) -> Result<bool> {
+        guard("NativeManager.closed", || Ok(self.is_closed()))
     }
 
     /// This manager's defaults with `entries` on top, checked (errors name `key`), for any
@@ -117,8 +128,10 @@ impl NativeManager {
         key: String,
         entries: Vec<OptionEntry>,
     ) -> Result<NativeLockOptions> {
-        Ok(NativeLockOptions {
-            inner: lock_options(&key, self.open()?.defaults(), &entries)?,
+        guard("NativeManager.lockOptions", || {
+            Ok(NativeLockOptions {
+                inner: lock_options(&key, self.open()?.defaults(), &entries)?,
+            })
         })
     }
 
@@ -134,36 +147,41 @@ impl NativeManager {
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
-        let manager = self.open()?.clone();
-        if key.is_empty() {
-            return Err(invalid("lock key must be a non-empty string, got \"\""));
-        }
-        let opts: LockOptions = match options {
-            Some(o) => o.inner.clone(),
-            None => manager.defaults().clone(),
-        };
-        let env_locks = crate::env::locks_of(env)?;
-        // Fired by the caller's signal, or by this environment's teardown: the acquire of a
-        // worker thread that is gone leaves the line and takes nothing.
-        let cancel = cancel.map(|c| c.inner.clone()).unwrap_or_default();
-        let waiting = env_locks.waiting(&cancel);
-        // Without `reentrant` the core ignores the owner.
-        let owner = owner.unwrap_or(0) as u64;
-        promise_on_core(env, move || async move {
-            let _waiting = waiting;
-            // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
-            let lock = manager
-                .acquire_cancellable(&key, owner, &opts, &cancel)
-                .await
-                .map_err(to_napi)?;
-            if !env_locks.add(&lock) {
-                let _ = lock.release().await;
-                return Err(coded(
-                    ErrorKind::NotAcquired.code(),
-                    &format!("lock {key:?} not acquired: its JavaScript environment was torn down"),
-                ));
+        const ENTRY: &str = "NativeManager.acquire";
+        guard(ENTRY, || {
+            let manager = self.open()?.clone();
+            if key.is_empty() {
+                return Err(invalid("lock key must be a non-empty string, got \"\""));
             }
-            Ok(NativeLock { inner: lock })
+            let opts: LockOptions = match options {
+                Some(o) => o.inner.clone(),
+                None => manager.defaults().clone(),
+            };
+            let env_locks = crate::env::locks_of(env)?;
+            // Fired by the caller's signal, or by this environment's teardown: the acquire of a
+            // worker thread that is gone leaves the line and takes nothing.
+            let cancel = cancel.map(|c| c.inner.clone()).unwrap_or_default();
+            let waiting = env_locks.waiting(&cancel);
+            // Without `reentrant` the core ignores the owner.
+            let owner = owner.unwrap_or(0) as u64;
+            promise_on_core(env, ENTRY, move || async move {
+                let _waiting = waiting;
+                // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
+                let lock = manager
+                    .acquire_cancellable(&key, owner, &opts, &cancel)
+                    .await
+                    .map_err(to_napi)?;
+                if !env_locks.add(&lock) {
+                    let _ = lock.release().await;
+                    return Err(coded(
+                        ErrorKind::NotAcquired.code(),
+                        &format!(
+                            "lock {key:?} not acquired: its JavaScript environment was torn down"
+                        ),
+                    ));
+                }
+                Ok(NativeLock { inner: lock })
+            })
         })
     }
 
@@ -172,15 +190,24 @@ impl NativeManager {
     /// only its use here ends.
     #[napi]
     pub fn close<'env>(&self, env: &'env Env) -> Result<PromiseRaw<'env, ()>> {
-        let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
-        let host = self.host.clone();
-        let shared = self.shared;
-        promise_on_core(env, move || async move {
-            if first && !shared {
-                blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
-            }
-            Ok(())
+        const ENTRY: &str = "NativeManager.close";
+        guard(ENTRY, || {
+            let first = !self.closed.swap(true, std::sync::atomic::Ordering::SeqCst);
+            let host = self.host.clone();
+            let shared = self.shared;
+            promise_on_core(env, ENTRY, move || async move {
+                if first && !shared {
+                    blocking_on_core(move || host.close(CLOSE_LIMIT)).await?;
+                }
+                Ok(())
+            })
         })
+    }
+}
+
+impl NativeManager {
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst) || self.host.is_closed()
     }
 }
 
@@ -188,22 +215,28 @@ impl NativeManager {
 /// acquires give up; every lock of the process still held is released), blocking at most
 /// `limitMs`. Returns how many were released on a quorum.
 #[napi]
-pub fn exit_sync(limit_ms: u32) -> u32 {
-    host::exit(Duration::from_millis(limit_ms.into())) as u32
+pub fn exit_sync(limit_ms: u32) -> Result<u32> {
+    guard("exitSync", || {
+        Ok(host::exit(Duration::from_millis(limit_ms.into())) as u32)
+    })
 }
 
 /// At `process.on('exit')` in a worker thread: releases the locks of this environment (this
 /// thread) still held, blocking at most `limitMs`; the rest of the process goes on.
 #[napi]
 pub fn release_env_sync(env: &Env, limit_ms: u32) -> Result<()> {
-    crate::env::locks_of(env)?.release_all_blocking(Duration::from_millis(limit_ms.into()));
-    Ok(())
+    guard("releaseEnvSync", || {
+        crate::env::locks_of(env)?.release_all_blocking(Duration::from_millis(limit_ms.into()));
+        Ok(())
+    })
 }
 
 /// A reentrancy owner id unique in the process (worker threads share the core's managers, so
 /// a per-thread counter would let two workers re-enter each other's locks).
 #[napi]
-pub fn new_owner() -> i64 {
+pub fn new_owner() -> Result<i64> {
     static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    guard("newOwner", || {
+        Ok(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    })
 }

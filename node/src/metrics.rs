@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use ferrolock::metrics::{self, HistogramSnapshot, PrefixSnapshot};
 use napi_derive::napi;
 
+use crate::errors::guard;
+
 /// A histogram of durations in seconds: `le` are the buckets' upper bounds (the last is
 /// Infinity), `cumulative` the count of observations at or under each.
 #[napi(object)]
@@ -63,15 +65,17 @@ fn prefix(p: &PrefixSnapshot) -> PrefixMetrics {
 
 /// Everything counted so far in this process, by key prefix.
 #[napi]
-pub fn metrics() -> HashMap<String, PrefixMetrics> {
-    metrics::snapshot()
-        .iter()
-        .map(|(k, p)| (k.clone(), prefix(p)))
-        .collect()
+pub fn metrics() -> napi::Result<HashMap<String, PrefixMetrics>> {
+    guard("metrics", || {
+        Ok(metrics::snapshot()
+            .iter()
+            .map(|(k, p)| (k.clone(), prefix(p)))
+            .collect())
+    })
 }
 
 /// The same in Prometheus's text exposition format (`ferrolock_*`).
 #[napi]
-pub fn prometheus_text() -> String {
-    metrics::prometheus_text()
+pub fn prometheus_text() -> napi::Result<String> {
+    guard("prometheusText", || Ok(metrics::prometheus_text()))
 }

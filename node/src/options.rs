@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferrolock::{LockOptions, ManagerOptions, OPTIONS, OptionScope, OptionType, OptionValue};
 use napi_derive::napi;
 
-use crate::errors::{invalid, to_napi};
+use crate::errors::{guard, invalid, to_napi};
 
 /// One row of the core's options table, as `options.js` needs it.
 #[napi(object)]
@@ -27,35 +27,37 @@ pub struct OptionRow {
 }
 
 #[napi]
-pub fn option_table() -> Vec<OptionRow> {
-    OPTIONS
-        .iter()
-        .filter(|o| !matches!(o.scope, OptionScope::Binding(_)))
-        .map(|o| OptionRow {
-            name: o.camel_case(),
-            core: o.name.to_string(),
-            scope: match o.scope {
-                OptionScope::Manager => "manager",
-                OptionScope::Lock => "lock",
-                _ => "binding",
-            }
-            .to_string(),
-            kind: match o.kind {
-                OptionType::Duration => "duration",
-                OptionType::OptionalDuration { zero_ok: true } => "optionalDurationOrZero",
-                OptionType::OptionalDuration { zero_ok: false } => "optionalDuration",
-                OptionType::Bool => "bool",
-                OptionType::OptionalCount => "optionalCount",
-                OptionType::Fraction => "fraction",
-                OptionType::Urls => "urls",
-                OptionType::OptionalPath => "optionalPath",
-                _ => "unknown",
-            }
-            .to_string(),
-            default: o.default.to_string(),
-            doc: o.doc.to_string(),
-        })
-        .collect()
+pub fn option_table() -> napi::Result<Vec<OptionRow>> {
+    guard("optionTable", || {
+        Ok(OPTIONS
+            .iter()
+            .filter(|o| !matches!(o.scope, OptionScope::Binding(_)))
+            .map(|o| OptionRow {
+                name: o.camel_case(),
+                core: o.name.to_string(),
+                scope: match o.scope {
+                    OptionScope::Manager => "manager",
+                    OptionScope::Lock => "lock",
+                    _ => "binding",
+                }
+                .to_string(),
+                kind: match o.kind {
+                    OptionType::Duration => "duration",
+                    OptionType::OptionalDuration { zero_ok: true } => "optionalDurationOrZero",
+                    OptionType::OptionalDuration { zero_ok: false } => "optionalDuration",
+                    OptionType::Bool => "bool",
+                    OptionType::OptionalCount => "optionalCount",
+                    OptionType::Fraction => "fraction",
+                    OptionType::Urls => "urls",
+                    OptionType::OptionalPath => "optionalPath",
+                    _ => "unknown",
+                }
+                .to_string(),
+                default: o.default.to_string(),
+                doc: o.doc.to_string(),
+            })
+            .collect())
+    })
 }
 
 /// An option value, converted by `options.js`: exactly one of the value fields is set, or

@@ -4,11 +4,14 @@
 //! `async` calls are driven here and their results handed to a JavaScript promise.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
 
 use napi::Env;
 use napi::bindgen_prelude::{PromiseRaw, ToNapiValue};
 
-use crate::errors::coded;
+use crate::errors::{PANIC, coded, guard};
 
 /// Runs `fut` on the core's runtime and returns a promise of its result, settled from there
 /// through this environment's completion queue (`completions`): one hop from the JavaScript
@@ -19,14 +22,29 @@ use crate::errors::coded;
 /// `make` builds the future on the runtime, boxed there: what the JavaScript thread moves into
 /// the task is the closure's captures, not the whole state machine (several kilobytes for an
 /// acquire), whose copies were the JavaScript thread's largest cost at 64 concurrent locks.
-pub fn promise_on_core<T, F, M>(env: &Env, make: M) -> napi::Result<PromiseRaw<'_, T>>
+///
+/// A panic in the future rejects the promise with an error of code PANIC naming `entry`.
+pub fn promise_on_core<'env, T, F, M>(
+    env: &'env Env,
+    entry: &'static str,
+    make: M,
+) -> napi::Result<PromiseRaw<'env, T>>
 where
     T: ToNapiValue + Send + 'static,
     F: Future<Output = napi::Result<T>> + Send + 'static,
     M: FnOnce() -> F + Send + 'static,
 {
     let (pending, promise) = crate::completions::promise(env)?;
-    ferrolock::runtime::runtime().spawn(async move { pending.settle(Box::pin(make()).await) });
+    ferrolock::runtime::runtime().spawn(async move {
+        let run = AssertUnwindSafe(async move { Box::pin(make()).await });
+        let outcome = run.catch_unwind().await.unwrap_or_else(|payload| {
+            Err(coded(
+                PANIC,
+                &ferrolock::host::panic_hook::panicked(entry, &*payload),
+            ))
+        });
+        pending.settle(outcome)
+    });
     Ok(PromiseRaw::new(env.raw(), promise))
 }
 
@@ -54,20 +72,33 @@ pub fn in_core<T>(f: impl FnOnce() -> T) -> T {
 /// core's runtime): the binding's own floor in `make bench`.
 #[napi_derive::napi(js_name = "__benchNoop")]
 pub fn bench_noop(env: &napi::Env) -> napi::Result<napi::bindgen_prelude::PromiseRaw<'_, ()>> {
-    promise_on_core(env, || async { Ok(()) })
+    guard("__benchNoop", || {
+        promise_on_core(env, "__benchNoop", || async { Ok(()) })
+    })
 }
 
-/// Panics on one of the core's runtime threads and resolves to the panic's text, for the
-/// test that such a panic reaches the logger and not stderr (nothing in the library panics on
-/// purpose). Not exported by `index.js`.
+/// Panics, for the tests that a panic reaches the logger and not stderr and becomes an error of
+/// kind PANIC (nothing in the library panics on purpose). `place`: "runtime" (default) on one
+/// of the core's runtime threads, resolving to the panic's text; "sync" on the JavaScript
+/// thread inside this call; "async" inside the call's future on the runtime. Not exported by
+/// `index.js`.
 #[napi_derive::napi(js_name = "__panicForTest")]
-pub fn panic_for_test(env: &napi::Env) -> napi::Result<PromiseRaw<'_, String>> {
-    promise_on_core(env, || async {
-        let task =
-            ferrolock::runtime::runtime().spawn(async { panic!("__panicForTest was called") });
-        Ok(task
-            .await
-            .map(|()| String::new())
-            .unwrap_or_else(|e| e.to_string()))
+pub fn panic_for_test(
+    env: &napi::Env,
+    place: Option<String>,
+) -> napi::Result<PromiseRaw<'_, String>> {
+    const ENTRY: &str = "__panicForTest";
+    guard(ENTRY, || match place.as_deref().unwrap_or("runtime") {
+        "sync" => panic!("{ENTRY} was called (sync)"),
+        "async" => promise_on_core(env, ENTRY, || async {
+            panic!("{ENTRY} was called (async)")
+        }),
+        _ => promise_on_core(env, ENTRY, || async {
+            let task = ferrolock::runtime::runtime().spawn(async { panic!("{ENTRY} was called") });
+            Ok(task
+                .await
+                .map(|()| String::new())
+                .unwrap_or_else(|e| e.to_string()))
+        }),
     })
 }

@@ -52,6 +52,26 @@ impl Drop for Entered {
     }
 }
 
+/// Runs one entry point of a binding (`entry` names it) inside [`entered`], turning a panic
+/// into the message of the binding's PANIC error (C's `FERROLOCK_ERR_PANIC`, Node's error of
+/// code `PANIC`): the panic itself was logged by the hook, never printed.
+pub fn catch<T>(entry: &str, body: impl FnOnce() -> T) -> Result<T, String> {
+    let entered = entered();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+    drop(entered);
+    caught.map_err(|payload| panicked(entry, &*payload))
+}
+
+/// The message of the binding's PANIC error for a panic caught at `entry`.
+pub fn panicked(entry: &str, payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".to_string());
+    format!("ferrolock bug: {entry} panicked: {text} (please report it)")
+}
+
 fn ours() -> bool {
     ALL.load(Ordering::SeqCst)
         || DEPTH.try_with(|d| d.get() > 0).unwrap_or(false)
