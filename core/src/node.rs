@@ -1,7 +1,6 @@
 //! One Redis node: its URL (kept only in redacted form for messages), a lazily opened
 //! multiplexed connection shared by every task, and per-request timeouts.
 
-use std::cell::RefCell;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -21,6 +20,7 @@ pub(crate) use crate::node_cluster::{Conn, Pubsub};
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
 use crate::runtime::Awaiting;
+use crate::runtime::caller;
 
 /// Why one node did not answer a request usefully.
 #[derive(Debug, Clone)]
@@ -78,8 +78,8 @@ pub(crate) struct Node {
     password: Option<String>,
     /// The shared connection and the restart guard's memory, per process (see `PerProcess`).
     local: PerProcess<NodeLocal>,
-    /// Identifies this node in the blocking callers' per-thread connections; they drop theirs
-    /// once this is gone.
+    /// Identifies this node in the blocking callers' per-thread connections; once this is
+    /// gone (see the drop) the reaper closes them, also on threads that never call in again.
     alive: Arc<()>,
     /// Requests written to this node (a pipeline counts once): the round trips.
     round_trips: AtomicU64,
@@ -116,6 +116,15 @@ struct Guard {
 struct Slot {
     conn: Conn,
     generation: u64,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Blocking threads' connections to this node go now, not when each calls in again
+        // (the reaper must see `alive` gone, so it goes first).
+        self.alive = Arc::new(());
+        caller::node_gone();
+    }
 }
 
 impl Node {
@@ -592,7 +601,7 @@ impl Node {
     /// The connection `connection` would return without waiting, if there is one.
     fn open_now(&self) -> Option<(Conn, u64)> {
         if crate::runtime::driving_locally() {
-            THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self))
+            caller::with_connections(|t| t.find(self)).flatten()
         } else if self.local().opening.load(Ordering::Acquire) > 0 {
             // A request is waiting for its turn: this one goes behind it (see `connection`).
             None
@@ -614,13 +623,13 @@ impl Node {
     /// task runs only while the thread is in `runtime::block_on`, which is the only time the
     /// thread sends on it).
     async fn thread_connection(&self, timeout: Duration) -> Result<(Conn, u64), NodeError> {
-        if let Some(c) = THREAD_CONNECTIONS.with(|t| t.borrow_mut().find(self)) {
+        if let Some(c) = caller::with_connections(|t| t.find(self)).flatten() {
             return Ok(c);
         }
         let conn = self.open_connection(timeout).await?;
         let generation = next_generation();
-        THREAD_CONNECTIONS.with(|t| {
-            t.borrow_mut().0.push(ThreadConnection {
+        caller::with_connections(|t| {
+            t.0.push(ThreadConnection {
                 node: Arc::downgrade(&self.alive),
                 conn: conn.clone(),
                 pid: crate::runtime::pid(),
@@ -638,9 +647,7 @@ impl Node {
             *slot = None;
         }
         drop(slot);
-        let _ = THREAD_CONNECTIONS.try_with(|t| {
-            t.borrow_mut().0.retain(|c| c.generation != generation);
-        });
+        caller::with_connections(|t| t.0.retain(|c| c.generation != generation));
     }
 
     /// Runs one request with the node timeout. A request that times out stays queued on the
@@ -932,10 +939,16 @@ struct ThreadConnection {
     generation: u64,
 }
 
+/// A blocking caller thread's connections, kept in its `runtime::caller` state.
 #[derive(Default)]
-struct ThreadConnections(Vec<ThreadConnection>);
+pub(crate) struct ThreadConnections(Vec<ThreadConnection>);
 
 impl ThreadConnections {
+    /// Whether one of them belongs to a node that is gone (its manager and locks all freed).
+    pub(crate) fn has_gone_nodes(&self) -> bool {
+        self.0.iter().any(|c| c.node.strong_count() == 0)
+    }
+
     /// This thread's connection to `node`; drops those of nodes (managers) that are gone.
     fn find(&mut self, node: &Node) -> Option<(Conn, u64)> {
         let pid = crate::runtime::pid();
@@ -955,10 +968,6 @@ impl ThreadConnections {
             .find(|c| std::ptr::eq(c.node.as_ptr(), Arc::as_ptr(&node.alive)))
             .map(|c| (c.conn.clone(), c.generation))
     }
-}
-
-thread_local! {
-    static THREAD_CONNECTIONS: RefCell<ThreadConnections> = RefCell::new(ThreadConnections::default());
 }
 
 /// Builds the error for a request that failed on one node, naming it.

@@ -31,6 +31,13 @@ impl<T> Default for PerProcess<T> {
 }
 
 impl<T> PerProcess<T> {
+    /// Empty, for a `static`.
+    pub(crate) const fn new() -> Self {
+        PerProcess {
+            current: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
     /// This process's value, made with `init` on first use in this process.
     pub fn get_or_init(&self, init: impl FnOnce() -> T) -> &T {
         let me = pid();

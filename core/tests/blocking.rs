@@ -156,3 +156,45 @@ fn an_acquire_dropped_mid_request_on_a_blocking_thread_is_undone_after_its_reque
         "the dropped acquire's grant was left behind"
     );
 }
+
+#[test]
+fn idle_blocking_threads_close_their_connections_once_the_manager_and_its_locks_are_gone() {
+    let server = RedisServer::start();
+    let before = info_field(&server, "clients", "connected_clients");
+    let m = manager(&[server.url()], opts());
+    let threads = 20;
+    let gate = Arc::new(Barrier::new(threads + 1));
+    let handles: Vec<_> = (0..threads)
+        .map(|i| {
+            let (m, gate) = (m.clone(), gate.clone());
+            std::thread::spawn(move || {
+                let lock = block_on(m.acquire(&format!("freed-conn:{i}"))).expect("acquire");
+                assert!(block_on(lock.release()).expect("release"));
+                drop((lock, m));
+                gate.wait(); // every thread has called in
+                gate.wait(); // idle (well within the idle limit) until the test is done
+            })
+        })
+        .collect();
+    gate.wait();
+    assert!(info_field(&server, "clients", "connected_clients") >= before + threads as u64);
+    drop(m);
+    // The threads live on without calling in again: their connections to the gone manager's
+    // node still close.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = info_field(&server, "clients", "connected_clients");
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "connections of a freed manager still open on idle threads: {now} (before: {before})"
+        );
+        std::thread::sleep(ms(50));
+    }
+    gate.wait();
+    for h in handles {
+        h.join().expect("a thread panicked");
+    }
+}

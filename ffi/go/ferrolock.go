@@ -193,9 +193,9 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 	tryStatus := C.int(C.FERROLOCK_ERR_NOT_ACQUIRED)
 	if fast {
 		select {
-		case blockingTries <- struct{}{}:
+		case blockingCalls <- struct{}{}:
 			tryStatus = try()
-			<-blockingTries
+			<-blockingCalls
 		default:
 			if triesOnce(opts) { // what the caller asked for (TryAcquire): one try anyway
 				tryStatus = try()
@@ -302,8 +302,10 @@ func reentrant(opts []Option, def bool) bool {
 	return def
 }
 
-// blockingTries bounds the first tries running at once on their goroutines' threads.
-var blockingTries = make(chan struct{}, 4*runtime.NumCPU())
+// blockingCalls bounds the blocking cgo calls running at once (first tries, Release,
+// Extend): each pins its goroutine's OS thread, which Go keeps once made, with the thread's
+// own connections to the nodes. Unbounded, a burst of 2,000 goroutines left 125 threads.
+var blockingCalls = make(chan struct{}, 4*runtime.NumCPU())
 
 // lossState is what the library's loss callback reaches (through a cgo handle).
 type lossState struct {
@@ -462,9 +464,15 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		C.ferrolock_cancel_trigger(cancel)
 		close(fired)
 	})
+	select {
+	case blockingCalls <- struct{}{}:
+	case <-fired:
+		return 0, ctx.Err()
+	}
 	var v C.uint64_t
 	var cerr *C.ferrolock_error
 	status := C.ferrolock_lock_extend(l.p, C.uint64_t(ms), cancel, &v, &cerr)
+	<-blockingCalls
 	if !stop() {
 		// The trigger has started: the token is freed only once it is done with it.
 		<-fired
@@ -487,7 +495,9 @@ func (l *Lock) Release() error {
 		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was already released", l.key)}
 	}
 	var cerr *C.ferrolock_error
+	blockingCalls <- struct{}{}
 	err := take(C.ferrolock_lock_release(l.p, nil, &cerr), cerr)
+	<-blockingCalls
 	l.mu.Unlock()
 	l.free()
 	runtime.SetFinalizer(l, nil)

@@ -48,6 +48,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
 		os.Exit(logExitChild(part))
 	}
+	if port := os.Getenv("FERROLOCK_GO_BURST"); port != "" {
+		os.Exit(burstChild(port))
+	}
 	ports, pids = ints("FERROLOCK_TEST_PORTS"), ints("FERROLOCK_TEST_PIDS")
 	if len(ports) == 0 {
 		fmt.Fprintln(os.Stderr, "run through ffi/tests/with-redis.sh (FERROLOCK_TEST_PORTS is not set)")
@@ -1203,5 +1206,107 @@ func TestCloseThenShutdownReleasesWhatIsStillHeld(t *testing.T) {
 		if n := keysNamed(t, port, part); n != 0 {
 			t.Fatalf("port %d: %d keys left", port, n)
 		}
+	}
+}
+
+// A burst of waiters and concurrent acquire/release, then Close: the Redis clients and OS
+// threads it took go back to about what the process had before (Release and Extend take a
+// bounded number of threads, as the first try does; a thread's own connections close once it
+// is idle for FERROLOCK_IDLE_CONNECTION_MS, shortened here). In a child process, so that its
+// thread count is its own.
+func TestBurstLeavesNeitherConnectionsNorThreads(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_BURST="+strconv.Itoa(ports[0]), "FERROLOCK_IDLE_CONNECTION_MS=300")
+	out, err := cmd.CombinedOutput()
+	t.Log(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("burst child: %v", err)
+	}
+}
+
+func clientsOn(port int) int {
+	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "info", "clients").Output()
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_clients:"); ok {
+			n, _ := strconv.Atoi(v)
+			return n - 1 // not redis-cli's own
+		}
+	}
+	return -1
+}
+
+func osThreads() int {
+	tasks, _ := os.ReadDir("/proc/self/task")
+	return len(tasks)
+}
+
+func burstChild(portText string) int {
+	port, _ := strconv.Atoi(portText)
+	fail := func(format string, args ...any) int {
+		fmt.Printf(format+"\n", args...)
+		return 1
+	}
+	clients0, threads0 := clientsOn(port), osThreads()
+	m, err := ferrolock.NewManager(ferrolock.RestartGuard(0), ferrolock.Nodes(fmt.Sprintf("redis://127.0.0.1:%d", port)))
+	if err != nil {
+		return fail("%v", err)
+	}
+	ctx := context.Background()
+	held, err := m.Acquire(ctx, "go-burst:shared")
+	if err != nil {
+		return fail("%v", err)
+	}
+	var wg sync.WaitGroup
+	var errs atomic.Int64
+	run := func(key string) {
+		defer wg.Done()
+		l, err := m.Acquire(ctx, key, ferrolock.Wait(time.Minute))
+		if err == nil {
+			if _, err = l.Extend(ctx); err == nil {
+				err = l.Release()
+			}
+		}
+		if err != nil {
+			errs.Add(1)
+		}
+	}
+	for i := 0; i < 100; i++ { // waiters
+		wg.Add(1)
+		go run("go-burst:shared")
+	}
+	time.Sleep(100 * time.Millisecond) // some of them queued (not needed for the counts)
+	if err := held.Release(); err != nil {
+		return fail("%v", err)
+	}
+	for i := 0; i < 600; i++ { // concurrent acquire/extend/release
+		wg.Add(1)
+		go run(fmt.Sprintf("go-burst:%d", i))
+	}
+	wg.Wait()
+	peakThreads, peakClients := osThreads(), clientsOn(port)
+	m.Close()
+	if n := errs.Load(); n > 0 {
+		return fail("%d of the burst's calls failed", n)
+	}
+	// Threads a cgo call pinned stay in Go's pool; the bound is the library's semaphore (4 per
+	// CPU), Go's own threads (GOMAXPROCS) and the library's (its worker, the idle reaper, and
+	// blocking-pool threads until their keep-alive ends).
+	maxThreads := threads0 + 4*runtime.NumCPU() + runtime.GOMAXPROCS(0) + 8
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		clients, threads := clientsOn(port), osThreads()
+		if clients == clients0 && threads <= maxThreads {
+			fmt.Printf("before: %d clients, %d threads; after the burst: %d clients, %d threads; after Close and the idle limit: %d clients, %d threads (at most %d)\n",
+				clients0, threads0, peakClients, peakThreads, clients, threads, maxThreads)
+			return 0
+		}
+		if time.Now().After(deadline) {
+			return fail("after Close: %d clients (before: %d), %d threads (before: %d, at most %d); after the burst: %d clients, %d threads",
+				clients, clients0, threads, threads0, maxThreads, peakClients, peakThreads)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

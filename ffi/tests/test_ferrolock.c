@@ -1266,6 +1266,111 @@ static void test_version(void) {
         linked ? linked : "(null)", FERROLOCK_VERSION_STRING);
 }
 
+/* ---- connections of idle threads (issue 30 item 10) ---- */
+
+/* Clients node 0 counts, redis-cli's own left out. */
+static long clients_on_first_node(void) {
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d info clients | sed -n 's/^connected_clients:\\([0-9]*\\).*/\\1/p'",
+           node_ports[0]);
+  FILE *p = popen(cmd, "r");
+  long n = -1;
+  if (p) {
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n < 0 ? n : n - 1;
+}
+
+/* Polls until node 0 counts `want` clients; the deadline only bounds a failing run. */
+static long wait_for_clients(long want, int deadline_ms) {
+  double end = now_ms() + deadline_ms;
+  long n;
+  while ((n = clients_on_first_node()) != want && now_ms() < end) sleep_ms(50);
+  return n;
+}
+
+#define IDLE_THREADS 20
+typedef struct {
+  ferrolock_manager *m;
+  int i;
+  pthread_barrier_t *gate;
+} idle_arg;
+
+/* One call (acquire + release), then idle until the test lets it end. */
+static void *call_then_idle(void *p) {
+  idle_arg *a = p;
+  char key[96];
+  snprintf(key, sizeof key, "ffi-test:%d:idle:%d", (int)getpid(), a->i);
+  ferrolock_lock *lock = NULL;
+  if (ferrolock_manager_try_acquire(a->m, key, NULL, &lock, NULL) == FERROLOCK_OK) {
+    ferrolock_lock_release(lock, NULL, NULL);
+    ferrolock_lock_free(lock);
+  }
+  pthread_barrier_wait(a->gate); /* every thread has called in */
+  pthread_barrier_wait(a->gate); /* idle until the test is done counting */
+  return NULL;
+}
+
+/* 20 threads each make a call and stay alive, idle; with the manager freed (or not) node 0
+ * must come back to the clients it had before. */
+static void idle_threads(const char *what, int free_manager, int deadline_ms) {
+  long before = clients_on_first_node();
+  /* On node 0 alone: a blocking thread's own connections serve single-node managers (a
+   * multi-node attempt runs on the shared ones). */
+  ferrolock_options *o = options_ms(NULL);
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", node_ports[0]);
+  if (ferrolock_options_set_str(o, "nodes", url, NULL) != FERROLOCK_OK) abort();
+  ferrolock_manager *m = manager_with(o);
+  pthread_barrier_t gate;
+  pthread_barrier_init(&gate, NULL, IDLE_THREADS + 1);
+  pthread_t t[IDLE_THREADS];
+  idle_arg args[IDLE_THREADS];
+  for (int i = 0; i < IDLE_THREADS; i++) {
+    args[i] = (idle_arg){m, i, &gate};
+    pthread_create(&t[i], NULL, call_then_idle, &args[i]);
+  }
+  pthread_barrier_wait(&gate);
+  long during = clients_on_first_node();
+  CHECK(during >= before + IDLE_THREADS, "%s: %ld clients with %d threads (before: %ld)", what, during,
+        IDLE_THREADS, before);
+  if (free_manager) ferrolock_manager_free(m);
+  long after = wait_for_clients(before, deadline_ms);
+  CHECK(after == before, "%s: %ld clients left (before: %ld, with the threads: %ld)", what, after, before, during);
+  pthread_barrier_wait(&gate);
+  for (int i = 0; i < IDLE_THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&gate);
+  if (!free_manager) ferrolock_manager_free(m);
+}
+
+/* The manager freed while its threads idle (well within the 60 s idle limit): their
+ * connections close at once, not when each thread calls in again. */
+static void test_freed_manager_closes_idle_threads_connections(void) {
+  idle_threads("manager freed", 1, 30000);
+}
+
+/* In a child whose idle limit is 300 ms (FERROLOCK_IDLE_CONNECTION_MS): idle threads'
+ * connections close although the threads and the manager live on. */
+static int idle_child(void) {
+  idle_threads("idle threads", 0, 60000);
+  if (check_failed) printf("%s\n", failure);
+  return check_failed;
+}
+
+static void test_idle_threads_close_their_connections(void) {
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    setenv("FERROLOCK_IDLE_CONNECTION_MS", "300", 1);
+    execl(self_path, self_path, "idle", (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the idle child failed (status %d)", status);
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -1287,6 +1392,8 @@ static const test_t tests[] = {
     {"fork_child", test_fork_child},
     {"freed_then_shutdown", test_freed_then_shutdown},
     {"version", test_version},
+    {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
+    {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };
 
 static int selected(const char *only, const char *name) {
@@ -1300,6 +1407,10 @@ static int selected(const char *only, const char *name) {
 int main(int argc, char **argv) {
   self_path = argv[0];
   if (argc == 4 && strcmp(argv[1], "hold") == 0) return hold(argv[2], atoi(argv[3]));
+  if (argc == 2 && strcmp(argv[1], "idle") == 0) {
+    read_nodes();
+    return idle_child();
+  }
   if (argc == 3 && strcmp(argv[1], "shutdown") == 0) {
     read_nodes();
     return shutdown_child(argv[2]);

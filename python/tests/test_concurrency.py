@@ -297,6 +297,51 @@ def test_each_blocking_thread_has_its_own_connection_closed_when_it_ends(key: st
         node.close()
 
 
+def test_close_drops_the_connections_of_idle_threads(key: str) -> None:
+    """Threads that locked once and stay alive, idle: close() drops their connections at once,
+    not when each thread calls in again (issue 30 item 10)."""
+    from conftest import RedisNode
+
+    node = RedisNode()  # its own server: the connections are this test's alone
+    try:
+        admin = node.client()
+
+        def clients() -> int:
+            return len(admin.client_list()) - 1  # not the admin's own
+
+        before = clients()
+        manager = LockManager([node.url], ttl=5, watchdog=False, restart_guard=0)
+        gate = threading.Barrier(6)
+        errors: list[BaseException] = []
+
+        def work(i: int) -> None:
+            try:
+                with manager.lock(f"{key}:{i}"):
+                    pass
+                gate.wait(30)  # every thread has locked once
+                gate.wait(60)  # idle (within the idle limit) until the test is done counting
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+        gate.wait(30)
+        during = clients()
+        manager.close()
+        deadline = time.monotonic() + 30
+        while clients() != before:
+            assert time.monotonic() < deadline, f"{clients()} clients left after close (before: {before}, during: {during})"
+            time.sleep(0.05)
+        gate.wait(30)
+        for t in threads:
+            t.join(10)
+        assert not errors, errors
+        assert during >= before + 5, f"{during} clients with 5 threads (before: {before})"
+    finally:
+        node.close()
+
+
 def test_a_cancelled_async_acquire_raises_once_it_left_the_server_queue(node: RedisNode, key: str) -> None:
     """The CancelledError comes only once the waiter is out of the server queue: raising first
     and leaving after let a try of another process right after fail."""

@@ -25,7 +25,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once};
 
@@ -39,6 +38,9 @@ mod spin;
 #[doc(hidden)]
 pub use spin::__polled_requests;
 pub(crate) use spin::Awaiting;
+
+/// Blocking callers' own runtimes and connections, and their closing while idle.
+pub(crate) mod caller;
 
 /// Background work counted until it ends (`spawn_cleanup`'s, and the tasks a dropped lock or
 /// waiter starts), for `close` and exit to wait for.
@@ -192,23 +194,7 @@ pub(crate) fn ambient() -> Option<Handle> {
     Handle::try_current().ok()
 }
 
-/// A blocking caller's runtime, and the process it was made in.
-struct Caller {
-    rt: Rc<Runtime>,
-    pid: u32,
-}
-
-impl Drop for Caller {
-    fn drop(&mut self) {
-        if self.pid != pid() {
-            // Inherited across fork: its epoll instance is shared with the parent's.
-            std::mem::forget(self.rt.clone());
-        }
-    }
-}
-
 thread_local! {
-    static CALLER: RefCell<Option<Caller>> = const { RefCell::new(None) };
     /// How deep this thread is in [`block_on`]: non-zero while it drives its own runtime.
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Set on every thread of the process runtime (workers and blocking pool). Tokio gives
@@ -276,25 +262,10 @@ pub(crate) fn in_async_code() -> bool {
     driving_locally() || (Handle::try_current().is_ok() && !pool)
 }
 
-fn caller_runtime() -> Rc<Runtime> {
-    CALLER.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some(caller) = c.as_ref().filter(|caller| caller.pid == pid()) {
-            return caller.rt.clone();
-        }
-        let rt =
-            Rc::new(Builder::new_current_thread().enable_all().build().expect(
-                "cannot start a ferrolock runtime for this thread (out of file descriptors?)",
-            ));
-        // Replacing an inherited runtime leaks it (see `Caller::drop`), and whatever was
-        // spawned on it.
-        CLEANUP.with(|pending| std::mem::forget(std::mem::take(&mut *pending.borrow_mut())));
-        *c = Some(Caller {
-            rt: rt.clone(),
-            pid: pid(),
-        });
-        rt
-    })
+/// Forgets the clean-up spawned on an inherited runtime, which is leaked with it (see
+/// `caller::Caller`'s drop).
+fn forget_inherited_cleanup() {
+    CLEANUP.with(|pending| std::mem::forget(std::mem::take(&mut *pending.borrow_mut())));
 }
 
 /// Leaves the depth as it was, also when the future panics.
@@ -325,7 +296,7 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
         !in_async_code(),
         "ferrolock::runtime::block_on called from async code: await the future instead"
     );
-    let rt = caller_runtime();
+    let (rt, _busy) = caller::enter();
     let _depth = Depth::enter();
     let out = rt.block_on(spin::polling(future));
     finish_cleanup(&rt);
@@ -368,14 +339,7 @@ where
         CLEANUP.with(|c| c.borrow_mut().push(task));
         return;
     }
-    let own = !in_async_code()
-        && CALLER
-            .try_with(|c| {
-                c.borrow()
-                    .as_ref()
-                    .is_some_and(|caller| caller.pid == pid())
-            })
-            .unwrap_or(false);
+    let own = !in_async_code() && caller::has_runtime();
     if own {
         // Dropped outside `block_on` (an interrupted blocking wait) by a thread that drove it.
         block_on(work);
