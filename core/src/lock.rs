@@ -14,7 +14,7 @@ use crate::node::NodeError;
 use crate::node::{Node, latch_px_ms};
 use crate::options::LockOptions;
 use crate::owner::Holder;
-use crate::queue::barge_bound_ms;
+use crate::queue::{barge_bound_ms, queue_channel};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{Extend, Latch, Release, ReleaseReentrant, redisson_channel};
 use crate::shared::Shared;
@@ -756,7 +756,7 @@ where
                     inner
                         .shared
                         .waiters
-                        .released_locally(&inner.key, inner.opts.reentrant);
+                        .released_locally(&queue_channel(&inner.key, inner.opts.reentrant));
                 }
                 let tally = requests.into_tally();
                 if tally.answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
@@ -820,7 +820,9 @@ impl LockInner {
         if let Some(requests) = run.requests.as_mut() {
             requests.until_decided().await;
         }
-        shared.waiters.released_locally(key, self.opts.reentrant);
+        shared
+            .waiters
+            .released_locally(&queue_channel(key, self.opts.reentrant));
         run.woke = true;
         let tally = match run.requests.take_if(|r| r.all_answered()) {
             Some(done) => done.into_tally(),
@@ -962,7 +964,9 @@ pub(crate) async fn release_everywhere(
         },
     )
     .await;
-    shared.waiters.released_locally(key, how.reentrant);
+    shared
+        .waiters
+        .released_locally(&queue_channel(key, how.reentrant));
     tally
 }
 

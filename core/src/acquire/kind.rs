@@ -5,6 +5,7 @@
 //! `undo.lua` in the kind's mode; renewal is the watchdog's `Extend` in the same mode.
 
 use crate::options::LockOptions;
+use crate::queue::Role;
 use crate::scripts::{redisson_channel, waiter_channel_prefix};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,5 +43,10 @@ impl Kind {
     /// The release channel that names the key's local waiter queue.
     pub fn queue_channel(self, key: &str) -> String {
         crate::queue::queue_channel(key, self.counted())
+    }
+
+    /// Who waits in the kind's local queue on that channel.
+    pub fn queue_role(self) -> Role {
+        Role::Any
     }
 }

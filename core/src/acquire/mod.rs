@@ -110,8 +110,9 @@ async fn acquire_loop(
         // the first attempt, so that it queues and a release tells us.
         if ticket.is_none() && opts.wait != Some(Duration::ZERO) && shared.waiters.any() {
             let channel = channel_of(key, opts);
-            if shared.waiters.lingering(&channel) {
-                ticket = Some(shared.waiters.join(key, &channel));
+            let role = Kind::of(opts).queue_role();
+            if shared.waiters.lingering(&channel, role) {
+                ticket = Some(shared.waiters.join(key, &channel, role));
             }
         }
         let plan = plan(shared, key, owner, opts, stale);
@@ -254,7 +255,11 @@ async fn acquire_loop(
                 hook(key).await;
             }
             // The release channel is named only here: a first try on a free key never needs it.
-            ticket = Some(shared.waiters.join(key, &channel_of(key, opts)));
+            ticket = Some(shared.waiters.join(
+                key,
+                &channel_of(key, opts),
+                Kind::of(opts).queue_role(),
+            ));
         }
         let Some(t) = ticket.as_mut() else {
             unreachable!("joined above")
