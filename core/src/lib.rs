@@ -89,7 +89,8 @@ pub mod __wire {
     pub mod rw {
         pub use crate::scripts::{
             ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, EXTEND_READ_SRC, EXTEND_WRITE_SRC,
-            RELEASE_READ_SRC, RELEASE_WRITE_SRC,
+            RELEASE_READ_SRC, RELEASE_WRITE_SRC, rwlock_channel, rwlock_prefix,
+            rwlock_timeout_prefix,
         };
     }
 }

@@ -102,9 +102,14 @@ pub fn waiter_channel_prefix(key: &str) -> String {
 /// builds it (`prefixName`): `redisson_lock__channel:{<key>}`, or no braces when the key
 /// contains `{` at all (then its slot is the key's only when that `{` starts a valid tag).
 pub fn redisson_channel(key: &str) -> String {
-    const PREFIX: &str = "redisson_lock__channel:";
-    let mut s = String::with_capacity(PREFIX.len() + key.len() + 2);
-    s.push_str(PREFIX);
+    redisson_prefixed("redisson_lock__channel:", key)
+}
+
+/// `<prefix>{<key>}`, or `<prefix><key>` when the key contains `{` at all: Redisson's
+/// `prefixName`, and the `{name}` of its read-write lock's names (`suffixName`).
+fn redisson_prefixed(prefix: &str, key: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + 2);
+    s.push_str(prefix);
     if key.contains('{') {
         s.push_str(key);
     } else {
@@ -112,6 +117,29 @@ pub fn redisson_channel(key: &str) -> String {
         s.push_str(key);
         s.push('}');
     }
+    s
+}
+
+/// The channel of a read-write lock, byte for byte as Redisson 4.7.0 builds it:
+/// `redisson_rwlock:{<key>}` (no braces added when the key contains `{`). A read release that
+/// frees the key publishes `0` there, a write release `1`.
+pub fn rwlock_channel(key: &str) -> String {
+    redisson_prefixed("redisson_rwlock:", key)
+}
+
+/// What every read hold key of `key` starts with: Redisson's `{name}` (`{<key>}`, or the key
+/// itself when it contains `{`), the prefix `release_read.lua` scans for expired readers.
+pub fn rwlock_prefix(key: &str) -> String {
+    redisson_prefixed("", key)
+}
+
+/// The prefix of one reader's hold keys, `<rwlock_prefix>:<field>:rwlock_timeout`: its hold
+/// `n` has the key `<this>:<n>`, whose TTL is that hold's lease.
+pub fn rwlock_timeout_prefix(key: &str, field: &str) -> String {
+    let mut s = rwlock_prefix(key);
+    s.push(':');
+    s.push_str(field);
+    s.push_str(":rwlock_timeout");
     s
 }
 
@@ -444,5 +472,23 @@ mod tests {
         );
         // Redisson's `prefixName` adds no braces to any key containing `{`.
         assert_eq!(redisson_channel("a{b"), "redisson_lock__channel:a{b");
+    }
+
+    #[test]
+    fn rwlock_names_stay_as_redisson_builds_them() {
+        assert_eq!(rwlock_channel("orders:1"), "redisson_rwlock:{orders:1}");
+        assert_eq!(
+            rwlock_channel("{user42}:cart"),
+            "redisson_rwlock:{user42}:cart"
+        );
+        assert_eq!(
+            rwlock_timeout_prefix("orders:1", "u:7"),
+            "{orders:1}:u:7:rwlock_timeout"
+        );
+        assert_eq!(
+            rwlock_timeout_prefix("a{b", "u:7"),
+            "a{b:u:7:rwlock_timeout"
+        );
+        assert_eq!(rwlock_prefix("{user42}:cart"), "{user42}:cart");
     }
 }
