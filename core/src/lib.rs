@@ -88,9 +88,9 @@ pub mod __wire {
     /// The read-write lock's scripts, for their tests until the handles send them.
     pub mod rw {
         pub use crate::scripts::{
-            ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, EXTEND_READ_SRC, EXTEND_WRITE_SRC,
-            RELEASE_READ_SRC, RELEASE_WRITE_SRC, rwlock_channel, rwlock_prefix,
-            rwlock_timeout_prefix,
+            ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, AcquireRead, AcquireWrite, EXTEND_READ_SRC,
+            EXTEND_WRITE_SRC, ExtendRead, Latch, RELEASE_READ_SRC, RELEASE_WRITE_SRC, ReleaseRead,
+            ReleaseWrite, rwlock_channel, rwlock_prefix, rwlock_timeout_prefix, writer_field,
         };
     }
 }

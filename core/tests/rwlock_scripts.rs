@@ -14,12 +14,12 @@ use std::time::Duration;
 use common::redisson::{Redisson, redisson_classpath};
 use common::*;
 use ferrolock::__wire::rw::*;
-use ferrolock::__wire::{KeyNames, latch_key};
+use ferrolock::__wire::{KeyNames, Place};
 use ferrolock_testbed::RedisServer;
 use redis::Value;
 
-const TTL: &str = "60000";
-const LATCH_PX: &str = "10000";
+const TTL: u64 = 60_000;
+const LATCH_PX: u64 = 10_000;
 
 /// One call's arguments to an acquire: the waiter id ('r…' a reader, 'w…' a writer, '' not
 /// queued), re-entry, the barging bound, and the call id its latch is named by.
@@ -41,106 +41,92 @@ impl Call<'_> {
     }
 }
 
-fn eval(s: &RedisServer, src: &str, keys: &[&str], args: &[&str]) -> Value {
-    let n = keys.len().to_string();
-    let mut all = vec!["EVAL", src, &n];
-    all.extend_from_slice(keys);
-    all.extend_from_slice(args);
-    s.cmd(&all)
+/// Runs a script through the library's typed arguments (`__wire::rw`): the layout the
+/// manager sends.
+fn run(s: &RedisServer, inv: redis::ScriptInvocation<'_>) -> redis::RedisResult<Value> {
+    inv.invoke(&mut s.client())
+}
+
+fn latch(call: &str) -> Latch<'_> {
+    Latch {
+        id: call,
+        px_ms: LATCH_PX,
+    }
+}
+
+fn place(id: &str) -> Place<'_> {
+    Place {
+        id,
+        score: "",
+        lease_ms: 30_000,
+    }
 }
 
 fn read(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
     let names = KeyNames::of(key);
-    let (tp, latch) = (rwlock_timeout_prefix(key, field), latch_key(key, c.call));
-    let bound = c.bound_ms.to_string();
-    eval(
-        s,
-        ACQUIRE_READ_SRC,
-        &[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &tp,
-            &latch,
-        ],
-        &[
-            TTL,
-            field,
-            "",
-            c.id,
-            "",
-            "30000",
-            if c.reentry { "1" } else { "0" },
-            &bound,
-            LATCH_PX,
-        ],
-    )
+    let inv = AcquireRead {
+        key,
+        names: &names,
+        ttl_ms: TTL,
+        field,
+        place: place(c.id),
+        reentry: c.reentry,
+        bound_ms: c.bound_ms,
+        latch: latch(c.call),
+    }
+    .invocation();
+    run(s, inv).unwrap()
+}
+
+fn write_attempt(s: &RedisServer, key: &str, field: &str, c: &Call) -> redis::RedisResult<Value> {
+    let names = KeyNames::of(key);
+    let inv = AcquireWrite {
+        key,
+        names: &names,
+        ttl_ms: TTL,
+        field,
+        fence_mode: "",
+        place: place(c.id),
+        reentry: c.reentry,
+        bound_ms: c.bound_ms,
+        latch: latch(c.call),
+    }
+    .invocation();
+    run(s, inv)
 }
 
 fn write(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
-    let names = KeyNames::of(key);
-    let (wfield, latch) = (format!("{field}:write"), latch_key(key, c.call));
-    let bound = c.bound_ms.to_string();
-    eval(
-        s,
-        ACQUIRE_WRITE_SRC,
-        &[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &latch,
-        ],
-        &[
-            TTL,
-            &wfield,
-            "",
-            c.id,
-            "",
-            "30000",
-            if c.reentry { "1" } else { "0" },
-            &bound,
-            LATCH_PX,
-            field,
-        ],
-    )
+    write_attempt(s, key, field, c).unwrap()
 }
 
 fn release_read(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
-    let (tp, latch, p, ch) = (
-        rwlock_timeout_prefix(key, field),
-        latch_key(key, call),
-        rwlock_prefix(key),
-        rwlock_channel(key),
-    );
-    eval(
-        s,
-        RELEASE_READ_SRC,
-        &[key, &latch, &tp, &p],
-        &[field, TTL, &ch, "0", LATCH_PX],
-    )
+    let inv = ReleaseRead {
+        key,
+        field,
+        latch: latch(call),
+    }
+    .invocation(false);
+    run(s, inv).unwrap()
 }
 
 fn release_write(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
-    let (wfield, latch, ch) = (
-        format!("{field}:write"),
-        latch_key(key, call),
-        rwlock_channel(key),
-    );
-    eval(
-        s,
-        RELEASE_WRITE_SRC,
-        &[key, &latch],
-        &[&wfield, TTL, &ch, "0", LATCH_PX],
-    )
+    let inv = ReleaseWrite {
+        key,
+        field,
+        latch: latch(call),
+    }
+    .invocation(false);
+    run(s, inv).unwrap()
 }
 
 fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
-    let tp = rwlock_timeout_prefix(key, field);
-    eval(s, EXTEND_READ_SRC, &[key, &tp], &[field, ttl])
+    let inv = ExtendRead {
+        key,
+        field,
+        ttl_ms: ttl.parse().unwrap(),
+    }
+    .invocation();
+    run(s, inv).unwrap()
 }
 
 fn granted(v: &Value) -> bool {
@@ -240,23 +226,7 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
 
 /// The error reply of a write acquire by an owner that holds its read lock.
 fn upgrade_error(s: &RedisServer, key: &str, field: &str) -> String {
-    let names = KeyNames::of(key);
-    let (wfield, latch) = (format!("{field}:write"), latch_key(key, "up"));
-    let mut conn = s.client();
-    let r: redis::RedisResult<Value> = redis::cmd("EVAL")
-        .arg(ACQUIRE_WRITE_SRC)
-        .arg(6)
-        .arg(&[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &latch,
-        ])
-        .arg(&[TTL, &wfield, "", "", "", "30000", "0", "0", LATCH_PX, field])
-        .query(&mut conn);
-    match r {
+    match write_attempt(s, key, field, &Call::first("up")) {
         Err(e) => e.to_string(),
         Ok(v) => panic!("an upgrade was answered {v:?}"),
     }

@@ -7,10 +7,11 @@ use redis::Script;
 
 mod args;
 
-pub use args::{Acquire, KeyNames, Place, Release};
-pub(crate) use args::{
-    AcquireReentrant, Dequeue, Extend, Latch, RaiseFence, ReleaseReentrant, Undo,
+pub use args::{
+    Acquire, AcquireRead, AcquireWrite, ExtendRead, KeyNames, Latch, Place, Release, ReleaseRead,
+    ReleaseWrite, writer_field,
 };
+pub(crate) use args::{AcquireReentrant, Dequeue, Extend, RaiseFence, ReleaseReentrant, Undo};
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
@@ -35,8 +36,8 @@ const UNDO_SRC: &str = concat!(
 );
 const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
 // The read-write lock's scripts (issue 33), on Redisson's RReadWriteLock layout; a writer's
-// renewal is `extend_reentrant.lua` on its ":write" field. Not yet sent by the manager: the
-// read and write handles come next (tests: core/tests/rwlock_scripts.rs).
+// renewal is `extend_reentrant.lua` on its ":write" field. Their arguments are typed in
+// `args.rs`; the manager does not send them yet (tests: core/tests/rwlock_scripts.rs).
 pub const ACQUIRE_READ_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
     include_str!("../../scripts/acquire_read.lua")
@@ -62,6 +63,11 @@ static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
 static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_SRC));
 static RELEASE_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
 static EXTEND_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
+static ACQUIRE_READ: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_READ_SRC));
+static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_WRITE_SRC));
+static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_READ_SRC));
+static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_WRITE_SRC));
+static EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_READ_SRC));
 
 /// The source of every script, loaded on each new connection.
 pub(crate) fn sources() -> [&'static str; 9] {
