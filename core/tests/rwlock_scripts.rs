@@ -120,10 +120,11 @@ fn release_write(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
 }
 
 fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
-    let inv = ExtendRead {
+    let inv = Extend {
         key,
-        field,
+        token: field,
         ttl_ms: ttl.parse().unwrap(),
+        renewal: Renewal::Read,
     }
     .invocation();
     run(s, inv).unwrap()

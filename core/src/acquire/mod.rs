@@ -45,7 +45,7 @@ use crate::shared::Shared;
 use attempt::{Req, Spoiled, run_attempt};
 use checks::{check_key, check_redisson_channel};
 use give_up::{not_acquired_error, unreachable_error};
-use kind::Kind;
+pub(crate) use kind::Kind;
 use late::wakes_us;
 use plan::{channel_of, plan};
 use reply::{wake_hint, without_ttl};

@@ -425,8 +425,10 @@ impl Waiters {
             if pos == 0
                 && let Some((_, next)) = q.waiters.front()
             {
+                // Readers share the key: the next one attempts at once whether or not the
+                // one ahead got it.
                 next.send_replace(Some(Turn {
-                    attempt_now: ticket.granted.is_none(),
+                    attempt_now: ticket.granted.is_none() || kq.role == Role::Reader,
                     seen: kq.epochs(),
                 }));
             }

@@ -336,49 +336,95 @@ impl ReleaseReentrant<'_> {
     }
 }
 
-/// `extend.lua` (plain) or `extend_reentrant.lua` (Redisson's renewal).
-pub(crate) struct Extend<'a> {
+/// How a hold is renewed (the watchdog's batch and `extend`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// `extend.lua`: compare-and-pexpire on the token.
+    Plain,
+    /// `extend_reentrant.lua` (Redisson's renewal) on the owner's field.
+    Field,
+    /// `extend_reentrant.lua` on the writer's field `"<field>:write"`.
+    Writer,
+    /// `extend_read.lua`: the reader's hold keys, the hash only upward.
+    Read,
+}
+
+/// A renewal (`Renewal` says which script).
+#[doc(hidden)]
+pub struct Extend<'a> {
     pub key: &'a str,
-    /// The token (plain) or the hash field (reentrant).
+    /// The token (plain) or the owner's hash field.
     pub token: &'a str,
     pub ttl_ms: u64,
-    pub reentrant: bool,
+    pub renewal: Renewal,
 }
 
 impl Extend<'_> {
     fn script(&self) -> &'static redis::Script {
-        if self.reentrant {
-            &EXTEND_REENTRANT
-        } else {
-            &EXTEND
+        match self.renewal {
+            Renewal::Plain => &EXTEND,
+            Renewal::Field | Renewal::Writer => &EXTEND_REENTRANT,
+            Renewal::Read => &EXTEND_READ,
+        }
+    }
+
+    /// KEYS and ARGV after the script: (keys, args).
+    fn parts(&self) -> (Vec<String>, Vec<String>) {
+        let (key, token) = (self.key.to_string(), self.token.to_string());
+        let ttl = self.ttl_ms.to_string();
+        match self.renewal {
+            Renewal::Plain | Renewal::Field => (vec![key], vec![token, ttl]),
+            Renewal::Writer => (vec![key], vec![writer_field(self.token), ttl]),
+            Renewal::Read => (
+                vec![key, super::rwlock_timeout_prefix(self.key, self.token)],
+                vec![token, ttl],
+            ),
         }
     }
 
     pub fn invocation(&self) -> ScriptInvocation<'static> {
         let mut inv = self.script().prepare_invoke();
-        inv.key(self.key).arg(self.token).arg(self.ttl_ms);
+        let (keys, args) = self.parts();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
         inv
     }
 
-    /// Loads the extend scripts (the reentrant one too with `reentrant`): a restarted node
-    /// forgot them, and a pipeline of `add_to` cannot load them itself.
-    pub async fn load(conn: &mut Conn, reentrant: bool) -> RedisResult<()> {
+    /// Loads the renewal scripts `renewals` use: a restarted node forgot them, and a
+    /// pipeline of `add_to` cannot load them itself.
+    pub(crate) async fn load(
+        conn: &mut Conn,
+        renewals: impl Iterator<Item = Renewal>,
+    ) -> RedisResult<()> {
+        let (mut field, mut read) = (false, false);
+        for r in renewals {
+            field |= matches!(r, Renewal::Field | Renewal::Writer);
+            read |= r == Renewal::Read;
+        }
         let _: String = EXTEND.load_async(conn).await?;
-        if reentrant {
+        if field {
             let _: String = EXTEND_REENTRANT.load_async(conn).await?;
+        }
+        if read {
+            let _: String = EXTEND_READ.load_async(conn).await?;
         }
         Ok(())
     }
 
     /// As one `EVALSHA` of a pipeline (the watchdog's batch; its caller loads the script
     /// on NOSCRIPT).
-    pub fn add_to(&self, pipe: &mut Pipeline) {
+    pub(crate) fn add_to(&self, pipe: &mut Pipeline) {
+        let (keys, args) = self.parts();
         pipe.cmd("EVALSHA")
             .arg(self.script().get_hash())
-            .arg(1)
-            .arg(self.key)
-            .arg(self.token)
-            .arg(self.ttl_ms);
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
     }
 }
 
@@ -502,26 +548,6 @@ impl ReleaseWrite<'_> {
             .arg(super::rwlock_channel(self.key))
             .arg(flag(sharded))
             .arg(self.latch.px_ms);
-        inv
-    }
-}
-
-/// `extend_read.lua`: a reader's own hold keys to the ttl, the hash only upward.
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct ExtendRead<'a> {
-    pub key: &'a str,
-    pub field: &'a str,
-    pub ttl_ms: u64,
-}
-
-impl ExtendRead<'_> {
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
-        let mut inv = EXTEND_READ.prepare_invoke();
-        inv.key(self.key)
-            .key(super::rwlock_timeout_prefix(self.key, self.field))
-            .arg(self.field)
-            .arg(self.ttl_ms);
         inv
     }
 }

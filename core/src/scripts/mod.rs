@@ -8,10 +8,10 @@ use redis::Script;
 mod args;
 
 pub use args::{
-    Acquire, AcquireRead, AcquireWrite, ExtendRead, KeyNames, Latch, Place, Release, ReleaseRead,
-    ReleaseWrite, writer_field,
+    Acquire, AcquireRead, AcquireWrite, Extend, KeyNames, Latch, Place, Release, ReleaseRead,
+    ReleaseWrite, Renewal, writer_field,
 };
-pub(crate) use args::{AcquireReentrant, Dequeue, Extend, RaiseFence, ReleaseReentrant, Undo};
+pub(crate) use args::{AcquireReentrant, Dequeue, RaiseFence, ReleaseReentrant, Undo};
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
@@ -37,7 +37,7 @@ const UNDO_SRC: &str = concat!(
 const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
 // The read-write lock's scripts (issue 33), on Redisson's RReadWriteLock layout; a writer's
 // renewal is `extend_reentrant.lua` on its ":write" field. Their arguments are typed in
-// `args.rs`; the manager does not send them yet (tests: core/tests/rwlock_scripts.rs).
+// `args.rs` (tests: core/tests/rwlock_scripts.rs, core/tests/rwlock.rs).
 pub const ACQUIRE_READ_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
     include_str!("../../scripts/acquire_read.lua")
