@@ -355,3 +355,74 @@ async fn a_lost_read_or_write_hold_is_signalled() {
         assert!(matches!(lock.status(), LockStatus::Lost(_)), "{key}");
     }
 }
+
+/// Redisson 4.7.0's `RReadWriteLock` and the Rust API on one key: each side blocked while the
+/// other writes, readers shared, and each side's release waking the other's waiter (ours with
+/// a 60 s retry delay, so only the wake-up explains its grant before the test's bound).
+#[tokio::test]
+async fn redisson_and_the_rust_api_exclude_share_and_wake_each_other() {
+    let classpath = common::redisson::redisson_classpath();
+    let s = RedisServer::start();
+    let mut r = common::redisson::Redisson::start(classpath, &s.url(), "single").await;
+    let slow = opts().retry_delay(Duration::from_secs(60));
+    let m = Arc::new(manager(&[s.url()], slow.clone()));
+    let now = slow.clone().wait(Some(Duration::ZERO));
+    let key = "rw:interop:api";
+    let try_ = async |r: &mut common::redisson::Redisson, cmd: &str| {
+        r.send(&format!("{cmd} {key}")).await;
+        let reply = r
+            .expect(&format!("{cmd} {key} "), Duration::from_secs(30))
+            .await;
+        reply.ends_with(" true")
+    };
+    // Our write held: Redisson can neither read nor write; our release wakes its reader.
+    let w = m.write_lock(key).await.unwrap();
+    assert!(!try_(&mut r, "rtry").await);
+    assert!(!try_(&mut r, "wtry").await);
+    r.send(&format!("rlock {key} -1")).await;
+    until(
+        "Redisson's reader subscribed",
+        Duration::from_secs(30),
+        || {
+            let n: Vec<redis::Value> = s.cmd(&[
+                "PUBSUB",
+                "NUMSUB",
+                &ferrolock::__wire::rw::rwlock_channel(key),
+            ]);
+            matches!(n.get(1), Some(redis::Value::Int(n)) if *n > 0)
+        },
+    )
+    .await;
+    assert!(r.lines.is_empty(), "Redisson read while we wrote");
+    assert!(w.release().await.unwrap());
+    r.expect(&format!("rlocked {key}"), Duration::from_secs(20))
+        .await;
+    // Readers share: ours joins Redisson's; our writer is refused.
+    let ours = m.read_lock_with(key, &now).await.unwrap();
+    let busy = m.write_lock_with(key, &now).await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::NotAcquired);
+    r.send(&format!("runlock {key}")).await;
+    r.expect(&format!("runlocked {key}"), Duration::from_secs(30))
+        .await;
+    assert!(ours.release().await.unwrap());
+    // Redisson's write held: our reader waits, and Redisson's unlock ("1") wakes it.
+    assert!(try_(&mut r, "wtry").await);
+    let reader = tokio::spawn({
+        let m = m.clone();
+        async move { m.read_lock(key).await.unwrap() }
+    });
+    until("our reader is queued", Duration::from_secs(30), || {
+        queued(&s, key) == 1
+    })
+    .await;
+    assert!(!reader.is_finished(), "we read while Redisson wrote");
+    r.send(&format!("wunlock {key}")).await;
+    r.expect(&format!("wunlocked {key}"), Duration::from_secs(30))
+        .await;
+    let ours = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("Redisson's write unlock did not wake our reader")
+        .unwrap();
+    assert!(!try_(&mut r, "wtry").await, "Redisson wrote while we read");
+    assert!(ours.release().await.unwrap());
+}
