@@ -70,7 +70,7 @@ static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_WR
 static EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_READ_SRC));
 
 /// The source of every script, loaded on each new connection.
-pub(crate) fn sources() -> [&'static str; 9] {
+pub(crate) fn sources() -> [&'static str; 14] {
     [
         DEQUEUE_SRC,
         RELEASE_SRC,
@@ -81,6 +81,11 @@ pub(crate) fn sources() -> [&'static str; 9] {
         UNDO_SRC,
         RELEASE_REENTRANT_SRC,
         EXTEND_REENTRANT_SRC,
+        ACQUIRE_READ_SRC,
+        ACQUIRE_WRITE_SRC,
+        RELEASE_READ_SRC,
+        RELEASE_WRITE_SRC,
+        EXTEND_READ_SRC,
     ]
 }
 
