@@ -356,6 +356,61 @@ async fn a_lost_read_or_write_hold_is_signalled() {
     }
 }
 
+/// Three nodes (Redlock): readers of two managers share a key on a quorum, a writer is
+/// refused while they hold and granted after, and refuses readers while it holds; with one
+/// node killed (proven gone) the two left still make the quorum.
+#[tokio::test]
+async fn three_nodes_readers_share_and_a_writer_excludes() {
+    let _s = serial();
+    let mut servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (m1, m2) = (manager(&urls, opts()), manager(&urls, opts()));
+    let now = opts().wait(Some(Duration::ZERO));
+    let key = "rw:redlock";
+    for round in 0..2 {
+        let a = m1.read_lock(key).await.unwrap();
+        let b = m2.read_lock_with(key, &now).await.unwrap();
+        let busy = m2.write_lock_with(key, &now).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::NotAcquired, "round {round}");
+        assert!(a.release().await.unwrap());
+        assert!(b.release().await.unwrap());
+        let w = m2.write_lock_with(key, &now).await.unwrap();
+        let busy = m1.read_lock_with(key, &now).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::NotAcquired, "round {round}");
+        assert!(w.release().await.unwrap());
+        if round == 0 {
+            servers[0].kill();
+            assert!(!servers[0].is_running(), "the fault: node 0 is gone");
+        }
+    }
+}
+
+/// A read and a write hold on a node that is killed (SIGKILL, proven by the process being
+/// gone) are both signalled lost before their validity ends.
+#[tokio::test]
+async fn holds_on_a_killed_node_are_signalled_lost() {
+    let _s = serial();
+    let mut server = RedisServer::start();
+    let watched = opts().watchdog(true).ttl(Duration::from_secs(3));
+    let m = manager(&[server.url()], watched);
+    let r = m.read_lock("rw:kill:r").await.unwrap();
+    let w = m.write_lock("rw:kill:w").await.unwrap();
+    let deadline = r.deadline().min(w.deadline());
+    let (lost_r, lost_w) = (r.lost(), w.lost());
+    server.kill();
+    assert!(!server.is_running(), "the fault: the node is gone");
+    let (a, b) = tokio::time::timeout_at(deadline, async { tokio::join!(lost_r, lost_w) })
+        .await
+        .expect("no loss signal before the deadline");
+    assert!(a.is_some() && b.is_some());
+    assert!(matches!(r.status(), LockStatus::Lost(_)));
+    assert!(matches!(w.status(), LockStatus::Lost(_)));
+}
+
 /// Redisson 4.7.0's `RReadWriteLock` and the Rust API on one key: each side blocked while the
 /// other writes, readers shared, and each side's release waking the other's waiter (ours with
 /// a 60 s retry delay, so only the wake-up explains its grant before the test's bound).
