@@ -389,6 +389,56 @@ async fn three_nodes_readers_share_and_a_writer_excludes() {
     }
 }
 
+/// A read or write grant that missed its quorum is undone where it was granted: node 0
+/// grants, nodes 1 and 2 are write-held by others; afterwards node 0 holds nothing of ours
+/// (no hash, no read hold key).
+#[tokio::test]
+async fn a_grant_short_of_a_quorum_is_undone() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let key = "rw:undo";
+    let (m1, m2) = (manager(&urls[1..2], opts()), manager(&urls[2..3], opts()));
+    let (h1, h2) = (
+        m1.write_lock(key).await.unwrap(),
+        m2.write_lock(key).await.unwrap(),
+    );
+    let m = manager(&urls, opts());
+    let now = opts().wait(Some(Duration::ZERO));
+    // The undo is node 0's release, which publishes when it frees the key: proof that node 0
+    // granted and was undone.
+    let mut sub = servers[0].client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(ferrolock::__wire::rw::rwlock_channel(key))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    for write in [false, true] {
+        let err = if write {
+            m.write_lock_with(key, &now).await.unwrap_err()
+        } else {
+            m.read_lock_with(key, &now).await.unwrap_err()
+        };
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "write {write}");
+        until("node 0's grant undone", Duration::from_secs(30), || {
+            servers[0].cmd::<i64>(&["EXISTS", key]) == 0
+        })
+        .await;
+        let left: Vec<String> = servers[0].cmd(&["KEYS", "*rwlock_timeout*"]);
+        assert_eq!(left, Vec::<String>::new(), "write {write}");
+        let freed = pubsub.get_message().expect("node 0's undo published");
+        let expected: &[u8] = if write { b"1" } else { b"0" };
+        assert_eq!(freed.get_payload_bytes(), expected, "write {write}");
+    }
+    assert!(h1.release().await.unwrap());
+    assert!(h2.release().await.unwrap());
+}
+
 /// A read and a write hold on a node that is killed (SIGKILL, proven by the process being
 /// gone) are both signalled lost before their validity ends.
 #[tokio::test]
