@@ -64,6 +64,16 @@ impl Kind {
         }
     }
 
+    /// What errors call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Reentrant => "reentrant lock",
+            Kind::Read => "read lock",
+            Kind::Write => "write lock",
+        }
+    }
+
     /// How a hold of this kind is renewed.
     pub fn renewal(self) -> Renewal {
         match self {

@@ -70,8 +70,9 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lock> {
     check_key(key)?;
-    if Kind::of(opts).counted() {
-        check_redisson_channel(shared, key)?;
+    let kind = Kind::of(opts);
+    if kind.counted() {
+        check_redisson_channel(shared, key, kind)?;
     }
     opts.validate()?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
