@@ -306,13 +306,13 @@ async fn a_write_release_lets_every_waiting_reader_in() {
 async fn the_watchdog_renews_read_and_write_holds() {
     let _s = serial();
     let server = RedisServer::start();
-    let watched = opts().watchdog(true).ttl(ms(900));
+    let watched = opts().watchdog(true).ttl(ms(2_000));
     let m = manager(&[server.url()], watched.clone());
     let (rk, wk) = ("rw:renew:r", "rw:renew:w");
     let r = m.read_lock(rk).await.unwrap();
     let w = m.write_lock(wk).await.unwrap();
     let plain = m.acquire("rw:renew:plain").await.unwrap();
-    tokio::time::sleep(ms(900 * 3 + 300)).await;
+    tokio::time::sleep(ms(2_000 * 3 + 500)).await;
     for (lock, key) in [(&r, rk), (&w, wk)] {
         assert_eq!(lock.status(), LockStatus::Held, "{key}");
         assert!(pttl(&server, key) > 0, "{key} expired");
