@@ -48,6 +48,7 @@ mod per_process;
 mod queue;
 mod quorum;
 pub mod runtime;
+mod rwlock;
 mod scripts;
 mod shared;
 mod token;
@@ -56,7 +57,7 @@ mod watchdog;
 pub use error::{Error, ErrorKind, Result};
 #[doc(hidden)]
 pub use hooks::{__set_test_hook, Point as HookPoint};
-pub use lock::{Lock, LockStatus, LossReason};
+pub use lock::{Lock, LockStatus, LossReason, READ_LEASE_CAP};
 pub use manager::LockManager;
 pub use node::redact_url;
 
@@ -85,11 +86,13 @@ pub mod __wire {
     pub use crate::scripts::{
         Acquire, KeyNames, Place, Release, latch_key, redisson_channel, waiter_channel_prefix,
     };
-    /// The read-write lock's scripts, for their tests until the handles send them.
+    /// The read-write lock's scripts and names, for their tests.
     pub mod rw {
         pub use crate::scripts::{
-            ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, EXTEND_READ_SRC, EXTEND_WRITE_SRC,
-            RELEASE_READ_SRC, RELEASE_WRITE_SRC,
+            ACQUIRE_READ_SRC, ACQUIRE_WRITE_SRC, AcquireRead, AcquireWrite, EXTEND_READ_SRC,
+            EXTEND_WRITE_SRC, Extend, Latch, RELEASE_READ_SRC, RELEASE_WRITE_SRC, ReleaseRead,
+            ReleaseWrite, Renewal, rwlock_channel, rwlock_prefix, rwlock_timeout_prefix,
+            writer_field,
         };
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
+use crate::acquire::Kind;
 use crate::error::{Error, ErrorKind, Result};
 use crate::node::NodeError;
 use crate::node::{Node, latch_px_ms};
@@ -16,7 +17,9 @@ use crate::options::LockOptions;
 use crate::owner::Holder;
 use crate::queue::barge_bound_ms;
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
-use crate::scripts::{Extend, Latch, Release, ReleaseReentrant, redisson_channel};
+use crate::scripts::{
+    Extend, Latch, Release, ReleaseRead, ReleaseReentrant, ReleaseWrite, redisson_channel,
+};
 use crate::shared::Shared;
 use crate::token::random_hex;
 use crate::watchdog::{Next, Watched};
@@ -280,12 +283,25 @@ pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
     opts.clone().ttl(ttl).effective_node_timeout() * 2
 }
 
-/// Refuses a lease (at acquire and `extend_for`) whose loss margin leaves the watchdog no
+/// The longest read lease: Redisson's read renewal lease (`lockWatchdogTimeout`'s default).
+pub const READ_LEASE_CAP: Duration = Duration::from_secs(30);
+
+/// Refuses a read lease above `READ_LEASE_CAP`, and a lease (at acquire and `extend_for`) whose loss margin leaves the watchdog no
 /// room to renew before it declares the lock lost: the margin must be under ttl/3, the
 /// renewal period. The default node timeout (at most ttl/10) always fits. `what` completes
 /// "ttl … is too short".
 pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> Result<()> {
     let ttl = opts.ttl;
+    if Kind::of(opts) == Kind::Read && ttl > READ_LEASE_CAP {
+        // See DESIGN.md, "Read-write lock": Redisson's read renewal sets the hash to 30 s
+        // whatever it was, so only a lease within it is sure to outlive our validity.
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is too long {}: a read lease is capped at {READ_LEASE_CAP:?} \
+             (Redisson's read renewal sets the key's expiry to 30 s, which could end a longer \
+             read hold before its validity); use a ttl of at most 30 s",
+            what()
+        )));
+    }
     let margin = loss_margin(opts, ttl);
     if margin < ttl / 3 {
         return Ok(());
@@ -756,7 +772,7 @@ where
                     inner
                         .shared
                         .waiters
-                        .released_locally(&inner.key, inner.opts.reentrant);
+                        .released_locally(&Kind::of(&inner.opts).queue_channel(&inner.key));
                 }
                 let tally = requests.into_tally();
                 if tally.answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
@@ -775,7 +791,7 @@ impl LockInner {
     /// The one-node plain release runs inline with borrowed data (the benchmarked path: no
     /// task, no allocation for a fan-out), and is sent again if dropped (see `FinishRelease`).
     fn releases_inline(&self) -> bool {
-        self.shared.cluster.nodes.len() == 1 && !self.opts.reentrant
+        self.shared.cluster.nodes.len() == 1 && !Kind::of(&self.opts).counted()
     }
 
     async fn release(self: &Arc<Self>) -> Result<bool> {
@@ -820,7 +836,9 @@ impl LockInner {
         if let Some(requests) = run.requests.as_mut() {
             requests.until_decided().await;
         }
-        shared.waiters.released_locally(key, self.opts.reentrant);
+        shared
+            .waiters
+            .released_locally(&Kind::of(&self.opts).queue_channel(key));
         run.woke = true;
         let tally = match run.requests.take_if(|r| r.all_answered()) {
             Some(done) => done.into_tally(),
@@ -887,7 +905,7 @@ impl Drop for Lock {
 /// How one release request is sent, worked out once per release.
 #[derive(Clone, Copy)]
 struct How {
-    reentrant: bool,
+    kind: Kind,
     ttl_ms: u64,
     timeout: Duration,
     /// Plain: contention seen lately (the queue's lapsed waiters are dropped first).
@@ -901,13 +919,13 @@ struct How {
 
 impl How {
     fn new(shared: &Shared, key: &str, opts: &LockOptions) -> How {
-        let reentrant = opts.reentrant;
+        let kind = Kind::of(opts);
         // Plain: the queue whose first waiter is told, on its own channel; with contention
         // seen lately, every queue key (the script drops lapsed waiters before it wakes the
         // first), otherwise the queue alone (see release.lua).
         // A worker in a loop on the key (one node) releases quietly while the first waiter is
         // within its barging bound: bound 0 means never quiet.
-        let (contended, streak) = if reentrant {
+        let (contended, streak) = if kind.counted() {
             (false, false)
         } else {
             shared.contention.release_view(key)
@@ -919,7 +937,7 @@ impl How {
         };
         let timeout = opts.effective_node_timeout();
         How {
-            reentrant,
+            kind,
             ttl_ms: opts.ttl_millis(),
             timeout,
             contended,
@@ -940,7 +958,7 @@ pub(crate) async fn release_everywhere(
 ) -> Tally {
     let how = How::new(shared, key, opts);
     // Reentrant: Redisson's channel (only its unlock publishes there).
-    let redisson = if how.reentrant {
+    let redisson = if how.kind == Kind::Reentrant {
         redisson_channel(key)
     } else {
         String::new()
@@ -962,7 +980,9 @@ pub(crate) async fn release_everywhere(
         },
     )
     .await;
-    shared.waiters.released_locally(key, how.reentrant);
+    shared
+        .waiters
+        .released_locally(&how.kind.queue_channel(key));
     tally
 }
 
@@ -973,7 +993,7 @@ async fn release_owned(
     deadline: Instant,
     how: How,
 ) -> std::result::Result<Option<i64>, NodeError> {
-    let redisson = if how.reentrant {
+    let redisson = if how.kind == Kind::Reentrant {
         redisson_channel(&inner.key)
     } else {
         String::new()
@@ -994,7 +1014,7 @@ async fn release_on(
 ) -> std::result::Result<Option<i64>, NodeError> {
     // A reentrant release's call id, drawn once so that every re-send carries it (a plain
     // release's latch is named by its token, unique per grant).
-    let call = if how.reentrant {
+    let call = if how.kind.counted() {
         random_hex()
     } else {
         String::new()
@@ -1002,7 +1022,36 @@ async fn release_on(
     let call = call.as_str();
     shared.cluster.nodes[i]
         .run_bounded(deadline, how.timeout, false, move |mut conn| async move {
-            if how.reentrant {
+            let latch = Latch {
+                id: call,
+                px_ms: how.latch_px,
+            };
+            let sharded = conn.sharded();
+            let rw = match how.kind {
+                Kind::Read => Some(
+                    ReleaseRead {
+                        key,
+                        field: token,
+                        latch,
+                    }
+                    .invocation(sharded),
+                ),
+                Kind::Write => Some(
+                    ReleaseWrite {
+                        key,
+                        field: token,
+                        latch,
+                    }
+                    .invocation(sharded),
+                ),
+                _ => None,
+            };
+            if let Some(rw) = rw {
+                // nil = not ours, 0 = one hold fewer, 1 = freed.
+                let left: Option<i64> = Box::pin(rw.invoke_async(&mut conn)).await?;
+                return Ok(yes_if(left.is_some()));
+            }
+            if how.kind == Kind::Reentrant {
                 // Redisson's unlock: nil = not ours, 0 = count decremented, 1 = freed.
                 // Boxed, so the plain release's future does not carry this one's size.
                 let unlock = ReleaseReentrant {
@@ -1010,10 +1059,7 @@ async fn release_on(
                     field: token,
                     ttl_ms: how.ttl_ms,
                     channel: redisson,
-                    latch: Latch {
-                        id: call,
-                        px_ms: how.latch_px,
-                    },
+                    latch,
                 };
                 let left: Option<i64> =
                     Box::pin(unlock.invocation(conn.sharded()).invoke_async(&mut conn)).await?;
@@ -1058,7 +1104,7 @@ pub(crate) async fn extend_everywhere(
         key,
         token,
         ttl_ms,
-        reentrant: opts.reentrant,
+        renewal: Kind::of(opts).renewal(),
     };
     let extend = &extend;
     fan_out(

@@ -9,7 +9,7 @@ use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::node::Node;
-use crate::options::{LockOptions, ManagerOptions};
+use crate::options::{LockOptions, ManagerOptions, RwSide};
 use crate::queue::Hook;
 use crate::shared::Shared;
 
@@ -136,6 +136,51 @@ impl LockManager {
     /// unique per acquisition. Without `reentrant`, `owner` is ignored.
     pub async fn acquire_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
         crate::acquire::acquire(&self.shared, key, Some(owner), opts).await
+    }
+
+    /// Takes the read side of the read-write lock `key` (Redisson's `RReadWriteLock` layout,
+    /// see DESIGN.md, "Read-write lock") with the manager's default options: any number of
+    /// readers, or one writer. A reader that queued after a waiting writer goes after it.
+    /// The ttl is at most `READ_LEASE_CAP` (30 s); readers get no fence.
+    pub async fn read_lock(&self, key: &str) -> Result<Lock> {
+        self.read_lock_with(key, &self.shared.defaults.clone())
+            .await
+    }
+
+    /// `read_lock` with `opts`; each call is its own owner (see `read_lock_owned`).
+    pub async fn read_lock_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
+        crate::rwlock::acquire(&self.shared, key, None, opts, RwSide::Read).await
+    }
+
+    /// `read_lock` for `owner`: an owner that holds `key`'s read or write lock through this
+    /// manager re-enters (a read under its own write lock is a downgrade).
+    pub async fn read_lock_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        crate::rwlock::acquire(&self.shared, key, Some(owner), opts, RwSide::Read).await
+    }
+
+    /// Takes the write side of the read-write lock `key` with the manager's default options:
+    /// granted on a key with no reader and no other writer. With `fencing`, every grant
+    /// carries a fence token.
+    pub async fn write_lock(&self, key: &str) -> Result<Lock> {
+        self.write_lock_with(key, &self.shared.defaults.clone())
+            .await
+    }
+
+    /// `write_lock` with `opts`; each call is its own owner (see `write_lock_owned`).
+    pub async fn write_lock_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
+        crate::rwlock::acquire(&self.shared, key, None, opts, RwSide::Write).await
+    }
+
+    /// `write_lock` for `owner`: an owner that holds `key`'s write lock re-enters; one that
+    /// holds only its read lock is refused (an upgrade: two upgraders would wait for each
+    /// other forever).
+    pub async fn write_lock_owned(
+        &self,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
+        crate::rwlock::acquire(&self.shared, key, Some(owner), opts, RwSide::Write).await
     }
 
     /// This manager's client uuid in this process: the first half of a reentrant lock's hash

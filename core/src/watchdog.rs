@@ -14,6 +14,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::time::Instant;
 
+use crate::acquire::Kind;
 use crate::cluster::Cluster;
 use crate::node::{Conn, Node, NodeError};
 use crate::node_cluster::{SlotMap, key_slot, send_to_primary_of};
@@ -283,7 +284,8 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
                 let mut replies: Vec<Value> = pipe.query_async(&mut conn).await?;
                 if replies.iter().any(is_noscript) {
                     // A restarted node forgot the scripts: load them once and send the batch again.
-                    Extend::load(&mut conn, batch.iter().any(|r| r.lease.reentrant)).await?;
+                    let renewals = batch.iter().map(|r| Kind::of(&r.lease).renewal());
+                    Extend::load(&mut conn, renewals).await?;
                     replies = pipe.query_async(&mut conn).await?;
                 }
                 Ok(replies)
@@ -492,7 +494,7 @@ fn extend(r: &Renewal) -> Extend<'_> {
         key: r.lock.key(),
         token: r.lock.token(),
         ttl_ms: r.lease.ttl_millis(),
-        reentrant: r.lease.reentrant,
+        renewal: Kind::of(&r.lease).renewal(),
     }
 }
 

@@ -447,3 +447,96 @@ async fn a_request_resent_after_its_connection_dropped_runs_once_on_a_cluster() 
     let _serial = serial();
     all_rounds(Bed::cluster()).await;
 }
+
+/// A read or write hold's fresh grant, re-entry and nested release, each with its reply cut
+/// off and re-sent: each takes effect once (one count, one read hold key per hold).
+async fn rw_rounds(bed: &Bed, write: bool) {
+    // A read lease is at most 30 s; its loss margin (2 × node timeout) under a third of it.
+    let o = lock_opts(false, write)
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(4));
+    let m = manager(std::slice::from_ref(&bed.url), o.clone());
+    let key = format!("rw-{write}");
+    let lock = move |m: LockManager, k: String, o: LockOptions| async move {
+        if write {
+            m.write_lock_owned(&k, 1, &o).await
+        } else {
+            m.read_lock_owned(&k, 1, &o).await
+        }
+    };
+    let hold_keys = |n: &RedisServer, field: &str| -> Vec<String> {
+        let prefix = ferrolock::__wire::rw::rwlock_timeout_prefix(&key, field);
+        let mut keys: Vec<String> = n.cmd(&["KEYS", &format!("{prefix}:*")]);
+        keys.sort();
+        keys
+    };
+    let counted = |token: &str| {
+        if write {
+            format!("{token}:write")
+        } else {
+            token.to_string()
+        }
+    };
+    warm(&m).await;
+    let outer = cut_reply(
+        bed,
+        "fresh rw acquire",
+        lock(m.clone(), key.clone(), o.clone()),
+        |n| exists(n, &key),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}: fresh acquire (write {write}): {e}", bed.name()));
+    let field = counted(outer.token());
+    assert_eq!(count(bed.node(), &key, &field).as_deref(), Some("1"));
+    if write {
+        assert!(outer.fence().is_some());
+    } else {
+        assert_eq!(hold_keys(bed.node(), outer.token()).len(), 1);
+    }
+    warm(&m).await;
+    let (k2, f) = (key.clone(), field.clone());
+    let inner = cut_reply(
+        bed,
+        "rw re-entry",
+        lock(m.clone(), key.clone(), o.clone()),
+        move |n| count(n, &k2, &f).as_deref() == Some("2"),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{}: re-entry (write {write}): {e}", bed.name()));
+    assert_eq!(
+        count(bed.node(), &key, &field).as_deref(),
+        Some("2"),
+        "re-entry applied twice (write {write})"
+    );
+    if !write {
+        assert_eq!(hold_keys(bed.node(), outer.token()).len(), 2);
+    }
+    warm(&m).await;
+    let (k2, f) = (key.clone(), field.clone());
+    let released = cut_reply(
+        bed,
+        "rw nested release",
+        async move { inner.release().await },
+        move |n| count(n, &k2, &f).as_deref() == Some("1"),
+    )
+    .await;
+    assert!(released.unwrap());
+    assert_eq!(
+        count(bed.node(), &key, &field).as_deref(),
+        Some("1"),
+        "the nested release was applied twice (write {write})"
+    );
+    assert!(outer.is_held());
+    assert!(outer.release().await.unwrap());
+    assert!(!exists(bed.node(), &key));
+    assert_eq!(hold_keys(bed.node(), outer.token()), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_or_write_request_resent_after_its_connection_dropped_runs_once() {
+    let _serial = serial();
+    let bed = Bed::standalone();
+    rw_rounds(&bed, false).await;
+    rw_rounds(&bed, true).await;
+    nothing_left(&bed);
+}

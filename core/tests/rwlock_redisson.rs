@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::redisson::{Redisson, redisson_classpath};
 use common::*;
+use ferrolock::__wire::rw::{rwlock_channel, rwlock_timeout_prefix};
 use ferrolock_testbed::RedisServer;
 
 /// Redisson's lease when no lease is given (its watchdog's `lockWatchdogTimeout`).
@@ -24,21 +25,13 @@ fn keys(server: &RedisServer) -> Vec<String> {
     keys
 }
 
-/// `{name}:<field>:rwlock_timeout:<n>`, or `name:...` when the name already has a `{`.
+/// The library's names (`__wire::rw`), which these tests hold against Redisson's own keys.
 fn timeout_key(name: &str, field: &str, n: u32) -> String {
-    if name.contains('{') {
-        format!("{name}:{field}:rwlock_timeout:{n}")
-    } else {
-        format!("{{{name}}}:{field}:rwlock_timeout:{n}")
-    }
+    format!("{}:{n}", rwlock_timeout_prefix(name, field))
 }
 
 fn channel(name: &str) -> String {
-    if name.contains('{') {
-        format!("redisson_rwlock:{name}")
-    } else {
-        format!("redisson_rwlock:{{{name}}}")
-    }
+    rwlock_channel(name)
 }
 
 /// Sends `command args` and waits for its reply, `<command>ed <key>` (args: the key, then the

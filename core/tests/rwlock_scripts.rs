@@ -14,30 +14,12 @@ use std::time::Duration;
 use common::redisson::{Redisson, redisson_classpath};
 use common::*;
 use ferrolock::__wire::rw::*;
-use ferrolock::__wire::{KeyNames, latch_key};
+use ferrolock::__wire::{KeyNames, Place};
 use ferrolock_testbed::RedisServer;
 use redis::Value;
 
-const TTL: &str = "60000";
-const LATCH_PX: &str = "10000";
-
-/// What Redisson names `{name}` in its read-write lock's keys: the name in braces, or the name
-/// itself when it has a `{` already.
-fn prefix(key: &str) -> String {
-    if key.contains('{') {
-        key.to_string()
-    } else {
-        format!("{{{key}}}")
-    }
-}
-
-fn timeout_prefix(key: &str, field: &str) -> String {
-    format!("{}:{field}:rwlock_timeout", prefix(key))
-}
-
-fn channel(key: &str) -> String {
-    format!("redisson_rwlock:{}", prefix(key))
-}
+const TTL: u64 = 60_000;
+const LATCH_PX: u64 = 10_000;
 
 /// One call's arguments to an acquire: the waiter id ('r…' a reader, 'w…' a writer, '' not
 /// queued), re-entry, the barging bound, and the call id its latch is named by.
@@ -59,102 +41,93 @@ impl Call<'_> {
     }
 }
 
-fn eval(s: &RedisServer, src: &str, keys: &[&str], args: &[&str]) -> Value {
-    let n = keys.len().to_string();
-    let mut all = vec!["EVAL", src, &n];
-    all.extend_from_slice(keys);
-    all.extend_from_slice(args);
-    s.cmd(&all)
+/// Runs a script through the library's typed arguments (`__wire::rw`): the layout the
+/// manager sends.
+fn run(s: &RedisServer, inv: redis::ScriptInvocation<'_>) -> redis::RedisResult<Value> {
+    inv.invoke(&mut s.client())
+}
+
+fn latch(call: &str) -> Latch<'_> {
+    Latch {
+        id: call,
+        px_ms: LATCH_PX,
+    }
+}
+
+fn place(id: &str) -> Place<'_> {
+    Place {
+        id,
+        score: "",
+        lease_ms: 30_000,
+    }
 }
 
 fn read(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
     let names = KeyNames::of(key);
-    let (tp, latch) = (timeout_prefix(key, field), latch_key(key, c.call));
-    let bound = c.bound_ms.to_string();
-    eval(
-        s,
-        ACQUIRE_READ_SRC,
-        &[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &tp,
-            &latch,
-        ],
-        &[
-            TTL,
-            field,
-            "",
-            c.id,
-            "",
-            "30000",
-            if c.reentry { "1" } else { "0" },
-            &bound,
-            LATCH_PX,
-        ],
-    )
+    let inv = AcquireRead {
+        key,
+        names: &names,
+        ttl_ms: TTL,
+        field,
+        place: place(c.id),
+        reentry: c.reentry,
+        bound_ms: c.bound_ms,
+        latch: latch(c.call),
+    }
+    .invocation();
+    run(s, inv).unwrap()
+}
+
+fn write_attempt(s: &RedisServer, key: &str, field: &str, c: &Call) -> redis::RedisResult<Value> {
+    let names = KeyNames::of(key);
+    let inv = AcquireWrite {
+        key,
+        names: &names,
+        ttl_ms: TTL,
+        field,
+        fence_mode: "",
+        place: place(c.id),
+        reentry: c.reentry,
+        bound_ms: c.bound_ms,
+        latch: latch(c.call),
+    }
+    .invocation();
+    run(s, inv)
 }
 
 fn write(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
-    let names = KeyNames::of(key);
-    let (wfield, latch) = (format!("{field}:write"), latch_key(key, c.call));
-    let bound = c.bound_ms.to_string();
-    eval(
-        s,
-        ACQUIRE_WRITE_SRC,
-        &[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &latch,
-        ],
-        &[
-            TTL,
-            &wfield,
-            "",
-            c.id,
-            "",
-            "30000",
-            if c.reentry { "1" } else { "0" },
-            &bound,
-            LATCH_PX,
-            field,
-        ],
-    )
+    write_attempt(s, key, field, c).unwrap()
 }
 
 fn release_read(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
-    let (tp, latch, p, ch) = (
-        timeout_prefix(key, field),
-        latch_key(key, call),
-        prefix(key),
-        channel(key),
-    );
-    eval(
-        s,
-        RELEASE_READ_SRC,
-        &[key, &latch, &tp, &p],
-        &[field, TTL, &ch, "0", LATCH_PX],
-    )
+    let inv = ReleaseRead {
+        key,
+        field,
+        latch: latch(call),
+    }
+    .invocation(false);
+    run(s, inv).unwrap()
 }
 
 fn release_write(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
-    let (wfield, latch, ch) = (format!("{field}:write"), latch_key(key, call), channel(key));
-    eval(
-        s,
-        RELEASE_WRITE_SRC,
-        &[key, &latch],
-        &[&wfield, TTL, &ch, "0", LATCH_PX],
-    )
+    let inv = ReleaseWrite {
+        key,
+        field,
+        latch: latch(call),
+    }
+    .invocation(false);
+    run(s, inv).unwrap()
 }
 
 fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
-    let tp = timeout_prefix(key, field);
-    eval(s, EXTEND_READ_SRC, &[key, &tp], &[field, ttl])
+    let inv = Extend {
+        key,
+        token: field,
+        ttl_ms: ttl.parse().unwrap(),
+        renewal: Renewal::Read,
+    }
+    .invocation();
+    run(s, inv).unwrap()
 }
 
 fn granted(v: &Value) -> bool {
@@ -191,8 +164,8 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
         assert!(granted(&read(&s, key, b, &Call::first("c2"))));
         assert_eq!(hash(&s, key), map(&[("mode", "read"), (a, "1"), (b, "1")]));
         let (ta, tb) = (
-            format!("{}:1", timeout_prefix(key, a)),
-            format!("{}:1", timeout_prefix(key, b)),
+            format!("{}:1", rwlock_timeout_prefix(key, a)),
+            format!("{}:1", rwlock_timeout_prefix(key, b)),
         );
         let mut want = vec![key.to_string(), ta.clone(), tb.clone()];
         want.sort();
@@ -213,7 +186,7 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
         assert!(granted(&read(&s, key, a, &re)));
         assert_eq!(hash(&s, key)[a], "2");
         assert_eq!(
-            s.cmd::<i64>(&["EXISTS", &format!("{}:2", timeout_prefix(key, a))]),
+            s.cmd::<i64>(&["EXISTS", &format!("{}:2", rwlock_timeout_prefix(key, a))]),
             1
         );
         // Upgrade refused with an error naming it.
@@ -254,23 +227,7 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
 
 /// The error reply of a write acquire by an owner that holds its read lock.
 fn upgrade_error(s: &RedisServer, key: &str, field: &str) -> String {
-    let names = KeyNames::of(key);
-    let (wfield, latch) = (format!("{field}:write"), latch_key(key, "up"));
-    let mut conn = s.client();
-    let r: redis::RedisResult<Value> = redis::cmd("EVAL")
-        .arg(ACQUIRE_WRITE_SRC)
-        .arg(6)
-        .arg(&[
-            key,
-            &names.fence,
-            &names.queue,
-            &names.leases,
-            &names.since,
-            &latch,
-        ])
-        .arg(&[TTL, &wfield, "", "", "", "30000", "0", "0", LATCH_PX, field])
-        .query(&mut conn);
-    match r {
+    match write_attempt(s, key, field, &Call::first("up")) {
         Err(e) => e.to_string(),
         Ok(v) => panic!("an upgrade was answered {v:?}"),
     }
@@ -292,7 +249,7 @@ fn a_resent_read_acquire_or_release_changes_nothing() {
     }
     assert_eq!(hash(&s, key)[a], "2", "a re-sent re-entry added a hold");
     assert_eq!(
-        s.cmd::<i64>(&["EXISTS", &format!("{}:3", timeout_prefix(key, a))]),
+        s.cmd::<i64>(&["EXISTS", &format!("{}:3", rwlock_timeout_prefix(key, a))]),
         0
     );
     // The first grant sent again: still one hold from it.
@@ -364,7 +321,7 @@ fn a_queued_writer_goes_before_later_readers_and_its_release_lets_the_front_read
 
     let mut sub = s.client();
     let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(channel(key)).unwrap();
+    pubsub.subscribe(rwlock_channel(key)).unwrap();
     pubsub
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
@@ -399,11 +356,11 @@ fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
         p > 5_000 && p <= 20_000,
         "the renewal did not raise the hash: PTTL {p}"
     );
-    let p = pttl(&s, &format!("{}:1", timeout_prefix(key, a)));
+    let p = pttl(&s, &format!("{}:1", rwlock_timeout_prefix(key, a)));
     assert!(p > 5_000 && p <= 20_000, "our hold key: PTTL {p}");
     assert_eq!(extend_read(&s, key, "uuid-z:9", "20000"), Value::Int(0));
     // b crashes: its hold key expires (deleted here), its field stays.
-    s.cmd::<()>(&["DEL", &format!("{}:1", timeout_prefix(key, b))]);
+    s.cmd::<()>(&["DEL", &format!("{}:1", rwlock_timeout_prefix(key, b))]);
     assert_eq!(release_read(&s, key, a, "r"), Value::Int(1));
     assert_eq!(lock_keys(&s), Vec::<String>::new());
 }
@@ -430,7 +387,7 @@ async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
     assert!(!try_(&mut r, "wtry").await);
     // Redisson's reader waits (watchdog lease); our write release wakes it.
     r.send(&format!("rlock {key} -1")).await;
-    wait_for_subscriber(&s, &channel(key)).await;
+    wait_for_subscriber(&s, &rwlock_channel(key)).await;
     assert!(r.lines.is_empty(), "Redisson read while we wrote");
     assert_eq!(release_write(&s, key, "fl:1", "rw"), Value::Int(1));
     r.expect(&format!("rlocked {key}"), Duration::from_secs(20))
@@ -443,7 +400,7 @@ async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
         .await;
     // Our read held (ttl 60 s): Redisson's writer waits; our release wakes it.
     r.send(&format!("wlock {key} -1")).await;
-    wait_for_subscriber(&s, &channel(key)).await;
+    wait_for_subscriber(&s, &rwlock_channel(key)).await;
     assert!(r.lines.is_empty(), "Redisson wrote while we read");
     assert_eq!(release_read(&s, key, "fl:2", "rr"), Value::Int(1));
     r.expect(&format!("wlocked {key}"), Duration::from_secs(20))
@@ -453,7 +410,7 @@ async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
     assert!(!granted(&write(&s, key, "fl:4", &Call::first("w4"))));
     let mut sub = s.client();
     let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(channel(key)).unwrap();
+    pubsub.subscribe(rwlock_channel(key)).unwrap();
     pubsub
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();

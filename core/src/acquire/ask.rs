@@ -7,11 +7,12 @@ use redis::Value;
 use tokio::time::Instant;
 
 use super::attempt::Req;
+use super::kind::Kind;
 use super::reply::{NO_HINT, Reply, parse_reply};
 use crate::error::Result;
 use crate::node::{NodeError, latch_px_ms};
 use crate::queue::{QueueArgs, barge_bound_ms, quiet_grace_ms};
-use crate::scripts::{Acquire, AcquireReentrant, Latch, command};
+use crate::scripts::{Acquire, AcquireRead, AcquireReentrant, AcquireWrite, Latch, command};
 use crate::shared::Shared;
 
 pub(super) async fn ask(
@@ -85,8 +86,23 @@ pub(super) async fn ask(
             let inv = {
                 let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
                 let bound_ms = barge_bound_ms(n);
-                if opts.reentrant {
-                    AcquireReentrant {
+                let latch = Latch {
+                    id: &r.call,
+                    px_ms: latch_px_ms(timeout),
+                };
+                match Kind::of(opts) {
+                    Kind::Read => AcquireRead {
+                        key,
+                        names: &r.names,
+                        ttl_ms,
+                        field: token,
+                        place,
+                        reentry: r.reentry,
+                        bound_ms,
+                        latch,
+                    }
+                    .invocation(),
+                    Kind::Write => AcquireWrite {
                         key,
                         names: &r.names,
                         ttl_ms,
@@ -95,14 +111,22 @@ pub(super) async fn ask(
                         place,
                         reentry: r.reentry,
                         bound_ms,
-                        latch: Latch {
-                            id: &r.call,
-                            px_ms: latch_px_ms(timeout),
-                        },
+                        latch,
                     }
-                    .invocation()
-                } else {
-                    Acquire {
+                    .invocation(),
+                    Kind::Reentrant => AcquireReentrant {
+                        key,
+                        names: &r.names,
+                        ttl_ms,
+                        field: token,
+                        fence_mode: r.fence_mode,
+                        place,
+                        reentry: r.reentry,
+                        bound_ms,
+                        latch,
+                    }
+                    .invocation(),
+                    Kind::Plain => Acquire {
                         key,
                         names: &r.names,
                         token,
@@ -114,7 +138,7 @@ pub(super) async fn ask(
                         grace_ms: if n == 1 { quiet_grace_ms() } else { 0 },
                         quiet: r.quiet,
                     }
-                    .invocation(conn.sharded())
+                    .invocation(conn.sharded()),
                 }
             };
             // Boxed: the queue path is off the uncontended hot path, and its future would

@@ -18,7 +18,7 @@ use crate::node::{Node, NodeError, timed_out};
 use crate::options::LockOptions;
 use crate::queue::{QueueArgs, Woken};
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
-use crate::scripts::{KeyNames, RaiseFence, waiter_channel_prefix};
+use crate::scripts::{KeyNames, RaiseFence, waiter_channel_prefix, writer_field};
 use crate::shared::Shared;
 use crate::token::random_hex;
 
@@ -45,7 +45,8 @@ pub(super) struct Req {
     pub(super) wake_prefix: String,
     /// Filled (one slot per node) only when a node answers busy: a grant allocates nothing.
     pub(super) hints: Mutex<Vec<Option<i64>>>,
-    /// A re-entry's call id, for its latch (see `scripts::Latch`); empty otherwise.
+    /// A re-entry's or a read acquire's call id, for its latch (see `scripts::Latch`); empty
+    /// otherwise.
     pub(super) call: String,
 }
 
@@ -94,7 +95,12 @@ impl Req {
             names,
             wake_prefix,
             hints: Mutex::new(Vec::new()),
-            call: if reentry { random_hex() } else { String::new() },
+            // Every read grant adds a hold, so every read acquire has its latch.
+            call: if reentry || kind == Kind::Read {
+                random_hex()
+            } else {
+                String::new()
+            },
         }
     }
 
@@ -270,12 +276,14 @@ pub(super) async fn attempt(
                 run.answered = Some(undo_mask(&tally, reentry));
             }
             let next = seen + 1;
+            // A writer's grant is its `:write` field.
+            let writer = (Kind::of(opts) == Kind::Write).then(|| writer_field(&req.token));
             let raise = RaiseFence {
                 key: &req.key,
                 fence_key: &req.names.fence,
-                token: &req.token,
+                token: writer.as_deref().unwrap_or(&req.token),
                 fence: next,
-                reentrant: opts.reentrant,
+                reentrant: Kind::of(opts).counted(),
             };
             let raise = &raise;
             let raise = fan_out(nodes, quorum, timeout, true, |_, node, deadline| {

@@ -1,5 +1,6 @@
 //! Keys refused before any request: no name derived from them could share their Cluster slot.
 
+use super::kind::Kind;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -18,17 +19,17 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// A reentrant lock's release publishes on Redisson's channel, which keeps Redisson's own
+/// A reentrant or read-write lock's release publishes on Redisson's channel, which keeps Redisson's own
 /// name byte for byte: for a key with a `{` that starts no valid hash tag it is in another
 /// slot than the key. On a cluster with sharded pub/sub the release script's SPUBLISH runs
 /// on the key's primary, while the channel's subscribers listen on its own slot's primary
 /// (and Redis refuses the script's access when that is another node, after the DEL).
-pub(super) fn check_redisson_channel(shared: &Shared, key: &str) -> Result<()> {
+pub(super) fn check_redisson_channel(shared: &Shared, key: &str, kind: Kind) -> Result<()> {
     // Without a `{`, Redisson's channel wraps the key in braces: always the key's slot.
     if !key.contains('{') || !shared.cluster.nodes.iter().any(|n| n.may_shard()) {
         return Ok(());
     }
-    let channel = crate::scripts::redisson_channel(key);
+    let channel = kind.undo_channel(key);
     let (slot, channel_slot) = (
         crate::node_cluster::key_slot(key),
         crate::node_cluster::key_slot(&channel),
@@ -37,9 +38,10 @@ pub(super) fn check_redisson_channel(shared: &Shared, key: &str) -> Result<()> {
         return Ok(());
     }
     Err(Error::invalid(format!(
-        "reentrant lock key {key:?} cannot be used on a Redis Cluster with sharded pub/sub: \
+        "{} key {key:?} cannot be used on a Redis Cluster with sharded pub/sub: \
          Redisson's release channel {channel:?} hashes to slot {channel_slot}, not the key's slot \
          {slot} (a `{{` that starts no hash tag); give the key a hash tag (a non-empty {{...}}), \
-         or set sharded_pubsub off"
+         or set sharded_pubsub off",
+        kind.name()
     )))
 }

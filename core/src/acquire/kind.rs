@@ -4,8 +4,9 @@
 //! nil or `{fence}` granted, an integer busy with its re-check hint), and its undo is
 //! `undo.lua` in the kind's mode; renewal is the watchdog's `Extend` in the same mode.
 
-use crate::options::LockOptions;
-use crate::scripts::{redisson_channel, waiter_channel_prefix};
+use crate::options::{LockOptions, RwSide};
+use crate::queue::Role;
+use crate::scripts::{Renewal, redisson_channel, rwlock_channel, waiter_channel_prefix};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -13,14 +14,19 @@ pub(crate) enum Kind {
     Plain,
     /// Redisson's `RLock` hash: a field per owner holding its hold count.
     Reentrant,
+    /// Redisson's `RReadWriteLock` hash, a reader's field and one hold key per hold.
+    Read,
+    /// The same hash, the writer's field `"<field>:write"`.
+    Write,
 }
 
 impl Kind {
     pub fn of(opts: &LockOptions) -> Kind {
-        if opts.reentrant {
-            Kind::Reentrant
-        } else {
-            Kind::Plain
+        match opts.rw {
+            Some(RwSide::Read) => Kind::Read,
+            Some(RwSide::Write) => Kind::Write,
+            None if opts.reentrant => Kind::Reentrant,
+            None => Kind::Plain,
         }
     }
 
@@ -36,11 +42,45 @@ impl Kind {
         match self {
             Kind::Plain => waiter_channel_prefix(key),
             Kind::Reentrant => redisson_channel(key),
+            Kind::Read | Kind::Write => rwlock_channel(key),
         }
     }
 
     /// The release channel that names the key's local waiter queue.
     pub fn queue_channel(self, key: &str) -> String {
-        crate::queue::queue_channel(key, self.counted())
+        match self {
+            Kind::Read | Kind::Write => rwlock_channel(key),
+            _ => crate::queue::queue_channel(key, self.counted()),
+        }
+    }
+
+    /// Who waits in the kind's local queue on that channel: a read-write lock's readers and
+    /// writers queue apart, each with a server id the scripts tell apart.
+    pub fn queue_role(self) -> Role {
+        match self {
+            Kind::Read => Role::Reader,
+            Kind::Write => Role::Writer,
+            _ => Role::Any,
+        }
+    }
+
+    /// What errors call it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "lock",
+            Kind::Reentrant => "reentrant lock",
+            Kind::Read => "read lock",
+            Kind::Write => "write lock",
+        }
+    }
+
+    /// How a hold of this kind is renewed.
+    pub fn renewal(self) -> Renewal {
+        match self {
+            Kind::Plain => Renewal::Plain,
+            Kind::Reentrant => Renewal::Field,
+            Kind::Read => Renewal::Read,
+            Kind::Write => Renewal::Writer,
+        }
     }
 }

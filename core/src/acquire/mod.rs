@@ -45,7 +45,7 @@ use crate::shared::Shared;
 use attempt::{Req, Spoiled, run_attempt};
 use checks::{check_key, check_redisson_channel};
 use give_up::{not_acquired_error, unreachable_error};
-use kind::Kind;
+pub(crate) use kind::Kind;
 use late::wakes_us;
 use plan::{channel_of, plan};
 use reply::{wake_hint, without_ttl};
@@ -70,8 +70,9 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lock> {
     check_key(key)?;
-    if Kind::of(opts).counted() {
-        check_redisson_channel(shared, key)?;
+    let kind = Kind::of(opts);
+    if kind.counted() {
+        check_redisson_channel(shared, key, kind)?;
     }
     opts.validate()?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
@@ -110,8 +111,9 @@ async fn acquire_loop(
         // the first attempt, so that it queues and a release tells us.
         if ticket.is_none() && opts.wait != Some(Duration::ZERO) && shared.waiters.any() {
             let channel = channel_of(key, opts);
-            if shared.waiters.lingering(&channel) {
-                ticket = Some(shared.waiters.join(key, &channel));
+            let role = Kind::of(opts).queue_role();
+            if shared.waiters.lingering(&channel, role) {
+                ticket = Some(shared.waiters.join(key, &channel, role));
             }
         }
         let plan = plan(shared, key, owner, opts, stale);
@@ -254,7 +256,11 @@ async fn acquire_loop(
                 hook(key).await;
             }
             // The release channel is named only here: a first try on a free key never needs it.
-            ticket = Some(shared.waiters.join(key, &channel_of(key, opts)));
+            ticket = Some(shared.waiters.join(
+                key,
+                &channel_of(key, opts),
+                Kind::of(opts).queue_role(),
+            ));
         }
         let Some(t) = ticket.as_mut() else {
             unreachable!("joined above")

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::node::{NodeError, latch_px_ms};
 use crate::queue::{QueueArgs, barge_bound_ms};
 use crate::quorum::{Answer, FanOut, Tally, yes_if};
-use crate::scripts::{KeyNames, Latch, Undo};
+use crate::scripts::{KeyNames, Latch, ReleaseRead, ReleaseWrite, Undo};
 use crate::shared::Shared;
 use crate::token::random_hex;
 
@@ -109,6 +109,15 @@ pub(super) async fn undo_one(
     } else {
         String::new()
     };
+    let latch = Latch {
+        id: &call,
+        px_ms: latch_px_ms(timeout),
+    };
+    if matches!(kind, Kind::Read | Kind::Write) {
+        // A read or write grant is undone by its release (one hold fewer, under its latch);
+        // it does not put our waiter id back: the next attempt queues again.
+        return undo_rw(shared, kind, key, token, latch, i, deadline, timeout).await;
+    }
     let undo = Undo {
         key,
         names: &names,
@@ -117,10 +126,7 @@ pub(super) async fn undo_one(
         channel: &channel,
         place: queue.map(QueueArgs::place).unwrap_or_default(),
         bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
-        latch: Latch {
-            id: &call,
-            px_ms: latch_px_ms(timeout),
-        },
+        latch,
     };
     let undo = &undo;
     shared.cluster.nodes[i]
@@ -130,6 +136,32 @@ pub(super) async fn undo_one(
                 .invoke_async(&mut conn)
                 .await?;
             Ok(yes_if(freed == 1))
+        })
+        .await
+}
+
+/// Node `i`'s undo of a read or write grant: its release.
+#[allow(clippy::too_many_arguments)]
+async fn undo_rw(
+    shared: &Shared,
+    kind: Kind,
+    key: &str,
+    field: &str,
+    latch: Latch<'_>,
+    i: usize,
+    deadline: Instant,
+    timeout: std::time::Duration,
+) -> Result<Option<i64>, NodeError> {
+    shared.cluster.nodes[i]
+        .run_bounded(deadline, timeout, false, move |mut conn| async move {
+            let sharded = conn.sharded();
+            let inv = if kind == Kind::Read {
+                ReleaseRead { key, field, latch }.invocation(sharded)
+            } else {
+                ReleaseWrite { key, field, latch }.invocation(sharded)
+            };
+            let left: Option<i64> = inv.invoke_async(&mut conn).await?;
+            Ok(yes_if(left.is_some()))
         })
         .await
 }

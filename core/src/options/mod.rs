@@ -51,6 +51,15 @@ pub struct LockOptions {
     pub reentrant: bool,
     /// Every grant carries a fence token. Default off.
     pub fencing: bool,
+    /// A side of a read-write lock, set by `LockManager::read_lock*` / `write_lock*`.
+    pub(crate) rw: Option<RwSide>,
+}
+
+/// Which side of a read-write lock a hold is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwSide {
+    Read,
+    Write,
 }
 
 impl Default for LockOptions {
@@ -66,6 +75,7 @@ impl Default for LockOptions {
             max_extensions: None,
             reentrant: false,
             fencing: false,
+            rw: None,
         }
     }
 }

@@ -21,7 +21,9 @@ mod waiters;
 
 pub(crate) use contention::Memory;
 pub(crate) use quiet::flush;
-pub(crate) use waiters::{Hook, QueueArgs, Ticket, Waiters, WakeSources, Woken, queue_channel};
+pub(crate) use waiters::{
+    Hook, QueueArgs, Role, Ticket, Waiters, WakeSources, Woken, queue_channel,
+};
 
 /// Bounded barging (see DESIGN.md, "Waiter queue"): while the head of the server queue has
 /// been queued for less than this (server clock), a free lock goes to whoever asks first

@@ -5,7 +5,9 @@
 //!   release channel (`queue_channel`). The queue subscribes, on every node, to what tells it
 //!   that the lock may be free: for a plain lock, this process's own waiter channel
 //!   (`waiter_channel(key, id)`), on which the scripts tell only the head of the server queue;
-//!   for a reentrant lock, Redisson's channel. The first waiter subscribes over ONE pub/sub
+//!   for a reentrant lock, Redisson's channel. A read-write lock's readers and writers queue
+//!   apart (`Role`: each queue has its own server id) on one shared subscription, dropped
+//!   when the last queue on it leaves. The first waiter subscribes over ONE pub/sub
 //!   connection per node per manager, run by one task per node; the last one to leave
 //!   unsubscribes (after `LINGER` when it left with the lock).
 //! - Only the head of a local queue talks to Redis: it attempts when the channel's epoch moves
@@ -86,21 +88,45 @@ pub(crate) struct AttemptHooks {
 }
 
 struct State {
-    queues: HashMap<String, Arc<KeyQueue>>,
-    /// The same queues, by what they are subscribed to.
-    by_subscription: HashMap<String, Arc<KeyQueue>>,
+    queues: HashMap<(String, Role), Arc<KeyQueue>>,
+    /// The same queues, by what they are subscribed to: a read-write lock's readers and
+    /// writers share its channel, so one subscription may drive several queues.
+    by_subscription: HashMap<String, Vec<Arc<KeyQueue>>>,
     /// Per node: wakes its subscriber task to reconcile its subscriptions.
     signals: Vec<Option<mpsc::UnboundedSender<()>>>,
     next_ticket: u64,
 }
 
-/// The waiters of one channel (one key, one lock kind) in this manager.
+/// Who waits in one local queue: every waiter on a lock's channel, or the readers or the
+/// writers of a read-write lock. Readers and writers queue apart, as each carries its own
+/// server waiter id, whose first letter tells the scripts which it is (`acquire_read.lua`:
+/// a reader is not granted past a writer queued ahead of it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Role {
+    Any,
+    Reader,
+    Writer,
+}
+
+impl Role {
+    /// What starts our server waiter id.
+    fn id_prefix(self) -> &'static str {
+        match self {
+            Role::Any => "",
+            Role::Reader => "r",
+            Role::Writer => "w",
+        }
+    }
+}
+
+/// The waiters of one channel (one key, one lock kind) and role in this manager.
 pub(crate) struct KeyQueue {
     /// The process whose queue this is.
     pid: u32,
     key: String,
-    /// The key's release channel: the local queue's name.
+    /// The key's release channel: with the role, the local queue's name.
     channel: String,
+    role: Role,
     /// What this process subscribes to for it: its own `waiter_channel` (plain locks), or
     /// Redisson's channel (reentrant locks).
     subscription: String,
@@ -281,28 +307,29 @@ impl Waiters {
     /// Whether the channel's queue is lingering (no waiters, still subscribed on every node):
     /// an acquire that may wait then joins before its first attempt, which then queues (and a
     /// plain lock's release will tell it, on its own channel).
-    pub fn lingering(&self, channel: &str) -> bool {
+    pub fn lingering(&self, channel: &str, role: Role) -> bool {
         let st = self.state();
-        let Some(kq) = st.queues.get(channel) else {
+        let Some(kq) = st.queues.get(&(channel.to_string(), role)) else {
             return false;
         };
         let q = kq.q();
         q.waiters.is_empty() && !q.pending.contains(&true)
     }
 
-    /// Joins the local queue of `channel`. The first waiter subscribes the channel on every
-    /// node; its turn then comes with the confirmation (an epoch bump). On a lingering queue
-    /// the subscription is already there: the turn says "attempt now" (a plain lock's waiter
-    /// is told of releases only once its attempt has queued it).
-    pub fn join(self: &Arc<Self>, key: &str, channel: &str) -> Ticket {
+    /// Joins the local queue of `channel` and `role`. The first waiter subscribes the channel
+    /// on every node (unless another role's queue has it already); its turn then comes with
+    /// the confirmation (an epoch bump). On a lingering queue the subscription is already
+    /// there: the turn says "attempt now" (a plain lock's waiter is told of releases only once
+    /// its attempt has queued it).
+    pub fn join(self: &Arc<Self>, key: &str, channel: &str, role: Role) -> Ticket {
         let mut st = self.state();
         let mut created = false;
         let kq = st
             .queues
-            .entry(channel.to_string())
+            .entry((channel.to_string(), role))
             .or_insert_with(|| {
                 created = true;
-                let server_id = crate::token::random_hex();
+                let server_id = format!("{}{}", role.id_prefix(), crate::token::random_hex());
                 // Plain locks: a channel of our own, told only when we are the queue head.
                 let subscription = if channel == release_channel(key) {
                     waiter_channel(key, &server_id)
@@ -313,6 +340,7 @@ impl Waiters {
                     pid: crate::runtime::pid(),
                     key: key.to_string(),
                     channel: channel.to_string(),
+                    role,
                     subscription,
                     server_id,
                     active: Arc::new(AtomicBool::new(true)),
@@ -330,7 +358,9 @@ impl Waiters {
             .clone();
         if created {
             st.by_subscription
-                .insert(kq.subscription.clone(), kq.clone());
+                .entry(kq.subscription.clone())
+                .or_default()
+                .push(kq.clone());
         }
         st.next_ticket += 1;
         let id = st.next_ticket;
@@ -356,6 +386,9 @@ impl Waiters {
             }
             q.waiters.push_back((id, tx));
         }
+        // A new queue: the subscriber tasks look again. On a channel another role's queue
+        // has subscribed already, they settle this one's confirmations at once
+        // (`already_subscribed`).
         if created {
             for node in 0..self.nodes {
                 if st.signals[node].as_ref().is_none_or(|s| s.is_closed()) {
@@ -392,8 +425,10 @@ impl Waiters {
             if pos == 0
                 && let Some((_, next)) = q.waiters.front()
             {
+                // Readers share the key: the next one attempts at once whether or not the
+                // one ahead got it.
                 next.send_replace(Some(Turn {
-                    attempt_now: ticket.granted.is_none(),
+                    attempt_now: ticket.granted.is_none() || kq.role == Role::Reader,
                     seen: kq.epochs(),
                 }));
             }
@@ -418,13 +453,16 @@ impl Waiters {
             return false;
         }
         drop(q);
-        if st
-            .queues
-            .get(&kq.channel)
-            .is_some_and(|k| Arc::ptr_eq(k, kq))
-        {
-            st.queues.remove(&kq.channel);
-            st.by_subscription.remove(&kq.subscription);
+        let name = (kq.channel.clone(), kq.role);
+        if st.queues.get(&name).is_some_and(|k| Arc::ptr_eq(k, kq)) {
+            st.queues.remove(&name);
+            // Unsubscribed only when the last queue on the channel is gone.
+            if let Some(others) = st.by_subscription.get_mut(&kq.subscription) {
+                others.retain(|k| !Arc::ptr_eq(k, kq));
+                if others.is_empty() {
+                    st.by_subscription.remove(&kq.subscription);
+                }
+            }
         }
         for s in st.signals.iter().flatten() {
             let _ = s.send(());
@@ -432,21 +470,25 @@ impl Waiters {
         cleanup
     }
 
-    /// This manager released a lock on `key`: its own waiters on the key hear it here (the
-    /// release only tells the server queue's head, and a waiter of ours that took over the
-    /// turn locally from a waiter that got the lock is not queued on the server yet).
-    pub fn released_locally(&self, key: &str, reentrant: bool) {
-        let kq = {
+    /// This manager released a hold on the key of `channel`: its own waiters on the key (of
+    /// every role) hear it here (the release only tells the server queue's head, and a waiter
+    /// of ours that took over the turn locally from a waiter that got the lock is not queued
+    /// on the server yet).
+    pub fn released_locally(&self, channel: &str) {
+        let kqs: Vec<Arc<KeyQueue>> = {
             let st = self.state();
             if st.queues.is_empty() {
                 return;
             }
-            st.queues.get(&queue_channel(key, reentrant)).cloned()
+            [Role::Any, Role::Reader, Role::Writer]
+                .into_iter()
+                .filter_map(|role| st.queues.get(&(channel.to_string(), role)).cloned())
+                .collect()
         };
-        if let Some(kq) = kq
-            && !kq.q().waiters.is_empty()
-        {
-            kq.bump(None);
+        for kq in kqs {
+            if !kq.q().waiters.is_empty() {
+                kq.bump(None);
+            }
         }
     }
 
@@ -460,7 +502,10 @@ impl Waiters {
             q.waiters.is_empty() && q.lingering_until.is_some_and(|until| until <= now)
         };
         st.queues.retain(|_, kq| !over(kq));
-        st.by_subscription.retain(|_, kq| !over(kq));
+        st.by_subscription.retain(|_, kqs| {
+            kqs.retain(|kq| !over(kq));
+            !kqs.is_empty()
+        });
         st.by_subscription.keys().cloned().collect()
     }
 
@@ -469,8 +514,8 @@ impl Waiters {
     /// channel: `0` released) on `node`. Every message wakes the head of the local queue,
     /// unless that node granted the head's last attempt.
     pub(super) fn wake(&self, node: usize, subscription: &str) {
-        let kq = self.state().by_subscription.get(subscription).cloned();
-        if let Some(kq) = kq {
+        let kqs = self.state().by_subscription.get(subscription).cloned();
+        for kq in kqs.into_iter().flatten() {
             kq.bump(Some(node));
         }
     }
@@ -506,7 +551,9 @@ impl Waiters {
         let kqs: Vec<Arc<KeyQueue>> = {
             let st = self.state();
             channels
-                .filter_map(|c| st.by_subscription.get(c).cloned())
+                .filter_map(|c| st.by_subscription.get(c))
+                .flatten()
+                .cloned()
                 .collect()
         };
         for kq in kqs {

@@ -6,9 +6,9 @@ use crate::node_cluster::Conn;
 use redis::{Cmd, Pipeline, RedisResult, ScriptInvocation};
 
 use super::{
-    ACQUIRE, ACQUIRE_REENTRANT, DEQUEUE, EXTEND, EXTEND_REENTRANT, RAISE_FENCE, RELEASE,
-    RELEASE_REENTRANT, Tagged, UNDO, evalsha, fence_key, queue_key, queue_lease_key,
-    queue_since_key, run_script,
+    ACQUIRE, ACQUIRE_READ, ACQUIRE_REENTRANT, ACQUIRE_WRITE, DEQUEUE, EXTEND, EXTEND_READ,
+    EXTEND_REENTRANT, RAISE_FENCE, RELEASE, RELEASE_READ, RELEASE_REENTRANT, RELEASE_WRITE, Tagged,
+    UNDO, evalsha, fence_key, queue_key, queue_lease_key, queue_since_key, run_script,
 };
 
 /// The names the queue-aware scripts derive from the lock key: KEYS[2..5] of the acquire
@@ -151,8 +151,9 @@ impl AcquireReentrant<'_> {
 /// run twice: the script keeps its reply in `ferrolock:latch:{key}:<id>` for `px_ms`, and a
 /// re-send of the same call (the same id: redis-rs re-sends the same bytes on a cluster, and
 /// `Node` the same command on a standalone node) finds it there instead of running again.
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Latch<'a> {
+pub struct Latch<'a> {
     /// Unique per call, the same on every re-send of it.
     pub id: &'a str,
     pub px_ms: u64,
@@ -335,50 +336,225 @@ impl ReleaseReentrant<'_> {
     }
 }
 
-/// `extend.lua` (plain) or `extend_reentrant.lua` (Redisson's renewal).
-pub(crate) struct Extend<'a> {
+/// How a hold is renewed (the watchdog's batch and `extend`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// `extend.lua`: compare-and-pexpire on the token.
+    Plain,
+    /// `extend_reentrant.lua` (Redisson's renewal) on the owner's field.
+    Field,
+    /// `extend_reentrant.lua` on the writer's field `"<field>:write"`.
+    Writer,
+    /// `extend_read.lua`: the reader's hold keys, the hash only upward.
+    Read,
+}
+
+/// A renewal (`Renewal` says which script).
+#[doc(hidden)]
+pub struct Extend<'a> {
     pub key: &'a str,
-    /// The token (plain) or the hash field (reentrant).
+    /// The token (plain) or the owner's hash field.
     pub token: &'a str,
     pub ttl_ms: u64,
-    pub reentrant: bool,
+    pub renewal: Renewal,
 }
 
 impl Extend<'_> {
     fn script(&self) -> &'static redis::Script {
-        if self.reentrant {
-            &EXTEND_REENTRANT
-        } else {
-            &EXTEND
+        match self.renewal {
+            Renewal::Plain => &EXTEND,
+            Renewal::Field | Renewal::Writer => &EXTEND_REENTRANT,
+            Renewal::Read => &EXTEND_READ,
+        }
+    }
+
+    /// KEYS and ARGV after the script: (keys, args).
+    fn parts(&self) -> (Vec<String>, Vec<String>) {
+        let (key, token) = (self.key.to_string(), self.token.to_string());
+        let ttl = self.ttl_ms.to_string();
+        match self.renewal {
+            Renewal::Plain | Renewal::Field => (vec![key], vec![token, ttl]),
+            Renewal::Writer => (vec![key], vec![writer_field(self.token), ttl]),
+            Renewal::Read => (
+                vec![key, super::rwlock_timeout_prefix(self.key, self.token)],
+                vec![token, ttl],
+            ),
         }
     }
 
     pub fn invocation(&self) -> ScriptInvocation<'static> {
         let mut inv = self.script().prepare_invoke();
-        inv.key(self.key).arg(self.token).arg(self.ttl_ms);
+        let (keys, args) = self.parts();
+        for k in keys {
+            inv.key(k);
+        }
+        for a in args {
+            inv.arg(a);
+        }
         inv
     }
 
-    /// Loads the extend scripts (the reentrant one too with `reentrant`): a restarted node
-    /// forgot them, and a pipeline of `add_to` cannot load them itself.
-    pub async fn load(conn: &mut Conn, reentrant: bool) -> RedisResult<()> {
+    /// Loads the renewal scripts `renewals` use: a restarted node forgot them, and a
+    /// pipeline of `add_to` cannot load them itself.
+    pub(crate) async fn load(
+        conn: &mut Conn,
+        renewals: impl Iterator<Item = Renewal>,
+    ) -> RedisResult<()> {
+        let (mut field, mut read) = (false, false);
+        for r in renewals {
+            field |= matches!(r, Renewal::Field | Renewal::Writer);
+            read |= r == Renewal::Read;
+        }
         let _: String = EXTEND.load_async(conn).await?;
-        if reentrant {
+        if field {
             let _: String = EXTEND_REENTRANT.load_async(conn).await?;
+        }
+        if read {
+            let _: String = EXTEND_READ.load_async(conn).await?;
         }
         Ok(())
     }
 
     /// As one `EVALSHA` of a pipeline (the watchdog's batch; its caller loads the script
     /// on NOSCRIPT).
-    pub fn add_to(&self, pipe: &mut Pipeline) {
+    pub(crate) fn add_to(&self, pipe: &mut Pipeline) {
+        let (keys, args) = self.parts();
         pipe.cmd("EVALSHA")
             .arg(self.script().get_hash())
-            .arg(1)
-            .arg(self.key)
-            .arg(self.token)
-            .arg(self.ttl_ms);
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args);
     }
+}
+
+/// `acquire_read.lua`: a read hold, granted past no writer queued ahead of it.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct AcquireRead<'a> {
+    pub key: &'a str,
+    pub names: &'a KeyNames,
+    pub ttl_ms: u64,
+    /// The reader's field `"<client uuid>:<owner id>"`.
+    pub field: &'a str,
+    /// Our waiter id starts with `r` (`queue::Role::Reader`).
+    pub place: Place<'a>,
+    /// A re-entry only (our read or write hold is live): never a fresh grant.
+    pub reentry: bool,
+    pub bound_ms: u64,
+    /// Every grant adds a hold: each runs once.
+    pub latch: Latch<'a>,
+}
+
+impl AcquireRead<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = ACQUIRE_READ.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.key(super::rwlock_timeout_prefix(self.key, self.field))
+            .key(self.latch.name(self.key));
+        // ARGV[3] is the fence mode's place: readers get no fence.
+        inv.arg(self.ttl_ms).arg(self.field).arg("");
+        inv.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms);
+        inv.arg(flag(self.reentry))
+            .arg(self.bound_ms)
+            .arg(self.latch.px_ms);
+        inv
+    }
+}
+
+/// `acquire_write.lua`: the write hold, on the key free (or our own, a re-entry); refused with
+/// `RWLOCK_UPGRADE` while this owner reads.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct AcquireWrite<'a> {
+    pub key: &'a str,
+    pub names: &'a KeyNames,
+    pub ttl_ms: u64,
+    /// The owner's field `"<client uuid>:<owner id>"`; the writer's is `"<field>:write"`.
+    pub field: &'a str,
+    pub fence_mode: &'a str,
+    /// Our waiter id starts with `w` (`queue::Role::Writer`).
+    pub place: Place<'a>,
+    pub reentry: bool,
+    pub bound_ms: u64,
+    /// A re-entry's increment runs once.
+    pub latch: Latch<'a>,
+}
+
+impl AcquireWrite<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = ACQUIRE_WRITE.prepare_invoke();
+        inv.key(self.key);
+        self.names.add_to(&mut inv);
+        inv.key(self.latch.name(self.key));
+        inv.arg(self.ttl_ms)
+            .arg(writer_field(self.field))
+            .arg(self.fence_mode);
+        inv.arg(self.place.id)
+            .arg(self.place.score)
+            .arg(self.place.lease_ms);
+        inv.arg(flag(self.reentry))
+            .arg(self.bound_ms)
+            .arg(self.latch.px_ms)
+            .arg(self.field);
+        inv
+    }
+}
+
+/// `release_read.lua`: one read hold fewer; the last one out frees the key and publishes `0`.
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ReleaseRead<'a> {
+    pub key: &'a str,
+    pub field: &'a str,
+    pub latch: Latch<'a>,
+}
+
+impl ReleaseRead<'_> {
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
+        let mut inv = RELEASE_READ.prepare_invoke();
+        inv.key(self.key)
+            .key(self.latch.name(self.key))
+            .key(super::rwlock_timeout_prefix(self.key, self.field))
+            .key(super::rwlock_prefix(self.key));
+        inv.arg(self.field)
+            .arg("")
+            .arg(super::rwlock_channel(self.key))
+            .arg(flag(sharded))
+            .arg(self.latch.px_ms);
+        inv
+    }
+}
+
+/// `release_write.lua`: one write hold fewer; the last one publishes `1` (every waiter looks).
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct ReleaseWrite<'a> {
+    pub key: &'a str,
+    /// The owner's field; the script gets the writer's, `"<field>:write"`.
+    pub field: &'a str,
+    pub latch: Latch<'a>,
+}
+
+impl ReleaseWrite<'_> {
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
+        let mut inv = RELEASE_WRITE.prepare_invoke();
+        inv.key(self.key).key(self.latch.name(self.key));
+        inv.arg(writer_field(self.field))
+            .arg("")
+            .arg(super::rwlock_channel(self.key))
+            .arg(flag(sharded))
+            .arg(self.latch.px_ms);
+        inv
+    }
+}
+
+/// The writer's field of an owner: Redisson's `"<field>:write"`.
+pub fn writer_field(field: &str) -> String {
+    format!("{field}:write")
 }
 
 fn flag(on: bool) -> &'static str {

@@ -7,10 +7,11 @@ use redis::Script;
 
 mod args;
 
-pub use args::{Acquire, KeyNames, Place, Release};
-pub(crate) use args::{
-    AcquireReentrant, Dequeue, Extend, Latch, RaiseFence, ReleaseReentrant, Undo,
+pub use args::{
+    Acquire, AcquireRead, AcquireWrite, Extend, KeyNames, Latch, Place, Release, ReleaseRead,
+    ReleaseWrite, Renewal, writer_field,
 };
+pub(crate) use args::{AcquireReentrant, Dequeue, RaiseFence, ReleaseReentrant, Undo};
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
@@ -35,8 +36,8 @@ const UNDO_SRC: &str = concat!(
 );
 const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
 // The read-write lock's scripts (issue 33), on Redisson's RReadWriteLock layout; a writer's
-// renewal is `extend_reentrant.lua` on its ":write" field. Not yet sent by the manager: the
-// read and write handles come next (tests: core/tests/rwlock_scripts.rs).
+// renewal is `extend_reentrant.lua` on its ":write" field. Their arguments are typed in
+// `args.rs` (tests: core/tests/rwlock_scripts.rs, core/tests/rwlock.rs).
 pub const ACQUIRE_READ_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
     include_str!("../../scripts/acquire_read.lua")
@@ -62,9 +63,14 @@ static UNDO: LazyLock<Script> = LazyLock::new(|| Script::new(UNDO_SRC));
 static DEQUEUE: LazyLock<Script> = LazyLock::new(|| Script::new(DEQUEUE_SRC));
 static RELEASE_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_REENTRANT_SRC));
 static EXTEND_REENTRANT: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_REENTRANT_SRC));
+static ACQUIRE_READ: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_READ_SRC));
+static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_WRITE_SRC));
+static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_READ_SRC));
+static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_WRITE_SRC));
+static EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_READ_SRC));
 
 /// The source of every script, loaded on each new connection.
-pub(crate) fn sources() -> [&'static str; 9] {
+pub(crate) fn sources() -> [&'static str; 14] {
     [
         DEQUEUE_SRC,
         RELEASE_SRC,
@@ -75,6 +81,11 @@ pub(crate) fn sources() -> [&'static str; 9] {
         UNDO_SRC,
         RELEASE_REENTRANT_SRC,
         EXTEND_REENTRANT_SRC,
+        ACQUIRE_READ_SRC,
+        ACQUIRE_WRITE_SRC,
+        RELEASE_READ_SRC,
+        RELEASE_WRITE_SRC,
+        EXTEND_READ_SRC,
     ]
 }
 
@@ -102,9 +113,14 @@ pub fn waiter_channel_prefix(key: &str) -> String {
 /// builds it (`prefixName`): `redisson_lock__channel:{<key>}`, or no braces when the key
 /// contains `{` at all (then its slot is the key's only when that `{` starts a valid tag).
 pub fn redisson_channel(key: &str) -> String {
-    const PREFIX: &str = "redisson_lock__channel:";
-    let mut s = String::with_capacity(PREFIX.len() + key.len() + 2);
-    s.push_str(PREFIX);
+    redisson_prefixed("redisson_lock__channel:", key)
+}
+
+/// `<prefix>{<key>}`, or `<prefix><key>` when the key contains `{` at all: Redisson's
+/// `prefixName`, and the `{name}` of its read-write lock's names (`suffixName`).
+fn redisson_prefixed(prefix: &str, key: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + key.len() + 2);
+    s.push_str(prefix);
     if key.contains('{') {
         s.push_str(key);
     } else {
@@ -112,6 +128,29 @@ pub fn redisson_channel(key: &str) -> String {
         s.push_str(key);
         s.push('}');
     }
+    s
+}
+
+/// The channel of a read-write lock, byte for byte as Redisson 4.7.0 builds it:
+/// `redisson_rwlock:{<key>}` (no braces added when the key contains `{`). A read release that
+/// frees the key publishes `0` there, a write release `1`.
+pub fn rwlock_channel(key: &str) -> String {
+    redisson_prefixed("redisson_rwlock:", key)
+}
+
+/// What every read hold key of `key` starts with: Redisson's `{name}` (`{<key>}`, or the key
+/// itself when it contains `{`), the prefix `release_read.lua` scans for expired readers.
+pub fn rwlock_prefix(key: &str) -> String {
+    redisson_prefixed("", key)
+}
+
+/// The prefix of one reader's hold keys, `<rwlock_prefix>:<field>:rwlock_timeout`: its hold
+/// `n` has the key `<this>:<n>`, whose TTL is that hold's lease.
+pub fn rwlock_timeout_prefix(key: &str, field: &str) -> String {
+    let mut s = rwlock_prefix(key);
+    s.push(':');
+    s.push_str(field);
+    s.push_str(":rwlock_timeout");
     s
 }
 
@@ -444,5 +483,23 @@ mod tests {
         );
         // Redisson's `prefixName` adds no braces to any key containing `{`.
         assert_eq!(redisson_channel("a{b"), "redisson_lock__channel:a{b");
+    }
+
+    #[test]
+    fn rwlock_names_stay_as_redisson_builds_them() {
+        assert_eq!(rwlock_channel("orders:1"), "redisson_rwlock:{orders:1}");
+        assert_eq!(
+            rwlock_channel("{user42}:cart"),
+            "redisson_rwlock:{user42}:cart"
+        );
+        assert_eq!(
+            rwlock_timeout_prefix("orders:1", "u:7"),
+            "{orders:1}:u:7:rwlock_timeout"
+        );
+        assert_eq!(
+            rwlock_timeout_prefix("a{b", "u:7"),
+            "a{b:u:7:rwlock_timeout"
+        );
+        assert_eq!(rwlock_prefix("{user42}:cart"), "{user42}:cart");
     }
 }

@@ -1,0 +1,533 @@
+//! The read-write lock through the Rust API (`read_lock*` / `write_lock*`), against real
+//! redis-servers: exclusion checked over recorded hold intervals, re-entry, downgrade, the
+//! upgrade refused, the read lease cap, writer ordering, a write release letting every
+//! waiting reader in, watchdog renewal, and the loss signal.
+
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::__wire::KeyNames;
+use ferrolock::{ErrorKind, LockStatus};
+use ferrolock_testbed::RedisServer;
+
+fn hash(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
+    server.cmd(&["HGETALL", key])
+}
+
+/// Waiters in the key's server queue.
+fn queued(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["ZCARD", &KeyNames::of(key).queue])
+}
+
+/// Polls `cond` until it holds (a precondition of the next step, not a timing check); fails
+/// after `bound`, which only a broken lock reaches.
+async fn until(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
+    let end = Instant::now() + bound;
+    while !cond() {
+        assert!(Instant::now() < end, "never: {what}");
+        tokio::time::sleep(ms(10)).await;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    write: bool,
+    from: Instant,
+    to: Instant,
+}
+
+/// Readers and writers at random, in tasks of two managers: no writer's recorded hold
+/// overlaps any other hold, and readers did overlap (so a lock that excluded readers fails).
+/// Each interval is recorded inside the real hold (after the grant, before the release), so
+/// an overlap seen is a real one.
+#[tokio::test]
+async fn readers_overlap_and_no_writer_overlaps_anyone() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let key = "rw:mix";
+    let managers = [
+        Arc::new(manager(&[server.url()], opts())),
+        Arc::new(manager(&[server.url()], opts())),
+    ];
+    let holds = Arc::new(Mutex::new(Vec::<Hold>::new()));
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let m = managers[(t % 2) as usize].clone();
+        let holds = holds.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..12u64 {
+                let r = getrandom::u64().unwrap();
+                // One in four a writer; the first rounds of half the tasks are readers, so
+                // readers meet.
+                let write = r.is_multiple_of(4) && !(i < 3 && t.is_multiple_of(2));
+                let lock = if write {
+                    m.write_lock(key).await.unwrap()
+                } else {
+                    m.read_lock(key).await.unwrap()
+                };
+                let from = Instant::now();
+                tokio::time::sleep(ms(5 + (r >> 8) % 20)).await;
+                let to = Instant::now();
+                assert!(lock.is_held());
+                holds.lock().unwrap().push(Hold { write, from, to });
+                assert!(lock.release().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let holds = holds.lock().unwrap().clone();
+    assert_eq!(holds.len(), 96);
+    let mut reader_overlaps = 0;
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            let overlap = a.from < b.to && b.from < a.to;
+            if overlap {
+                assert!(!a.write && !b.write, "a writer overlapped: {a:?} {b:?}");
+                reader_overlaps += 1;
+            }
+        }
+    }
+    assert!(reader_overlaps > 0, "no two readers ever held together");
+    assert!(holds.iter().any(|h| h.write), "no writer ran");
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
+
+/// Re-entry by one owner (one field, counted), a read under one's own write lock (the
+/// downgrade), and a write under one's own read lock refused with an error naming the key.
+#[tokio::test]
+async fn reentry_downgrade_and_upgrade_refused() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "rw:owner";
+    let r1 = m.read_lock_owned(key, 1, &opts()).await.unwrap();
+    let r2 = m.read_lock_owned(key, 1, &opts()).await.unwrap();
+    assert_eq!(r1.token(), r2.token());
+    let field = r1.token().to_string();
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([("mode".into(), "read".into()), (field.clone(), "2".into())])
+    );
+    let err = m.write_lock_owned(key, 1, &opts()).await.unwrap_err();
+    assert!(err.to_string().contains("RWLOCK_UPGRADE"), "{err}");
+    assert!(err.to_string().contains(key), "{err}");
+    // Another owner's reader shares the key.
+    let other = m.read_lock_owned(key, 2, &opts()).await.unwrap();
+    assert!(r2.release().await.unwrap());
+    assert!(r1.release().await.unwrap());
+    assert!(other.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+
+    // Downgrade: the write lock, then the read lock by the same owner; the write release
+    // leaves the key read-held.
+    let w = m.write_lock_owned(key, 3, &opts()).await.unwrap();
+    let w2 = m.write_lock_owned(key, 3, &opts()).await.unwrap();
+    let field = w.token().to_string();
+    let r = m.read_lock_owned(key, 3, &opts()).await.unwrap();
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([
+            ("mode".into(), "write".into()),
+            (format!("{field}:write"), "2".into()),
+            (field.clone(), "1".into()),
+        ])
+    );
+    let busy = m
+        .read_lock_with(key, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::NotAcquired);
+    assert!(w2.release().await.unwrap());
+    assert!(w.release().await.unwrap());
+    assert_eq!(
+        hash(&server, key),
+        BTreeMap::from([("mode".into(), "read".into()), (field, "1".into())])
+    );
+    // Now a reader of another owner gets in, a writer does not.
+    let other = m
+        .read_lock_with(key, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap();
+    let busy = m
+        .write_lock_with(key, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::NotAcquired);
+    assert!(r.release().await.unwrap());
+    assert!(other.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
+
+/// A read ttl above Redisson's 30 s read lease is refused, naming it; fencing is for
+/// writers, whose grants carry increasing fences.
+#[tokio::test]
+async fn read_lease_cap_and_fences_for_writers() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "rw:cap";
+    let err = m
+        .read_lock_with(key, &opts().ttl(Duration::from_secs(31)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("31s"), "{err}");
+    let ok = m
+        .read_lock_with(key, &opts().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let err = ok.extend_for(Duration::from_secs(45)).await.unwrap_err();
+    assert!(err.to_string().contains("45s"), "{err}");
+    assert!(ok.release().await.unwrap());
+    let err = m
+        .read_lock_with(key, &opts().fencing(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+
+    let w1 = m.write_lock_with(key, &opts().fencing(true)).await.unwrap();
+    let f1 = w1.fence().expect("a writer's fence");
+    assert!(w1.release().await.unwrap());
+    let w2 = m.write_lock_with(key, &opts().fencing(true)).await.unwrap();
+    assert!(w2.fence().expect("a writer's fence") > f1);
+    assert!(w2.release().await.unwrap());
+}
+
+/// A writer that queued while a reader held is granted before a reader that arrived after
+/// it: an order, seen through a grant counter, not a time.
+#[tokio::test]
+async fn a_queued_writer_goes_before_later_readers() {
+    let server = RedisServer::start();
+    let key = "rw:order";
+    let (ma, mw, mb) = (
+        manager(&[server.url()], opts()),
+        Arc::new(manager(&[server.url()], opts())),
+        Arc::new(manager(&[server.url()], opts())),
+    );
+    let a = ma.read_lock(key).await.unwrap();
+    let order = Arc::new(AtomicUsize::new(0));
+    let writer = tokio::spawn({
+        let (mw, order) = (mw.clone(), order.clone());
+        async move {
+            let w = mw.write_lock(key).await.unwrap();
+            let n = order.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(ms(50)).await;
+            assert!(w.release().await.unwrap());
+            n
+        }
+    });
+    until("the writer is queued", Duration::from_secs(30), || {
+        queued(&server, key) == 1
+    })
+    .await;
+    // Past the barging bound (server clock), no reader goes ahead of the queued writer.
+    tokio::time::sleep(ms(50)).await;
+    let reader = tokio::spawn({
+        let (mb, order) = (mb.clone(), order.clone());
+        async move {
+            let b = mb.read_lock(key).await.unwrap();
+            let n = order.fetch_add(1, Ordering::SeqCst);
+            assert!(b.release().await.unwrap());
+            n
+        }
+    });
+    until(
+        "the later reader is queued",
+        Duration::from_secs(30),
+        || queued(&server, key) == 2,
+    )
+    .await;
+    assert!(a.release().await.unwrap());
+    let (w, b) = (writer.await.unwrap(), reader.await.unwrap());
+    assert_eq!((w, b), (0, 1), "the later reader went before the writer");
+}
+
+/// A write release lets every waiting reader in at once (not one per release): four readers
+/// of two managers, queued behind a writer, all hold together afterwards. A long retry
+/// delay: only the wake-ups can bring them in.
+#[tokio::test]
+async fn a_write_release_lets_every_waiting_reader_in() {
+    let server = RedisServer::start();
+    let key = "rw:front";
+    let slow = opts().retry_delay(Duration::from_secs(60));
+    let mw = manager(&[server.url()], slow.clone());
+    let ms_ = [
+        Arc::new(manager(&[server.url()], slow.clone())),
+        Arc::new(manager(&[server.url()], slow.clone())),
+    ];
+    let w = mw.write_lock(key).await.unwrap();
+    let holding = Arc::new(AtomicUsize::new(0));
+    let barrier = Arc::new(tokio::sync::Barrier::new(4));
+    let mut readers = Vec::new();
+    for i in 0..4 {
+        let m = ms_[i % 2].clone();
+        let (holding, barrier) = (holding.clone(), barrier.clone());
+        readers.push(tokio::spawn(async move {
+            let r = m.read_lock(key).await.unwrap();
+            holding.fetch_add(1, Ordering::SeqCst);
+            // Everyone holds at once, or this never returns.
+            barrier.wait().await;
+            assert!(r.is_held());
+            assert!(r.release().await.unwrap());
+        }));
+    }
+    // Every reader has failed its first attempt: the processes' queues are on the server
+    // (one id per manager's reader queue).
+    until(
+        "both managers' readers are queued",
+        Duration::from_secs(30),
+        || queued(&server, key) == 2,
+    )
+    .await;
+    assert_eq!(holding.load(Ordering::SeqCst), 0);
+    assert!(w.release().await.unwrap());
+    tokio::time::timeout(Duration::from_secs(30), async {
+        for r in readers {
+            r.await.unwrap();
+        }
+    })
+    .await
+    .expect("the readers did not all get in on the write release's wake-up");
+    assert_eq!(holding.load(Ordering::SeqCst), 4);
+}
+
+/// The watchdog renews a read and a write hold (in the same batches as locks) past three
+/// ttls: their keys are still there, with time left.
+#[tokio::test]
+async fn the_watchdog_renews_read_and_write_holds() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let watched = opts().watchdog(true).ttl(ms(2_000));
+    let m = manager(&[server.url()], watched.clone());
+    let (rk, wk) = ("rw:renew:r", "rw:renew:w");
+    let r = m.read_lock(rk).await.unwrap();
+    let w = m.write_lock(wk).await.unwrap();
+    let plain = m.acquire("rw:renew:plain").await.unwrap();
+    tokio::time::sleep(ms(2_000 * 3 + 500)).await;
+    for (lock, key) in [(&r, rk), (&w, wk)] {
+        assert_eq!(lock.status(), LockStatus::Held, "{key}");
+        assert!(pttl(&server, key) > 0, "{key} expired");
+    }
+    let hold_key = format!(
+        "{}:1",
+        ferrolock::__wire::rw::rwlock_timeout_prefix(rk, r.token())
+    );
+    assert!(pttl(&server, &hold_key) > 0, "the read hold key expired");
+    assert!(r.release().await.unwrap());
+    assert!(w.release().await.unwrap());
+    assert!(plain.release().await.unwrap());
+}
+
+/// A read or write hold whose key is deleted behind its back is signalled lost before its
+/// validity ends.
+#[tokio::test]
+async fn a_lost_read_or_write_hold_is_signalled() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let watched = opts().watchdog(true).ttl(Duration::from_secs(3));
+    let m = manager(&[server.url()], watched);
+    for (write, key) in [(false, "rw:lost:r"), (true, "rw:lost:w")] {
+        let lock: ferrolock::Lock = if write {
+            m.write_lock(key).await.unwrap()
+        } else {
+            m.read_lock(key).await.unwrap()
+        };
+        let deadline = lock.deadline();
+        let lost = lock.lost();
+        assert_eq!(
+            server.cmd::<i64>(&["DEL", key]),
+            1,
+            "the fault: {key} deleted"
+        );
+        let reason = tokio::time::timeout_at(deadline, lost)
+            .await
+            .unwrap_or_else(|_| panic!("{key}: no loss signal before the deadline"));
+        assert!(reason.is_some(), "{key}");
+        assert!(matches!(lock.status(), LockStatus::Lost(_)), "{key}");
+    }
+}
+
+/// Three nodes (Redlock): readers of two managers share a key on a quorum, a writer is
+/// refused while they hold and granted after, and refuses readers while it holds; with one
+/// node killed (proven gone) the two left still make the quorum.
+#[tokio::test]
+async fn three_nodes_readers_share_and_a_writer_excludes() {
+    let _s = serial();
+    let mut servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (m1, m2) = (manager(&urls, opts()), manager(&urls, opts()));
+    let now = opts().wait(Some(Duration::ZERO));
+    let key = "rw:redlock";
+    for round in 0..2 {
+        let a = m1.read_lock(key).await.unwrap();
+        let b = m2.read_lock_with(key, &now).await.unwrap();
+        let busy = m2.write_lock_with(key, &now).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::NotAcquired, "round {round}");
+        assert!(a.release().await.unwrap());
+        assert!(b.release().await.unwrap());
+        let w = m2.write_lock_with(key, &now).await.unwrap();
+        let busy = m1.read_lock_with(key, &now).await.unwrap_err();
+        assert_eq!(busy.kind(), ErrorKind::NotAcquired, "round {round}");
+        assert!(w.release().await.unwrap());
+        if round == 0 {
+            servers[0].kill();
+            assert!(!servers[0].is_running(), "the fault: node 0 is gone");
+        }
+    }
+}
+
+/// A read or write grant that missed its quorum is undone where it was granted: node 0
+/// grants, nodes 1 and 2 are write-held by others; afterwards node 0 holds nothing of ours
+/// (no hash, no read hold key).
+#[tokio::test]
+async fn a_grant_short_of_a_quorum_is_undone() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let key = "rw:undo";
+    let (m1, m2) = (manager(&urls[1..2], opts()), manager(&urls[2..3], opts()));
+    let (h1, h2) = (
+        m1.write_lock(key).await.unwrap(),
+        m2.write_lock(key).await.unwrap(),
+    );
+    let m = manager(&urls, opts());
+    let now = opts().wait(Some(Duration::ZERO));
+    // The undo is node 0's release, which publishes when it frees the key: proof that node 0
+    // granted and was undone.
+    let mut sub = servers[0].client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub
+        .subscribe(ferrolock::__wire::rw::rwlock_channel(key))
+        .unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    for write in [false, true] {
+        let err = if write {
+            m.write_lock_with(key, &now).await.unwrap_err()
+        } else {
+            m.read_lock_with(key, &now).await.unwrap_err()
+        };
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "write {write}");
+        until("node 0's grant undone", Duration::from_secs(30), || {
+            servers[0].cmd::<i64>(&["EXISTS", key]) == 0
+        })
+        .await;
+        let left: Vec<String> = servers[0].cmd(&["KEYS", "*rwlock_timeout*"]);
+        assert_eq!(left, Vec::<String>::new(), "write {write}");
+        let freed = pubsub.get_message().expect("node 0's undo published");
+        let expected: &[u8] = if write { b"1" } else { b"0" };
+        assert_eq!(freed.get_payload_bytes(), expected, "write {write}");
+    }
+    assert!(h1.release().await.unwrap());
+    assert!(h2.release().await.unwrap());
+}
+
+/// A read and a write hold on a node that is killed (SIGKILL, proven by the process being
+/// gone) are both signalled lost before their validity ends.
+#[tokio::test]
+async fn holds_on_a_killed_node_are_signalled_lost() {
+    let _s = serial();
+    let mut server = RedisServer::start();
+    let watched = opts().watchdog(true).ttl(Duration::from_secs(3));
+    let m = manager(&[server.url()], watched);
+    let r = m.read_lock("rw:kill:r").await.unwrap();
+    let w = m.write_lock("rw:kill:w").await.unwrap();
+    let deadline = r.deadline().min(w.deadline());
+    let (lost_r, lost_w) = (r.lost(), w.lost());
+    server.kill();
+    assert!(!server.is_running(), "the fault: the node is gone");
+    let (a, b) = tokio::time::timeout_at(deadline, async { tokio::join!(lost_r, lost_w) })
+        .await
+        .expect("no loss signal before the deadline");
+    assert!(a.is_some() && b.is_some());
+    assert!(matches!(r.status(), LockStatus::Lost(_)));
+    assert!(matches!(w.status(), LockStatus::Lost(_)));
+}
+
+/// Redisson 4.7.0's `RReadWriteLock` and the Rust API on one key: each side blocked while the
+/// other writes, readers shared, and each side's release waking the other's waiter (ours with
+/// a 60 s retry delay, so only the wake-up explains its grant before the test's bound).
+#[tokio::test]
+async fn redisson_and_the_rust_api_exclude_share_and_wake_each_other() {
+    let classpath = common::redisson::redisson_classpath();
+    let s = RedisServer::start();
+    let mut r = common::redisson::Redisson::start(classpath, &s.url(), "single").await;
+    let slow = opts().retry_delay(Duration::from_secs(60));
+    let m = Arc::new(manager(&[s.url()], slow.clone()));
+    let now = slow.clone().wait(Some(Duration::ZERO));
+    let key = "rw:interop:api";
+    let try_ = async |r: &mut common::redisson::Redisson, cmd: &str| {
+        r.send(&format!("{cmd} {key}")).await;
+        let reply = r
+            .expect(&format!("{cmd} {key} "), Duration::from_secs(30))
+            .await;
+        reply.ends_with(" true")
+    };
+    // Our write held: Redisson can neither read nor write; our release wakes its reader.
+    let w = m.write_lock(key).await.unwrap();
+    assert!(!try_(&mut r, "rtry").await);
+    assert!(!try_(&mut r, "wtry").await);
+    r.send(&format!("rlock {key} -1")).await;
+    until(
+        "Redisson's reader subscribed",
+        Duration::from_secs(30),
+        || {
+            let n: Vec<redis::Value> = s.cmd(&[
+                "PUBSUB",
+                "NUMSUB",
+                &ferrolock::__wire::rw::rwlock_channel(key),
+            ]);
+            matches!(n.get(1), Some(redis::Value::Int(n)) if *n > 0)
+        },
+    )
+    .await;
+    assert!(r.lines.is_empty(), "Redisson read while we wrote");
+    assert!(w.release().await.unwrap());
+    r.expect(&format!("rlocked {key}"), Duration::from_secs(20))
+        .await;
+    // Readers share: ours joins Redisson's; our writer is refused.
+    let ours = m.read_lock_with(key, &now).await.unwrap();
+    let busy = m.write_lock_with(key, &now).await.unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::NotAcquired);
+    r.send(&format!("runlock {key}")).await;
+    r.expect(&format!("runlocked {key}"), Duration::from_secs(30))
+        .await;
+    assert!(ours.release().await.unwrap());
+    // Redisson's write held: our reader waits, and Redisson's unlock ("1") wakes it.
+    assert!(try_(&mut r, "wtry").await);
+    let reader = tokio::spawn({
+        let m = m.clone();
+        async move { m.read_lock(key).await.unwrap() }
+    });
+    until("our reader is queued", Duration::from_secs(30), || {
+        queued(&s, key) == 1
+    })
+    .await;
+    assert!(!reader.is_finished(), "we read while Redisson wrote");
+    r.send(&format!("wunlock {key}")).await;
+    r.expect(&format!("wunlocked {key}"), Duration::from_secs(30))
+        .await;
+    let ours = tokio::time::timeout(Duration::from_secs(20), reader)
+        .await
+        .expect("Redisson's write unlock did not wake our reader")
+        .unwrap();
+    assert!(!try_(&mut r, "wtry").await, "Redisson wrote while we read");
+    assert!(ours.release().await.unwrap());
+}
