@@ -1,0 +1,177 @@
+//! The semaphore's scripts (core/scripts/semaphore_*.lua) run on a real redis-server, one call
+//! at a time as the handles will send them, on Redisson's RPermitExpirableSemaphore layout (what
+//! `semaphore_redisson.rs` read from a Java client): re-sends that change nothing, a different
+//! pool size refused naming both, and an expired holder reclaimed with the server's TIME.
+
+mod common;
+
+use std::time::Duration;
+
+use ferrolock_testbed::RedisServer;
+
+const ACQUIRE: &str = include_str!("../scripts/semaphore_acquire.lua");
+const RELEASE: &str = include_str!("../scripts/semaphore_release.lua");
+const LATCH_PX: &str = "10000";
+
+fn timeout_key(name: &str) -> String {
+    format!("{{{name}}}:timeout")
+}
+
+fn channel(name: &str) -> String {
+    format!("redisson_sc:{{{name}}}")
+}
+
+fn latch(name: &str, call: &str) -> String {
+    format!("ferrolock:latch:{{{name}}}:{call}")
+}
+
+/// `count` distinct 16-byte ids for call `call`.
+fn ids(call: &str, count: usize) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let mut id = [0u8; 16];
+            let tag = format!("{call}/{i}");
+            id[..tag.len().min(16)].copy_from_slice(&tag.as_bytes()[..tag.len().min(16)]);
+            id.to_vec()
+        })
+        .collect()
+}
+
+fn acquire(
+    server: &RedisServer,
+    name: &str,
+    call: &str,
+    permits: u32,
+    lease_ms: u64,
+    ids: &[Vec<u8>],
+) -> redis::RedisResult<(i64, i64)> {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(ACQUIRE)
+        .arg(3)
+        .arg(name)
+        .arg(timeout_key(name))
+        .arg(latch(name, call))
+        .arg(permits)
+        .arg(ids.len())
+        .arg(lease_ms)
+        .arg(channel(name))
+        .arg(LATCH_PX);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c)
+}
+
+fn release(server: &RedisServer, name: &str, call: &str, ids: &[Vec<u8>]) -> i64 {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(RELEASE)
+        .arg(3)
+        .arg(name)
+        .arg(timeout_key(name))
+        .arg(latch(name, call))
+        .arg(channel(name))
+        .arg(LATCH_PX);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c).unwrap()
+}
+
+fn available(server: &RedisServer, name: &str) -> i64 {
+    server.cmd::<String>(&["GET", name]).parse().unwrap()
+}
+
+/// A re-sent acquire (same call id) takes nothing more; a re-sent release adds nothing more;
+/// ids are 16 raw bytes in the zset, as Redisson writes them.
+#[test]
+fn resent_acquire_and_release_change_nothing() {
+    let server = RedisServer::start();
+    let name = "sem:resend";
+    let a = ids("a", 2);
+    assert_eq!(acquire(&server, name, "a", 3, 60_000, &a).unwrap().0, 1);
+    assert_eq!(available(&server, name), 1);
+    let again = acquire(&server, name, "a", 3, 60_000, &a).unwrap();
+    assert_eq!(again.0, 1, "the re-send answers the first run's grant");
+    assert_eq!(
+        available(&server, name),
+        1,
+        "a re-sent acquire took permits twice"
+    );
+    let members: Vec<Vec<u8>> = server.cmd(&["ZRANGE", &timeout_key(name), "0", "-1"]);
+    assert_eq!(members.len(), 2);
+    assert!(members.iter().all(|m| m.len() == 16 && a.contains(m)));
+
+    assert_eq!(release(&server, name, "r", &a), 2);
+    assert_eq!(available(&server, name), 3);
+    assert_eq!(
+        release(&server, name, "r", &a),
+        2,
+        "the re-send answers as the first"
+    );
+    assert_eq!(
+        available(&server, name),
+        3,
+        "a re-sent release added permits twice"
+    );
+    // A new release of the same ids (a bug in the caller) adds nothing either.
+    assert_eq!(release(&server, name, "r2", &a), 0);
+    assert_eq!(available(&server, name), 3);
+}
+
+/// A pool size other than the stored one is refused with both numbers in the error.
+#[test]
+fn a_different_pool_size_is_refused_naming_both() {
+    let server = RedisServer::start();
+    let name = "sem:size";
+    acquire(&server, name, "a", 3, 60_000, &ids("a", 1)).unwrap();
+    let err = acquire(&server, name, "b", 5, 60_000, &ids("b", 1)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains('3') && text.contains('5'), "{text}");
+    assert_eq!(available(&server, name), 2, "the refused call took nothing");
+}
+
+/// An expired holder's permits come back in the next acquire, computed from the server's TIME;
+/// a refusal answers the earliest lease end; the reclaim publishes how many it freed.
+#[test]
+fn expired_permits_are_reclaimed_by_the_next_acquire() {
+    let server = RedisServer::start();
+    let name = "sem:reclaim";
+    let mut sub = server.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(name)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let (granted, expiry) = acquire(&server, name, "a", 2, 200, &ids("a", 2)).unwrap();
+    assert_eq!(granted, 1);
+    let refused = acquire(&server, name, "b", 2, 60_000, &ids("b", 1)).unwrap();
+    assert_eq!(
+        refused,
+        (0, expiry),
+        "a refusal answers the earliest lease end"
+    );
+    // Wait on the server's clock, not ours.
+    loop {
+        let t: (String, String) = server.cmd(&["TIME"]);
+        let now = t.0.parse::<i64>().unwrap() * 1000 + t.1.parse::<i64>().unwrap() / 1000;
+        if now > expiry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(available(&server, name), 0, "reclaim is lazy");
+    assert_eq!(
+        acquire(&server, name, "c", 2, 60_000, &ids("c", 1))
+            .unwrap()
+            .0,
+        1
+    );
+    let m = pubsub.get_message().expect("the reclaim publishes");
+    assert_eq!(
+        String::from_utf8(m.get_payload_bytes().to_vec()).unwrap(),
+        "2"
+    );
+    assert_eq!(available(&server, name), 1);
+}
