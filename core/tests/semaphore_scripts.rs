@@ -11,6 +11,7 @@ use ferrolock_testbed::RedisServer;
 
 const ACQUIRE: &str = include_str!("../scripts/semaphore_acquire.lua");
 const RELEASE: &str = include_str!("../scripts/semaphore_release.lua");
+const EXTEND: &str = include_str!("../scripts/semaphore_extend.lua");
 const LATCH_PX: &str = "10000";
 
 fn timeout_key(name: &str) -> String {
@@ -77,6 +78,66 @@ fn release(server: &RedisServer, name: &str, call: &str, ids: &[Vec<u8>]) -> i64
         cmd.arg(id.as_slice());
     }
     cmd.query(&mut c).unwrap()
+}
+
+fn extend(server: &RedisServer, name: &str, lease_ms: u64, ids: &[Vec<u8>]) -> i64 {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(EXTEND).arg(1).arg(timeout_key(name)).arg(lease_ms);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c).unwrap()
+}
+
+fn score(server: &RedisServer, name: &str, id: &[u8]) -> Option<i64> {
+    let mut c = server.client();
+    redis::cmd("ZSCORE")
+        .arg(timeout_key(name))
+        .arg(id)
+        .query::<Option<f64>>(&mut c)
+        .unwrap()
+        .map(|s| s as i64)
+}
+
+/// Renewal extends only this holder's ids, never shortens, and answers 0 once they are lost
+/// (expired on the server's clock, or reclaimed), without reviving them.
+#[test]
+fn renewal_extends_only_held_permits_and_reports_loss() {
+    let server = RedisServer::start();
+    let name = "sem:renew";
+    let (a, b) = (ids("a", 1), ids("b", 1));
+    acquire(&server, name, "a", 3, 60_000, &a).unwrap();
+    let (_, b_expiry) = acquire(&server, name, "b", 3, 200, &b).unwrap();
+    let a_before = score(&server, name, &a[0]).unwrap();
+    assert_eq!(extend(&server, name, 600_000, &a), 1);
+    assert!(score(&server, name, &a[0]).unwrap() > a_before);
+    assert_eq!(
+        score(&server, name, &b[0]),
+        Some(b_expiry),
+        "only this holder's ids"
+    );
+    let a_now = score(&server, name, &a[0]).unwrap();
+    assert_eq!(extend(&server, name, 1_000, &a), 1);
+    assert_eq!(score(&server, name, &a[0]), Some(a_now), "never shorter");
+    loop {
+        let t: (String, String) = server.cmd(&["TIME"]);
+        let now = t.0.parse::<i64>().unwrap() * 1000 + t.1.parse::<i64>().unwrap() / 1000;
+        if now > b_expiry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        extend(&server, name, 60_000, &b),
+        0,
+        "an expired id is lost"
+    );
+    assert_eq!(
+        score(&server, name, &b[0]),
+        Some(b_expiry),
+        "and not revived"
+    );
 }
 
 fn available(server: &RedisServer, name: &str) -> i64 {
