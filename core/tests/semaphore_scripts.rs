@@ -236,3 +236,43 @@ fn expired_permits_are_reclaimed_by_the_next_acquire() {
     );
     assert_eq!(available(&server, name), 1);
 }
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Redisson and the scripts share one pool both ways: each side is refused while the other
+/// holds every permit, and each side can take what the other released; Redisson releases an id
+/// the scripts wrote (16 raw bytes it reads as hex).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_and_the_scripts_share_one_pool() {
+    use common::redisson::{Redisson, redisson_classpath};
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let name = "sem:shared";
+    let reply = Duration::from_secs(30);
+    r.send(&format!("ssetpermits {name} 2")).await;
+    r.expect(&format!("ssetpermits {name} true"), reply).await;
+    r.send(&format!("sacquire {name} 2 60000")).await;
+    let java = r.expect(&format!("sacquire {name} "), reply).await;
+    let java = java[format!("sacquire {name} ").len()..].to_string();
+    assert_eq!(java.split(',').count(), 2, "{java}");
+    let ours = ids("a", 1);
+    let (granted, _) = acquire(&server, name, "a", 2, 60_000, &ours).unwrap();
+    assert_eq!(granted, 0, "Redisson holds every permit");
+    r.send(&format!("srelease {name} {java}")).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    let ours = ids("b", 2);
+    assert_eq!(acquire(&server, name, "b", 2, 60_000, &ours).unwrap().0, 1);
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    r.expect(&format!("sacquire {name} none"), reply).await;
+    // Redisson releases one of our ids: it reads the 16 raw bytes as the id it knows.
+    r.send(&format!("srelease {name} {}", hex(&ours[0]))).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    assert_eq!(available(&server, name), 1);
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    let line = r.expect(&format!("sacquire {name} "), reply).await;
+    assert!(!line.ends_with(" none"), "{line}");
+    r.send("quit").await;
+}
