@@ -2,6 +2,7 @@ package ferrolock.interop;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 
 import org.redisson.Redisson;
@@ -19,6 +20,12 @@ import org.redisson.config.ShardedSubscriptionMode;
  *   unlock KEY         -> "unlocked KEY"
  * The same with an "r" or "w" in front (rtry, rlock, runlock, wtry, ...) on the RReadWriteLock
  * KEY's read or write lock; the reply's first word carries the same prefix ("rlocked KEY").
+ * RPermitExpirableSemaphore NAME (commands starting with "s", checked first):
+ *   ssetpermits NAME N              -> "ssetpermits NAME true|false"  (trySetPermits(N))
+ *   sacquire NAME COUNT LEASE_MS    -> "sacquire NAME ID,ID,..." or "sacquire NAME none"
+ *                                      (tryAcquire(COUNT, 0, LEASE_MS ms); ids as Redisson shows them)
+ *   srelease NAME ID,ID,...         -> "sreleased NAME"
+ *   savailable NAME                 -> "savailable NAME N"
  *   quit
  */
 public final class Client {
@@ -37,6 +44,11 @@ public final class Client {
         BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
         for (String line; (line = in.readLine()) != null; ) {
             String[] c = line.trim().split(" ");
+            if (c[0].startsWith("s")) {
+                System.out.println(semaphore(redisson, c));
+                System.out.flush();
+                continue;
+            }
             String kind = c[0].startsWith("r") || c[0].startsWith("w") ? c[0].substring(0, 1) : "";
             switch (c[0].substring(kind.length())) {
                 case "try" -> System.out.println(
@@ -60,6 +72,23 @@ public final class Client {
             System.out.flush();
         }
         redisson.shutdown();
+    }
+
+    private static String semaphore(RedissonClient redisson, String[] c) throws InterruptedException {
+        var s = redisson.getPermitExpirableSemaphore(c[1]);
+        return switch (c[0]) {
+            case "ssetpermits" -> "ssetpermits " + c[1] + " " + s.trySetPermits(Integer.parseInt(c[2]));
+            case "sacquire" -> {
+                List<String> ids = s.tryAcquire(Integer.parseInt(c[2]), 0, Long.parseLong(c[3]), TimeUnit.MILLISECONDS);
+                yield "sacquire " + c[1] + " " + (ids == null || ids.isEmpty() ? "none" : String.join(",", ids));
+            }
+            case "srelease" -> {
+                s.release(List.of(c[2].split(",")));
+                yield "sreleased " + c[1];
+            }
+            case "savailable" -> "savailable " + c[1] + " " + s.availablePermits();
+            default -> "error unknown command " + String.join(" ", c);
+        };
     }
 
     /** "" the RLock, "r" or "w" the RReadWriteLock's read or write lock. */

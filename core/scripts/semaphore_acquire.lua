@@ -1,0 +1,48 @@
+-- Takes ARGV[2] permits with a lease on Redisson's RPermitExpirableSemaphore layout (issue 33;
+-- scripts only: the manager does not send it yet). Expired ids are reclaimed first, with the
+-- server's TIME (never the client's clock); a reclaim that frees permits publishes how many.
+-- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
+-- acquire on a name sets the counter to ARGV[1], as trySetPermits does.
+-- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3] this call's latch (one slot).
+-- ARGV[1] permits (pool size), ARGV[2] count, ARGV[3] lease ms, ARGV[4] channel
+-- `redisson_sc:{name}`, ARGV[5] the latch's PX in ms, ARGV[6..] `count` fresh ids, 16 raw bytes.
+-- Returns {1, expiry ms} when granted, {0, earliest lease end ms or -1} when refused; an error
+-- naming both sizes when the stored pool size differs.
+-- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice).
+local done = redis.call('GET', KEYS[3])
+if done then
+  return {1, tonumber(done)}
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local permits, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+local available = tonumber(redis.call('GET', KEYS[1]))
+if available == nil then
+  redis.call('SET', KEYS[1], permits)
+  available = permits
+else
+  local stored = available + redis.call('ZCARD', KEYS[2])
+  if stored ~= permits then
+    return redis.error_reply('ERR semaphore ' .. KEYS[1] .. ' has ' .. stored ..
+      ' permits, asked for ' .. permits)
+  end
+end
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now)
+if #expired > 0 then
+  for i = 1, #expired, 500 do
+    redis.call('ZREM', KEYS[2], unpack(expired, i, math.min(i + 499, #expired)))
+  end
+  available = redis.call('INCRBY', KEYS[1], #expired)
+  redis.call('PUBLISH', ARGV[4], #expired)
+end
+if available < count then
+  local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
+  return {0, first[2] and tonumber(first[2]) or -1}
+end
+local expiry = now + tonumber(ARGV[3])
+for i = 6, 5 + count do
+  redis.call('ZADD', KEYS[2], expiry, ARGV[i])
+end
+redis.call('DECRBY', KEYS[1], count)
+redis.call('SET', KEYS[3], expiry, 'PX', ARGV[5])
+return {1, expiry}

@@ -1,0 +1,20 @@
+-- Returns this holder's permits (its ids) to the pool on Redisson's RPermitExpirableSemaphore
+-- layout (issue 33; scripts only) and publishes how many it returned on `redisson_sc:{name}`,
+-- as Redisson's release does, so up to that many waiters wake. Ids already reclaimed (their
+-- lease ended) are not returned again.
+-- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3] this call's latch (one slot).
+-- ARGV[1] channel, ARGV[2] the latch's PX in ms, ARGV[3..] this holder's ids (16 raw bytes).
+-- Returns how many permits went back (0: none held any more).
+-- Safe to run twice: a re-send finds the ids gone (ZREM is 0) and adds nothing; the latch keeps
+-- the first run's reply so the re-send answers as it did.
+local done = redis.call('GET', KEYS[3])
+if done then
+  return tonumber(done)
+end
+local removed = redis.call('ZREM', KEYS[2], unpack(ARGV, 3))
+if removed > 0 then
+  redis.call('INCRBY', KEYS[1], removed)
+  redis.call('PUBLISH', ARGV[1], removed)
+end
+redis.call('SET', KEYS[3], removed, 'PX', ARGV[2])
+return removed

@@ -1,0 +1,278 @@
+//! The semaphore's scripts (core/scripts/semaphore_*.lua) run on a real redis-server, one call
+//! at a time as the handles will send them, on Redisson's RPermitExpirableSemaphore layout (what
+//! `semaphore_redisson.rs` read from a Java client): re-sends that change nothing, a different
+//! pool size refused naming both, and an expired holder reclaimed with the server's TIME.
+
+mod common;
+
+use std::time::Duration;
+
+use ferrolock_testbed::RedisServer;
+
+const ACQUIRE: &str = include_str!("../scripts/semaphore_acquire.lua");
+const RELEASE: &str = include_str!("../scripts/semaphore_release.lua");
+const EXTEND: &str = include_str!("../scripts/semaphore_extend.lua");
+const LATCH_PX: &str = "10000";
+
+fn timeout_key(name: &str) -> String {
+    format!("{{{name}}}:timeout")
+}
+
+fn channel(name: &str) -> String {
+    format!("redisson_sc:{{{name}}}")
+}
+
+fn latch(name: &str, call: &str) -> String {
+    format!("ferrolock:latch:{{{name}}}:{call}")
+}
+
+/// `count` distinct 16-byte ids for call `call`.
+fn ids(call: &str, count: usize) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let mut id = [0u8; 16];
+            let tag = format!("{call}/{i}");
+            id[..tag.len().min(16)].copy_from_slice(&tag.as_bytes()[..tag.len().min(16)]);
+            id.to_vec()
+        })
+        .collect()
+}
+
+fn acquire(
+    server: &RedisServer,
+    name: &str,
+    call: &str,
+    permits: u32,
+    lease_ms: u64,
+    ids: &[Vec<u8>],
+) -> redis::RedisResult<(i64, i64)> {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(ACQUIRE)
+        .arg(3)
+        .arg(name)
+        .arg(timeout_key(name))
+        .arg(latch(name, call))
+        .arg(permits)
+        .arg(ids.len())
+        .arg(lease_ms)
+        .arg(channel(name))
+        .arg(LATCH_PX);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c)
+}
+
+fn release(server: &RedisServer, name: &str, call: &str, ids: &[Vec<u8>]) -> i64 {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(RELEASE)
+        .arg(3)
+        .arg(name)
+        .arg(timeout_key(name))
+        .arg(latch(name, call))
+        .arg(channel(name))
+        .arg(LATCH_PX);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c).unwrap()
+}
+
+fn extend(server: &RedisServer, name: &str, lease_ms: u64, ids: &[Vec<u8>]) -> i64 {
+    let mut c = server.client();
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(EXTEND).arg(1).arg(timeout_key(name)).arg(lease_ms);
+    for id in ids {
+        cmd.arg(id.as_slice());
+    }
+    cmd.query(&mut c).unwrap()
+}
+
+fn score(server: &RedisServer, name: &str, id: &[u8]) -> Option<i64> {
+    let mut c = server.client();
+    redis::cmd("ZSCORE")
+        .arg(timeout_key(name))
+        .arg(id)
+        .query::<Option<f64>>(&mut c)
+        .unwrap()
+        .map(|s| s as i64)
+}
+
+/// Renewal extends only this holder's ids, never shortens, and answers 0 once they are lost
+/// (expired on the server's clock, or reclaimed), without reviving them.
+#[test]
+fn renewal_extends_only_held_permits_and_reports_loss() {
+    let server = RedisServer::start();
+    let name = "sem:renew";
+    let (a, b) = (ids("a", 1), ids("b", 1));
+    acquire(&server, name, "a", 3, 60_000, &a).unwrap();
+    let (_, b_expiry) = acquire(&server, name, "b", 3, 200, &b).unwrap();
+    let a_before = score(&server, name, &a[0]).unwrap();
+    assert_eq!(extend(&server, name, 600_000, &a), 1);
+    assert!(score(&server, name, &a[0]).unwrap() > a_before);
+    assert_eq!(
+        score(&server, name, &b[0]),
+        Some(b_expiry),
+        "only this holder's ids"
+    );
+    let a_now = score(&server, name, &a[0]).unwrap();
+    assert_eq!(extend(&server, name, 1_000, &a), 1);
+    assert_eq!(score(&server, name, &a[0]), Some(a_now), "never shorter");
+    loop {
+        let t: (String, String) = server.cmd(&["TIME"]);
+        let now = t.0.parse::<i64>().unwrap() * 1000 + t.1.parse::<i64>().unwrap() / 1000;
+        if now > b_expiry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        extend(&server, name, 60_000, &b),
+        0,
+        "an expired id is lost"
+    );
+    assert_eq!(
+        score(&server, name, &b[0]),
+        Some(b_expiry),
+        "and not revived"
+    );
+}
+
+fn available(server: &RedisServer, name: &str) -> i64 {
+    server.cmd::<String>(&["GET", name]).parse().unwrap()
+}
+
+/// A re-sent acquire (same call id) takes nothing more; a re-sent release adds nothing more;
+/// ids are 16 raw bytes in the zset, as Redisson writes them.
+#[test]
+fn resent_acquire_and_release_change_nothing() {
+    let server = RedisServer::start();
+    let name = "sem:resend";
+    let a = ids("a", 2);
+    assert_eq!(acquire(&server, name, "a", 3, 60_000, &a).unwrap().0, 1);
+    assert_eq!(available(&server, name), 1);
+    let again = acquire(&server, name, "a", 3, 60_000, &a).unwrap();
+    assert_eq!(again.0, 1, "the re-send answers the first run's grant");
+    assert_eq!(
+        available(&server, name),
+        1,
+        "a re-sent acquire took permits twice"
+    );
+    let members: Vec<Vec<u8>> = server.cmd(&["ZRANGE", &timeout_key(name), "0", "-1"]);
+    assert_eq!(members.len(), 2);
+    assert!(members.iter().all(|m| m.len() == 16 && a.contains(m)));
+
+    assert_eq!(release(&server, name, "r", &a), 2);
+    assert_eq!(available(&server, name), 3);
+    assert_eq!(
+        release(&server, name, "r", &a),
+        2,
+        "the re-send answers as the first"
+    );
+    assert_eq!(
+        available(&server, name),
+        3,
+        "a re-sent release added permits twice"
+    );
+    // A new release of the same ids (a bug in the caller) adds nothing either.
+    assert_eq!(release(&server, name, "r2", &a), 0);
+    assert_eq!(available(&server, name), 3);
+}
+
+/// A pool size other than the stored one is refused with both numbers in the error.
+#[test]
+fn a_different_pool_size_is_refused_naming_both() {
+    let server = RedisServer::start();
+    let name = "sem:size";
+    acquire(&server, name, "a", 3, 60_000, &ids("a", 1)).unwrap();
+    let err = acquire(&server, name, "b", 5, 60_000, &ids("b", 1)).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains('3') && text.contains('5'), "{text}");
+    assert_eq!(available(&server, name), 2, "the refused call took nothing");
+}
+
+/// An expired holder's permits come back in the next acquire, computed from the server's TIME;
+/// a refusal answers the earliest lease end; the reclaim publishes how many it freed.
+#[test]
+fn expired_permits_are_reclaimed_by_the_next_acquire() {
+    let server = RedisServer::start();
+    let name = "sem:reclaim";
+    let mut sub = server.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(name)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let (granted, expiry) = acquire(&server, name, "a", 2, 200, &ids("a", 2)).unwrap();
+    assert_eq!(granted, 1);
+    let refused = acquire(&server, name, "b", 2, 60_000, &ids("b", 1)).unwrap();
+    assert_eq!(
+        refused,
+        (0, expiry),
+        "a refusal answers the earliest lease end"
+    );
+    // Wait on the server's clock, not ours.
+    loop {
+        let t: (String, String) = server.cmd(&["TIME"]);
+        let now = t.0.parse::<i64>().unwrap() * 1000 + t.1.parse::<i64>().unwrap() / 1000;
+        if now > expiry {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(available(&server, name), 0, "reclaim is lazy");
+    assert_eq!(
+        acquire(&server, name, "c", 2, 60_000, &ids("c", 1))
+            .unwrap()
+            .0,
+        1
+    );
+    let m = pubsub.get_message().expect("the reclaim publishes");
+    assert_eq!(
+        String::from_utf8(m.get_payload_bytes().to_vec()).unwrap(),
+        "2"
+    );
+    assert_eq!(available(&server, name), 1);
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Redisson and the scripts share one pool both ways: each side is refused while the other
+/// holds every permit, and each side can take what the other released; Redisson releases an id
+/// the scripts wrote (16 raw bytes it reads as hex).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_and_the_scripts_share_one_pool() {
+    use common::redisson::{Redisson, redisson_classpath};
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let name = "sem:shared";
+    let reply = Duration::from_secs(30);
+    r.send(&format!("ssetpermits {name} 2")).await;
+    r.expect(&format!("ssetpermits {name} true"), reply).await;
+    r.send(&format!("sacquire {name} 2 60000")).await;
+    let java = r.expect(&format!("sacquire {name} "), reply).await;
+    let java = java[format!("sacquire {name} ").len()..].to_string();
+    assert_eq!(java.split(',').count(), 2, "{java}");
+    let ours = ids("a", 1);
+    let (granted, _) = acquire(&server, name, "a", 2, 60_000, &ours).unwrap();
+    assert_eq!(granted, 0, "Redisson holds every permit");
+    r.send(&format!("srelease {name} {java}")).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    let ours = ids("b", 2);
+    assert_eq!(acquire(&server, name, "b", 2, 60_000, &ours).unwrap().0, 1);
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    r.expect(&format!("sacquire {name} none"), reply).await;
+    // Redisson releases one of our ids: it reads the 16 raw bytes as the id it knows.
+    r.send(&format!("srelease {name} {}", hex(&ours[0]))).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    assert_eq!(available(&server, name), 1);
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    let line = r.expect(&format!("sacquire {name} "), reply).await;
+    assert!(!line.ends_with(" none"), "{line}");
+    r.send("quit").await;
+}
