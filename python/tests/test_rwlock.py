@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -162,3 +163,22 @@ def test_bad_input_is_named(manager: LockManager) -> None:
         manager.write_lock(42)  # type: ignore[arg-type]
     with pytest.raises(ferrolock.InvalidArgument, match="'soon'"):
         manager.read_lock("k", ttl="soon")
+
+
+@pytest.mark.parametrize("side", ["read", "write"])
+def test_a_deleted_hold_is_lost_and_the_exit_raises_lock_lost(node: RedisNode, manager: LockManager, key: str, side: str) -> None:
+    """The watchdog renews each side like a lock; a hold taken away (its keys deleted) is
+    reported through `lock.lost` and the `with` exit raises `LockLost` naming the key."""
+    ttl = 2.0
+    ctx = manager.read_lock(key, ttl=ttl, interrupt=False) if side == "read" else manager.write_lock(key, ttl=ttl, interrupt=False)
+    with pytest.raises(ferrolock.LockLost) as info:
+        with ctx as lock:
+            assert not lock.lost
+            r = node.client()
+            r.delete(key, *r.keys(f"{key}*"), *r.keys(f"{{{key}}}*"))
+            # The next renewal (every ttl/3) finds the hold gone; the bound is generous.
+            deadline = time.monotonic() + 10 * ttl
+            while not lock.lost and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert lock.lost
+    assert info.value.key == key
