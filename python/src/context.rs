@@ -19,7 +19,7 @@ use crate::bridge;
 use crate::errors::{injected_class, to_py};
 use crate::lock::PyLock;
 use crate::manager::PyManager;
-use crate::options::key_str;
+use crate::options::{key_str, lock_kind};
 
 #[derive(Default)]
 struct State {
@@ -101,19 +101,22 @@ impl PyLockContext {
 #[pymethods]
 impl PyLockContext {
     #[new]
-    #[pyo3(signature = (manager, key, options = None))]
+    /// `kind`: "lock", or a side of the read-write lock, "read" or "write".
+    #[pyo3(signature = (manager, key, options = None, kind = "lock"))]
     fn new(
         py: Python<'_>,
         manager: Bound<'_, PyManager>,
         key: &Bound<'_, PyAny>,
         options: Option<&Bound<'_, PyDict>>,
+        kind: &str,
     ) -> PyResult<Self> {
         let key = key_str(py, key)?;
+        let kind = lock_kind(py, kind)?;
         let args = manager.get().args(py, &key, options)?;
         Ok(PyLockContext {
             manager: manager.unbind(),
             key,
-            opts: args.opts,
+            opts: kind.options(args.opts),
             interrupt: args.interrupt,
             shared: Arc::default(),
         })

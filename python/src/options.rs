@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use ferrolock::host;
 use ferrolock::{LockOptions, MAX_DURATION, ManagerOptions, OPTIONS, OptionScope, OptionType};
 use ferrolock::{OptionSpec, OptionValue as Value, option_spec};
 use pyo3::prelude::*;
@@ -336,6 +337,20 @@ pub fn manager_args(
 }
 
 /// A key must be a non-empty `str` (the core refuses the empty one with its own message).
+/// The kind a `LockContext` takes: "lock", "read" or "write".
+pub fn lock_kind(py: Python<'_>, kind: &str) -> PyResult<host::Kind> {
+    match kind {
+        "lock" => Ok(host::Kind::Lock),
+        "read" => Ok(host::Kind::Read),
+        "write" => Ok(host::Kind::Write),
+        _ => Err(invalid(
+            py,
+            format!("lock kind must be 'lock', 'read' or 'write', got {kind:?}"),
+            None,
+        )),
+    }
+}
+
 pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
     match key.cast::<PyString>() {
         Ok(s) if s.to_str()?.is_empty() => {

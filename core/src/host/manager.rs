@@ -19,12 +19,34 @@ use crate::host::flag::Flag;
 use crate::host::lock::Lock;
 use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
-use crate::options::{LockOptions, ManagerOptions};
+use crate::options::{LockOptions, ManagerOptions, RwSide};
 use crate::per_process::PerProcess;
 
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
 pub const NO_OWNER: u64 = u64::MAX;
+
+/// What an acquire takes: the lock, or a side of the read-write lock (DESIGN.md,
+/// "Read-write lock"). It travels in the options, so every way to call an acquire (async,
+/// blocking, completion-based) takes every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Lock,
+    Read,
+    Write,
+}
+
+impl Kind {
+    /// `opts` for this kind.
+    pub fn options(self, mut opts: LockOptions) -> LockOptions {
+        opts.rw = match self {
+            Kind::Lock => None,
+            Kind::Read => Some(RwSide::Read),
+            Kind::Write => Some(RwSide::Write),
+        };
+        opts
+    }
+}
 
 /// How long a binding's `close` (C's `ferrolock_manager_free`, Go's `Close`, Python's and
 /// Node's `close()`) waits for the waits it ends and the releases it makes; the rest goes on
@@ -199,6 +221,8 @@ impl Manager {
     /// Acquires `key` for `owner`, an opaque id the binding supplies (a thread, an asyncio
     /// task, an async context, an explicit id: it only matters with `opts.reentrant`, where
     /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters).
+    /// Options made by [`Kind::options`] take that side of the read-write lock (its owner
+    /// always re-enters, `reentrant` or not).
     /// Gives up once the process is exiting (see `exit`) or the manager is closed
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
@@ -207,11 +231,15 @@ impl Manager {
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
+        let owned = (owner != NO_OWNER).then_some(owner);
         let acquire = async {
-            if owner == NO_OWNER {
-                core.acquire_with(key, opts).await
-            } else {
-                core.acquire_owned(key, owner, opts).await
+            match opts.rw {
+                None => match owned {
+                    None => core.acquire_with(key, opts).await,
+                    Some(owner) => core.acquire_owned(key, owner, opts).await,
+                },
+                // The read-write lock's own entry (it refuses what a side does not allow).
+                Some(side) => crate::rwlock::acquire(&core.shared, key, owned, opts, side).await,
             }
         };
         // Once exiting, nothing is sent: an attempt started now would be undone in the

@@ -51,6 +51,8 @@ __all__ = [
     "metrics",
     "prometheus_text",
     "redlock",
+    "read_lock",
+    "write_lock",
 ]
 
 logger = logging.getLogger("ferrolock")
@@ -183,6 +185,21 @@ class LockManager:
         """A context manager for ``with`` and ``async with`` (see :class:`LockContext`)."""
         return LockContext(self._manager, key, options)
 
+    def read_lock(self, key: str, **options: Any) -> LockContext:
+        """The read side of the read-write lock ``key``, for ``with`` and ``async with``:
+        any number of readers hold it together, never beside a writer. The same options as
+        :meth:`lock`, but ``ttl`` is at most 30 s and ``fencing`` is refused (readers get no
+        fence). The owner (the thread, or the task under ``async with``) re-enters, also under
+        its own write lock (a downgrade)."""
+        return LockContext(self._manager, key, options, "read")
+
+    def write_lock(self, key: str, **options: Any) -> LockContext:
+        """The write side of the read-write lock ``key``: held alone. The same options as
+        :meth:`lock`; with ``fencing`` every grant carries a fence. An owner holding only the
+        read lock is refused (``RWLOCK_UPGRADE``: two upgraders would wait for each other
+        forever)."""
+        return LockContext(self._manager, key, options, "write")
+
     def acquire(self, key: str, **options: Any) -> Lock:
         """Acquires and returns the lock; raises ``NotAcquired`` when ``wait`` runs out
         (``wait=0`` tries once). Blocks with the GIL released; Ctrl-C interrupts the wait.
@@ -255,8 +272,24 @@ def redlock(key: str, **options: Any) -> LockContext:
     ``max_extensions``, ``retry_delay``, ``drift_factor``, ``node_timeout``, ``interrupt``)
     apply to this lock.
     """
+    return _shared_context(key, options, "lock")
+
+
+def read_lock(key: str, **options: Any) -> LockContext:
+    """As :func:`redlock`, for the read side of the read-write lock ``key``
+    (see :meth:`LockManager.read_lock`)."""
+    return _shared_context(key, options, "read")
+
+
+def write_lock(key: str, **options: Any) -> LockContext:
+    """As :func:`redlock`, for the write side of the read-write lock ``key``
+    (see :meth:`LockManager.write_lock`)."""
+    return _shared_context(key, options, "write")
+
+
+def _shared_context(key: str, options: dict[str, Any], kind: str) -> LockContext:
     conn = {name: options.pop(name) for name in _MANAGER_OPTIONS if name in options}
-    return LockContext(_Manager.shared(conn), key, options)
+    return LockContext(_Manager.shared(conn), key, options, kind)
 
 
 def _at_exit() -> None:

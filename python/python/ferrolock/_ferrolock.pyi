@@ -86,7 +86,9 @@ class _Manager:
 
 @disjoint_base
 class _LockContextBase:
-    def __new__(cls, manager: _Manager, key: Any, options: dict[str, Any] | None = None) -> _LockContextBase: ...
+    def __new__(
+        cls, manager: _Manager, key: Any, options: dict[str, Any] | None = None, kind: str = "lock"
+    ) -> _LockContextBase: ...
     @property
     def key(self) -> str: ...
     @property
