@@ -31,6 +31,16 @@ pub const NO_OWNER: u64 = u64::MAX;
 /// in the background.
 pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
+/// What an acquire takes: the lock, or a side of the read-write lock `key` (see
+/// `LockManager::read_lock` / `write_lock`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Kind {
+    #[default]
+    Lock,
+    Read,
+    Write,
+}
+
 /// A manager as a binding holds it. Cheap to clone; clones share everything.
 #[derive(Clone)]
 pub struct Manager {
@@ -203,15 +213,30 @@ impl Manager {
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_kind(key, owner, opts, Kind::Lock).await
+    }
+
+    /// [`acquire`](Manager::acquire) of `kind`. A read or write hold is reentrant for
+    /// `owner` whatever `opts.reentrant` says (Redisson's read-write layout is the hash).
+    pub async fn acquire_kind(
+        &self,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        kind: Kind,
+    ) -> Result<Lock> {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
         let acquire = async {
-            if owner == NO_OWNER {
-                core.acquire_with(key, opts).await
-            } else {
-                core.acquire_owned(key, owner, opts).await
+            match (kind, owner == NO_OWNER) {
+                (Kind::Lock, true) => core.acquire_with(key, opts).await,
+                (Kind::Lock, false) => core.acquire_owned(key, owner, opts).await,
+                (Kind::Read, true) => core.read_lock_with(key, opts).await,
+                (Kind::Read, false) => core.read_lock_owned(key, owner, opts).await,
+                (Kind::Write, true) => core.write_lock_with(key, opts).await,
+                (Kind::Write, false) => core.write_lock_owned(key, owner, opts).await,
             }
         };
         // Once exiting, nothing is sent: an attempt started now would be undone in the
@@ -264,7 +289,20 @@ impl Manager {
         opts: &LockOptions,
         cancel: &Cancel,
     ) -> Result<Lock> {
-        cancel::until_cancelled(self.acquire(key, owner, opts), cancel)
+        self.acquire_kind_cancellable(key, owner, opts, Kind::Lock, cancel)
+            .await
+    }
+
+    /// [`acquire_cancellable`](Manager::acquire_cancellable) of `kind`.
+    pub async fn acquire_kind_cancellable(
+        &self,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        kind: Kind,
+        cancel: &Cancel,
+    ) -> Result<Lock> {
+        cancel::until_cancelled(self.acquire_kind(key, owner, opts, kind), cancel)
             .await
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
