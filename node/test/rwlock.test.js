@@ -2,6 +2,9 @@
 // The read-write lock from Node (issue 33): acquireRead/acquireWrite and withReadLock/
 // withWriteLock over the lock's path, against a real redis-server started here.
 const test = require('node:test');
+const fs = require('node:fs');
+const path = require('node:path');
+const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
@@ -191,4 +194,17 @@ test('bad keys and ttls are refused naming the value', T, async () => {
     return true;
   });
   await m.close();
+});
+
+test("the README's read-write Node example runs", T, async () => {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Read-write lock (Rust)'));
+  const example = section.match(/```js\n([\s\S]*?)```/)[1];
+  const out = execFileSync(process.execPath, ['-e', example], {
+    cwd: path.resolve(__dirname, '..'),
+    env: { ...process.env, FERROLOCK_NODES: server.url },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  assert.match(out, /read as \S+, wrote with fence \d+/);
 });
