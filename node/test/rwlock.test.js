@@ -172,6 +172,30 @@ test('a waiting read acquire aborted by its signal leaves nothing held', T, asyn
   await Promise.all([holder.close(), waiter.close()]);
 });
 
+test('withWriteLock waiting behind a reader, aborted by its signal, leaves only the reader; its lock.signal is live inside', T, async () => {
+  const nodes = [server.url];
+  const [reader] = managers(1);
+  const key = 'rw:abort-write';
+  const r = await reader.acquireRead(key);
+  const before = keysNamed(key);
+  const controller = new AbortController();
+  const waiting = withWriteLock(key, () => 'never', { nodes, signal: controller.signal }).then(
+    (v) => v,
+    (e) => e,
+  );
+  await until('the writer queued', () => keysNamed(key) > before);
+  controller.abort(new Error('stop'));
+  const got = await waiting;
+  assert.ok(got instanceof AbortError, `expected an AbortError, got ${got}`);
+  assert.equal(server.cli('HGET', key, 'mode'), 'read');
+  assert.equal(keysNamed(key), before, 'only the reader\'s keys are left');
+  assert.equal(await r.release(), true);
+  const aborted = await withWriteLock(key, (lock) => lock.signal.aborted, { nodes });
+  assert.equal(aborted, false);
+  assert.equal(keysNamed(key), 0);
+  await reader.close();
+});
+
 test('bad keys and ttls are refused naming the value', T, async () => {
   const [m] = managers(1);
   for (const bad of [42, '', null]) {
