@@ -138,7 +138,7 @@ impl NativeManager {
     /// Acquires `key` with `options` (from `lockOptions`), else the defaults. `owner`
     /// (reentrant locks, read-write holds) is the async context's owner id; `cancel` aborts
     /// the wait, which rejects once whatever was taken is given back
-    /// (`host::Manager::acquire_kind_cancellable`). `kind`: `"read"` or `"write"` for a side
+    /// (`host::Manager::acquire_cancellable`). `kind`: `"read"` or `"write"` for a side
     /// of the read-write lock `key`, else the lock.
     #[napi]
     pub fn acquire<'env>(
@@ -166,10 +166,10 @@ impl NativeManager {
                     )));
                 }
             };
-            let opts: LockOptions = match options {
+            let opts: LockOptions = kind.options(match options {
                 Some(o) => o.inner.clone(),
                 None => manager.defaults().clone(),
-            };
+            });
             let env_locks = crate::env::locks_of(env)?;
             // Fired by the caller's signal, or by this environment's teardown: the acquire of a
             // worker thread that is gone leaves the line and takes nothing.
@@ -181,7 +181,7 @@ impl NativeManager {
                 let _waiting = waiting;
                 // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.
                 let lock = manager
-                    .acquire_kind_cancellable(&key, owner, &opts, kind, &cancel)
+                    .acquire_cancellable(&key, owner, &opts, &cancel)
                     .await
                     .map_err(to_napi)?;
                 if !env_locks.add(&lock) {

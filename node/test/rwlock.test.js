@@ -222,7 +222,7 @@ test('bad keys and ttls are refused naming the value', T, async () => {
 
 test("the README's read-write Node example runs", T, async () => {
   const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## Read-write lock (Rust)'));
+  const section = readme.slice(readme.indexOf('## Read-write lock'));
   const example = section.match(/```js\n([\s\S]*?)```/)[1];
   const out = execFileSync(process.execPath, ['-e', example], {
     cwd: path.resolve(__dirname, '..'),

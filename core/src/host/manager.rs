@@ -19,27 +19,39 @@ use crate::host::flag::Flag;
 use crate::host::lock::Lock;
 use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
-use crate::options::{LockOptions, ManagerOptions};
+use crate::options::{LockOptions, ManagerOptions, RwSide};
 use crate::per_process::PerProcess;
 
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
 pub const NO_OWNER: u64 = u64::MAX;
 
-/// How long a binding's `close` (C's `ferrolock_manager_free`, Go's `Close`, Python's and
-/// Node's `close()`) waits for the waits it ends and the releases it makes; the rest goes on
-/// in the background.
-pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
-
-/// What an acquire takes: the lock, or a side of the read-write lock `key` (see
-/// `LockManager::read_lock` / `write_lock`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What an acquire takes: the lock, or a side of the read-write lock (DESIGN.md,
+/// "Read-write lock"). It travels in the options, so every way to call an acquire (async,
+/// blocking, completion-based) takes every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    #[default]
     Lock,
     Read,
     Write,
 }
+
+impl Kind {
+    /// `opts` for this kind.
+    pub fn options(self, mut opts: LockOptions) -> LockOptions {
+        opts.rw = match self {
+            Kind::Lock => None,
+            Kind::Read => Some(RwSide::Read),
+            Kind::Write => Some(RwSide::Write),
+        };
+        opts
+    }
+}
+
+/// How long a binding's `close` (C's `ferrolock_manager_free`, Go's `Close`, Python's and
+/// Node's `close()`) waits for the waits it ends and the releases it makes; the rest goes on
+/// in the background.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A manager as a binding holds it. Cheap to clone; clones share everything.
 #[derive(Clone)]
@@ -209,34 +221,25 @@ impl Manager {
     /// Acquires `key` for `owner`, an opaque id the binding supplies (a thread, an asyncio
     /// task, an async context, an explicit id: it only matters with `opts.reentrant`, where
     /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters).
+    /// Options made by [`Kind::options`] take that side of the read-write lock (its owner
+    /// always re-enters, `reentrant` or not).
     /// Gives up once the process is exiting (see `exit`) or the manager is closed
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
-        self.acquire_kind(key, owner, opts, Kind::Lock).await
-    }
-
-    /// [`acquire`](Manager::acquire) of `kind`. A read or write hold is reentrant for
-    /// `owner` whatever `opts.reentrant` says (Redisson's read-write layout is the hash).
-    pub async fn acquire_kind(
-        &self,
-        key: &str,
-        owner: u64,
-        opts: &LockOptions,
-        kind: Kind,
-    ) -> Result<Lock> {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
+        let owned = (owner != NO_OWNER).then_some(owner);
         let acquire = async {
-            match (kind, owner == NO_OWNER) {
-                (Kind::Lock, true) => core.acquire_with(key, opts).await,
-                (Kind::Lock, false) => core.acquire_owned(key, owner, opts).await,
-                (Kind::Read, true) => core.read_lock_with(key, opts).await,
-                (Kind::Read, false) => core.read_lock_owned(key, owner, opts).await,
-                (Kind::Write, true) => core.write_lock_with(key, opts).await,
-                (Kind::Write, false) => core.write_lock_owned(key, owner, opts).await,
+            match opts.rw {
+                None => match owned {
+                    None => core.acquire_with(key, opts).await,
+                    Some(owner) => core.acquire_owned(key, owner, opts).await,
+                },
+                // The read-write lock's own entry (it refuses what a side does not allow).
+                Some(side) => crate::rwlock::acquire(&core.shared, key, owned, opts, side).await,
             }
         };
         // Once exiting, nothing is sent: an attempt started now would be undone in the
@@ -289,20 +292,7 @@ impl Manager {
         opts: &LockOptions,
         cancel: &Cancel,
     ) -> Result<Lock> {
-        self.acquire_kind_cancellable(key, owner, opts, Kind::Lock, cancel)
-            .await
-    }
-
-    /// [`acquire_cancellable`](Manager::acquire_cancellable) of `kind`.
-    pub async fn acquire_kind_cancellable(
-        &self,
-        key: &str,
-        owner: u64,
-        opts: &LockOptions,
-        kind: Kind,
-        cancel: &Cancel,
-    ) -> Result<Lock> {
-        cancel::until_cancelled(self.acquire_kind(key, owner, opts, kind), cancel)
+        cancel::until_cancelled(self.acquire(key, owner, opts), cancel)
             .await
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
