@@ -111,6 +111,18 @@ export declare class LockManager {
   /** Tries once; rejects with NotAcquiredError if held elsewhere. */
   tryAcquire(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
   /**
+   * The read side of the read-write lock `key` (Redisson's RReadWriteLock layout): shared
+   * with other readers, excluded by a writer. `ttl` at most 30000 ms; `fencing` is refused
+   * (fence tokens go to writers only).
+   */
+  acquireRead(key: string, options?: AcquireOptions): Promise<Lock>;
+  /** Tries the read side once; rejects with NotAcquiredError while a writer holds `key`. */
+  tryAcquireRead(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
+  /** The write side of the read-write lock `key`: alone; with `fencing`, each grant has a fence. */
+  acquireWrite(key: string, options?: AcquireOptions): Promise<Lock>;
+  /** Tries the write side once; rejects with NotAcquiredError while anyone holds `key`. */
+  tryAcquireWrite(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
+  /**
    * Ends the acquires waiting on this manager (they reject with NotAcquiredError, "its
    * LockManager was closed", leaving nothing on any node that answers), releases the locks it
    * handed out that are still held, then closes.
@@ -124,6 +136,16 @@ export declare class LockManager {
  * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
  */
 export declare function withLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
+
+/**
+ * `withLock` holding the read side of the read-write lock `key` (shared with other readers;
+ * `ttl` at most 30000 ms, no `fencing`). Inside a `withReadLock` or `withWriteLock` scope on
+ * the same key the scope's owner re-enters; a write under one's own read lock is refused
+ * (`RWLOCK_UPGRADE`), a read under one's own write lock is granted (a downgrade).
+ */
+export declare function withReadLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
+/** `withLock` holding the write side of the read-write lock `key` (alone). */
+export declare function withWriteLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
 
 /** A histogram of durations in seconds. */
 export interface HistogramMetrics {

@@ -6,6 +6,8 @@ const ferrolock = require('./index.js');
 export const {
   version,
   withLock,
+  withReadLock,
+  withWriteLock,
   LockManager,
   Lock,
   metrics,

@@ -75,19 +75,28 @@ function enclosing(nm, key) {
   return undefined;
 }
 
-/** `opts`: a NativeLockOptions, or null for the manager's defaults. */
-async function acquireNative(nm, key, opts, reentrant, signal) {
+/** The scope function holding a `kind` (null: the lock; 'read', 'write'), for errors. */
+const SCOPE_NAMES = { null: 'withLock', read: 'withReadLock', write: 'withWriteLock' };
+
+/** `opts`: a NativeLockOptions, or null for the manager's defaults. `kind`: null for the
+ * lock, 'read' or 'write' for a side of the read-write lock `key`. */
+async function acquireNative(nm, key, opts, reentrant, signal, kind = null) {
   const held = enclosing(nm, key);
   let owner = null;
-  if (held) {
-    if (!(held.reentrant && reentrant)) {
+  if (held && kind !== null && held.kind !== null) {
+    // A read-write hold is always reentrant for its owner: the core re-enters, downgrades
+    // (read under one's write) or refuses an upgrade (RWLOCK_UPGRADE).
+    owner = held.owner;
+  } else if (held) {
+    if (!(held.reentrant && reentrant && held.kind === kind)) {
+      const hint = held.kind === kind ? '; pass reentrant: true to both to re-enter' : '';
       throw new NotAcquiredError(
-        `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing withLock), so waiting would deadlock; pass reentrant: true to both to re-enter`,
+        `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}), so waiting would deadlock${hint}`,
         { key },
       );
     }
     owner = held.owner;
-  } else if (reentrant) {
+  } else if (reentrant || kind !== null) {
     owner = native.newOwner();
   }
   if (signal?.aborted) throw abortError(key, signal);
@@ -98,7 +107,7 @@ async function acquireNative(nm, key, opts, reentrant, signal) {
   }
   let inner;
   try {
-    inner = await nm.acquire(key, opts, owner, token);
+    inner = await nm.acquire(key, opts, owner, token, kind);
   } catch (e) {
     const err = fromNative(e, key);
     if (err instanceof AbortError && signal) throw abortError(key, signal);
@@ -138,14 +147,33 @@ class LockManager {
   }
   /** Acquires `key`; `wait` omitted or Infinity blocks, 0 tries once. */
   async acquire(key, options) {
-    checkKey(key);
-    const conv = convert(options, key, { manager: false, lock: true });
-    const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
-    return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal)).lock;
+    return this.#acquire(key, options, null);
   }
   /** Tries once: rejects with NotAcquiredError if the lock is held elsewhere. */
   async tryAcquire(key, options) {
     return this.acquire(key, { ...options, wait: 0 });
+  }
+  /** Takes the read side of the read-write lock `key`: shared with other readers. */
+  async acquireRead(key, options) {
+    return this.#acquire(key, options, 'read');
+  }
+  /** Tries the read side once: rejects with NotAcquiredError while a writer holds `key`. */
+  async tryAcquireRead(key, options) {
+    return this.acquireRead(key, { ...options, wait: 0 });
+  }
+  /** Takes the write side of the read-write lock `key`: alone. */
+  async acquireWrite(key, options) {
+    return this.#acquire(key, options, 'write');
+  }
+  /** Tries the write side once: rejects with NotAcquiredError while anyone holds `key`. */
+  async tryAcquireWrite(key, options) {
+    return this.acquireWrite(key, { ...options, wait: 0 });
+  }
+  async #acquire(key, options, kind) {
+    checkKey(key);
+    const conv = convert(options, key, { manager: false, lock: true });
+    const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
+    return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal, kind)).lock;
   }
   /** Releases the locks this manager handed out that are still held, then closes it. */
   async close() {
@@ -247,13 +275,27 @@ function withLockOptions(options, key) {
  * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
  */
 async function withLock(key, fn, options) {
+  return withKind(key, fn, options, null);
+}
+
+/** withLock holding the read side of the read-write lock `key` (shared with other readers). */
+async function withReadLock(key, fn, options) {
+  return withKind(key, fn, options, 'read');
+}
+
+/** withLock holding the write side of the read-write lock `key` (alone). */
+async function withWriteLock(key, fn, options) {
+  return withKind(key, fn, options, 'write');
+}
+
+async function withKind(key, fn, options, kind) {
   checkKey(key);
   if (typeof fn !== 'function') {
-    throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: withLock needs a callback function, got ${typeof fn}`, { key });
+    throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
   }
   const { nm, opts, reentrant, signal } = withLockOptions(options, key);
-  const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal);
-  const scope = { parent: scopes.getStore(), key, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
+  const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind);
+  const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
   let result;
   let failed = false;
   let error;
@@ -280,4 +322,4 @@ async function withLock(key, fn, options) {
   return result;
 }
 
-module.exports = { LockManager, withLock };
+module.exports = { LockManager, withLock, withReadLock, withWriteLock };

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ferrolock::host::{self, Cancel};
+use ferrolock::host::{self, Cancel, Kind};
 use ferrolock::{ErrorKind, LockOptions};
 use napi::bindgen_prelude::PromiseRaw;
 use napi::{Env, Result};
@@ -136,8 +136,10 @@ impl NativeManager {
     }
 
     /// Acquires `key` with `options` (from `lockOptions`), else the defaults. `owner`
-    /// (reentrant locks) is the async context's owner id; `cancel` aborts the wait, which
-    /// rejects once whatever was taken is given back (`host::Manager::acquire_cancellable`).
+    /// (reentrant locks, read-write holds) is the async context's owner id; `cancel` aborts
+    /// the wait, which rejects once whatever was taken is given back
+    /// (`host::Manager::acquire_cancellable`). `kind`: `"read"` or `"write"` for a side
+    /// of the read-write lock `key`, else the lock.
     #[napi]
     pub fn acquire<'env>(
         &self,
@@ -146,6 +148,7 @@ impl NativeManager {
         options: Option<&NativeLockOptions>,
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
+        kind: Option<String>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
         const ENTRY: &str = "NativeManager.acquire";
         guard(ENTRY, || {
@@ -153,17 +156,27 @@ impl NativeManager {
             if key.is_empty() {
                 return Err(invalid("lock key must be a non-empty string, got \"\""));
             }
-            let opts: LockOptions = match options {
+            let kind = match kind.as_deref() {
+                None => Kind::Lock,
+                Some("read") => Kind::Read,
+                Some("write") => Kind::Write,
+                Some(other) => {
+                    return Err(invalid(format!(
+                        "lock {key:?}: kind must be \"read\" or \"write\", got {other:?}"
+                    )));
+                }
+            };
+            let opts: LockOptions = kind.options(match options {
                 Some(o) => o.inner.clone(),
                 None => manager.defaults().clone(),
-            };
+            });
             let env_locks = crate::env::locks_of(env)?;
             // Fired by the caller's signal, or by this environment's teardown: the acquire of a
             // worker thread that is gone leaves the line and takes nothing.
             let cancel = cancel.map(|c| c.inner.clone()).unwrap_or_default();
             let waiting = env_locks.waiting(&cancel);
-            // Without `reentrant` the core ignores the owner.
-            let owner = owner.unwrap_or(0) as u64;
+            // No owner: a grant of its own (a read-write hold would re-enter owner 0's).
+            let owner = owner.map_or(host::NO_OWNER, |o| o as u64);
             promise_on_core(env, ENTRY, move || async move {
                 let _waiting = waiting;
                 // Rejects (CANCELLED: an AbortError) once whatever it had taken is given back.

@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
-import { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, version, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
+import { withLock, withReadLock, withWriteLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, version, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
 
 export async function usage(nodes: string[]): Promise<number> {
   const result: number = await withLock(
@@ -26,6 +26,13 @@ export async function usage(nodes: string[]): Promise<number> {
     }
   }
   const again = await manager.tryAcquire('k');
+  const r: Lock = await manager.acquireRead('rw', { ttl: 30_000, signal: AbortSignal.timeout(1000) });
+  const w: Lock = await manager.tryAcquireWrite('rw2', { fencing: true });
+  await manager.tryAcquireRead('rw3');
+  await manager.acquireWrite('rw4', { wait: 0 });
+  const shared: string = await withReadLock('rw', async (l: Lock) => l.token, { nodes });
+  const alone: number | null = await withWriteLock('rw', (l: Lock) => l.fence, { nodes, fencing: true });
+  void r, w, shared, alone;
   const released: boolean = await again.release();
   void released;
   return result;
