@@ -12,9 +12,11 @@ redis:
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
 test: redis lint test-rust test-python test-node test-faults test-c test-go
 
-## The version is the same everywhere it is written (scripts/check-version.sh: reads files only).
+## The version is the same everywhere it is written (scripts/check-version.sh: reads files only),
+## and the Go module path is the one Cargo.toml's repository URL gives (scripts/repository.sh).
 lint:
 	scripts/check-version.sh
+	scripts/repository.sh check
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 

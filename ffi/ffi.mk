@@ -18,6 +18,8 @@ FFI_STAGE := $(CURDIR)/target/ffi
 # Where cargo builds (CARGO_TARGET_DIR when set).
 FFI_TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The repository URL, from Cargo.toml (scripts/repository.sh; REPO_URL overrides it for make dist).
+FFI_URL := $(shell scripts/repository.sh url)
 FFI_VERSION_PARTS := $(subst ., ,$(FFI_VERSION))
 FFI_ABI := $(if $(filter 0,$(word 1,$(FFI_VERSION_PARTS))),0.$(word 2,$(FFI_VERSION_PARTS)),$(word 1,$(FFI_VERSION_PARTS)))
 PREFIX ?= /usr/local
@@ -40,7 +42,7 @@ define ffi_stage
 	ln -sfn libferrolock.so.$(FFI_VERSION) $(3)/lib/libferrolock.so.$(FFI_ABI)
 	ln -sfn libferrolock.so.$(FFI_ABI) $(3)/lib/libferrolock.so
 	cp ffi/include/ferrolock.h $(3)/include/ferrolock.h
-	sed -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
+	sed -e 's|@VERSION@|$(FFI_VERSION)|' -e 's|@URL@|$(FFI_URL)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
 endef
 
 ffi-lib:
