@@ -27,11 +27,11 @@ test-rust: redis
 test-python: redis
 	FERROLOCK_DEBUG_BUILD=1 python/test.sh
 
-## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
-## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
-## against real redis-servers.
+## The Node package: `npm install` in node/ (@napi-rs/cli, typescript, ioredis and node-redlock),
+## `npm run build` (the addon from source, in debug to reuse test-rust's build), then
+## `node --test` against real redis-servers.
 test-node: redis
-	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
+	cd node && npm install --no-audit --no-fund && FERROLOCK_DEBUG_BUILD=1 npm run build
 	cd node && npm test
 
 ## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).

@@ -15,7 +15,7 @@ cargo build -q -p ferrolock-cli
 bin="${CARGO_TARGET_DIR:-$root/target}/debug/ferrolock"
 py="$(FERROLOCK_DEBUG_BUILD=1 "$root/python/build.sh")"
 # The Node addon (as `make test-node` builds it) and the C library for the C and Go workers.
-(cd "$root/node" && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund --silent)
+(cd "$root/node" && npm install --no-audit --no-fund --silent && FERROLOCK_DEBUG_BUILD=1 npm run --silent build)
 make -s -C "$root" ffi-lib >/dev/null
 stage="$root/target/ffi"
 
