@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt
+.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt dist dist-smoke
 
 include ffi/ffi.mk
 
@@ -51,6 +51,18 @@ demo: redis
 
 bench: redis
 	@bench/run.sh
+
+## Release artifacts into dist/ (scripts/dist.sh: wheel + sdist, C tarball for glibc 2.17, static
+## musl CLI, npm main + linux-x64-gnu packages, SHA256SUMS), each checked by its ecosystem's lints.
+## Refuses while the repository URL is example.invalid (scripts/repository.sh; REPO_URL=https://...
+## for a test run). Slow (release builds): not part of `make test`.
+dist:
+	scripts/dist.sh
+
+## Installs each artifact of dist/ with no Rust reachable (env -i) and takes a lock with it on a
+## redis-server of its own (scripts/dist-smoke.sh). Not part of `make test`.
+dist-smoke: redis
+	scripts/dist-smoke.sh
 
 fmt:
 	$(CARGO) fmt --all
