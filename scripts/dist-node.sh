@@ -3,8 +3,8 @@
 #   ferrolock                 JavaScript, .d.ts, LICENSE, README; no Rust sources, no install
 #                             script, no dependencies; optionalDependencies pin the platform
 #                             packages to this version (lib/native.js loads the matching one)
-#   ferrolock-linux-x64-gnu   the stripped addon, built for glibc 2.17 (napi build -x:
-#                             cargo-zigbuild from .dist-venv), os/cpu/libc set so npm installs
+#   ferrolock-linux-x64-gnu   the stripped addon, built for glibc 2.17 (cargo-zigbuild from
+#                             .dist-venv), os/cpu/libc set so npm installs
 #                             it only where it runs
 # Both are packed into DIST and checked with publint and @arethetypeswrong/cli (installed
 # under .dist-venv/npm, not globally).
@@ -19,18 +19,20 @@ tools=$root/.dist-venv/npm
 [[ -x $tools/node_modules/.bin/attw && -x $tools/node_modules/.bin/publint ]] ||
   npm install --prefix "$tools" --no-audit --no-fund --silent publint@0.3 @arethetypeswrong/cli@0.18
 
-# The platform packages this release has: napi's triple -> npm's platform name, os, cpu, libc.
+# The platform packages this release has: the triple -> npm's platform name, os, cpu, libc.
 platforms=("x86_64-unknown-linux-gnu linux-x64-gnu linux x64 glibc")
 
 cd "$root/node"
-npm install --no-audit --no-fund --silent
 optional={}
 for entry in "${platforms[@]}"; do
   read -r triple platform os cpu libc <<<"$entry"
   pkg=ferrolock-$platform
   dir=$stage/$pkg
   mkdir -p "$dir"
-  npx napi build --platform --release --target "$triple" -x --no-js --output-dir "$dir"
+  # What `napi build --platform --release` does on Linux (a cdylib renamed .node), with zig as
+  # the linker for the oldest glibc: napi's -x runs plain cargo when the target is the host's.
+  cargo zigbuild --locked --release -p ferrolock-node --target "$triple.2.17"
+  cp "$root/target/$triple/release/libferrolock_node.so" "$dir/ferrolock.$platform.node"
   strip "$dir/ferrolock.$platform.node"
   objdump -T "$dir/ferrolock.$platform.node" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
   cp "$root/LICENSE" "$dir/"
@@ -41,6 +43,7 @@ for entry in "${platforms[@]}"; do
       description: `The ferrolock native addon for ${e.PLATFORM} (installed by the ferrolock package)`,
       license: "Apache-2.0",
       repository: { type: "git", url: `git+${e.URL}.git`, directory: "node" },
+      type: "commonjs",
       main: `ferrolock.${e.PLATFORM}.node`,
       files: [`ferrolock.${e.PLATFORM}.node`, "LICENSE"],
       os: [e.OS], cpu: [e.CPU], libc: [e.LIBC],
@@ -56,7 +59,7 @@ done
 
 main=$stage/ferrolock
 mkdir -p "$main"
-cp -r index.js index.mjs index.d.ts lib "$main/"
+cp -r index.js index.mjs index.d.ts index.d.mts lib "$main/"
 cp "$root/LICENSE" "$main/"
 cp "$root/README.md" "$main/README.md"
 OPTIONAL=$optional URL=$url node -e '
@@ -67,7 +70,6 @@ OPTIONAL=$optional URL=$url node -e '
   pkg.repository = { type: "git", url: `git+${process.env.URL}.git`, directory: "node" };
   pkg.homepage = process.env.URL;
   pkg.keywords = ["redis", "lock", "distributed-lock", "redlock", "mutex", "fencing"];
-  pkg.files = ["index.js", "index.mjs", "index.d.ts", "lib/", "LICENSE"];
   pkg.optionalDependencies = JSON.parse(process.env.OPTIONAL);
   fs.writeFileSync(process.argv[1], JSON.stringify(pkg, null, 2) + "\n");
 ' "$main/package.json"

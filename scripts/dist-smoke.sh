@@ -86,6 +86,9 @@ if [[ -f $tsc ]]; then
 JSON
     cat > smoke.ts <<'TS'
 import { LockManager, version } from 'ferrolock';
+// lib es2022 alone declares no console or process (no DOM, no @types/node): this file's own.
+declare const console: { log(...args: unknown[]): void; error(...args: unknown[]): void };
+declare const process: { exit(code: number): never };
 async function main(): Promise<void> {
   const manager = new LockManager({ ttl: 10_000 });
   const lock = await manager.acquire('smoke:ts');

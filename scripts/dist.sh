@@ -54,6 +54,9 @@ if want c; then
   rm -rf "$stage"
   make --no-print-directory ffi-dist-stage FFI_CARGO_BUILD="cargo zigbuild" REPO_URL="$url" \
     FFI_DIST_TARGET=x86_64-unknown-linux-gnu.2.17 FFI_DIST_DIR="$stage"
+  # Debug sections of std and the dependencies are most of the archive's size; no user needs them.
+  strip --strip-debug "$stage/lib/libferrolock.a"
+  strip --strip-unneeded "$stage/lib/libferrolock.so.$version"
   # The newest glibc symbol the shared library needs (2.17 at most).
   objdump -T "$stage/lib/libferrolock.so.$version" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
   tar -C "$root/target/dist" --owner=0 --group=0 --numeric-owner -czf "$dist/$name.tar.gz" "$name"
