@@ -32,7 +32,7 @@ for entry in "${platforms[@]}"; do
   # What `napi build --platform --release` does on Linux (a cdylib renamed .node), with zig as
   # the linker for the oldest glibc: napi's -x runs plain cargo when the target is the host's.
   cargo zigbuild --locked --release -p ferrolock-node --target "$triple.2.17"
-  cp "$root/target/$triple/release/libferrolock_node.so" "$dir/ferrolock.$platform.node"
+  cp "${CARGO_TARGET_DIR:-$root/target}/$triple/release/libferrolock_node.so" "$dir/ferrolock.$platform.node"
   strip "$dir/ferrolock.$platform.node"
   objdump -T "$dir/ferrolock.$platform.node" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1
   cp "$root/LICENSE" "$dir/"

@@ -34,12 +34,16 @@ export PATH=$venv/bin:$PATH
 
 dist=$root/dist
 mkdir -p "$dist"
+# Each glibc artifact builds in a target directory of its own: they share a triple but not
+# features, linker or flags, so in one directory each build invalidated the others' and a
+# warm `make dist` rebuilt the core three times.
+builds=$root/target/dist-build
 # Only this version's artifacts are replaced: a subset run (ONLY=) keeps the others.
 
 if want python; then
   step "Python: abi3 manylinux2014 wheel and sdist"
   rm -f "$dist"/ferrolock-*.whl "$dist/ferrolock-$version.tar.gz"
-  maturin build --release --locked --zig --compatibility manylinux2014 -m python/Cargo.toml --out "$dist"
+  CARGO_TARGET_DIR=$builds/python maturin build --release --locked --zig --compatibility manylinux2014 -m python/Cargo.toml --out "$dist"
   maturin sdist -m python/Cargo.toml --out "$dist"
   wheel=$(ls "$dist"/ferrolock-"$version"-*.whl)
   auditwheel show "$wheel"
@@ -52,7 +56,7 @@ if want c; then
   name=libferrolock-$version-x86_64-linux-gnu
   stage=$root/target/dist/$name
   rm -rf "$stage"
-  make --no-print-directory ffi-dist-stage FFI_CARGO_BUILD="cargo zigbuild" REPO_URL="$url" \
+  CARGO_TARGET_DIR=$builds/c make --no-print-directory ffi-dist-stage FFI_CARGO_BUILD="cargo zigbuild" REPO_URL="$url" \
     FFI_DIST_TARGET=x86_64-unknown-linux-gnu.2.17 FFI_DIST_DIR="$stage"
   # Debug sections of std and the dependencies are most of the archive's size; no user needs them.
   strip --strip-debug "$stage/lib/libferrolock.a"
@@ -79,7 +83,7 @@ fi
 
 if want node; then
   step "npm: main package and linux-x64-gnu platform package"
-  scripts/dist-node.sh "$dist" "$url"
+  CARGO_TARGET_DIR=$builds/node scripts/dist-node.sh "$dist" "$url"
 fi
 
 step "SHA256SUMS"
