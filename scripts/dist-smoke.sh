@@ -131,13 +131,21 @@ else
   skip "C tarball" "no cc or pkg-config"
 fi
 
-# The static CLI.
-clean "CLI (musl, static)" "$tmp/cli" "
-  tar -xzf '$dist/ferrolock-$version-x86_64-linux-musl.tar.gz'
-  cli=ferrolock-\$VERSION-x86_64-linux-musl/ferrolock
-  \$cli --version | grep -F \"\$VERSION\"
-  \$cli run --nodes \"\${FERROLOCK_NODES%%,*}\" --ttl 10s --wait 5s smoke:cli -- sh -c 'echo cli: held \$FERROLOCK_KEY'"
-skip "CLI (aarch64 musl)" "not built by make dist yet (qemu-user-static would run it)"
+# The static CLIs: x86_64 natively, aarch64 under qemu-user-static when it is installed.
+for arch in x86_64 aarch64; do
+  run=
+  if [[ $arch == aarch64 ]]; then
+    if ! run=$(command -v qemu-aarch64-static); then
+      skip "CLI ($arch musl, static)" "no qemu-aarch64-static (apt-get install qemu-user-static)"
+      continue
+    fi
+  fi
+  clean "CLI ($arch musl, static)" "$tmp/cli-$arch" "
+    tar -xzf '$dist/ferrolock-$version-$arch-linux-musl.tar.gz'
+    cli='$run '\$PWD/ferrolock-\$VERSION-$arch-linux-musl/ferrolock
+    \$cli --version | grep -F \"\$VERSION\"
+    \$cli run --nodes \"\${FERROLOCK_NODES%%,*}\" --ttl 10s --wait 5s smoke:cli -- sh -c 'echo cli $arch: held \$FERROLOCK_KEY'"
+done
 
 printf '\n== dist-smoke: %d passed, %d failed, %d skipped\n' "${#passed[@]}" "${#failed[@]}" "${#skipped[@]}"
 for s in "${failed[@]}"; do echo "  failed: $s"; done

@@ -3,7 +3,7 @@
 # systems the tools reach (glibc 2.17), each checked by its ecosystem's lints.
 #   dist/ferrolock-V-cp311-abi3-manylinux_2_17_x86_64.whl + ferrolock-V.tar.gz (sdist)
 #   dist/libferrolock-V-x86_64-linux-gnu.tar.gz   header, .a, versioned .so + links, .pc, LICENSE
-#   dist/ferrolock-V-x86_64-linux-musl.tar.gz      the static CLI
+#   dist/ferrolock-V-{x86_64,aarch64}-linux-musl.tar.gz   the static CLI
 #   dist/ferrolock-V.tgz + ferrolock-linux-x64-gnu-V.tgz   npm main + platform packages
 #   dist/SHA256SUMS
 # Tools go into .dist-venv (Python) and node/node_modules (npm), never globally.
@@ -67,18 +67,21 @@ if want c; then
 fi
 
 if want cli; then
-  step "CLI: static musl binary"
-  rustup target list --installed | grep -qx x86_64-unknown-linux-musl || rustup target add x86_64-unknown-linux-musl
-  # zig as the C compiler: ring compiles C and assembly, and no musl-gcc is installed here.
-  cargo zigbuild --locked --release -p ferrolock-cli --target x86_64-unknown-linux-musl
-  name=ferrolock-$version-x86_64-linux-musl
-  stage=$root/target/dist/$name
-  rm -rf "$stage" && mkdir -p "$stage"
-  cp target/x86_64-unknown-linux-musl/release/ferrolock LICENSE "$stage/"
-  strip "$stage/ferrolock"
-  file "$stage/ferrolock" | grep -q 'statically linked' || { echo "dist: the musl CLI is not static" >&2; exit 1; }
-  tar -C "$root/target/dist" --owner=0 --group=0 --numeric-owner -czf "$dist/$name.tar.gz" "$name"
-  echo "aarch64 CLI: not built (see DESIGN.md, Releases)"
+  # zig as the C compiler and linker: ring compiles C and assembly, and no musl-gcc is installed.
+  for arch in x86_64 aarch64; do
+    step "CLI: static musl binary for $arch"
+    triple=$arch-unknown-linux-musl
+    rustup target list --installed | grep -qx "$triple" || rustup target add "$triple"
+    cargo zigbuild --locked --release -p ferrolock-cli --target "$triple"
+    name=ferrolock-$version-$arch-linux-musl
+    stage=$root/target/dist/$name
+    rm -rf "$stage" && mkdir -p "$stage"
+    cp "target/$triple/release/ferrolock" LICENSE "$stage/"
+    # The host's strip knows only x86_64 (zig already left the aarch64 binary stripped).
+    if [[ $arch == x86_64 ]]; then strip "$stage/ferrolock"; fi
+    file "$stage/ferrolock" | grep -q 'statically linked' || { echo "dist: the $arch CLI is not static" >&2; exit 1; }
+    tar -C "$root/target/dist" --owner=0 --group=0 --numeric-owner -czf "$dist/$name.tar.gz" "$name"
+  done
 fi
 
 if want node; then
