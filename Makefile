@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt
+.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt dist dist-smoke
 
 include ffi/ffi.mk
 
@@ -12,9 +12,11 @@ redis:
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
 test: redis lint test-rust test-python test-node test-faults test-c test-go
 
-## The version is the same everywhere it is written (scripts/check-version.sh: reads files only).
+## The version is the same everywhere it is written (scripts/check-version.sh: reads files only),
+## and the Go module path is the one Cargo.toml's repository URL gives (scripts/repository.sh).
 lint:
 	scripts/check-version.sh
+	scripts/repository.sh check
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 
@@ -25,11 +27,11 @@ test-rust: redis
 test-python: redis
 	FERROLOCK_DEBUG_BUILD=1 python/test.sh
 
-## The Node package: `npm install` in node/ (builds the addon, in debug to reuse test-rust's
-## build; installs typescript, ioredis and node-redlock for the tests), then `node --test`
-## against real redis-servers.
+## The Node package: `npm install` in node/ (@napi-rs/cli, typescript, ioredis and node-redlock),
+## `npm run build` (the addon from source, in debug to reuse test-rust's build), then
+## `node --test` against real redis-servers.
 test-node: redis
-	cd node && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund
+	cd node && npm install --no-audit --no-fund && FERROLOCK_DEBUG_BUILD=1 npm run build
 	cd node && npm test
 
 ## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
@@ -49,6 +51,18 @@ demo: redis
 
 bench: redis
 	@bench/run.sh
+
+## Release artifacts into dist/ (scripts/dist.sh: wheel + sdist, C tarball for glibc 2.17, static
+## musl CLI, npm main + linux-x64-gnu packages, SHA256SUMS), each checked by its ecosystem's lints.
+## Refuses while the repository URL is example.invalid (scripts/repository.sh; REPO_URL=https://...
+## for a test run). Slow (release builds): not part of `make test`.
+dist:
+	scripts/dist.sh
+
+## Installs each artifact of dist/ with no Rust reachable (env -i) and takes a lock with it on a
+## redis-server of its own (scripts/dist-smoke.sh). Not part of `make test`.
+dist-smoke: redis
+	scripts/dist-smoke.sh
 
 fmt:
 	$(CARGO) fmt --all

@@ -215,8 +215,9 @@ if [ "$node" = 1 ]; then
     go_results="$tmp/go-full.md"
     [ -f "$go_results" ] || go_results="$root/bench/results/go.md"
     node_results+=(--go-results "$go_results")
-    # The addon in release (what `npm install ./node` builds), then the peers, pinned.
-    if (cd node && env -u FERROLOCK_DEBUG_BUILD npm install --no-audit --no-fund --silent >&2) \
+    # The addon in release (`npm run build`, as the release packages are built), then the peers, pinned.
+    if (cd node && npm install --no-audit --no-fund --silent >&2 \
+            && env -u FERROLOCK_DEBUG_BUILD npm run --silent build >&2) \
         && { [ -d bench/node/node_modules/redlock ] \
             || (cd bench/node && npm install --no-audit --no-fund --silent >&2); } \
         && node bench/node/bench_node.js --out "$tmp/node.md" --command "$command_line" \

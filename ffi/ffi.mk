@@ -18,6 +18,8 @@ FFI_STAGE := $(CURDIR)/target/ffi
 # Where cargo builds (CARGO_TARGET_DIR when set).
 FFI_TARGET := $(or $(CARGO_TARGET_DIR),$(CURDIR)/target)
 FFI_VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# The repository URL, from Cargo.toml (scripts/repository.sh; REPO_URL overrides it for make dist).
+FFI_URL := $(shell scripts/repository.sh url)
 FFI_VERSION_PARTS := $(subst ., ,$(FFI_VERSION))
 FFI_ABI := $(if $(filter 0,$(word 1,$(FFI_VERSION_PARTS))),0.$(word 2,$(FFI_VERSION_PARTS)),$(word 1,$(FFI_VERSION_PARTS)))
 PREFIX ?= /usr/local
@@ -32,15 +34,17 @@ FFI_PC_FLAGS = $(shell if command -v pkg-config >/dev/null 2>&1; then \
 
 # $(1): cargo profile flag, $(2): target dir profile name, $(3): the directory staged into
 # (the .pc finds its prefix from its own place, so the tree can be moved)
+# (FFI_CARGO_BUILD: `cargo zigbuild` for the release tarball)
+FFI_CARGO_BUILD = $(CARGO) build
 define ffi_stage
-	$(CARGO) build --locked -p ferrolock-ffi $(1)
+	$(FFI_CARGO_BUILD) --locked -p ferrolock-ffi $(1)
 	mkdir -p $(3)/lib/pkgconfig $(3)/include
 	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.a $(3)/lib/libferrolock.a
 	cp $(FFI_TARGET)/$(2)/libferrolock_ffi.so $(3)/lib/libferrolock.so.$(FFI_VERSION)
 	ln -sfn libferrolock.so.$(FFI_VERSION) $(3)/lib/libferrolock.so.$(FFI_ABI)
 	ln -sfn libferrolock.so.$(FFI_ABI) $(3)/lib/libferrolock.so
 	cp ffi/include/ferrolock.h $(3)/include/ferrolock.h
-	sed -e 's|@VERSION@|$(FFI_VERSION)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
+	sed -e 's|@VERSION@|$(FFI_VERSION)|' -e 's|@URL@|$(FFI_URL)|' ffi/ferrolock.pc.in > $(3)/lib/pkgconfig/ferrolock.pc
 endef
 
 ffi-lib:
@@ -91,6 +95,14 @@ test-go: redis ffi-lib
 
 install:
 	$(call ffi_stage,--release,release,$(DESTDIR)$(PREFIX))
+
+# The release C tarball's tree (scripts/dist.sh): the same staging as install, for
+# FFI_DIST_TARGET (a glibc-versioned triple, x86_64-unknown-linux-gnu.2.17, built with
+# FFI_CARGO_BUILD="cargo zigbuild"; its output directory drops the glibc suffix) into FFI_DIST_DIR.
+.PHONY: ffi-dist-stage
+ffi-dist-stage:
+	$(call ffi_stage,--release --target $(FFI_DIST_TARGET),$(firstword $(subst ., ,$(FFI_DIST_TARGET)))/release,$(FFI_DIST_DIR))
+	cp LICENSE $(FFI_DIST_DIR)/
 
 ## libFuzzer over the C entry points that parse caller input (options by name, node URLs):
 ## the library built with sanitizer coverage (stable rustc flags, as cargo-fuzz uses), the

@@ -11,11 +11,18 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
 "$root/scripts/ensure-redis.sh"
+# Progress on stderr: a cold build takes minutes (the demo's own output starts after it).
+# Tokens are printed by their last 8 characters: they start with the grant time, shared by all.
+step() { echo "demo: building $*" >&2; }
+step "the ferrolock CLI (cargo build)"
 cargo build -q -p ferrolock-cli
 bin="${CARGO_TARGET_DIR:-$root/target}/debug/ferrolock"
+step "the Python package (python/build.sh)"
 py="$(FERROLOCK_DEBUG_BUILD=1 "$root/python/build.sh")"
 # The Node addon (as `make test-node` builds it) and the C library for the C and Go workers.
-(cd "$root/node" && FERROLOCK_DEBUG_BUILD=1 npm install --no-audit --no-fund --silent)
+step "the Node addon (npm run build in node/)"
+(cd "$root/node" && npm install --no-audit --no-fund --silent && FERROLOCK_DEBUG_BUILD=1 npm run --silent build)
+step "the C library (make ffi-lib)"
 make -s -C "$root" ffi-lib >/dev/null
 stage="$root/target/ffi"
 
@@ -58,6 +65,7 @@ start_redis() {
 # The C and Go workers, built before any worker starts (the timing below is the demo's).
 cat >"$work/worker.c" <<'C'
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 #include "ferrolock.h"
 static long long now_ns(void) { struct timespec t; clock_gettime(CLOCK_REALTIME, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
@@ -71,7 +79,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "[c] %s\n", err ? err->message : "failed");
     return 1;
   }
-  printf("[c] got the lock (token %.8s…), working 300ms\n", ferrolock_lock_token(lock));
+  const char *tok = ferrolock_lock_token(lock); size_t n = strlen(tok);
+  printf("[c] got the lock (token …%s), working 300ms\n", tok + (n > 8 ? n - 8 : 0));
   FILE *f = fopen(argv[3], "a"); fprintf(f, "start %lld\n", now_ns()); fclose(f);
   struct timespec t = {0, 300000000L}; nanosleep(&t, NULL);
   f = fopen(argv[3], "a"); fprintf(f, "end %lld\n", now_ns()); fclose(f);
@@ -80,6 +89,7 @@ int main(int argc, char **argv) {
   return rc;
 }
 C
+step "the C and Go workers"
 cc -std=c11 -O1 -pthread "$work/worker.c" -o "$work/worker-c" -I"$stage/include" "$stage/lib/libferrolock.a" \
   -lpthread -ldl -lm -lrt -lutil -lgcc_s
 mkdir -p "$work/goworker"
@@ -109,7 +119,8 @@ func main() {
 		f.Close()
 	}
 	err = m.WithLock(context.Background(), key, func(ctx context.Context, l *ferrolock.Lock) error {
-		fmt.Printf("[go] got the lock (token %.8s…), working 300ms\n", l.Token())
+		tok := l.Token()
+		fmt.Printf("[go] got the lock (token …%s), working 300ms\n", tok[max(0, len(tok)-8):])
 		appendLine("start")
 		time.Sleep(300 * time.Millisecond)
 		appendLine("end")
@@ -143,7 +154,7 @@ import ferrolock
 
 nodes, key, sections, work = sys.argv[1:]
 with ferrolock.redlock(key, nodes=[nodes], ttl=5.0) as lock:
-    print(f"[python] got the lock (token {lock.token[:8]}…), holding it", flush=True)
+    print(f"[python] got the lock (token …{lock.token[-8:]}), holding it", flush=True)
     with open(sections, "a") as f:
         f.write(f"start {time.time_ns()}\n")
     with open(os.path.join(work, "token"), "w") as f:
@@ -171,7 +182,7 @@ fi
 
 # The critical section: runs as the child of `ferrolock run`, with the lock held.
 critical='
-  printf "[run %s] got the lock (token %s…), working 300ms\n" "$1" "${FERROLOCK_TOKEN:0:8}"
+  printf "[run %s] got the lock (token …%s), working 300ms\n" "$1" "${FERROLOCK_TOKEN: -8}"
   echo "start $(date +%s%N)" >>"$2"
   sleep 0.3
   echo "end $(date +%s%N)" >>"$2"
@@ -195,7 +206,7 @@ const fs = require('fs');
 // Wall-clock nanoseconds, finer than Date.now(): the sections are compared with the others'.
 const nowNs = () => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e6));
 withLock(key, async (lock) => {
-  console.log(`[node] got the lock (token ${lock.token.slice(0, 8)}…), working 300ms`);
+  console.log(`[node] got the lock (token …${lock.token.slice(-8)}), working 300ms`);
   fs.appendFileSync(sections, `start ${nowNs()}\n`);
   await new Promise((r) => setTimeout(r, 300));
   fs.appendFileSync(sections, `end ${nowNs()}\n`);

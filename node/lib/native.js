@@ -1,20 +1,43 @@
 'use strict';
-// Loads the addon `npm install` built (`napi build --platform` names it for the platform).
+// Loads the native addon, as napi-rs packages do. In order:
+//   1. FERROLOCK_NATIVE_PATH, an explicit path to a ferrolock.*.node (when set, only it);
+//   2. the prebuilt platform package, ferrolock-<platform>-<arch>[-<libc>] (an
+//      optionalDependency of the released package, pinned to its version: npm installs
+//      only the one matching os/cpu/libc);
+//   3. a local build in the package folder (`npm run build` in node/, from source).
+// When none fits, the error names the package this platform needs.
 const fs = require('node:fs');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
-const libc = process.platform === 'linux' && !process.report?.getReport?.().header?.glibcVersionRuntime ? '-musl' : '';
-const suffix = process.platform === 'linux' ? `${libc || '-gnu'}` : process.platform === 'win32' ? '-msvc' : '';
-const wanted = `ferrolock.${process.platform}-${process.arch}${suffix}.node`;
+const glibc = process.platform === 'linux' && !!process.report?.getReport?.().header?.glibcVersionRuntime;
+const abi = process.platform === 'linux' ? (glibc ? '-gnu' : '-musl') : process.platform === 'win32' ? '-msvc' : '';
+const platform = `${process.platform}-${process.arch}${abi}`;
+const packageName = `ferrolock-${platform}`;
 
-function find() {
-  if (fs.existsSync(path.join(root, wanted))) return path.join(root, wanted);
-  const any = fs.readdirSync(root).filter((f) => /^ferrolock\..*\.node$/.test(f));
-  if (any.length === 1) return path.join(root, any[0]);
+function load() {
+  const explicit = process.env.FERROLOCK_NATIVE_PATH;
+  if (explicit) {
+    if (!fs.existsSync(explicit)) {
+      throw new Error(`ferrolock: FERROLOCK_NATIVE_PATH='${explicit}' does not exist`);
+    }
+    return require(path.resolve(explicit));
+  }
+  let fromPackage;
+  try {
+    fromPackage = require.resolve(packageName);
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e;
+  }
+  if (fromPackage) return require(fromPackage);
+  const local = path.join(root, `ferrolock.${platform}.node`);
+  if (fs.existsSync(local)) return require(local);
   throw new Error(
-    `ferrolock: native addon ${wanted} not found in ${root}: reinstall the package (npm install builds it; needs a Rust toolchain)`,
+    `ferrolock: no native addon for ${platform}: the package ${packageName} is not installed ` +
+      `(npm installs it with ferrolock unless optional dependencies are omitted), no local build ` +
+      `${local} exists (\`npm run build\` in a checkout's node/, needs Rust), and ` +
+      `FERROLOCK_NATIVE_PATH is not set`,
   );
 }
 
-module.exports = require(find());
+module.exports = load();

@@ -1,8 +1,9 @@
 'use strict';
-// postinstall: builds the native addon with @napi-rs/cli (a dependency, so a plain
-// `npm install ./node` needs no manual step). The `napi` bin is looked up from this folder,
-// from where npm was started, then fetched with npx as a last resort (a linked local install
-// does not always see the dependencies npm installed for it).
+// `npm run build`: builds the native addon from source with @napi-rs/cli (a devDependency:
+// `npm install` in node/ first), in release, or in debug with FERROLOCK_DEBUG_BUILD=1 (make
+// test-node, to reuse the test build). The released packages carry a prebuilt addon instead
+// (ferrolock-<platform> packages, scripts/dist-node.sh) and no install script. The `napi` bin
+// is looked up from this folder, from where npm was started, then fetched with npx.
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
@@ -28,7 +29,6 @@ function run(cmd, argv) {
   return r.status === 0;
 }
 
-if (process.env.FERROLOCK_SKIP_BUILD) process.exit(0);
 const bin = napiBin();
 const ok = bin
   ? run(process.execPath, [bin, ...args])
