@@ -265,3 +265,66 @@ async fn a_release_wakes_a_waiter() {
         .unwrap();
     assert!(lock.release().await.unwrap());
 }
+
+/// Redisson 4.7.0 and the Rust API share one pool: a ferrolock waiter (its re-checks 60 s and
+/// 120 s away) is granted within 30 s of Redisson's release, so Redisson's publish woke it;
+/// Redisson is refused while ferrolock holds every permit, and takes one after its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_and_the_rust_api_share_one_pool_and_wake_each_other() {
+    use common::redisson::{Redisson, redisson_classpath};
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let m = Arc::new(manager(&[server.url()], opts()));
+    let name = "sem:interop";
+    let reply = Duration::from_secs(30);
+    r.send(&format!("ssetpermits {name} 2")).await;
+    r.expect(&format!("ssetpermits {name} true"), reply).await;
+    r.send(&format!("sacquire {name} 2 60000")).await;
+    let java = r.expect(&format!("sacquire {name} "), reply).await;
+    let java = java[format!("sacquire {name} ").len()..].to_string();
+    let e = m
+        .semaphore_with(name, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotAcquired,
+        "Redisson holds every permit: {e}"
+    );
+    let waiter = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let o = opts().retry_delay(Duration::from_secs(120));
+            m.semaphore_with(name, 2, 2, &o).await
+        })
+    };
+    let channel = format!("redisson_sc:{{{name}}}");
+    let end = Instant::now() + reply;
+    while server
+        .cmd::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
+        .1
+        == 0
+    {
+        assert!(Instant::now() < end, "the waiter never subscribed");
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "granted while Redisson held every permit"
+    );
+    r.send(&format!("srelease {name} {java}")).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    let ours = tokio::time::timeout(reply, waiter)
+        .await
+        .expect("not woken by Redisson's release: granted only at a re-check")
+        .unwrap()
+        .unwrap();
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    r.expect(&format!("sacquire {name} none"), reply).await;
+    assert!(ours.release().await.unwrap());
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    let line = r.expect(&format!("sacquire {name} "), reply).await;
+    assert!(!line.ends_with(" none"), "{line}");
+    r.send("quit").await;
+}
