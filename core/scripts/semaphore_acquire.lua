@@ -1,6 +1,6 @@
 -- Takes ARGV[2] permits with a lease on Redisson's RPermitExpirableSemaphore layout (issue 33;
--- scripts only: the manager does not send it yet). Expired ids are reclaimed first, with the
--- server's TIME (never the client's clock); a reclaim that frees permits publishes how many.
+-- sent by `semaphore.rs`). Expired ids are reclaimed first, with the server's TIME (never the
+-- client's clock); a reclaim that frees permits publishes how many.
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
 -- acquire on a name sets the counter to ARGV[1], as trySetPermits does.
 -- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3] this call's latch (one slot).

@@ -1,7 +1,8 @@
 -- Renews this holder's permits (its ids) on Redisson's RPermitExpirableSemaphore layout
--- (issue 33; scripts only): each id still held gets expiry max(its expiry, server TIME + lease),
--- never shorter. An id gone (released, reclaimed) or already past its expiry (waiting for the
--- next acquire to reclaim it) is lost: it is not revived, and the reply says so.
+-- (issue 33; the watchdog's batches, `Renewal::Permits`): each id still held gets expiry
+-- max(its expiry, server TIME + lease), never shorter. An id gone (released, reclaimed) or
+-- already past its expiry (waiting for the next acquire to reclaim it) is lost: it is not
+-- revived, and the reply says so.
 -- KEYS[1] `{name}:timeout`. ARGV[1] lease ms, ARGV[2..] this holder's ids (16 raw bytes).
 -- Returns 1 when every id was still held (and is renewed), 0 when any was lost.
 -- Safe to run twice: never-shorter makes a second run set the same or a later expiry.

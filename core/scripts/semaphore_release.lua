@@ -1,7 +1,7 @@
 -- Returns this holder's permits (its ids) to the pool on Redisson's RPermitExpirableSemaphore
--- layout (issue 33; scripts only) and publishes how many it returned on `redisson_sc:{name}`,
--- as Redisson's release does, so up to that many waiters wake. Ids already reclaimed (their
--- lease ended) are not returned again.
+-- layout (issue 33; sent by `lock.rs`, `release_on`) and publishes how many it returned on
+-- `redisson_sc:{name}`, as Redisson's release does, so up to that many waiters wake. Ids
+-- already reclaimed (their lease ended) are not returned again.
 -- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3] this call's latch (one slot).
 -- ARGV[1] channel, ARGV[2] the latch's PX in ms, ARGV[3..] this holder's ids (16 raw bytes).
 -- Returns how many permits went back (0: none held any more).

@@ -50,6 +50,7 @@ mod quorum;
 pub mod runtime;
 mod rwlock;
 mod scripts;
+mod semaphore;
 mod shared;
 mod token;
 mod watchdog;

@@ -18,7 +18,8 @@ use crate::owner::Holder;
 use crate::queue::barge_bound_ms;
 use crate::quorum::{Answer, FanOut, Tally, fan_out, yes_if};
 use crate::scripts::{
-    Extend, Latch, Release, ReleaseRead, ReleaseReentrant, ReleaseWrite, redisson_channel,
+    Extend, Latch, Release, ReleaseRead, ReleaseReentrant, ReleaseWrite, SemaphoreRelease,
+    redisson_channel,
 };
 use crate::shared::Shared;
 use crate::token::random_hex;
@@ -1014,7 +1015,7 @@ async fn release_on(
 ) -> std::result::Result<Option<i64>, NodeError> {
     // A reentrant release's call id, drawn once so that every re-send carries it (a plain
     // release's latch is named by its token, unique per grant).
-    let call = if how.kind.counted() {
+    let call = if how.kind.counted() || how.kind == Kind::Permits {
         random_hex()
     } else {
         String::new()
@@ -1046,6 +1047,16 @@ async fn release_on(
                 ),
                 _ => None,
             };
+            if how.kind == Kind::Permits {
+                // How many of this holder's permits went back: 0 = every one was reclaimed.
+                let release = SemaphoreRelease {
+                    name: key,
+                    ids: token,
+                    latch,
+                };
+                let back: i64 = Box::pin(release.invocation().invoke_async(&mut conn)).await?;
+                return Ok(yes_if(back > 0));
+            }
             if let Some(rw) = rw {
                 // nil = not ours, 0 = one hold fewer, 1 = freed.
                 let left: Option<i64> = Box::pin(rw.invoke_async(&mut conn)).await?;

@@ -183,6 +183,29 @@ impl LockManager {
         crate::rwlock::acquire(&self.shared, key, Some(owner), opts, RwSide::Write).await
     }
 
+    /// Takes one permit of the semaphore `name`, a pool of `permits` (Redisson's
+    /// `RPermitExpirableSemaphore` layout, see DESIGN.md, "Semaphore"), with the manager's
+    /// default options: the lease is the ttl, renewed by the watchdog while held and returned
+    /// to the pool when it ends (a crashed holder) or on release. The first acquire on a name
+    /// sets its pool size; a different stored size is refused naming both. Refused on a
+    /// manager with more than one node, and for a name containing `{`.
+    pub async fn semaphore(&self, name: &str, permits: u32) -> Result<Lock> {
+        self.semaphore_with(name, permits, 1, &self.shared.defaults.clone())
+            .await
+    }
+
+    /// `semaphore` taking `count` permits at once (1 ≤ count ≤ permits) with `opts` (ttl =
+    /// lease, wait, retry delay: the re-check when no lease end is known).
+    pub async fn semaphore_with(
+        &self,
+        name: &str,
+        permits: u32,
+        count: u32,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
+        crate::semaphore::acquire(&self.shared, name, permits, count, opts).await
+    }
+
     /// This manager's client uuid in this process: the first half of a reentrant lock's hash
     /// field (`"<client uuid>:<owner id>"`). A forked child gets a new one.
     pub fn client_id(&self) -> String {

@@ -126,6 +126,8 @@ pub(super) async fn ask(
                         latch,
                     }
                     .invocation(),
+                    // Acquired by `semaphore.rs`, never through this path.
+                    Kind::Permits => unreachable!("a semaphore is acquired by semaphore.rs"),
                     Kind::Plain => Acquire {
                         key,
                         names: &r.names,

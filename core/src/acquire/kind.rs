@@ -6,7 +6,9 @@
 
 use crate::options::{LockOptions, RwSide};
 use crate::queue::Role;
-use crate::scripts::{Renewal, redisson_channel, rwlock_channel, waiter_channel_prefix};
+use crate::scripts::{
+    Renewal, redisson_channel, rwlock_channel, semaphore_channel, waiter_channel_prefix,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -18,10 +20,16 @@ pub(crate) enum Kind {
     Read,
     /// The same hash, the writer's field `"<field>:write"`.
     Write,
+    /// Redisson's `RPermitExpirableSemaphore`: the holder's permit ids in `{name}:timeout`
+    /// (acquired by `semaphore.rs`, released and renewed here).
+    Permits,
 }
 
 impl Kind {
     pub fn of(opts: &LockOptions) -> Kind {
+        if opts.permits.is_some() {
+            return Kind::Permits;
+        }
         match opts.rw {
             Some(RwSide::Read) => Kind::Read,
             Some(RwSide::Write) => Kind::Write,
@@ -33,7 +41,7 @@ impl Kind {
     /// Held per owner with a hold count: an owner re-enters, and a decrement (acquire's undo,
     /// a release) runs once under a latch (see `scripts::Latch`).
     pub fn counted(self) -> bool {
-        self != Kind::Plain
+        !matches!(self, Kind::Plain | Kind::Permits)
     }
 
     /// Where an undo publishes a release: Redisson's channel, or the prefix of the plain
@@ -43,6 +51,7 @@ impl Kind {
             Kind::Plain => waiter_channel_prefix(key),
             Kind::Reentrant => redisson_channel(key),
             Kind::Read | Kind::Write => rwlock_channel(key),
+            Kind::Permits => semaphore_channel(key),
         }
     }
 
@@ -50,6 +59,7 @@ impl Kind {
     pub fn queue_channel(self, key: &str) -> String {
         match self {
             Kind::Read | Kind::Write => rwlock_channel(key),
+            Kind::Permits => semaphore_channel(key),
             _ => crate::queue::queue_channel(key, self.counted()),
         }
     }
@@ -71,6 +81,7 @@ impl Kind {
             Kind::Reentrant => "reentrant lock",
             Kind::Read => "read lock",
             Kind::Write => "write lock",
+            Kind::Permits => "semaphore",
         }
     }
 
@@ -81,6 +92,7 @@ impl Kind {
             Kind::Reentrant => Renewal::Field,
             Kind::Read => Renewal::Read,
             Kind::Write => Renewal::Writer,
+            Kind::Permits => Renewal::Permits,
         }
     }
 }

@@ -53,6 +53,15 @@ pub struct LockOptions {
     pub fencing: bool,
     /// A side of a read-write lock, set by `LockManager::read_lock*` / `write_lock*`.
     pub(crate) rw: Option<RwSide>,
+    /// A semaphore's pool size and this holder's count, set by `LockManager::semaphore*`.
+    pub(crate) permits: Option<Permits>,
+}
+
+/// A semaphore hold: `count` permits of a pool of `permits`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Permits {
+    pub permits: u32,
+    pub count: u32,
 }
 
 /// Which side of a read-write lock a hold is.
@@ -76,6 +85,7 @@ impl Default for LockOptions {
             reentrant: false,
             fencing: false,
             rw: None,
+            permits: None,
         }
     }
 }

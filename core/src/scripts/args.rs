@@ -7,8 +7,9 @@ use redis::{Cmd, Pipeline, RedisResult, ScriptInvocation};
 
 use super::{
     ACQUIRE, ACQUIRE_READ, ACQUIRE_REENTRANT, ACQUIRE_WRITE, DEQUEUE, EXTEND, EXTEND_READ,
-    EXTEND_REENTRANT, RAISE_FENCE, RELEASE, RELEASE_READ, RELEASE_REENTRANT, RELEASE_WRITE, Tagged,
-    UNDO, evalsha, fence_key, queue_key, queue_lease_key, queue_since_key, run_script,
+    EXTEND_REENTRANT, RAISE_FENCE, RELEASE, RELEASE_READ, RELEASE_REENTRANT, RELEASE_WRITE,
+    SEMAPHORE_ACQUIRE, SEMAPHORE_EXTEND, SEMAPHORE_RELEASE, Tagged, UNDO, evalsha, fence_key,
+    queue_key, queue_lease_key, queue_since_key, run_script,
 };
 
 /// The names the queue-aware scripts derive from the lock key: KEYS[2..5] of the acquire
@@ -348,6 +349,8 @@ pub enum Renewal {
     Writer,
     /// `extend_read.lua`: the reader's hold keys, the hash only upward.
     Read,
+    /// `semaphore_extend.lua`: the holder's permit ids (the token, hex) in `{name}:timeout`.
+    Permits,
 }
 
 /// A renewal (`Renewal` says which script).
@@ -366,21 +369,28 @@ impl Extend<'_> {
             Renewal::Plain => &EXTEND,
             Renewal::Field | Renewal::Writer => &EXTEND_REENTRANT,
             Renewal::Read => &EXTEND_READ,
+            Renewal::Permits => &SEMAPHORE_EXTEND,
         }
     }
 
     /// KEYS and ARGV after the script: (keys, args).
-    fn parts(&self) -> (Vec<String>, Vec<String>) {
+    fn parts(&self) -> (Vec<String>, Vec<Vec<u8>>) {
         let (key, token) = (self.key.to_string(), self.token.to_string());
         let ttl = self.ttl_ms.to_string();
-        match self.renewal {
+        let (keys, args) = match self.renewal {
             Renewal::Plain | Renewal::Field => (vec![key], vec![token, ttl]),
             Renewal::Writer => (vec![key], vec![writer_field(self.token), ttl]),
             Renewal::Read => (
                 vec![key, super::rwlock_timeout_prefix(self.key, self.token)],
                 vec![token, ttl],
             ),
-        }
+            Renewal::Permits => {
+                let mut args = vec![ttl.into_bytes()];
+                args.extend(permit_ids(self.token));
+                return (vec![super::semaphore_timeout_key(self.key)], args);
+            }
+        };
+        (keys, args.into_iter().map(String::into_bytes).collect())
     }
 
     pub fn invocation(&self) -> ScriptInvocation<'static> {
@@ -401,10 +411,11 @@ impl Extend<'_> {
         conn: &mut Conn,
         renewals: impl Iterator<Item = Renewal>,
     ) -> RedisResult<()> {
-        let (mut field, mut read) = (false, false);
+        let (mut field, mut read, mut permits) = (false, false, false);
         for r in renewals {
             field |= matches!(r, Renewal::Field | Renewal::Writer);
             read |= r == Renewal::Read;
+            permits |= r == Renewal::Permits;
         }
         let _: String = EXTEND.load_async(conn).await?;
         if field {
@@ -412,6 +423,9 @@ impl Extend<'_> {
         }
         if read {
             let _: String = EXTEND_READ.load_async(conn).await?;
+        }
+        if permits {
+            let _: String = SEMAPHORE_EXTEND.load_async(conn).await?;
         }
         Ok(())
     }
@@ -548,6 +562,74 @@ impl ReleaseWrite<'_> {
             .arg(super::rwlock_channel(self.key))
             .arg(flag(sharded))
             .arg(self.latch.px_ms);
+        inv
+    }
+}
+
+/// A semaphore holder's permit ids: its token is their 16 raw bytes each, in hex (a token is
+/// text everywhere else; Redisson's ids are raw bytes).
+pub(crate) fn permit_ids(token: &str) -> Vec<Vec<u8>> {
+    token
+        .as_bytes()
+        .chunks(32)
+        .map(|id| {
+            id.chunks(2)
+                .map(|b| {
+                    u8::from_str_radix(std::str::from_utf8(b).unwrap_or("00"), 16).unwrap_or(0)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// `semaphore_acquire.lua`: `count` permits of a pool of `permits` with a lease.
+pub(crate) struct SemaphoreAcquire<'a> {
+    pub name: &'a str,
+    pub permits: u32,
+    pub count: u32,
+    pub lease_ms: u64,
+    /// The fresh ids, 16 raw bytes each, in hex (the handle's token).
+    pub ids: &'a str,
+    /// A grant takes permits: it runs once.
+    pub latch: Latch<'a>,
+}
+
+impl SemaphoreAcquire<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = SEMAPHORE_ACQUIRE.prepare_invoke();
+        inv.key(self.name)
+            .key(super::semaphore_timeout_key(self.name))
+            .key(self.latch.name(self.name));
+        inv.arg(self.permits)
+            .arg(self.count)
+            .arg(self.lease_ms)
+            .arg(super::semaphore_channel(self.name))
+            .arg(self.latch.px_ms);
+        for id in permit_ids(self.ids) {
+            inv.arg(id);
+        }
+        inv
+    }
+}
+
+/// `semaphore_release.lua`: this holder's ids back to the pool, once.
+pub(crate) struct SemaphoreRelease<'a> {
+    pub name: &'a str,
+    pub ids: &'a str,
+    pub latch: Latch<'a>,
+}
+
+impl SemaphoreRelease<'_> {
+    pub fn invocation(&self) -> ScriptInvocation<'static> {
+        let mut inv = SEMAPHORE_RELEASE.prepare_invoke();
+        inv.key(self.name)
+            .key(super::semaphore_timeout_key(self.name))
+            .key(self.latch.name(self.name));
+        inv.arg(super::semaphore_channel(self.name))
+            .arg(self.latch.px_ms);
+        for id in permit_ids(self.ids) {
+            inv.arg(id);
+        }
         inv
     }
 }

@@ -11,7 +11,10 @@ pub use args::{
     Acquire, AcquireRead, AcquireWrite, Extend, KeyNames, Latch, Place, Release, ReleaseRead,
     ReleaseWrite, Renewal, writer_field,
 };
-pub(crate) use args::{AcquireReentrant, Dequeue, RaiseFence, ReleaseReentrant, Undo};
+pub(crate) use args::{
+    AcquireReentrant, Dequeue, RaiseFence, ReleaseReentrant, SemaphoreAcquire, SemaphoreRelease,
+    Undo,
+};
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
@@ -51,6 +54,11 @@ pub const RELEASE_WRITE_SRC: &str = include_str!("../../scripts/release_write.lu
 pub const EXTEND_READ_SRC: &str = include_str!("../../scripts/extend_read.lua");
 pub const EXTEND_WRITE_SRC: &str = EXTEND_REENTRANT_SRC;
 const EXTEND_REENTRANT_SRC: &str = include_str!("../../scripts/extend_reentrant.lua");
+// The semaphore's scripts (issue 33), on Redisson's RPermitExpirableSemaphore layout (tests:
+// core/tests/semaphore_scripts.rs, core/tests/semaphore.rs).
+const SEMAPHORE_ACQUIRE_SRC: &str = include_str!("../../scripts/semaphore_acquire.lua");
+const SEMAPHORE_RELEASE_SRC: &str = include_str!("../../scripts/semaphore_release.lua");
+const SEMAPHORE_EXTEND_SRC: &str = include_str!("../../scripts/semaphore_extend.lua");
 
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SRC));
 static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_SRC));
@@ -68,6 +76,9 @@ static ACQUIRE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_WR
 static RELEASE_READ: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_READ_SRC));
 static RELEASE_WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_WRITE_SRC));
 static EXTEND_READ: LazyLock<Script> = LazyLock::new(|| Script::new(EXTEND_READ_SRC));
+static SEMAPHORE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_ACQUIRE_SRC));
+static SEMAPHORE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEASE_SRC));
+static SEMAPHORE_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_EXTEND_SRC));
 
 /// The source of every script, loaded on each new connection.
 pub(crate) fn sources() -> [&'static str; 14] {
@@ -129,6 +140,16 @@ fn redisson_prefixed(prefix: &str, key: &str) -> String {
         s.push('}');
     }
     s
+}
+
+/// Redisson's semaphore channel `redisson_sc:{name}`: a release publishes the number released.
+pub fn semaphore_channel(name: &str) -> String {
+    format!("redisson_sc:{{{name}}}")
+}
+
+/// Redisson's zset of a semaphore's permit ids scored by lease end: `{name}:timeout`.
+pub fn semaphore_timeout_key(name: &str) -> String {
+    format!("{{{name}}}:timeout")
 }
 
 /// The channel of a read-write lock, byte for byte as Redisson 4.7.0 builds it:

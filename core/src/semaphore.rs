@@ -1,0 +1,224 @@
+//! The semaphore's acquire (issue 33; DESIGN.md, "Semaphore"): `count` permits of a pool of
+//! `permits` on Redisson's RPermitExpirableSemaphore layout, on one node. The hold is a `Lock`
+//! of kind `Permits` (its token is its permit ids in hex), so it is renewed by the watchdog's
+//! batches, signals a loss and is released by the lock's machinery; only the acquire loop is
+//! the semaphore's own: its script answers the earliest lease end instead of a busy hint.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::lock::Lock;
+use crate::node::{NodeError, latch_px_ms, node_error};
+use crate::options::{LockOptions, Permits};
+use crate::queue::{Role, Ticket, WakeSources};
+use crate::scripts::{Latch, SemaphoreAcquire, semaphore_channel};
+use crate::shared::Shared;
+use crate::token::random_hex;
+
+/// What one attempt answered.
+enum Answer {
+    Granted,
+    /// Refused; the earliest lease end held, in server milliseconds (-1: none).
+    Refused(i64),
+}
+
+pub(crate) async fn acquire(
+    shared: &Arc<Shared>,
+    name: &str,
+    permits: u32,
+    count: u32,
+    opts: &LockOptions,
+) -> Result<Lock> {
+    check(shared, name, permits, count, opts)?;
+    let mut opts = opts.clone();
+    opts.permits = Some(Permits { permits, count });
+    let stats = crate::metrics::stats(name);
+    let started = Instant::now();
+    let result = acquire_loop(shared, name, &opts, &stats).await;
+    match &result {
+        Ok(_) => {
+            stats.grants.fetch_add(1, Ordering::Relaxed);
+            stats.wait.observe(started.elapsed());
+        }
+        Err(e) => stats.failed(e.kind().code()),
+    }
+    result
+}
+
+fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptions) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("semaphore name must not be empty"));
+    }
+    let n = shared.cluster.nodes.len();
+    if n > 1 {
+        // DESIGN.md, "Semaphore": K permits on each of N nodes do not bound the holders to K
+        // (N = 3, K = 2: quorums {1,2}, {2,3}, {1,3} hold at once).
+        return Err(Error::invalid(format!(
+            "semaphore {name:?}: the manager has {n} nodes, but a semaphore lives on one node \
+             (or one Redis Cluster): with a quorum over independent nodes, K permits per node \
+             do not bound the holders to K (3 nodes, 2 permits: 3 holders on nodes {{1,2}}, \
+             {{2,3}}, {{1,3}})"
+        )));
+    }
+    if name.contains('{') {
+        return Err(Error::invalid(format!(
+            "semaphore name {name:?} contains '{{': Redisson's timeout zset `{{name}}:timeout` \
+             would not share the counter's Redis Cluster slot"
+        )));
+    }
+    if permits == 0 || count == 0 || count > permits {
+        return Err(Error::invalid(format!(
+            "semaphore {name:?}: count {count} of permits {permits}: both must be at least 1 \
+             and count at most permits"
+        )));
+    }
+    if opts.fencing {
+        return Err(Error::invalid(format!(
+            "semaphore {name:?}: fencing is on, but permit holders hold together, so a fence \
+             would order nothing; turn fencing off"
+        )));
+    }
+    opts.validate()
+}
+
+async fn acquire_loop(
+    shared: &Arc<Shared>,
+    name: &str,
+    opts: &LockOptions,
+    stats: &Arc<crate::metrics::Stats>,
+) -> Result<Lock> {
+    let give_up_at = opts.wait.map(|w| Instant::now() + w);
+    let channel = semaphore_channel(name);
+    // Joined at the first refusal: subscribed to `redisson_sc:{name}`, whose publishes (a
+    // release, a reclaim) move its epoch.
+    let mut ticket: Option<Ticket> = None;
+    loop {
+        let seen = ticket.as_ref().map(Ticket::epochs);
+        stats.attempts.fetch_add(1, Ordering::Relaxed);
+        let ids: String = (0..opts.permits.map_or(1, |p| p.count))
+            .map(|_| random_hex())
+            .collect();
+        let started = Instant::now();
+        let hint = match attempt(shared, name, &ids, opts).await {
+            Ok(Answer::Granted) => {
+                if ticket.is_some() {
+                    stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(Lock::new(
+                    shared.clone(),
+                    name.to_string(),
+                    ids,
+                    opts.clone(),
+                    started + opts.ttl - opts.drift(),
+                    started,
+                    None,
+                    None,
+                    stats.clone(),
+                ));
+            }
+            Ok(Answer::Refused(earliest)) => lease_end_in(shared, opts, earliest).await,
+            Err(e) if e.is_reply() => {
+                // The script's error names the stored and the asked pool sizes.
+                return Err(node_error(
+                    ErrorKind::InvalidArgument,
+                    &format!("semaphore {name:?}"),
+                    &shared.cluster.nodes[0],
+                    &e,
+                ));
+            }
+            Err(_) => None,
+        };
+        let now = Instant::now();
+        if give_up_at.is_some_and(|end| now >= end) {
+            return Err(Error::new(
+                ErrorKind::NotAcquired,
+                format!(
+                    "semaphore {name:?}: {} permit(s) not acquired within {:?}: the pool is taken",
+                    opts.permits.map_or(1, |p| p.count),
+                    opts.wait.unwrap_or_default()
+                ),
+            ));
+        }
+        if ticket.is_none() {
+            // Joined after a refusal: an attempt right away sees a release published
+            // before the subscription was confirmed (its confirmation moves the epoch).
+            ticket = Some(shared.waiters.join(name, &channel, Role::Any));
+            continue;
+        }
+        // Re-check at the earliest lease end the script answered (a lease that ends
+        // publishes nothing), or at the retry delay when no lease is held or the node was
+        // unreachable; a publish on the channel wakes us first.
+        let mut at = now + hint.unwrap_or(opts.retry_delay);
+        if let Some(end) = give_up_at {
+            at = at.min(end);
+        }
+        let (Some(t), Some(seen)) = (ticket.as_ref(), seen.as_ref()) else {
+            continue;
+        };
+        let mut from = WakeSources::all(1);
+        tokio::select! {
+            _ = t.woken_since(seen, &mut from) => {}
+            _ = tokio::time::sleep_until(at) => {}
+        }
+    }
+}
+
+async fn attempt(
+    shared: &Shared,
+    name: &str,
+    ids: &str,
+    opts: &LockOptions,
+) -> std::result::Result<Answer, NodeError> {
+    let Permits { permits, count } = opts.permits.unwrap_or(Permits {
+        permits: 1,
+        count: 1,
+    });
+    let timeout = opts.effective_node_timeout();
+    // One call id for every re-send of this attempt: the latch keeps a grant's reply.
+    let call = random_hex();
+    let (call, lease_ms) = (call.as_str(), opts.ttl_millis());
+    let (granted, at): (i64, i64) = shared.cluster.nodes[0]
+        .run(timeout, true, move |mut conn| async move {
+            let acquire = SemaphoreAcquire {
+                name,
+                permits,
+                count,
+                lease_ms,
+                ids,
+                latch: Latch {
+                    id: call,
+                    px_ms: latch_px_ms(timeout),
+                },
+            };
+            acquire.invocation().invoke_async(&mut conn).await
+        })
+        .await?;
+    Ok(if granted == 1 {
+        Answer::Granted
+    } else {
+        Answer::Refused(at)
+    })
+}
+
+/// How long until the earliest lease end `earliest` (server milliseconds), by the server's
+/// TIME; None when no lease is held (-1) or TIME failed.
+async fn lease_end_in(shared: &Shared, opts: &LockOptions, earliest: i64) -> Option<Duration> {
+    if earliest < 0 {
+        return None;
+    }
+    let (secs, micros): (i64, i64) = shared.cluster.nodes[0]
+        .run(
+            opts.effective_node_timeout(),
+            false,
+            |mut conn| async move { redis::cmd("TIME").query_async(&mut conn).await },
+        )
+        .await
+        .ok()?;
+    let now_ms = secs * 1000 + micros / 1000;
+    // One millisecond past it: the script reclaims ids whose score is at most its now.
+    Some(Duration::from_millis((earliest - now_ms).max(0) as u64 + 1))
+}

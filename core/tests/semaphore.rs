@@ -1,0 +1,330 @@
+//! The semaphore through the Rust API (`LockManager::semaphore*`), against real redis-servers:
+//! holders never exceed the permits (a checker over recorded hold intervals), count > 1, the
+//! refusals (N > 1, a brace in the name, bad counts, a different pool size), a crashed
+//! holder's permits coming back after its lease, watchdog renewal and the loss signal, and a
+//! release waking a waiter.
+
+// Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
+// serializes these tests across awaits blocks nothing but the test itself.
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{ErrorKind, LockStatus};
+use ferrolock_testbed::RedisServer;
+
+fn timeout_key(name: &str) -> String {
+    format!("{{{name}}}:timeout")
+}
+
+fn available(server: &RedisServer, name: &str) -> i64 {
+    server
+        .cmd::<Option<i64>>(&["GET", name])
+        .expect("the counter")
+}
+
+fn held_ids(server: &RedisServer, name: &str) -> i64 {
+    server.cmd(&["ZCARD", &timeout_key(name)])
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Hold {
+    count: u32,
+    from: Instant,
+    to: Instant,
+}
+
+/// Tasks of two managers take 1..=K permits of K at random: at no instant do the recorded
+/// holds add up to more than K, and K was reached by two holders or more together (so a
+/// semaphore that serialized everyone, or one that over-granted, fails). Each interval is
+/// recorded inside the real hold.
+#[tokio::test]
+async fn holders_never_exceed_the_permits() {
+    let _s = serial();
+    let server = RedisServer::start();
+    const K: u32 = 3;
+    let name = "sem:mix";
+    let managers = [
+        Arc::new(manager(&[server.url()], opts())),
+        Arc::new(manager(&[server.url()], opts())),
+    ];
+    let holds = Arc::new(Mutex::new(Vec::<Hold>::new()));
+    let mut tasks = Vec::new();
+    for t in 0..8u64 {
+        let m = managers[(t % 2) as usize].clone();
+        let holds = holds.clone();
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let r = getrandom::u64().unwrap();
+                // Mostly single permits, so that several holders meet.
+                let count = if r.is_multiple_of(4) {
+                    1 + (r >> 4) as u32 % K
+                } else {
+                    1
+                };
+                let lock = m.semaphore_with(name, K, count, &opts()).await.unwrap();
+                let from = Instant::now();
+                tokio::time::sleep(ms(5 + (r >> 8) % 20)).await;
+                let to = Instant::now();
+                assert!(lock.is_held());
+                holds.lock().unwrap().push(Hold { count, from, to });
+                assert!(lock.release().await.unwrap());
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let holds = holds.lock().unwrap().clone();
+    assert_eq!(holds.len(), 80);
+    let mut limit_shared = false;
+    // The sum of counts is highest just after some hold starts: check each start.
+    for a in &holds {
+        let at = a.from;
+        let live: Vec<&Hold> = holds.iter().filter(|b| b.from <= at && at < b.to).collect();
+        let total: u32 = live.iter().map(|b| b.count).sum();
+        assert!(total <= K, "{total} permits held at once of {K}: {live:?}");
+        limit_shared |= total == K && live.len() > 1;
+    }
+    assert!(
+        limit_shared,
+        "the {K} permits were never all held by several holders"
+    );
+    assert_eq!(available(&server, name), K as i64);
+    assert_eq!(held_ids(&server, name), 0);
+}
+
+/// A holder of 2 of 3 permits leaves 1: a second 2 is refused, a 1 granted; each release
+/// returns exactly what it took, once.
+#[tokio::test]
+async fn a_count_above_one_takes_and_returns_that_many() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:count";
+    let two = m.semaphore_with(name, 3, 2, &opts()).await.unwrap();
+    assert_eq!((available(&server, name), held_ids(&server, name)), (1, 2));
+    let refused = m
+        .semaphore_with(name, 3, 2, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::NotAcquired, "{refused}");
+    let one = m.semaphore(name, 3).await.unwrap();
+    assert_eq!(available(&server, name), 0);
+    assert!(two.release().await.unwrap());
+    assert_eq!(available(&server, name), 2);
+    let again = two.release().await.unwrap_err();
+    assert_eq!(again.kind(), ErrorKind::NotHeld, "{again}");
+    assert_eq!(
+        available(&server, name),
+        2,
+        "a second release returned permits"
+    );
+    assert!(one.release().await.unwrap());
+    assert_eq!((available(&server, name), held_ids(&server, name)), (3, 0));
+}
+
+/// Bad input is refused before any request, naming what is wrong; a different stored pool
+/// size is the script's refusal, naming both sizes.
+#[tokio::test]
+async fn bad_input_and_a_different_pool_size_are_refused() {
+    let (a, b) = (RedisServer::start(), RedisServer::start());
+    let two = manager(&[a.url(), b.url()], opts());
+    let e = two.semaphore("sem:two", 2).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("2 nodes"), "{e}");
+    assert_eq!(a.cmd::<i64>(&["EXISTS", "sem:two"]), 0);
+
+    let m = manager(&[a.url()], opts());
+    let e = m.semaphore("sem:{brace}", 2).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("\"sem:{brace}\""), "{e}");
+    for (permits, count) in [(2, 3), (2, 0), (0, 0)] {
+        let e = m
+            .semaphore_with("sem:bad", permits, count, &opts())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(
+            e.message()
+                .contains(&format!("count {count} of permits {permits}")),
+            "{e}"
+        );
+    }
+    let held = m.semaphore("sem:size", 3).await.unwrap();
+    let e = m.semaphore("sem:size", 5).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("has 3 permits, asked for 5"), "{e}");
+    assert!(held.release().await.unwrap());
+}
+
+/// A holder that never releases (its handle forgotten, as a crashed process's) keeps its
+/// permit until its lease ends, then the pool has it again.
+#[tokio::test]
+async fn a_crashed_holders_permits_come_back_after_its_lease() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:crash";
+    let lease = ms(1_500);
+    let lock = m
+        .semaphore_with(name, 1, 1, &opts().ttl(lease))
+        .await
+        .unwrap();
+    std::mem::forget(lock);
+    assert_eq!((available(&server, name), held_ids(&server, name)), (0, 1));
+    let e = m
+        .semaphore_with(name, 1, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotAcquired, "the permit was free: {e}");
+    let next = m
+        .semaphore_with(name, 1, 1, &opts().wait(Some(Duration::from_secs(30))))
+        .await
+        .expect("the crashed holder's permit never came back");
+    assert_eq!(held_ids(&server, name), 1);
+    assert!(next.release().await.unwrap());
+    assert_eq!(available(&server, name), 1);
+}
+
+/// The watchdog keeps a holder's permits past three leases; a permit removed behind its back
+/// is signalled lost before the hold's validity ends.
+#[tokio::test]
+async fn the_watchdog_renews_permits_and_signals_a_loss() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let watched = opts().watchdog(true).ttl(ms(1_500));
+    let m = manager(&[server.url()], watched.clone());
+    let name = "sem:renew";
+    let lock = m.semaphore_with(name, 2, 2, &watched).await.unwrap();
+    tokio::time::sleep(ms(1_500 * 3 + 500)).await;
+    assert_eq!(lock.status(), LockStatus::Held);
+    let e = m
+        .semaphore_with(name, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotAcquired,
+        "a permit was reclaimed: {e}"
+    );
+    assert_eq!(held_ids(&server, name), 2);
+
+    let deadline = lock.deadline();
+    let lost = lock.lost();
+    assert_eq!(
+        server.cmd::<i64>(&["DEL", &timeout_key(name)]),
+        1,
+        "the fault: the permit ids deleted"
+    );
+    let reason = tokio::time::timeout_at(deadline, lost)
+        .await
+        .expect("no loss signal before the deadline");
+    assert!(reason.is_some());
+    assert!(matches!(lock.status(), LockStatus::Lost(_)));
+}
+
+/// A waiter whose re-checks are far away (at the holder's lease end and its retry delay, both
+/// 120 s) is granted after a release within 60 s: only the publish on `redisson_sc:{name}` can
+/// explain that (the bound is the re-check time, not a speed).
+#[tokio::test]
+async fn a_release_wakes_a_waiter() {
+    let server = RedisServer::start();
+    let m = Arc::new(manager(&[server.url()], opts()));
+    let name = "sem:wake";
+    let long = Duration::from_secs(120);
+    let holder = m
+        .semaphore_with(name, 1, 1, &opts().ttl(long))
+        .await
+        .unwrap();
+    let waiter = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let o = opts().retry_delay(long);
+            m.semaphore_with(name, 1, 1, &o).await
+        })
+    };
+    let channel = format!("redisson_sc:{{{name}}}");
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let subs: (String, i64) = server.cmd(&["PUBSUB", "NUMSUB", &channel]);
+        if subs.1 > 0 {
+            break;
+        }
+        assert!(Instant::now() < end, "the waiter never subscribed");
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(!waiter.is_finished(), "granted while the permit was held");
+    assert!(holder.release().await.unwrap());
+    let lock = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("not woken by the release: granted only at a re-check")
+        .unwrap()
+        .unwrap();
+    assert!(lock.release().await.unwrap());
+}
+
+/// Redisson 4.7.0 and the Rust API share one pool: a ferrolock waiter (its re-checks 60 s and
+/// 120 s away) is granted within 30 s of Redisson's release, so Redisson's publish woke it;
+/// Redisson is refused while ferrolock holds every permit, and takes one after its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_and_the_rust_api_share_one_pool_and_wake_each_other() {
+    use common::redisson::{Redisson, redisson_classpath};
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let m = Arc::new(manager(&[server.url()], opts()));
+    let name = "sem:interop";
+    let reply = Duration::from_secs(30);
+    r.send(&format!("ssetpermits {name} 2")).await;
+    r.expect(&format!("ssetpermits {name} true"), reply).await;
+    r.send(&format!("sacquire {name} 2 60000")).await;
+    let java = r.expect(&format!("sacquire {name} "), reply).await;
+    let java = java[format!("sacquire {name} ").len()..].to_string();
+    let e = m
+        .semaphore_with(name, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        e.kind(),
+        ErrorKind::NotAcquired,
+        "Redisson holds every permit: {e}"
+    );
+    let waiter = {
+        let m = m.clone();
+        tokio::spawn(async move {
+            let o = opts().retry_delay(Duration::from_secs(120));
+            m.semaphore_with(name, 2, 2, &o).await
+        })
+    };
+    let channel = format!("redisson_sc:{{{name}}}");
+    let end = Instant::now() + reply;
+    while server
+        .cmd::<(String, i64)>(&["PUBSUB", "NUMSUB", &channel])
+        .1
+        == 0
+    {
+        assert!(Instant::now() < end, "the waiter never subscribed");
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(
+        !waiter.is_finished(),
+        "granted while Redisson held every permit"
+    );
+    r.send(&format!("srelease {name} {java}")).await;
+    r.expect(&format!("sreleased {name}"), reply).await;
+    let ours = tokio::time::timeout(reply, waiter)
+        .await
+        .expect("not woken by Redisson's release: granted only at a re-check")
+        .unwrap()
+        .unwrap();
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    r.expect(&format!("sacquire {name} none"), reply).await;
+    assert!(ours.release().await.unwrap());
+    r.send(&format!("sacquire {name} 1 60000")).await;
+    let line = r.expect(&format!("sacquire {name} "), reply).await;
+    assert!(!line.ends_with(" none"), "{line}");
+    r.send("quit").await;
+}
