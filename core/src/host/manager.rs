@@ -26,6 +26,15 @@ use crate::per_process::PerProcess;
 /// reentrant grant has a hold count of its own.
 pub const NO_OWNER: u64 = u64::MAX;
 
+/// What an acquire takes: the lock, or a side of the read-write lock (see DESIGN.md,
+/// "Read-write lock").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Lock,
+    Read,
+    Write,
+}
+
 /// How long a binding's `close` (C's `ferrolock_manager_free`, Go's `Close`, Python's and
 /// Node's `close()`) waits for the waits it ends and the releases it makes; the rest goes on
 /// in the background.
@@ -203,15 +212,31 @@ impl Manager {
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_as(Kind::Lock, key, owner, opts).await
+    }
+
+    /// [`acquire`](Manager::acquire) of a `kind`: the lock, or a side of the read-write lock
+    /// `key` (`LockManager::read_lock*` / `write_lock*`), with the same exit, close and
+    /// release rules.
+    pub async fn acquire_as(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
         let acquire = async {
-            if owner == NO_OWNER {
-                core.acquire_with(key, opts).await
-            } else {
-                core.acquire_owned(key, owner, opts).await
+            match (kind, owner == NO_OWNER) {
+                (Kind::Lock, true) => core.acquire_with(key, opts).await,
+                (Kind::Lock, false) => core.acquire_owned(key, owner, opts).await,
+                (Kind::Read, true) => core.read_lock_with(key, opts).await,
+                (Kind::Read, false) => core.read_lock_owned(key, owner, opts).await,
+                (Kind::Write, true) => core.write_lock_with(key, opts).await,
+                (Kind::Write, false) => core.write_lock_owned(key, owner, opts).await,
             }
         };
         // Once exiting, nothing is sent: an attempt started now would be undone in the
@@ -248,8 +273,21 @@ impl Manager {
         cancel: &Cancel,
         check: Check<'_>,
     ) -> Result<Lock> {
+        self.acquire_blocking_as(Kind::Lock, key, owner, opts, cancel, check)
+    }
+
+    /// [`acquire_blocking`](Manager::acquire_blocking) of a `kind`.
+    pub fn acquire_blocking_as(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: &Cancel,
+        check: Check<'_>,
+    ) -> Result<Lock> {
         let _counted = BlockingAcquire::enter();
-        cancel::block_on(self.acquire(key, owner, opts), cancel, check)
+        cancel::block_on(self.acquire_as(kind, key, owner, opts), cancel, check)
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
 
@@ -282,10 +320,25 @@ impl Manager {
     ) where
         D: FnOnce(Result<Lock>) + Send + 'static,
     {
+        self.acquire_start_as(Kind::Lock, key, owner, opts, cancel, done)
+    }
+
+    /// [`acquire_start`](Manager::acquire_start) of a `kind`.
+    pub fn acquire_start_as<D>(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: Cancel,
+        done: D,
+    ) where
+        D: FnOnce(Result<Lock>) + Send + 'static,
+    {
         let (this, key, opts) = (self.clone(), key.to_string(), opts.clone());
         let k = key.clone();
         call::start(
-            async move { this.acquire(&key, owner, &opts).await },
+            async move { this.acquire_as(kind, &key, owner, &opts).await },
             cancel,
             move || acquire_cancelled(&k),
             done,

@@ -38,5 +38,5 @@ pub use call::{Call, start};
 pub use cancel::{CHECK_EVERY, Cancel, Check, block_on, until_cancelled};
 pub use exit::{exit, is_exiting};
 pub use lock::Lock;
-pub use manager::{CLOSE_LIMIT, Manager, NO_OWNER};
+pub use manager::{CLOSE_LIMIT, Kind, Manager, NO_OWNER};
 pub use shared::{shared, shared_count};
