@@ -136,6 +136,15 @@ pub struct RunArgs {
     #[arg(long)]
     stats: bool,
 
+    /// KEY is a read-write lock and COMMAND holds its read side, beside other readers
+    /// (Redisson's RReadWriteLock layout; a --ttl above 30s is refused)
+    #[arg(long, conflicts_with = "write")]
+    read: bool,
+
+    /// KEY is a read-write lock and COMMAND holds its write side, alone
+    #[arg(long)]
+    write: bool,
+
     /// The lock's name: the Redis key that holds it
     #[arg(value_parser = parse_key)]
     key: String,
@@ -310,6 +319,20 @@ fn held_entry(manager: &LockManager, key: &str) -> String {
     format!("{}\t{key}", manager.node_names().join(","))
 }
 
+/// The lock, or the side of the read-write lock `--read` / `--write` asks for: the same
+/// `Lock`, renewed and watched for loss alike.
+async fn acquire(
+    manager: &LockManager,
+    args: &RunArgs,
+    opts: &ferrolock::LockOptions,
+) -> ferrolock::Result<Lock> {
+    match (args.read, args.write) {
+        (true, _) => manager.read_lock_with(&args.key, opts).await,
+        (_, true) => manager.write_lock_with(&args.key, opts).await,
+        _ => manager.acquire_with(&args.key, opts).await,
+    }
+}
+
 async fn run(args: RunArgs) -> u8 {
     let options = match manager_options(&args) {
         Ok(o) => o,
@@ -348,7 +371,7 @@ async fn run(args: RunArgs) -> u8 {
     };
 
     let acquired = tokio::select! {
-        r = manager.acquire_with(&args.key, &opts) => Ok(r),
+        r = acquire(&manager, &args, &opts) => Ok(r),
         sig = signals.next() => Err(sig),
     };
     let lock = match acquired {

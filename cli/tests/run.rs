@@ -536,3 +536,59 @@ fn validity_warning_is_printed_while_the_child_still_runs() {
         "{text}"
     );
 }
+
+/// `--read` holds the read side of a read-write lock: another `--read` runs beside it, a
+/// `--write` is refused until it exits; a read ttl above 30 s is bad input naming it.
+#[test]
+fn read_runs_share_a_key_and_keep_writers_out() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (held, go) = (dir.path().join("held"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        path_str(&held),
+        path_str(&go)
+    );
+    let mut reader = ferrolock()
+        .args([
+            "run",
+            "--nodes",
+            &server.url(),
+            "--read",
+            "rw",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .spawn()
+        .expect("spawn ferrolock");
+    wait_for_file(&held);
+    assert_eq!(server.cmd::<String>(&["HGET", "rw", "mode"]), "read");
+    let other = run(&server, &["--read", "--wait", "0", "rw", "--", "true"]);
+    assert_eq!(
+        other.status.code(),
+        Some(0),
+        "a second reader: {}",
+        stderr(&other)
+    );
+    let writer = run(&server, &["--write", "--wait", "0", "rw", "--", "true"]);
+    assert_eq!(
+        writer.status.code(),
+        Some(75),
+        "a writer beside a reader: {}",
+        stderr(&writer)
+    );
+    std::fs::write(&go, "").unwrap();
+    assert!(wait_within(&mut reader, HANG).success());
+    let writer = run(&server, &["--write", "--wait", "0", "rw", "--", "true"]);
+    assert_eq!(
+        writer.status.code(),
+        Some(0),
+        "a writer after the reader: {}",
+        stderr(&writer)
+    );
+    let long = run(&server, &["--read", "--ttl", "31s", "rw", "--", "true"]);
+    assert_eq!(long.status.code(), Some(64), "{}", stderr(&long));
+    assert!(stderr(&long).contains("31s"), "{}", stderr(&long));
+}

@@ -580,3 +580,41 @@ fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
 
     assert_eq!(before, changes(), "inspect/scan wrote");
 }
+
+/// `run --read` and `--write` stop COMMAND and exit 70 when their hold is lost, as `run`
+/// does for a lock: the read-write lock's hash is deleted under them.
+#[test]
+fn a_lost_read_or_write_hold_stops_the_child_and_exits_70() {
+    let server = RedisServer::start();
+    for side in ["--read", "--write"] {
+        let dir = tmp();
+        let started = dir.path().join("started");
+        let script = format!("touch {}; while :; do sleep 0.05; done", p(&started));
+        let key = format!("rw-lost{side}");
+        let mut cmd = ferrolock();
+        cmd.args([
+            "run",
+            "--nodes",
+            &server.url(),
+            "--ttl",
+            "2s",
+            "--grace",
+            "1s",
+            side,
+        ])
+        .args([key.as_str(), "--", "sh", "-c", &script]);
+        let mut run = cmd.stderr(Stdio::piped()).spawn().expect("spawn");
+        wait_for("the child started", || started.exists());
+        assert_eq!(
+            server.cmd::<i64>(&["DEL", &key]),
+            1,
+            "{side}: the hash was there"
+        );
+        let status = wait(&mut run);
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+        assert_eq!(status.code(), Some(70), "{side}: {err}");
+        // Found by a renewal (not by a lease running out unrenewed).
+        assert!(err.contains("our token is gone"), "{side}: {err}");
+    }
+}

@@ -22,9 +22,16 @@ static void go_done(void *userdata) { ferrolockGoDone((uintptr_t)userdata); }
 static void go_lost(void *userdata, const ferrolock_error *reason) {
 	ferrolockGoLost((uintptr_t)userdata, (ferrolock_error *)reason);
 }
-static int go_acquire_start(const ferrolock_manager *m, const char *key, const ferrolock_options *o,
+// side 0: the lock; FERROLOCK_RW_READ / FERROLOCK_RW_WRITE: a side of the read-write lock.
+static int go_acquire_start(const ferrolock_manager *m, const char *key, int side, const ferrolock_options *o,
 		uint64_t owner, uintptr_t handle, ferrolock_acquisition **out, ferrolock_error **err) {
-	return ferrolock_manager_acquire_start(m, key, o, owner, go_done, (void *)handle, out, err);
+	if (side == 0) return ferrolock_manager_acquire_start(m, key, o, owner, go_done, (void *)handle, out, err);
+	return ferrolock_manager_rw_acquire_start(m, key, side, o, owner, go_done, (void *)handle, out, err);
+}
+static int go_try_acquire(const ferrolock_manager *m, const char *key, int side, const ferrolock_options *o,
+		ferrolock_lock **out, ferrolock_error **err) {
+	if (side == 0) return ferrolock_manager_try_acquire(m, key, o, out, err);
+	return ferrolock_manager_rw_try_acquire(m, key, side, o, out, err);
 }
 static int go_on_lost(const ferrolock_lock *l, uintptr_t handle, ferrolock_error **err) {
 	return ferrolock_lock_on_lost(l, go_lost, (void *)handle, err);
@@ -149,15 +156,46 @@ func limitMs(d time.Duration) C.uint64_t {
 // containing NUL is refused with ErrInvalidArgument naming it: the C library takes
 // NUL-terminated strings and would hold the key cut short at the NUL.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, opts)
+	return m.acquire(ctx, key, sideLock, opts)
 }
 
 // TryAcquire tries key once: ErrNotAcquired if it is held elsewhere.
 func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, key, sideLock, append(append([]Option(nil), opts...), Wait(0)))
 }
 
-func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock, error) {
+// AcquireRead takes the read side of the read-write lock key (Redisson's RReadWriteLock
+// layout), waiting as Acquire does: any number of readers share key, no writer holds it
+// meanwhile. The Lock is the same as Acquire's (Lost, Extend, Release, renewal). A TTL above
+// 30 s is refused with ErrInvalidArgument (Redisson's read renewal lease), as is Fencing
+// (fence tokens go to writers only). With the Reentrant option inside a WithLock,
+// WithReadLock or WithWriteLock scope, the scope's owner re-enters either side and may read
+// under its own write lock (a downgrade).
+func (m *Manager) AcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, C.FERROLOCK_RW_READ, opts)
+}
+
+// AcquireWrite takes the write side of the read-write lock key, waiting as Acquire does: it
+// is granted with no reader and no other writer on key. An owner holding only the read side
+// is refused (a read-to-write upgrade: two upgraders would wait for each other forever).
+func (m *Manager) AcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, C.FERROLOCK_RW_WRITE, opts)
+}
+
+// TryAcquireRead tries the read side of key once: ErrNotAcquired if a writer holds it.
+func (m *Manager) TryAcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, C.FERROLOCK_RW_READ, append(append([]Option(nil), opts...), Wait(0)))
+}
+
+// TryAcquireWrite tries the write side of key once: ErrNotAcquired if anyone else holds it.
+func (m *Manager) TryAcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
+	return m.acquire(ctx, key, C.FERROLOCK_RW_WRITE, append(append([]Option(nil), opts...), Wait(0)))
+}
+
+// sideLock is acquire's side for the lock itself (not a read-write lock).
+const sideLock = 0
+
+func (m *Manager) acquire(ctx context.Context, key string, side C.int, opts []Option) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -184,7 +222,7 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		if m.p == nil {
 			return -2
 		}
-		return C.ferrolock_manager_try_acquire(m.p, ckey, o, &tried, &tryErr)
+		return C.go_try_acquire(m.p, ckey, side, o, &tried, &tryErr)
 	}
 	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
 	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).
@@ -230,7 +268,7 @@ func (m *Manager) acquire(ctx context.Context, key string, opts []Option) (*Lock
 		m.mu.RUnlock()
 		status = -2
 	} else {
-		status = C.go_acquire_start(m.p, ckey, o, owner, C.uintptr_t(handle), &acq, &cerr)
+		status = C.go_acquire_start(m.p, ckey, side, o, owner, C.uintptr_t(handle), &acq, &cerr)
 		m.mu.RUnlock()
 	}
 	C.free(unsafe.Pointer(ckey))
@@ -520,6 +558,23 @@ func (l *Lock) Release() error {
 // WithLock returns its scope owns nothing: a ctx that outlives it (context.WithoutCancel)
 // acquires as a new owner. Outside any scope each acquire is an owner of its own.
 func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) (err error) {
+	return m.with(ctx, key, sideLock, fn, opts)
+}
+
+// WithReadLock runs fn holding the read side of the read-write lock key (see AcquireRead),
+// with WithLock's rules: fn's ctx is cancelled when the hold is lost, the hold is released
+// when fn returns or panics, and the ctx carries the scope's owner.
+func (m *Manager) WithReadLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	return m.with(ctx, key, C.FERROLOCK_RW_READ, fn, opts)
+}
+
+// WithWriteLock runs fn holding the write side of the read-write lock key (see AcquireWrite),
+// with WithLock's rules.
+func (m *Manager) WithWriteLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	return m.with(ctx, key, C.FERROLOCK_RW_WRITE, fn, opts)
+}
+
+func (m *Manager) with(ctx context.Context, key string, side C.int, fn func(context.Context, *Lock) error, opts []Option) (err error) {
 	// A ctx without a live scope gets one: this WithLock's, ended when it returns, so that a
 	// ctx that outlives it (a detached goroutine's) owns nothing.
 	if s, ok := ctx.Value(scopeKey{}).(*scope); !ok || s.ended.Load() {
@@ -527,7 +582,7 @@ func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Cont
 		defer s.ended.Store(true)
 		ctx = context.WithValue(ctx, scopeKey{}, s)
 	}
-	l, err := m.Acquire(ctx, key, opts...)
+	l, err := m.acquire(ctx, key, side, opts)
 	if err != nil {
 		return err
 	}
@@ -580,4 +635,24 @@ func WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) e
 		return err
 	}
 	return m.WithLock(ctx, key, fn, opts...)
+}
+
+// WithReadLock runs fn holding the read side of key on the default manager (see
+// Manager.WithReadLock).
+func WithReadLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	m, err := Default()
+	if err != nil {
+		return err
+	}
+	return m.WithReadLock(ctx, key, fn, opts...)
+}
+
+// WithWriteLock runs fn holding the write side of key on the default manager (see
+// Manager.WithWriteLock).
+func WithWriteLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
+	m, err := Default()
+	if err != nil {
+		return err
+	}
+	return m.WithWriteLock(ctx, key, fn, opts...)
 }

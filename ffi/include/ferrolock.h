@@ -26,6 +26,12 @@
 // `ferrolock_lock_extend`'s `ttl_ms` for "the lease in force".
 #define FERROLOCK_SAME_TTL 0
 
+// `side` of a read-write lock: the read side (shared by any number of readers).
+#define FERROLOCK_RW_READ 1
+
+// `side` of a read-write lock: the write side (held alone).
+#define FERROLOCK_RW_WRITE 2
+
 // Log levels, most severe first: a callback set with `max_level` gets the events at that
 // level and the more severe ones.
 #define FERROLOCK_LOG_ERROR 1
@@ -158,6 +164,18 @@ int ferrolock_manager_acquire_start(const struct ferrolock_manager *manager,
                                     void *userdata,
                                     struct ferrolock_acquisition **acquisition_out,
                                     struct ferrolock_error **err);
+
+// `ferrolock_manager_acquire_start` of `side` (`FERROLOCK_RW_READ` or `FERROLOCK_RW_WRITE`)
+// of the read-write lock `key`: the outcome is as `ferrolock_manager_rw_acquire`'s.
+int ferrolock_manager_rw_acquire_start(const struct ferrolock_manager *manager,
+                                       const char *key,
+                                       int side,
+                                       const struct ferrolock_options *opts,
+                                       uint64_t owner,
+                                       ferrolock_done_fn done,
+                                       void *userdata,
+                                       struct ferrolock_acquisition **acquisition_out,
+                                       struct ferrolock_error **err);
 
 // The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 // `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
@@ -308,6 +326,51 @@ int ferrolock_manager_acquire_owned(const struct ferrolock_manager *manager,
                                     const struct ferrolock_cancel *cancel,
                                     struct ferrolock_lock **lock_out,
                                     struct ferrolock_error **err);
+
+// Takes `side` (`FERROLOCK_RW_READ` or `FERROLOCK_RW_WRITE`) of the read-write lock `key`
+// (Redisson's `RReadWriteLock` layout): any number of readers share it, a writer holds it
+// alone. On success `*lock_out` is the same lock handle as `ferrolock_manager_acquire`'s
+// (release, extend, loss signal, renewal); fence tokens go to writers only. A read `ttl`
+// above 30 s is `FERROLOCK_ERR_INVALID_ARGUMENT` naming it (Redisson's read renewal lease).
+// `owner` is as in `ferrolock_manager_acquire_owned` (`FERROLOCK_NO_OWNER`: each call its
+// own owner): an owner re-enters either side, may read under its own write lock
+// (downgrade), and asking the write side while it holds only the read side is refused (an
+// upgrade: two upgraders would wait for each other forever). Waits, and is cancelled,
+// as `ferrolock_manager_acquire`; with `wait` = 0 it tries once
+// (`FERROLOCK_ERR_NOT_ACQUIRED` if the other side, or another writer, holds the key).
+int ferrolock_manager_rw_acquire(const struct ferrolock_manager *manager,
+                                 const char *key,
+                                 int side,
+                                 uint64_t owner,
+                                 const struct ferrolock_options *opts,
+                                 const struct ferrolock_cancel *cancel,
+                                 struct ferrolock_lock **lock_out,
+                                 struct ferrolock_error **err);
+
+// `ferrolock_manager_rw_acquire` of the read side, without an owner.
+int ferrolock_manager_read_acquire(const struct ferrolock_manager *manager,
+                                   const char *key,
+                                   const struct ferrolock_options *opts,
+                                   const struct ferrolock_cancel *cancel,
+                                   struct ferrolock_lock **lock_out,
+                                   struct ferrolock_error **err);
+
+// `ferrolock_manager_rw_acquire` of the write side, without an owner.
+int ferrolock_manager_write_acquire(const struct ferrolock_manager *manager,
+                                    const char *key,
+                                    const struct ferrolock_options *opts,
+                                    const struct ferrolock_cancel *cancel,
+                                    struct ferrolock_lock **lock_out,
+                                    struct ferrolock_error **err);
+
+// Tries `side` of the read-write lock `key` once (`wait` = 0), without an owner:
+// `FERROLOCK_ERR_NOT_ACQUIRED` if it is held on the other side or by another writer.
+int ferrolock_manager_rw_try_acquire(const struct ferrolock_manager *manager,
+                                     const char *key,
+                                     int side,
+                                     const struct ferrolock_options *opts,
+                                     struct ferrolock_lock **lock_out,
+                                     struct ferrolock_error **err);
 
 // Releases every lock this manager handed out and that was not released (held, or lost but
 // perhaps still standing on some node), waiting at most `limit_ms` (the rest goes on in the

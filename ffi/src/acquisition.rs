@@ -9,7 +9,7 @@ use ferrolock::host::{self, Cancel};
 
 use crate::ctext::{handle, out};
 use crate::lock::ferrolock_lock;
-use crate::manager::{ferrolock_manager, request};
+use crate::manager::{Request, ferrolock_manager, request, rw_request};
 use crate::options::ferrolock_options;
 use crate::status::{FERROLOCK_PENDING, Failure, call, ferrolock_error, guard};
 
@@ -125,11 +125,53 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
     acquisition_out: *mut *mut ferrolock_acquisition,
     err: *mut *mut ferrolock_error,
 ) -> c_int {
-    call("ferrolock_manager_acquire_start", err, || {
+    start(
+        "ferrolock_manager_acquire_start",
+        || request(manager, key, opts, owner),
+        done,
+        userdata,
+        acquisition_out,
+        err,
+    )
+}
+
+/// `ferrolock_manager_acquire_start` of `side` (`FERROLOCK_RW_READ` or `FERROLOCK_RW_WRITE`)
+/// of the read-write lock `key`: the outcome is as `ferrolock_manager_rw_acquire`'s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_rw_acquire_start(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    side: c_int,
+    opts: *const ferrolock_options,
+    owner: u64,
+    done: ferrolock_done_fn,
+    userdata: *mut c_void,
+    acquisition_out: *mut *mut ferrolock_acquisition,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    start(
+        "ferrolock_manager_rw_acquire_start",
+        || rw_request(manager, key, side, opts, owner),
+        done,
+        userdata,
+        acquisition_out,
+        err,
+    )
+}
+
+fn start(
+    entry: &str,
+    request: impl FnOnce() -> Result<Request, Failure>,
+    done: ferrolock_done_fn,
+    userdata: *mut c_void,
+    acquisition_out: *mut *mut ferrolock_acquisition,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call(entry, err, || {
         let slot = out(acquisition_out, "acquisition_out")?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
-        let r = request(manager, key, opts, owner)?;
+        let r = request()?;
         let done = done.map(|f| {
             let userdata = UserData(userdata);
             Box::new(move || {
@@ -153,7 +195,7 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
         unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         // `done` runs on a library thread that may block (the host's rule).
         r.manager
-            .acquire_start(&r.key, r.owner, &r.opts, cancel, move |out| {
+            .acquire_start_as(r.kind, &r.key, r.owner, &r.opts, cancel, move |out| {
                 *finished.outcome.lock().unwrap_or_else(|p| p.into_inner()) =
                     Outcome::Done(out.map_err(Failure::from));
                 finished.done.fire();

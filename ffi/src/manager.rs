@@ -74,6 +74,7 @@ pub(crate) struct Request {
     pub opts: LockOptions,
     /// `host::NO_OWNER` (C's `FERROLOCK_NO_OWNER`) or the caller's id.
     pub owner: u64,
+    pub kind: host::Kind,
 }
 
 pub(crate) fn request(
@@ -94,8 +95,38 @@ pub(crate) fn request(
         key,
         opts,
         owner,
+        kind: host::Kind::Lock,
     })
 }
+
+/// `request` for a side of the read-write lock `key`.
+pub(crate) fn rw_request(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    side: c_int,
+    opts: *const ferrolock_options,
+    owner: u64,
+) -> Result<Request, Failure> {
+    let kind = match side {
+        FERROLOCK_RW_READ => host::Kind::Read,
+        FERROLOCK_RW_WRITE => host::Kind::Write,
+        _ => {
+            return Err(Failure::invalid(format!(
+                "side {side} is not FERROLOCK_RW_READ ({FERROLOCK_RW_READ}) or \
+                 FERROLOCK_RW_WRITE ({FERROLOCK_RW_WRITE})"
+            )));
+        }
+    };
+    Ok(Request {
+        kind,
+        ..request(manager, key, opts, owner)?
+    })
+}
+
+/// `side` of a read-write lock: the read side (shared by any number of readers).
+pub const FERROLOCK_RW_READ: c_int = 1;
+/// `side` of a read-write lock: the write side (held alone).
+pub const FERROLOCK_RW_WRITE: c_int = 2;
 
 fn acquire_blocking(
     entry: &str,
@@ -112,7 +143,7 @@ fn acquire_blocking(
         let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());
         let lock = r
             .manager
-            .acquire_blocking(&r.key, r.owner, &r.opts, &cancel, None)?;
+            .acquire_blocking_as(r.kind, &r.key, r.owner, &r.opts, &cancel, None)?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = ferrolock_lock::into_raw(lock) };
         Ok(())
@@ -180,6 +211,99 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_owned(
         "ferrolock_manager_acquire_owned",
         || request(manager, key, opts, owner),
         cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// Takes `side` (`FERROLOCK_RW_READ` or `FERROLOCK_RW_WRITE`) of the read-write lock `key`
+/// (Redisson's `RReadWriteLock` layout): any number of readers share it, a writer holds it
+/// alone. On success `*lock_out` is the same lock handle as `ferrolock_manager_acquire`'s
+/// (release, extend, loss signal, renewal); fence tokens go to writers only. A read `ttl`
+/// above 30 s is `FERROLOCK_ERR_INVALID_ARGUMENT` naming it (Redisson's read renewal lease).
+/// `owner` is as in `ferrolock_manager_acquire_owned` (`FERROLOCK_NO_OWNER`: each call its
+/// own owner): an owner re-enters either side, may read under its own write lock
+/// (downgrade), and asking the write side while it holds only the read side is refused (an
+/// upgrade: two upgraders would wait for each other forever). Waits, and is cancelled,
+/// as `ferrolock_manager_acquire`; with `wait` = 0 it tries once
+/// (`FERROLOCK_ERR_NOT_ACQUIRED` if the other side, or another writer, holds the key).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_rw_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    side: c_int,
+    owner: u64,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_rw_acquire",
+        || rw_request(manager, key, side, opts, owner),
+        cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// `ferrolock_manager_rw_acquire` of the read side, without an owner.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_read_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_read_acquire",
+        || rw_request(manager, key, FERROLOCK_RW_READ, opts, host::NO_OWNER),
+        cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// `ferrolock_manager_rw_acquire` of the write side, without an owner.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_write_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_write_acquire",
+        || rw_request(manager, key, FERROLOCK_RW_WRITE, opts, host::NO_OWNER),
+        cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// Tries `side` of the read-write lock `key` once (`wait` = 0), without an owner:
+/// `FERROLOCK_ERR_NOT_ACQUIRED` if it is held on the other side or by another writer.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_rw_try_acquire(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    side: c_int,
+    opts: *const ferrolock_options,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_rw_try_acquire",
+        || {
+            let mut r = rw_request(manager, key, side, opts, host::NO_OWNER)?;
+            r.opts.wait = Some(std::time::Duration::ZERO);
+            Ok(r)
+        },
+        std::ptr::null(),
         lock_out,
         err,
     )

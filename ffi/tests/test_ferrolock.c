@@ -217,6 +217,62 @@ static void test_exclusion_and_reentry(void) {
   ferrolock_manager_free(b);
 }
 
+/* Read-write lock: readers share, a writer is alone, upgrade and a long read ttl refused. */
+static void test_read_write(void) {
+  ferrolock_manager *a = manager_with(options_ms(NULL)), *b = manager_with(options_ms(NULL));
+  const char *key = fresh_key("rw");
+  ferrolock_lock *r1 = NULL, *r2 = NULL, *w = NULL;
+  EXPECT(ferrolock_manager_read_acquire(a, key, NULL, NULL, &r1, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_try_acquire(b, key, FERROLOCK_RW_READ, NULL, &r2, &err), FERROLOCK_OK, NULL);
+  CHECK(ferrolock_lock_is_held(r1) && ferrolock_lock_is_held(r2));
+  EXPECT(ferrolock_manager_rw_try_acquire(b, key, FERROLOCK_RW_WRITE, NULL, &w, &err),
+         FERROLOCK_ERR_NOT_ACQUIRED, key);
+  CHECK(w == NULL);
+  EXPECT(ferrolock_lock_release(r1, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_try_acquire(b, key, FERROLOCK_RW_WRITE, NULL, &w, &err),
+         FERROLOCK_ERR_NOT_ACQUIRED, key);
+  EXPECT(ferrolock_lock_release(r2, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(r1);
+  ferrolock_lock_free(r2);
+  /* A writer keeps readers and other writers out. */
+  EXPECT(ferrolock_manager_write_acquire(a, key, NULL, NULL, &w, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_try_acquire(b, key, FERROLOCK_RW_READ, NULL, &r1, &err),
+         FERROLOCK_ERR_NOT_ACQUIRED, key);
+  EXPECT(ferrolock_manager_rw_try_acquire(b, key, FERROLOCK_RW_WRITE, NULL, &r1, &err),
+         FERROLOCK_ERR_NOT_ACQUIRED, key);
+  CHECK(r1 == NULL);
+  EXPECT(ferrolock_lock_release(w, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(w);
+
+  /* An owner holding only the read side is refused the write side. */
+  ferrolock_options *once = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(once, "wait", 0, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_acquire(a, key, FERROLOCK_RW_READ, 7, NULL, NULL, &r1, &err),
+         FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_acquire(a, key, FERROLOCK_RW_WRITE, 7, once, NULL, &w, &err),
+         FERROLOCK_ERR_REDIS, "RWLOCK_UPGRADE");
+  CHECK(w == NULL);
+  EXPECT(ferrolock_lock_release(r1, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(r1);
+  ferrolock_options_free(once);
+
+  /* Bad input: a read ttl above 30 s, a NULL key, a side that is neither. */
+  ferrolock_options *long_ttl = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(long_ttl, "ttl", 31000, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_read_acquire(a, key, long_ttl, NULL, &r1, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "31s");
+  CHECK(r1 == NULL);
+  ferrolock_options_free(long_ttl);
+  EXPECT(ferrolock_manager_read_acquire(a, NULL, NULL, NULL, &r1, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_write_acquire(a, NULL, NULL, NULL, &r1, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_rw_try_acquire(a, key, 3, NULL, &r1, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "side 3");
+  ferrolock_manager_free(a);
+  ferrolock_manager_free(b);
+}
+
 static void test_extend(void) {
   ferrolock_options *o = options_ms("ttl", (uint64_t)2000, NULL);
   EXPECT(ferrolock_options_set_bool(o, "watchdog", false, &err), FERROLOCK_OK, NULL);
@@ -1392,6 +1448,7 @@ static const test_t tests[] = {
     {"fork_child", test_fork_child},
     {"freed_then_shutdown", test_freed_then_shutdown},
     {"version", test_version},
+    {"read_write", test_read_write},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };

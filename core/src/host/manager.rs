@@ -227,11 +227,33 @@ impl Manager {
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
+        self.acquire_as(Kind::Lock, key, owner, opts).await
+    }
+
+    /// [`acquire`](Manager::acquire) of a `kind`: the lock, or a side of the read-write lock
+    /// `key` (`LockManager::read_lock*` / `write_lock*`), with the same exit, close and
+    /// release rules.
+    pub async fn acquire_as(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+    ) -> Result<Lock> {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
         let owned = (owner != NO_OWNER).then_some(owner);
+        // `Kind::Lock` keeps the options' own side: Python and Node pass `Kind::options`.
+        let sided;
+        let opts = match kind {
+            Kind::Lock => opts,
+            _ => {
+                sided = kind.options(opts.clone());
+                &sided
+            }
+        };
         let acquire = async {
             match opts.rw {
                 None => match owned {
@@ -276,8 +298,21 @@ impl Manager {
         cancel: &Cancel,
         check: Check<'_>,
     ) -> Result<Lock> {
+        self.acquire_blocking_as(Kind::Lock, key, owner, opts, cancel, check)
+    }
+
+    /// [`acquire_blocking`](Manager::acquire_blocking) of a `kind`.
+    pub fn acquire_blocking_as(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: &Cancel,
+        check: Check<'_>,
+    ) -> Result<Lock> {
         let _counted = BlockingAcquire::enter();
-        cancel::block_on(self.acquire(key, owner, opts), cancel, check)
+        cancel::block_on(self.acquire_as(kind, key, owner, opts), cancel, check)
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
 
@@ -310,10 +345,25 @@ impl Manager {
     ) where
         D: FnOnce(Result<Lock>) + Send + 'static,
     {
+        self.acquire_start_as(Kind::Lock, key, owner, opts, cancel, done)
+    }
+
+    /// [`acquire_start`](Manager::acquire_start) of a `kind`.
+    pub fn acquire_start_as<D>(
+        &self,
+        kind: Kind,
+        key: &str,
+        owner: u64,
+        opts: &LockOptions,
+        cancel: Cancel,
+        done: D,
+    ) where
+        D: FnOnce(Result<Lock>) + Send + 'static,
+    {
         let (this, key, opts) = (self.clone(), key.to_string(), opts.clone());
         let k = key.clone();
         call::start(
-            async move { this.acquire(&key, owner, &opts).await },
+            async move { this.acquire_as(kind, &key, owner, &opts).await },
             cancel,
             move || acquire_cancelled(&k),
             done,

@@ -1,0 +1,123 @@
+package ferrolock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	ferrolock "example.invalid/ferrolock/ffi/go"
+)
+
+// Two readers hold one key at once; a writer is refused while they do, and readers and
+// other writers while a writer holds.
+func TestReadWriteExclusion(t *testing.T) {
+	a, b := manager(t), manager(t)
+	ctx := context.Background()
+	k := key("rw")
+	r1, err := a.AcquireRead(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := b.TryAcquireRead(ctx, k)
+	if err != nil {
+		t.Fatalf("a second reader beside the first: %v", err)
+	}
+	if _, err := b.TryAcquireWrite(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("a writer while two readers hold: %v, want ErrNotAcquired", err)
+	}
+	if err := r1.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquireWrite(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("a writer while one reader holds: %v, want ErrNotAcquired", err)
+	}
+	if err := r2.Release(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := a.AcquireWrite(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquireRead(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("a reader while a writer holds: %v, want ErrNotAcquired", err)
+	}
+	if _, err := b.TryAcquireWrite(ctx, k); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("a second writer: %v, want ErrNotAcquired", err)
+	}
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An owner (a WithReadLock scope, reentrant) holding only the read side is refused the
+// write side with an error that says why; a read ttl above 30 s is refused naming it.
+func TestReadWriteRefusals(t *testing.T) {
+	m := manager(t, ferrolock.Reentrant(true))
+	k := key("rw-upgrade")
+	err := m.WithReadLock(context.Background(), k, func(ctx context.Context, _ *ferrolock.Lock) error {
+		_, err := m.TryAcquireWrite(ctx, k)
+		return err
+	})
+	if !errors.Is(err, ferrolock.ErrRedis) || !strings.Contains(err.Error(), "RWLOCK_UPGRADE") {
+		t.Fatalf("an upgrade inside WithReadLock: %v, want RWLOCK_UPGRADE", err)
+	}
+	_, err = m.AcquireRead(context.Background(), key("rw-ttl"), ferrolock.TTL(31e9))
+	if !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "31s") {
+		t.Fatalf("a read ttl of 31 s: %v, want ErrInvalidArgument naming 31s", err)
+	}
+	_, err = m.AcquireWrite(context.Background(), "")
+	if !errors.Is(err, ferrolock.ErrInvalidArgument) {
+		t.Fatalf("an empty key: %v, want ErrInvalidArgument", err)
+	}
+}
+
+// WithReadLock and WithWriteLock release on return and when fn panics: a writer (a reader)
+// of another manager gets the key afterwards.
+func TestWithReadWriteLockRelease(t *testing.T) {
+	m, other := manager(t), manager(t)
+	ctx := context.Background()
+	k := key("rw-with")
+	held := false
+	err := m.WithReadLock(ctx, k, func(ctx context.Context, l *ferrolock.Lock) error {
+		_, err := other.TryAcquireWrite(ctx, k)
+		held = errors.Is(err, ferrolock.ErrNotAcquired)
+		return nil
+	})
+	if err != nil || !held {
+		t.Fatalf("WithReadLock: %v (writer kept out inside: %v)", err, held)
+	}
+	w, err := other.TryAcquireWrite(ctx, k)
+	if err != nil {
+		t.Fatalf("a writer after WithReadLock returned: %v", err)
+	}
+	w.Release()
+
+	recovered := func() (r any) {
+		defer func() { r = recover() }()
+		m.WithReadLock(ctx, k, func(context.Context, *ferrolock.Lock) error { panic("boom in reader") })
+		return nil
+	}()
+	if recovered != "boom in reader" {
+		t.Fatalf("the caller recovered %v, want fn's panic", recovered)
+	}
+	w, err = other.TryAcquireWrite(ctx, k)
+	if err != nil {
+		t.Fatalf("a writer after WithReadLock's fn panicked: %v", err)
+	}
+	w.Release()
+
+	recovered = func() (r any) {
+		defer func() { r = recover() }()
+		m.WithWriteLock(ctx, k, func(context.Context, *ferrolock.Lock) error { panic("boom in writer") })
+		return nil
+	}()
+	if recovered != "boom in writer" {
+		t.Fatalf("the caller recovered %v, want fn's panic", recovered)
+	}
+	r, err := other.TryAcquireRead(ctx, k)
+	if err != nil {
+		t.Fatalf("a reader after WithWriteLock's fn panicked: %v", err)
+	}
+	r.Release()
+}
