@@ -135,6 +135,7 @@ async fn reentry_downgrade_and_upgrade_refused() {
         BTreeMap::from([("mode".into(), "read".into()), (field.clone(), "2".into())])
     );
     let err = m.write_lock_owned(key, 1, &opts()).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
     assert!(err.to_string().contains("RWLOCK_UPGRADE"), "{err}");
     assert!(err.to_string().contains(key), "{err}");
     // Another owner's reader shares the key.

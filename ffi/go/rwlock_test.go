@@ -59,7 +59,7 @@ func TestReadWriteRefusals(t *testing.T) {
 		_, err := m.TryAcquireWrite(ctx, k)
 		return err
 	})
-	if !errors.Is(err, ferrolock.ErrRedis) || !strings.Contains(err.Error(), "RWLOCK_UPGRADE") {
+	if !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "RWLOCK_UPGRADE") {
 		t.Fatalf("an upgrade inside WithReadLock: %v, want RWLOCK_UPGRADE", err)
 	}
 	_, err = m.AcquireRead(context.Background(), key("rw-ttl"), ferrolock.TTL(31e9))

@@ -207,8 +207,14 @@ async fn acquire_loop(
             ));
         }
         if let Some((i, e)) = tally.redis_error() {
+            // A read-write upgrade is the caller's request that can never be granted (two
+            // upgraders would wait for each other), not a server fault.
+            let kind = match e.detail().contains("RWLOCK_UPGRADE") {
+                true => ErrorKind::InvalidArgument,
+                false => ErrorKind::Redis,
+            };
             return Err(node_error(
-                ErrorKind::Redis,
+                kind,
                 &format!("lock {key:?}: acquire failed"),
                 &shared.cluster.nodes[i],
                 e,
