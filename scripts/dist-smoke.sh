@@ -62,7 +62,15 @@ with redlock(\"smoke:py$minor\", ttl=10.0, wait=5.0) as lock:
 done
 
 # npm: both tarballs, offline, in a fresh project; CommonJS, ESM, TypeScript (strict, es2022).
+# The checker is the one node/ pins (its devDependency), installed beside dist's other npm tools
+# when node/ has none (a fresh clone that never ran npm install there).
 tsc=$root/node/node_modules/typescript/bin/tsc
+if [[ ! -f $tsc ]]; then
+  tools=$root/.dist-venv/npm
+  tsc=$tools/node_modules/typescript/bin/tsc
+  [[ -f $tsc ]] || npm install --prefix "$tools" --no-audit --no-fund --silent \
+    "typescript@$(node -p "require('$root/node/package.json').devDependencies.typescript")" || true
+fi
 clean "npm tarballs (CommonJS, ESM)" "$tmp/npm" "
   npm init -y >/dev/null
   npm install --offline --no-audit --no-fund \"\$DIST/ferrolock-linux-x64-gnu-\$VERSION.tgz\" \"\$DIST/ferrolock-\$VERSION.tgz\"
@@ -101,7 +109,7 @@ main().catch((e: unknown) => { console.error(e); process.exit(1); });
 TS
     node '$tsc' -p . && node out/smoke.js"
 else
-  skip "npm tarballs (TypeScript)" "no typescript in node/node_modules (npm install in node/)"
+  skip "npm tarballs (TypeScript)" "typescript could not be installed (npm install --prefix .dist-venv/npm typescript)"
 fi
 
 # C: the unpacked tarball, static through pkg-config, dynamic with -lferrolock.
