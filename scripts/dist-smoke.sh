@@ -139,7 +139,13 @@ else
   skip "C tarball" "no cc or pkg-config"
 fi
 
-# The static CLIs: x86_64 natively, aarch64 under qemu-user-static when it is installed.
+# The static CLIs: x86_64 natively, aarch64 under qemu-user-static, installed with apt-get
+# when missing (as scripts/ensure-redis.sh installs redis-server); where it cannot be, SKIPPED.
+if ! command -v qemu-aarch64-static >/dev/null && command -v apt-get >/dev/null; then
+  sudo=; [[ $(id -u) == 0 ]] || sudo=sudo
+  echo "qemu-aarch64-static not found: installing qemu-user-static with apt-get" >&2
+  { $sudo apt-get update -qq && $sudo apt-get install -y -qq qemu-user-static; } >/dev/null 2>&1 || true
+fi
 for arch in x86_64 aarch64; do
   run=
   if [[ $arch == aarch64 ]]; then
