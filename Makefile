@@ -13,10 +13,13 @@ redis:
 test: redis lint test-rust test-python test-node test-faults test-c test-go
 
 ## The version is the same everywhere it is written (scripts/check-version.sh: reads files only),
-## and the Go module path is the one Cargo.toml's repository URL gives (scripts/repository.sh).
+## and the Go module path is the one Cargo.toml's repository URL gives (scripts/repository.sh);
+## the npm package as released passes publint and @arethetypeswrong (scripts/dist-node.sh --lint:
+## the JavaScript package alone, packed in seconds; the tools go to .dist-venv/npm).
 lint:
 	scripts/check-version.sh
 	scripts/repository.sh check
+	scripts/dist-node.sh --lint
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets --locked -- -D warnings
 

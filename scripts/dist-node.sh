@@ -8,11 +8,20 @@
 #                             it only where it runs
 # Both are packed into DIST and checked with publint and @arethetypeswrong/cli (installed
 # under .dist-venv/npm, not globally).
+#   dist-node.sh --lint       the main package alone (no addon build: seconds), packed into a
+#                             temporary directory and given the same checks; `make test` runs it
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-dist=${1:?usage: dist-node.sh DIST URL} url=${2:?usage: dist-node.sh DIST URL}
+lint=0
+if [[ ${1:-} == --lint ]]; then
+  lint=1
+  dist=$(mktemp -d) url=$("$root/scripts/repository.sh" url)
+  trap 'rm -rf "$dist"' EXIT
+else
+  dist=${1:?usage: dist-node.sh DIST URL | --lint} url=${2:?usage: dist-node.sh DIST URL | --lint}
+fi
 version=$(node -p "require('$root/node/package.json').version")
-stage=$root/target/dist/npm
+stage=$root/target/dist/npm$([[ $lint == 1 ]] && echo -lint)
 rm -rf "$stage" && mkdir -p "$stage"
 
 tools=$root/.dist-venv/npm
@@ -27,6 +36,9 @@ optional={}
 for entry in "${platforms[@]}"; do
   read -r triple platform os cpu libc <<<"$entry"
   pkg=ferrolock-$platform
+  optional=$(node -e 'const o = JSON.parse(process.argv[1]); o[process.argv[2]] = process.argv[3]; console.log(JSON.stringify(o))' \
+    "$optional" "$pkg" "$version")
+  [[ $lint == 1 ]] && continue
   dir=$stage/$pkg
   mkdir -p "$dir"
   # What `napi build --platform --release` does on Linux (a cdylib renamed .node), with zig as
@@ -53,8 +65,6 @@ for entry in "${platforms[@]}"; do
   ' "$dir/package.json"
   printf '# %s\n\nThe prebuilt native addon of [ferrolock](%s) for %s. Install `ferrolock`, which depends on it.\n' \
     "$pkg" "$url" "$platform" > "$dir/README.md"
-  optional=$(node -e 'const o = JSON.parse(process.argv[1]); o[process.argv[2]] = process.argv[3]; console.log(JSON.stringify(o))' \
-    "$optional" "$pkg" "$version")
 done
 
 main=$stage/ferrolock

@@ -49,6 +49,17 @@ if want python; then
   auditwheel show "$wheel"
   abi3audit --strict --report "$wheel" >/dev/null && echo "abi3audit --strict: clean"
   twine check --strict "$wheel" "$dist/ferrolock-$version.tar.gz"
+  # The sdist builds on its own: unpacked away from the checkout (so nothing outside it can be
+  # read), built with Rust present, installed in a fresh venv, imported.
+  step "Python: the sdist builds on its own"
+  sd=$(mktemp -d)
+  tar -xzf "$dist/ferrolock-$version.tar.gz" -C "$sd"
+  (cd "$sd" && CARGO_TARGET_DIR=$builds/sdist pip wheel -q --no-deps --no-build-isolation \
+    -w "$sd/out" "./ferrolock-$version")
+  python3 -m venv "$sd/venv"
+  "$sd/venv/bin/pip" install -q --no-index "$sd"/out/ferrolock-*.whl
+  (cd "$sd" && venv/bin/python -c "import ferrolock; assert ferrolock.__version__ == '$version'; print('sdist: built and imported', ferrolock.__version__)")
+  rm -rf "$sd"
 fi
 
 if want c; then
