@@ -30,6 +30,12 @@ case ${1:-} in
       echo "repository: run scripts/repository.sh set <URL> to change it everywhere" >&2
       exit 1
     fi
+    py=$(sed -n 's/^Repository = "\(.*\)"$/\1/p' python/pyproject.toml)
+    if [[ $py != "$(cargo_url)" ]]; then
+      echo "repository: python/pyproject.toml says '$py', Cargo.toml's repository is '$(cargo_url)'" >&2
+      echo "repository: run scripts/repository.sh set <URL> to change it everywhere" >&2
+      exit 1
+    fi
     echo "repository: $(cargo_url) (Go module $want)"
     ;;
   release)
@@ -54,6 +60,7 @@ MSG
     sed -i "/^\[workspace\.package\]/,/^\[/s|^repository = \".*\"$|repository = \"$new\"|" Cargo.toml
     # The bench module sits next to ffi/go: the same prefix.
     derived_files | xargs sed -i -e "s|${old_mod%/ffi/go}/|${new_mod%/ffi/go}/|g"
+    sed -i "s|^Repository = \".*\"$|Repository = \"$new\"|" python/pyproject.toml
     echo "repository: $old -> $new (Go module $new_mod; tag Go releases ffi/go/vX.Y.Z)"
     ;;
   *) sed -n '2,9s/^# \{0,1\}//p' "$0" >&2; exit 2 ;;
