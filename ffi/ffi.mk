@@ -77,13 +77,16 @@ test-c: redis ffi-lib check-header
 # use after free of what it hands out, or a double free, is caught). Any report fails the run.
 # Leaks are valgrind's part (above): LSan's exit-time check also counts buffers of library
 # threads still running at exit, and it cannot be suppressed precisely, as Rust frames carry
-# no frame pointers.
+# no frame pointers. fork_child is left to the plain run (--except): its child, forked (no
+# exec) while the library's threads run, hung once here under ASan (60 s, no report) and never
+# in the plain run; ASan's own allocator locks are not made fork-safe by glibc's atfork
+# handlers, so a child can wait on a lock another thread held at the fork.
 FFI_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 test-c-sanitize: redis ffi-lib
 	mkdir -p target/ffi/bin
 	$(CC) $(FFI_CFLAGS) $(FFI_SANITIZE) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock_sanitize $(FFI_PC_FLAGS)
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_sanitize
+	  timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_sanitize --except fork_child
 
 test-go: redis ffi-lib
 	cd ffi/go && export PKG_CONFIG_PATH=$(FFI_STAGE)/lib/pkgconfig && \
