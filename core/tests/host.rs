@@ -200,6 +200,51 @@ fn a_completion_based_acquire_is_cancelled_without_a_key_and_delivers_its_lock()
     });
 }
 
+/// `Kind::Permits` through the host's entry points: holders up to the pool, the next one
+/// refused, and the pool full again after the releases.
+#[test]
+fn permits_are_taken_through_the_host_up_to_the_pool() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let name = unique_key("host-permits");
+        let m = host_manager(&[server.url()], opts().wait(Some(Duration::ZERO)));
+        let never = Cancel::new();
+        let kind = host::Kind::Permits {
+            permits: 3,
+            count: 2,
+        };
+        let first = m
+            .acquire_blocking_as(kind, &name, 1, m.defaults(), &never, None)
+            .expect("2 of 3 permits");
+        assert_eq!(
+            get(&server, &name).as_deref(),
+            Some("1"),
+            "counter after 2 of 3"
+        );
+        let err = m
+            .acquire_blocking_as(kind, &name, 2, m.defaults(), &never, None)
+            .expect_err("2 more of 3 granted while 2 are held");
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err:?}");
+        // The options carry the kind for the bindings that pass `Kind::options`.
+        let one = host::Kind::Permits {
+            permits: 3,
+            count: 1,
+        }
+        .options(m.defaults().clone());
+        let second = m
+            .acquire_blocking(&name, 3, &one, &never, None)
+            .expect("the last permit");
+        assert_eq!(get(&server, &name).as_deref(), Some("0"));
+        assert_eq!(first.release_blocking(&never, None), Ok(true));
+        assert_eq!(second.release_blocking(&never, None), Ok(true));
+        assert_eq!(
+            get(&server, &name).as_deref(),
+            Some("3"),
+            "the pool after both released"
+        );
+    });
+}
+
 /// A lock of `m` on a fresh key.
 fn take(m: &host::Manager, name: &str) -> host::Lock {
     let lock = m.acquire_blocking(&unique_key(name), 1, m.defaults(), &Cancel::new(), None);

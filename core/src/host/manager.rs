@@ -19,30 +19,40 @@ use crate::host::flag::Flag;
 use crate::host::lock::Lock;
 use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
-use crate::options::{LockOptions, ManagerOptions, RwSide};
+use crate::options::{LockOptions, ManagerOptions, Permits, RwSide};
 use crate::per_process::PerProcess;
 
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
 pub const NO_OWNER: u64 = u64::MAX;
 
-/// What an acquire takes: the lock, or a side of the read-write lock (DESIGN.md,
-/// "Read-write lock"). It travels in the options, so every way to call an acquire (async,
-/// blocking, completion-based) takes every kind.
+/// What an acquire takes: the lock, a side of the read-write lock (DESIGN.md, "Read-write
+/// lock"), or permits of a semaphore (DESIGN.md, "Semaphore"). It travels in the options, so
+/// every way to call an acquire (async, blocking, completion-based) takes every kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Lock,
     Read,
     Write,
+    /// `count` permits of the semaphore named by the key, a pool of `permits`. Each acquire
+    /// is a holder of its own: the owner is not used (a semaphore does not re-enter).
+    Permits {
+        permits: u32,
+        count: u32,
+    },
 }
 
 impl Kind {
     /// `opts` for this kind.
     pub fn options(self, mut opts: LockOptions) -> LockOptions {
         opts.rw = match self {
-            Kind::Lock => None,
             Kind::Read => Some(RwSide::Read),
             Kind::Write => Some(RwSide::Write),
+            Kind::Lock | Kind::Permits { .. } => None,
+        };
+        opts.permits = match self {
+            Kind::Permits { permits, count } => Some(Permits { permits, count }),
+            _ => None,
         };
         opts
     }
@@ -230,9 +240,10 @@ impl Manager {
         self.acquire_as(Kind::Lock, key, owner, opts).await
     }
 
-    /// [`acquire`](Manager::acquire) of a `kind`: the lock, or a side of the read-write lock
-    /// `key` (`LockManager::read_lock*` / `write_lock*`), with the same exit, close and
-    /// release rules.
+    /// [`acquire`](Manager::acquire) of a `kind`: the lock, a side of the read-write lock
+    /// `key` (`LockManager::read_lock*` / `write_lock*`) or permits of the semaphore `key`
+    /// (`LockManager::semaphore_with`; options that carry permits take them whatever `kind`
+    /// says), with the same exit, close and release rules.
     pub async fn acquire_as(
         &self,
         kind: Kind,
@@ -255,6 +266,10 @@ impl Manager {
             }
         };
         let acquire = async {
+            if let Some(p) = opts.permits {
+                return crate::semaphore::acquire(&core.shared, key, p.permits, p.count, opts)
+                    .await;
+            }
             match opts.rw {
                 None => match owned {
                     None => core.acquire_with(key, opts).await,
