@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 CARGO ?= cargo
 
-.PHONY: test demo bench redis lint test-rust test-python test-node test-faults chaos fmt dist dist-smoke
+.PHONY: test demo bench redis lint test-rust test-python test-node test-interop test-faults chaos fmt dist dist-smoke
 
 include ffi/ffi.mk
 
@@ -10,7 +10,7 @@ redis:
 	@scripts/ensure-redis.sh
 
 ## Everything CI checks: formatting, lints, and every test suite against real redis-servers.
-test: redis lint test-rust test-python test-node test-faults test-c test-go
+test: redis lint test-rust test-python test-node test-interop test-faults test-c test-go
 
 ## The version is the same everywhere it is written (scripts/check-version.sh: reads files only),
 ## and the Go module path is the one Cargo.toml's repository URL gives (scripts/repository.sh);
@@ -36,6 +36,11 @@ test-python: redis
 test-node: redis
 	cd node && npm install --no-audit --no-fund && FERROLOCK_DEBUG_BUILD=1 npm run build
 	cd node && npm test
+
+## Python, Node and the CLI on one read-write lock: each sees the others' holds, and a random
+## mix of their readers and writers never overlaps a writer with anyone (tests/interop).
+test-interop: redis
+	tests/interop/run.sh
 
 ## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
 test-faults: redis
