@@ -78,12 +78,21 @@ test-c: redis ffi-lib check-header
 # use after free of what it hands out, or a double free, is caught). Any report fails the run.
 # Leaks are valgrind's part (above): LSan's exit-time check also counts buffers of library
 # threads still running at exit, and it cannot be suppressed precisely, as Rust frames carry
-# no frame pointers. fork_child is left to the plain run (--except): its child, forked (no
-# exec) while the library's threads run, starts threads of its own, and this compiler's ASan
-# allocator is not fork-safe: a child forked while another thread holds one of its mutexes
-# waits on it for good (it hung once here, 60 s, no report). `make asan-fork-repro` shows it
-# without ferrolock: 8 and 15 of 300 children hung under ASan in two runs, 0 of 300 plain; a hung child's stack
-# ends in SizeClassAllocator64::GetFromAllocator (google/sanitizers#774).
+# no frame pointers. fork_child is left to the plain run (--except): its child is forked (no
+# exec) while the library's threads run, and this compiler's libasan (GCC 12) does nothing
+# at a fork (no fork interceptor, no atfork handler, no ASAN_OPTIONS flag for it), so an
+# allocator mutex a parent thread held at the fork stays locked in the child. Seen (both
+# CPUs loaded by `yes`): the tests up to fork_child under ASan, 1 child hung in 31 runs; its
+# runtime worker waited in __sanitizer::Mutex::Lock <- SizeClassAllocator64::GetFromAllocator
+# <- __asan::Allocator::Allocate <- malloc (a Vec grown by redis-rs), the child's two other
+# threads in epoll_wait and a condvar wait, so no thread of the child held that mutex and no
+# ferrolock lock was involved. fork_child alone under ASan: 0 hangs in 400 (and in 300 more
+# with both CPUs saturated); 4 full sanitizer runs with it included, none; the plain build: 0
+# in 400 alone and 0 in 17 after the other tests (glibc's malloc is fork-safe). Without
+# ferrolock, `make asan-fork-repro` (children forked among threads being created) hangs 8 and
+# 15 children of 300 under ASan, 0 plain, in the same allocator frame. Upstream:
+# google/sanitizers#774 (ASan deadlocks after fork); fixed in LLVM 18 by
+# llvm/llvm-project#75290 ("[asan] Install pthread_atfork"), which GCC 12's libasan predates.
 FFI_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 test-c-sanitize: redis ffi-lib
 	mkdir -p target/ffi/bin
