@@ -25,7 +25,29 @@ pub(crate) async fn acquire(
              turn fencing off for readers"
         )));
     }
+    check_hold_keys(shared, key, side)?;
     let mut opts = opts.clone();
     opts.rw = Some(side);
     crate::acquire::acquire(shared, key, owner, &opts).await
+}
+
+/// Redisson's read hold keys `{name}:<owner>:rwlock_timeout:<n>` add no braces to a name that
+/// contains `{`: when that `{` starts no valid hash tag (`a{b`, `a{}b`), the name and its hold
+/// keys hash whole, to different slots, and a cluster refuses the scripts that touch both. One
+/// node has no slots, so such a name works there, as in Redisson.
+fn check_hold_keys(shared: &Shared, key: &str, side: RwSide) -> Result<()> {
+    let on_cluster = shared.cluster.nodes.iter().any(|n| n.is_cluster());
+    if !on_cluster || !key.contains('{') || crate::scripts::has_tag(key) {
+        return Ok(());
+    }
+    let kind = match side {
+        RwSide::Read => "read lock",
+        RwSide::Write => "write lock",
+    };
+    Err(Error::invalid(format!(
+        "{kind} key {key:?} cannot be used on a Redis Cluster: it contains a '{{' that starts no \
+         hash tag, so Redisson's read hold keys {:?} would hash to another slot than the key; \
+         give the key a hash tag (a non-empty {{...}}) or drop the '{{'",
+        crate::scripts::rwlock_timeout_prefix(key, "<owner>")
+    )))
 }

@@ -981,3 +981,48 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
     assert_eq!(left, 0);
     drop(held);
 }
+
+/// A read-write lock's names on a cluster: Redisson's read hold keys `{name}:<owner>:
+/// rwlock_timeout:<n>` add no braces to a name that contains `{`, so a name with a `{` but no
+/// valid hash tag (`a{b`, `a{}b`) would put them in another slot than the hash: both sides
+/// refuse it with an error naming it, before any I/O, whatever the pub/sub; a name with a tag,
+/// or none, keeps every hold key in the hash's slot.
+#[tokio::test]
+async fn rwlock_names_without_a_slot_for_their_hold_keys_are_refused_and_the_rest_share_one() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    // Classic pub/sub: with sharded pub/sub, Redisson's channel of such a name is refused
+    // first (`checks::check_redisson_channel`); the hold keys are refused either way.
+    let m = classic_manager(&[cluster.url()], opts());
+    for name in ["a{b", "a{}b", "x{"] {
+        for write in [false, true] {
+            let err = if write {
+                m.write_lock(name).await.unwrap_err()
+            } else {
+                m.read_lock(name).await.unwrap_err()
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{name}: {err}");
+            assert!(err.to_string().contains(name), "{name}: {err}");
+        }
+    }
+    for name in ["plain-rw", "{tag}rw", "a{tag}b{"] {
+        let primary = owner(&cluster, name);
+        let read = m.read_lock(name).await.unwrap();
+        let holds: Vec<String> = primary.cmd(&["KEYS", "*rwlock_timeout*"]);
+        assert!(!holds.is_empty(), "{name}: no read hold key");
+        for hold in &holds {
+            assert_eq!(key_slot(hold), key_slot(name), "{name}: {hold}");
+        }
+        read.release().await.unwrap();
+        let write = m.write_lock(name).await.unwrap();
+        assert_eq!(
+            primary
+                .cmd::<Option<String>>(&["HGET", name, "mode"])
+                .as_deref(),
+            Some("write"),
+            "{name}"
+        );
+        write.release().await.unwrap();
+        assert!(!primary.cmd::<bool>(&["EXISTS", name]), "{name}");
+    }
+}

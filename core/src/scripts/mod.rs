@@ -217,7 +217,7 @@ fn braces(key: &str) -> bool {
 }
 
 /// Redis's hash-tag rule (`keyHashSlot`): the key has a non-empty `{...}`.
-fn has_tag(key: &str) -> bool {
+pub(crate) fn has_tag(key: &str) -> bool {
     // `str::find` with a char searches with memchr: this runs on every acquire.
     match key.find('{') {
         Some(open) => key[open + 1..].find('}').is_some_and(|len| len > 0),
