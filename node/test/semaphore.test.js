@@ -3,8 +3,9 @@
 // lock's path, against a real redis-server started here. The pool is read from Redisson's
 // layout: the counter `name` (permits free) and the zset `{name}:timeout` (one id per permit).
 const test = require('node:test');
+const fs = require('node:fs');
 const path = require('node:path');
-const { spawn } = require('node:child_process');
+const { execFileSync, spawn } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
@@ -260,4 +261,18 @@ test('a call from a loss listener (lock.signal) takes permits', T, async () => {
   assert.equal(free(name), 2);
   assert.equal(taken(name), 0);
   await m.close();
+});
+
+test("the README's semaphore Node example runs", T, async () => {
+  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
+  const section = readme.slice(readme.indexOf('## Semaphore'));
+  const example = section.match(/```js\n([\s\S]*?)```/)[1];
+  const out = execFileSync(process.execPath, ['-e', example], {
+    cwd: PKG,
+    env: { ...process.env, FERROLOCK_NODES: server.url },
+    encoding: 'utf8',
+    timeout: 30_000,
+  });
+  assert.match(out, /encoded 6 under 4 permits/);
+  assert.equal(free('encoders'), 4);
 });
