@@ -123,6 +123,16 @@ export declare class LockManager {
   /** Tries the write side once; rejects with NotAcquiredError while anyone holds `key`. */
   tryAcquireWrite(key: string, options?: Omit<AcquireOptions, 'wait'>): Promise<Lock>;
   /**
+   * `count` (default 1) permits of the semaphore `name`, a pool of `permits` (Redisson's
+   * RPermitExpirableSemaphore layout): at most `permits` are held at once. Each permit is
+   * leased for `ttl` and renewed like a lock; release returns exactly what this holder took.
+   * Refused: a different `permits` than the name's pool (naming both), 0, count > permits, a
+   * name with `{`, a manager of several nodes, `fencing`. Never reentrant.
+   */
+  acquirePermit(name: string, options: PermitOptions & AcquireOptions): Promise<Lock>;
+  /** Tries once; rejects with NotAcquiredError while fewer than `count` permits are free. */
+  tryAcquirePermit(name: string, options: PermitOptions & Omit<AcquireOptions, 'wait'>): Promise<Lock>;
+  /**
    * Ends the acquires waiting on this manager (they reject with NotAcquiredError, "its
    * LockManager was closed", leaving nothing on any node that answers), releases the locks it
    * handed out that are still held, then closes.
@@ -146,6 +156,20 @@ export declare function withLock<T>(key: string, fn: (lock: Lock) => T | Promise
 export declare function withReadLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
 /** `withLock` holding the write side of the read-write lock `key` (alone). */
 export declare function withWriteLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
+
+/** A semaphore's pool size and how many permits one holder takes. */
+export interface PermitOptions {
+  /** The pool size (>= 1), set by the first holder of the name; another size is refused. */
+  permits: number;
+  /** Permits this holder takes, 1..permits. Default 1. */
+  count?: number;
+}
+/**
+ * `withLock` holding `count` permits of the semaphore `name` (see
+ * `LockManager.acquirePermit`); the options come before the callback, as they carry the
+ * required `permits`.
+ */
+export declare function withPermit<T>(name: string, options: PermitOptions & WithLockOptions, fn: (lock: Lock) => T | PromiseLike<T>): Promise<T>;
 
 /** A histogram of durations in seconds. */
 export interface HistogramMetrics {

@@ -1,7 +1,7 @@
 'use strict';
 // ferrolock: distributed locks over Redis (one node, or Redlock over several).
 const errors = require('./lib/errors');
-const { LockManager, withLock, withReadLock, withWriteLock } = require('./lib/manager');
+const { LockManager, withLock, withPermit, withReadLock, withWriteLock } = require('./lib/manager');
 const { Lock } = require('./lib/lock');
 const native = require('./lib/native');
 const { setLogger } = require('./lib/log');
@@ -22,6 +22,7 @@ function prometheusText() {
 module.exports = {
   version,
   withLock,
+  withPermit,
   withReadLock,
   withWriteLock,
   LockManager,

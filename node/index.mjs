@@ -6,6 +6,7 @@ const ferrolock = require('./index.js');
 export const {
   version,
   withLock,
+  withPermit,
   withReadLock,
   withWriteLock,
   LockManager,

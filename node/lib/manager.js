@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
-const { convert, checkKey, checkSignal } = require('./options');
+const { convert, checkKey, checkSignal, splitPermits } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -75,13 +75,16 @@ function enclosing(nm, key) {
   return undefined;
 }
 
-/** The scope function holding a `kind` (null: the lock; 'read', 'write'), for errors. */
-const SCOPE_NAMES = { null: 'withLock', read: 'withReadLock', write: 'withWriteLock' };
+/** The scope function holding a `kind` (null: the lock; 'read', 'write', 'semaphore'), for
+ * errors. */
+const SCOPE_NAMES = { null: 'withLock', read: 'withReadLock', write: 'withWriteLock', semaphore: 'withPermit' };
 
 /** `opts`: a NativeLockOptions, or null for the manager's defaults. `kind`: null for the
- * lock, 'read' or 'write' for a side of the read-write lock `key`. */
-async function acquireNative(nm, key, opts, reentrant, signal, kind = null) {
-  const held = enclosing(nm, key);
+ * lock, 'read' or 'write' for a side of the read-write lock `key`, 'semaphore' for
+ * `sem.count` permits of the semaphore `key`, a pool of `sem.permits`. */
+async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem = null) {
+  // A semaphore never re-enters: each acquire is a holder of its own, also inside a scope.
+  const held = kind === 'semaphore' ? undefined : enclosing(nm, key);
   let owner = null;
   if (held && kind !== null && held.kind !== null) {
     // A read-write hold is always reentrant for its owner: the core re-enters, downgrades
@@ -96,7 +99,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null) {
       );
     }
     owner = held.owner;
-  } else if (reentrant || kind !== null) {
+  } else if (reentrant || kind === 'read' || kind === 'write') {
     owner = native.newOwner();
   }
   if (signal?.aborted) throw abortError(key, signal);
@@ -107,7 +110,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null) {
   }
   let inner;
   try {
-    inner = await nm.acquire(key, opts, owner, token, kind);
+    inner = await nm.acquire(key, opts, owner, token, kind, sem?.permits, sem?.count);
   } catch (e) {
     const err = fromNative(e, key);
     if (err instanceof AbortError && signal) throw abortError(key, signal);
@@ -169,11 +172,25 @@ class LockManager {
   async tryAcquireWrite(key, options) {
     return this.acquireWrite(key, { ...options, wait: 0 });
   }
-  async #acquire(key, options, kind) {
+  /**
+   * Takes `count` (default 1) permits of the semaphore `name`, a pool of `permits`; the
+   * other options are an acquire's. Each call is a holder of its own (no reentrancy).
+   */
+  async acquirePermit(name, options) {
+    checkKey(name);
+    const { rest, ...sem } = splitPermits(name, options);
+    return this.#acquire(name, rest, 'semaphore', sem);
+  }
+  /** Tries once: rejects with NotAcquiredError while fewer than `count` permits are free. */
+  async tryAcquirePermit(name, options) {
+    checkKey(name);
+    return this.acquirePermit(name, { ...options, wait: 0 });
+  }
+  async #acquire(key, options, kind, sem = null) {
     checkKey(key);
     const conv = convert(options, key, { manager: false, lock: true });
     const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
-    return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal, kind)).lock;
+    return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal, kind, sem)).lock;
   }
   /** Releases the locks this manager handed out that are still held, then closes it. */
   async close() {
@@ -288,13 +305,23 @@ async function withWriteLock(key, fn, options) {
   return withKind(key, fn, options, 'write');
 }
 
-async function withKind(key, fn, options, kind) {
+/**
+ * withLock holding `count` (default 1) permits of the semaphore `name`, a pool of `permits`
+ * (`options` carries both, with the other options of withLock).
+ */
+async function withPermit(name, options, fn) {
+  checkKey(name);
+  const { rest, ...sem } = splitPermits(name, options);
+  return withKind(name, fn, rest, 'semaphore', sem);
+}
+
+async function withKind(key, fn, options, kind, sem = null) {
   checkKey(key);
   if (typeof fn !== 'function') {
     throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
   }
   const { nm, opts, reentrant, signal } = withLockOptions(options, key);
-  const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind);
+  const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
   let result;
   let failed = false;
@@ -322,4 +349,4 @@ async function withKind(key, fn, options, kind) {
   return result;
 }
 
-module.exports = { LockManager, withLock, withReadLock, withWriteLock };
+module.exports = { LockManager, withLock, withPermit, withReadLock, withWriteLock };

@@ -130,6 +130,25 @@ function convert(options, key, { manager = true, lock = true } = {}) {
   return out;
 }
 
+/** A semaphore's `permits` (required) and `count` (default 1), split from its acquire's other
+ * options. Only the JavaScript types are checked here: 0 and count > permits are the core's. */
+function splitPermits(key, options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw bad(key, 'options', options, 'expected an object with permits (the pool size)');
+  }
+  const { permits, count, ...rest } = options;
+  if (permits === undefined || permits === null) {
+    throw new InvalidArgumentError(`${where(key)}a semaphore needs permits: the size of its pool of permits`, { key });
+  }
+  const whole = (name, v) => {
+    if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(key, name, v, 'expected a whole number >= 1');
+    if (v < 0) throw bad(key, name, v, 'must not be negative');
+    if (v > 2 ** 32 - 1) throw bad(key, name, v, 'too large (at most 4294967295)');
+    return v;
+  };
+  return { permits: whole('permits', permits), count: count === undefined ? 1 : whole('count', count), rest };
+}
+
 function checkKey(key) {
   if (typeof key !== 'string' || key.length === 0) {
     const type = key === null ? 'null' : typeof key;
@@ -137,4 +156,4 @@ function checkKey(key) {
   }
 }
 
-module.exports = { convert, checkKey, checkSignal, millis, TABLE };
+module.exports = { convert, checkKey, checkSignal, splitPermits, millis, TABLE };

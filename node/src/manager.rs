@@ -139,8 +139,11 @@ impl NativeManager {
     /// (reentrant locks, read-write holds) is the async context's owner id; `cancel` aborts
     /// the wait, which rejects once whatever was taken is given back
     /// (`host::Manager::acquire_cancellable`). `kind`: `"read"` or `"write"` for a side
-    /// of the read-write lock `key`, else the lock.
+    /// of the read-write lock `key`, `"semaphore"` for `count` permits of the semaphore `key`,
+    /// a pool of `permits` (both checked by the core), else the lock.
     #[napi]
+    // The arguments are the JavaScript call's, one per value lib/manager.js passes.
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire<'env>(
         &self,
         env: &'env Env,
@@ -149,6 +152,8 @@ impl NativeManager {
         owner: Option<i64>,
         cancel: Option<&CancelToken>,
         kind: Option<String>,
+        permits: Option<u32>,
+        count: Option<u32>,
     ) -> Result<PromiseRaw<'env, NativeLock>> {
         const ENTRY: &str = "NativeManager.acquire";
         guard(ENTRY, || {
@@ -160,9 +165,13 @@ impl NativeManager {
                 None => Kind::Lock,
                 Some("read") => Kind::Read,
                 Some("write") => Kind::Write,
+                Some("semaphore") => Kind::Permits {
+                    permits: permits.unwrap_or(0),
+                    count: count.unwrap_or(1),
+                },
                 Some(other) => {
                     return Err(invalid(format!(
-                        "lock {key:?}: kind must be \"read\" or \"write\", got {other:?}"
+                        "lock {key:?}: kind must be \"read\", \"write\" or \"semaphore\", got {other:?}"
                     )));
                 }
             };

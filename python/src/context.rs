@@ -101,17 +101,20 @@ impl PyLockContext {
 #[pymethods]
 impl PyLockContext {
     #[new]
-    /// `kind`: "lock", or a side of the read-write lock, "read" or "write".
-    #[pyo3(signature = (manager, key, options = None, kind = "lock"))]
+    /// `kind`: "lock", a side of the read-write lock, "read" or "write", or "semaphore"
+    /// (`count` permits of a pool of `permits`).
+    #[pyo3(signature = (manager, key, options = None, kind = "lock", permits = None, count = None))]
     fn new(
         py: Python<'_>,
         manager: Bound<'_, PyManager>,
         key: &Bound<'_, PyAny>,
         options: Option<&Bound<'_, PyDict>>,
         kind: &str,
+        permits: Option<&Bound<'_, PyAny>>,
+        count: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let key = key_str(py, key)?;
-        let kind = lock_kind(py, kind)?;
+        let kind = lock_kind(py, &key, kind, permits, count)?;
         let args = manager.get().args(py, &key, options)?;
         Ok(PyLockContext {
             manager: manager.unbind(),

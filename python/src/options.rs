@@ -336,21 +336,74 @@ pub fn manager_args(
     })
 }
 
-/// A key must be a non-empty `str` (the core refuses the empty one with its own message).
-/// The kind a `LockContext` takes: "lock", "read" or "write".
-pub fn lock_kind(py: Python<'_>, kind: &str) -> PyResult<host::Kind> {
+/// The kind a `LockContext` takes: "lock", "read", "write" or "semaphore" (which alone takes
+/// `permits`, the pool size, and `count`, how many of them this holder takes; default 1).
+/// Only their Python types are checked here: the core's semaphore entry refuses a value
+/// out of range (0, count > permits), naming it.
+pub fn lock_kind(
+    py: Python<'_>,
+    key: &str,
+    kind: &str,
+    permits: Option<&Bound<'_, PyAny>>,
+    count: Option<&Bound<'_, PyAny>>,
+) -> PyResult<host::Kind> {
+    let ctx = Ctx { key: Some(key) };
+    let (permits, count) = (
+        permits.filter(|v| !v.is_none()),
+        count.filter(|v| !v.is_none()),
+    );
+    if kind != "semaphore"
+        && let Some((name, v)) = [("permits", permits), ("count", count)]
+            .into_iter()
+            .find_map(|(n, v)| v.map(|v| (n, v)))
+    {
+        return Err(bad(
+            py,
+            ctx,
+            name,
+            v,
+            "only a semaphore takes permits and count",
+        ));
+    }
     match kind {
         "lock" => Ok(host::Kind::Lock),
         "read" => Ok(host::Kind::Read),
         "write" => Ok(host::Kind::Write),
+        "semaphore" => {
+            let Some(p) = permits else {
+                return Err(ctx.invalid(
+                    py,
+                    "a semaphore needs permits=N, the size of its pool of permits",
+                ));
+            };
+            Ok(host::Kind::Permits {
+                permits: permit_count(py, ctx, "permits", p)?,
+                count: count.map_or(Ok(1), |c| permit_count(py, ctx, "count", c))?,
+            })
+        }
         _ => Err(invalid(
             py,
-            format!("lock kind must be 'lock', 'read' or 'write', got {kind:?}"),
+            format!("lock kind must be 'lock', 'read', 'write' or 'semaphore', got {kind:?}"),
             None,
         )),
     }
 }
 
+/// A number of permits: an `int` (not a bool), 0 up to 2**32-1; 0 is refused by the core.
+fn permit_count(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> PyResult<u32> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(bad(py, ctx, name, v, "expected a whole number >= 1"));
+    }
+    v.extract::<u32>().map_err(|_| {
+        let why = match v.lt(0) {
+            Ok(true) => "must not be negative",
+            _ => "too large (at most 4294967295)",
+        };
+        bad(py, ctx, name, v, why)
+    })
+}
+
+/// A key must be a non-empty `str` (the core refuses the empty one with its own message).
 pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
     match key.cast::<PyString>() {
         Ok(s) if s.to_str()?.is_empty() => {

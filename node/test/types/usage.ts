@@ -1,5 +1,5 @@
 // Compiled with `tsc --noEmit` by the test suite: the declarations must accept this usage.
-import { withLock, withReadLock, withWriteLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, version, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
+import { withLock, withPermit, withReadLock, withWriteLock, LockManager, LockLostError, NotAcquiredError, AbortError, metrics, prometheusText, setLogger, version, type Lock, type LogRecord, type LogLevel } from 'ferrolock';
 
 export async function usage(nodes: string[]): Promise<number> {
   const result: number = await withLock(
@@ -32,7 +32,12 @@ export async function usage(nodes: string[]): Promise<number> {
   await manager.acquireWrite('rw4', { wait: 0 });
   const shared: string = await withReadLock('rw', async (l: Lock) => l.token, { nodes });
   const alone: number | null = await withWriteLock('rw', (l: Lock) => l.fence, { nodes, fencing: true });
-  void r, w, shared, alone;
+  const p: Lock = await manager.acquirePermit('sem', { permits: 4, count: 2, ttl: 30_000, signal: AbortSignal.timeout(1000) });
+  await manager.tryAcquirePermit('sem', { permits: 4 });
+  const limited: string = await withPermit('sem', { permits: 4, nodes }, async (l: Lock) => l.token);
+  // @ts-expect-error permits is required
+  await manager.acquirePermit('sem', { count: 1 });
+  void r, w, shared, alone, p, limited;
   const released: boolean = await again.release();
   void released;
   return result;

@@ -52,6 +52,7 @@ __all__ = [
     "prometheus_text",
     "redlock",
     "read_lock",
+    "semaphore",
     "write_lock",
 ]
 
@@ -200,6 +201,16 @@ class LockManager:
         forever)."""
         return LockContext(self._manager, key, options, "write")
 
+    def semaphore(self, name: str, permits: int, count: int = 1, **options: Any) -> LockContext:
+        """``count`` permits of the semaphore ``name``, a pool of ``permits``, for ``with`` and
+        ``async with``: at most ``permits`` permits are held at once. The pool size is set by
+        the first holder; a different ``permits`` later is refused naming both sizes. Each
+        permit is leased for ``ttl`` and renewed by the watchdog like a lock (a crashed
+        holder's permits return to the pool when the lease ends); the exit returns exactly what
+        this holder took. A semaphore lives on one node: a manager with several nodes is
+        refused. Not reentrant (each entry is a holder of its own); ``fencing`` is refused."""
+        return LockContext(self._manager, name, options, "semaphore", permits, count)
+
     def acquire(self, key: str, **options: Any) -> Lock:
         """Acquires and returns the lock; raises ``NotAcquired`` when ``wait`` runs out
         (``wait=0`` tries once). Blocks with the GIL released; Ctrl-C interrupts the wait.
@@ -287,9 +298,15 @@ def write_lock(key: str, **options: Any) -> LockContext:
     return _shared_context(key, options, "write")
 
 
-def _shared_context(key: str, options: dict[str, Any], kind: str) -> LockContext:
+def semaphore(name: str, permits: int, count: int = 1, **options: Any) -> LockContext:
+    """As :func:`redlock`, for ``count`` permits of the semaphore ``name``, a pool of
+    ``permits`` (see :meth:`LockManager.semaphore`)."""
+    return _shared_context(name, options, "semaphore", permits, count)
+
+
+def _shared_context(key: str, options: dict[str, Any], kind: str, permits: Any = None, count: Any = None) -> LockContext:
     conn = {name: options.pop(name) for name in _MANAGER_OPTIONS if name in options}
-    return LockContext(_Manager.shared(conn), key, options, kind)
+    return LockContext(_Manager.shared(conn), key, options, kind, permits, count)
 
 
 def _at_exit() -> None:

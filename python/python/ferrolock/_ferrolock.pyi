@@ -87,7 +87,13 @@ class _Manager:
 @disjoint_base
 class _LockContextBase:
     def __new__(
-        cls, manager: _Manager, key: Any, options: dict[str, Any] | None = None, kind: str = "lock"
+        cls,
+        manager: _Manager,
+        key: Any,
+        options: dict[str, Any] | None = None,
+        kind: str = "lock",
+        permits: Any = None,
+        count: Any = None,
     ) -> _LockContextBase: ...
     @property
     def key(self) -> str: ...
