@@ -22,15 +22,21 @@ static void go_done(void *userdata) { ferrolockGoDone((uintptr_t)userdata); }
 static void go_lost(void *userdata, const ferrolock_error *reason) {
 	ferrolockGoLost((uintptr_t)userdata, (ferrolock_error *)reason);
 }
-// side 0: the lock; FERROLOCK_RW_READ / FERROLOCK_RW_WRITE: a side of the read-write lock.
-static int go_acquire_start(const ferrolock_manager *m, const char *key, int side, const ferrolock_options *o,
-		uint64_t owner, uintptr_t handle, ferrolock_acquisition **out, ferrolock_error **err) {
+// side 0: the lock; FERROLOCK_RW_READ / FERROLOCK_RW_WRITE: a side of the read-write lock;
+// GO_SIDE_PERMITS: `count` permits of the semaphore `key`, a pool of `permits`.
+#define GO_SIDE_PERMITS (-1)
+static int go_acquire_start(const ferrolock_manager *m, const char *key, int side, uint32_t permits,
+		uint32_t count, const ferrolock_options *o, uint64_t owner, uintptr_t handle,
+		ferrolock_acquisition **out, ferrolock_error **err) {
 	if (side == 0) return ferrolock_manager_acquire_start(m, key, o, owner, go_done, (void *)handle, out, err);
+	if (side == GO_SIDE_PERMITS)
+		return ferrolock_manager_semaphore_acquire_start(m, key, permits, count, o, go_done, (void *)handle, out, err);
 	return ferrolock_manager_rw_acquire_start(m, key, side, o, owner, go_done, (void *)handle, out, err);
 }
-static int go_try_acquire(const ferrolock_manager *m, const char *key, int side, const ferrolock_options *o,
-		ferrolock_lock **out, ferrolock_error **err) {
+static int go_try_acquire(const ferrolock_manager *m, const char *key, int side, uint32_t permits,
+		uint32_t count, const ferrolock_options *o, ferrolock_lock **out, ferrolock_error **err) {
 	if (side == 0) return ferrolock_manager_try_acquire(m, key, o, out, err);
+	if (side == GO_SIDE_PERMITS) return ferrolock_manager_semaphore_try_acquire(m, key, permits, count, o, out, err);
 	return ferrolock_manager_rw_try_acquire(m, key, side, o, out, err);
 }
 static int go_on_lost(const ferrolock_lock *l, uintptr_t handle, ferrolock_error **err) {
@@ -156,12 +162,12 @@ func limitMs(d time.Duration) C.uint64_t {
 // containing NUL is refused with ErrInvalidArgument naming it: the C library takes
 // NUL-terminated strings and would hold the key cut short at the NUL.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, sideLock, opts)
+	return m.acquire(ctx, key, lockKind, opts)
 }
 
 // TryAcquire tries key once: ErrNotAcquired if it is held elsewhere.
 func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, sideLock, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, key, lockKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
 // AcquireRead takes the read side of the read-write lock key (Redisson's RReadWriteLock
@@ -172,30 +178,45 @@ func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*
 // WithReadLock or WithWriteLock scope, the scope's owner re-enters either side and may read
 // under its own write lock (a downgrade).
 func (m *Manager) AcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, C.FERROLOCK_RW_READ, opts)
+	return m.acquire(ctx, key, readKind, opts)
 }
 
 // AcquireWrite takes the write side of the read-write lock key, waiting as Acquire does: it
 // is granted with no reader and no other writer on key. An owner holding only the read side
 // is refused (a read-to-write upgrade: two upgraders would wait for each other forever).
 func (m *Manager) AcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, C.FERROLOCK_RW_WRITE, opts)
+	return m.acquire(ctx, key, writeKind, opts)
 }
 
 // TryAcquireRead tries the read side of key once: ErrNotAcquired if a writer holds it.
 func (m *Manager) TryAcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, C.FERROLOCK_RW_READ, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, key, readKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
 // TryAcquireWrite tries the write side of key once: ErrNotAcquired if anyone else holds it.
 func (m *Manager) TryAcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, C.FERROLOCK_RW_WRITE, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, key, writeKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
-// sideLock is acquire's side for the lock itself (not a read-write lock).
-const sideLock = 0
+// kind is what acquire takes: the lock, a side of the read-write lock, or permits.
+type kind struct {
+	side           C.int
+	permits, count C.uint32_t
+}
 
-func (m *Manager) acquire(ctx context.Context, key string, side C.int, opts []Option) (*Lock, error) {
+var (
+	lockKind  = kind{side: 0}
+	readKind  = kind{side: C.FERROLOCK_RW_READ}
+	writeKind = kind{side: C.FERROLOCK_RW_WRITE}
+)
+
+// permitsKind is count permits of a pool of permits (both checked to fit a uint32 by the
+// caller; the library refuses the rest, naming them).
+func permitsKind(permits, count uint32) kind {
+	return kind{side: C.GO_SIDE_PERMITS, permits: C.uint32_t(permits), count: C.uint32_t(count)}
+}
+
+func (m *Manager) acquire(ctx context.Context, key string, k kind, opts []Option) (*Lock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -222,7 +243,7 @@ func (m *Manager) acquire(ctx context.Context, key string, side C.int, opts []Op
 		if m.p == nil {
 			return -2
 		}
-		return C.go_try_acquire(m.p, ckey, side, o, &tried, &tryErr)
+		return C.go_try_acquire(m.p, ckey, k.side, k.permits, k.count, o, &tried, &tryErr)
 	}
 	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
 	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).
@@ -268,7 +289,7 @@ func (m *Manager) acquire(ctx context.Context, key string, side C.int, opts []Op
 		m.mu.RUnlock()
 		status = -2
 	} else {
-		status = C.go_acquire_start(m.p, ckey, side, o, owner, C.uintptr_t(handle), &acq, &cerr)
+		status = C.go_acquire_start(m.p, ckey, k.side, k.permits, k.count, o, owner, C.uintptr_t(handle), &acq, &cerr)
 		m.mu.RUnlock()
 	}
 	C.free(unsafe.Pointer(ckey))
@@ -558,23 +579,23 @@ func (l *Lock) Release() error {
 // WithLock returns its scope owns nothing: a ctx that outlives it (context.WithoutCancel)
 // acquires as a new owner. Outside any scope each acquire is an owner of its own.
 func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) (err error) {
-	return m.with(ctx, key, sideLock, fn, opts)
+	return m.with(ctx, key, lockKind, fn, opts)
 }
 
 // WithReadLock runs fn holding the read side of the read-write lock key (see AcquireRead),
 // with WithLock's rules: fn's ctx is cancelled when the hold is lost, the hold is released
 // when fn returns or panics, and the ctx carries the scope's owner.
 func (m *Manager) WithReadLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
-	return m.with(ctx, key, C.FERROLOCK_RW_READ, fn, opts)
+	return m.with(ctx, key, readKind, fn, opts)
 }
 
 // WithWriteLock runs fn holding the write side of the read-write lock key (see AcquireWrite),
 // with WithLock's rules.
 func (m *Manager) WithWriteLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
-	return m.with(ctx, key, C.FERROLOCK_RW_WRITE, fn, opts)
+	return m.with(ctx, key, writeKind, fn, opts)
 }
 
-func (m *Manager) with(ctx context.Context, key string, side C.int, fn func(context.Context, *Lock) error, opts []Option) (err error) {
+func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.Context, *Lock) error, opts []Option) (err error) {
 	// A ctx without a live scope gets one: this WithLock's, ended when it returns, so that a
 	// ctx that outlives it (a detached goroutine's) owns nothing.
 	if s, ok := ctx.Value(scopeKey{}).(*scope); !ok || s.ended.Load() {
@@ -582,7 +603,7 @@ func (m *Manager) with(ctx context.Context, key string, side C.int, fn func(cont
 		defer s.ended.Store(true)
 		ctx = context.WithValue(ctx, scopeKey{}, s)
 	}
-	l, err := m.acquire(ctx, key, side, opts)
+	l, err := m.acquire(ctx, key, k, opts)
 	if err != nil {
 		return err
 	}

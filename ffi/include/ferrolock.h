@@ -177,6 +177,19 @@ int ferrolock_manager_rw_acquire_start(const struct ferrolock_manager *manager,
                                        struct ferrolock_acquisition **acquisition_out,
                                        struct ferrolock_error **err);
 
+// `ferrolock_manager_acquire_start` of `count` permits of the semaphore `name`, a pool of
+// `permits`: the outcome is as `ferrolock_manager_semaphore_acquire`'s. NULL pointers fail
+// here; a value the semaphore refuses (`permits`, `count`, `name`, the nodes) is the outcome.
+int ferrolock_manager_semaphore_acquire_start(const struct ferrolock_manager *manager,
+                                              const char *name,
+                                              uint32_t permits,
+                                              uint32_t count,
+                                              const struct ferrolock_options *opts,
+                                              ferrolock_done_fn done,
+                                              void *userdata,
+                                              struct ferrolock_acquisition **acquisition_out,
+                                              struct ferrolock_error **err);
+
 // The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 // `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
 // first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
@@ -371,6 +384,35 @@ int ferrolock_manager_rw_try_acquire(const struct ferrolock_manager *manager,
                                      const struct ferrolock_options *opts,
                                      struct ferrolock_lock **lock_out,
                                      struct ferrolock_error **err);
+
+// Takes `count` permits of the semaphore `name`, a pool of `permits` (Redisson's
+// `RPermitExpirableSemaphore` layout; the pool size is set by the first acquire, and a
+// different `permits` later is `FERROLOCK_ERR_INVALID_ARGUMENT` naming both). On success
+// `*lock_out` is a lock handle as `ferrolock_manager_acquire`'s: the permits are leased for
+// `ttl`, renewed by the watchdog, signalled when lost, and `ferrolock_lock_release` gives
+// back exactly the `count` taken. A holder that dies without releasing gives them back when
+// its lease ends. Refused with `FERROLOCK_ERR_INVALID_ARGUMENT`, naming the value: `permits`
+// or `count` 0, `count` above `permits`, a `{` in `name`, a manager with more than one node
+// (K permits on each of N nodes do not bound the holders to K), fencing on. Waits, and is
+// cancelled, as `ferrolock_manager_acquire`.
+int ferrolock_manager_semaphore_acquire(const struct ferrolock_manager *manager,
+                                        const char *name,
+                                        uint32_t permits,
+                                        uint32_t count,
+                                        const struct ferrolock_options *opts,
+                                        const struct ferrolock_cancel *cancel,
+                                        struct ferrolock_lock **lock_out,
+                                        struct ferrolock_error **err);
+
+// Tries `ferrolock_manager_semaphore_acquire` once (`wait` = 0):
+// `FERROLOCK_ERR_NOT_ACQUIRED` if fewer than `count` permits are free.
+int ferrolock_manager_semaphore_try_acquire(const struct ferrolock_manager *manager,
+                                            const char *name,
+                                            uint32_t permits,
+                                            uint32_t count,
+                                            const struct ferrolock_options *opts,
+                                            struct ferrolock_lock **lock_out,
+                                            struct ferrolock_error **err);
 
 // Releases every lock this manager handed out and that was not released (held, or lost but
 // perhaps still standing on some node), waiting at most `limit_ms` (the rest goes on in the

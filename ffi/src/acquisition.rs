@@ -9,7 +9,7 @@ use ferrolock::host::{self, Cancel};
 
 use crate::ctext::{handle, out};
 use crate::lock::ferrolock_lock;
-use crate::manager::{Request, ferrolock_manager, request, rw_request};
+use crate::manager::{Request, ferrolock_manager, request, rw_request, semaphore_request};
 use crate::options::ferrolock_options;
 use crate::status::{FERROLOCK_PENDING, Failure, call, ferrolock_error, guard};
 
@@ -152,6 +152,31 @@ pub unsafe extern "C" fn ferrolock_manager_rw_acquire_start(
     start(
         "ferrolock_manager_rw_acquire_start",
         || rw_request(manager, key, side, opts, owner),
+        done,
+        userdata,
+        acquisition_out,
+        err,
+    )
+}
+
+/// `ferrolock_manager_acquire_start` of `count` permits of the semaphore `name`, a pool of
+/// `permits`: the outcome is as `ferrolock_manager_semaphore_acquire`'s. NULL pointers fail
+/// here; a value the semaphore refuses (`permits`, `count`, `name`, the nodes) is the outcome.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_semaphore_acquire_start(
+    manager: *const ferrolock_manager,
+    name: *const c_char,
+    permits: u32,
+    count: u32,
+    opts: *const ferrolock_options,
+    done: ferrolock_done_fn,
+    userdata: *mut c_void,
+    acquisition_out: *mut *mut ferrolock_acquisition,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    start(
+        "ferrolock_manager_semaphore_acquire_start",
+        || semaphore_request(manager, name, permits, count, opts),
         done,
         userdata,
         acquisition_out,

@@ -123,6 +123,21 @@ pub(crate) fn rw_request(
     })
 }
 
+/// `request` for `count` permits of the semaphore `name`, a pool of `permits` (the core
+/// names a bad value: permits 0, count above permits, a `{` in the name, N > 1 nodes).
+pub(crate) fn semaphore_request(
+    manager: *const ferrolock_manager,
+    name: *const c_char,
+    permits: u32,
+    count: u32,
+    opts: *const ferrolock_options,
+) -> Result<Request, Failure> {
+    Ok(Request {
+        kind: host::Kind::Permits { permits, count },
+        ..request(manager, name, opts, host::NO_OWNER)?
+    })
+}
+
 /// `side` of a read-write lock: the read side (shared by any number of readers).
 pub const FERROLOCK_RW_READ: c_int = 1;
 /// `side` of a read-write lock: the write side (held alone).
@@ -300,6 +315,61 @@ pub unsafe extern "C" fn ferrolock_manager_rw_try_acquire(
         "ferrolock_manager_rw_try_acquire",
         || {
             let mut r = rw_request(manager, key, side, opts, host::NO_OWNER)?;
+            r.opts.wait = Some(std::time::Duration::ZERO);
+            Ok(r)
+        },
+        std::ptr::null(),
+        lock_out,
+        err,
+    )
+}
+
+/// Takes `count` permits of the semaphore `name`, a pool of `permits` (Redisson's
+/// `RPermitExpirableSemaphore` layout; the pool size is set by the first acquire, and a
+/// different `permits` later is `FERROLOCK_ERR_INVALID_ARGUMENT` naming both). On success
+/// `*lock_out` is a lock handle as `ferrolock_manager_acquire`'s: the permits are leased for
+/// `ttl`, renewed by the watchdog, signalled when lost, and `ferrolock_lock_release` gives
+/// back exactly the `count` taken. A holder that dies without releasing gives them back when
+/// its lease ends. Refused with `FERROLOCK_ERR_INVALID_ARGUMENT`, naming the value: `permits`
+/// or `count` 0, `count` above `permits`, a `{` in `name`, a manager with more than one node
+/// (K permits on each of N nodes do not bound the holders to K), fencing on. Waits, and is
+/// cancelled, as `ferrolock_manager_acquire`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_semaphore_acquire(
+    manager: *const ferrolock_manager,
+    name: *const c_char,
+    permits: u32,
+    count: u32,
+    opts: *const ferrolock_options,
+    cancel: *const ferrolock_cancel,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_semaphore_acquire",
+        || semaphore_request(manager, name, permits, count, opts),
+        cancel,
+        lock_out,
+        err,
+    )
+}
+
+/// Tries `ferrolock_manager_semaphore_acquire` once (`wait` = 0):
+/// `FERROLOCK_ERR_NOT_ACQUIRED` if fewer than `count` permits are free.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_semaphore_try_acquire(
+    manager: *const ferrolock_manager,
+    name: *const c_char,
+    permits: u32,
+    count: u32,
+    opts: *const ferrolock_options,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_semaphore_try_acquire",
+        || {
+            let mut r = semaphore_request(manager, name, permits, count, opts)?;
             r.opts.wait = Some(std::time::Duration::ZERO);
             Ok(r)
         },

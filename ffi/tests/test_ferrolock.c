@@ -273,6 +273,161 @@ static void test_read_write(void) {
   ferrolock_manager_free(b);
 }
 
+/* Options on the first test node only: a semaphore lives on one node. */
+static ferrolock_options *one_node(ferrolock_options *o) {
+  char url[64];
+  snprintf(url, sizeof url, "redis://127.0.0.1:%d", node_ports[0]);
+  if (ferrolock_options_set_str(o, "nodes", url, NULL) != FERROLOCK_OK) abort();
+  return o;
+}
+
+#define SEM_THREADS 6
+#define SEM_PERMITS 2
+typedef struct {
+  ferrolock_manager *m;
+  const char *name;
+  pthread_mutex_t mu;
+  int inside, most, grants, errors;
+} sem_run_t;
+
+static void *sem_worker(void *arg) {
+  sem_run_t *r = arg;
+  for (int i = 0; i < 3; i++) {
+    ferrolock_lock *lock = NULL;
+    ferrolock_error *e = NULL;
+    if (ferrolock_manager_semaphore_acquire(r->m, r->name, SEM_PERMITS, 1, NULL, NULL, &lock, &e) != FERROLOCK_OK) {
+      pthread_mutex_lock(&r->mu);
+      r->errors++;
+      pthread_mutex_unlock(&r->mu);
+      ferrolock_error_free(e);
+      continue;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (++r->inside > r->most) r->most = r->inside;
+    r->grants++;
+    pthread_mutex_unlock(&r->mu);
+    sleep_ms(20);
+    pthread_mutex_lock(&r->mu);
+    r->inside--;
+    pthread_mutex_unlock(&r->mu);
+    ferrolock_lock_release(lock, NULL, NULL);
+    ferrolock_lock_free(lock);
+  }
+  return NULL;
+}
+
+typedef struct {
+  pthread_mutex_t mu;
+  ferrolock_lock *lock;
+  int called, release_rc;
+} sem_lost_t;
+
+/* The loss callback releases its own permits (the handle is the callback's to use). */
+static void sem_on_lost(void *userdata, const ferrolock_error *reason) {
+  (void)reason;
+  sem_lost_t *s = userdata;
+  ferrolock_error *e = NULL;
+  int rc = ferrolock_lock_release(s->lock, NULL, &e);
+  ferrolock_error_free(e);
+  pthread_mutex_lock(&s->mu);
+  s->release_rc = rc;
+  s->called++;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Semaphore: threads never hold more than the permits; count > 1; bad input named; a
+ * release from inside the loss callback. */
+static void test_semaphore(void) {
+  ferrolock_manager *m = manager_with(one_node(options_ms(NULL)));
+  sem_run_t run = {.m = m, .name = fresh_key("sem"), .mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_t t[SEM_THREADS];
+  for (int i = 0; i < SEM_THREADS; i++) pthread_create(&t[i], NULL, sem_worker, &run);
+  for (int i = 0; i < SEM_THREADS; i++) pthread_join(t[i], NULL);
+  CHECK(run.errors == 0, "%d acquires failed", run.errors);
+  CHECK(run.grants == SEM_THREADS * 3, "%d grants", run.grants);
+  CHECK(run.most <= SEM_PERMITS, "%d holders at once, permits %d", run.most, SEM_PERMITS);
+  CHECK(run.most == SEM_PERMITS, "never %d holders at once (most %d)", SEM_PERMITS, run.most);
+
+  /* count > 1: 2 of 3 taken leaves 1, so another 2 is refused and 1 granted. */
+  const char *name = fresh_key("sem-count");
+  ferrolock_lock *two = NULL, *more = NULL, *one = NULL;
+  EXPECT(ferrolock_manager_semaphore_acquire(m, name, 3, 2, NULL, NULL, &two, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 3, 2, NULL, &more, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  CHECK(more == NULL);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 3, 1, NULL, &one, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 3, 1, NULL, &more, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  /* A different pool size for the same name is named. */
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 5, 1, NULL, &more, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "5");
+  EXPECT(ferrolock_lock_release(two, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(two, NULL, &err), FERROLOCK_ERR_NOT_HELD, NULL);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 3, 2, NULL, &more, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(more, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(one, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(two);
+  ferrolock_lock_free(more);
+  ferrolock_lock_free(one);
+
+  /* Bad input: each refusal names the bad value. */
+  ferrolock_lock *bad = NULL;
+  EXPECT(ferrolock_manager_semaphore_acquire(m, NULL, 2, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_semaphore_acquire(NULL, name, 2, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  EXPECT(ferrolock_manager_semaphore_acquire(m, name, 2, 1, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock_out");
+  EXPECT(ferrolock_manager_semaphore_acquire(m, name, 0, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "permits 0");
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 2, 3, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "count 3");
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 2, 0, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "count 0");
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, "a{b}", 2, 1, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "a{b}");
+  CHECK(bad == NULL);
+  ferrolock_acquisition *acq = NULL;
+  EXPECT(ferrolock_manager_semaphore_acquire_start(m, name, 2, 1, NULL, NULL, NULL, NULL, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition_out");
+  ferrolock_manager *several = manager_with(options_ms(NULL));
+  if (node_count > 1)
+    EXPECT(ferrolock_manager_semaphore_acquire(several, name, 2, 1, NULL, NULL, &bad, &err),
+           FERROLOCK_ERR_INVALID_ARGUMENT, "one node");
+  ferrolock_manager_free(several);
+
+  /* The completion variant grants as the blocking one. */
+  name = fresh_key("sem-start");
+  EXPECT(ferrolock_manager_semaphore_acquire_start(m, name, 2, 2, NULL, NULL, NULL, &acq, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock *got = NULL;
+  int rc;
+  while ((rc = ferrolock_acquisition_result(acq, &got, &err)) == FERROLOCK_PENDING) sleep_ms(5);
+  EXPECT(rc, FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, name, 2, 1, NULL, &bad, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  EXPECT(ferrolock_lock_release(got, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(got);
+  ferrolock_acquisition_free(acq);
+  ferrolock_manager_free(m);
+
+  /* A release from inside the loss callback: the node is paused until the loss is told. */
+  ferrolock_manager *short_ttl = manager_with(one_node(options_ms("ttl", (uint64_t)1500, NULL)));
+  const char *lost_name = fresh_key("sem-lost");
+  sem_lost_t lost = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_manager_semaphore_acquire(short_ttl, lost_name, 1, 1, NULL, NULL, &lost.lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(lost.lock, sem_on_lost, &lost, &err), FERROLOCK_OK, NULL);
+  kill(node_pids[0], SIGSTOP);
+  double give_up = now_ms() + 30000;
+  int called = 0;
+  while (!called && now_ms() < give_up) {
+    sleep_ms(10);
+    pthread_mutex_lock(&lost.mu);
+    called = lost.called;
+    pthread_mutex_unlock(&lost.mu);
+  }
+  kill(node_pids[0], SIGCONT);
+  CHECK(called == 1, "loss callback called %d times", called);
+  CHECK(ferrolock_lock_is_lost(lost.lock));
+  /* The release inside the callback returned (no deadlock) with a status, not a crash. */
+  CHECK(lost.release_rc != FERROLOCK_OK || !ferrolock_lock_is_held(lost.lock), "rc %d", lost.release_rc);
+  /* The permit comes back (released, or its lease ended while the node was paused). */
+  ferrolock_lock *again = NULL;
+  EXPECT(ferrolock_manager_semaphore_acquire(short_ttl, lost_name, 1, 1, NULL, NULL, &again, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(again, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(again);
+  ferrolock_lock_free(lost.lock);
+  ferrolock_manager_free(short_ttl);
+}
+
 static void test_extend(void) {
   ferrolock_options *o = options_ms("ttl", (uint64_t)2000, NULL);
   EXPECT(ferrolock_options_set_bool(o, "watchdog", false, &err), FERROLOCK_OK, NULL);
@@ -1452,6 +1607,7 @@ static const test_t tests[] = {
     {"freed_then_shutdown", test_freed_then_shutdown},
     {"version", test_version},
     {"read_write", test_read_write},
+    {"semaphore", test_semaphore},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };

@@ -1,0 +1,84 @@
+package ferrolock
+
+import (
+	"context"
+	"math"
+	"reflect"
+)
+
+// countOption is Count's name: AcquirePermits and its kin take it out of the options (it is
+// not a library option), so any other acquire refuses it as an unknown option.
+const countOption = "count"
+
+// Count is how many permits AcquirePermits, TryAcquirePermits and WithPermit take (default
+// 1, at most the pool's permits); Release gives back exactly that many.
+func Count(k int) Option { return Option{countOption, k} }
+
+// AcquirePermits takes permits of the semaphore name, a pool of permits (Redisson's
+// RPermitExpirableSemaphore layout), waiting as Acquire does; Count says how many (default
+// 1). The pool size is set by the first acquire of name; a different permits later is
+// ErrInvalidArgument naming both. The Lock is the same as Acquire's: the permits are leased
+// for the TTL and renewed while held, Lost is closed if the lease is lost, and Release gives
+// them back once. A holder that dies returns them when its lease ends. ErrInvalidArgument,
+// naming the value: permits or count below 1 or above 2^32-1, count above permits, a '{' in
+// name, a manager with more than one node (K permits on each of N nodes do not bound the
+// holders to K), Fencing on. A semaphore does not re-enter: each acquire is a holder.
+func (m *Manager) AcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
+	k, rest, err := permitKind(permits, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, name, k, rest)
+}
+
+// TryAcquirePermits tries AcquirePermits once: ErrNotAcquired if fewer than the count are
+// free.
+func (m *Manager) TryAcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
+	return m.AcquirePermits(ctx, name, permits, append(append([]Option(nil), opts...), Wait(0))...)
+}
+
+// WithPermit runs fn holding permits of the semaphore name (see AcquirePermits), with
+// WithLock's rules: fn's ctx is cancelled when the permits are lost, they are released when
+// fn returns or panics, and a ctx done while waiting returns ctx.Err() with nothing taken.
+func (m *Manager) WithPermit(ctx context.Context, name string, permits int, fn func(context.Context, *Lock) error, opts ...Option) error {
+	k, rest, err := permitKind(permits, opts)
+	if err != nil {
+		return err
+	}
+	return m.with(ctx, name, k, fn, rest)
+}
+
+// WithPermit runs fn holding permits of name on the default manager (see
+// Manager.WithPermit).
+func WithPermit(ctx context.Context, name string, permits int, fn func(context.Context, *Lock) error, opts ...Option) error {
+	m, err := Default()
+	if err != nil {
+		return err
+	}
+	return m.WithPermit(ctx, name, permits, fn, opts...)
+}
+
+// permitKind is the acquire kind for permits and the Count in opts, and opts without Count.
+func permitKind(permits int, opts []Option) (kind, []Option, error) {
+	count := int64(1)
+	rest := make([]Option, 0, len(opts))
+	for _, o := range opts {
+		if o.name != countOption {
+			rest = append(rest, o)
+			continue
+		}
+		switch rv := reflect.ValueOf(o.value); rv.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			count = rv.Int()
+		default:
+			return kind{}, nil, invalid("count = %v: want an integer (Count(k))", o.value)
+		}
+	}
+	if permits < 0 || int64(permits) > math.MaxUint32 {
+		return kind{}, nil, invalid("permits %d: must be 1 to %d", permits, uint32(math.MaxUint32))
+	}
+	if count < 0 || count > math.MaxUint32 {
+		return kind{}, nil, invalid("count %d: must be 1 to %d", count, uint32(math.MaxUint32))
+	}
+	return permitsKind(uint32(permits), uint32(count)), rest, nil
+}

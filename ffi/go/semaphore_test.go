@@ -1,0 +1,169 @@
+package ferrolock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	ferrolock "example.invalid/ferrolock/ffi/go"
+)
+
+// oneNode is a manager on the first test node: a semaphore lives on one node.
+func oneNode(t *testing.T, opts ...ferrolock.Option) *ferrolock.Manager {
+	return manager(t, append([]ferrolock.Option{ferrolock.Nodes(fmt.Sprintf("redis://127.0.0.1:%d", ports[0]))}, opts...)...)
+}
+
+// Goroutines of two managers never hold more than the permits at once, and do reach them.
+func TestPermitsExclusion(t *testing.T) {
+	a, b := oneNode(t), oneNode(t)
+	name := key("sem")
+	const permits = 2
+	var mu sync.Mutex
+	inside, most := 0, 0
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 6; i++ {
+		m := a
+		if i%2 == 1 {
+			m = b
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 3; j++ {
+				err := m.WithPermit(context.Background(), name, permits, func(context.Context, *ferrolock.Lock) error {
+					mu.Lock()
+					inside++
+					most = max(most, inside)
+					mu.Unlock()
+					time.Sleep(20 * time.Millisecond)
+					mu.Lock()
+					inside--
+					mu.Unlock()
+					return nil
+				})
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if most > permits || most < permits {
+		t.Fatalf("%d holders at once, permits %d", most, permits)
+	}
+}
+
+// Count takes several permits; the package-level WithPermit releases when fn panics.
+func TestPermitsCountAndPanic(t *testing.T) {
+	m := oneNode(t)
+	ctx := context.Background()
+	name := key("sem-count")
+	two, err := m.AcquirePermits(ctx, name, 3, ferrolock.Count(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquirePermits(ctx, name, 3, ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("2 more of 3 while 2 are held: %v, want ErrNotAcquired", err)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("fn's panic was swallowed")
+			}
+		}()
+		m.WithPermit(ctx, name, 3, func(context.Context, *ferrolock.Lock) error { panic("boom") })
+	}()
+	// The panicking holder gave its permit back: the last one is free.
+	one, err := m.TryAcquirePermits(ctx, name, 3)
+	if err != nil {
+		t.Fatalf("the last permit after a panic in WithPermit: %v", err)
+	}
+	if err := two.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if err := one.Release(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := m.TryAcquirePermits(ctx, name, 3, ferrolock.Count(3))
+	if err != nil {
+		t.Fatalf("all 3 permits after every release: %v", err)
+	}
+	all.Release()
+}
+
+// A ctx done while waiting returns ctx.Err() and leaves no permit taken.
+func TestPermitsContextCancel(t *testing.T) {
+	m, other := oneNode(t), oneNode(t)
+	name := key("sem-cancel")
+	held, err := m.AcquirePermits(context.Background(), name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := other.AcquirePermits(ctx, name, 1)
+		got <- err
+	}()
+	// Cancelled while it waits (the permit is held, so it cannot have been granted).
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want context.Canceled", err)
+	}
+	if err := held.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.TryAcquirePermits(context.Background(), name, 1)
+	if err != nil {
+		t.Fatalf("the permit after a cancelled wait and a release: %v (the cancelled acquire kept it)", err)
+	}
+	l.Release()
+}
+
+// Bad input is refused naming the bad value.
+func TestPermitsBadInput(t *testing.T) {
+	m := oneNode(t)
+	ctx := context.Background()
+	name := key("sem-bad")
+	for _, c := range []struct {
+		name    string
+		permits int
+		opts    []ferrolock.Option
+		want    string
+	}{
+		{name, 0, nil, "permits 0"},
+		{name, -1, nil, "permits -1"},
+		{name, 2, []ferrolock.Option{ferrolock.Count(3)}, "count 3"},
+		{name, 2, []ferrolock.Option{ferrolock.Count(-2)}, "count -2"},
+		{"a{b}", 2, nil, "a{b}"},
+		{"", 2, nil, "empty"},
+		{"a\x00b", 2, nil, "NUL"},
+	} {
+		if _, err := m.TryAcquirePermits(ctx, c.name, c.permits, c.opts...); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q permits %d: %v, want ErrInvalidArgument naming %q", c.name, c.permits, err, c.want)
+		}
+	}
+	if len(ports) > 1 {
+		several := manager(t)
+		if _, err := several.AcquirePermits(ctx, name, 2); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), "one node") {
+			t.Errorf("%d nodes: %v, want ErrInvalidArgument saying one node", len(ports), err)
+		}
+	}
+	if _, err := m.TryAcquire(ctx, key("lock"), ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "count") {
+		t.Errorf("Count on a lock: %v, want ErrInvalidArgument naming count", err)
+	}
+}
