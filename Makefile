@@ -37,8 +37,8 @@ test-node: redis
 	cd node && npm install --no-audit --no-fund && FERROLOCK_DEBUG_BUILD=1 npm run build
 	cd node && npm test
 
-## Python, Node and the CLI on one read-write lock: each sees the others' holds, and a random
-## mix of their readers and writers never overlaps a writer with anyone (tests/interop).
+## Python, Node and the CLI on one read-write lock, Python and Node on one semaphore: each sees
+## the others' holds; random mixes never overlap a writer with anyone, nor exceed the permits.
 test-interop: redis
 	tests/interop/run.sh
 

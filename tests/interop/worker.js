@@ -1,9 +1,10 @@
-// A Node worker of the mix: `node worker.js NODE_PACKAGE URL KEY ROUNDS SEED OUT`, as
-// worker.py: the read or the write side at random (a write in three), each hold's interval
-// (process.hrtime: CLOCK_MONOTONIC) appended to OUT.
+// A Node worker of the mixes: `node worker.js NODE_PACKAGE MODE URL KEY ROUNDS SEED OUT`, as
+// worker.py: MODE `rw`, the read or the write side at random (a write in three); MODE `sem:P`,
+// 1 or 2 permits (2 in four) of a pool of P; each hold's interval (process.hrtime:
+// CLOCK_MONOTONIC) appended to OUT.
 'use strict';
 const fs = require('node:fs');
-const [pkg, url, key, rounds, seed, out] = process.argv.slice(2);
+const [pkg, mode, url, key, rounds, seed, out] = process.argv.slice(2);
 const { LockManager } = require(pkg);
 
 // A small seeded generator (mulberry32), so that a failing mix can be replayed.
@@ -21,8 +22,16 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const manager = new LockManager({ nodes: [url], ttl: 10000 });
   const lines = [];
   for (let i = 0; i < Number(rounds); i++) {
-    const kind = rand() < 1 / 3 ? 'write' : 'read';
-    const lock = kind === 'write' ? await manager.acquireWrite(key) : await manager.acquireRead(key);
+    let kind;
+    let lock;
+    if (mode === 'rw') {
+      kind = rand() < 1 / 3 ? 'write' : 'read';
+      lock = kind === 'write' ? await manager.acquireWrite(key) : await manager.acquireRead(key);
+    } else {
+      const count = rand() < 1 / 4 ? 2 : 1;
+      kind = `permits:${count}`;
+      lock = await manager.acquirePermit(key, { permits: Number(mode.split(':')[1]), count });
+    }
     const start = process.hrtime.bigint();
     await sleep(2 + rand() * 4);
     const end = process.hrtime.bigint();

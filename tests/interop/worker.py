@@ -1,6 +1,7 @@
-"""A Python worker of the mix: `python worker.py URL KEY ROUNDS SEED OUT` takes the read or
-the write side of KEY at random (a write in three), holds it a few ms, and appends each hold's
-interval (CLOCK_MONOTONIC) to OUT."""
+"""A Python worker of the mixes: `python worker.py MODE URL KEY ROUNDS SEED OUT`. MODE `rw`
+takes the read or the write side of KEY at random (a write in three); MODE `sem:P` takes 1 or 2
+permits (2 in four) of the semaphore KEY, a pool of P. Each hold lasts a few ms; its interval
+(CLOCK_MONOTONIC) is appended to OUT."""
 
 import random
 import sys
@@ -8,14 +9,20 @@ import time
 
 import ferrolock
 
-url, key, rounds, seed, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mode, url, key, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[6]
+rounds, seed = int(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(seed)
 manager = ferrolock.LockManager(nodes=[url], ttl=10)
 lines = []
 for _ in range(rounds):
-    kind = "write" if rng.random() < 1 / 3 else "read"
-    side = manager.write_lock if kind == "write" else manager.read_lock
-    with side(key):
+    if mode == "rw":
+        kind = "write" if rng.random() < 1 / 3 else "read"
+        hold = manager.write_lock(key) if kind == "write" else manager.read_lock(key)
+    else:
+        count = 2 if rng.random() < 1 / 4 else 1
+        kind = f"permits:{count}"
+        hold = manager.semaphore(key, permits=int(mode.split(":")[1]), count=count)
+    with hold:
         start = time.monotonic_ns()
         time.sleep(rng.uniform(0.002, 0.006))
         end = time.monotonic_ns()

@@ -1,7 +1,9 @@
-"""Issue 33: the read-write lock across languages. Python, Node and the CLI (Rust) take the
-read and write sides of one key against a real redis-server: each sees the others' holds, and a
-random mix of readers and writers in several processes of each never overlaps a writer with
-anyone (a checker over the recorded intervals, CLOCK_MONOTONIC, shared by every process)."""
+"""Issue 33: the read-write lock and the semaphore across languages. Python, Node and the CLI
+(Rust) take the read and write sides of one key against a real redis-server: each sees the
+others' holds, and a random mix of readers and writers in several processes of each never
+overlaps a writer with anyone; Python and Node holders of one semaphore never hold more than
+its permits together (checkers over the recorded intervals, CLOCK_MONOTONIC, shared by every
+process)."""
 
 import os
 import random
@@ -157,10 +159,10 @@ def test_a_random_mix_across_languages_never_overlaps_a_writer(url, tmp_path):
     out = tmp_path / "holds"
     rounds = 25
     workers = [
-        subprocess.Popen([sys.executable, str(HERE / "worker.py"), url, key, str(rounds), str(seed + i), str(out)])
+        subprocess.Popen([sys.executable, str(HERE / "worker.py"), "rw", url, key, str(rounds), str(seed + i), str(out)])
         for i in range(2)
     ] + [
-        subprocess.Popen(["node", str(HERE / "worker.js"), NODE_PACKAGE, url, key, str(rounds), str(seed + 10 + i), str(out)])
+        subprocess.Popen(["node", str(HERE / "worker.js"), NODE_PACKAGE, "rw", url, key, str(rounds), str(seed + 10 + i), str(out)])
         for i in range(2)
     ]
     # The CLI: one `ferrolock run` per hold (a write in three), its command appending the
@@ -197,3 +199,67 @@ def test_a_random_mix_across_languages_never_overlaps_a_writer(url, tmp_path):
             assert (lang, kind) in sides, f"no {kind} hold from {lang} (seed {seed})"
     clash = overlapping_writer(holds)
     assert clash is None, f"a writer overlapped another hold: {clash} (seed {seed})"
+
+
+def most_permits_held(holds):
+    """The most permits held at once over `holds` (kind `permits:<count>`)."""
+    events = []
+    for _, kind, start, end in holds:
+        count = int(kind.split(":")[1])
+        events += [(start, 1, count), (end, 0, -count)]  # at a tie, the release first
+    held = most = 0
+    for _, _, delta in sorted(events):
+        held += delta
+        most = max(most, held)
+    return most
+
+
+def test_the_permit_checker_adds_overlapping_holds():
+    assert most_permits_held([("python", "permits:2", 0, 10), ("node", "permits:1", 10, 20)]) == 2
+    assert most_permits_held([("python", "permits:2", 0, 10), ("node", "permits:2", 9, 20)]) == 4
+
+
+NODE_TRY_PERMITS = """
+(async () => {
+  const m = new pkg.LockManager({ nodes: [argv[0]], ttl: 10000 });
+  try {
+    const lock = await m.tryAcquirePermit(argv[1], { permits: 3, count: Number(argv[2]) });
+    await lock.release();
+    console.log('granted');
+  } catch (e) {
+    console.log(e.code);
+  }
+  await m.close();
+})();
+"""
+
+
+def test_a_semaphore_is_one_pool_for_python_and_node(url, tmp_path):
+    name = fresh_key("pool")
+    manager = ferrolock.LockManager(nodes=[url], ttl=10)
+    with manager.semaphore(name, permits=3, count=2):
+        # One permit is left: Node gets it, but not two.
+        assert node(NODE_TRY_PERMITS, url, name, "1") == "granted"
+        assert node(NODE_TRY_PERMITS, url, name, "2") == "NOT_ACQUIRED"
+    assert node(NODE_TRY_PERMITS, url, name, "2") == "granted"
+    manager.close()
+
+    seed = int(os.environ.get("FERROLOCK_INTEROP_SEED", random.randrange(1 << 30)))
+    print(f"seed {seed}")
+    name = fresh_key("sem-mix")
+    out = tmp_path / "permits"
+    rounds = 20
+    workers = [
+        subprocess.Popen([sys.executable, str(HERE / "worker.py"), "sem:3", url, name, str(rounds), str(seed + i), str(out)])
+        for i in range(2)
+    ] + [
+        subprocess.Popen(["node", str(HERE / "worker.js"), NODE_PACKAGE, "sem:3", url, name, str(rounds), str(seed + 10 + i), str(out)])
+        for i in range(2)
+    ]
+    for w in workers:
+        assert w.wait(timeout=300) == 0, "a worker failed"
+    holds = [tuple(line.split()[:2]) + tuple(int(t) for t in line.split()[2:]) for line in out.read_text().splitlines()]
+    assert len(holds) == 4 * rounds
+    assert {lang for lang, *_ in holds} == {"python", "node"}
+    most = most_permits_held(holds)
+    assert most <= 3, f"{most} permits of 3 were held at once (seed {seed})"
