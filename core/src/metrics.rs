@@ -1,8 +1,14 @@
 //! Metrics kept by the core, one registry per process (what a scraper of this process sees):
 //! counters and histograms for acquire attempts, grants, failures by error code, wait time,
 //! hold time, renewals, renewal failures, losses by reason and hand-offs, labelled by key
-//! prefix. Read as a snapshot ([`snapshot`]) or as Prometheus text ([`prometheus_text`]);
-//! the core runs no HTTP server.
+//! prefix and kind (`lock`, `read`, `write`, `semaphore`). Read as a snapshot ([`snapshot`],
+//! each prefix's totals over its kinds; [`snapshot_by_kind`]) or as Prometheus text
+//! ([`prometheus_text`]); the core runs no HTTP server.
+//!
+//! In the text, a lock's series carry only `prefix` (the label set they had before the other
+//! kinds existed, so existing queries and scrapes read the same), the other kinds' series add
+//! `kind="read"`, `"write"` or `"semaphore"`; Prometheus reads a missing label as empty, so
+//! `kind=""` selects locks and `sum by (prefix)` still totals every kind.
 //!
 //! The label is the part of the key before its last `:` (`orders:1001` → `orders`; a key
 //! without `:` is its own prefix), so keys with ids do not explode the label set;
@@ -66,7 +72,7 @@ pub struct HistogramSnapshot {
     pub sum: f64,
 }
 
-/// The counts of one key prefix.
+/// The counts of one key prefix and kind.
 #[derive(Default)]
 pub(crate) struct Stats {
     pub attempts: AtomicU64,
@@ -121,8 +127,15 @@ pub struct PrefixSnapshot {
     pub hold: HistogramSnapshot,
 }
 
-/// Every prefix's counts, by prefix.
+/// Every prefix's counts (totals over its kinds), by prefix.
 pub type Snapshot = BTreeMap<String, PrefixSnapshot>;
+
+/// Every prefix's counts per kind, by (prefix, kind).
+pub type KindSnapshot = BTreeMap<(String, String), PrefixSnapshot>;
+
+/// The `kind` label of a lock (plain or reentrant); the others are `read`, `write` and
+/// `semaphore`.
+pub const LOCK_KIND: &str = "lock";
 
 /// The most labels one process keeps: keys whose prefix is an id (`job-0`, `job-1`, ...
 /// without a `:`) must not grow the registry, or the scrape, without bound.
@@ -130,7 +143,10 @@ pub const MAX_PREFIXES: usize = 1000;
 /// The label of every prefix first seen once `MAX_PREFIXES` are kept.
 pub const OVERFLOW_PREFIX: &str = "_other";
 
-static REGISTRY: Mutex<BTreeMap<String, Arc<Stats>>> = Mutex::new(BTreeMap::new());
+/// Keyed by (prefix, kind label).
+type Registry = BTreeMap<(String, &'static str), Arc<Stats>>;
+
+static REGISTRY: Mutex<Registry> = Mutex::new(BTreeMap::new());
 /// The separator's char code; 0: none (the whole key is the label).
 static SEPARATOR: AtomicU32 = AtomicU32::new(':' as u32);
 
@@ -148,32 +164,86 @@ pub fn prefix_of(key: &str) -> &str {
     }
 }
 
-/// The counts of `key`'s prefix, made on first use.
-pub(crate) fn stats(key: &str) -> Arc<Stats> {
+/// The counts of `key`'s prefix in `kind` (`acquire::Kind::metric_label`), made on first use.
+pub(crate) fn stats(key: &str, kind: &'static str) -> Arc<Stats> {
     let prefix = prefix_of(key);
     let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
-    counts_of(&mut reg, prefix)
+    counts_of(&mut reg, prefix, kind)
 }
 
-/// The counts of `prefix` in `reg`, made on first use; past the cap, a new prefix shares the
-/// overflow label (the one entry allowed past it).
-fn counts_of(reg: &mut BTreeMap<String, Arc<Stats>>, prefix: &str) -> Arc<Stats> {
-    if let Some(s) = reg.get(prefix) {
+/// The counts of `prefix` in `kind` in `reg`, made on first use; past the cap (on distinct
+/// prefixes; a prefix has at most four kinds), a new prefix shares the overflow label.
+fn counts_of(reg: &mut Registry, prefix: &str, kind: &'static str) -> Arc<Stats> {
+    if let Some(s) = reg.get(&(prefix.to_string(), kind)) {
         return s.clone();
     }
-    let prefix = if reg.len() >= MAX_PREFIXES {
+    let known = reg
+        .range((prefix.to_string(), "")..)
+        .next()
+        .map(|((p, _), _)| p.as_str())
+        == Some(prefix);
+    // Keys are sorted, so a prefix's kinds are neighbours.
+    let prefixes = || {
+        let mut last = None;
+        reg.keys()
+            .filter(|(p, _)| last.replace(p) != Some(p))
+            .count()
+    };
+    let prefix = if !known && prefixes() >= MAX_PREFIXES {
         OVERFLOW_PREFIX
     } else {
         prefix
     };
-    reg.entry(prefix.to_string()).or_default().clone()
+    reg.entry((prefix.to_string(), kind)).or_default().clone()
 }
 
-/// Everything counted so far in this process.
+/// Everything counted so far in this process, each prefix's kinds added up.
 pub fn snapshot() -> Snapshot {
+    let mut out = Snapshot::new();
+    for ((prefix, _), p) in snapshot_by_kind() {
+        match out.get_mut(&prefix) {
+            Some(total) => total.add(&p),
+            None => {
+                out.insert(prefix, p);
+            }
+        }
+    }
+    out
+}
+
+impl PrefixSnapshot {
+    fn add(&mut self, o: &PrefixSnapshot) {
+        self.attempts += o.attempts;
+        self.grants += o.grants;
+        self.handoffs += o.handoffs;
+        self.renewals += o.renewals;
+        self.renewal_failures += o.renewal_failures;
+        for (k, v) in &o.failures {
+            *self.failures.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &o.losses {
+            *self.losses.entry(k.clone()).or_default() += v;
+        }
+        self.wait.add(&o.wait);
+        self.hold.add(&o.hold);
+    }
+}
+
+impl HistogramSnapshot {
+    fn add(&mut self, o: &HistogramSnapshot) {
+        for (c, d) in self.cumulative.iter_mut().zip(&o.cumulative) {
+            *c += d;
+        }
+        self.count += o.count;
+        self.sum += o.sum;
+    }
+}
+
+/// Everything counted so far in this process, by (prefix, kind).
+pub fn snapshot_by_kind() -> KindSnapshot {
     let reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
     reg.iter()
-        .map(|(prefix, s)| {
+        .map(|((prefix, kind), s)| {
             let map = |m: &Mutex<BTreeMap<&'static str, u64>>| {
                 m.lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -183,7 +253,7 @@ pub fn snapshot() -> Snapshot {
             };
             let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
             (
-                prefix.clone(),
+                (prefix.clone(), kind.to_string()),
                 PrefixSnapshot {
                     attempts: load(&s.attempts),
                     grants: load(&s.grants),
@@ -210,9 +280,10 @@ type Histo = (
 );
 
 /// The snapshot in Prometheus's text exposition format (version 0.0.4): `ferrolock_*`
-/// counters (`_total`) and histograms (`_seconds`), labelled `prefix`.
+/// counters (`_total`) and histograms (`_seconds`), labelled `prefix` and, but for locks,
+/// `kind`.
 pub fn prometheus_text() -> String {
-    let snap = snapshot();
+    let snap = snapshot_by_kind();
     let mut out = String::new();
     let counter = |out: &mut String, name: &str, help: &str, rows: &[(String, u64)]| {
         out.push_str(&format!(
@@ -222,7 +293,10 @@ pub fn prometheus_text() -> String {
             out.push_str(&format!("ferrolock_{name}{{{labels}}} {v}\n"));
         }
     };
-    let label = |prefix: &str| format!("prefix=\"{}\"", escape(prefix));
+    let label = |(prefix, kind): &(String, String)| match kind.as_str() {
+        LOCK_KIND => format!("prefix=\"{}\"", escape(prefix)),
+        _ => format!("prefix=\"{}\",kind=\"{kind}\"", escape(prefix)),
+    };
     let simple: [Counter; 5] = [
         (
             "acquire_attempts_total",
@@ -231,7 +305,7 @@ pub fn prometheus_text() -> String {
         ),
         (
             "grants_total",
-            "Locks granted (re-entries included).",
+            "Holds granted (re-entries included).",
             |p| p.grants,
         ),
         (
@@ -276,12 +350,7 @@ pub fn prometheus_text() -> String {
                 .map(move |(reason, v)| (format!("{},reason=\"{reason}\"", label(k)), *v))
         })
         .collect();
-    counter(
-        &mut out,
-        "losses_total",
-        "Held locks lost, by reason.",
-        &rows,
-    );
+    counter(&mut out, "losses_total", "Holds lost, by reason.", &rows);
     let histograms: [Histo; 2] = [
         (
             "wait_seconds",
@@ -338,23 +407,31 @@ mod tests {
         let mut reg = BTreeMap::new();
         // Keys without the separator (`job-0`, `job-1`, ...) are each their own prefix.
         for i in 0..MAX_PREFIXES + 10 {
-            counts_of(&mut reg, prefix_of(&format!("job-{i}")));
+            counts_of(&mut reg, prefix_of(&format!("job-{i}")), LOCK_KIND);
         }
         assert_eq!(
             reg.len(),
             MAX_PREFIXES + 1,
             "the cap and the overflow label"
         );
-        let late = counts_of(&mut reg, "job-late");
-        assert!(Arc::ptr_eq(&late, &reg[OVERFLOW_PREFIX]));
-        assert!(!reg.contains_key("job-late"));
-        // A prefix kept before the cap keeps its own label.
-        assert!(!Arc::ptr_eq(&counts_of(&mut reg, "job-0"), &late));
+        let late = counts_of(&mut reg, "job-late", LOCK_KIND);
+        assert!(Arc::ptr_eq(
+            &late,
+            &reg[&(OVERFLOW_PREFIX.to_string(), LOCK_KIND)]
+        ));
+        assert!(!reg.contains_key(&("job-late".to_string(), LOCK_KIND)));
+        // A prefix kept before the cap keeps its own label, in another kind too.
+        assert!(!Arc::ptr_eq(
+            &counts_of(&mut reg, "job-0", LOCK_KIND),
+            &late
+        ));
+        counts_of(&mut reg, "job-0", "read");
+        assert!(reg.contains_key(&("job-0".to_string(), "read")));
     }
 
     #[test]
     fn counts_and_histograms_show_in_the_text() {
-        let s = stats("metrics-unit:1");
+        let s = stats("metrics-unit:1", LOCK_KIND);
         s.attempts.fetch_add(3, Ordering::Relaxed);
         s.grants.fetch_add(2, Ordering::Relaxed);
         s.failed("NOT_ACQUIRED");

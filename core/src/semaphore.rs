@@ -36,7 +36,7 @@ pub(crate) async fn acquire(
     check(shared, name, permits, count, opts)?;
     let mut opts = opts.clone();
     opts.permits = Some(Permits { permits, count });
-    let stats = crate::metrics::stats(name);
+    let stats = crate::metrics::stats(name, crate::acquire::Kind::Permits.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, name, &opts, &stats).await;
     match &result {

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use ferrolock::metrics::{prometheus_text, snapshot};
+use ferrolock::metrics::{prometheus_text, snapshot, snapshot_by_kind};
 use ferrolock::{ErrorKind, LossReason};
 use ferrolock_testbed::RedisServer;
 
@@ -56,4 +56,81 @@ async fn a_scripted_sequence_is_counted_per_prefix() {
     assert!(text.contains(&format!(
         "ferrolock_losses_total{{prefix=\"{prefix}\",reason=\"token_gone\"}} 1\n"
     )));
+}
+
+/// A lock, a read, a write and a semaphore grant are each counted under their own kind, and a
+/// read hold lost is a read loss; the lock's series keep their label set of before (no
+/// `kind`), the others carry `kind`.
+#[tokio::test(flavor = "multi_thread")]
+async fn grants_and_losses_are_counted_per_kind() {
+    let server = RedisServer::start();
+    let prefix = format!("metrics-kind-{}", std::process::id());
+    let key = |s: &str| format!("{prefix}:{s}");
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(3)));
+    m.acquire(&key("l")).await.unwrap().release().await.unwrap();
+    m.read_lock(&key("r"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    m.write_lock(&key("w"))
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    m.semaphore(&key("s"), 2)
+        .await
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    // One read hold lost: the watchdog's renewal finds the hash gone.
+    let watched = m
+        .read_lock_with(
+            &key("lost"),
+            &opts().watchdog(true).ttl(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    let deadline = watched.deadline();
+    assert_eq!(
+        server.cmd::<i64>(&["DEL", &key("lost")]),
+        1,
+        "the fault: the hash deleted"
+    );
+    let reason = tokio::time::timeout_at(deadline, watched.lost())
+        .await
+        .expect("loss signalled before the deadline")
+        .expect("lost");
+    assert!(matches!(reason, LossReason::TokenGone { .. }), "{reason}");
+
+    let by_kind = snapshot_by_kind();
+    let of = |kind: &str| &by_kind[&(prefix.clone(), kind.to_string())];
+    assert_eq!(of("lock").grants, 1, "{by_kind:?}");
+    assert_eq!(of("read").grants, 2, "{by_kind:?}");
+    assert_eq!(of("write").grants, 1, "{by_kind:?}");
+    assert_eq!(of("semaphore").grants, 1, "{by_kind:?}");
+    assert_eq!(of("read").wait.count, 2, "a wait observed per grant");
+    assert_eq!(of("read").losses.get("token_gone"), Some(&1), "{by_kind:?}");
+    assert_eq!(of("lock").losses.get("token_gone"), None, "{by_kind:?}");
+    assert_eq!(
+        snapshot()[&prefix].grants,
+        5,
+        "the prefix totals every kind"
+    );
+    let text = prometheus_text();
+    for line in [
+        format!("ferrolock_grants_total{{prefix=\"{prefix}\"}} 1\n"),
+        format!("ferrolock_grants_total{{prefix=\"{prefix}\",kind=\"read\"}} 2\n"),
+        format!("ferrolock_grants_total{{prefix=\"{prefix}\",kind=\"write\"}} 1\n"),
+        format!("ferrolock_grants_total{{prefix=\"{prefix}\",kind=\"semaphore\"}} 1\n"),
+        format!(
+            "ferrolock_losses_total{{prefix=\"{prefix}\",kind=\"read\",reason=\"token_gone\"}} 1\n"
+        ),
+        format!("ferrolock_wait_seconds_count{{prefix=\"{prefix}\",kind=\"write\"}} 1\n"),
+    ] {
+        assert!(text.contains(&line), "{line:?} not in\n{text}");
+    }
 }

@@ -38,6 +38,16 @@ impl Kind {
         }
     }
 
+    /// The metrics' `kind` label: a reentrant lock is a lock (one kind per public handle).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Kind::Plain | Kind::Reentrant => crate::metrics::LOCK_KIND,
+            Kind::Read => "read",
+            Kind::Write => "write",
+            Kind::Permits => "semaphore",
+        }
+    }
+
     /// Held per owner with a hold count: an owner re-enters, and a decrement (acquire's undo,
     /// a release) runs once under a latch (see `scripts::Latch`).
     pub fn counted(self) -> bool {

@@ -76,7 +76,7 @@ pub(crate) async fn acquire(
     }
     opts.validate()?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
-    let stats = crate::metrics::stats(key);
+    let stats = crate::metrics::stats(key, kind.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
     match &result {
