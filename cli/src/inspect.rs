@@ -5,7 +5,10 @@
 
 use std::time::{Duration, SystemTime};
 
-use ferrolock::{ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url};
+use ferrolock::{
+    ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url, rwlock_timeout_prefix,
+    semaphore_timeout_key,
+};
 use redis::{Connection, Value};
 use serde_json::{Value as Json, json};
 
@@ -128,8 +131,12 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
     let holder = match kind.as_str() {
         "string" => {
             let token = text_of(&q(redis::cmd("GET").arg(key), c)?);
-            json!({ "token": token, "held_ms": held_ms(&token) })
+            match token.parse::<u64>() {
+                Ok(available) => semaphore(c, key, available)?,
+                Err(_) => json!({ "token": token, "held_ms": held_ms(&token) }),
+            }
         }
+        "hash" if hash_field(c, key, "mode")?.is_some() => read_write(c, key)?,
         "hash" => {
             let fields = q(redis::cmd("HGETALL").arg(key), c)?;
             let mut owners = serde_json::Map::new();
@@ -185,6 +192,86 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
     }))
 }
 
+/// The value of one hash field, if set.
+fn hash_field(c: &mut Connection, key: &str, field: &str) -> Result<Option<String>, String> {
+    redis::cmd("HGET")
+        .arg(key)
+        .arg(field)
+        .query(c)
+        .map_err(|e| e.to_string())
+}
+
+/// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
+/// `<owner>:write`) and each reader (field `<owner>`) with its holds, each hold's remaining
+/// lease being the PTTL of its own key `{name}:<owner>:rwlock_timeout:<n>`.
+fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
+    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(key)
+        .query(c)
+        .map_err(|e| e.to_string())?;
+    let mut mode = Json::Null;
+    let mut writer = Json::Null;
+    let mut readers = Vec::new();
+    for (field, value) in fields {
+        if field == "mode" {
+            mode = json!(value);
+        } else if let Some(owner) = field.strip_suffix(":write") {
+            writer = json!({ "owner": owner, "holds": value.parse::<u64>().ok() });
+        } else {
+            let holds = value.parse::<u64>().unwrap_or(0);
+            let prefix = rwlock_timeout_prefix(key, &field);
+            let mut leases = Vec::new();
+            for n in 1..=holds {
+                let pttl: i64 = redis::cmd("PTTL")
+                    .arg(format!("{prefix}:{n}"))
+                    .query(c)
+                    .map_err(|e| e.to_string())?;
+                leases.push(json!(pttl));
+            }
+            readers.push(json!({ "owner": field, "holds": holds, "leases_ms": leases }));
+        }
+    }
+    Ok(json!({ "kind": "read-write", "mode": mode, "writer": writer, "readers": readers }))
+}
+
+/// A number at `key`: a semaphore's counter (Redisson's RPermitExpirableSemaphore) when its
+/// zset `{name}:timeout` of permit ids exists; without it (no holder: Redis drops an empty
+/// zset) a semaphore with no holders cannot be told from any other counter, and says so.
+/// Leases are measured with the server's TIME, as the semaphore's scripts do.
+fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, String> {
+    let ids: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
+        .arg(semaphore_timeout_key(key))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(c)
+        .map_err(|e| e.to_string())?;
+    if ids.is_empty() {
+        return Ok(json!({
+            "kind": "semaphore or counter",
+            "available": available,
+            "permits": [],
+        }));
+    }
+    let now_ms = server_ms(c)?;
+    let permits: Vec<Json> = ids
+        .iter()
+        .map(|(id, expiry)| {
+            json!({
+                "id": id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                "lease_ms": *expiry as i64 - now_ms,
+            })
+        })
+        .collect();
+    Ok(json!({ "kind": "semaphore", "available": available, "permits": permits }))
+}
+
+/// The server's clock (TIME) in epoch ms.
+fn server_ms(c: &mut Connection) -> Result<i64, String> {
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).map_err(|e| e.to_string())?;
+    Ok(s * 1000 + us / 1000)
+}
+
 fn node_text(n: &Json) -> String {
     let mut s = String::new();
     let kind = n["type"].as_str().unwrap_or("?");
@@ -192,7 +279,15 @@ fn node_text(n: &Json) -> String {
         s.push_str("  free (no such key)\n");
     } else {
         s.push_str(&format!("  type: {kind}\n"));
+        let layout = n["holder"]["kind"].as_str();
+        if let Some(layout) = layout {
+            s.push_str(&format!("  kind: {layout}\n"));
+        }
         match n["pttl_ms"].as_i64() {
+            // A semaphore's counter has no TTL by design.
+            Some(-1) if layout.is_some_and(|l| l.starts_with("semaphore")) => {
+                s.push_str("  ttl: none (a semaphore counter never expires)\n")
+            }
             Some(-1) => s.push_str("  ttl: NONE (the key never expires: a leaked lock)\n"),
             Some(ms) => s.push_str(&format!("  ttl: {ms} ms\n")),
             None => {}
@@ -202,6 +297,43 @@ fn node_text(n: &Json) -> String {
         }
         if let Some(ms) = n["holder"]["held_ms"].as_u64() {
             s.push_str(&format!("  held for: {}\n", held_text(ms)));
+        }
+        if let Some(mode) = n["holder"]["mode"].as_str() {
+            s.push_str(&format!("  mode: {mode}\n"));
+        }
+        if let Some(owner) = n["holder"]["writer"]["owner"].as_str() {
+            s.push_str(&format!(
+                "  writer {owner}: hold count {}\n",
+                n["holder"]["writer"]["holds"]
+            ));
+        }
+        for r in n["holder"]["readers"].as_array().into_iter().flatten() {
+            let leases: Vec<String> = r["leases_ms"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|ms| format!("{ms} ms"))
+                .collect();
+            s.push_str(&format!(
+                "  reader {}: hold count {}, leases {}\n",
+                r["owner"].as_str().unwrap_or("?"),
+                r["holds"],
+                leases.join(", ")
+            ));
+        }
+        if let Some(available) = n["holder"]["available"].as_u64() {
+            s.push_str(&format!("  permits available: {available}\n"));
+            let permits = n["holder"]["permits"].as_array().map_or(&[][..], |v| v);
+            if permits.is_empty() {
+                s.push_str("  permit holders: none\n");
+            }
+            for p in permits {
+                s.push_str(&format!(
+                    "  permit {}: lease {} ms\n",
+                    p["id"].as_str().unwrap_or("?"),
+                    p["lease_ms"]
+                ));
+            }
         }
         if let Some(owners) = n["holder"]["owners"].as_object() {
             for (field, count) in owners {
@@ -281,10 +413,10 @@ pub fn scan(args: ScanArgs) -> u8 {
                     let long_ms = long.as_millis();
                     let is_long = match lock.held_ms {
                         Some(held) => u128::from(held) > long_ms,
-                        None => lock.pttl_ms > 0 && lock.pttl_ms as u128 > long_ms,
+                        None => lock.leaks && lock.pttl_ms > 0 && lock.pttl_ms as u128 > long_ms,
                     };
                     let flag = match (lock.pttl_ms, lock.held_ms) {
-                        (-1, _) => "  LEAKED: no ttl".to_string(),
+                        (-1, _) if lock.leaks => "  LEAKED: no ttl".to_string(),
                         (_, Some(_)) if is_long => format!("  LONG: held over {long:?}"),
                         _ if is_long => format!("  LONG: ttl over {long:?}"),
                         _ => String::new(),
@@ -309,7 +441,7 @@ pub fn scan(args: ScanArgs) -> u8 {
                         "kind": lock.kind,
                         "pttl_ms": lock.pttl_ms,
                         "held_ms": lock.held_ms,
-                        "leaked": lock.pttl_ms == -1,
+                        "leaked": lock.leaks && lock.pttl_ms == -1,
                         "long": is_long,
                     }));
                 }
@@ -331,6 +463,8 @@ struct Found {
     pttl_ms: i64,
     /// Since the grant, for ferrolock's plain locks (their token carries the grant's time).
     held_ms: Option<u64>,
+    /// Whether a missing TTL means a leak: not for a semaphore's counter (none by design).
+    leaks: bool,
 }
 
 /// How long ago the attempt that made `token` started, if it is a ferrolock token (a clock
@@ -354,8 +488,21 @@ fn held_text(ms: u64) -> String {
 
 /// Keys that look like locks: a string holding a ferrolock token (time-random) or a
 /// 32-hex-digit token (redis-py, node-redlock), or a hash whose fields are `<uuid>:<thread id>` with counts (Redisson's RLock
-/// layout, ferrolock's reentrant lock). ferrolock's own names (`ferrolock:*`: queues, fence counters,
-/// request latches) are skipped.
+/// layout, ferrolock's reentrant lock), a read-write lock's hash (a `mode` field: Redisson's
+/// RReadWriteLock layout), or a number whose `{name}:timeout` zset of permit ids exists (a
+/// semaphore's counter with holders; without holders one cannot be told from any other counter,
+/// so it is not listed). ferrolock's own names (`ferrolock:*`: queues, fence counters, request
+/// latches) and the read holds' own keys (`…:rwlock_timeout:<n>`, parts of their lock) are
+/// skipped.
+const READ_WRITE: &str = "read-write (Redisson RReadWriteLock layout)";
+
+/// A read hold's own key `{name}:<owner>:rwlock_timeout:<n>`: its TTL is the hold's lease,
+/// shown by `inspect` under its lock, never a lock of its own.
+fn is_read_hold_key(key: &str) -> bool {
+    key.rsplit_once(":rwlock_timeout:")
+        .is_some_and(|(_, n)| n.parse::<u64>().is_ok())
+}
+
 fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
@@ -369,7 +516,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
             .query(c)
             .map_err(|e| e.to_string())?;
         for key in keys {
-            if key.starts_with("ferrolock:") {
+            if key.starts_with("ferrolock:") || is_read_hold_key(&key) {
                 continue;
             }
             let kind: String = redis::cmd("TYPE")
@@ -385,7 +532,14 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                         .map_err(|e| e.to_string())?;
                     let v = v.unwrap_or_default();
                     held = held_ms(&v);
-                    if held.is_some() {
+                    if v.parse::<u64>().is_ok() {
+                        let holders: u64 = redis::cmd("ZCARD")
+                            .arg(semaphore_timeout_key(&key))
+                            .query(c)
+                            .map_err(|e| e.to_string())?;
+                        (holders > 0)
+                            .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
+                    } else if held.is_some() {
                         Some("plain (ferrolock)")
                     } else {
                         (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -397,14 +551,18 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                         .arg(&key)
                         .query(c)
                         .map_err(|e| e.to_string())?;
-                    (!fields.is_empty()
-                        && fields.iter().all(|(f, v)| {
-                            v.parse::<i64>().is_ok()
-                                && f.rsplit_once(':').is_some_and(|(uuid, id)| {
-                                    uuid.len() >= 32 && id.parse::<i64>().is_ok()
-                                })
-                        }))
-                    .then_some("reentrant (Redisson RLock layout)")
+                    if fields.iter().any(|(f, _)| f == "mode") {
+                        Some(READ_WRITE)
+                    } else {
+                        (!fields.is_empty()
+                            && fields.iter().all(|(f, v)| {
+                                v.parse::<i64>().is_ok()
+                                    && f.rsplit_once(':').is_some_and(|(uuid, id)| {
+                                        uuid.len() >= 32 && id.parse::<i64>().is_ok()
+                                    })
+                            }))
+                        .then_some("reentrant (Redisson RLock layout)")
+                    }
                 }
                 _ => None,
             };
@@ -418,6 +576,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     kind,
                     pttl_ms,
                     held_ms: held,
+                    leaks: !kind.starts_with("semaphore"),
                 });
             }
         }

@@ -508,6 +508,168 @@ fn stats_prints_the_counts_of_the_run() {
     );
 }
 
+/// Read-write locks and semaphores taken through the core's API (Redisson's layouts): inspect
+/// shows the mode, the readers with their hold counts and each hold's lease, the writer, the
+/// available permits and each permit id with its lease; scan lists the read-write locks and the
+/// semaphore with holders by kind, never a semaphore counter (no TTL by design) or a read hold's
+/// own key as leaked or as a plain lock, and still flags a real leak.
+#[test]
+fn inspect_and_scan_show_read_write_locks_and_semaphores() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let m = ferrolock::LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([url.clone()])
+            .restart_guard(Duration::ZERO)
+            .lock(
+                ferrolock::LockOptions::default()
+                    .watchdog(false)
+                    .ttl(Duration::from_secs(30)),
+            ),
+    )
+    .expect("manager");
+    let opts = ferrolock::LockOptions::default()
+        .watchdog(false)
+        .ttl(Duration::from_secs(30));
+    let _held = rt.block_on(async {
+        let r1 = m.read_lock_owned("rw-read", 7, &opts).await.unwrap();
+        let r1_again = m.read_lock_owned("rw-read", 7, &opts).await.unwrap();
+        let r2 = m.read_lock("rw-read").await.unwrap();
+        let w = m.write_lock("rw-write").await.unwrap();
+        let permits = m.semaphore_with("sem-held", 3, 2, &opts).await.unwrap();
+        // A semaphore with no holder: its counter stays, its zset goes.
+        m.semaphore("sem-idle", 2)
+            .await
+            .unwrap()
+            .release()
+            .await
+            .unwrap();
+        (r1, r1_again, r2, w, permits)
+    });
+    server.cmd::<()>(&["SET", "leaked", "0123456789abcdef0123456789abcdef"]);
+    let read_hold_keys: Vec<String> = server.cmd(&["KEYS", "*rwlock_timeout*"]);
+    assert_eq!(
+        read_hold_keys.len(),
+        3,
+        "three read holds: {read_hold_keys:?}"
+    );
+    assert_eq!(
+        server.cmd::<i64>(&["PTTL", "sem-held"]),
+        -1,
+        "a counter has no ttl"
+    );
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "{sem-idle}:timeout"]), 0);
+
+    let inspect = |key: &str| {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--json", "--nodes", &url, key]);
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--nodes", &url, key]);
+        let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+        assert!(!text.contains("leaked"), "{text}");
+        (json["nodes"][0]["holder"].clone(), text)
+    };
+    let (rw, text) = inspect("rw-read");
+    assert_eq!(rw["kind"], "read-write", "{rw}");
+    assert_eq!(rw["mode"], "read", "{rw}");
+    assert!(rw["writer"].is_null(), "{rw}");
+    let readers = rw["readers"].as_array().unwrap();
+    assert_eq!(readers.len(), 2, "{rw}");
+    let mut holds: Vec<u64> = readers
+        .iter()
+        .map(|r| r["holds"].as_u64().unwrap())
+        .collect();
+    holds.sort();
+    assert_eq!(holds, [1, 2], "{rw}");
+    for r in readers {
+        let leases = r["leases_ms"].as_array().unwrap();
+        assert_eq!(leases.len() as u64, r["holds"].as_u64().unwrap(), "{rw}");
+        for l in leases {
+            let ms = l.as_i64().unwrap();
+            assert!(ms > 0 && ms <= 30_000, "a hold's lease: {rw}");
+        }
+    }
+    assert!(
+        text.contains("mode: read") && text.contains("hold count 2"),
+        "{text}"
+    );
+
+    let (rw, text) = inspect("rw-write");
+    assert_eq!(
+        (rw["kind"].as_str(), rw["mode"].as_str()),
+        (Some("read-write"), Some("write")),
+        "{rw}"
+    );
+    assert_eq!(rw["writer"]["holds"], 1, "{rw}");
+    assert!(rw["readers"].as_array().unwrap().is_empty(), "{rw}");
+    assert!(text.contains("writer "), "{text}");
+
+    let (sem, text) = inspect("sem-held");
+    assert_eq!(sem["kind"], "semaphore", "{sem}");
+    assert_eq!(sem["available"], 1, "3 permits, 2 taken: {sem}");
+    let permits = sem["permits"].as_array().unwrap();
+    assert_eq!(permits.len(), 2, "{sem}");
+    for p in permits {
+        let id = p["id"].as_str().unwrap();
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{sem}"
+        );
+        let ms = p["lease_ms"].as_i64().unwrap();
+        assert!(ms > 0 && ms <= 30_000, "{sem}");
+    }
+    assert!(text.contains("permits available: 1"), "{text}");
+
+    let (sem, text) = inspect("sem-idle");
+    assert_eq!(sem["kind"], "semaphore or counter", "{sem}");
+    assert_eq!(sem["available"], 2, "{sem}");
+    assert!(text.contains("permit holders: none"), "{text}");
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &url]);
+    let out = output(cmd);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let locks = json["locks"].as_array().unwrap();
+    let find = |k: &str| locks.iter().find(|l| l["key"] == k).cloned();
+    let kind = |k: &str| find(k).map(|l| l["kind"].as_str().unwrap_or("").to_string());
+    assert_eq!(
+        kind("rw-read").as_deref(),
+        Some("read-write (Redisson RReadWriteLock layout)"),
+        "{json}"
+    );
+    assert_eq!(
+        kind("rw-write").as_deref(),
+        Some("read-write (Redisson RReadWriteLock layout)"),
+        "{json}"
+    );
+    assert_eq!(
+        kind("sem-held").as_deref(),
+        Some("semaphore (Redisson RPermitExpirableSemaphore layout)"),
+        "{json}"
+    );
+    assert!(
+        find("sem-idle").is_none(),
+        "a counter with no holder is not a lock: {json}"
+    );
+    for k in &read_hold_keys {
+        assert!(
+            find(k).is_none(),
+            "a read hold key is part of its lock: {json}"
+        );
+    }
+    let leaked: Vec<&serde_json::Value> = locks.iter().filter(|l| l["leaked"] == true).collect();
+    assert_eq!(leaked.len(), 1, "only the real leak: {json}");
+    assert_eq!(leaked[0]["key"], "leaked");
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &url]);
+    let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    assert_eq!(text.matches("LEAKED").count(), 1, "{text}");
+}
+
 #[test]
 fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
     let cluster = RedisCluster::start();

@@ -75,7 +75,7 @@ pub use options::{
 };
 pub use scripts::{
     fence_key, latch_key, queue_key, queue_lease_key, queue_since_key, redisson_channel,
-    release_channel, waiter_channel,
+    release_channel, rwlock_timeout_prefix, semaphore_timeout_key, waiter_channel,
 };
 pub use token::token_time;
 
