@@ -30,6 +30,15 @@
 #      bench/results/go.md and a summary into the report; with --go-only the summary replaces
 #      the Go section of the existing bench/results/latest.md, the rest staying as it was
 #      (--node-only does the same with the Node section).
+#   5. ferrolock-bench --scenario rw (issue 33): read-mostly (4 processes, 90 % reads, 1 ms
+#      sections) on ferrolock's read-write lock vs its exclusive lock vs Redisson 4.7.0's
+#      RReadWriteLock, and a semaphore of 4 permits with 8 processes vs Redisson's
+#      RPermitExpirableSemaphore, interleaved in rounds on one redis-server. The Redisson side
+#      is tests/redisson's Bench class (one JVM per process), built here with
+#      `mvn -q -B -o package` (offline: the local Maven repository must hold Redisson, as for
+#      the interop tests; FERROLOCK_REDISSON_CP skips the build). Writes the full tables to
+#      bench/results/rw-semaphore.md and a summary into the report; --rw-only merges it as
+#      --go-only does. `--rw-args "--runs 3 --duration 3"` sets its rounds and their length.
 #
 # Usage:
 #   bench/run.sh                                  # everything (about 2-3 minutes)
@@ -37,6 +46,7 @@
 #   bench/run.sh --python-only                    # only the Python comparison
 #   bench/run.sh --node-only [--node-args "..."]  # only the Node comparison (--node-args --quick)
 #   bench/run.sh --go-only [--go-args "..."]      # only the Go and C comparison
+#   bench/run.sh --rw-only [--rw-args "..."]      # only the read-write lock and semaphore part
 #   bench/run.sh --python-args "--parts contended --duration 2" ...
 #   bench/run.sh --out FILE                       # write the report elsewhere (`-`: nowhere)
 # Other arguments go to ferrolock-bench, e.g. `bench/run.sh --scenario watchdog --nodes 3`;
@@ -51,6 +61,8 @@ rust=1
 python=1
 node=1
 go=1
+rw=1
+rw_args=()
 go_args=()
 python_args=()
 node_args=()
@@ -58,10 +70,17 @@ rust_args=()
 out="$root/bench/results/latest.md"
 while [ $# -gt 0 ]; do
     case "$1" in
-        --rust-only) python=0; node=0; go=0 ;;
-        --python-only) rust=0; node=0; go=0 ;;
-        --node-only) rust=0; python=0; go=0 ;;
-        --go-only) rust=0; python=0; node=0 ;;
+        --rust-only) python=0; node=0; go=0; rw=0 ;;
+        --python-only) rust=0; node=0; go=0; rw=0 ;;
+        --node-only) rust=0; python=0; go=0; rw=0 ;;
+        --go-only) rust=0; python=0; node=0; rw=0 ;;
+        --rw-only) rust=0; python=0; node=0; go=0 ;;
+        --rw-args)
+            [ $# -ge 2 ] || { echo "bench/run.sh: --rw-args needs a value" >&2; exit 2; }
+            read -r -a more <<<"$2"
+            rw_args+=("${more[@]}")
+            shift
+            ;;
         --go-args)
             [ $# -ge 2 ] || { echo "bench/run.sh: --go-args needs a value" >&2; exit 2; }
             read -r -a more <<<"$2"
@@ -86,7 +105,7 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         -h | --help)
-            sed -n '2,42p' "$0" | sed 's/^# \{0,1\}//'
+            sed -n '2,53p' "$0" | sed 's/^# \{0,1\}//'
             echo
             echo "ferrolock-bench arguments:"
             "${CARGO:-cargo}" run -q --release -p ferrolock-bench -- --help
@@ -107,8 +126,8 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ "$go" = 0 ]; then
-    echo "bench/run.sh: --rust-only, --python-only, --node-only and --go-only exclude each other" >&2
+if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ "$go" = 0 ] && [ "$rw" = 0 ]; then
+    echo "bench/run.sh: --rust-only, --python-only, --node-only, --go-only and --rw-only exclude each other" >&2
     exit 2
 fi
 
@@ -200,6 +219,32 @@ if [ "$go" = 1 ]; then
             "$command_line" >"$tmp/go.md"
     fi
 fi
+# The Java client built offline, as the interop tests build it; the rw scenario on its own
+# servers.
+run_rw() {
+    local cp="${FERROLOCK_REDISSON_CP:-}"
+    if [ -z "$cp" ]; then
+        mvn -q -B -o -f tests/redisson/pom.xml package >&2
+        cp="$root/tests/redisson/target/classes:$(cat tests/redisson/target/classpath.txt)"
+    fi
+    FERROLOCK_REDISSON_CP="$cp" FERROLOCK_BENCH_COMMAND="$command_line" \
+        "${CARGO:-cargo}" run --release -p ferrolock-bench -- --scenario rw \
+        --out "$tmp/rw-full.md" --summary "$tmp/rw.md" "${rw_args[@]}" >/dev/null
+    if [ "$out" != "-" ]; then
+        cp "$tmp/rw-full.md" "$root/bench/results/rw-semaphore.md"
+        echo "bench/run.sh: wrote $root/bench/results/rw-semaphore.md" >&2
+    fi
+}
+if [ "$rw" = 1 ]; then
+    if run_rw; then
+        :
+    else
+        status=1
+        echo "bench/run.sh: the read-write lock and semaphore part failed (see above)" >&2
+        printf '## Read-write lock and semaphore (summary)\n\n**Failed** in this run: see the output of `%s`.\n' \
+            "$command_line" >"$tmp/rw.md"
+    fi
+fi
 if [ "$node" = 1 ]; then
     node_results=()
     if [ "$out" != "-" ]; then
@@ -232,7 +277,7 @@ if [ "$node" = 1 ]; then
 fi
 
 
-# --go-only / --node-only: that part's summary replaces its section of the existing report
+# --go-only / --node-only / --rw-only: that part's summary replaces its section of the existing report
 # (before its closing line), so that one part can be re-measured without the others.
 merge_part() { # summary file, section heading, name of the part
     awk -v summary="$1" -v heading="$2" -v part="$3 part: " '
@@ -248,9 +293,12 @@ merge_part() { # summary file, section heading, name of the part
     printf '%s part: `%s`, %d s, merged into the report above.\n' \
         "$3" "$command_line" "$((SECONDS - started))" >>"$tmp/latest.md"
 }
-if [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$node" = 0 ] && [ -f "$out" ]; then
+only=$((rust + python + node + go + rw))
+if [ "$only" = 1 ] && [ "$go" = 1 ] && [ -f "$out" ]; then
     merge_part "$tmp/go.md" "## Go and C comparison" "Go and C"
-elif [ "$rust" = 0 ] && [ "$python" = 0 ] && [ "$go" = 0 ] && [ -f "$out" ]; then
+elif [ "$only" = 1 ] && [ "$rw" = 1 ] && [ -f "$out" ]; then
+    merge_part "$tmp/rw.md" "## Read-write lock and semaphore" "Read-write lock and semaphore"
+elif [ "$only" = 1 ] && [ "$node" = 1 ] && [ -f "$out" ]; then
     merge_part "$tmp/node.md" "## Node comparison" "Node"
 else
 {
@@ -270,6 +318,10 @@ else
     if [ -f "$tmp/go.md" ]; then
         echo
         cat "$tmp/go.md"
+    fi
+    if [ -f "$tmp/rw.md" ]; then
+        echo
+        cat "$tmp/rw.md"
     fi
     printf '\n---\nAll parts: `%s`, %d s in total.\n' "$command_line" "$((SECONDS - started))"
 } >"$tmp/latest.md"

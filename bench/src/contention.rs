@@ -30,6 +30,80 @@ use crate::stats::percentile_sorted;
 use crate::{BoxResult, Ctx};
 
 pub const WORKER_ARG: &str = "__contention-worker";
+/// The critical section of the read-write lock and semaphore scenarios (bench/src/rw.rs): long
+/// enough that the 2 CPUs are not the limit, so the figures show how many holders overlap.
+const SLEEP_SECTION: Duration = Duration::from_millis(1);
+
+/// What the workers hold and do in their critical section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The lock, around a non-atomic GET + SET of a counter (issue 5).
+    Counter,
+    /// The lock, around a 1 ms sleep.
+    Exclusive,
+    /// The read-write lock, `reads` % of the sections on its read side, around a 1 ms sleep.
+    ReadMostly { reads: u32 },
+    /// One permit of a semaphore of `permits`, around a 1 ms sleep.
+    Semaphore { permits: u32 },
+}
+
+impl Kind {
+    /// The worker argument, also what the Java worker (tests/redisson, `Bench`) takes for the
+    /// read-write lock and the semaphore.
+    pub(crate) fn arg(self) -> String {
+        match self {
+            Kind::Counter => "counter".into(),
+            Kind::Exclusive => "lock".into(),
+            Kind::ReadMostly { reads } => format!("rw:{reads}"),
+            Kind::Semaphore { permits } => format!("sem:{permits}"),
+        }
+    }
+
+    fn parse(arg: &str) -> BoxResult<Kind> {
+        let number = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|e| format!("{WORKER_ARG}: bad kind {arg:?}: {e}"))
+        };
+        Ok(match arg.split_once(':') {
+            None if arg == "counter" => Kind::Counter,
+            None if arg == "lock" => Kind::Exclusive,
+            Some(("rw", v)) => Kind::ReadMostly { reads: number(v)? },
+            Some(("sem", v)) => Kind::Semaphore {
+                permits: number(v)?,
+            },
+            _ => return Err(format!("{WORKER_ARG}: unknown kind {arg:?}").into()),
+        })
+    }
+}
+
+/// What a section held (the last column of a worker's log).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    Exclusive = 0,
+    Read = 1,
+    Write = 2,
+    Permit = 3,
+}
+
+impl Side {
+    fn parse(v: u64) -> Option<Side> {
+        [Side::Exclusive, Side::Read, Side::Write, Side::Permit]
+            .into_iter()
+            .find(|s| *s as u64 == v)
+    }
+}
+
+/// A small per-process generator for the read/write mix (no crate for one coin flip).
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
 /// Time the workers get to start and connect before the common start instant.
 const START_DELAY: Duration = Duration::from_millis(700);
 /// The same with a node paused: a worker's warm-up waits for that node's timeouts.
@@ -41,23 +115,24 @@ const TARGET_WORST_WAIT: Duration = Duration::from_millis(14);
 
 /// One critical section, as logged by a worker: nanoseconds on CLOCK_MONOTONIC.
 #[derive(Clone, Copy, Debug)]
-struct Rec {
-    worker: usize,
+pub(crate) struct Rec {
+    pub(crate) worker: usize,
     /// acquire called
-    t0: u64,
+    pub(crate) t0: u64,
     /// granted
-    t1: u64,
+    pub(crate) t1: u64,
     /// section done, release called
-    t2: u64,
+    pub(crate) t2: u64,
     /// release returned
-    t3: u64,
+    pub(crate) t3: u64,
     /// the release found the lock still ours
-    released: bool,
+    pub(crate) released: bool,
     /// Requests the acquire sent, per node (the manager's round-trip counters): attempts.
-    attempts: u64,
+    pub(crate) attempts: u64,
     /// Time this worker spent runnable but not running (waiting for a CPU) from just before
     /// the acquire to just after the release, from /proc/thread-self/schedstat.
-    runq: u64,
+    pub(crate) runq: u64,
+    pub(crate) side: Side,
 }
 
 /// Nanoseconds the calling thread has waited on a run queue so far (0 when unknown).
@@ -69,11 +144,13 @@ fn run_delay_ns() -> u64 {
 }
 
 /// Worker entry point: `__contention-worker <nodes,csv> <counter url> <key> <counter key>
-/// <start ns> <end ns> <out file>`.
+/// <start ns> <end ns> <out file> <kind>`.
 pub fn worker(args: &[String]) -> BoxResult<()> {
-    let [nodes, counter_url, key, counter_key, start, end, out] = args else {
-        return Err(format!("{WORKER_ARG}: expected 7 arguments, got {args:?}").into());
+    let [nodes, counter_url, key, counter_key, start, end, out, kind] = args else {
+        return Err(format!("{WORKER_ARG}: expected 8 arguments, got {args:?}").into());
     };
+    let kind = Kind::parse(kind)?;
+    let mut coin = XorShift(0x9e37_79b9_7f4a_7c15 ^ u64::from(std::process::id()));
     let nodes: Vec<String> = nodes.split(',').map(str::to_string).collect();
     let start: u64 = start.parse()?;
     let end: u64 = end.parse()?;
@@ -90,32 +167,51 @@ pub fn worker(args: &[String]) -> BoxResult<()> {
             .get_multiplexed_async_connection()
             .await?;
         // Connect to every node (and load the scripts) before the start.
-        let warm = manager
-            .acquire(&format!("{key}:warmup:{}", std::process::id()))
-            .await?;
+        let warm_key = format!("{key}:warmup:{}", std::process::id());
+        let warm = match kind {
+            Kind::Semaphore { permits } => manager.semaphore(&warm_key, permits).await?,
+            _ => manager.acquire(&warm_key).await?,
+        };
         warm.release().await?;
         let now = mono_ns();
         if start > now {
             tokio::time::sleep(Duration::from_nanos(start - now)).await;
         }
         let n = manager.node_names().len() as u64;
-        let mut recs: Vec<[u64; 7]> = Vec::with_capacity(16_384);
+        let mut recs: Vec<[u64; 8]> = Vec::with_capacity(16_384);
         while mono_ns() < end {
             let q0 = run_delay_ns();
             let rt0: u64 = manager.round_trips().iter().sum();
+            let side = match kind {
+                Kind::Counter | Kind::Exclusive => Side::Exclusive,
+                Kind::ReadMostly { reads } if coin.below(100) < u64::from(reads) => Side::Read,
+                Kind::ReadMostly { .. } => Side::Write,
+                Kind::Semaphore { .. } => Side::Permit,
+            };
             let t0 = mono_ns();
-            let lock = manager.acquire(key).await?;
+            let lock = match (kind, side) {
+                (Kind::Semaphore { permits }, _) => manager.semaphore(key, permits).await?,
+                (_, Side::Read) => manager.read_lock(key).await?,
+                (_, Side::Write) => manager.write_lock(key).await?,
+                _ => manager.acquire(key).await?,
+            };
             let t1 = mono_ns();
             let rt1: u64 = manager.round_trips().iter().sum();
-            let v: Option<i64> = redis::cmd("GET")
-                .arg(counter_key)
-                .query_async(&mut counter)
-                .await?;
-            let () = redis::cmd("SET")
-                .arg(counter_key)
-                .arg(v.unwrap_or(0) + 1)
-                .query_async(&mut counter)
-                .await?;
+            if kind == Kind::Counter {
+                let v: Option<i64> = redis::cmd("GET")
+                    .arg(counter_key)
+                    .query_async(&mut counter)
+                    .await?;
+                let () = redis::cmd("SET")
+                    .arg(counter_key)
+                    .arg(v.unwrap_or(0) + 1)
+                    .query_async(&mut counter)
+                    .await?;
+            } else {
+                // A blocking sleep, as the Java worker's Thread.sleep (tokio's timer rounds
+                // up to its next millisecond tick); the manager runs on its own runtime.
+                std::thread::sleep(SLEEP_SECTION);
+            }
             let t2 = mono_ns();
             let released = lock.release().await?;
             let t3 = mono_ns();
@@ -128,6 +224,7 @@ pub fn worker(args: &[String]) -> BoxResult<()> {
                 released as u64,
                 (rt1 - rt0).div_ceil(n),
                 q1.saturating_sub(q0),
+                side as u64,
             ]);
         }
         BoxResult::Ok(recs)
@@ -143,6 +240,7 @@ pub fn worker(args: &[String]) -> BoxResult<()> {
     Ok(())
 }
 
+/// A worker's log: ours, or the Java worker's (tests/redisson, `Bench`) in the same format.
 fn read_recs(path: &Path, worker: usize) -> BoxResult<Vec<Rec>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("worker {worker}: cannot read {}: {e}", path.display()))?;
@@ -152,7 +250,9 @@ fn read_recs(path: &Path, worker: usize) -> BoxResult<Vec<Rec>> {
             .split_whitespace()
             .map(str::parse)
             .collect::<Result<_, _>>()?;
-        let [t0, t1, t2, t3, released, attempts, runq] = v[..] else {
+        let (&[t0, t1, t2, t3, released, attempts, runq, _], Some(side)) =
+            (&v[..], v.get(7).copied().and_then(Side::parse))
+        else {
             return Err(format!("worker {worker}: bad line {line:?}").into());
         };
         out.push(Rec {
@@ -164,6 +264,7 @@ fn read_recs(path: &Path, worker: usize) -> BoxResult<Vec<Rec>> {
             released: released == 1,
             attempts,
             runq,
+            side,
         });
     }
     Ok(out)
@@ -279,13 +380,38 @@ fn run_workers(
     start_delay: Duration,
     dir: &Path,
 ) -> BoxResult<(Vec<Rec>, i64)> {
+    let (kind, workers) = (Kind::Counter, ctx.workers);
+    let recs = spawn_workers(
+        ctx,
+        counter,
+        urls,
+        (key, counter_key),
+        start_delay,
+        dir,
+        (kind, workers),
+    )?;
+    let got: Option<String> = counter.cmd(&["GET", counter_key]);
+    Ok((recs, got.and_then(|v| v.parse().ok()).unwrap_or(0)))
+}
+
+/// `workers` worker processes holding `keys.0` as `kind` for `ctx.duration` from `start_delay`
+/// on (the counter key `keys.1` is used by `Kind::Counter` only); their merged logs.
+pub(crate) fn spawn_workers(
+    ctx: &Ctx,
+    counter: &RedisServer,
+    urls: &[String],
+    (key, counter_key): (&str, &str),
+    start_delay: Duration,
+    dir: &Path,
+    (kind, workers): (Kind, usize),
+) -> BoxResult<Vec<Rec>> {
     let n = urls.len();
     let exe = std::env::current_exe()?;
     let start = mono_ns() + start_delay.as_nanos() as u64;
     let end = start + ctx.duration.as_nanos() as u64;
     let mut children = Vec::new();
     let mut files = Vec::new();
-    for w in 0..ctx.workers {
+    for w in 0..workers {
         let out: PathBuf = dir.join(format!("worker-{n}-{}-{w}.log", key.len()));
         let _ = std::fs::remove_file(&out);
         let child = Command::new(&exe)
@@ -297,14 +423,25 @@ fn run_workers(
             .arg(start.to_string())
             .arg(end.to_string())
             .arg(&out)
+            .arg(kind.arg())
             .stdin(Stdio::null())
             .spawn()?;
         children.push(child);
         files.push(out);
     }
     let deadline = Instant::now() + start_delay + ctx.duration + Duration::from_secs(60);
+    collect(&mut children, &files, deadline)
+}
+
+/// Waits for the workers (killing those still running at `deadline`) and merges their logs
+/// `files` (worker i's in `files[i]`), in grant order.
+pub(crate) fn collect(
+    children: &mut [Child],
+    files: &[PathBuf],
+    deadline: Instant,
+) -> BoxResult<Vec<Rec>> {
     let mut failures = Vec::new();
-    for c in &mut children {
+    for c in children.iter_mut() {
         if let Err(e) = wait_child(c, deadline) {
             failures.push(e.to_string());
         }
@@ -318,8 +455,7 @@ fn run_workers(
         let _ = std::fs::remove_file(f);
     }
     recs.sort_by_key(|r| r.t1);
-    let got: Option<String> = counter.cmd(&["GET", counter_key]);
-    Ok((recs, got.and_then(|v| v.parse().ok()).unwrap_or(0)))
+    Ok(recs)
 }
 
 pub fn run(ctx: &Ctx) -> BoxResult<Section> {
@@ -409,9 +545,9 @@ struct WorstWait {
     /// The longest time between one holder calling release and the next grant.
     longest_gap: u64,
     /// Requests per node the waiter's acquire sent.
-    attempts: u64,
+    pub(crate) attempts: u64,
     /// The waiter's time on a run queue over its acquire..release.
-    runq: u64,
+    pub(crate) runq: u64,
 }
 
 fn worst_wait(recs: &[Rec], workers: usize) -> Option<WorstWait> {

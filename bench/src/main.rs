@@ -15,6 +15,7 @@ mod contention;
 mod machine;
 mod polling;
 mod report;
+mod rw;
 mod stats;
 mod uncontended;
 mod watchdog;
@@ -71,6 +72,14 @@ const SCENARIOS: &[Scenario] = &[
         what: "a 3-primary Redis Cluster beside one redis-server: uncontended and 4 processes on one key (issue 19)",
         nodes: &[1],
         run: cluster::run,
+    },
+    Scenario {
+        name: "rw",
+        what: "read-mostly read-write lock vs the exclusive lock and Redisson's RReadWriteLock; \
+               semaphore vs Redisson's RPermitExpirableSemaphore (issue 33; needs FERROLOCK_REDISSON_CP, \
+               so not in the default list: bench/run.sh --rw-only)",
+        nodes: &[1],
+        run: rw::run,
     },
 ];
 
@@ -129,6 +138,9 @@ struct Args {
     /// Where to write the markdown (default bench/results/latest.md); `-` writes nothing.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Where the rw scenario writes its summary for bench/results/latest.md.
+    #[arg(long)]
+    summary: Option<PathBuf>,
 }
 
 /// What a scenario gets: the servers, the placements to measure, the sizes.
@@ -144,6 +156,8 @@ pub struct Ctx {
     pub locks: usize,
     pub workers: usize,
     pub duration: Duration,
+    /// `--summary`: the rw scenario's lines for bench/results/latest.md.
+    pub summary: Option<PathBuf>,
     servers: Cluster,
 }
 
@@ -276,6 +290,7 @@ fn real_main() -> BoxResult<()> {
         locks: args.locks,
         workers: args.workers,
         duration: Duration::from_secs_f64(args.duration),
+        summary: args.summary.clone(),
         servers: Cluster::start(max_nodes),
     };
     let mut sections = Vec::new();
