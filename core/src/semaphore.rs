@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
@@ -15,7 +16,7 @@ use crate::lock::Lock;
 use crate::node::{NodeError, latch_px_ms, node_error};
 use crate::options::{LockOptions, Permits};
 use crate::queue::{Role, Ticket, WakeSources};
-use crate::scripts::{Latch, SemaphoreAcquire, semaphore_channel};
+use crate::scripts::{Latch, SemaphoreAcquire, SemaphoreRelease, semaphore_channel};
 use crate::shared::Shared;
 use crate::token::random_hex;
 
@@ -167,8 +168,11 @@ async fn acquire_loop(
     }
 }
 
+/// One attempt. Its script runs in a task of its own, so that an acquire dropped while it is
+/// in flight (cancelled, closed, exited) leaves it to finish and gives back what it granted
+/// (`GiveBack`) instead of leaving the permits taken until their lease ends.
 async fn attempt(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     name: &str,
     ids: &str,
     opts: &LockOptions,
@@ -178,30 +182,97 @@ async fn attempt(
         count: 1,
     });
     let timeout = opts.effective_node_timeout();
-    // One call id for every re-send of this attempt: the latch keeps a grant's reply.
-    let call = random_hex();
-    let (call, lease_ms) = (call.as_str(), opts.ttl_millis());
-    let (granted, at): (i64, i64) = shared.cluster.nodes[0]
-        .run(timeout, true, move |mut conn| async move {
-            let acquire = SemaphoreAcquire {
-                name,
-                permits,
-                count,
-                lease_ms,
-                ids,
-                latch: Latch {
-                    id: call,
-                    px_ms: latch_px_ms(timeout),
-                },
-            };
-            acquire.invocation().invoke_async(&mut conn).await
+    let lease_ms = opts.ttl_millis();
+    let request = {
+        let (shared, name, ids) = (shared.clone(), name.to_string(), ids.to_string());
+        // One call id for every re-send of this attempt: the latch keeps a grant's reply.
+        let call = random_hex();
+        shared.cluster.handle().spawn(async move {
+            let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
+            shared.cluster.nodes[0]
+                .run(timeout, true, move |mut conn| async move {
+                    let acquire = SemaphoreAcquire {
+                        name,
+                        permits,
+                        count,
+                        lease_ms,
+                        ids,
+                        latch: Latch {
+                            id: call,
+                            px_ms: latch_px_ms(timeout),
+                        },
+                    };
+                    acquire.invocation().invoke_async(&mut conn).await
+                })
+                .await
         })
-        .await?;
+    };
+    let mut pending = GiveBack {
+        shared: shared.clone(),
+        name: name.to_string(),
+        ids: ids.to_string(),
+        timeout,
+        request: Some(request),
+    };
+    let reply = match pending.request.as_mut() {
+        Some(request) => request.await,
+        None => return Err(NodeError::Unreachable("no attempt was sent".into())),
+    };
+    pending.request = None;
+    let (granted, at): (i64, i64) =
+        reply.map_err(|e| NodeError::Unreachable(format!("the attempt's task ended: {e}")))??;
     Ok(if granted == 1 {
         Answer::Granted
     } else {
         Answer::Refused(at)
     })
+}
+
+/// An attempt's script still in flight when the acquire is dropped: a task waits for it and
+/// then returns the attempt's ids with `semaphore_release.lua`, which is safe whether the
+/// acquire granted them, refused, or never ran (it returns only ids in the zset, and a re-send
+/// finds them gone). Counted in `runtime::settled`, and collected by a cancelled host acquire,
+/// which reports once the permits are back. The attempt's queue place goes with its `Ticket`.
+struct GiveBack {
+    shared: Arc<Shared>,
+    name: String,
+    ids: String,
+    timeout: Duration,
+    request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        let Some(request) = self.request.take() else {
+            return;
+        };
+        let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
+        let timeout = self.timeout;
+        let pending = crate::runtime::Pending::start();
+        crate::runtime::started_cleanup(self.shared.cluster.handle().spawn(async move {
+            let _pending = pending;
+            // Refused or failed before it ran: nothing was taken (a failure after it ran
+            // is covered by the release below, which returns only ids still held).
+            if let Ok(Ok((0, _))) = request.await {
+                return;
+            }
+            let call = random_hex();
+            let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
+            let _ = shared.cluster.nodes[0]
+                .run(timeout, true, move |mut conn| async move {
+                    let release = SemaphoreRelease {
+                        name,
+                        ids,
+                        latch: Latch {
+                            id: call,
+                            px_ms: latch_px_ms(timeout),
+                        },
+                    };
+                    release.invocation().invoke_async::<i64>(&mut conn).await
+                })
+                .await;
+        }));
+    }
 }
 
 /// How long until the earliest lease end `earliest` (server milliseconds), by the server's

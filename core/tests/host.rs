@@ -950,3 +950,68 @@ fn a_forked_childs_exit_releases_what_it_took_on_an_inherited_manager() {
         "the child's key was left"
     );
 }
+
+/// A semaphore acquire cancelled while its script waits on a paused server gives its permits
+/// back once the script has run: the cancel's cleanup (waited for by the cancel) returns the
+/// attempt's ids, so the pool is full again when the Cancelled result is out, not at the end
+/// of the lease (60 s).
+#[test]
+fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let name = unique_key("host-permits-cancel");
+        let m = host_manager(
+            &[server.url()],
+            opts()
+                .wait(None)
+                .ttl(Duration::from_secs(60))
+                .node_timeout(Duration::from_secs(5)),
+        );
+        let never = Cancel::new();
+        let kind = host::Kind::Permits {
+            permits: 1,
+            count: 1,
+        };
+        // The manager's connection is open and the script loaded before the pause (so the
+        // script goes out on it as EVALSHA and runs, rather than answering NOSCRIPT).
+        let warm = m
+            .acquire_blocking_as(
+                kind,
+                &unique_key("host-permits-warm"),
+                1,
+                m.defaults(),
+                &never,
+                None,
+            )
+            .expect("a permit of another pool");
+        assert_eq!(warm.release_blocking(&never, None), Ok(true));
+        server.pause();
+        let cancel = Cancel::new();
+        let out = std::thread::scope(|s| {
+            s.spawn(|| {
+                // Not a bound: the script may go out before or after the cancel; once it has
+                // gone out, the server runs it when resumed (checked below).
+                std::thread::sleep(ms(300));
+                cancel.cancel();
+                std::thread::sleep(ms(100));
+                server.resume();
+            });
+            m.acquire_blocking_as(kind, &name, 1, m.defaults(), &cancel, None)
+        });
+        let err = out.expect_err("a cancelled acquire returned a lock");
+        assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+        // The fault happened: the script ran on the server after the cancel (it set the
+        // counter, which did not exist before).
+        assert!(
+            eventually(Duration::from_secs(10), || get(&server, &name).is_some()),
+            "the acquire never reached the server"
+        );
+        assert_eq!(get(&server, &name).as_deref(), Some("1"), "the pool");
+        let timeout_key = format!("{{{name}}}:timeout");
+        assert_eq!(
+            server.cmd::<i64>(&["ZCARD", &timeout_key]),
+            0,
+            "permit ids left"
+        );
+    });
+}

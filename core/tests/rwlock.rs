@@ -462,6 +462,67 @@ async fn a_grant_short_of_a_quorum_is_undone() {
     assert!(h2.release().await.unwrap());
 }
 
+/// A queued waiter whose grant fell short of a quorum keeps its place in the server queue
+/// where it was granted: node 0 grants (which dequeues the waiter there), nodes 1 and 2 are
+/// write-held by others and queue it; the undo on node 0 puts its waiter id back, so the
+/// three nodes agree on who waits (the Redlock split-queue livelock otherwise).
+#[tokio::test]
+async fn a_waiter_whose_grant_missed_the_quorum_keeps_its_queue_place() {
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    for write in [false, true] {
+        let key = if write {
+            "rw:requeue:w"
+        } else {
+            "rw:requeue:r"
+        };
+        let (m1, m2) = (manager(&urls[1..2], opts()), manager(&urls[2..3], opts()));
+        let (h1, h2) = (
+            m1.write_lock(key).await.unwrap(),
+            m2.write_lock(key).await.unwrap(),
+        );
+        let m = Arc::new(manager(&urls, opts().wait(None)));
+        let before = script_calls(&servers[0]);
+        let waiter = {
+            let m = m.clone();
+            tokio::spawn(async move {
+                if write {
+                    m.write_lock(key).await
+                } else {
+                    m.read_lock(key).await
+                }
+            })
+        };
+        // Queued on nodes 1 and 2 (the fault: they refuse), and node 0 granted and undid
+        // queued attempts (its scripts ran: the first try, then queued attempts and undos).
+        until("queued on nodes 1 and 2", Duration::from_secs(30), || {
+            queued(&servers[1], key) == 1 && queued(&servers[2], key) == 1
+        })
+        .await;
+        until(
+            "node 0 kept the waiter's place after an undo",
+            Duration::from_secs(30),
+            || {
+                script_calls(&servers[0]) >= before + 4
+                    && servers[0].cmd::<i64>(&["EXISTS", key]) == 0
+                    && queued(&servers[0], key) == 1
+            },
+        )
+        .await;
+        assert!(
+            !waiter.is_finished(),
+            "write {write}: granted without a quorum"
+        );
+        waiter.abort();
+        assert!(h1.release().await.unwrap());
+        assert!(h2.release().await.unwrap());
+    }
+}
+
 /// A read and a write hold on a node that is killed (SIGKILL, proven by the process being
 /// gone) are both signalled lost before their validity ends.
 #[tokio::test]

@@ -113,11 +113,6 @@ pub(super) async fn undo_one(
         id: &call,
         px_ms: latch_px_ms(timeout),
     };
-    if matches!(kind, Kind::Read | Kind::Write) {
-        // A read or write grant is undone by its release (one hold fewer, under its latch);
-        // it does not put our waiter id back: the next attempt queues again.
-        return undo_rw(shared, kind, key, token, latch, i, deadline, timeout).await;
-    }
     let undo = Undo {
         key,
         names: &names,
@@ -128,6 +123,19 @@ pub(super) async fn undo_one(
         bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
         latch,
     };
+    if matches!(kind, Kind::Read | Kind::Write) {
+        // A read or write grant is undone by its release (one hold fewer, under its latch).
+        // While we still wait, `undo.lua` then puts our waiter id back where the grant
+        // dequeued it (with a token that matches no hash, it only re-enqueues), so the nodes
+        // agree on who waits (the Redlock split-queue livelock otherwise).
+        let requeue = queue.is_some().then_some(Undo {
+            token: "",
+            reentrant: false,
+            channel: "",
+            ..undo
+        });
+        return undo_rw(shared, kind, &undo, requeue.as_ref(), i, deadline, timeout).await;
+    }
     let undo = &undo;
     shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, false, move |mut conn| async move {
@@ -140,18 +148,17 @@ pub(super) async fn undo_one(
         .await
 }
 
-/// Node `i`'s undo of a read or write grant: its release.
-#[allow(clippy::too_many_arguments)]
+/// Node `i`'s undo of a read or write grant: its release, then `requeue` (our queue place).
 async fn undo_rw(
     shared: &Shared,
     kind: Kind,
-    key: &str,
-    field: &str,
-    latch: Latch<'_>,
+    undo: &Undo<'_>,
+    requeue: Option<&Undo<'_>>,
     i: usize,
     deadline: Instant,
     timeout: std::time::Duration,
 ) -> Result<Option<i64>, NodeError> {
+    let (key, field, latch) = (undo.key, undo.token, undo.latch);
     shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, false, move |mut conn| async move {
             let sharded = conn.sharded();
@@ -161,6 +168,9 @@ async fn undo_rw(
                 ReleaseWrite { key, field, latch }.invocation(sharded)
             };
             let left: Option<i64> = inv.invoke_async(&mut conn).await?;
+            if let Some(requeue) = requeue {
+                let _: i64 = requeue.invocation(sharded).invoke_async(&mut conn).await?;
+            }
             Ok(yes_if(left.is_some()))
         })
         .await
