@@ -3,18 +3,27 @@
 -- client's clock); a reclaim that frees permits publishes how many.
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
 -- acquire on a name sets the counter to ARGV[1], as trySetPermits does.
--- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3] this call's latch (one slot).
+-- Prepended with queue.lua: waiters take turns (DESIGN.md, "Semaphore"). A queued waiter of
+-- rank r (0 = the head) may take `count` permits when at least count + r are free (one left for
+-- each waiter ahead of it); a first try (not queued) only when nobody waits, or while the head
+-- is within the barging bound. Redisson's acquires ignore the queue.
+-- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3..5] the waiter queue (see
+-- queue.lua), KEYS[6] this call's latch (one slot).
 -- ARGV[1] permits (pool size), ARGV[2] count, ARGV[3] lease ms, ARGV[4] channel
--- `redisson_sc:{name}`, ARGV[5] the latch's PX in ms, ARGV[6..] `count` fresh ids, 16 raw bytes.
--- Returns {1, expiry ms} when granted, {0, earliest lease end ms or -1} when refused; an error
--- naming both sizes when the stored pool size differs.
--- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice).
-local done = redis.call('GET', KEYS[3])
+-- `redisson_sc:{name}`, ARGV[5] the latch's PX in ms, ARGV[6] waiter id or '' (a first try),
+-- ARGV[7] the waiter's queue lease ms, ARGV[8] barging bound ms, ARGV[9..] `count` fresh ids,
+-- 16 raw bytes.
+-- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
+-- (the earliest lease end, or the head's queue lease end when permits are free but it is the
+-- head's turn); an error naming both sizes when the stored pool size differs.
+-- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
+-- refusal's re-enqueue keeps the waiter's place.
+local done = redis.call('GET', KEYS[6])
 if done then
   return {1, tonumber(done)}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = clock()
+local id = ARGV[6]
 local permits, count = tonumber(ARGV[1]), tonumber(ARGV[2])
 local available = tonumber(redis.call('GET', KEYS[1]))
 if available == nil then
@@ -36,13 +45,24 @@ if #expired > 0 then
   redis.call('PUBLISH', ARGV[4], #expired)
 end
 if available < count then
+  enqueue(id, '', tonumber(ARGV[7]))
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   return {0, first[2] and tonumber(first[2]) or -1}
 end
+local head = queue_head()
+if head and head ~= id then
+  local rank = id ~= '' and redis.call('ZRANK', Q, id)
+  local turn = rank and available >= count + rank
+  if not turn and not may_take(head, id, tonumber(ARGV[8])) then
+    enqueue(id, '', tonumber(ARGV[7]))
+    return {0, now + lease_left(head)}
+  end
+end
+dequeue(id)
 local expiry = now + tonumber(ARGV[3])
-for i = 6, 5 + count do
+for i = 9, 8 + count do
   redis.call('ZADD', KEYS[2], expiry, ARGV[i])
 end
 redis.call('DECRBY', KEYS[1], count)
-redis.call('SET', KEYS[3], expiry, 'PX', ARGV[5])
+redis.call('SET', KEYS[6], expiry, 'PX', ARGV[5])
 return {1, expiry}

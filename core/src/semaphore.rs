@@ -15,8 +15,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
 use crate::node::{NodeError, latch_px_ms, node_error};
 use crate::options::{LockOptions, Permits};
-use crate::queue::{Role, Ticket, WakeSources};
-use crate::scripts::{Latch, SemaphoreAcquire, SemaphoreRelease, semaphore_channel};
+use crate::queue::{QueueArgs, Role, Ticket, WakeSources, barge_bound_ms};
+use crate::scripts::{Latch, Place, SemaphoreAcquire, SemaphoreRelease, semaphore_channel};
 use crate::shared::Shared;
 use crate::token::random_hex;
 
@@ -104,9 +104,15 @@ async fn acquire_loop(
             .map(|_| random_hex())
             .collect();
         let started = Instant::now();
-        let hint = match attempt(shared, name, &ids, opts).await {
+        // Queued once joined: our place in the server queue, where waiters take turns.
+        let place = ticket
+            .as_ref()
+            .zip(seen.as_ref())
+            .map(|(t, seen)| t.queue_args(opts, seen));
+        let hint = match attempt(shared, name, &ids, place.as_ref(), opts).await {
             Ok(Answer::Granted) => {
-                if ticket.is_some() {
+                if let Some(t) = ticket.as_mut() {
+                    t.granted(true);
                     stats.handoffs.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(Lock::new(
@@ -175,6 +181,7 @@ async fn attempt(
     shared: &Arc<Shared>,
     name: &str,
     ids: &str,
+    place: Option<&QueueArgs>,
     opts: &LockOptions,
 ) -> std::result::Result<Answer, NodeError> {
     let Permits { permits, count } = opts.permits.unwrap_or(Permits {
@@ -183,12 +190,15 @@ async fn attempt(
     });
     let timeout = opts.effective_node_timeout();
     let lease_ms = opts.ttl_millis();
+    let (waiter, queue_lease_ms) = place.map_or((String::new(), 0), |q| (q.id.clone(), q.lease_ms));
+    let bound_ms = barge_bound_ms(1);
     let request = {
         let (shared, name, ids) = (shared.clone(), name.to_string(), ids.to_string());
         // One call id for every re-send of this attempt: the latch keeps a grant's reply.
         let call = random_hex();
         shared.cluster.handle().spawn(async move {
             let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
+            let waiter = waiter.as_str();
             shared.cluster.nodes[0]
                 .run(timeout, true, move |mut conn| async move {
                     let acquire = SemaphoreAcquire {
@@ -201,6 +211,12 @@ async fn attempt(
                             id: call,
                             px_ms: latch_px_ms(timeout),
                         },
+                        place: Place {
+                            id: waiter,
+                            score: "",
+                            lease_ms: queue_lease_ms,
+                        },
+                        bound_ms,
                     };
                     acquire.invocation().invoke_async(&mut conn).await
                 })

@@ -540,3 +540,14 @@ async fn a_read_or_write_request_resent_after_its_connection_dropped_runs_once()
     rw_rounds(&bed, true).await;
     nothing_left(&bed);
 }
+
+/// The same on a one-primary cluster (redis-rs re-sends there): each read or write request
+/// takes effect once, and the read hold keys share the hash's slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_or_write_request_resent_after_its_connection_dropped_runs_once_on_a_cluster() {
+    let _serial = serial();
+    let bed = Bed::cluster();
+    rw_rounds(&bed, false).await;
+    rw_rounds(&bed, true).await;
+    nothing_left(&bed);
+}

@@ -328,3 +328,111 @@ async fn redisson_and_the_rust_api_share_one_pool_and_wake_each_other() {
     assert!(!line.ends_with(" none"), "{line}");
     r.send("quit").await;
 }
+
+/// Waiters of three managers queued in a known order on a pool of 1 are granted in that
+/// order, and a first try that arrives while they wait (past the barging bound) does not take
+/// the permit ahead of them. The permit is freed silently (no publish, as a lease that ends),
+/// so only the queue can refuse the first try; then one publish starts the chain of releases.
+#[tokio::test]
+async fn waiters_are_granted_in_queue_order_and_a_first_try_waits_its_turn() {
+    let server = RedisServer::start();
+    let name = "sem:fair";
+    let long = Duration::from_secs(120);
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<i64>(&["ZCARD", &queue]);
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 1, 1, &opts().ttl(long))
+        .await
+        .unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let m = manager(&[server.url()], opts());
+        let order = order.clone();
+        waiters.push(tokio::spawn(async move {
+            let lock = m
+                .semaphore_with(name, 1, 1, &opts().retry_delay(long))
+                .await
+                .unwrap();
+            order.lock().unwrap().push(i);
+            assert!(lock.release().await.unwrap());
+        }));
+        let end = Instant::now() + Duration::from_secs(30);
+        while queued() < i + 1 {
+            assert!(Instant::now() < end, "waiter {i} never queued");
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
+    // Freed behind everyone's back: no publish, so no waiter re-checks.
+    let _: i64 = server.cmd(&["DEL", &timeout_key(name)]);
+    let _: String = server.cmd(&["SET", name, "1"]);
+    std::mem::forget(holder);
+    let barger = manager(&[server.url()], opts());
+    let err = barger
+        .semaphore_with(name, 1, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .expect_err("a first try took the permit ahead of three queued waiters");
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    let _: i64 = server.cmd(&["PUBLISH", &format!("redisson_sc:{{{name}}}"), "1"]);
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(60), w)
+            .await
+            .expect("a waiter was never granted")
+            .unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+    assert_eq!(available(&server, name), 1);
+    drop(holder_m);
+}
+
+/// A release of k permits wakes up to k waiters: three queued waiters of one permit each (in
+/// three managers, their own re-checks 120 s away) are all granted after one release of 3,
+/// and hold together (so no waiter needed a later release or a re-check of its own).
+#[tokio::test]
+async fn a_release_of_k_permits_wakes_k_waiters() {
+    let server = RedisServer::start();
+    let name = "sem:wake-k";
+    let long = Duration::from_secs(120);
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 3, 3, &opts().ttl(long))
+        .await
+        .unwrap();
+    let mut waiters = Vec::new();
+    for i in 0..3 {
+        let m = manager(&[server.url()], opts());
+        waiters.push(tokio::spawn(async move {
+            let lock = m
+                .semaphore_with(name, 3, 1, &opts().retry_delay(long).ttl(long))
+                .await
+                .unwrap();
+            (m, lock)
+        }));
+        let end = Instant::now() + Duration::from_secs(30);
+        while server.cmd::<i64>(&["ZCARD", &queue]) < i + 1 {
+            assert!(Instant::now() < end, "waiter {i} never queued");
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
+    assert!(holder.release().await.unwrap());
+    let mut held = Vec::new();
+    for w in waiters {
+        held.push(
+            tokio::time::timeout(Duration::from_secs(60), w)
+                .await
+                .expect("not woken by the release: granted only at a re-check")
+                .unwrap(),
+        );
+    }
+    assert_eq!(
+        available(&server, name),
+        0,
+        "the three waiters hold together"
+    );
+    for (_m, lock) in held {
+        assert!(lock.release().await.unwrap());
+    }
+    assert_eq!(available(&server, name), 3);
+}

@@ -9,7 +9,11 @@ use std::time::Duration;
 
 use ferrolock_testbed::RedisServer;
 
-const ACQUIRE: &str = include_str!("../scripts/semaphore_acquire.lua");
+/// As `scripts/mod.rs` sends it: prepended with the waiter queue.
+const ACQUIRE: &str = concat!(
+    include_str!("../scripts/queue.lua"),
+    include_str!("../scripts/semaphore_acquire.lua")
+);
 const RELEASE: &str = include_str!("../scripts/semaphore_release.lua");
 const EXTEND: &str = include_str!("../scripts/semaphore_extend.lua");
 const LATCH_PX: &str = "10000";
@@ -48,16 +52,24 @@ fn acquire(
 ) -> redis::RedisResult<(i64, i64)> {
     let mut c = server.client();
     let mut cmd = redis::cmd("EVAL");
+    let queue = ferrolock::__wire::KeyNames::of(name);
+    // A first try (no waiter id), as a fresh acquire sends it.
     cmd.arg(ACQUIRE)
-        .arg(3)
+        .arg(6)
         .arg(name)
         .arg(timeout_key(name))
+        .arg(&queue.queue)
+        .arg(&queue.leases)
+        .arg(&queue.since)
         .arg(latch(name, call))
         .arg(permits)
         .arg(ids.len())
         .arg(lease_ms)
         .arg(channel(name))
-        .arg(LATCH_PX);
+        .arg(LATCH_PX)
+        .arg("")
+        .arg(0)
+        .arg(0);
     for id in ids {
         cmd.arg(id.as_slice());
     }

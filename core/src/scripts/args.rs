@@ -592,6 +592,10 @@ pub(crate) struct SemaphoreAcquire<'a> {
     pub ids: &'a str,
     /// A grant takes permits: it runs once.
     pub latch: Latch<'a>,
+    /// The waiter's queue place (its score unused: one node, arrival order); an empty id: a
+    /// first try, not queued.
+    pub place: Place<'a>,
+    pub bound_ms: u64,
 }
 
 impl SemaphoreAcquire<'_> {
@@ -599,12 +603,18 @@ impl SemaphoreAcquire<'_> {
         let mut inv = SEMAPHORE_ACQUIRE.prepare_invoke();
         inv.key(self.name)
             .key(super::semaphore_timeout_key(self.name))
+            .key(queue_key(self.name))
+            .key(queue_lease_key(self.name))
+            .key(queue_since_key(self.name))
             .key(self.latch.name(self.name));
         inv.arg(self.permits)
             .arg(self.count)
             .arg(self.lease_ms)
             .arg(super::semaphore_channel(self.name))
-            .arg(self.latch.px_ms);
+            .arg(self.latch.px_ms)
+            .arg(self.place.id)
+            .arg(self.place.lease_ms)
+            .arg(self.bound_ms);
         for id in permit_ids(self.ids) {
             inv.arg(id);
         }

@@ -56,7 +56,10 @@ pub const EXTEND_WRITE_SRC: &str = EXTEND_REENTRANT_SRC;
 const EXTEND_REENTRANT_SRC: &str = include_str!("../../scripts/extend_reentrant.lua");
 // The semaphore's scripts (issue 33), on Redisson's RPermitExpirableSemaphore layout (tests:
 // core/tests/semaphore_scripts.rs, core/tests/semaphore.rs).
-const SEMAPHORE_ACQUIRE_SRC: &str = include_str!("../../scripts/semaphore_acquire.lua");
+const SEMAPHORE_ACQUIRE_SRC: &str = concat!(
+    include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/semaphore_acquire.lua")
+);
 const SEMAPHORE_RELEASE_SRC: &str = include_str!("../../scripts/semaphore_release.lua");
 const SEMAPHORE_EXTEND_SRC: &str = include_str!("../../scripts/semaphore_extend.lua");
 
