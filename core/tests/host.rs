@@ -13,7 +13,7 @@ use common::*;
 use ferrolock::host::scope::{self, Body, ScopeEnd};
 use ferrolock::host::{self, Cancel};
 use ferrolock::{ErrorKind, LockOptions, ManagerOptions};
-use ferrolock_testbed::{Cluster, RedisServer};
+use ferrolock_testbed::{Cluster, Direction, Proxy, RedisServer};
 
 fn host_manager(urls: &[String], opts: LockOptions) -> host::Manager {
     host::Manager::new(
@@ -951,17 +951,19 @@ fn a_forked_childs_exit_releases_what_it_took_on_an_inherited_manager() {
     );
 }
 
-/// A semaphore acquire cancelled while its script waits on a paused server gives its permits
-/// back once the script has run: the cancel's cleanup (waited for by the cancel) returns the
-/// attempt's ids, so the pool is full again when the Cancelled result is out, not at the end
-/// of the lease (60 s).
+/// A semaphore acquire cancelled while its script's reply is held back (a proxy holds every
+/// reply; the script has run, shown by the counter it created) gives its permits back: the
+/// cancel's cleanup, which the cancel waits for, returns the attempt's ids once the request
+/// ends (the links are reset after the cancel), so the pool is full again when the Cancelled
+/// result is out, not at the end of the lease (60 s).
 #[test]
 fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
     within(Duration::from_secs(60), || {
         let server = RedisServer::start();
+        let proxy = Proxy::start(server.port());
         let name = unique_key("host-permits-cancel");
         let m = host_manager(
-            &[server.url()],
+            &[proxy.url()],
             opts()
                 .wait(None)
                 .ttl(Duration::from_secs(60))
@@ -972,8 +974,8 @@ fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
             permits: 1,
             count: 1,
         };
-        // The manager's connection is open and the script loaded before the pause (so the
-        // script goes out on it as EVALSHA and runs, rather than answering NOSCRIPT).
+        // The script loaded before the replies are held (so it goes out as EVALSHA and runs,
+        // rather than answering NOSCRIPT).
         let warm = m
             .acquire_blocking_as(
                 kind,
@@ -985,26 +987,23 @@ fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
             )
             .expect("a permit of another pool");
         assert_eq!(warm.release_blocking(&never, None), Ok(true));
-        server.pause();
+        proxy.hold(Direction::Down);
         let cancel = Cancel::new();
         let out = std::thread::scope(|s| {
             s.spawn(|| {
-                // Not a bound: the script may go out before or after the cancel; once it has
-                // gone out, the server runs it when resumed (checked below).
-                std::thread::sleep(ms(300));
+                // The fault: the script ran (it created the counter), its reply is held.
+                let ran = eventually(Duration::from_secs(30), || get(&server, &name).is_some());
                 cancel.cancel();
-                std::thread::sleep(ms(100));
-                server.resume();
+                proxy.reset();
+                ran
             });
             m.acquire_blocking_as(kind, &name, 1, m.defaults(), &cancel, None)
         });
         let err = out.expect_err("a cancelled acquire returned a lock");
         assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
-        // The fault happened: the script ran on the server after the cancel (it set the
-        // counter, which did not exist before).
         assert!(
-            eventually(Duration::from_secs(10), || get(&server, &name).is_some()),
-            "the acquire never reached the server"
+            get(&server, &name).is_some(),
+            "the acquire never ran on the server"
         );
         assert_eq!(get(&server, &name).as_deref(), Some("1"), "the pool");
         let timeout_key = format!("{{{name}}}:timeout");
