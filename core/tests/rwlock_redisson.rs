@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use common::redisson::{Redisson, redisson_classpath};
 use common::*;
 use ferrolock::__wire::rw::{rwlock_channel, rwlock_timeout_prefix};
+use ferrolock::{ErrorKind, LockStatus};
 use ferrolock_testbed::RedisServer;
 
 /// Redisson's lease when no lease is given (its watchdog's `lockWatchdogTimeout`).
@@ -159,4 +160,80 @@ async fn redisson_rwlock_layout_on_a_real_server() {
         tokio::time::sleep(ms(200)).await;
     }
     run(&mut r, "runlock", name).await;
+}
+
+/// Waits for Redisson's read watchdog to renew `name`: its PTTL, raised to 100 s here, falls
+/// back to at most 30 s only through a renewal (every 10 s).
+async fn redisson_renewal(server: &RedisServer, name: &str) {
+    server.cmd::<()>(&["PEXPIRE", name, "100000"]);
+    let bound = Instant::now() + Duration::from_secs(60);
+    while pttl(server, name) > WATCHDOG_LEASE_MS {
+        assert!(Instant::now() < bound, "Redisson's read renewal never came");
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// Issue 33's crashed Redisson reader: a ferrolock reader at the read cap beside a Redisson reader SIGKILLed right after one of
+/// its renewals; a ferrolock writer then contends. Every write attempt that gets the key must
+/// have started after our reader's validity ended: the writer is never granted while our
+/// reader still believes it holds. (Our reader has no watchdog, so its belief is its
+/// deadline; with a watchdog it would renew the hash itself and the writer would only wait.)
+/// Then a read ttl of 90 s is refused: DESIGN.md "Read-write lock", Redisson's renewal sets
+/// the hash to 30 s, so a longer read lease could end after the hash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_redisson_reader_never_lets_a_writer_in_while_ours_reads() {
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    // A node timeout a loaded machine's replies fit in, within the lease's loss margin.
+    let base = opts()
+        .ttl(ferrolock::READ_LEASE_CAP)
+        .node_timeout(Duration::from_secs(3));
+    let m = manager(&[server.url()], base.clone());
+    let name = "rw:killed-reader";
+
+    run(&mut r, "rlock", &format!("{name} -1")).await;
+    let ours = m.read_lock_with(name, &base).await.unwrap();
+    // Two renewals after our grant, so the one the kill follows came a renewal period (10 s)
+    // after it: the hash then outlives our deadline by that much, whatever the load.
+    redisson_renewal(&server, name).await;
+    redisson_renewal(&server, name).await;
+    r.kill().await;
+    let left = pttl(&server, name);
+    assert!(
+        0 < left && left <= WATCHDOG_LEASE_MS,
+        "after the kill the hash's PTTL is Redisson's renewal, not ours: {left}"
+    );
+    assert_eq!(hash(&server, name).len(), 3, "mode and both readers");
+
+    let now = base.clone().wait(Some(Duration::ZERO));
+    let bound = Instant::now() + Duration::from_secs(120);
+    let writer = loop {
+        assert!(Instant::now() < bound, "the writer was never granted");
+        let started = tokio::time::Instant::now();
+        let believed = ours.status() == LockStatus::Held && started < ours.deadline();
+        match m.write_lock_with(name, &now).await {
+            Ok(w) => {
+                assert!(
+                    !believed,
+                    "a writer was granted while our reader still held (its validity ends {:?} \
+                     after the attempt began)",
+                    ours.deadline() - started
+                );
+                break w;
+            }
+            Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
+        }
+        tokio::time::sleep(ms(50)).await;
+    };
+    assert_eq!(hash(&server, name)["mode"], "write");
+    assert!(writer.release().await.unwrap());
+
+    // The lease that would outlive the hash is refused, naming it, before anything is written.
+    let before = keys(&server);
+    let long = base.clone().ttl(Duration::from_secs(90));
+    let err = m.read_lock_with(name, &long).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("90s"), "{err}");
+    assert_eq!(keys(&server), before, "the refusal wrote");
 }

@@ -141,6 +141,19 @@ impl Redisson {
         reply.ends_with(" true")
     }
 
+    /// SIGKILLs the Java client (no shutdown hook, no unlock: a crash) and returns once it is
+    /// reaped; panics unless it died of that signal, the proof of the fault.
+    pub async fn kill(&mut self) {
+        use std::os::unix::process::ExitStatusExt;
+        self.child.kill().await.expect("SIGKILL the Java client");
+        let status = self.child.wait().await.expect("reap the Java client");
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the Java client's end: {status:?}"
+        );
+    }
+
     pub async fn unlock(&mut self, key: &str) {
         self.send(&format!("unlock {key}")).await;
         self.expect(&format!("unlocked {key}"), Duration::from_secs(30))
