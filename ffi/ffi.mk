@@ -81,18 +81,19 @@ test-c: redis ffi-lib check-header
 # no frame pointers. fork_child is left to the plain run (--except): its child is forked (no
 # exec) while the library's threads run, and this compiler's libasan (GCC 12) does nothing
 # at a fork (no fork interceptor, no atfork handler, no ASAN_OPTIONS flag for it), so an
-# allocator mutex a parent thread held at the fork stays locked in the child. Seen (both
-# CPUs loaded by `yes`): the tests up to fork_child under ASan, 1 child hung in 31 runs; its
-# runtime worker waited in __sanitizer::Mutex::Lock <- SizeClassAllocator64::GetFromAllocator
-# <- __asan::Allocator::Allocate <- malloc (a Vec grown by redis-rs), the child's two other
-# threads in epoll_wait and a condvar wait, so no thread of the child held that mutex and no
-# ferrolock lock was involved. fork_child alone under ASan: 0 hangs in 400 (and in 300 more
-# with both CPUs saturated); 4 full sanitizer runs with it included, none; the plain build: 0
-# in 400 alone and 0 in 17 after the other tests (glibc's malloc is fork-safe). Without
-# ferrolock, `make asan-fork-repro` (children forked among threads being created) hangs 8 and
-# 15 children of 300 under ASan, 0 plain, in the same allocator frame. Upstream:
-# google/sanitizers#774 (ASan deadlocks after fork); fixed in LLVM 18 by
-# llvm/llvm-project#75290 ("[asan] Install pthread_atfork"), which GCC 12's libasan predates.
+# allocator mutex a parent thread held at the fork stays locked in the child. Seen (load
+# average 8-11 on 2 CPUs): the tests up to fork_child under ASan, 9 children hung in 124 runs;
+# in each, the child's runtime worker waited in __sanitizer::Mutex::Lock <-
+# SizeClassAllocator64::GetFromAllocator <- __asan::Allocator::Allocate <- malloc (a Vec grown
+# by redis-rs), its other threads in epoll_wait and a condvar wait, so no thread of the child
+# held that mutex and no ferrolock lock was involved. fork_child alone under ASan: 0 hangs in
+# 400 (and in 300 more with both CPUs saturated); the plain build: 0 in 400 alone and 0 in 100
+# after the other tests (glibc's malloc is fork-safe). Without ferrolock, `make
+# asan-fork-repro` (children forked among threads being created) hangs 8 and 15 children of
+# 300 under ASan, 0 plain, in the same allocator frame. Upstream: google/sanitizers#774 (ASan
+# deadlocks after fork); fixed in LLVM 18 by llvm/llvm-project#75290 ("[asan] Install
+# pthread_atfork"), which GCC 12's libasan predates: built with clang >= 18 (apt's clang-19),
+# fork_child could run here again, at the cost of a second toolchain in CI.
 FFI_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 test-c-sanitize: redis ffi-lib
 	mkdir -p target/ffi/bin
