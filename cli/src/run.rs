@@ -145,15 +145,38 @@ pub struct RunArgs {
     #[arg(long)]
     write: bool,
 
-    /// The lock's name: the Redis key that holds it
-    #[arg(value_parser = parse_key)]
+    /// Instead of KEY: COMMAND holds permits of the semaphore NAME, so at most --permits such
+    /// runs go at once (Redisson's RPermitExpirableSemaphore layout; one node only)
+    #[arg(
+        long,
+        value_name = "NAME",
+        value_parser = parse_key,
+        requires = "permits",
+        conflicts_with_all = ["read", "write", "reentrant", "fencing"]
+    )]
+    semaphore: Option<String>,
+
+    /// The semaphore's pool size, set by its first holder (a different size later is refused)
+    #[arg(long, value_name = "N", requires = "semaphore")]
+    permits: Option<u32>,
+
+    /// How many of the semaphore's permits this run takes [default: 1]
+    #[arg(long, value_name = "K", requires = "semaphore")]
+    count: Option<u32>,
+
+    /// The lock's name: the Redis key that holds it (not given with --semaphore)
+    #[arg(value_name = "KEY", value_parser = parse_key, required_unless_present = "semaphore")]
+    key_arg: Option<String>,
+
+    /// KEY, or --semaphore's NAME (`settle_key`).
+    #[arg(skip)]
     key: String,
 
     /// The program to run under the lock, and its arguments (put `--` before it so that its
     /// options are not read as ferrolock's)
     #[arg(
         value_name = "COMMAND",
-        required = true,
+        required_unless_present = "semaphore",
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
@@ -194,7 +217,30 @@ fn parse_key(text: &str) -> Result<String, &'static str> {
     Ok(text.to_string())
 }
 
-pub fn main(args: RunArgs) -> u8 {
+impl RunArgs {
+    /// Sets `key`: KEY, or --semaphore's NAME. With --semaphore there is no KEY, but clap
+    /// still fills the first positional, so what it read as KEY is COMMAND's first word.
+    fn settle_key(&mut self) -> Result<(), &'static str> {
+        match (&self.semaphore, self.key_arg.take()) {
+            (Some(name), first) => {
+                self.key = name.clone();
+                if let Some(word) = first {
+                    self.command.insert(0, word.into());
+                }
+            }
+            (None, key) => self.key = key.unwrap_or_default(),
+        }
+        if self.command.is_empty() {
+            return Err("COMMAND is missing: give it after `--`");
+        }
+        Ok(())
+    }
+}
+
+pub fn main(mut args: RunArgs) -> u8 {
+    if let Err(message) = args.settle_key() {
+        return fail(exit::USAGE, format_args!("{message}"));
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -319,13 +365,19 @@ fn held_entry(manager: &LockManager, key: &str) -> String {
     format!("{}\t{key}", manager.node_names().join(","))
 }
 
-/// The lock, or the side of the read-write lock `--read` / `--write` asks for: the same
-/// `Lock`, renewed and watched for loss alike.
+/// The lock, the side of the read-write lock `--read` / `--write` asks for, or the permits of
+/// `--semaphore`: the same `Lock`, renewed and watched for loss alike.
 async fn acquire(
     manager: &LockManager,
     args: &RunArgs,
     opts: &ferrolock::LockOptions,
 ) -> ferrolock::Result<Lock> {
+    if let Some(permits) = args.permits {
+        let count = args.count.unwrap_or(1);
+        return manager
+            .semaphore_with(&args.key, permits, count, opts)
+            .await;
+    }
     match (args.read, args.write) {
         (true, _) => manager.read_lock_with(&args.key, opts).await,
         (_, true) => manager.write_lock_with(&args.key, opts).await,
@@ -347,7 +399,9 @@ async fn run(args: RunArgs) -> u8 {
     };
     let held_here = held_entry(&manager, &args.key);
     let enclosing = std::env::var("FERROLOCK_HELD").unwrap_or_default();
-    if enclosing.lines().any(|l| l == held_here) {
+    // A nested run on the same semaphore is one more holder (it waits only if the permits are
+    // all taken), not a wait for itself.
+    if args.semaphore.is_none() && enclosing.lines().any(|l| l == held_here) {
         return fail(
             exit::USAGE,
             format_args!(

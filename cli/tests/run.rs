@@ -592,3 +592,136 @@ fn read_runs_share_a_key_and_keep_writers_out() {
     assert_eq!(long.status.code(), Some(64), "{}", stderr(&long));
     assert!(stderr(&long).contains("31s"), "{}", stderr(&long));
 }
+
+/// `--semaphore NAME --permits N`: N + 1 concurrent runs, each recording when it starts and
+/// ends in a shared file; at no point are more than N inside.
+#[test]
+fn semaphore_runs_never_exceed_the_permits() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let log = dir.path().join("intervals");
+    // One short appended line per event (O_APPEND: lines never interleave); nanoseconds of
+    // the one machine's clock, read inside the hold.
+    let script = r#"echo "s $(date +%s%N)" >> "$1"; sleep 0.3; echo "e $(date +%s%N)" >> "$1""#;
+    const PERMITS: usize = 2;
+    let children: Vec<Child> = (0..PERMITS + 1)
+        .map(|_| {
+            ferrolock()
+                .args(["run", "--nodes", &server.url(), "--semaphore", "cron"])
+                .args([
+                    "--permits",
+                    &PERMITS.to_string(),
+                    "--",
+                    "sh",
+                    "-c",
+                    script,
+                    "sh",
+                ])
+                .arg(&log)
+                .spawn()
+                .expect("spawn ferrolock")
+        })
+        .collect();
+    for mut child in children {
+        assert!(wait_within(&mut child, HANG).success());
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    let mut events: Vec<(u128, i32)> = text
+        .lines()
+        .map(|l| {
+            let (kind, at) = l.split_once(' ').expect("an event line");
+            // An end sorts before a start at the same instant: it was written first.
+            (
+                at.parse().expect("a time"),
+                if kind == "s" { 1 } else { -1 },
+            )
+        })
+        .collect();
+    assert_eq!(events.len(), 2 * (PERMITS + 1), "{text}");
+    events.sort();
+    let (mut inside, mut most) = (0, 0);
+    for (_, step) in events {
+        inside += step;
+        most = most.max(inside);
+    }
+    assert!(
+        most <= PERMITS as i32,
+        "{most} runs at once, permits {PERMITS}: {text}"
+    );
+}
+
+/// A runner SIGKILLed while it holds the only permit leaves it taken (its id stays in the
+/// timeout zset: nothing released it); the next run gets it once its lease ends.
+#[test]
+fn killed_semaphore_runner_permit_returns() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let held = dir.path().join("held");
+    let script = format!("touch {}; sleep 600", path_str(&held));
+    let mut runner = ferrolock()
+        .args(["run", "--nodes", &server.url(), "--semaphore", "one"])
+        .args(["--permits", "1", "--ttl", "2s", "--", "sh", "-c", &script])
+        .spawn()
+        .expect("spawn ferrolock");
+    wait_for_file(&held);
+    signal(&runner, libc::SIGKILL);
+    let status = wait_within(&mut runner, HANG);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL));
+    // Reclaim is lazy (inside the next acquire), so the killed holder's id is still there.
+    assert_eq!(server.cmd::<i64>(&["ZCARD", "{one}:timeout"]), 1);
+    let next = output_within(
+        {
+            let mut cmd = ferrolock();
+            cmd.args(["run", "--nodes", &server.url(), "--semaphore", "one"])
+                .args(["--permits", "1", "--wait", "60s", "--", "true"]);
+            cmd
+        },
+        Duration::from_secs(90),
+    );
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+}
+
+/// Semaphore flags misused are usage errors (64) naming the flag or value.
+#[test]
+fn semaphore_bad_usage_exits_64() {
+    let server = RedisServer::start();
+    for (args, needle) in [
+        (&["--permits", "2", "k", "--", "true"][..], "--semaphore"),
+        (&["--semaphore", "s", "--", "true"][..], "--permits"),
+        (
+            &["--semaphore", "s", "--permits", "0", "--", "true"][..],
+            "permits 0",
+        ),
+        (
+            &[
+                "--semaphore",
+                "s",
+                "--permits",
+                "2",
+                "--count",
+                "3",
+                "--",
+                "true",
+            ][..],
+            "count 3",
+        ),
+        (
+            &["--semaphore", "s", "--permits", "x", "--", "true"][..],
+            "'x'",
+        ),
+        (
+            &["--semaphore", "s", "--permits", "2", "--read", "--", "true"][..],
+            "--read",
+        ),
+        (
+            &["--semaphore", "s{x}", "--permits", "2", "--", "true"][..],
+            "s{x}",
+        ),
+        (&["--semaphore", "s", "--permits", "2"][..], "COMMAND"),
+    ] {
+        let out = run(&server, args);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
+    }
+}
