@@ -47,7 +47,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run COMMAND while holding the lock KEY, then release it and exit with COMMAND's status.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Show who holds KEY on each node: type, holder, hold counts, ttl, fence, waiters.
     Inspect(inspect::InspectArgs),
     /// List keys that look like locks (ferrolock, redis-py, Redisson), flagging leaked ones.
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         Err(e) => return ExitCode::from(usage_error(e)),
     };
     let code = match cli.command {
-        Command::Run(args) => run::main(args),
+        Command::Run(args) => run::main(*args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Scan(args) => inspect::scan(args),
     };
