@@ -132,6 +132,30 @@ const pkg = require({NODE_PACKAGE!r});
     manager.close()
 
 
+def start_workers(mode, url, key, rounds, seed, out):
+    """Two Python and two Node workers of `mode` (worker.py), each with a seed of its own."""
+    python = [[sys.executable, str(HERE / "worker.py")] for _ in range(2)]
+    node = [["node", str(HERE / "worker.js"), NODE_PACKAGE] for _ in range(2)]
+    return [
+        subprocess.Popen(cmd + [mode, url, key, str(rounds), str(seed + i), str(out)])
+        for i, cmd in enumerate(python + node)
+    ]
+
+
+def wait_for(workers):
+    for w in workers:
+        assert w.wait(timeout=300) == 0, "a worker failed"
+
+
+def read_holds(out):
+    """The recorded holds: (language, kind, start ns, end ns)."""
+    holds = []
+    for line in out.read_text().splitlines():
+        lang, kind, start, end = line.split()
+        holds.append((lang, kind, int(start), int(end)))
+    return holds
+
+
 def overlapping_writer(holds):
     """The first pair of holds where a writer overlaps anyone, or None."""
     holds = sorted(holds, key=lambda h: h[2])
@@ -158,13 +182,7 @@ def test_a_random_mix_across_languages_never_overlaps_a_writer(url, tmp_path):
     print(f"seed {seed} (FERROLOCK_INTEROP_SEED={seed} replays the workers' choices)")
     out = tmp_path / "holds"
     rounds = 25
-    workers = [
-        subprocess.Popen([sys.executable, str(HERE / "worker.py"), "rw", url, key, str(rounds), str(seed + i), str(out)])
-        for i in range(2)
-    ] + [
-        subprocess.Popen(["node", str(HERE / "worker.js"), NODE_PACKAGE, "rw", url, key, str(rounds), str(seed + 10 + i), str(out)])
-        for i in range(2)
-    ]
+    workers = start_workers("rw", url, key, rounds, seed, out)
     # The CLI: one `ferrolock run` per hold (a write in three), its command appending the
     # interval it ran in.
     cli_failures = []
@@ -182,15 +200,11 @@ def test_a_random_mix_across_languages_never_overlaps_a_writer(url, tmp_path):
 
     t = threading.Thread(target=cli_loop)
     t.start()
-    for w in workers:
-        assert w.wait(timeout=300) == 0, "a worker failed"
+    wait_for(workers)
     t.join(timeout=300)
     assert not cli_failures, cli_failures
 
-    holds = []
-    for line in out.read_text().splitlines():
-        lang, kind, start, end = line.split()
-        holds.append((lang, kind, int(start), int(end)))
+    holds = read_holds(out)
     # Every hold was recorded, and every language held both sides (else the mix proves little).
     assert len(holds) == 4 * rounds + 12, len(holds)
     sides = {(lang, kind) for lang, kind, _, _ in holds}
@@ -249,16 +263,8 @@ def test_a_semaphore_is_one_pool_for_python_and_node(url, tmp_path):
     name = fresh_key("sem-mix")
     out = tmp_path / "permits"
     rounds = 20
-    workers = [
-        subprocess.Popen([sys.executable, str(HERE / "worker.py"), "sem:3", url, name, str(rounds), str(seed + i), str(out)])
-        for i in range(2)
-    ] + [
-        subprocess.Popen(["node", str(HERE / "worker.js"), NODE_PACKAGE, "sem:3", url, name, str(rounds), str(seed + 10 + i), str(out)])
-        for i in range(2)
-    ]
-    for w in workers:
-        assert w.wait(timeout=300) == 0, "a worker failed"
-    holds = [tuple(line.split()[:2]) + tuple(int(t) for t in line.split()[2:]) for line in out.read_text().splitlines()]
+    wait_for(start_workers("sem:3", url, name, rounds, seed, out))
+    holds = read_holds(out)
     assert len(holds) == 4 * rounds
     assert {lang for lang, *_ in holds} == {"python", "node"}
     most = most_permits_held(holds)
