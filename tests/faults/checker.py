@@ -6,7 +6,9 @@ of the invocation of its last release and its latest deadline (acquire, extend a
 move the deadline; the clients log every move they see).
 
 Reported:
-- overlaps: two episodes of one key whose windows intersect;
+- overlaps: two episodes of one key whose windows intersect, unless both are reads of a
+  read-write lock (acquired with `side` "read": those may share, and are counted as
+  `shared_reads`);
 - lost updates on the resource: an applied write whose value read earlier is not the counter's
   value when it was applied (from the resource's own log, in the server's order);
 - fence order: an episode whose fence is not greater than that of every episode of the key
@@ -48,6 +50,7 @@ class Episode:
         self.released: dict[str, float] = {}  # handle -> release invoked
         self.deadlines: list[tuple[float, float]] = []  # (seen at, deadline)
         self.lost: list[dict] = []
+        self.side: str | None = None  # "read" or "write" for a read-write lock's hold
 
     @property
     def fence(self):
@@ -72,6 +75,7 @@ def episodes_of(history: list[dict]) -> dict[str, Episode]:
         if kind == "acquire" and ev.get("ok"):
             e = eps.setdefault(eid, Episode(eid, ev["key"], ev["client"], ev["token"]))
             e.t0, e.start = min(e.t0, ev["t0"]), min(e.start, ev["t1"])
+            e.side = (ev.get("opts") or {}).get("side")
             e.fences.append(ev.get("fence"))
             e.handles.add(ev["client"] + "/" + ev["h"])
             e.deadlines.append((ev["t1"], ev["deadline"]))
@@ -114,13 +118,16 @@ def check(history: list[dict], faults: list[dict] | None = None,
     killed = {f["target"] for f in faults if f["fault"] == "kill_client"}
 
     overlaps = []
+    shared_reads = 0
     for key, es in by_key.items():
         es.sort(key=lambda e: e.start)
         for i, a in enumerate(es):
             for b in es[i + 1:]:
                 if b.start >= a.end:
                     break  # the later ones start later still
-                if a.start < b.end:
+                if a.start < b.end and a.side == b.side == "read":
+                    shared_reads += 1
+                elif a.start < b.end:
                     overlaps.append({"key": key, "a": a.id, "b": b.id, "a_fence": a.fence,
                                      "b_fence": b.fence,
                                      "seconds": round(min(a.end, b.end) - b.start, 4)})
@@ -217,6 +224,7 @@ def check(history: list[dict], faults: list[dict] | None = None,
                                              if not ev.get("ok")).items())),
         "reentries": sum(len(e.handles) - 1 for e in eps.values()),
         "overlaps": overlaps,
+        "shared_reads": shared_reads,
         "fence_violations": fence_violations,
         "writes": writes,
         "resource_writes": len(resource_log or []),

@@ -99,9 +99,15 @@ class Client:
 
     def acquire(self, h: str, key: str, opts: dict) -> dict:
         reentrant = bool(opts.get("reentrant"))
+        # `side`: "read" or "write" takes that side of the read-write lock `key`.
+        side = opts.get("side")
         t0 = time.monotonic()
         try:
-            lock = self.manager.acquire(key, **opts)
+            if side is None:
+                lock = self.manager.acquire(key, **opts)
+            else:
+                rest = {k: v for k, v in opts.items() if k != "side"}
+                lock = getattr(self.manager, f"{side}_lock")(key, **rest).__enter__()
         except BaseException as e:  # KeyboardInterrupt from a SIGINT too
             t1 = time.monotonic()
             self.hist.log(ev="acquire", h=h, key=key, t0=t0, t1=t1, ok=False,

@@ -69,3 +69,17 @@ def test_lost_update_from_the_resource_log():
            {"ok": 0, "read": 1, "before": 1, "written": 2}]
     r = check([], [], log)
     assert [u["index"] for u in r["lost_updates"]] == [1] and r["resource_rejected"] == 1
+
+
+def test_reads_share_and_a_writer_overlapping_a_read_is_reported():
+    def side(ev, s):
+        return {**ev, "opts": {"side": s}}
+
+    hist = [side(acq("A", "a", "k", 0, 0.1, 3.0), "read"), rel("A", "a", "k", 2.0),
+            side(acq("B", "b", "k", 0.5, 0.6, 3.0), "read"), rel("B", "b", "k", 1.5)]
+    r = check(hist)
+    assert r["overlaps"] == [] and r["shared_reads"] == 1
+    hist.append(side(acq("C", "c", "k", 1.0, 1.2, 4.0), "write"))
+    hist.append(rel("C", "c", "k", 3.0))
+    r = check(hist)
+    assert sorted((o["a"], o["b"]) for o in r["overlaps"]) == [("A:a", "C:c"), ("B:b", "C:c")]
