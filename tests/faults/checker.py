@@ -8,7 +8,9 @@ move the deadline; the clients log every move they see).
 Reported:
 - overlaps: two episodes of one key whose windows intersect, unless both are reads of a
   read-write lock (acquired with `side` "read": those may share, and are counted as
-  `shared_reads`);
+  `shared_reads`) or both hold permits of a semaphore (`side` "semaphore");
+- over-granted permits: an instant at which a semaphore's holds added up to more than its
+  permits;
 - lost updates on the resource: an applied write whose value read earlier is not the counter's
   value when it was applied (from the resource's own log, in the server's order);
 - fence order: an episode whose fence is not greater than that of every episode of the key
@@ -76,6 +78,8 @@ def episodes_of(history: list[dict]) -> dict[str, Episode]:
             e = eps.setdefault(eid, Episode(eid, ev["key"], ev["client"], ev["token"]))
             e.t0, e.start = min(e.t0, ev["t0"]), min(e.start, ev["t1"])
             e.side = (ev.get("opts") or {}).get("side")
+            e.permits = (ev.get("opts") or {}).get("permits")
+            e.count = (ev.get("opts") or {}).get("count", 1)
             e.fences.append(ev.get("fence"))
             e.handles.add(ev["client"] + "/" + ev["h"])
             e.deadlines.append((ev["t1"], ev["deadline"]))
@@ -127,10 +131,25 @@ def check(history: list[dict], faults: list[dict] | None = None,
                     break  # the later ones start later still
                 if a.start < b.end and a.side == b.side == "read":
                     shared_reads += 1
+                elif a.side == b.side == "semaphore":
+                    continue  # permits add up: the sweep below
                 elif a.start < b.end:
                     overlaps.append({"key": key, "a": a.id, "b": b.id, "a_fence": a.fence,
                                      "b_fence": b.fence,
                                      "seconds": round(min(a.end, b.end) - b.start, 4)})
+
+    over_granted = []
+    for key, es in by_key.items():
+        held = [e for e in es if e.side == "semaphore" and e.end > e.start]
+        events = sorted([(e.start, 1, e.count, e.id) for e in held]
+                        + [(e.end, 0, -e.count, e.id) for e in held])  # a tie: the end first
+        n = 0
+        for t, _, delta, eid in events:
+            n += delta
+            permits = min(e.permits for e in held)
+            if delta > 0 and n > permits:
+                over_granted.append({"key": key, "at": t, "held": n, "permits": permits,
+                                     "by": eid})
 
     fence_violations = []
     for key, es in by_key.items():
@@ -225,6 +244,7 @@ def check(history: list[dict], faults: list[dict] | None = None,
         "reentries": sum(len(e.handles) - 1 for e in eps.values()),
         "overlaps": overlaps,
         "shared_reads": shared_reads,
+        "over_granted": over_granted,
         "fence_violations": fence_violations,
         "writes": writes,
         "resource_writes": len(resource_log or []),

@@ -99,14 +99,18 @@ class Client:
 
     def acquire(self, h: str, key: str, opts: dict) -> dict:
         reentrant = bool(opts.get("reentrant"))
-        # `side`: "read" or "write" takes that side of the read-write lock `key`.
+        # `side`: "read" or "write" takes that side of the read-write lock `key`; "semaphore"
+        # takes `count` (default 1) permits of the semaphore `key`, a pool of `permits`.
         side = opts.get("side")
         t0 = time.monotonic()
         try:
+            rest = {k: v for k, v in opts.items() if k not in ("side", "permits", "count")}
             if side is None:
                 lock = self.manager.acquire(key, **opts)
+            elif side == "semaphore":
+                lock = self.manager.semaphore(key, permits=opts["permits"],
+                                              count=opts.get("count", 1), **rest).__enter__()
             else:
-                rest = {k: v for k, v in opts.items() if k != "side"}
                 lock = getattr(self.manager, f"{side}_lock")(key, **rest).__enter__()
         except BaseException as e:  # KeyboardInterrupt from a SIGINT too
             t1 = time.monotonic()

@@ -83,3 +83,16 @@ def test_reads_share_and_a_writer_overlapping_a_read_is_reported():
     hist.append(rel("C", "c", "k", 3.0))
     r = check(hist)
     assert sorted((o["a"], o["b"]) for o in r["overlaps"]) == [("A:a", "C:c"), ("B:b", "C:c")]
+
+
+def test_permits_add_up_and_an_over_grant_is_reported():
+    def permits(ev, count=1):
+        return {**ev, "opts": {"side": "semaphore", "permits": 2, "count": count}}
+
+    hist = [permits(acq("A", "a", "s", 0, 0.1, 3.0)), rel("A", "a", "s", 2.0),
+            permits(acq("B", "b", "s", 0.5, 0.6, 3.0)), rel("B", "b", "s", 1.5)]
+    r = check(hist)
+    assert r["overlaps"] == [] and r["over_granted"] == []
+    hist += [permits(acq("C", "c", "s", 1.0, 1.2, 4.0)), rel("C", "c", "s", 3.0)]
+    r = check(hist)
+    assert [(o["by"], o["held"]) for o in r["over_granted"]] == [("C:c", 3)]

@@ -1,0 +1,61 @@
+"""K10: the semaphore under faults (issue 33), on one node (a semaphore lives on one). A holder
+paused past its lease gives its permits back to the next holder only once the lease ended; a
+restart of the node without persistence loses the counter and over-grants (the documented
+limit), and the holders it forgot are told."""
+
+from __future__ import annotations
+
+import time
+
+from test_k1_k2 import wait_event
+
+TTL = 3.0
+
+
+def test_k10_a_paused_holders_permits_go_to_the_next_holder_only_after_its_lease(h):
+    h.start_nodes(1)
+    a, b = h.client("A", restart_guard=0.0), h.client("B", restart_guard=0.0)
+    opts = {"side": "semaphore", "permits": 2, "count": 2, "ttl": TTL, "wait": 30.0}
+    assert a.call(op="acquire", h="a1", key="s10", opts=opts)["ok"]
+    pause = h.nemesis.pause_client(a)
+    got = b.call(op="acquire", h="b1", key="s10", opts={**opts, "count": 1})
+    assert got["ok"], got
+    h.nemesis.resume_client(a, pause)
+    wait_event(h, lambda e: e.get("ev") == "lost" and e["client"] == "A", "A told of its loss")
+    assert b.call(op="release", h="b1")["result"]
+
+    faults = h.faults.read()
+    assert [f["fault"] for f in faults] == ["pause_client"]
+    ev = h.history_events()
+    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
+    assert faults[0]["start"] < b_acq["t1"] < faults[0]["end"], "B was granted outside A's pause"
+    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
+                     and e.get("deadline") is not None)
+    assert b_acq["t1"] >= a_deadline
+    report = h.check()
+    assert report["overlaps"] == [] and report["over_granted"] == [], report
+
+
+def test_k10_a_restart_without_persistence_over_grants_and_tells_the_forgotten_holder(h):
+    node = h.start_nodes(1)[0]
+    a, b = h.client("A", restart_guard=0.0), h.client("B", restart_guard=0.0)
+    # A long lease, so that B's grant lands inside A's validity however slow the restart.
+    opts = {"side": "semaphore", "permits": 1, "ttl": 10.0, "wait": 0.0}
+    assert a.call(op="acquire", h="a1", key="s10", opts=opts)["ok"]
+    refused = b.call(op="acquire", h="b0", key="s10", opts=opts)
+    assert not refused["ok"] and refused["err"] == "NotAcquired", refused
+    # A may be told while the node is down, before it is back: the fault starts at the kill.
+    t_restart = time.monotonic()
+    h.nemesis.restart_node(node, keep_data=False)
+    # The counter and A's permit id are gone: B is granted the pool's only permit while A holds.
+    got = b.call(op="acquire", h="b1", key="s10", opts={**opts, "wait": 30.0})
+    assert got["ok"], got
+    lost = wait_event(h, lambda e: e.get("ev") == "lost" and e["client"] == "A",
+                      "A told of its loss")
+    assert lost["t"] > t_restart
+    report = h.check()
+    # The documented limit, exactly: one over-grant, B's, 2 holders of 1 permit.
+    assert [(o["by"], o["held"], o["permits"]) for o in report["over_granted"]] == [("B:b1", 2, 1)]
+    s = report["signals"]
+    assert s["lost"] == 1 and s["late"] == [], s
+    assert [f["fault"] for f in h.faults.read()] == ["restart_node"]
