@@ -88,6 +88,18 @@ pub(crate) struct Stats {
 }
 
 impl Stats {
+    /// Counts an acquire's outcome, whatever its kind: a grant and how long it waited, or the
+    /// failure's error code.
+    pub fn acquired<T>(&self, waited: std::time::Duration, result: &crate::error::Result<T>) {
+        match result {
+            Ok(_) => {
+                self.grants.fetch_add(1, Ordering::Relaxed);
+                self.wait.observe(waited);
+            }
+            Err(e) => self.failed(e.kind().code()),
+        }
+    }
+
     pub fn failed(&self, code: &'static str) {
         *self
             .failures

@@ -40,13 +40,7 @@ pub(crate) async fn acquire(
     let stats = crate::metrics::stats(name, crate::acquire::Kind::Permits.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, name, &opts, &stats).await;
-    match &result {
-        Ok(_) => {
-            stats.grants.fetch_add(1, Ordering::Relaxed);
-            stats.wait.observe(started.elapsed());
-        }
-        Err(e) => stats.failed(e.kind().code()),
-    }
+    stats.acquired(started.elapsed(), &result);
     result
 }
 

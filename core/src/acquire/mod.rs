@@ -79,13 +79,7 @@ pub(crate) async fn acquire(
     let stats = crate::metrics::stats(key, kind.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
-    match &result {
-        Ok(_) => {
-            stats.grants.fetch_add(1, Ordering::Relaxed);
-            stats.wait.observe(started.elapsed());
-        }
-        Err(e) => stats.failed(e.kind().code()),
-    }
+    stats.acquired(started.elapsed(), &result);
     result
 }
 
