@@ -20,8 +20,20 @@ fn hash(server: &RedisServer, key: &str) -> BTreeMap<String, String> {
     server.cmd(&["HGETALL", key])
 }
 
+/// The keys of the layout. Redisson 4.7.0's unlocks also leave a request latch,
+/// `redisson_unlock_latch:{name}:<id>`, that expires by itself a moment later (its guard
+/// against running an unlock twice, like ours): not part of the layout, so left out here once
+/// it is shown to carry a TTL (a latch without one would be a leak, and fails).
 fn keys(server: &RedisServer) -> Vec<String> {
     let mut keys: Vec<String> = server.cmd(&["KEYS", "*"]);
+    keys.retain(|k| {
+        if !k.starts_with("redisson_unlock_latch:") {
+            return true;
+        }
+        let pttl: i64 = server.cmd(&["PTTL", k]);
+        assert!(pttl != -1, "Redisson's unlock latch {k} has no TTL");
+        false
+    });
     keys.sort();
     keys
 }
