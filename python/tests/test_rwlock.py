@@ -4,6 +4,7 @@ one-call `read_lock(...)` / `write_lock(...)`, with and `async with`, on real se
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ import pytest
 import ferrolock
 from ferrolock import LockManager
 
-from conftest import RedisNode
+from conftest import Child, RedisNode
+from test_fork import _in_child
 
 
 @contextmanager
@@ -182,3 +184,98 @@ def test_a_deleted_hold_is_lost_and_the_exit_raises_lock_lost(node: RedisNode, m
                 time.sleep(0.02)
             assert lock.lost
     assert info.value.key == key
+
+
+# Lifetimes: the same as the lock's (an exception in the body, process exit, fork, a call from
+# inside a loss callback), shown for the read-write lock itself.
+
+
+@pytest.mark.parametrize("side", ["read", "write"])
+def test_an_exception_in_the_body_releases_the_hold(node: RedisNode, manager: LockManager, key: str, side: str) -> None:
+    take = manager.read_lock if side == "read" else manager.write_lock
+    with pytest.raises(RuntimeError, match="boom"):
+        with take(key):
+            assert node.client().hget(key, "mode") == side
+            raise RuntimeError("boom")
+    assert not node.client().exists(key)
+
+    async def body() -> None:
+        async with take(key):
+            assert node.client().hget(key, "mode") == side
+            raise RuntimeError("boom async")
+
+    with pytest.raises(RuntimeError, match="boom async"):
+        asyncio.run(body())
+    assert not node.client().exists(key)
+
+
+RW_HOLDER = r"""
+import sys, ferrolock
+take = ferrolock.read_lock if sys.argv[3] == "read" else ferrolock.write_lock
+with take(sys.argv[2], nodes=[sys.argv[1]], ttl=25):
+    print("holding", flush=True)
+    sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("side", ["read", "write"])
+def test_process_exit_releases_the_hold(node: RedisNode, key: str, side: str, children: list[Child]) -> None:
+    child = Child(RW_HOLDER, node.url, key, side)
+    children.append(child)
+    child.expect("holding")
+    # A lease of 25 s: only the exit's release can have removed the hold by the time it ends.
+    assert child.wait(20) == 0, "".join(child.err)
+    r = node.client()
+    assert not r.exists(key) and not r.keys(f"{{{key}}}*"), r.keys("*")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_reads_beside_the_parent_and_leaves_its_hold(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=2)
+    parent = m.read_lock(key, interrupt=False)
+    held = parent.__enter__()
+
+    def child() -> None:
+        assert not held.locked()
+        with pytest.raises(ferrolock.NotHeld):
+            held.release()
+        with m.read_lock(key, wait=5) as mine:  # a reader of its own, beside the parent's
+            assert mine.locked() and len(node.client().hgetall(key)) == 3  # mode + 2 readers
+        with pytest.raises(ferrolock.NotAcquired):
+            m.write_lock(key, wait=0).__enter__()
+
+    assert _in_child(child) == 0
+    fields = node.client().hgetall(key)
+    assert fields.get("mode") == "read" and len(fields) == 2, fields
+    time.sleep(2.5)  # longer than the ttl: the parent's watchdog still renews its hold
+    assert held.locked() and node.client().hget(key, "mode") == "read"
+    parent.__exit__(None, None, None)
+    assert not node.client().exists(key)
+    m.close()
+
+
+def test_a_loss_callback_may_take_the_write_lock(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=2, restart_guard=0)
+    ctx = m.read_lock(key, interrupt=False)
+    lock = ctx.__enter__()
+    seen: dict[str, object] = {}
+    finished = threading.Event()
+
+    def on_lost(_reason: str) -> None:
+        try:
+            with m.write_lock(key, wait=60) as again:
+                seen["mode"] = node.client().hget(key, "mode")
+                seen["locked"] = again.locked()
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever it was
+            seen["mode"] = e
+        finished.set()
+
+    lock._notify_lost(on_lost)
+    r = node.client()
+    r.delete(key, *r.keys(f"{{{key}}}*"))  # the hold taken away: the next renewal finds it lost
+    assert finished.wait(60), "the loss was never signalled"
+    assert seen == {"mode": "write", "locked": True}, seen
+    with pytest.raises(ferrolock.LockLost):
+        ctx.__exit__(None, None, None)
+    assert not r.exists(key)
+    m.close()

@@ -6,6 +6,7 @@ is read from Redisson's layout: the counter `name` (permits free) and the zset
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 
@@ -15,6 +16,7 @@ import ferrolock
 from ferrolock import LockManager
 
 from conftest import Child, RedisNode
+from test_fork import _in_child
 
 TTL = 3.0  # long enough that a loaded 2-core machine does not flake
 
@@ -236,5 +238,29 @@ def test_a_loss_callback_may_take_permits(node: RedisNode, key: str) -> None:
     assert seen == {"taken": 1, "locked": True}, seen
     with pytest.raises(ferrolock.LockLost):
         ctx.__exit__(None, None, None)
+    assert free(node, key) == 2 and taken(node, key) == 0
+    m.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_takes_permits_of_its_own_and_leaves_the_parents(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url], ttl=2)
+    ctx = m.semaphore(key, permits=2, interrupt=False)
+    held = ctx.__enter__()
+
+    def child() -> None:
+        assert not held.locked()
+        with pytest.raises(ferrolock.NotHeld):
+            held.release()
+        with m.semaphore(key, permits=2, wait=5) as mine:
+            assert mine.locked() and free(node, key) == 0 and taken(node, key) == 2
+        with m.semaphore(key, permits=2, wait=5):  # its own permit came back: free again
+            pass
+
+    assert _in_child(child) == 0
+    assert free(node, key) == 1 and taken(node, key) == 1
+    time.sleep(2.5)  # longer than the lease: the parent's watchdog still renews its permit
+    assert held.locked() and taken(node, key) == 1
+    ctx.__exit__(None, None, None)
     assert free(node, key) == 2 and taken(node, key) == 0
     m.close()
