@@ -8,6 +8,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { servers } = require('./redis');
+const { runNode } = require('./child');
 const ferrolock = require('..');
 const { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, InvalidArgumentError } = ferrolock;
 
@@ -21,25 +22,6 @@ test.before(async () => {
 test.after(() => {
   for (const s of [one, ...three]) s?.stop();
 });
-
-function runNode(script, env = {}, limitMs = 30_000) {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['-e', script], {
-      cwd: path.resolve(__dirname, '..'),
-      env: { ...process.env, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, out, err });
-    });
-  });
-}
 
 test('withLock resolves to the result and releases, also when the callback throws', T, async () => {
   const nodes = [one.url];
@@ -98,7 +80,7 @@ test('exclusion across processes: a non-atomic counter ends exact', T, async () 
         });
       }
     })();`;
-  const runs = await Promise.all([1, 2, 3].map(() => runNode(script, { FERROLOCK_NODES: three.map((s) => s.url).join(',') })));
+  const runs = await Promise.all([1, 2, 3].map(() => runNode(script, { env: { FERROLOCK_NODES: three.map((s) => s.url).join(',') } })));
   for (const r of runs) assert.equal(r.code, 0, r.err);
   assert.equal(fs.readFileSync(file, 'utf8'), '45');
 });
@@ -285,7 +267,7 @@ test('the process exits after use, and locks still held at exit are released', T
       await kept.acquire('exit:c');
       console.log('done');
     })();`;
-  const r = await runNode(script, { FERROLOCK_NODES: one.url }, 10_000);
+  const r = await runNode(script, { env: { FERROLOCK_NODES: one.url }, limitMs: 10_000 });
   assert.equal(r.signal, null, 'the process did not exit within 10 s');
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /done/);
@@ -293,7 +275,7 @@ test('the process exits after use, and locks still held at exit are released', T
 });
 
 test('ESM entry point', T, async () => {
-  const r = await runNode('', {}, 20_000).then(() =>
+  const r = await runNode('', { limitMs: 20_000 }).then(() =>
     new Promise((resolve) => {
       const c = spawn(process.execPath, ['--input-type=module', '-e', "import { withLock, LockLostError } from 'ferrolock'; import d from 'ferrolock'; console.log(typeof withLock, typeof LockLostError, typeof d.LockManager)"], {
         cwd: path.resolve(__dirname, '..'),
@@ -334,7 +316,7 @@ test("the README's Node example runs", T, async () => {
   const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
   const section = readme.slice(readme.indexOf('## First example: Node'));
   const example = section.match(/```js\n([\s\S]*?)```/)[1];
-  const r = await runNode(example, { FERROLOCK_NODES: one.url }, 20_000);
+  const r = await runNode(example, { env: { FERROLOCK_NODES: one.url }, limitMs: 20_000 });
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /holding orders:1001 for \d+ ms more/);
   assert.match(r.out, /result 42/);

@@ -6,40 +6,19 @@
 // expired.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn } = require('node:child_process');
-const path = require('node:path');
 const { servers } = require('./redis');
+const { PKG, runNode: runChild } = require('./child');
 
 const T = { timeout: 60_000 };
-const PKG = path.resolve(__dirname, '..');
 let one;
 test.before(async () => {
   [one] = await servers(1);
 });
 test.after(() => one?.stop());
 
-/** Runs `script` in a new Node process; `onLine(line, child)` sees each stdout line. */
-function runNode(script, { limitMs = 30_000, onLine } = {}) {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, ['-e', script], {
-      cwd: PKG,
-      env: { ...process.env, FERROLOCK_NODES: one.url },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => {
-      const before = out.length;
-      out += d;
-      if (onLine) for (const line of out.slice(out.lastIndexOf('\n', before) + 1).split('\n').slice(0, -1)) onLine(line, child);
-    });
-    child.stderr.on('data', (d) => (err += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), limitMs);
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ code, signal, out, err });
-    });
-  });
+/** `runNode` with FERROLOCK_NODES set to this file's server. */
+function runNode(script, options = {}) {
+  return runChild(script, { ...options, env: { FERROLOCK_NODES: one.url } });
 }
 
 const HEADER = `

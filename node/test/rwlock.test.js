@@ -8,7 +8,8 @@ const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
-const { LockManager, withReadLock, withWriteLock, AbortError, InvalidArgumentError, NotAcquiredError } = require('..');
+const { PKG, runNode } = require('./child');
+const { LockManager, withReadLock, withWriteLock, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
 let server;
@@ -195,6 +196,82 @@ test('withWriteLock waiting behind a reader, aborted by its signal, leaves only 
   assert.equal(aborted, false);
   assert.equal(keysNamed(key), 0);
   await reader.close();
+});
+
+for (const side of ['read', 'write']) {
+  test(`process exit while holding the ${side} side releases it`, T, async () => {
+    const key = `rw:exit:${side}`;
+    const take = side === 'read' ? 'withReadLock' : 'withWriteLock';
+    const script = `
+      const { ${take} } = require(${JSON.stringify(PKG)});
+      ${take}(${JSON.stringify(key)}, async () => {
+        console.log('held');
+        process.exit(3);
+      }, { ttl: 25000, nodes: [${JSON.stringify(server.url)}] });`;
+    const r = await runNode(script);
+    assert.equal(r.code, 3, r.err);
+    assert.match(r.out, /held/);
+    // A 25 s lease: only the exit can have released it.
+    assert.equal(keysNamed(key), 0);
+  });
+}
+
+test("a terminated worker thread's read and write holds are released", T, async () => {
+  const { Worker } = require('node:worker_threads');
+  const worker = new Worker(
+    `const { parentPort } = require('node:worker_threads');
+     const { LockManager } = require(${JSON.stringify(PKG)});
+     (async () => {
+       const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 25000 });
+       await m.acquireRead('rw:worker:r');
+       await m.acquireWrite('rw:worker:w');
+       parentPort.postMessage('held');
+       setInterval(() => {}, 1000);
+     })();`,
+    { eval: true },
+  );
+  await new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  assert.equal(server.cli('HGET', 'rw:worker:r', 'mode'), 'read');
+  assert.equal(server.cli('HGET', 'rw:worker:w', 'mode'), 'write');
+  await worker.terminate();
+  // A 25 s lease: only the teardown can release them in time for this writer.
+  const [m] = managers(1);
+  const [r, w] = await Promise.all([m.acquireWrite('rw:worker:r', { wait: 20_000 }), m.acquireWrite('rw:worker:w', { wait: 20_000 })]);
+  assert.equal(await r.release(), true);
+  assert.equal(await w.release(), true);
+  await m.close();
+  assert.equal(keysNamed('rw:worker:'), 0);
+});
+
+test('a call from a loss listener (lock.signal) takes the write lock', T, async () => {
+  const key = 'rw:lost';
+  const [m] = managers(1);
+  let inListener;
+  const done = new Promise((resolve) => {
+    inListener = resolve;
+  });
+  const outcome = withReadLock(
+    key,
+    async (lock) => {
+      lock.signal.addEventListener('abort', () => {
+        m.acquireWrite(key).then(
+          async (again) => inListener({ mode: server.cli('HGET', key, 'mode'), released: await again.release() }),
+          (e) => inListener({ error: e }),
+        );
+      });
+      // The hold taken away: the next renewal finds it lost.
+      for (const k of server.cli('--scan', '--pattern', `*${key}*`).split('\n').filter(Boolean)) server.cli('DEL', k);
+      await done;
+    },
+    { nodes: [server.url], ttl: 3000 },
+  );
+  await assert.rejects(outcome, LockLostError);
+  assert.deepEqual(await done, { mode: 'write', released: true });
+  assert.equal(keysNamed(key), 0);
+  await m.close();
 });
 
 test('bad keys and ttls are refused naming the value', T, async () => {

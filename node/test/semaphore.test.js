@@ -5,17 +5,17 @@
 const test = require('node:test');
 const fs = require('node:fs');
 const path = require('node:path');
-const { execFileSync, spawn } = require('node:child_process');
+const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
+const { PKG, runNode } = require('./child');
 const { LockManager, withPermit, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
 // A node timeout for a loaded 2-CPU machine: the default (200 ms with the default ttl) is a
 // whole release's budget, and a debug build beside four compilers can miss it.
 const SLOW = { nodeTimeout: 3000 };
-const PKG = path.resolve(__dirname, '..');
 let server;
 test.before(async () => {
   server = await Server.start();
@@ -138,18 +138,7 @@ test('process exit returns the permits', T, async () => {
       console.log('held');
       process.exit(3);
     });`;
-  const r = await new Promise((resolve) => {
-    const child = spawn(process.execPath, ['-e', script], { cwd: PKG, stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    let err = '';
-    child.stdout.on('data', (d) => (out += d));
-    child.stderr.on('data', (d) => (err += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.on('exit', (code) => {
-      clearTimeout(timer);
-      resolve({ code, out, err });
-    });
-  });
+  const r = await runNode(script);
   assert.equal(r.code, 3, r.err);
   assert.match(r.out, /held/);
   // A 60 s lease: only the exit can have given them back.
