@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	ferrolock "example.invalid/ferrolock/ffi/go"
 )
@@ -120,4 +121,42 @@ func TestWithReadWriteLockRelease(t *testing.T) {
 		t.Fatalf("a reader after WithWriteLock's fn panicked: %v", err)
 	}
 	r.Release()
+}
+
+// A writer waiting behind a reader, cancelled through its context, leaves nothing behind:
+// neither a hold nor a place in the queue that would keep the next writer's first try out.
+func TestReadWriteContextCancel(t *testing.T) {
+	reader, waiter, next := manager(t), manager(t), manager(t)
+	k := key("rw-cancel")
+	r, err := reader.AcquireRead(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := waiter.AcquireWrite(ctx, k)
+		got <- err
+	}()
+	// Cancelled while it waits (the reader holds, so it cannot have been granted).
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled wait: %v, want context.Canceled", err)
+	}
+	if err := r.Release(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := next.TryAcquireWrite(context.Background(), k)
+	if err != nil {
+		t.Fatalf("a writer's first try after a cancelled writer and the reader's release: %v", err)
+	}
+	if err := w.Release(); err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, k); n != 0 {
+			t.Fatalf("%d keys named %s left on :%d", n, k, port)
+		}
+	}
 }
