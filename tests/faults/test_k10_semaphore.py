@@ -1,7 +1,8 @@
 """K10: the semaphore under faults (issue 33), on one node (a semaphore lives on one). A holder
-paused past its lease gives its permits back to the next holder only once the lease ended; a
-restart of the node without persistence loses the counter and over-grants (the documented
-limit), and the holders it forgot are told."""
+paused past its lease, or cut off from the node, gives its permits back to the next holder only
+once the lease ended (the cut one is told before its deadline); a restart of the node without
+persistence loses the counter and over-grants (the documented limit), and the holders it forgot
+are told; with the restart guard on (window = the lease) the same restart does not over-grant."""
 
 from __future__ import annotations
 
