@@ -103,7 +103,7 @@ def test_k10_with_the_restart_guard_a_restart_without_persistence_does_not_over_
     window = the lease: a client that sees the node's run_id change (or its uptime below the
     window) does not take its answers for the window, by the end of which every lease granted
     before the restart has ended. So the next holder is granted after the forgotten holder's
-    deadline, and that holder, whose renewal finds its permit gone, was told before."""
+    deadline, and that holder, whose renewals the guard holds back too, was told before."""
     node = h.start_nodes(1)[0]
     ttl = 6.0
     # The guard counts a node's uptime: let the fresh node age past the window first.
@@ -126,12 +126,12 @@ def test_k10_with_the_restart_guard_a_restart_without_persistence_does_not_over_
     a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
                      and e.get("deadline") is not None)
     # The node was back, empty, while A's lease still ran: without the guard B would have
-    # been granted then (the test above).
+    # been granted then (the test above). A is told that it could not renew in time.
     assert faults[0]["end"] < a_deadline
     b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B"
                  and e["h"] == "b1")
     lost = [e for e in ev if e.get("ev") == "lost" and e["client"] == "A"]
-    assert len(lost) == 1, lost
+    assert len(lost) == 1 and "restart guard" in lost[0]["reason"], lost
     assert faults[0]["start"] < lost[0]["t"] <= a_deadline <= b_acq["t1"]
     report = h.check()
     assert report["over_granted"] == [] and report["overlaps"] == [], report
