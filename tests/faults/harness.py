@@ -276,6 +276,14 @@ class Nemesis:
         wait_until(f"client {c.name} runs", lambda: proc_state(c.pid) not in ("T", None))
         self._end(fid, t)
 
+    def kill_client(self, c: ClientProc) -> None:
+        """SIGKILL: the client's watchdog dies with it, its holds stay until their leases end."""
+        t = time.monotonic()
+        c.proc.kill()
+        c.proc.wait()
+        assert proc_state(c.pid) is None, f"client {c.name} pid {c.pid} survived SIGKILL"
+        self._instant("kill_client", c.name, t, pid=c.pid)
+
     def pause_node(self, n: Node) -> str:
         n.pause()
         return self._start("pause_node", n.name, pid=n.pid)

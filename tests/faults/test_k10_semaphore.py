@@ -1,12 +1,14 @@
 """K10: the semaphore under faults (issue 33), on one node (a semaphore lives on one). A holder
-paused past its lease gives its permits back to the next holder only once the lease ended; a
-restart of the node without persistence loses the counter and over-grants (the documented
-limit), and the holders it forgot are told."""
+paused past its lease, or cut off from the node, gives its permits back to the next holder only
+once the lease ended (the cut one is told before its deadline); a restart of the node without
+persistence loses the counter and over-grants (the documented limit), and the holders it forgot
+are told; with the restart guard on (window = the lease) the same restart does not over-grant."""
 
 from __future__ import annotations
 
 import time
 
+from harness import wait_until
 from test_k1_k2 import wait_event
 
 TTL = 3.0
@@ -59,3 +61,79 @@ def test_k10_a_restart_without_persistence_over_grants_and_tells_the_forgotten_h
     s = report["signals"]
     assert s["lost"] == 1 and s["late"] == [], s
     assert [f["fault"] for f in h.faults.read()] == ["restart_node"]
+
+
+def test_k10_a_holder_cut_off_from_its_node_is_told_and_its_permits_wait_for_its_lease(h):
+    node = h.start_nodes(1)[0]
+    a = h.client("A", proxied=True, restart_guard=0.0)
+    b = h.client("B", restart_guard=0.0)
+    opts = {"side": "semaphore", "permits": 2, "count": 2, "ttl": TTL, "wait": 30.0}
+    assert a.call(op="acquire", h="a1", key="s10", opts=opts)["ok"]
+    cut = h.nemesis.link("cut", h.proxy("A", 0), "A->n0", "cut")
+    t_cut = time.monotonic()
+    got = b.call(op="acquire", h="b1", key="s10", opts={**opts, "count": 1})
+    assert got["ok"], got
+    lost = wait_event(h, lambda e: e.get("ev") == "lost" and e["client"] == "A",
+                      "A told of its loss")
+    h.nemesis.heal(h.proxy("A", 0), cut)
+    # Healed, A's release finds its permits reclaimed: it returns nothing, B's permit stays.
+    rel = a.call(op="release", h="a1")
+    assert rel.get("result") is not True, rel
+    r = node.client()
+    assert (r.get("s10"), r.zcard("{s10}:timeout")) == ("1", 1)
+    assert b.call(op="release", h="b1")["result"]
+    assert (r.get("s10"), r.zcard("{s10}:timeout")) == ("2", 0)
+
+    assert [f["fault"] for f in h.faults.read()] == ["cut"]
+    ev = h.history_events()
+    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
+    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
+                     and e.get("deadline") is not None)
+    # Told while cut off, before its deadline; B only once A's lease ended on the node.
+    assert t_cut < lost["t"] <= a_deadline <= b_acq["t1"]
+    report = h.check()
+    assert report["overlaps"] == [] and report["over_granted"] == [], report
+    assert report["non_owner_touch"] == [], report
+    s = report["signals"]
+    assert s["lost"] == 1 and s["before_deadline"] == 1 and s["late"] == [], s
+
+
+def test_k10_with_the_restart_guard_a_restart_without_persistence_does_not_over_grant(h):
+    """The restart guard, asked for explicitly (it is off by default on one node), with the
+    window = the lease: a client that sees the node's run_id change (or its uptime below the
+    window) does not take its answers for the window, by the end of which every lease granted
+    before the restart has ended. So the next holder is granted after the forgotten holder's
+    deadline, and that holder, whose renewals the guard holds back too, was told before."""
+    node = h.start_nodes(1)[0]
+    ttl = 6.0
+    # The guard counts a node's uptime: let the fresh node age past the window first.
+    wait_until("the node older than the guard window",
+               lambda: node.client().info("server")["uptime_in_seconds"] > ttl, timeout=30)
+    a, b = h.client("A", restart_guard=ttl), h.client("B", restart_guard=ttl)
+    opts = {"side": "semaphore", "permits": 1, "ttl": ttl, "wait": 0.0}
+    assert a.call(op="acquire", h="a1", key="s10", opts=opts)["ok"]
+    refused = b.call(op="acquire", h="b0", key="s10", opts=opts)
+    assert not refused["ok"] and refused["err"] == "NotAcquired", refused
+    h.nemesis.restart_node(node, keep_data=False)
+    # The node forgot the pool and A's permit: asked now, it would grant B the only permit.
+    assert not node.client().exists("s10", "{s10}:timeout")
+    got = b.call(op="acquire", h="b1", key="s10", opts={**opts, "wait": 60.0})
+    assert got["ok"], got
+
+    faults = h.faults.read()
+    assert [f["fault"] for f in faults] == ["restart_node"]
+    ev = h.history_events()
+    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
+                     and e.get("deadline") is not None)
+    # The node was back, empty, while A's lease still ran: without the guard B would have
+    # been granted then (the test above). A is told that it could not renew in time.
+    assert faults[0]["end"] < a_deadline
+    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B"
+                 and e["h"] == "b1")
+    lost = [e for e in ev if e.get("ev") == "lost" and e["client"] == "A"]
+    assert len(lost) == 1 and "restart guard" in lost[0]["reason"], lost
+    assert faults[0]["start"] < lost[0]["t"] <= a_deadline <= b_acq["t1"]
+    report = h.check()
+    assert report["over_granted"] == [] and report["overlaps"] == [], report
+    s = report["signals"]
+    assert s["lost"] == 1 and s["before_deadline"] == 1 and s["late"] == [], s
