@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The fault suite: builds the test bed's proxy binary and the Python package (into .venv, as
-# python/test.sh does), then runs pytest on tests/faults (K1-K8 and the short chaos run), or
+# python/test.sh does), then runs pytest on tests/faults (K1-K11 and the short chaos run), or
 # with `chaos` as first argument the chaos runner.
 #
-#   tests/faults/run.sh                    # K1-K8 + the ~60 s chaos run
+#   tests/faults/run.sh                    # K1-K11 + the ~60 s chaos run
 #   tests/faults/run.sh -k k4              # a subset
 #   tests/faults/run.sh chaos --duration 10m --seed 7
 set -euo pipefail
