@@ -20,6 +20,8 @@ use ferrolock_testbed::RedisServer;
 /// Both sides' lease: Redisson's explicit lease (no watchdog), ferrolock's ttl (its read cap).
 const LEASE_MS: i64 = 30_000;
 const REPLY: Duration = Duration::from_secs(30);
+/// A lease left to end, for the reclaim.
+const SHORT_LEASE_MS: i64 = 3_000;
 
 /// Keys ferrolock writes beside the layout, on purpose (prefix, why). Each must carry a TTL,
 /// except the fence counter, which must outlive every holder to keep fences increasing.
@@ -52,11 +54,12 @@ struct Entry {
 }
 
 /// What a permit id stands for: its placeholder and the window (epoch ms, both ends
-/// included) in which its hold was granted, so its score must be within the lease after it.
+/// included) in which its hold was granted, so its score must be its lease after it.
 struct Permit {
     raw: Vec<u8>,
     placeholder: String,
     granted: (i64, i64),
+    lease_ms: i64,
 }
 
 /// One side's name and what it learnt of its owners and permit ids.
@@ -91,8 +94,8 @@ impl Side {
     }
 
     /// A hold of permit ids (hex, as Redisson shows them and as ferrolock's token holds them)
-    /// granted between `granted.0` and `granted.1`.
-    fn learn_permits(&mut self, hex: &str, granted: (i64, i64)) {
+    /// granted between `granted.0` and `granted.1` with a lease of `lease_ms`.
+    fn learn_permits(&mut self, hex: &str, granted: (i64, i64), lease_ms: i64) {
         // Each id of one hold stands for the same placeholder: the order of ids within a hold
         // is random on both sides.
         let holds = 1 + self
@@ -111,6 +114,7 @@ impl Side {
                 raw,
                 placeholder: format!("<permit of hold {holds}>"),
                 granted,
+                lease_ms,
             });
         }
     }
@@ -222,7 +226,7 @@ impl Side {
                     member.escape_ascii()
                 )
             });
-        let (from, to) = (p.granted.0 + LEASE_MS, p.granted.1 + LEASE_MS);
+        let (from, to) = (p.granted.0 + p.lease_ms, p.granted.1 + p.lease_ms);
         assert!(
             from <= score && score <= to,
             "{}: {} scored {score}, not its grant + the lease ({from}..={to})",
@@ -645,9 +649,9 @@ async fn semaphore_states_are_redissons_byte_for_byte() {
     let [rm, _] = bed.messages.take(&bed.server, [&rs, &fs]);
     assert_eq!(rm, [("redisson_sc:{<name>}".to_string(), "3".to_string())]);
 
-    let (ids1, h1) = acquire(&mut r, &m, &mut rs, &mut fs, 1).await;
+    let (ids1, h1) = acquire(&mut r, &m, &mut rs, &mut fs, 1, LEASE_MS).await;
     bed.check("1 of 3 permits taken", &mut rs, &mut fs, NOTHING, None);
-    let (ids2, h2) = acquire(&mut r, &m, &mut rs, &mut fs, 2).await;
+    let (ids2, h2) = acquire(&mut r, &m, &mut rs, &mut fs, 2, LEASE_MS).await;
     bed.check(
         "1, then 2 of 3 permits taken",
         &mut rs,
@@ -676,6 +680,50 @@ async fn semaphore_states_are_redissons_byte_for_byte() {
         &[("redisson_sc:{<name>}", "1")],
         None,
     );
+
+    // A lease that ends (a crashed holder: nothing renews it) stays in the zset, published by
+    // nobody, until the next acquire reclaims it. Beside a hold that stays, so that the
+    // counter after the reclaim (2), what it freed (1) and the pool (3) differ. The short lease
+    // still leaves time for the grant's reply on a loaded machine.
+    let (ids1, h1) = acquire(&mut r, &m, &mut rs, &mut fs, 1, LEASE_MS).await;
+    let (_, expired) = acquire(&mut r, &m, &mut rs, &mut fs, 1, SHORT_LEASE_MS).await;
+    let ends = rs
+        .permits
+        .iter()
+        .chain(&fs.permits)
+        .filter(|p| p.lease_ms == SHORT_LEASE_MS)
+        .map(|p| p.granted.1 + p.lease_ms)
+        .max()
+        .unwrap();
+    // Past its end on this host's clock, which both sides' reclaims use (ferrolock's through
+    // the server's TIME, on this host too).
+    while now_ms() <= ends {
+        tokio::time::sleep(ms(20)).await;
+    }
+    bed.check("a lease ended", &mut rs, &mut fs, NOTHING, None);
+    // The reclaim publishes the counter's new value (Redisson 4.7.0's scripts: `incrby`, then
+    // publish the value when above 0), so up to that many waiters wake.
+    let (ids2, h2) = acquire(&mut r, &m, &mut rs, &mut fs, 1, LEASE_MS).await;
+    bed.check(
+        "the next acquire reclaimed it",
+        &mut rs,
+        &mut fs,
+        &[("redisson_sc:{<name>}", "2")],
+        None,
+    );
+    for (ids, h) in [(ids1, h1), (ids2, h2)] {
+        r.send(&format!("srelease {} {ids}", rs.name)).await;
+        r.expect(&format!("sreleased {}", rs.name), REPLY).await;
+        release(h).await;
+    }
+    bed.check(
+        "both holds released",
+        &mut rs,
+        &mut fs,
+        &[("redisson_sc:{<name>}", "1"), ("redisson_sc:{<name>}", "1")],
+        None,
+    );
+    drop(expired);
     r.send("quit").await;
 }
 
@@ -686,20 +734,22 @@ async fn acquire(
     rs: &mut Side,
     fs: &mut Side,
     count: u32,
+    lease_ms: i64,
 ) -> (String, Lock) {
     let before = now_ms();
-    r.send(&format!("sacquire {} {count} {LEASE_MS}", rs.name))
+    r.send(&format!("sacquire {} {count} {lease_ms}", rs.name))
         .await;
     let line = r.expect(&format!("sacquire {} ", rs.name), REPLY).await;
     let after = now_ms();
     let ids = line.rsplit(' ').next().unwrap().to_string();
     assert_ne!(ids, "none", "Redisson's acquire of {count}");
-    rs.learn_permits(&ids.replace(',', ""), (before, after));
+    rs.learn_permits(&ids.replace(',', ""), (before, after), lease_ms);
     let before = now_ms();
+    let opts = rw_opts().ttl(Duration::from_millis(lease_ms as u64));
     let hold = m
-        .semaphore_with(&fs.name, 3, count, &rw_opts())
+        .semaphore_with(&fs.name, 3, count, &opts)
         .await
         .expect("semaphore");
-    fs.learn_permits(hold.token(), (before, now_ms()));
+    fs.learn_permits(hold.token(), (before, now_ms()), lease_ms);
     (ids, hold)
 }
