@@ -92,12 +92,25 @@ pub fn inspect(args: InspectArgs) -> u8 {
         node["node"] = json!(shown);
         out.push(node);
     }
-    report(
-        args.json,
-        json!({ "key": args.key, "nodes": out }),
-        format!("lock {:?}\n{text}", args.key),
-    );
+    let title = format!("{} {:?}\n{text}", noun(&out), args.key);
+    report(args.json, json!({ "key": args.key, "nodes": out }), title);
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
+}
+
+/// What the key is, for `inspect`'s title, from the layouts the nodes found there: a
+/// semaphore (or a number that may be one) or a read-write lock is not called a lock.
+fn noun(nodes: &[Json]) -> &'static str {
+    let kinds: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| n["holder"]["kind"].as_str())
+        .collect();
+    ["semaphore", "semaphore or counter", "read-write"]
+        .into_iter()
+        .find(|k| kinds.contains(k))
+        .map_or("lock", |k| match k {
+            "read-write" => "read-write lock",
+            k => k,
+        })
 }
 
 /// The server that holds `key` for one node URL: the server itself, or the cluster primary
@@ -408,7 +421,15 @@ pub fn scan(args: ScanArgs) -> u8 {
         };
         match found {
             Ok(found) => {
-                text.push_str(&format!("{shown}: {} lock(s)\n", found.len()));
+                // A semaphore holds permits, not a lock: counted apart.
+                let semaphores = found
+                    .iter()
+                    .filter(|f| f.kind.starts_with("semaphore"))
+                    .count();
+                text.push_str(&format!(
+                    "{shown}: {} lock(s), {semaphores} semaphore(s)\n",
+                    found.len() - semaphores
+                ));
                 for lock in &found {
                     let long_ms = long.as_millis();
                     let is_long = match lock.held_ms {

@@ -46,7 +46,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run COMMAND while holding the lock KEY, then release it and exit with COMMAND's status.
+    /// Run COMMAND while holding the lock KEY (or a read-write lock's side, or permits of a
+    /// semaphore), then release it and exit with COMMAND's status.
     Run(Box<run::RunArgs>),
     /// Show who holds KEY on each node: type, holder, hold counts, ttl, fence, waiters.
     Inspect(inspect::InspectArgs),

@@ -53,8 +53,14 @@ when ferrolock itself fails it always prints a \"ferrolock: ...\" line on stderr
 /// How long a child stopped for a lost lock has between SIGTERM and SIGKILL, by default.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
+/// Each mode's own arguments: clap's generated usage would put every required argument of the
+/// misused flag's mode on one line (KEY included for a semaphore, which takes none).
+const USAGE: &str = "\
+ferrolock run [OPTIONS] [--read | --write] <KEY> [--] <COMMAND>...
+       ferrolock run [OPTIONS] --semaphore <NAME> --permits <N> [--count <K>] [--] <COMMAND>...";
+
 #[derive(clap::Args)]
-#[command(after_long_help = AFTER_HELP)]
+#[command(after_long_help = AFTER_HELP, override_usage = USAGE)]
 pub struct RunArgs {
     /// Comma-separated node URLs (redis://, rediss://, unix://); more than one means Redlock,
     /// held on a majority [default: $FERROLOCK_NODES, else redis://127.0.0.1:6379]
@@ -218,6 +224,18 @@ fn parse_key(text: &str) -> Result<String, &'static str> {
 }
 
 impl RunArgs {
+    /// What this run holds, for its messages: `semaphore "NAME"`, `read lock "KEY"`,
+    /// `write lock "KEY"` or `lock "KEY"`.
+    fn held(&self) -> String {
+        let noun = match (&self.semaphore, self.read, self.write) {
+            (Some(_), ..) => "semaphore",
+            (_, true, _) => "read lock",
+            (_, _, true) => "write lock",
+            _ => "lock",
+        };
+        format!("{noun} {:?}", self.key)
+    }
+
     /// Sets `key`: KEY, or --semaphore's NAME. With --semaphore there is no KEY, but clap
     /// still fills the first positional, so what it read as KEY is COMMAND's first word.
     fn settle_key(&mut self) -> Result<(), &'static str> {
@@ -405,9 +423,9 @@ async fn run(args: RunArgs) -> u8 {
         return fail(
             exit::USAGE,
             format_args!(
-                "lock {:?} on {} is already held by an enclosing `ferrolock run`: waiting for \
-                 it would wait for ourselves",
-                args.key,
+                "{} on {} is already held by an enclosing `ferrolock run`: waiting for it \
+                 would wait for ourselves",
+                args.held(),
                 manager.node_names().join(",")
             ),
         );
@@ -438,17 +456,17 @@ async fn run(args: RunArgs) -> u8 {
             return fail(
                 128 + sig as u8,
                 format_args!(
-                    "interrupted by {} while waiting for lock {:?}",
+                    "interrupted by {} while waiting for {}",
                     signal_name(sig),
-                    args.key
+                    args.held()
                 ),
             );
         }
     };
     if args.verbose {
         eprintln!(
-            "ferrolock: acquired lock {:?} (validity {:?}{})",
-            args.key,
+            "ferrolock: acquired {} (validity {:?}{})",
+            args.held(),
             lock.validity(),
             lock.fence()
                 .map(|f| format!(", fence {f}"))
@@ -476,14 +494,14 @@ async fn run(args: RunArgs) -> u8 {
     match lock.release().await {
         Ok(true) => {
             if args.verbose {
-                eprintln!("ferrolock: released lock {:?}", args.key);
+                eprintln!("ferrolock: released {}", args.held());
             }
         }
         // A loss was reported when it happened (and the validity warning, if it fired).
         Ok(false) if code == exit::LOST || Instant::now() >= lock.deadline() => {}
         Ok(false) if !args.quiet => eprintln!(
-            "ferrolock: warning: lock {:?} was no longer ours at release: it was deleted or taken over while {} ran",
-            args.key,
+            "ferrolock: warning: {} was no longer ours at release: it was deleted or taken over while {} ran",
+            args.held(),
             program(&args)
         ),
         Ok(false) => {}
@@ -548,8 +566,8 @@ async fn supervise(
                 warned = true;
                 if !args.quiet {
                     eprintln!(
-                        "ferrolock: warning: lock {:?} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, --no-watchdog)",
-                        args.key,
+                        "ferrolock: warning: {} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, --no-watchdog)",
+                        args.held(),
                         program(args),
                         child.pgid,
                         lock.ttl(),

@@ -725,3 +725,65 @@ fn semaphore_bad_usage_exits_64() {
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// On a usage error, clap's usage names each mode's own arguments: KEY for a lock (plain, or
+/// a read-write lock's side), NAME and no KEY for a semaphore, whatever flag was misused.
+#[test]
+fn usage_shows_each_modes_own_arguments() {
+    let server = RedisServer::start();
+    for args in [
+        &["--permits", "2", "k", "--", "true"][..],
+        &["--semaphore", "s", "--", "true"][..],
+        &["--read", "--write", "k", "--", "true"][..],
+    ] {
+        let out = run(&server, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {err}");
+        let usage: Vec<&str> = err
+            .lines()
+            .skip_while(|l| !l.starts_with("Usage: "))
+            .take_while(|l| !l.is_empty())
+            .collect();
+        assert!(
+            usage
+                .iter()
+                .any(|l| l.contains("<KEY> [--] <COMMAND>...") && !l.contains("--semaphore")),
+            "{args:?}: no lock usage: {err}"
+        );
+        assert!(
+            usage
+                .iter()
+                .any(|l| l.contains("--semaphore <NAME> --permits <N>")
+                    && l.contains("[--] <COMMAND>...")
+                    && !l.contains("<KEY>")),
+            "{args:?}: no semaphore usage without KEY: {err}"
+        );
+    }
+}
+
+/// What `run` says names what it holds: a semaphore, a read or write lock, or a lock.
+#[test]
+fn messages_name_the_kind_held() {
+    let server = RedisServer::start();
+    for (args, what) in [
+        (
+            &["--semaphore", "s", "--permits", "2"][..],
+            "semaphore \"s\"",
+        ),
+        (&["--read", "r"][..], "read lock \"r\""),
+        (&["--write", "w"][..], "write lock \"w\""),
+        (&["p"][..], "lock \"p\""),
+    ] {
+        let mut all = vec!["--verbose"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--", "true"]);
+        let out = run(&server, &all);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("ferrolock: acquired {what} "))
+                && err.contains(&format!("ferrolock: released {what}\n")),
+            "{args:?}: {err}"
+        );
+    }
+}

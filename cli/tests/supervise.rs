@@ -403,6 +403,7 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains(&format!("holder token: {token}")), "{text}");
+    assert!(text.starts_with("lock \"plain\"\n"), "{text}");
     assert!(text.contains("fence counter: 7"), "{text}");
     assert!(
         !text.contains("held for"),
@@ -597,6 +598,7 @@ fn inspect_and_scan_show_read_write_locks_and_semaphores() {
         text.contains("mode: read") && text.contains("hold count 2"),
         "{text}"
     );
+    assert!(text.starts_with("read-write lock \"rw-read\"\n"), "{text}");
 
     let (rw, text) = inspect("rw-write");
     assert_eq!(
@@ -623,11 +625,16 @@ fn inspect_and_scan_show_read_write_locks_and_semaphores() {
         assert!(ms > 0 && ms <= 30_000, "{sem}");
     }
     assert!(text.contains("permits available: 1"), "{text}");
+    assert!(text.starts_with("semaphore \"sem-held\"\n"), "{text}");
 
     let (sem, text) = inspect("sem-idle");
     assert_eq!(sem["kind"], "semaphore or counter", "{sem}");
     assert_eq!(sem["available"], 2, "{sem}");
     assert!(text.contains("permit holders: none"), "{text}");
+    assert!(
+        text.starts_with("semaphore or counter \"sem-idle\"\n"),
+        "{text}"
+    );
 
     let mut cmd = ferrolock();
     cmd.args(["scan", "--json", "--nodes", &url]);
@@ -668,6 +675,13 @@ fn inspect_and_scan_show_read_write_locks_and_semaphores() {
     cmd.args(["scan", "--nodes", &url]);
     let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
     assert_eq!(text.matches("LEAKED").count(), 1, "{text}");
+    // The semaphore is counted as one, not among the locks: 2 read-write locks and the leak.
+    assert!(
+        text.lines()
+            .next()
+            .is_some_and(|l| l.ends_with(": 3 lock(s), 1 semaphore(s)")),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 -- Takes ARGV[2] permits with a lease on Redisson's RPermitExpirableSemaphore layout (issue 33;
 -- sent by `semaphore.rs`). Expired ids are reclaimed first, with the server's TIME (never the
--- client's clock); a reclaim that frees permits publishes how many.
+-- client's clock); a reclaim publishes the counter's new value, as Redisson's does.
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
 -- acquire on a name sets the counter to ARGV[1], as trySetPermits does.
 -- Prepended with queue.lua: waiters take turns (DESIGN.md, "Semaphore"). A queued waiter of
@@ -42,7 +42,11 @@ if #expired > 0 then
     redis.call('ZREM', KEYS[2], unpack(expired, i, math.min(i + 499, #expired)))
   end
   available = redis.call('INCRBY', KEYS[1], #expired)
-  redis.call('PUBLISH', ARGV[4], #expired)
+  -- The counter's new value, as Redisson 4.7.0's reclaim publishes it: up to that many
+  -- waiters wake (Redisson's latch releases min(its waiters, the message)).
+  if available > 0 then
+    redis.call('PUBLISH', ARGV[4], available)
+  end
 end
 if available < count then
   enqueue(id, '', tonumber(ARGV[7]))

@@ -206,7 +206,8 @@ fn a_different_pool_size_is_refused_naming_both() {
 }
 
 /// An expired holder's permits come back in the next acquire, computed from the server's TIME;
-/// a refusal answers the earliest lease end; the reclaim publishes how many it freed.
+/// a refusal answers the earliest lease end; the reclaim publishes the counter's new value (2
+/// freed on a counter at 0: 2), as Redisson's does.
 #[test]
 fn expired_permits_are_reclaimed_by_the_next_acquire() {
     let server = RedisServer::start();
