@@ -118,3 +118,18 @@ def test_a_downgrade_is_no_overlap_but_an_upgrade_or_another_clients_read_is():
     other = [w, side(acq("B", "r", "k", 0.5, 0.6, 3.0, token="t"), "read"),
              rel("A", "w", "k", 1.0), rel("B", "r", "k", 2.0)]
     assert [(o["a"], o["b"]) for o in check(other)["overlaps"]] == [("A:w", "B:r")]
+
+
+def test_a_late_release_touches_only_a_holder_it_could_not_share_with():
+    def side(ev, s):
+        return {**ev, "opts": {"side": s}}
+
+    # A's read release after its deadline still found its hold: a reader started since shares
+    # the key, so A touched no other owner; a writer started since is touched.
+    def hist(later):
+        return [side(acq("A", "a", "k", 0, 0.1, 3.0), "read"),
+                side(acq("B", "b", "k", 3.5, 3.6, 7.0), later),
+                rel("A", "a", "k", 4.0, result=True), rel("B", "b", "k", 5.0)]
+
+    assert check(hist("read"))["non_owner_touch"] == []
+    assert [t["episode"] for t in check(hist("write"))["non_owner_touch"]] == ["A:a"]
