@@ -1,5 +1,6 @@
 """The seeded short chaos run of `make test`: about a minute of random faults over 5 nodes and 6
-client processes, checked. FAULTS_CHAOS_SEED and FAULTS_CHAOS_DURATION override the defaults."""
+client processes holding locks, both sides of a read-write lock and a semaphore's permits,
+checked. FAULTS_CHAOS_SEED and FAULTS_CHAOS_DURATION override the defaults."""
 
 from __future__ import annotations
 
