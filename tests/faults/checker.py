@@ -8,13 +8,16 @@ move the deadline; the clients log every move they see).
 Reported:
 - overlaps: two episodes of one key whose windows intersect, unless both are reads of a
   read-write lock (acquired with `side` "read": those may share, and are counted as
-  `shared_reads`) or both hold permits of a semaphore (`side` "semaphore");
+  `shared_reads`), or both hold permits of a semaphore (`side` "semaphore"), or one is a read
+  that a writer took under its own write hold (a downgrade: same client and token, the write
+  first; counted as `downgrades`);
 - over-granted permits: an instant at which a semaphore's holds added up to more than its
-  permits;
+  permits (`permits_peak`: the most held at once, per name);
 - lost updates on the resource: an applied write whose value read earlier is not the counter's
   value when it was applied (from the resource's own log, in the server's order);
 - fence order: an episode whose fence is not greater than that of every episode of the key
-  whose acquire completed before its acquire was invoked; a re-entry with another fence;
+  whose acquire completed before its acquire was invoked; a re-entry with another fence (read
+  holds are left out: fences order writers, and a downgrade's read carries its writer's);
 - stale use: a resource write made after the writer's own latest deadline;
 - non-owner touch: a release that reported it still held the key, or an extend that
   succeeded, after the episode's deadline, once another episode of the key had started;
@@ -67,6 +70,17 @@ class Episode:
         rel = max(self.released.values()) if self.handles and set(self.released) >= self.handles \
             else INF
         return min(rel, self.deadline())
+
+
+def may_share(a: Episode, b: Episode) -> bool:
+    """Two holds of one key that may overlap: two reads, two holds of permits (whose sum the
+    over-grant sweep checks), and a read its owner took under its own write hold (a downgrade;
+    never the other way round, an upgrade, which the lock refuses)."""
+    if a.side == b.side and a.side in ("read", "semaphore"):
+        return True
+    w, r = (a, b) if a.side == "write" else (b, a)
+    return (w.side, r.side) == ("write", "read") and w.client == r.client \
+        and w.token == r.token and w.start <= r.start
 
 
 def episodes_of(history: list[dict]) -> dict[str, Episode]:
@@ -122,38 +136,41 @@ def check(history: list[dict], faults: list[dict] | None = None,
     killed = {f["target"] for f in faults if f["fault"] == "kill_client"}
 
     overlaps = []
-    shared_reads = 0
+    shared_reads = downgrades = 0
     for key, es in by_key.items():
         es.sort(key=lambda e: e.start)
         for i, a in enumerate(es):
             for b in es[i + 1:]:
                 if b.start >= a.end:
                     break  # the later ones start later still
-                if a.start < b.end and a.side == b.side == "read":
-                    shared_reads += 1
-                elif a.side == b.side == "semaphore":
-                    continue  # permits add up: the sweep below
+                if a.start < b.end and may_share(a, b):
+                    shared_reads += a.side == b.side == "read"
+                    downgrades += a.side != b.side
                 elif a.start < b.end:
                     overlaps.append({"key": key, "a": a.id, "b": b.id, "a_fence": a.fence,
                                      "b_fence": b.fence,
                                      "seconds": round(min(a.end, b.end) - b.start, 4)})
 
     over_granted = []
+    permits_peak = {}
     for key, es in by_key.items():
         held = [e for e in es if e.side == "semaphore" and e.end > e.start]
+        if not held:
+            continue
         events = sorted([(e.start, 1, e.count, e.id) for e in held]
                         + [(e.end, 0, -e.count, e.id) for e in held])  # a tie: the end first
+        permits = min(e.permits for e in held)
         n = 0
         for t, _, delta, eid in events:
             n += delta
-            permits = min(e.permits for e in held)
+            permits_peak[key] = max(permits_peak.get(key, 0), n)
             if delta > 0 and n > permits:
                 over_granted.append({"key": key, "at": t, "held": n, "permits": permits,
                                      "by": eid})
 
     fence_violations = []
     for key, es in by_key.items():
-        fenced = [e for e in es if e.fence is not None]
+        fenced = [e for e in es if e.fence is not None and e.side != "read"]
         for e in fenced:
             if len(set(e.fences)) > 1:
                 fence_violations.append({"key": key, "episode": e.id, "why": "re-entry changed "
@@ -200,7 +217,8 @@ def check(history: list[dict], faults: list[dict] | None = None,
             ev.get("ev") == "extend" and ev.get("ok"))
         if touched:
             d = e.deadline(ev["t0"])
-            later = [o for o in by_key[e.key] if o is not e and d <= o.start <= ev["t0"]]
+            later = [o for o in by_key[e.key] if o is not e and d <= o.start <= ev["t0"]
+                     and not may_share(e, o)]
             if ev["t0"] > d and later:
                 non_owner.append({"episode": e.id, "op": ev["ev"], "others": [o.id for o in later]})
 
@@ -237,6 +255,8 @@ def check(history: list[dict], faults: list[dict] | None = None,
 
     return {
         "grants": len(eps),
+        # Episodes by kind: a lock, or a `side` (read, write, semaphore).
+        "sides": dict(sorted(_count(e.side or "lock" for e in eps.values()).items())),
         "acquires": len(acquires),
         "acquire_ok": len(lat),
         "acquire_errors": dict(sorted(_count(ev.get("err") for ev in acquires
@@ -244,7 +264,9 @@ def check(history: list[dict], faults: list[dict] | None = None,
         "reentries": sum(len(e.handles) - 1 for e in eps.values()),
         "overlaps": overlaps,
         "shared_reads": shared_reads,
+        "downgrades": downgrades,
         "over_granted": over_granted,
+        "permits_peak": permits_peak,
         "fence_violations": fence_violations,
         "writes": writes,
         "resource_writes": len(resource_log or []),

@@ -58,6 +58,10 @@ class Client:
         self.hist = History(cfg["history"], self.name)
         opts = dict(cfg.get("manager", {}))
         self.manager = ferrolock.LockManager(cfg["nodes"], **opts)
+        # A semaphore lives on one node: `semaphore_nodes` (one URL) gives it a manager of its
+        # own beside the lock's N nodes.
+        self.semaphores = ferrolock.LockManager(cfg["semaphore_nodes"], **opts) \
+            if cfg.get("semaphore_nodes") else self.manager
         self.resource = ResourceClient(cfg["resource_port"]) if cfg.get("resource_port") else None
         self.handles: dict[str, dict] = {}
         self._mu = threading.Lock()
@@ -108,8 +112,8 @@ class Client:
             if side is None:
                 lock = self.manager.acquire(key, **opts)
             elif side == "semaphore":
-                lock = self.manager.semaphore(key, permits=opts["permits"],
-                                              count=opts.get("count", 1), **rest).__enter__()
+                lock = self.semaphores.semaphore(key, permits=opts["permits"],
+                                                 count=opts.get("count", 1), **rest).__enter__()
             else:
                 lock = getattr(self.manager, f"{side}_lock")(key, **rest).__enter__()
         except BaseException as e:  # KeyboardInterrupt from a SIGINT too

@@ -57,6 +57,7 @@ def render(report: dict, violations: dict, out: Path | None = None) -> str:
     s = report["signals"]
     pic = timeline_svg(out) if out else ""
     lost_total = s["lost"]
+    sides = report["sides"]
     lines = [
         f"# ferrolock chaos run: seed {report['seed']}, {report['duration']:.0f} s",
         "",
@@ -66,7 +67,13 @@ def render(report: dict, violations: dict, out: Path | None = None) -> str:
         f"| grants (episodes; re-entries inside) | {report['grants']} ({report['reentries']} re-entries) |",
         f"| acquire calls / granted | {report['acquires']} / {report['acquire_ok']} |",
         f"| acquire failures by kind | {report['acquire_errors']} |",
-        f"| overlapping grants | {len(report['overlaps'])} |",
+        f"| grants by kind: lock / read / write / semaphore | {sides.get('lock', 0)} / "
+        f"{sides.get('read', 0)} / {sides.get('write', 0)} / {sides.get('semaphore', 0)} |",
+        f"| overlapping grants (a lock or a writer with anyone) | {len(report['overlaps'])} |",
+        f"| read holds sharing the key (allowed) / reads under the owner's own write hold "
+        f"(downgrades, allowed) | {report['shared_reads']} / {report['downgrades']} |",
+        f"| semaphore over-grants / most permits held at once | {len(report['over_granted'])} / "
+        f"{_peaks(report['permits_peak'])} |",
         f"| fence order violations | {len(report['fence_violations'])} |",
         f"| resource writes / rejected by the fence | {report['resource_writes']} / {report['resource_rejected']} |",
         f"| lost updates (fenced resource) | {len(report['lost_updates'])} |",
@@ -89,7 +96,7 @@ def render(report: dict, violations: dict, out: Path | None = None) -> str:
     for k, v in report["recovery"].items():
         lines.append(f"| {k} | {v['n']} | {_f(v['median'])} | {_f(v['max'])} |")
     lines += ["", "Violations: " + (json.dumps(violations) if violations else "none"), ""]
-    for k in ("overlaps", "fence_violations", "lost_updates", "non_owner_touch"):
+    for k in ("overlaps", "over_granted", "fence_violations", "lost_updates", "non_owner_touch"):
         for item in report[k][:10]:
             lines.append(f"- {k}: `{json.dumps(item, default=str)}`")
     for item in s["late"][:10] + s["missing"][:10]:
@@ -97,6 +104,10 @@ def render(report: dict, violations: dict, out: Path | None = None) -> str:
     if pic:
         lines += ["", f"![timeline of grants per key and faults]({pic})", ""]
     return "\n".join(lines)
+
+
+def _peaks(peaks: dict) -> str:
+    return ", ".join(f"{k}: {n}" for k, n in sorted(peaks.items())) or "-"
 
 
 def _f(x) -> str:

@@ -96,3 +96,40 @@ def test_permits_add_up_and_an_over_grant_is_reported():
     hist += [permits(acq("C", "c", "s", 1.0, 1.2, 4.0)), rel("C", "c", "s", 3.0)]
     r = check(hist)
     assert [(o["by"], o["held"]) for o in r["over_granted"]] == [("C:c", 3)]
+
+
+def test_a_downgrade_is_no_overlap_but_an_upgrade_or_another_clients_read_is():
+    def side(ev, s, fence=None):
+        return {**ev, "opts": {"side": s}, "fence": fence}
+
+    # A writer takes the read lock under its own write hold, releases the write hold first:
+    # the read hold (which carries the writer's fence) is no overlap and no fence out of order.
+    w = side(acq("A", "w", "k", 0, 0.1, 3.0, token="t"), "write", fence=4)
+    r = side(acq("A", "r", "k", 0.5, 0.6, 3.0, token="t"), "read", fence=4)
+    hist = [w, r, rel("A", "w", "k", 1.0), rel("A", "r", "k", 2.0)]
+    res = check(hist)
+    assert res["overlaps"] == [] and res["fence_violations"] == [] and res["downgrades"] == 1
+    assert res["sides"] == {"read": 1, "write": 1}
+    # The read taken first (an upgrade), or by another client with the same token: overlaps.
+    up = [side(acq("A", "r", "k", 0, 0.1, 3.0, token="t"), "read"),
+          side(acq("A", "w", "k", 0.5, 0.6, 3.0, token="t"), "write", fence=4),
+          rel("A", "w", "k", 1.0), rel("A", "r", "k", 2.0)]
+    assert [(o["a"], o["b"]) for o in check(up)["overlaps"]] == [("A:r", "A:w")]
+    other = [w, side(acq("B", "r", "k", 0.5, 0.6, 3.0, token="t"), "read"),
+             rel("A", "w", "k", 1.0), rel("B", "r", "k", 2.0)]
+    assert [(o["a"], o["b"]) for o in check(other)["overlaps"]] == [("A:w", "B:r")]
+
+
+def test_a_late_release_touches_only_a_holder_it_could_not_share_with():
+    def side(ev, s):
+        return {**ev, "opts": {"side": s}}
+
+    # A's read release after its deadline still found its hold: a reader started since shares
+    # the key, so A touched no other owner; a writer started since is touched.
+    def hist(later):
+        return [side(acq("A", "a", "k", 0, 0.1, 3.0), "read"),
+                side(acq("B", "b", "k", 3.5, 3.6, 7.0), later),
+                rel("A", "a", "k", 4.0, result=True), rel("B", "b", "k", 5.0)]
+
+    assert check(hist("read"))["non_owner_touch"] == []
+    assert [t["episode"] for t in check(hist("write"))["non_owner_touch"]] == ["A:a"]
