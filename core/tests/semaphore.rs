@@ -146,6 +146,22 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
     assert!(held.release().await.unwrap());
 }
 
+/// A name whose counter key holds another kind of value is a Redis error saying so (not an
+/// invalid argument: the key's data, not the request, is at fault), without the node's URL.
+#[tokio::test]
+async fn a_key_of_another_kind_is_refused_saying_so() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let _: i64 = server.cmd(&["HSET", "sem:typed", "f", "v"]);
+    let e = m.semaphore("sem:typed", 2).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e}");
+    assert_eq!(
+        e.message(),
+        "semaphore \"sem:typed\": a key it uses holds a value of another kind (WRONGTYPE)",
+        "{e}"
+    );
+}
+
 /// A holder that never releases (its handle forgotten, as a crashed process's) keeps its
 /// permit until its lease ends, then the pool has it again.
 #[tokio::test]
