@@ -151,7 +151,7 @@ export declare function withLock<T>(key: string, fn: (lock: Lock) => T | Promise
  * `withLock` holding the read side of the read-write lock `key` (shared with other readers;
  * `ttl` at most 30000 ms, no `fencing`). Inside a `withReadLock` or `withWriteLock` scope on
  * the same key the scope's owner re-enters; a write under one's own read lock is refused
- * (`RWLOCK_UPGRADE`), a read under one's own write lock is granted (a downgrade).
+ * (`INVALID_ARGUMENT`), a read under one's own write lock is granted (a downgrade).
  */
 export declare function withReadLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
 /** `withLock` holding the write side of the read-write lock `key` (alone). */

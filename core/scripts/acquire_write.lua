@@ -8,7 +8,8 @@
 -- re-entry only, ARGV[8] barging bound ms, ARGV[9] the latch's PX in ms, ARGV[10] the reader's
 -- field ("<field>").
 -- A read→write upgrade (our reader field is there, our writer field is not) is refused with
--- an error reply: two upgraders would each wait for the other's read hold forever.
+-- an `RWLOCK_UPGRADE` error reply (read by `refusal.rs`): two upgraders would each wait for the
+-- other's read hold forever.
 -- Safe to run twice: a fresh grant's owner id is new to this call, so finding our field means
 -- this call already ran and granted; a re-entry's increment is kept in its latch.
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then

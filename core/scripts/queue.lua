@@ -136,8 +136,9 @@ local function fence_reply(counter, mode)
 end
 
 -- A key of a type no lock has (list, set, zset, stream) would never be released: an error
--- reply naming the key and its type, so the acquire refuses it instead of waiting; nil for a
--- missing key (pttl -2) or a lock's type. Read-only, so safe to run twice.
+-- reply naming the key and its type (its words are read by `refusal.rs`), so the acquire
+-- refuses it instead of waiting; nil for a missing key (pttl -2) or a lock's type. Read-only,
+-- so safe to run twice.
 local function foreign_type(key, pttl)
   if pttl == -2 then
     return nil

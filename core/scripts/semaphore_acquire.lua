@@ -15,7 +15,8 @@
 -- 16 raw bytes.
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
--- head's turn); an error naming both sizes when the stored pool size differs.
+-- head's turn); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs
+-- (its code and words are read by `refusal.rs`).
 -- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
 -- refusal's re-enqueue keeps the waiter's place.
 local done = redis.call('GET', KEYS[6])
@@ -32,7 +33,7 @@ if available == nil then
 else
   local stored = available + redis.call('ZCARD', KEYS[2])
   if stored ~= permits then
-    return redis.error_reply('ERR semaphore ' .. KEYS[1] .. ' has ' .. stored ..
+    return redis.error_reply('SEMAPHORE_SIZE semaphore ' .. KEYS[1] .. ' has ' .. stored ..
       ' permits, asked for ' .. permits)
   end
 end

@@ -47,6 +47,7 @@ mod owner;
 mod per_process;
 mod queue;
 mod quorum;
+mod refusal;
 pub mod runtime;
 mod rwlock;
 mod scripts;

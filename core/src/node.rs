@@ -19,6 +19,7 @@ pub(crate) use crate::node_cluster::{Conn, Pubsub};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
+use crate::refusal::Refusal;
 use crate::runtime::Awaiting;
 use crate::runtime::caller;
 
@@ -27,8 +28,10 @@ use crate::runtime::caller;
 pub(crate) enum NodeError {
     /// Could not connect, connection dropped, or no reply within the node timeout.
     Unreachable(String),
-    /// The node answered with an error (ACL, OOM, wrong type, ...).
+    /// The node answered with an error (ACL, OOM, ...).
     Redis(String),
+    /// The node's script refused the request for good (`refusal.rs`); with the reply's text.
+    Refused(Refusal, String),
     /// A cluster's slot is migrating: MOVED, ASK or TRYAGAIN still came back after redis-rs's
     /// own redirects and retries. Nothing ran, and the window closes by itself: an acquire
     /// tries again soon, a dequeue until it lands (see `queue/waiters.rs`).
@@ -48,12 +51,16 @@ impl NodeError {
     }
     /// The node answered with an error reply (a migration's redirect included).
     pub(crate) fn is_reply(&self) -> bool {
-        matches!(self, NodeError::Redis(_) | NodeError::Migrating(_))
+        matches!(
+            self,
+            NodeError::Redis(_) | NodeError::Refused(..) | NodeError::Migrating(_)
+        )
     }
     pub(crate) fn detail(&self) -> &str {
         match self {
             NodeError::Unreachable(s)
             | NodeError::Redis(s)
+            | NodeError::Refused(_, s)
             | NodeError::Migrating(s)
             | NodeError::Guarded(s)
             | NodeError::HeldBack(s) => s,
@@ -867,6 +874,11 @@ impl Node {
             )
         ) {
             NodeError::Migrating(format!("slot migrating: {text}"))
+        } else if let Some(r) = e
+            .code()
+            .and_then(|code| Refusal::of(code, e.detail().unwrap_or_default()))
+        {
+            NodeError::Refused(r, text)
         } else {
             NodeError::Redis(text)
         }

@@ -77,7 +77,7 @@ impl Tally {
             return None;
         }
         self.answers.iter().enumerate().find_map(|(i, a)| match a {
-            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e)),
+            Answer::Failed(e @ (NodeError::Redis(_) | NodeError::Refused(..))) => Some((i, e)),
             _ => None,
         })
     }

@@ -122,10 +122,10 @@ async fn acquire_loop(
                 ));
             }
             Ok(Answer::Refused(earliest)) => lease_end_in(shared, opts, earliest).await,
+            Err(NodeError::Refused(r, _)) => return Err(r.error(&format!("semaphore {name:?}"))),
             Err(e) if e.is_reply() => {
-                // The script's error names the stored and the asked pool sizes.
                 return Err(node_error(
-                    ErrorKind::InvalidArgument,
+                    ErrorKind::Redis,
                     &format!("semaphore {name:?}"),
                     &shared.cluster.nodes[0],
                     &e,

@@ -209,12 +209,13 @@ fn permits_are_taken_through_the_host_up_to_the_pool() {
         let name = unique_key("host-permits");
         let m = host_manager(&[server.url()], opts().wait(Some(Duration::ZERO)));
         let never = Cancel::new();
-        let kind = host::Kind::Permits {
+        let two = host::Kind::Permits {
             permits: 3,
             count: 2,
-        };
+        }
+        .options(m.defaults().clone());
         let first = m
-            .acquire_blocking_as(kind, &name, 1, m.defaults(), &never, None)
+            .acquire_blocking(&name, 1, &two, &never, None)
             .expect("2 of 3 permits");
         assert_eq!(
             get(&server, &name).as_deref(),
@@ -222,10 +223,9 @@ fn permits_are_taken_through_the_host_up_to_the_pool() {
             "counter after 2 of 3"
         );
         let err = m
-            .acquire_blocking_as(kind, &name, 2, m.defaults(), &never, None)
+            .acquire_blocking(&name, 2, &two, &never, None)
             .expect_err("2 more of 3 granted while 2 are held");
         assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err:?}");
-        // The options carry the kind for the bindings that pass `Kind::options`.
         let one = host::Kind::Permits {
             permits: 3,
             count: 1,
@@ -970,21 +970,15 @@ fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
                 .node_timeout(Duration::from_secs(5)),
         );
         let never = Cancel::new();
-        let kind = host::Kind::Permits {
+        let one = host::Kind::Permits {
             permits: 1,
             count: 1,
-        };
+        }
+        .options(m.defaults().clone());
         // The script loaded before the replies are held (so it goes out as EVALSHA and runs,
         // rather than answering NOSCRIPT).
         let warm = m
-            .acquire_blocking_as(
-                kind,
-                &unique_key("host-permits-warm"),
-                1,
-                m.defaults(),
-                &never,
-                None,
-            )
+            .acquire_blocking(&unique_key("host-permits-warm"), 1, &one, &never, None)
             .expect("a permit of another pool");
         assert_eq!(warm.release_blocking(&never, None), Ok(true));
         proxy.hold(Direction::Down);
@@ -997,7 +991,7 @@ fn a_cancelled_semaphore_acquire_gives_its_permits_back() {
                 proxy.reset();
                 ran
             });
-            m.acquire_blocking_as(kind, &name, 1, m.defaults(), &cancel, None)
+            m.acquire_blocking(&name, 1, &one, &cancel, None)
         });
         let err = out.expect_err("a cancelled acquire returned a lock");
         assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");

@@ -13,6 +13,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::holds::Holds;
 use common::*;
 use ferrolock::{ErrorKind, LockStatus};
 use ferrolock_testbed::RedisServer;
@@ -31,13 +32,6 @@ fn held_ids(server: &RedisServer, name: &str) -> i64 {
     server.cmd(&["ZCARD", &timeout_key(name)])
 }
 
-#[derive(Clone, Copy, Debug)]
-struct Hold {
-    count: u32,
-    from: Instant,
-    to: Instant,
-}
-
 /// Tasks of two managers take 1..=K permits of K at random: at no instant do the recorded
 /// holds add up to more than K, and K was reached by two holders or more together (so a
 /// semaphore that serialized everyone, or one that over-granted, fails). Each interval is
@@ -52,7 +46,7 @@ async fn holders_never_exceed_the_permits() {
         Arc::new(manager(&[server.url()], opts())),
         Arc::new(manager(&[server.url()], opts())),
     ];
-    let holds = Arc::new(Mutex::new(Vec::<Hold>::new()));
+    let holds = Holds::default();
     let mut tasks = Vec::new();
     for t in 0..8u64 {
         let m = managers[(t % 2) as usize].clone();
@@ -67,11 +61,7 @@ async fn holders_never_exceed_the_permits() {
                     1
                 };
                 let lock = m.semaphore_with(name, K, count, &opts()).await.unwrap();
-                let from = Instant::now();
-                tokio::time::sleep(ms(5 + (r >> 8) % 20)).await;
-                let to = Instant::now();
-                assert!(lock.is_held());
-                holds.lock().unwrap().push(Hold { count, from, to });
+                holds.hold(&lock, count, ms(5 + (r >> 8) % 20)).await;
                 assert!(lock.release().await.unwrap());
             }
         }));
@@ -79,19 +69,9 @@ async fn holders_never_exceed_the_permits() {
     for t in tasks {
         t.await.unwrap();
     }
-    let holds = holds.lock().unwrap().clone();
-    assert_eq!(holds.len(), 80);
-    let mut limit_shared = false;
-    // The sum of counts is highest just after some hold starts: check each start.
-    for a in &holds {
-        let at = a.from;
-        let live: Vec<&Hold> = holds.iter().filter(|b| b.from <= at && at < b.to).collect();
-        let total: u32 = live.iter().map(|b| b.count).sum();
-        assert!(total <= K, "{total} permits held at once of {K}: {live:?}");
-        limit_shared |= total == K && live.len() > 1;
-    }
+    assert_eq!(holds.all().len(), 80);
     assert!(
-        limit_shared,
+        holds.check(K).full_shared,
         "the {K} permits were never all held by several holders"
     );
     assert_eq!(available(&server, name), K as i64);
@@ -157,8 +137,29 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
     let held = m.semaphore("sem:size", 3).await.unwrap();
     let e = m.semaphore("sem:size", 5).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
-    assert!(e.message().contains("has 3 permits, asked for 5"), "{e}");
+    // Both sizes, without the server's error code or the node's URL.
+    assert_eq!(
+        e.message(),
+        "semaphore \"sem:size\" has 3 permits, asked for 5",
+        "{e}"
+    );
     assert!(held.release().await.unwrap());
+}
+
+/// A name whose counter key holds another kind of value is a Redis error saying so (not an
+/// invalid argument: the key's data, not the request, is at fault), without the node's URL.
+#[tokio::test]
+async fn a_key_of_another_kind_is_refused_saying_so() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let _: i64 = server.cmd(&["HSET", "sem:typed", "f", "v"]);
+    let e = m.semaphore("sem:typed", 2).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e}");
+    assert_eq!(
+        e.message(),
+        "semaphore \"sem:typed\": a key it uses holds a value of another kind (WRONGTYPE)",
+        "{e}"
+    );
 }
 
 /// A holder that never releases (its handle forgotten, as a crashed process's) keeps its

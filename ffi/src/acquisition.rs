@@ -220,7 +220,7 @@ fn start(
         unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
         // `done` runs on a library thread that may block (the host's rule).
         r.manager
-            .acquire_start_as(r.kind, &r.key, r.owner, &r.opts, cancel, move |out| {
+            .acquire_start(&r.key, r.owner, &r.opts, cancel, move |out| {
                 *finished.outcome.lock().unwrap_or_else(|p| p.into_inner()) =
                     Outcome::Done(out.map_err(Failure::from));
                 finished.done.fire();

@@ -74,7 +74,6 @@ pub(crate) struct Request {
     pub opts: LockOptions,
     /// `host::NO_OWNER` (C's `FERROLOCK_NO_OWNER`) or the caller's id.
     pub owner: u64,
-    pub kind: host::Kind,
 }
 
 pub(crate) fn request(
@@ -95,7 +94,21 @@ pub(crate) fn request(
         key,
         opts,
         owner,
-        kind: host::Kind::Lock,
+    })
+}
+
+/// `request` for what `kind` takes: the options carry it (`host::Kind::options`).
+fn kind_request(
+    kind: host::Kind,
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    opts: *const ferrolock_options,
+    owner: u64,
+) -> Result<Request, Failure> {
+    let r = request(manager, key, opts, owner)?;
+    Ok(Request {
+        opts: kind.options(r.opts),
+        ..r
     })
 }
 
@@ -117,10 +130,7 @@ pub(crate) fn rw_request(
             )));
         }
     };
-    Ok(Request {
-        kind,
-        ..request(manager, key, opts, owner)?
-    })
+    kind_request(kind, manager, key, opts, owner)
 }
 
 /// `request` for `count` permits of the semaphore `name`, a pool of `permits` (the core
@@ -132,10 +142,13 @@ pub(crate) fn semaphore_request(
     count: u32,
     opts: *const ferrolock_options,
 ) -> Result<Request, Failure> {
-    Ok(Request {
-        kind: host::Kind::Permits { permits, count },
-        ..request(manager, name, opts, host::NO_OWNER)?
-    })
+    kind_request(
+        host::Kind::Permits { permits, count },
+        manager,
+        name,
+        opts,
+        host::NO_OWNER,
+    )
 }
 
 /// `side` of a read-write lock: the read side (shared by any number of readers).
@@ -158,7 +171,7 @@ fn acquire_blocking(
         let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());
         let lock = r
             .manager
-            .acquire_blocking_as(r.kind, &r.key, r.owner, &r.opts, &cancel, None)?;
+            .acquire_blocking(&r.key, r.owner, &r.opts, &cancel, None)?;
         // SAFETY: checked non-NULL above.
         unsafe { *slot = ferrolock_lock::into_raw(lock) };
         Ok(())

@@ -250,7 +250,7 @@ static void test_read_write(void) {
   EXPECT(ferrolock_manager_rw_acquire(a, key, FERROLOCK_RW_READ, 7, NULL, NULL, &r1, &err),
          FERROLOCK_OK, NULL);
   EXPECT(ferrolock_manager_rw_acquire(a, key, FERROLOCK_RW_WRITE, 7, once, NULL, &w, &err),
-         FERROLOCK_ERR_INVALID_ARGUMENT, "RWLOCK_UPGRADE");
+         FERROLOCK_ERR_INVALID_ARGUMENT, "read->write upgrade is refused");
   CHECK(w == NULL);
   EXPECT(ferrolock_lock_release(r1, NULL, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free(r1);

@@ -88,7 +88,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   let owner = null;
   if (held && kind !== null && held.kind !== null) {
     // A read-write hold is always reentrant for its owner: the core re-enters, downgrades
-    // (read under one's write) or refuses an upgrade (RWLOCK_UPGRADE).
+    // (read under one's write) or refuses an upgrade.
     owner = held.owner;
   } else if (held) {
     if (!(held.reentrant && reentrant && held.kind === kind)) {

@@ -70,7 +70,7 @@ test('inside withReadLock a write on the same key is refused as an upgrade; a re
     key,
     async () => {
       await assert.rejects(withWriteLock(key, () => 'never', { nodes }), (e) => {
-        assert.match(e.message, /RWLOCK_UPGRADE/);
+        assert.match(e.message, /read->write upgrade is refused/);
         assert.match(e.message, /rw:upgrade/);
         assert.equal(e.code, 'INVALID_ARGUMENT');
         return true;

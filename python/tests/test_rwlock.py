@@ -79,7 +79,7 @@ def test_downgrade_works_and_upgrade_is_refused(node: RedisNode, manager: LockMa
             assert node.client().hget(key, "mode") == "write"
     assert not node.client().exists(key)
     with manager.read_lock(key):
-        with pytest.raises(ferrolock.InvalidArgument, match="RWLOCK_UPGRADE") as err:
+        with pytest.raises(ferrolock.InvalidArgument, match="read->write upgrade is refused") as err:
             manager.write_lock(key, wait=0).__enter__()
         assert key in str(err.value)
     assert not node.client().exists(key)

@@ -12,6 +12,7 @@ use super::reply::{NO_HINT, Reply, parse_reply};
 use crate::error::Result;
 use crate::node::{NodeError, latch_px_ms};
 use crate::queue::{QueueArgs, barge_bound_ms, quiet_grace_ms};
+use crate::refusal::Refusal;
 use crate::scripts::{Acquire, AcquireRead, AcquireReentrant, AcquireWrite, Latch, command};
 use crate::shared::Shared;
 
@@ -42,7 +43,7 @@ pub(super) async fn ask(
                     .query_async(&mut conn)
                     .await?;
                 if reply != Value::Nil {
-                    return Ok(Value::Nil);
+                    return Ok(Ok(Value::Nil));
                 }
                 // Busy, our own grant (this SET ran already and was sent again after its
                 // connection dropped: redis-rs re-sends on a cluster, `Node` on a server), or
@@ -67,20 +68,16 @@ pub(super) async fn ask(
                 })?;
                 // GET fails with WRONGTYPE on a reentrant lock's hash: someone else's.
                 if matches!(&holder, Value::BulkString(b) if b == token.as_bytes()) {
-                    return Ok(Value::Nil);
+                    return Ok(Ok(Value::Nil));
                 }
                 let kind: String = redis::from_redis_value(kind)?;
                 let pttl: i64 = redis::from_redis_value(pttl)?;
                 if kind != "string" && kind != "hash" && kind != "none" {
-                    return Err(redis::RedisError::from((
-                        redis::ErrorKind::Client,
-                        "WRONGTYPE",
-                        format!("key {key} holds a {kind}, not a lock"),
-                    )));
+                    return Ok(Err(Refusal::OtherKind(Some(format!("a {kind}")))));
                 }
                 // Busy with no re-check hint (the waiter's queued re-check gets the PTTL),
                 // unless the holder has no TTL at all (a leaked lock, for the error).
-                return Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT }));
+                return Ok(Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT })));
             }
             // Built in a block: only the invocation lives across the await.
             let inv = {
@@ -146,9 +143,10 @@ pub(super) async fn ask(
             // Boxed: the queue path is off the uncontended hot path, and its future would
             // size every node's request.
             let value: Value = Box::pin(inv.invoke_async(&mut conn)).await?;
-            Ok(value)
+            Ok(Ok(value))
         })
-        .await?;
+        .await?
+        .map_err(|r| NodeError::Refused(r.clone(), r.to_string()))?;
     // Parsed first: an error reply is the answer to report. The guard's check comes before
     // the answer counts; a grant it holds back is undone (`undo_now_mask`).
     let reply = parse_reply(reply)?;

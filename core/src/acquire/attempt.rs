@@ -412,7 +412,9 @@ pub(super) fn raise_failure(shared: &Shared, raised: &Tally) -> Spoiled {
         .iter()
         .enumerate()
         .find_map(|(i, a)| match a {
-            Answer::Failed(e @ NodeError::Redis(_)) => Some((i, e.clone())),
+            Answer::Failed(e @ (NodeError::Redis(_) | NodeError::Refused(..))) => {
+                Some((i, e.clone()))
+            }
             _ => None,
         });
     if let Some((i, e)) = error {

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 
 use crate::error::{ErrorKind, Result};
 use crate::lock::Lock;
-use crate::node::node_error;
+use crate::node::{NodeError, node_error};
 use crate::options::LockOptions;
 use crate::queue::{Ticket, WakeSources};
 use crate::shared::Shared;
@@ -201,18 +201,15 @@ async fn acquire_loop(
             ));
         }
         if let Some((i, e)) = tally.redis_error() {
-            // A read-write upgrade is the caller's request that can never be granted (two
-            // upgraders would wait for each other), not a server fault.
-            let kind = match e.detail().contains("RWLOCK_UPGRADE") {
-                true => ErrorKind::InvalidArgument,
-                false => ErrorKind::Redis,
-            };
-            return Err(node_error(
-                kind,
-                &format!("lock {key:?}: acquire failed"),
-                &shared.cluster.nodes[i],
-                e,
-            ));
+            return Err(match e {
+                NodeError::Refused(r, _) => r.error(&format!("lock {key:?}")),
+                _ => node_error(
+                    ErrorKind::Redis,
+                    &format!("lock {key:?}: acquire failed"),
+                    &shared.cluster.nodes[i],
+                    e,
+                ),
+            });
         }
         unreachable_streak = if tally.quorum_unreachable() {
             unreachable_streak + 1

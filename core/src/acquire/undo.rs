@@ -200,7 +200,9 @@ pub(super) fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
         .iter()
         .map(|ans| match ans {
             Answer::Yes(_) => true,
-            Answer::Failed(NodeError::Redis(_) | NodeError::HeldBack(_)) => !reentry,
+            Answer::Failed(
+                NodeError::Redis(_) | NodeError::Refused(..) | NodeError::HeldBack(_),
+            ) => !reentry,
             _ => false,
         })
         .collect()

@@ -27,8 +27,9 @@ use crate::per_process::PerProcess;
 pub const NO_OWNER: u64 = u64::MAX;
 
 /// What an acquire takes: the lock, a side of the read-write lock (DESIGN.md, "Read-write
-/// lock"), or permits of a semaphore (DESIGN.md, "Semaphore"). It travels in the options, so
-/// every way to call an acquire (async, blocking, completion-based) takes every kind.
+/// lock"), or permits of a semaphore (DESIGN.md, "Semaphore"). It travels in the options
+/// (`Kind::options`), the one way every binding gives it, so every way to call an acquire
+/// (async, blocking, completion-based) takes every kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Lock,
@@ -231,40 +232,18 @@ impl Manager {
     /// Acquires `key` for `owner`, an opaque id the binding supplies (a thread, an asyncio
     /// task, an async context, an explicit id: it only matters with `opts.reentrant`, where
     /// the same owner re-enters; [`NO_OWNER`]: a grant of its own that nothing re-enters).
-    /// Options made by [`Kind::options`] take that side of the read-write lock (its owner
-    /// always re-enters, `reentrant` or not).
+    /// What it takes is the options' [`Kind`] ([`Kind::options`]; the lock unless they say
+    /// otherwise): a side of the read-write lock `key` (its owner always re-enters,
+    /// `reentrant` or not) or permits of the semaphore `key`.
     /// Gives up once the process is exiting (see `exit`) or the manager is closed
     /// (`NotAcquired`; what it had taken is given back, see `close`). Dropping the future
     /// part-way releases whatever it had taken.
     pub async fn acquire(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
-        self.acquire_as(Kind::Lock, key, owner, opts).await
-    }
-
-    /// [`acquire`](Manager::acquire) of a `kind`: the lock, a side of the read-write lock
-    /// `key` (`LockManager::read_lock*` / `write_lock*`) or permits of the semaphore `key`
-    /// (`LockManager::semaphore_with`; options that carry permits take them whatever `kind`
-    /// says), with the same exit, close and release rules.
-    pub async fn acquire_as(
-        &self,
-        kind: Kind,
-        key: &str,
-        owner: u64,
-        opts: &LockOptions,
-    ) -> Result<Lock> {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         let core = self.core()?;
         let owned = (owner != NO_OWNER).then_some(owner);
-        // `Kind::Lock` keeps the options' own side: Python and Node pass `Kind::options`.
-        let sided;
-        let opts = match kind {
-            Kind::Lock => opts,
-            _ => {
-                sided = kind.options(opts.clone());
-                &sided
-            }
-        };
         let acquire = async {
             if let Some(p) = opts.permits {
                 return crate::semaphore::acquire(&core.shared, key, p.permits, p.count, opts)
@@ -313,21 +292,8 @@ impl Manager {
         cancel: &Cancel,
         check: Check<'_>,
     ) -> Result<Lock> {
-        self.acquire_blocking_as(Kind::Lock, key, owner, opts, cancel, check)
-    }
-
-    /// [`acquire_blocking`](Manager::acquire_blocking) of a `kind`.
-    pub fn acquire_blocking_as(
-        &self,
-        kind: Kind,
-        key: &str,
-        owner: u64,
-        opts: &LockOptions,
-        cancel: &Cancel,
-        check: Check<'_>,
-    ) -> Result<Lock> {
         let _counted = BlockingAcquire::enter();
-        cancel::block_on(self.acquire_as(kind, key, owner, opts), cancel, check)
+        cancel::block_on(self.acquire(key, owner, opts), cancel, check)
             .unwrap_or_else(|| Err(acquire_cancelled(key)))
     }
 
@@ -360,25 +326,10 @@ impl Manager {
     ) where
         D: FnOnce(Result<Lock>) + Send + 'static,
     {
-        self.acquire_start_as(Kind::Lock, key, owner, opts, cancel, done)
-    }
-
-    /// [`acquire_start`](Manager::acquire_start) of a `kind`.
-    pub fn acquire_start_as<D>(
-        &self,
-        kind: Kind,
-        key: &str,
-        owner: u64,
-        opts: &LockOptions,
-        cancel: Cancel,
-        done: D,
-    ) where
-        D: FnOnce(Result<Lock>) + Send + 'static,
-    {
         let (this, key, opts) = (self.clone(), key.to_string(), opts.clone());
         let k = key.clone();
         call::start(
-            async move { this.acquire_as(kind, &key, owner, &opts).await },
+            async move { this.acquire(&key, owner, &opts).await },
             cancel,
             move || acquire_cancelled(&k),
             done,

@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 
+pub mod holds;
 pub mod redisson;
 
 use std::sync::{Mutex, MutexGuard};

@@ -197,8 +197,8 @@ class LockManager:
     def write_lock(self, key: str, **options: Any) -> LockContext:
         """The write side of the read-write lock ``key``: held alone. The same options as
         :meth:`lock`; with ``fencing`` every grant carries a fence. An owner holding only the
-        read lock is refused (``RWLOCK_UPGRADE``: two upgraders would wait for each other
-        forever)."""
+        read lock is refused with :class:`InvalidArgument` (a read->write upgrade: two
+        upgraders would wait for each other forever)."""
         return LockContext(self._manager, key, options, "write")
 
     def semaphore(self, name: str, permits: int, count: int = 1, **options: Any) -> LockContext:
