@@ -33,4 +33,15 @@ function runNode(script, { env = {}, limitMs = 30_000, onLine } = {}) {
   });
 }
 
-module.exports = { PKG, runNode };
+/** Starts a worker thread running `source`; resolves to it and the first message it posts. */
+async function startWorker(source) {
+  const { Worker } = require('node:worker_threads');
+  const worker = new Worker(source, { eval: true });
+  const message = await new Promise((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+  });
+  return { worker, message };
+}
+
+module.exports = { PKG, runNode, startWorker };

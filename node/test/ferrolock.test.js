@@ -8,7 +8,7 @@ const os = require('node:os');
 const path = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { servers } = require('./redis');
-const { runNode } = require('./child');
+const { runNode, startWorker } = require('./child');
 const ferrolock = require('..');
 const { withLock, LockManager, LockLostError, NotAcquiredError, AbortError, InvalidArgumentError } = ferrolock;
 
@@ -347,8 +347,7 @@ test('a ferrolock plain lock and node-redlock on the same key exclude each other
 });
 
 test("a terminated worker thread's lock is released (and no longer renewed)", T, async () => {
-  const { Worker } = require('node:worker_threads');
-  const worker = new Worker(
+  const { worker } = await startWorker(
     `const { parentPort } = require('node:worker_threads');
      const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
      (async () => {
@@ -357,12 +356,7 @@ test("a terminated worker thread's lock is released (and no longer renewed)", T,
        parentPort.postMessage(lock.token);
        setInterval(() => {}, 1000);
      })();`,
-    { eval: true },
   );
-  await new Promise((resolve, reject) => {
-    worker.once('message', resolve);
-    worker.once('error', reject);
-  });
   assert.ok(one.exists('worker:k'));
   // The main thread holds a lock of its own: a worker's teardown must not release it.
   const mine = new LockManager({ nodes: [one.url] });
@@ -377,25 +371,19 @@ test("a terminated worker thread's lock is released (and no longer renewed)", T,
 });
 
 test("a terminated worker thread's waiting acquire is cancelled: it leaves the line and never takes the lock", T, async () => {
-  const { Worker } = require('node:worker_threads');
   const key = 'worker:waiting';
   const queue = `ferrolock:queue:{${key}}`;
   const holder = new LockManager({ nodes: [one.url], ttl: 60_000 });
   const other = new LockManager({ nodes: [one.url] });
   try {
     const held = await holder.acquire(key);
-    const worker = new Worker(
+    const { worker } = await startWorker(
       `const { parentPort } = require('node:worker_threads');
        const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
        const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
        m.acquire(${JSON.stringify(key)}).then(() => parentPort.postMessage('acquired'));
        parentPort.postMessage('waiting');`,
-      { eval: true },
     );
-    await new Promise((resolve, reject) => {
-      worker.once('message', resolve);
-      worker.once('error', reject);
-    });
     let deadline = Date.now() + 30_000;
     while (one.cli('ZCARD', queue) === '0') {
       assert.ok(Date.now() < deadline, "the worker's acquire never queued");

@@ -8,7 +8,7 @@ const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
-const { PKG, runNode } = require('./child');
+const { PKG, runNode, startWorker } = require('./child');
 const { LockManager, withReadLock, withWriteLock, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
@@ -217,8 +217,7 @@ for (const side of ['read', 'write']) {
 }
 
 test("a terminated worker thread's read and write holds are released", T, async () => {
-  const { Worker } = require('node:worker_threads');
-  const worker = new Worker(
+  const { worker } = await startWorker(
     `const { parentPort } = require('node:worker_threads');
      const { LockManager } = require(${JSON.stringify(PKG)});
      (async () => {
@@ -228,12 +227,7 @@ test("a terminated worker thread's read and write holds are released", T, async 
        parentPort.postMessage('held');
        setInterval(() => {}, 1000);
      })();`,
-    { eval: true },
   );
-  await new Promise((resolve, reject) => {
-    worker.once('message', resolve);
-    worker.once('error', reject);
-  });
   assert.equal(server.cli('HGET', 'rw:worker:r', 'mode'), 'read');
   assert.equal(server.cli('HGET', 'rw:worker:w', 'mode'), 'write');
   await worker.terminate();

@@ -9,7 +9,7 @@ const { execFileSync } = require('node:child_process');
 const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
-const { PKG, runNode } = require('./child');
+const { PKG, runNode, startWorker } = require('./child');
 const { LockManager, withPermit, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
@@ -148,8 +148,7 @@ test('process exit returns the permits', T, async () => {
 
 test("a terminated worker thread's permits are returned", T, async () => {
   const name = 'sem:worker';
-  const { Worker } = require('node:worker_threads');
-  const worker = new Worker(
+  const { worker } = await startWorker(
     `const { parentPort } = require('node:worker_threads');
      const { LockManager } = require(${JSON.stringify(PKG)});
      (async () => {
@@ -158,12 +157,7 @@ test("a terminated worker thread's permits are returned", T, async () => {
        parentPort.postMessage('held');
        setInterval(() => {}, 1000);
      })();`,
-    { eval: true },
   );
-  await new Promise((resolve, reject) => {
-    worker.once('message', resolve);
-    worker.once('error', reject);
-  });
   assert.equal(taken(name), 2);
   const mine = new LockManager({ ...SLOW, nodes: [server.url] });
   const kept = await mine.acquirePermit(name, { permits: 3 });
