@@ -64,6 +64,12 @@ class Harness:
     def history_events(self) -> list[dict]:
         return read_history(self.history)
 
+    def latest_deadline(self, episode: str) -> float:
+        """The last validity deadline the history gave `episode` ("client:handle"), across
+        its grant and renewals: no one else may be granted before it."""
+        return max(e["deadline"] for e in self.history_events()
+                   if e.get("episode") == episode and e.get("deadline") is not None)
+
     def check(self) -> dict:
         log = read_log(self.resource.port) if self.resource else None
         return check(self.history_events(), self.faults.read(), log)

@@ -31,8 +31,7 @@ def test_k10_a_paused_holders_permits_go_to_the_next_holder_only_after_its_lease
     ev = h.history_events()
     b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
     assert faults[0]["start"] < b_acq["t1"] < faults[0]["end"], "B was granted outside A's pause"
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     assert b_acq["t1"] >= a_deadline
     report = h.check()
     assert report["overlaps"] == [] and report["over_granted"] == [], report
@@ -87,8 +86,7 @@ def test_k10_a_holder_cut_off_from_its_node_is_told_and_its_permits_wait_for_its
     assert [f["fault"] for f in h.faults.read()] == ["cut"]
     ev = h.history_events()
     b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     # Told while cut off, before its deadline; B only once A's lease ended on the node.
     assert t_cut < lost["t"] <= a_deadline <= b_acq["t1"]
     report = h.check()
@@ -123,8 +121,7 @@ def test_k10_with_the_restart_guard_a_restart_without_persistence_does_not_over_
     faults = h.faults.read()
     assert [f["fault"] for f in faults] == ["restart_node"]
     ev = h.history_events()
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     # The node was back, empty, while A's lease still ran: without the guard B would have
     # been granted then (the test above). A is told that it could not renew in time.
     assert faults[0]["end"] < a_deadline

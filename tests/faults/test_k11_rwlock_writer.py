@@ -50,8 +50,7 @@ def test_k11_a_paused_writer_lets_a_reader_in_after_its_deadline_and_its_release
     ev = h.history_events()
     b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
     assert faults[0]["start"] < b_acq["t1"] < faults[0]["end"], "B was granted outside A's pause"
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     assert b_acq["t1"] >= a_deadline
     assert lost["t"] > faults[0]["end"]
     report = h.check()
@@ -89,8 +88,7 @@ def test_k11_a_killed_writers_hold_goes_to_the_next_writer_and_reader_only_after
     faults = h.faults.read()
     assert [f["fault"] for f in faults] == ["kill_client"]
     ev = h.history_events()
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     # The kill landed inside A's lease, which alone kept the others out until it ended.
     assert faults[0]["start"] < a_deadline
     grants = [e for e in ev if e.get("ev") == "acquire" and e["client"] in ("B", "C")]

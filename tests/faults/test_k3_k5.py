@@ -108,8 +108,7 @@ def test_k5_holder_cut_from_the_majority_is_told_before_its_deadline(h):
     assert s["lost"] == 1 and s["before_deadline"] == 1 and s["late"] == [], s
     b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
     # The next owner only after the servers' ttl: A's keys on n0..n2 expired untouched.
-    a_deadline = max(e["deadline"] for e in ev if e.get("episode") == "A:a1"
-                     and e.get("deadline") is not None)
+    a_deadline = h.latest_deadline("A:a1")
     assert b_acq["t1"] >= a_deadline
     assert lost[0]["t"] > t_cut
     for pid, fid in zip((h.proxy("A", i) for i in (0, 1, 2)), cuts):
