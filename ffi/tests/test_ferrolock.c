@@ -1983,7 +1983,7 @@ static long permits_held(const char *name) {
  * its own, and its exit protocol releases only those; the parent's stay, renewed past their ttl. */
 static void test_rw_semaphore_fork_child(void) {
   /* A short ttl: the parent's holds outlive it only by being renewed. */
-  uint64_t ttl = 2000;
+  uint64_t ttl = 3000;
   ferrolock_manager *all = manager_with(options_ms("ttl", ttl, NULL));
   ferrolock_manager *one = manager_with(one_node(options_ms("ttl", ttl, NULL)));
   char read_key[128], sem_name[128];
@@ -2012,7 +2012,7 @@ static void test_rw_semaphore_fork_child(void) {
     CHECK(permits_held(sem_name) == 1, "round %d: %ld permit ids held", round, permits_held(sem_name));
     CHECK(ferrolock_lock_is_held(held[0]) && ferrolock_lock_is_held(held[1]), "round %d: the parent's holds: read %d, permit %d",
           round, ferrolock_lock_is_held(held[0]), ferrolock_lock_is_held(held[1]));
-    if (round == 0) sleep_ms(3 * (int)ttl);
+    if (round == 0) sleep_ms(2 * (int)ttl);
   }
   for (int i = 0; i < 2; i++) {
     bool released = false;
