@@ -1843,8 +1843,8 @@ static void test_rw_semaphore_release_all(void) {
   ferrolock_manager_free(one);
 }
 
-/* The child of test_rw_semaphore_shutdown: holds each kind, runs the exit protocol, then tries
- * each again. */
+/* The child of test_rw_semaphore_shutdown: holds each kind, frees the managers, runs the exit
+ * protocol, then tries each kind again through new managers. */
 static int shutdown_kinds_child(const char *part) {
   ferrolock_manager *all = kind_manager(KIND_READ), *one = kind_manager(KIND_PERMIT);
   char keys[3][160];
@@ -1854,11 +1854,23 @@ static int shutdown_kinds_child(const char *part) {
     fprintf(stderr, "%s: %s\n", kind_names[failed], err ? err->message : "");
     return 10 + failed;
   }
+  /* Their managers freed, the holds stay usable, and the exit protocol still releases them. */
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+  for (int k = 0; k < 3; k++) {
+    uint64_t validity = 0;
+    if (ferrolock_lock_extend(locks[k], FERROLOCK_SAME_TTL, NULL, &validity, &err) != FERROLOCK_OK || validity == 0) {
+      fprintf(stderr, "%s extended after its manager was freed: %s\n", kind_names[k], err ? err->message : "");
+      return 20 + k;
+    }
+  }
   size_t released = ferrolock_shutdown(10000);
   if (released != 3) {
     fprintf(stderr, "shutdown released %zu\n", released);
     return 13;
   }
+  all = kind_manager(KIND_READ);
+  one = kind_manager(KIND_PERMIT);
   for (int k = 0; k < 3; k++) {
     ferrolock_lock *late = NULL;
     int st = try_kind(k == KIND_PERMIT ? one : all, k, keys[k], &late);
@@ -1876,7 +1888,8 @@ static int shutdown_kinds_child(const char *part) {
 }
 
 /* The exit protocol (ferrolock_shutdown) in a process of its own releases a read hold, a
- * write hold and a permit, and refuses each kind afterwards; nothing is left on the nodes. */
+ * write hold and a permit whose managers were freed (they stay usable until then), and
+ * refuses each kind afterwards; nothing is left on the nodes. */
 static void test_rw_semaphore_shutdown(void) {
   char part[128];
   snprintf(part, sizeof part, "%s", fresh_key("shutdown-kinds"));
