@@ -1951,6 +1951,69 @@ static void test_rw_semaphore_freed_unreleased(void) {
   ferrolock_manager_free(one2);
 }
 
+static void stop_all_nodes(int on) {
+  for (int i = 0; i < node_count; i++) kill(node_pids[i], on ? SIGSTOP : SIGCONT);
+}
+
+/* As lost_never_after_free for the lock: a read, write and permit hold freed while its nodes
+ * are stopped is never signalled lost, though its loss comes while they stay stopped; a free
+ * while the loss callback runs waits for it to finish. */
+static void test_rw_semaphore_lost_never_after_free(void) {
+  ferrolock_manager *all = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_manager *one = manager_with(one_node(options_ms("ttl", (uint64_t)1500, NULL)));
+  char part[2][128], keys[2][3][160];
+  ferrolock_lock *early[3], *late[3];
+  for (int i = 0; i < 2; i++) snprintf(part[i], sizeof part[i], "%s", fresh_key(i ? "lost-late" : "lost-early"));
+  int failed = take_each_kind(all, one, part[0], keys[0], early);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  failed = take_each_kind(all, one, part[1], keys[1], late);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  static seen_t quiet[3], slow[3];
+  for (int k = 0; k < 3; k++) {
+    quiet[k] = (seen_t){.mu = PTHREAD_MUTEX_INITIALIZER};
+    slow[k] = (seen_t){.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 300};
+    EXPECT(ferrolock_lock_on_lost(early[k], on_lost, &quiet[k], &err), FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_on_lost(late[k], on_lost, &slow[k], &err), FERROLOCK_OK, NULL);
+  }
+  /* Stopped nodes: no renewal and no release reach them; every hold's loss is coming. */
+  stop_all_nodes(1);
+  for (int k = 0; k < 3; k++) ferrolock_lock_free(early[k]);
+  int started[3], finished[3];
+  for (int k = 0; k < 3; k++) {
+    double give_up = now_ms() + 30000;
+    while (!seen_started(&slow[k]) && now_ms() < give_up) sleep_ms(5);
+    /* The callback is running (it naps 300 ms), or never came: free waits for a running one. */
+    ferrolock_lock_free(late[k]);
+    pthread_mutex_lock(&slow[k].mu);
+    started[k] = slow[k].started;
+    finished[k] = slow[k].finished;
+    pthread_mutex_unlock(&slow[k].mu);
+  }
+  sleep_ms(1600); /* past the freed holds' ttl: their loss would have been signalled by now */
+  stop_all_nodes(0);
+  for (int k = 0; k < 3; k++) {
+    CHECK(started[k], "%s: the loss was never signalled", kind_names[k]);
+    CHECK(finished[k], "%s: ferrolock_lock_free returned while the loss callback was still running", kind_names[k]);
+    pthread_mutex_lock(&quiet[k].mu);
+    int calls = quiet[k].calls;
+    pthread_mutex_unlock(&quiet[k].mu);
+    CHECK(calls == 0, "%s: a freed hold's loss callback was called %d times", kind_names[k], calls);
+  }
+  /* Once the nodes answer again, the freed holds' background releases (or their ttl) free them. */
+  ferrolock_options *wait = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(wait, "wait", 30000, &err), FERROLOCK_OK, NULL);
+  for (int k = 0; k < 3; k++) {
+    ferrolock_lock *next = NULL;
+    EXPECT(take_kind(k == KIND_PERMIT ? one : all, k == KIND_PERMIT ? KIND_PERMIT : KIND_WRITE, keys[0][k], wait, &next, &err),
+           FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_release(next, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(next);
+  }
+  ferrolock_options_free(wait);
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+}
+
 /* Fork: the pool of test_rw_semaphore_fork_child's semaphore, one permit for each process. */
 #define FORK_POOL 2
 
@@ -2066,6 +2129,7 @@ static const test_t tests[] = {
     {"rw_semaphore_shutdown", test_rw_semaphore_shutdown},
     {"rw_semaphore_fork_child", test_rw_semaphore_fork_child},
     {"rw_semaphore_freed_unreleased", test_rw_semaphore_freed_unreleased},
+    {"rw_semaphore_lost_never_after_free", test_rw_semaphore_lost_never_after_free},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };
