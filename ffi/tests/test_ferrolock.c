@@ -2014,6 +2014,36 @@ static void test_rw_semaphore_lost_never_after_free(void) {
   ferrolock_manager_free(one);
 }
 
+/* A done callback of a started write acquire, and of a permit's, calls back in as the lock's
+ * does in callbacks_call_back_in: it takes its outcome, extends and releases the hold, tries
+ * and waits for locks through the same manager, and frees its acquisition. */
+static void test_rw_semaphore_done_calls_back_in(void) {
+  int must = (1 << IN_RESULT) | (1 << IN_EXTEND) | (1 << IN_RELEASE) | (1 << IN_TRY_ACQUIRE) | (1 << IN_ACQUIRE) |
+             (1 << IN_RELEASE_ACQUIRED);
+  char why[1024] = "";
+  for (int k = KIND_WRITE; k <= KIND_PERMIT; k++) {
+    ferrolock_manager *m = kind_manager(k), *other = kind_manager(k);
+    static reentry_t done;
+    reentry_init(&done, m, kind_names[k]);
+    ferrolock_lock *blocker = NULL;
+    EXPECT(ferrolock_manager_acquire(other, done.held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
+    char key[128];
+    snprintf(key, sizeof key, "%s", fresh_key(k == KIND_PERMIT ? "done-permit" : "done-write"));
+    if (k == KIND_PERMIT)
+      EXPECT(ferrolock_manager_semaphore_acquire_start(m, key, KIND_POOL, 1, NULL, done_calls_back_in, &done, &done.a, &err),
+             FERROLOCK_OK, NULL);
+    else
+      EXPECT(ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_WRITE, NULL, FERROLOCK_NO_OWNER, done_calls_back_in,
+                                                &done, &done.a, &err), FERROLOCK_OK, NULL);
+    CHECK(reentry_wait(&done, blocker), "%s: the done callback never finished (started: %d)", kind_names[k], done.started);
+    CHECK(reentry_ok(&done, kind_names[k], must, why, sizeof why), "%.700s", why);
+    nothing_left(k, key, kind_names[k], KIND_POLL_MS);
+    if (check_failed) return;
+    ferrolock_manager_free(m);
+    ferrolock_manager_free(other);
+  }
+}
+
 /* Fork: the pool of test_rw_semaphore_fork_child's semaphore, one permit for each process. */
 #define FORK_POOL 2
 
@@ -2130,6 +2160,7 @@ static const test_t tests[] = {
     {"rw_semaphore_fork_child", test_rw_semaphore_fork_child},
     {"rw_semaphore_freed_unreleased", test_rw_semaphore_freed_unreleased},
     {"rw_semaphore_lost_never_after_free", test_rw_semaphore_lost_never_after_free},
+    {"rw_semaphore_done_calls_back_in", test_rw_semaphore_done_calls_back_in},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };
