@@ -1585,6 +1585,551 @@ static void test_idle_threads_close_their_connections(void) {
   CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the idle child failed (status %d)", status);
 }
 
+/* ---- lifetimes of read-write holds and permits (the lock's above, for the other kinds) ---- */
+
+enum { KIND_READ, KIND_WRITE, KIND_PERMIT };
+static const char *kind_names[] = {"read", "write", "permit"};
+/* The pool of the semaphores below: one permit, so that a held one keeps the next out. */
+#define KIND_POOL 1
+
+/* An integer redis-cli prints for `args` on node i; -1 for none (nil, an error). */
+static long redis_int(int i, const char *args) {
+  char cmd[320];
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d %s", node_ports[i], args);
+  FILE *p = popen(cmd, "r");
+  long n = -1;
+  if (p) {
+    if (fscanf(p, "%ld", &n) != 1) n = -1;
+    pclose(p);
+  }
+  return n;
+}
+
+/* Deletes every key whose name contains `part` on every node (a hold's hash and hold keys). */
+static void delete_named(const char *part) {
+  char cmd[320];
+  for (int i = 0; i < node_count; i++) {
+    snprintf(cmd, sizeof cmd, "redis-cli -p %d --scan --pattern '*%s*' | xargs -r redis-cli -p %d DEL > /dev/null",
+             node_ports[i], part, node_ports[i]);
+    if (system(cmd) != 0) abort();
+  }
+}
+
+/* The nodes a kind lives on: a semaphore on node 0 alone (one_node), a read-write lock on all. */
+static int kind_nodes(int kind) { return kind == KIND_PERMIT ? 1 : node_count; }
+
+/* Takes `kind` of `key` through `m`, waiting as `opts` says (NULL: the manager's wait). */
+static int take_kind(ferrolock_manager *m, int kind, const char *key, const ferrolock_options *opts,
+                     ferrolock_lock **lock_out, ferrolock_error **e) {
+  if (kind == KIND_PERMIT) return ferrolock_manager_semaphore_acquire(m, key, KIND_POOL, 1, opts, NULL, lock_out, e);
+  int side = kind == KIND_READ ? FERROLOCK_RW_READ : FERROLOCK_RW_WRITE;
+  return ferrolock_manager_rw_acquire(m, key, side, FERROLOCK_NO_OWNER, opts, NULL, lock_out, e);
+}
+
+/* `take_kind` tried once. */
+static int try_kind(ferrolock_manager *m, int kind, const char *key, ferrolock_lock **lock_out) {
+  if (kind == KIND_PERMIT) return ferrolock_manager_semaphore_try_acquire(m, key, KIND_POOL, 1, NULL, lock_out, &err);
+  int side = kind == KIND_READ ? FERROLOCK_RW_READ : FERROLOCK_RW_WRITE;
+  return ferrolock_manager_rw_try_acquire(m, key, side, NULL, lock_out, &err);
+}
+
+/* Nothing of `key` is left on its nodes but the layout's own: for a read-write lock no key at
+ * all; for a semaphore its counter (no TTL, by design), back at the full pool. Polls up to
+ * `poll_ms` for a release still on its way to a node that did not count, a bound below the
+ * ttl of what it looks for, so that a leftover cannot pass by expiring. */
+static void nothing_left(int kind, const char *key, const char *what, int poll_ms) {
+  char args[256];
+  for (int i = 0; i < kind_nodes(kind); i++) {
+    long left = -1, want = kind == KIND_PERMIT ? 1 : 0;
+    double give_up = now_ms() + poll_ms;
+    while ((left = keys_on(i, key)) != want && now_ms() < give_up) sleep_ms(25);
+    CHECK(left == want, "%s: node %d: %ld keys named after %s left (want %ld)", what, i, left, key, want);
+    if (kind == KIND_PERMIT) {
+      snprintf(args, sizeof args, "GET '%s'", key);
+      CHECK(redis_int(i, args) == KIND_POOL, "%s: %ld permits free of %d", what, redis_int(i, args), KIND_POOL);
+    }
+  }
+}
+
+/* The ttl of the holds these tests look for leftovers of (a read's longest), and the polling
+ * bound of those looks: below it, so a leftover is seen before it could expire. */
+#define KIND_TTL_MS 30000
+#define KIND_POLL_MS 15000
+
+/* A manager of the nodes `kind` lives on, with the ttl above. */
+static ferrolock_manager *kind_manager(int kind) {
+  ferrolock_options *o = options_ms("ttl", (uint64_t)KIND_TTL_MS, NULL);
+  return manager_with(kind == KIND_PERMIT ? one_node(o) : o);
+}
+
+/* One kind's cancel: a completion-based acquire waiting behind `holds` (a hold of the other
+ * side, or the pool's permit) is cancelled; then nothing of it is left. */
+static void cancel_one_kind(int kind, int holds) {
+  ferrolock_manager *holder = kind_manager(kind), *m = kind_manager(kind), *next = kind_manager(kind);
+  char key[128];
+  snprintf(key, sizeof key, "%s", fresh_key(kind_names[kind]));
+  const char *what = kind_names[kind];
+  ferrolock_lock *held = NULL, *none = NULL, *taken = NULL;
+  EXPECT(take_kind(holder, holds, key, NULL, &held, &err), FERROLOCK_OK, NULL);
+  done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ferrolock_acquisition *a = NULL;
+  if (kind == KIND_PERMIT)
+    EXPECT(ferrolock_manager_semaphore_acquire_start(m, key, KIND_POOL, 1, NULL, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+  else
+    EXPECT(ferrolock_manager_rw_acquire_start(m, key, kind == KIND_READ ? FERROLOCK_RW_READ : FERROLOCK_RW_WRITE, NULL,
+                                              FERROLOCK_NO_OWNER, on_done, &d, &a, &err), FERROLOCK_OK, NULL);
+  /* The fault: it waits, queued on every node, behind the holder. */
+  for (int i = 0; i < kind_nodes(kind); i++) {
+    double give_up = now_ms() + 30000;
+    while (queue_keys_on(i, key) < 1 && now_ms() < give_up) sleep_ms(25);
+    CHECK(queue_keys_on(i, key) >= 1, "%s: node %d: the waiter never queued", what, i);
+  }
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_PENDING, NULL);
+  ferrolock_acquisition_cancel(a);
+  CHECK(wait_done(&d, 60) == 1, "%s: done called %d times after the cancel", what, d.calls);
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_CANCELLED, NULL);
+  CHECK(none == NULL);
+  ferrolock_acquisition_free(a);
+  /* The header: a CANCELLED outcome is ready only once no queue entry of it is left. */
+  for (int i = 0; i < kind_nodes(kind); i++)
+    CHECK(queue_keys_on(i, key) == 0, "%s: node %d: %ld queue keys left by the cancelled waiter", what, i, queue_keys_on(i, key));
+  CHECK(ferrolock_lock_is_held(held), "%s: the holder lost its hold", what);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  /* No hold, no queue place: the next taker's first try is granted (a writer for the lock). */
+  int next_kind = kind == KIND_PERMIT ? KIND_PERMIT : KIND_WRITE;
+  int tried = try_kind(next, next_kind, key, &taken);
+  CHECK(tried == FERROLOCK_OK, "%s: the next %s's first try: %s: %s", what, kind_names[next_kind],
+        ferrolock_status_name(tried), err && err->message ? err->message : "");
+  EXPECT(ferrolock_lock_release(taken, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(taken);
+  nothing_left(kind, key, what, KIND_POLL_MS);
+  ferrolock_manager_free(holder);
+  ferrolock_manager_free(m);
+  ferrolock_manager_free(next);
+}
+
+/* A started read, write and permit acquire, each waiting behind a holder, cancelled: each
+ * completes CANCELLED and leaves no hold, no queue place, no key but the layout's own. */
+static void test_rw_semaphore_cancel_start(void) {
+  cancel_one_kind(KIND_READ, KIND_WRITE);
+  if (check_failed) return;
+  cancel_one_kind(KIND_WRITE, KIND_READ);
+  if (check_failed) return;
+  cancel_one_kind(KIND_PERMIT, KIND_PERMIT);
+}
+
+/* A loss callback that takes `kind` of `key` through the manager of the lost hold. */
+typedef struct {
+  ferrolock_manager *m;
+  int kind;
+  char key[128];
+  int calls, took, held, released;
+  char message[256];
+} lost_takes_t;
+
+static void lost_takes(void *userdata, const ferrolock_error *reason) {
+  (void)reason;
+  lost_takes_t *t = userdata;
+  /* The ttl of a leftover nothing_left would see before it expires. */
+  ferrolock_options *wait = ferrolock_options_new();
+  ferrolock_options_set_ms(wait, "wait", 30000, NULL);
+  ferrolock_options_set_ms(wait, "ttl", KIND_TTL_MS, NULL);
+  ferrolock_lock *got = NULL;
+  ferrolock_error *e = NULL;
+  int took = take_kind(t->m, t->kind, t->key, wait, &got, &e);
+  ferrolock_options_free(wait);
+  snprintf(t->message, sizeof t->message, "%s", e && e->message ? e->message : "");
+  ferrolock_error_free(e);
+  int held = got && ferrolock_lock_is_held(got);
+  bool released = false;
+  int rc = got ? ferrolock_lock_release(got, &released, NULL) : -2;
+  ferrolock_lock_free(got);
+  t->took = took;
+  t->held = held;
+  t->released = rc == FERROLOCK_OK && released;
+  __atomic_add_fetch(&t->calls, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A hold of `kind` of `key` through `m`, its keys deleted: it is signalled lost, and its
+ * callback takes `t`'s kind through `t->m`; afterwards nothing of either is left. */
+static void lose_and_take(ferrolock_manager *m, int kind, const char *key, lost_takes_t *t) {
+  const char *what = kind_names[kind];
+  ferrolock_lock *lock = NULL;
+  EXPECT(take_kind(m, kind, key, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(lock, lost_takes, t, &err), FERROLOCK_OK, NULL);
+  delete_named(key);
+  double give_up = now_ms() + 60000;
+  while (!__atomic_load_n(&t->calls, __ATOMIC_SEQ_CST) && now_ms() < give_up) sleep_ms(10);
+  CHECK(__atomic_load_n(&t->calls, __ATOMIC_SEQ_CST) == 1, "%s hold: loss callback called %d times", what, t->calls);
+  CHECK(ferrolock_lock_is_lost(lock), "%s hold: not lost", what);
+  EXPECT(ferrolock_lock_check(lock, &err), FERROLOCK_ERR_LOCK_LOST, NULL);
+  CHECK(t->took == FERROLOCK_OK && t->held && t->released, "%s hold's callback took a %s: %s (held %d, released %d): %s",
+        what, kind_names[t->kind], ferrolock_status_name(t->took), t->held, t->released, t->message);
+  ferrolock_lock_free(lock);
+  nothing_left(kind, key, what, KIND_POLL_MS);
+  nothing_left(t->kind, t->key, kind_names[t->kind], KIND_POLL_MS);
+}
+
+/* A read hold lost (its keys deleted) takes the write lock of its own key from inside its
+ * loss callback, through the same manager; a write hold lost takes a permit likewise. */
+static void test_rw_lost_callback_calls_in(void) {
+  /* A short ttl for a prompt loss (a slow node timeout needs 10 ×). */
+  const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
+  uint64_t ttl = slow ? 10 * strtoull(slow, NULL, 10) : 1500;
+  static lost_takes_t read_lost, write_lost;
+  ferrolock_manager *all = manager_with(options_ms("ttl", ttl, NULL));
+  read_lost = (lost_takes_t){.m = all, .kind = KIND_WRITE};
+  snprintf(read_lost.key, sizeof read_lost.key, "%s", fresh_key("lost-read"));
+  lose_and_take(all, KIND_READ, read_lost.key, &read_lost);
+  ferrolock_manager_free(all);
+  if (check_failed) return;
+
+  ferrolock_manager *one = manager_with(one_node(options_ms("ttl", ttl, NULL)));
+  write_lost = (lost_takes_t){.m = one, .kind = KIND_PERMIT};
+  snprintf(write_lost.key, sizeof write_lost.key, "%s", fresh_key("lost-write-permit"));
+  char key[128];
+  snprintf(key, sizeof key, "%s", fresh_key("lost-write"));
+  lose_and_take(one, KIND_WRITE, key, &write_lost);
+  ferrolock_manager_free(one);
+}
+
+/* A hold of each kind, on keys named `part`:read, `part`:write, `part`:permit, through `all`
+ * (the read-write lock's nodes) and `one` (the semaphore's). Returns the kind that failed, or -1. */
+static int take_each_kind(ferrolock_manager *all, ferrolock_manager *one, const char *part,
+                          char keys[3][160], ferrolock_lock *locks[3]) {
+  for (int k = 0; k < 3; k++) {
+    snprintf(keys[k], sizeof keys[k], "%s:%s", part, kind_names[k]);
+    locks[k] = NULL;
+    if (take_kind(k == KIND_PERMIT ? one : all, k, keys[k], NULL, &locks[k], &err) != FERROLOCK_OK) return k;
+  }
+  return -1;
+}
+
+/* release_all of a manager gives back its read and write holds, the other's its permit: the
+ * counts are the holds still held, nothing is left on the nodes, the handles say NOT_HELD,
+ * and the managers still hand out holds. */
+static void test_rw_semaphore_release_all(void) {
+  ferrolock_manager *all = kind_manager(KIND_READ), *one = kind_manager(KIND_PERMIT);
+  char part[128], keys[3][160];
+  snprintf(part, sizeof part, "%s", fresh_key("release-all-kinds"));
+  ferrolock_lock *locks[3], *reader = NULL;
+  int failed = take_each_kind(all, one, part, keys, locks);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  /* A second reader, released by its holder: not counted. */
+  EXPECT(take_kind(all, KIND_READ, keys[KIND_READ], NULL, &reader, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(reader, NULL, &err), FERROLOCK_OK, NULL);
+  size_t released = 99;
+  EXPECT(ferrolock_manager_release_all(all, 10000, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 2, "the read-write manager released %zu", released);
+  released = 99;
+  EXPECT(ferrolock_manager_release_all(one, 10000, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 1, "the semaphore's manager released %zu", released);
+  for (int k = 0; k < 3; k++) {
+    nothing_left(k, keys[k], kind_names[k], KIND_POLL_MS);
+    if (check_failed) return;
+    CHECK(!ferrolock_lock_is_held(locks[k]), "%s: still held", kind_names[k]);
+    EXPECT(ferrolock_lock_release(locks[k], NULL, &err), FERROLOCK_ERR_NOT_HELD, NULL);
+    ferrolock_lock_free(locks[k]);
+  }
+  ferrolock_lock_free(reader);
+  for (int k = 0; k < 3; k++) {
+    ferrolock_lock *again = NULL;
+    EXPECT(try_kind(k == KIND_PERMIT ? one : all, k, keys[k], &again), FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_release(again, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(again);
+  }
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+}
+
+/* The child of test_rw_semaphore_shutdown: holds each kind, frees the managers, runs the exit
+ * protocol, then tries each kind again through new managers. */
+static int shutdown_kinds_child(const char *part) {
+  ferrolock_manager *all = kind_manager(KIND_READ), *one = kind_manager(KIND_PERMIT);
+  char keys[3][160];
+  ferrolock_lock *locks[3];
+  int failed = take_each_kind(all, one, part, keys, locks);
+  if (failed >= 0) {
+    fprintf(stderr, "%s: %s\n", kind_names[failed], err ? err->message : "");
+    return 10 + failed;
+  }
+  /* Their managers freed, the holds stay usable, and the exit protocol still releases them. */
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+  for (int k = 0; k < 3; k++) {
+    uint64_t validity = 0;
+    if (ferrolock_lock_extend(locks[k], FERROLOCK_SAME_TTL, NULL, &validity, &err) != FERROLOCK_OK || validity == 0) {
+      fprintf(stderr, "%s extended after its manager was freed: %s\n", kind_names[k], err ? err->message : "");
+      return 20 + k;
+    }
+  }
+  size_t released = ferrolock_shutdown(10000);
+  if (released != 3) {
+    fprintf(stderr, "shutdown released %zu\n", released);
+    return 13;
+  }
+  all = kind_manager(KIND_READ);
+  one = kind_manager(KIND_PERMIT);
+  for (int k = 0; k < 3; k++) {
+    ferrolock_lock *late = NULL;
+    int st = try_kind(k == KIND_PERMIT ? one : all, k, keys[k], &late);
+    if (st != FERROLOCK_ERR_NOT_ACQUIRED || !err || !strstr(err->message, "exiting")) {
+      fprintf(stderr, "%s after shutdown: %s: %s\n", kind_names[k], ferrolock_status_name(st), err ? err->message : "");
+      return 14 + k;
+    }
+    ferrolock_error_free(err);
+    err = NULL;
+    ferrolock_lock_free(locks[k]);
+  }
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+  return 0;
+}
+
+/* The exit protocol (ferrolock_shutdown) in a process of its own releases a read hold, a
+ * write hold and a permit whose managers were freed (they stay usable until then), and
+ * refuses each kind afterwards; nothing is left on the nodes. */
+static void test_rw_semaphore_shutdown(void) {
+  char part[128];
+  snprintf(part, sizeof part, "%s", fresh_key("shutdown-kinds"));
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    execl(self_path, self_path, "shutdown-kinds", part, (char *)NULL);
+    _exit(127);
+  }
+  int status = child_status(child, 60);
+  CHECK(status == 0, "child status %d (-1: hung or crashed)", status);
+  for (int k = 0; k < 3; k++) {
+    char key[160];
+    snprintf(key, sizeof key, "%s:%s", part, kind_names[k]);
+    nothing_left(k, key, kind_names[k], KIND_POLL_MS);
+    if (check_failed) return;
+  }
+}
+
+/* Freeing a held read, write or permit handle without a release releases it in the background
+ * (the header's promise for ferrolock_lock_free), and its loss callback is never called: a
+ * waiting writer (a permit taker) from another manager is granted before the freed hold could
+ * have expired, and nothing is left on the nodes. */
+static void test_rw_semaphore_freed_unreleased(void) {
+  ferrolock_manager *all = kind_manager(KIND_READ), *one = kind_manager(KIND_PERMIT);
+  ferrolock_manager *all2 = kind_manager(KIND_READ), *one2 = kind_manager(KIND_PERMIT);
+  char part[128], keys[3][160];
+  snprintf(part, sizeof part, "%s", fresh_key("freed-kinds"));
+  ferrolock_lock *locks[3];
+  int failed = take_each_kind(all, one, part, keys, locks);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  seen_t quiet[3];
+  for (int k = 0; k < 3; k++) {
+    quiet[k] = (seen_t){.mu = PTHREAD_MUTEX_INITIALIZER};
+    EXPECT(ferrolock_lock_on_lost(locks[k], on_lost, &quiet[k], &err), FERROLOCK_OK, NULL);
+  }
+  for (int k = 0; k < 3; k++) ferrolock_lock_free(locks[k]);
+  /* Waits that end within the time a hold renewed just before the free has left (ttl minus the
+   * ttl/3 between renewals), counted from the free: only a release lets them in. */
+  double deadline = now_ms() + KIND_POLL_MS;
+  ferrolock_options *wait = ferrolock_options_new();
+  for (int k = 0; k < 3; k++) {
+    int next_kind = k == KIND_PERMIT ? KIND_PERMIT : KIND_WRITE;
+    ferrolock_lock *next = NULL;
+    double left = deadline - now_ms();
+    EXPECT(ferrolock_options_set_ms(wait, "wait", left > 0 ? (uint64_t)left : 0, &err), FERROLOCK_OK, NULL);
+    EXPECT(take_kind(k == KIND_PERMIT ? one2 : all2, next_kind, keys[k], wait, &next, &err), FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_release(next, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(next);
+    nothing_left(k, keys[k], kind_names[k], KIND_POLL_MS);
+    if (check_failed) return;
+  }
+  ferrolock_options_free(wait);
+  for (int k = 0; k < 3; k++) CHECK(quiet[k].calls == 0, "%s: a freed hold's loss callback was called", kind_names[k]);
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+  ferrolock_manager_free(all2);
+  ferrolock_manager_free(one2);
+}
+
+static void stop_all_nodes(int on) {
+  for (int i = 0; i < node_count; i++) kill(node_pids[i], on ? SIGSTOP : SIGCONT);
+}
+
+/* As lost_never_after_free for the lock: a read, write and permit hold freed while its nodes
+ * are stopped is never signalled lost, though its loss comes while they stay stopped; a free
+ * while the loss callback runs waits for it to finish. */
+static void test_rw_semaphore_lost_never_after_free(void) {
+  ferrolock_manager *all = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_manager *one = manager_with(one_node(options_ms("ttl", (uint64_t)1500, NULL)));
+  char part[2][128], keys[2][3][160];
+  ferrolock_lock *early[3], *late[3];
+  for (int i = 0; i < 2; i++) snprintf(part[i], sizeof part[i], "%s", fresh_key(i ? "lost-late" : "lost-early"));
+  int failed = take_each_kind(all, one, part[0], keys[0], early);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  failed = take_each_kind(all, one, part[1], keys[1], late);
+  CHECK(failed < 0, "%s: %s", kind_names[failed < 0 ? 0 : failed], err ? err->message : "");
+  static seen_t quiet[3], slow[3];
+  for (int k = 0; k < 3; k++) {
+    quiet[k] = (seen_t){.mu = PTHREAD_MUTEX_INITIALIZER};
+    slow[k] = (seen_t){.mu = PTHREAD_MUTEX_INITIALIZER, .sleep_ms = 300};
+    EXPECT(ferrolock_lock_on_lost(early[k], on_lost, &quiet[k], &err), FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_on_lost(late[k], on_lost, &slow[k], &err), FERROLOCK_OK, NULL);
+  }
+  /* Stopped nodes: no renewal and no release reach them; every hold's loss is coming. */
+  stop_all_nodes(1);
+  for (int k = 0; k < 3; k++) ferrolock_lock_free(early[k]);
+  int started[3], finished[3];
+  for (int k = 0; k < 3; k++) {
+    double give_up = now_ms() + 30000;
+    while (!seen_started(&slow[k]) && now_ms() < give_up) sleep_ms(5);
+    /* The callback is running (it naps 300 ms), or never came: free waits for a running one. */
+    ferrolock_lock_free(late[k]);
+    pthread_mutex_lock(&slow[k].mu);
+    started[k] = slow[k].started;
+    finished[k] = slow[k].finished;
+    pthread_mutex_unlock(&slow[k].mu);
+  }
+  sleep_ms(1600); /* past the freed holds' ttl: their loss would have been signalled by now */
+  stop_all_nodes(0);
+  for (int k = 0; k < 3; k++) {
+    CHECK(started[k], "%s: the loss was never signalled", kind_names[k]);
+    CHECK(finished[k], "%s: ferrolock_lock_free returned while the loss callback was still running", kind_names[k]);
+    pthread_mutex_lock(&quiet[k].mu);
+    int calls = quiet[k].calls;
+    pthread_mutex_unlock(&quiet[k].mu);
+    CHECK(calls == 0, "%s: a freed hold's loss callback was called %d times", kind_names[k], calls);
+  }
+  /* Once the nodes answer again, the freed holds' background releases (or their ttl) free them. */
+  ferrolock_options *wait = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(wait, "wait", 30000, &err), FERROLOCK_OK, NULL);
+  for (int k = 0; k < 3; k++) {
+    ferrolock_lock *next = NULL;
+    EXPECT(take_kind(k == KIND_PERMIT ? one : all, k == KIND_PERMIT ? KIND_PERMIT : KIND_WRITE, keys[0][k], wait, &next, &err),
+           FERROLOCK_OK, NULL);
+    EXPECT(ferrolock_lock_release(next, NULL, &err), FERROLOCK_OK, NULL);
+    ferrolock_lock_free(next);
+  }
+  ferrolock_options_free(wait);
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+}
+
+/* A done callback of a started write acquire, and of a permit's, calls back in as the lock's
+ * does in callbacks_call_back_in: it takes its outcome, extends and releases the hold, tries
+ * and waits for locks through the same manager, and frees its acquisition. */
+static void test_rw_semaphore_done_calls_back_in(void) {
+  int must = (1 << IN_RESULT) | (1 << IN_EXTEND) | (1 << IN_RELEASE) | (1 << IN_TRY_ACQUIRE) | (1 << IN_ACQUIRE) |
+             (1 << IN_RELEASE_ACQUIRED);
+  char why[1024] = "";
+  for (int k = KIND_WRITE; k <= KIND_PERMIT; k++) {
+    ferrolock_manager *m = kind_manager(k), *other = kind_manager(k);
+    static reentry_t done;
+    reentry_init(&done, m, kind_names[k]);
+    ferrolock_lock *blocker = NULL;
+    EXPECT(ferrolock_manager_acquire(other, done.held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
+    char key[128];
+    snprintf(key, sizeof key, "%s", fresh_key(k == KIND_PERMIT ? "done-permit" : "done-write"));
+    if (k == KIND_PERMIT)
+      EXPECT(ferrolock_manager_semaphore_acquire_start(m, key, KIND_POOL, 1, NULL, done_calls_back_in, &done, &done.a, &err),
+             FERROLOCK_OK, NULL);
+    else
+      EXPECT(ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_WRITE, NULL, FERROLOCK_NO_OWNER, done_calls_back_in,
+                                                &done, &done.a, &err), FERROLOCK_OK, NULL);
+    CHECK(reentry_wait(&done, blocker), "%s: the done callback never finished (started: %d)", kind_names[k], done.started);
+    CHECK(reentry_ok(&done, kind_names[k], must, why, sizeof why), "%.700s", why);
+    nothing_left(k, key, kind_names[k], KIND_POLL_MS);
+    if (check_failed) return;
+    ferrolock_manager_free(m);
+    ferrolock_manager_free(other);
+  }
+}
+
+/* Fork: the pool of test_rw_semaphore_fork_child's semaphore, one permit for each process. */
+#define FORK_POOL 2
+
+/* The child of test_rw_semaphore_fork_child (forked, no exec): the parent's read hold and
+ * permit are inert here, with the fork named; its own are granted and its shutdown releases them. */
+static int rw_forked_child(ferrolock_manager *all, ferrolock_manager *one, ferrolock_lock *inherited[2],
+                           const char *read_key, const char *sem_name) {
+  for (int i = 0; i < 2; i++) {
+    ferrolock_error *e = NULL;
+    if (ferrolock_lock_is_held(inherited[i])) return 20 + i;
+    int st = ferrolock_lock_release(inherited[i], NULL, &e);
+    int refused = st == FERROLOCK_ERR_NOT_HELD && e && strstr(e->message, "forked child");
+    ferrolock_error_free(e);
+    e = NULL;
+    if (!refused) return 22 + i;
+    st = ferrolock_lock_extend(inherited[i], FERROLOCK_SAME_TTL, NULL, NULL, &e);
+    refused = st == FERROLOCK_ERR_NOT_HELD && e && strstr(e->message, "forked child");
+    ferrolock_error_free(e);
+    if (!refused) return 24 + i;
+    ferrolock_lock_free(inherited[i]); /* releases nothing: the parent checks its holds */
+  }
+  ferrolock_lock *read = NULL, *permit = NULL;
+  if (ferrolock_manager_read_acquire(all, read_key, NULL, NULL, &read, NULL) != FERROLOCK_OK) return 30;
+  if (ferrolock_manager_semaphore_try_acquire(one, sem_name, FORK_POOL, 1, NULL, &permit, NULL) != FERROLOCK_OK)
+    return 31;
+  if (!ferrolock_lock_is_held(read) || !ferrolock_lock_is_held(permit)) return 32;
+  size_t released = ferrolock_shutdown(10000);
+  ferrolock_lock_free(read);
+  ferrolock_lock_free(permit);
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+  return released == 2 ? 0 : 33;
+}
+
+/* The permit ids held on the semaphore `name` (node 0). */
+static long permits_held(const char *name) {
+  char args[256];
+  snprintf(args, sizeof args, "ZCARD '{%s}:timeout'", name);
+  return redis_int(0, args);
+}
+
+/* A child forked while the parent holds a read hold and a permit cannot release them, takes
+ * its own, and its exit protocol releases only those; the parent's stay, renewed past their ttl. */
+static void test_rw_semaphore_fork_child(void) {
+  /* A short ttl: the parent's holds outlive it only by being renewed. */
+  uint64_t ttl = 3000;
+  ferrolock_manager *all = manager_with(options_ms("ttl", ttl, NULL));
+  ferrolock_manager *one = manager_with(one_node(options_ms("ttl", ttl, NULL)));
+  char read_key[128], sem_name[128];
+  snprintf(read_key, sizeof read_key, "%s", fresh_key("fork-read"));
+  snprintf(sem_name, sizeof sem_name, "%s", fresh_key("fork-permit"));
+  ferrolock_lock *held[2] = {NULL, NULL};
+  EXPECT(ferrolock_manager_read_acquire(all, read_key, NULL, NULL, &held[0], &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_semaphore_acquire(one, sem_name, FORK_POOL, 1, NULL, NULL, &held[1], &err), FERROLOCK_OK, NULL);
+  /* The parent's read hold on each node: its hash and its hold key (a late node may have none). */
+  long before[8], total = 0;
+  for (int n = 0; n < node_count; n++) total += before[n] = keys_on(n, read_key);
+  CHECK(total >= 2, "the parent's read hold is not visible (%ld keys)", total);
+  CHECK(permits_held(sem_name) == 1, "%ld permit ids held", permits_held(sem_name));
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) _exit(rw_forked_child(all, one, held, read_key, sem_name));
+  int status = child_status(child, 60);
+  CHECK(status == 0, "child status %d (-1: hung or crashed)", status);
+  /* The child's holds were released by its shutdown (no second hold key, one permit id); the
+   * parent's are untouched, and renewed: still there after more than their ttl. */
+  for (int round = 0; round < 2; round++) {
+    for (int n = 0; n < node_count; n++)
+      CHECK(keys_on(n, read_key) == before[n], "round %d: node %d: %ld keys of the read lock, %ld before the fork", round,
+            n, keys_on(n, read_key), before[n]);
+    CHECK(permits_held(sem_name) == 1, "round %d: %ld permit ids held", round, permits_held(sem_name));
+    CHECK(ferrolock_lock_is_held(held[0]) && ferrolock_lock_is_held(held[1]), "round %d: the parent's holds: read %d, permit %d",
+          round, ferrolock_lock_is_held(held[0]), ferrolock_lock_is_held(held[1]));
+    if (round == 0) sleep_ms(2 * (int)ttl);
+  }
+  for (int i = 0; i < 2; i++) {
+    bool released = false;
+    EXPECT(ferrolock_lock_release(held[i], &released, &err), FERROLOCK_OK, NULL);
+    CHECK(released, "the parent's %s was no longer held on a quorum", i ? "permit" : "read hold");
+    ferrolock_lock_free(held[i]);
+  }
+  ferrolock_manager_free(all);
+  ferrolock_manager_free(one);
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -1608,6 +2153,14 @@ static const test_t tests[] = {
     {"version", test_version},
     {"read_write", test_read_write},
     {"semaphore", test_semaphore},
+    {"rw_semaphore_cancel_start", test_rw_semaphore_cancel_start},
+    {"rw_lost_callback_calls_in", test_rw_lost_callback_calls_in},
+    {"rw_semaphore_release_all", test_rw_semaphore_release_all},
+    {"rw_semaphore_shutdown", test_rw_semaphore_shutdown},
+    {"rw_semaphore_fork_child", test_rw_semaphore_fork_child},
+    {"rw_semaphore_freed_unreleased", test_rw_semaphore_freed_unreleased},
+    {"rw_semaphore_lost_never_after_free", test_rw_semaphore_lost_never_after_free},
+    {"rw_semaphore_done_calls_back_in", test_rw_semaphore_done_calls_back_in},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
 };
@@ -1634,6 +2187,10 @@ int main(int argc, char **argv) {
   if (argc == 3 && strcmp(argv[1], "freed") == 0) {
     read_nodes();
     return freed_child(argv[2]);
+  }
+  if (argc == 3 && strcmp(argv[1], "shutdown-kinds") == 0) {
+    read_nodes();
+    return shutdown_kinds_child(argv[2]);
   }
   const char *only = argc == 3 && strcmp(argv[1], "--only") == 0 ? argv[2] : NULL;
   const char *except = argc == 3 && strcmp(argv[1], "--except") == 0 ? argv[2] : NULL;
