@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
+use ferrolock::runtime::AwaitedCalls;
 use futures::FutureExt;
 
 use napi::Env;
@@ -35,7 +36,11 @@ where
     M: FnOnce() -> F + Send + 'static,
 {
     let (pending, promise) = crate::completions::promise(env)?;
+    if CALLS.started() {
+        ferrolock::runtime::runtime().spawn(CALLS.stay_awake());
+    }
     ferrolock::runtime::runtime().spawn(async move {
+        let _settled = Settled;
         let run = AssertUnwindSafe(async move { Box::pin(make()).await });
         let outcome = run.catch_unwind().await.unwrap_or_else(|payload| {
             Err(coded(
@@ -46,6 +51,19 @@ where
         pending.settle(outcome)
     });
     Ok(PromiseRaw::new(env.raw(), promise))
+}
+
+/// The binding's calls in flight, for the runtime worker's reply polling (DESIGN.md, "Reply
+/// polling"): one process runtime serves every environment.
+static CALLS: AwaitedCalls = AwaitedCalls::new();
+
+/// Counts a call settled when its task ends, however it ends.
+struct Settled;
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        CALLS.settled();
+    }
 }
 
 /// Runs blocking host calls (`host::Manager::close`) on the core runtime's blocking pool.

@@ -35,9 +35,9 @@ use tokio::task::JoinHandle;
 /// `Awaiting` feeds it.
 mod spin;
 
-#[doc(hidden)]
-pub use spin::__polled_requests;
 pub(crate) use spin::Awaiting;
+#[doc(hidden)]
+pub use spin::{__polled_requests, AwaitedCalls};
 
 /// Blocking callers' own runtimes and connections, and their closing while idle.
 pub(crate) mod caller;

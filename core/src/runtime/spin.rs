@@ -19,7 +19,11 @@
 //! 3 ms) per request instead of saving a wake-up, so the thread stops at once and rests,
 //! twice as long each time it meets that again (up to `MAX_REST` requests), until a polled
 //! reply comes within the window.
-//! Async callers (asyncio, Node, tokio) never poll: their threads are the runtime's.
+//! Async callers on the runtime's own threads (asyncio through the binding, tokio) never poll.
+//! A call that another thread awaits (a Node promise, `AwaitedCalls`) has the runtime's worker
+//! poll the same way, by the same rules, while it is the only one in flight and for a window
+//! after it settled, when the caller's next call usually comes: with more calls in flight the
+//! worker has their replies to handle, and polling would only take a CPU they need.
 //! `FERROLOCK_SPIN_US=0` turns polling off; another value sets the window (µs, at most 1000).
 
 use std::cell::Cell;
@@ -61,6 +65,8 @@ struct State {
     /// The rest after the next yield that overruns the window: doubled by each one, back to
     /// `REST` once a polled reply comes within the window.
     overrun_rest: u32,
+    /// When the last request in flight settled (`AwaitedCalls` polls for a window after it).
+    idle_since: Option<Instant>,
 }
 
 impl State {
@@ -72,6 +78,7 @@ impl State {
             resting: 0,
             turns: 0,
             overrun_rest: REST,
+            idle_since: None,
         }
     }
 
@@ -89,6 +96,7 @@ impl State {
         if self.in_flight > 0 {
             return;
         }
+        self.idle_since = Some(now);
         let took = self.since.take().map_or(Duration::MAX, |t| now - t);
         if self.resting > 0 {
             self.resting -= 1;
@@ -124,6 +132,16 @@ impl State {
 
     fn poll_now(&self, now: Instant, window: Duration) -> bool {
         self.in_flight > 0 && self.resting == 0 && self.since.is_some_and(|t| now - t < window)
+    }
+
+    /// For a call another thread awaits: poll while it is the only one in flight and within
+    /// its window, or, with none in flight, within the window after the last one settled.
+    fn poll_awaited_now(&self, now: Instant, window: Duration) -> bool {
+        match self.in_flight {
+            0 => self.resting == 0 && self.idle_since.is_some_and(|t| now - t < window),
+            1 => self.poll_now(now, window),
+            _ => false,
+        }
     }
 }
 
@@ -240,6 +258,85 @@ pub(crate) async fn polling<F: Future>(future: F) -> F::Output {
             update(|st| st.yielded(took, window()));
         }
         tokio::task::yield_now().await;
+    }
+}
+
+/// The calls that threads outside the runtime await (a Node binding's promises), and the
+/// runtime worker's polling for them (see the module's doc). `started` as a call is made,
+/// `settled` as its outcome is handed over; `started` says when to spawn `stay_awake`.
+pub struct AwaitedCalls {
+    state: std::sync::Mutex<State>,
+    /// A `stay_awake` task is running (one at a time is enough).
+    awake: std::sync::atomic::AtomicBool,
+}
+
+impl Default for AwaitedCalls {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AwaitedCalls {
+    pub const fn new() -> AwaitedCalls {
+        AwaitedCalls {
+            state: std::sync::Mutex::new(State::new()),
+            awake: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        f(&mut self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    fn poll_now(&self) -> bool {
+        let window = window();
+        self.with(|st| st.poll_awaited_now(Instant::now(), window))
+    }
+
+    /// A call is made. True when the caller should spawn [`AwaitedCalls::stay_awake`] on the
+    /// runtime: polling is on, the call may be polled for, and no such task runs.
+    pub fn started(&self) -> bool {
+        if window().is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        let window = window();
+        let poll = self.with(|st| {
+            st.sent(now);
+            st.poll_awaited_now(now, window)
+        });
+        poll && !self.awake.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// A call's outcome was handed to its caller.
+    pub fn settled(&self) {
+        if window().is_zero() {
+            return;
+        }
+        let window = window();
+        self.with(|st| st.settled(Instant::now(), window));
+    }
+
+    /// Keeps the runtime worker polling (it looks for I/O between turns without sleeping)
+    /// while [`AwaitedCalls`]'s rule says so, yielding its CPU on every turn.
+    pub async fn stay_awake(&self) {
+        use std::sync::atomic::Ordering;
+        loop {
+            while self.poll_now() {
+                let before = Instant::now();
+                std::thread::yield_now();
+                let took = before.elapsed();
+                let window = window();
+                self.with(|st| st.yielded(took, window));
+                tokio::task::yield_now().await;
+            }
+            self.awake.store(false, Ordering::Release);
+            // A call started between the last check and the store saw a task still awake and
+            // spawned none: check again, and go on if it may be polled for.
+            if !self.poll_now() || self.awake.swap(true, Ordering::AcqRel) {
+                return;
+            }
+        }
     }
 }
 
@@ -466,4 +563,43 @@ mod tests {
         WINDOW.with(|w| w.set(None));
         set_state(State::new());
     }
+
+    #[test]
+    fn an_awaited_call_is_polled_for_alone_and_for_a_window_after_it_settled() {
+        let t0 = Instant::now();
+        let us = Duration::from_micros;
+        let mut st = State::new();
+        assert!(!st.poll_awaited_now(t0, W), "nothing in flight, nothing settled");
+        st.sent(t0);
+        assert!(st.poll_awaited_now(t0 + us(99), W), "the only call, within its window");
+        st.sent(t0 + us(10));
+        assert!(!st.poll_awaited_now(t0 + us(20), W), "two in flight: their replies keep the worker busy");
+        st.settled(t0 + us(30), W);
+        st.settled(t0 + us(40), W);
+        // The caller's next call usually comes soon after an outcome: poll for it a window long.
+        assert!(st.poll_awaited_now(t0 + us(139), W));
+        assert!(!st.poll_awaited_now(t0 + us(140), W), "the window after the settle is over");
+        st.resting = 1;
+        assert!(!st.poll_awaited_now(t0 + us(41), W), "resting");
+    }
+
+    #[test]
+    fn awaited_calls_run_one_awake_task_which_ends_with_the_window() {
+        WINDOW.with(|w| w.set(Some(Duration::from_millis(20))));
+        let calls = AwaitedCalls::new();
+        assert!(calls.started(), "the first call spawns the awake task");
+        assert!(!calls.started(), "one awake task at a time");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        calls.settled();
+        calls.settled();
+        // Ends by itself once the window after the last settle is over (20 ms: any machine).
+        rt.block_on(calls.stay_awake());
+        assert!(!calls.awake.load(std::sync::atomic::Ordering::Acquire));
+        assert!(calls.started(), "a later call spawns it again");
+        WINDOW.with(|w| w.set(Some(Duration::ZERO)));
+        let off = AwaitedCalls::new();
+        assert!(!off.started(), "FERROLOCK_SPIN_US=0: no awake task");
+        WINDOW.with(|w| w.set(None));
+    }
+
 }
