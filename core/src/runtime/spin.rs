@@ -569,16 +569,28 @@ mod tests {
         let t0 = Instant::now();
         let us = Duration::from_micros;
         let mut st = State::new();
-        assert!(!st.poll_awaited_now(t0, W), "nothing in flight, nothing settled");
+        assert!(
+            !st.poll_awaited_now(t0, W),
+            "nothing in flight, nothing settled"
+        );
         st.sent(t0);
-        assert!(st.poll_awaited_now(t0 + us(99), W), "the only call, within its window");
+        assert!(
+            st.poll_awaited_now(t0 + us(99), W),
+            "the only call, within its window"
+        );
         st.sent(t0 + us(10));
-        assert!(!st.poll_awaited_now(t0 + us(20), W), "two in flight: their replies keep the worker busy");
+        assert!(
+            !st.poll_awaited_now(t0 + us(20), W),
+            "two in flight: their replies keep the worker busy"
+        );
         st.settled(t0 + us(30), W);
         st.settled(t0 + us(40), W);
         // The caller's next call usually comes soon after an outcome: poll for it a window long.
         assert!(st.poll_awaited_now(t0 + us(139), W));
-        assert!(!st.poll_awaited_now(t0 + us(140), W), "the window after the settle is over");
+        assert!(
+            !st.poll_awaited_now(t0 + us(140), W),
+            "the window after the settle is over"
+        );
         st.resting = 1;
         assert!(!st.poll_awaited_now(t0 + us(41), W), "resting");
     }
@@ -589,7 +601,10 @@ mod tests {
         let calls = AwaitedCalls::new();
         assert!(calls.started(), "the first call spawns the awake task");
         assert!(!calls.started(), "one awake task at a time");
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         calls.settled();
         calls.settled();
         // Ends by itself once the window after the last settle is over (20 ms: any machine).
@@ -601,5 +616,4 @@ mod tests {
         assert!(!off.started(), "FERROLOCK_SPIN_US=0: no awake task");
         WINDOW.with(|w| w.set(None));
     }
-
 }
