@@ -707,11 +707,11 @@ static void test_completion_acquire(void) {
   ferrolock_manager_free(m);
 }
 
-/* The queue keys of `key` on node i (ferrolock:queue:{key}, -lease, -since; DESIGN.md,
- * "Waiter queue"). */
-static long queue_keys_on(int i, const char *key) {
+/* An integer redis-cli prints for `args` (a shell fragment: it may end in a pipe) on node i;
+ * -1 for none (nil, an error). */
+static long redis_int(int i, const char *args) {
   char cmd[320];
-  snprintf(cmd, sizeof cmd, "redis-cli -p %d --scan --pattern 'ferrolock:queue*:{%s}' | wc -l", node_ports[i], key);
+  snprintf(cmd, sizeof cmd, "redis-cli -p %d %s", node_ports[i], args);
   FILE *p = popen(cmd, "r");
   long n = -1;
   if (p) {
@@ -719,6 +719,14 @@ static long queue_keys_on(int i, const char *key) {
     pclose(p);
   }
   return n;
+}
+
+/* The queue keys of `key` on node i (ferrolock:queue:{key}, -lease, -since; DESIGN.md,
+ * "Waiter queue"). */
+static long queue_keys_on(int i, const char *key) {
+  char args[256];
+  snprintf(args, sizeof args, "--scan --pattern 'ferrolock:queue*:{%s}' | wc -l", key);
+  return redis_int(i, args);
 }
 
 /* Waits until `flag` is set, at most `seconds`. */
@@ -1591,19 +1599,6 @@ enum { KIND_READ, KIND_WRITE, KIND_PERMIT };
 static const char *kind_names[] = {"read", "write", "permit"};
 /* The pool of the semaphores below: one permit, so that a held one keeps the next out. */
 #define KIND_POOL 1
-
-/* An integer redis-cli prints for `args` on node i; -1 for none (nil, an error). */
-static long redis_int(int i, const char *args) {
-  char cmd[320];
-  snprintf(cmd, sizeof cmd, "redis-cli -p %d %s", node_ports[i], args);
-  FILE *p = popen(cmd, "r");
-  long n = -1;
-  if (p) {
-    if (fscanf(p, "%ld", &n) != 1) n = -1;
-    pclose(p);
-  }
-  return n;
-}
 
 /* Deletes every key whose name contains `part` on every node (a hold's hash and hold keys). */
 static void delete_named(const char *part) {
