@@ -70,6 +70,22 @@ class Harness:
         return max(e["deadline"] for e in self.history_events()
                    if e.get("episode") == episode and e.get("deadline") is not None)
 
+    def first_grant(self, client: str, handle: str | None = None) -> dict:
+        """The history's first acquire event of `client` (of its `handle`, if given)."""
+        return next(e for e in self.history_events() if e.get("ev") == "acquire"
+                    and e["client"] == client and (handle is None or e["h"] == handle))
+
+    def granted_while_paused_after(self, client: str, episode: str) -> tuple[dict, dict]:
+        """Asserts the one fault was a client's pause, and `client` was granted during it
+        but not before `episode`'s last deadline; returns the grant and the pause."""
+        faults = self.faults.read()
+        assert [f["fault"] for f in faults] == ["pause_client"]
+        grant = self.first_grant(client)
+        pause = faults[0]
+        assert pause["start"] < grant["t1"] < pause["end"], f"{client} was granted outside the pause"
+        assert grant["t1"] >= self.latest_deadline(episode)
+        return grant, pause
+
     def check(self) -> dict:
         log = read_log(self.resource.port) if self.resource else None
         return check(self.history_events(), self.faults.read(), log)

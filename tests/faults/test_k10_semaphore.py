@@ -26,13 +26,7 @@ def test_k10_a_paused_holders_permits_go_to_the_next_holder_only_after_its_lease
     wait_event(h, lambda e: e.get("ev") == "lost" and e["client"] == "A", "A told of its loss")
     assert b.call(op="release", h="b1")["result"]
 
-    faults = h.faults.read()
-    assert [f["fault"] for f in faults] == ["pause_client"]
-    ev = h.history_events()
-    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
-    assert faults[0]["start"] < b_acq["t1"] < faults[0]["end"], "B was granted outside A's pause"
-    a_deadline = h.latest_deadline("A:a1")
-    assert b_acq["t1"] >= a_deadline
+    h.granted_while_paused_after("B", "A:a1")
     report = h.check()
     assert report["overlaps"] == [] and report["over_granted"] == [], report
 
@@ -84,8 +78,7 @@ def test_k10_a_holder_cut_off_from_its_node_is_told_and_its_permits_wait_for_its
     assert (r.get("s10"), r.zcard("{s10}:timeout")) == ("2", 0)
 
     assert [f["fault"] for f in h.faults.read()] == ["cut"]
-    ev = h.history_events()
-    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
+    b_acq = h.first_grant("B")
     a_deadline = h.latest_deadline("A:a1")
     # Told while cut off, before its deadline; B only once A's lease ended on the node.
     assert t_cut < lost["t"] <= a_deadline <= b_acq["t1"]
@@ -125,8 +118,7 @@ def test_k10_with_the_restart_guard_a_restart_without_persistence_does_not_over_
     # The node was back, empty, while A's lease still ran: without the guard B would have
     # been granted then (the test above). A is told that it could not renew in time.
     assert faults[0]["end"] < a_deadline
-    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B"
-                 and e["h"] == "b1")
+    b_acq = h.first_grant("B", "b1")
     lost = [e for e in ev if e.get("ev") == "lost" and e["client"] == "A"]
     assert len(lost) == 1 and "restart guard" in lost[0]["reason"], lost
     assert faults[0]["start"] < lost[0]["t"] <= a_deadline <= b_acq["t1"]

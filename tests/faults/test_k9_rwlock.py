@@ -34,7 +34,7 @@ def test_k9_reader_cut_from_the_majority_is_told_and_the_writer_waits_for_its_ex
     s = report["signals"]
     assert s["lost"] == 1 and s["before_deadline"] == 1 and s["late"] == [], s
     # The writer only after A's holds expired on the servers (A's last deadline).
-    b_acq = next(e for e in ev if e.get("ev") == "acquire" and e["client"] == "B")
+    b_acq = h.first_grant("B")
     a_deadline = h.latest_deadline("A:a1")
     assert b_acq["t1"] >= a_deadline
     for pid, fid in zip((h.proxy("A", i) for i in (0, 1, 2)), cuts):
