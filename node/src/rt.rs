@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 
-use ferrolock::runtime::AwaitedCalls;
+use ferrolock::runtime::{AwaitedCalls, CallBatch};
 use futures::FutureExt;
 
 use napi::Env;
@@ -39,7 +39,7 @@ where
     if CALLS.started() {
         ferrolock::runtime::runtime().spawn(CALLS.stay_awake());
     }
-    ferrolock::runtime::runtime().spawn(async move {
+    BATCH.run(async move {
         let _settled = Settled;
         let run = AssertUnwindSafe(async move { Box::pin(make()).await });
         let outcome = run.catch_unwind().await.unwrap_or_else(|payload| {
@@ -56,6 +56,10 @@ where
 /// The binding's calls in flight, for the runtime worker's reply polling (DESIGN.md, "Reply
 /// polling"): one process runtime serves every environment.
 static CALLS: AwaitedCalls = AwaitedCalls::new();
+
+/// Every environment's calls, polled in one task of the core's runtime (`runtime::CallBatch`:
+/// their requests then go out a few per system call instead of one each).
+static BATCH: CallBatch = CallBatch::new();
 
 /// Counts a call settled when its task ends, however it ends.
 struct Settled;

@@ -39,6 +39,11 @@ pub(crate) use spin::Awaiting;
 #[doc(hidden)]
 pub use spin::{__polled_requests, AwaitedCalls};
 
+/// Calls handed in from outside the runtime (Node's promises), polled in one task.
+mod batch;
+
+pub use batch::CallBatch;
+
 /// Blocking callers' own runtimes and connections, and their closing while idle.
 pub(crate) mod caller;
 
