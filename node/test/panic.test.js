@@ -38,7 +38,8 @@ test('a panic on a runtime thread goes to the logger, not stderr', { timeout: 12
 
 // A panic inside a call on the JavaScript thread (a synchronous napi function) and one inside
 // an async call's future: each becomes an error of kind PANIC (a LockError once converted, as
-// every native error is), the process goes on, and a lock is acquired and released after.
+// every native error is), an acquire waiting meanwhile is granted once its holder releases,
+// the process goes on, and a lock is acquired and released after.
 const ERRORS_CHILD = `
 const { LockManager, LockError, setLogger } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
 const native = require(${JSON.stringify(path.resolve(__dirname, '..', 'lib', 'native'))});
@@ -56,12 +57,23 @@ const show = (place, e) => {
   } catch (e) {
     show('sync', e);
   }
+  // A call in flight while another panics (every call is polled in one task of the core's
+  // runtime): an acquire waiting behind a holder, granted once the holder releases.
+  const holder = new LockManager({ nodes: [process.env.FERROLOCK_NODES] });
+  const held = await holder.acquire('panic:busy');
+  const waiter = new LockManager({ nodes: [process.env.FERROLOCK_NODES] });
+  const waiting = waiter.acquire('panic:busy');
   try {
     await native.__panicForTest('async');
     console.log('async resolved');
   } catch (e) {
     show('async', e);
   }
+  await held.release();
+  const granted = await waiting;
+  console.log('waiter after the panic:', granted.status, await granted.release());
+  await holder.close();
+  await waiter.close();
   const m = new LockManager({ nodes: [process.env.FERROLOCK_NODES] });
   const lock = await m.acquire('panic:after');
   console.log('after:', lock.status, await lock.release());
@@ -75,7 +87,7 @@ const show = (place, e) => {
 })();
 `;
 
-test('a panic in a synchronous call and in an async call is an error of kind PANIC; the process goes on', { timeout: 120_000 }, async () => {
+test('a panic in a synchronous call and in an async call is an error of kind PANIC; a call in flight and the process go on', { timeout: 120_000 }, async () => {
   const [one] = await servers(1);
   try {
     const child = spawnSync(process.execPath, ['-e', ERRORS_CHILD], {
@@ -87,6 +99,7 @@ test('a panic in a synchronous call and in an async call is an error of kind PAN
     assert.equal(child.status, 0, child.stderr);
     assert.match(child.stdout, /^sync threw true PANIC ".*__panicForTest was called \(sync\).*"$/m, child.stdout);
     assert.match(child.stdout, /^async threw true PANIC ".*__panicForTest was called \(async\).*"$/m, child.stdout);
+    assert.match(child.stdout, /^waiter after the panic: held true$/m, child.stdout);
     assert.match(child.stdout, /^after: held true$/m, child.stdout);
     assert.match(child.stdout, /^logged both$/m, child.stdout);
     assert.equal(child.stderr, '');
