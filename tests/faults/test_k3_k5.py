@@ -139,16 +139,23 @@ def test_k4_guard_window_equal_to_the_ttl_holds_although_uptime_reads_a_second_e
     for i in (3, 4):
         h.nemesis.link("cut", h.proxy("A", i), f"A->n{i}", "cut")
     opts = {"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0}
+    # A's acquire + n2's restart, as the last attempt took: each attempt starts that long
+    # (and a margin) before the second ends, so that the restart ends late in it however slow
+    # this machine is (a fixed start at 0.55 s left a slow debug run no attempt that fitted).
+    took = 0.4
     for attempt in range(12):
         key = f"k4b-{attempt}"
         b = h.client(f"B{attempt}", restart_guard=window)  # has never seen n2: no run_id yet
-        wait_until("late in a wall-clock second", lambda: 0.55 <= _wall_frac() < 0.6, timeout=5)
+        start = max(0.0, 0.92 - 1.2 * took)
+        wait_until("late in a wall-clock second", lambda: start <= _wall_frac() < start + 0.05, timeout=5)
+        t0 = time.time()
         got = a.call(op="acquire", h=f"a{attempt}", key=key, opts=opts)
         assert got["ok"], got
         w0 = time.time()
         h.nemesis.restart_node(h.nodes[2], keep_data=False)
         w1 = time.time()
-        if int(w0) != int(w1):
+        took = w1 - t0
+        if int(w0) != int(w1) or int(t0) != int(w1):
             continue  # the restart crossed the second: this attempt cannot show it
         wait_until("the next wall-clock second", lambda: int(time.time()) > int(w1), timeout=5)
         if time.time() - int(time.time()) > 0.2:
