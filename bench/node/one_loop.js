@@ -8,8 +8,8 @@
 // Prints one JSON line: locks/s, process CPU per lock (µs), the JavaScript thread's CPU per
 // lock (µs) and the process's voluntary context switches per lock.
 // FERROLOCK_BENCH_PACKAGE=DIR measures another build of node/, as in bench_node.js.
-const fs = require('node:fs');
 const path = require('node:path');
+const { switches, jsThreadNs } = require('./proc');
 
 const [urls, c, seconds, mode = 'acquire'] = process.argv.slice(2);
 if (!urls || !(Number(c) > 0) || !(Number(seconds) > 0) || !['acquire', 'withlock'].includes(mode)) {
@@ -21,19 +21,6 @@ const nodes = urls.split(',');
 const options = { nodes, ttl: 10_000, restartGuard: 0 };
 const manager = new ferrolock.LockManager(options);
 const body = async () => {};
-
-const jsThreadNs = () => Number(fs.readFileSync(`/proc/self/task/${process.pid}/schedstat`, 'utf8').split(' ')[0]);
-function sleeps() {
-  let n = 0;
-  for (const t of fs.readdirSync('/proc/self/task')) {
-    try {
-      n += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(fs.readFileSync(`/proc/self/task/${t}/status`, 'utf8'))[1]);
-    } catch {
-      // a thread that ended since the listing
-    }
-  }
-  return n;
-}
 
 (async () => {
   let locks = 0;
@@ -50,7 +37,7 @@ function sleeps() {
       locks++;
     }
   };
-  const [js0, sleeps0, cpu0, t0] = [jsThreadNs(), sleeps(), process.cpuUsage(), performance.now()];
+  const [js0, sleeps0, cpu0, t0] = [jsThreadNs(), switches().voluntary, process.cpuUsage(), performance.now()];
   setTimeout(() => (stop = true), Number(seconds) * 1000);
   await Promise.all(Array.from({ length: Number(c) }, (_, i) => loop(i)));
   const elapsed = (performance.now() - t0) / 1000;
@@ -61,7 +48,7 @@ function sleeps() {
     locksPerSecond: Math.round(locks / elapsed),
     processCpuUs: +((cpu.user + cpu.system) / locks).toFixed(1),
     jsThreadCpuUs: +((jsThreadNs() - js0) / 1000 / locks).toFixed(1),
-    sleepsPerLock: +((sleeps() - sleeps0) / locks).toFixed(2),
+    sleepsPerLock: +((switches().voluntary - sleeps0) / locks).toFixed(2),
   }));
   await manager.close();
 })();
