@@ -11,9 +11,9 @@
 //! But one write for all of them holds the first request back until the last call is
 //! polled, and the calls then move through the caller, the runtime and the server in one
 //! convoy, each stage idle while another works: 16 concurrent locks on one node went from
-//! 45k to 46k locks/s with a fifth less CPU per lock (21 to 17 µs). So the batch lets the connections write
-//! after every `CHUNK` new calls: the server starts on those while the next are polled
-//! (49-57k; chunks of 2 and of 6-8 measured lower; docs/decisions/).
+//! 45k to 46k locks/s with a fifth less CPU per lock (21 to 17 µs). So the batch lets the
+//! connections write after every `CHUNK` new calls: the server starts on those while the next
+//! are polled (49-57k; chunks of 2 and of 6-8 measured lower; docs/decisions/).
 
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
