@@ -282,26 +282,27 @@ function withLockOptions(options, key) {
       if (prepared.size >= PREPARED_MAX) prepared.clear();
       prepared.set(id, found);
     }
-    return { ...found, signal: conv.signal };
   }
-  return { ...found, signal: options == null ? undefined : checkSignal(key, options.signal) };
+  return found;
 }
 
 /**
  * Runs `fn(lock)` holding `key`; resolves to its result. Always releases; rejects with
  * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
  */
-async function withLock(key, fn, options) {
+// Plain functions handing back withKind's promise: an `async` wrapper would add a promise
+// and a microtask to every call (withKind is async, so it still only ever rejects).
+function withLock(key, fn, options) {
   return withKind(key, fn, options, null);
 }
 
 /** withLock holding the read side of the read-write lock `key` (shared with other readers). */
-async function withReadLock(key, fn, options) {
+function withReadLock(key, fn, options) {
   return withKind(key, fn, options, 'read');
 }
 
 /** withLock holding the write side of the read-write lock `key` (alone). */
-async function withWriteLock(key, fn, options) {
+function withWriteLock(key, fn, options) {
   return withKind(key, fn, options, 'write');
 }
 
@@ -320,7 +321,9 @@ async function withKind(key, fn, options, kind, sem = null) {
   if (typeof fn !== 'function') {
     throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
   }
-  const { nm, opts, reentrant, signal } = withLockOptions(options, key);
+  const { nm, opts, reentrant } = withLockOptions(options, key);
+  // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
+  const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
   let result;
