@@ -126,6 +126,43 @@ test("a worker's own process.exit() releases that worker's locks only; the main 
   one.cli('DEL', 'life:worker-exit:main');
 });
 
+test('a Lock the garbage collector takes unreleased is released; one still referenced is kept (README)', T, async () => {
+  const body = `${HEADER}
+    const gc = require('node:vm').runInNewContext('gc');
+    (async () => {
+      const m = new LockManager({ ttl: 60000 });
+      let dropped = await m.acquire('life:gc:dropped');
+      const kept = await m.acquire('life:gc:kept');
+      dropped = null;
+      // The release follows the collection on the core's runtime: poll until another
+      // acquire gets the key (a bounded number of rounds; no time bound).
+      let taken = null;
+      for (let round = 0; round < 200 && taken === null; round++) {
+        gc();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        taken = await m.tryAcquire('life:gc:dropped').catch(() => null);
+      }
+      console.log(taken === null ? 'dropped still held' : 'dropped released');
+      console.log('kept', kept.status);
+      console.log('done');
+      setInterval(() => {}, 1000);
+    })().catch((e) => { console.log('failed', e.code, e.message); process.exit(1); });`;
+  let keptExists = null;
+  const script = `require('node:v8').setFlagsFromString('--expose-gc');\n${body}`;
+  const r = await runNode(script, {
+    onLine: (line, child) => {
+      if (line === 'done') {
+        keptExists = one.exists('life:gc:kept');
+        child.kill('SIGKILL');
+      }
+    },
+  });
+  assert.match(r.out, /dropped released/, r.out + r.err);
+  assert.match(r.out, /kept held/, r.out + r.err);
+  assert.equal(keptExists, true, 'the referenced lock was released too');
+  one.cli('DEL', 'life:gc:kept', 'life:gc:dropped');
+});
+
 test('a process killed by a signal with its default action leaves its locks to their ttl (documented)', T, async () => {
   const body = `${HEADER}
     (async () => {
