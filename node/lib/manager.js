@@ -286,12 +286,14 @@ function withLockOptions(options, key) {
   return found;
 }
 
+// withLock and its read/write forms are plain functions handing back withKind's promise: an
+// `async` wrapper would add a promise and a microtask to every call (withKind is async, so
+// bad input still rejects rather than throws).
+
 /**
  * Runs `fn(lock)` holding `key`; resolves to its result. Always releases; rejects with
  * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
  */
-// Plain functions handing back withKind's promise: an `async` wrapper would add a promise
-// and a microtask to every call (withKind is async, so it still only ever rejects).
 function withLock(key, fn, options) {
   return withKind(key, fn, options, null);
 }
