@@ -76,7 +76,7 @@ test("a worker thread's locks are released when the main thread calls process.ex
   assert.ok(!one.exists('life:main-exit:worker'), "the worker's lock was left to its ttl");
 });
 
-test("a worker's own process.exit() releases that worker's locks only; the main thread keeps its lock and can acquire again", T, async () => {
+test("a worker's own process.exit() releases that worker's locks only; the main thread keeps its lock and can acquire again", T, async (t) => {
   const body = `${HEADER}
     (async () => {
       const mine = new LockManager({ ttl: 60000 });
@@ -102,27 +102,61 @@ test("a worker's own process.exit() releases that worker's locks only; the main 
       console.log('done');
       setInterval(() => {}, 1000);
     })().catch((e) => { console.log('failed', e.code, e.message); process.exit(1); });`;
-  let checked = null;
   // A server that restarted (no persistence) would have lost every key: told apart here.
   const runId = () => /run_id:(\w+)/.exec(one.cli('INFO', 'server'))[1];
-  const before = runId();
-  const r = await runNode(body, {
-    onLine: (line, child) => {
-      if (line === 'done') {
-        checked = {
-          worker: one.exists('life:worker-exit:worker'),
-          worker2: one.exists('life:worker-exit:worker2'),
-          main: one.exists('life:worker-exit:main'),
-        };
-        child.kill('SIGKILL');
-      }
-    },
-  });
-  assert.match(r.out, /worker exited 0/, r.out + r.err);
-  assert.match(r.out, /main lock held/, r.out);
-  assert.match(r.out, /acquired after held/, r.out + r.err);
-  assert.equal(runId(), before, 'the server restarted during the test');
-  assert.deepEqual(checked, { worker: false, worker2: false, main: true }, r.out + r.err);
+  const attempt = async () => {
+    one.cli('DEL', 'life:worker-exit:main');
+    const before = { runId: runId(), clock: one.clock() };
+    // Every command the server runs, from any client or script: if the main key goes, which
+    // one deleted it (or shortened its ttl).
+    const monitor = await one.monitor();
+    let checked = null;
+    const r = await runNode(body, {
+      onLine: (line, child) => {
+        if (line === 'done') {
+          checked = {
+            worker: one.exists('life:worker-exit:worker'),
+            worker2: one.exists('life:worker-exit:worker2'),
+            main: one.exists('life:worker-exit:main'),
+          };
+          child.kill('SIGKILL');
+        }
+      },
+    });
+    const lines = await monitor.stop();
+    const onMain = lines.filter((l) => l.includes('"life:worker-exit:main"'));
+    return {
+      r,
+      checked,
+      restarted: runId() !== before.runId,
+      jump: one.wallJumpSince(before.clock),
+      // A command that deletes the key or changes its ttl (the grant's SET aside).
+      changed: onMain.filter((l) => /\] "(DEL|UNLINK|GETDEL|GETEX|RENAME|P?EXPIRE|P?EXPIREAT|PERSIST)"/i.test(l)),
+      onMain,
+    };
+  };
+  // The key has a 60 s ttl, and every way ferrolock (or anything else) can delete it or
+  // shorten its ttl is a command, which the server's MONITOR records. A key gone with no such
+  // command, after a grant with the full ttl, was not deleted by any client, ferrolock
+  // included: it expired early, which a step of the server's wall clock does (the jump is
+  // reported). Seen twice in CI runs; only that case runs the scenario again, said in the
+  // output, at most twice.
+  let a;
+  for (let run = 1; run <= 3; run++) {
+    a = await attempt();
+    const granted = a.onMain.some((l) => /\] "SET" "life:worker-exit:main" "[^"]+"( "NX")? "PX" "60000"/.test(l));
+    const unexplained = a.checked && !a.checked.main && a.changed.length === 0 && granted && !a.restarted;
+    if (!unexplained || run === 3) break;
+    t.diagnostic(`run ${run}: the main key was gone with no command deleting it or changing its ttl (server wall clock ${Math.round(a.jump)} ms past the monotonic clock); running again`);
+  }
+  const { r, checked } = a;
+  const why = `\n${r.out}${r.err}\nwall clock jump: ${Math.round(a.jump)} ms\ncommands on the main key:\n${a.onMain.join('\n')}`;
+  assert.match(r.out, /worker exited 0/, why);
+  assert.match(r.out, /main lock held/, why);
+  assert.match(r.out, /acquired after held/, why);
+  assert.equal(a.restarted, false, 'the server restarted during the test');
+  assert.deepEqual(a.changed, [], `a command changed the main thread's key${why}`);
+  assert.deepEqual(checked, { worker: false, worker2: false, main: true }, why);
   one.cli('DEL', 'life:worker-exit:main');
 });
 

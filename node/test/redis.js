@@ -70,6 +70,40 @@ class Server {
   exists(key) {
     return this.cli('EXISTS', key) === '1';
   }
+  /** The server's wall clock (what its expiry goes by), beside this process's monotonic one. */
+  clock() {
+    const [sec, usec] = this.cli('TIME').split('\n').map(Number);
+    return { wall: sec * 1000 + usec / 1000, mono: performance.now() };
+  }
+  /**
+   * How far the server's wall clock moved past the monotonic clock since `mark` (a `clock()`),
+   * in ms: a machine paused and resumed, its wall clock then stepped, expires a key early.
+   */
+  wallJumpSince(mark) {
+    const now = this.clock();
+    return now.wall - mark.wall - (now.mono - mark.mono);
+  }
+  /** Records every command the server runs, from any client or script, until `stop()`. */
+  async monitor() {
+    const proc = spawn('redis-cli', ['-p', String(this.port), 'MONITOR'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    let seen = '';
+    proc.stdout.setEncoding('utf8').on('data', (d) => { seen += d; });
+    // The first line ("OK") says it is on.
+    await new Promise((resolve, reject) => { proc.stdout.once('data', resolve); proc.once('error', reject); });
+    return {
+      /** The lines recorded up to now: a marker command is sent, and awaited in the record. */
+      stop: async () => {
+        const marker = `monitor-end-${process.pid}-${Date.now()}`;
+        this.cli('ECHO', marker);
+        for (let i = 0; i < 1000 && !seen.includes(marker); i++) {
+          await new Promise((resolve) => setTimeout(resolve, 10));
+        }
+        proc.kill();
+        if (!seen.includes(marker)) throw new Error(`MONITOR on ${this.port} never showed ${marker}`);
+        return seen.split('\n');
+      },
+    };
+  }
   pause() {
     this.proc.kill('SIGSTOP');
   }
