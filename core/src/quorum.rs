@@ -319,10 +319,12 @@ where
     }
 
     /// Lost unless a silent node (`Node::is_silent`, asked through `silent(i)`) answers yes in
-    /// time: a node refused, the unanswered nodes that are not silent cannot bring the yes count
-    /// to a quorum, and the nodes neither silent nor failed could have formed one (so the loss
-    /// is contention; an unreachable majority still waits for every answer, to be reported as
-    /// such). A silent node's late answer is dealt with as any unanswered node's.
+    /// time: a node refused, every node that is not silent has answered without a quorum of
+    /// yes, and the nodes neither silent nor failed could have formed one (so the loss is
+    /// contention; an unreachable majority still waits for every answer, to be reported as
+    /// such). The nodes that are not silent are waited for, though their answers cannot win
+    /// it: a grant among them is then undone before the caller hears, so that its next attempt
+    /// does not meet it. A silent node's late answer is dealt with as any unanswered node's.
     pub(crate) fn lost_unless_silent_answer(&self, silent: impl Fn(usize) -> bool) -> bool {
         if self.no == 0 {
             return false;
@@ -337,7 +339,8 @@ where
             }
         }
         quiet > 0
-            && self.yes + loud < self.quorum
+            && loud == 0
+            && self.yes < self.quorum
             && self.answers.len() - quiet - failed >= self.quorum
     }
 

@@ -581,6 +581,34 @@ async fn a_split_attempt_does_not_wait_again_for_a_node_that_went_silent() {
         second < timeout,
         "the second attempt waited {second:?} for the silent node (its timeout: {timeout:?})"
     );
+    // Node 1's refusal comes in before node 0's grant (node 0 paused, not silent): the attempt
+    // is not given up until node 0 has answered, so that its grant is undone before the caller
+    // hears. Given up at the refusal, node 0's grant was undone only in the background, after
+    // the caller heard (seen as a failure of the check in `attempt` on a loaded machine).
+    let slow = &cluster.servers[0];
+    let refused = calls(&cluster.servers[1], "set") + scripts(&cluster.servers[1]);
+    slow.pause();
+    let third = tokio::spawn({
+        let m = m.clone();
+        async move { m.acquire(key).await.map(|_| ()) }
+    });
+    wait_until("node 1 refused the third attempt", || {
+        calls(&cluster.servers[1], "set") + scripts(&cluster.servers[1]) > refused
+    });
+    // Well within node 0's timeout (8 s): the attempt must still be waiting for node 0.
+    tokio::time::sleep(ms(200)).await;
+    assert!(
+        !third.is_finished(),
+        "the attempt was given up before node 0, which is not silent, answered"
+    );
+    slow.resume();
+    let err = tokio::time::timeout(HANG, third)
+        .await
+        .expect("hung")
+        .expect("the acquire task panicked")
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert_eq!(get(slow, key), None, "node 0's late grant was not undone");
     silent.resume();
     // Node 2 runs both attempts' SETs (the first grants), then their undos.
     wait_until("node 2 ran our attempts and undid its grant", || {
