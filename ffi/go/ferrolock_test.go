@@ -517,16 +517,22 @@ func shutdownChild(part string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// Kept referenced until Shutdown returns: a lock the garbage collector finalizes is
+	// released in the background, and would not be Shutdown's to count.
+	var held []*ferrolock.Lock
 	for i := 0; i < 2; i++ {
-		if _, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i)); err != nil {
+		l, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i))
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		held = append(held, l)
 	}
 	if n := ferrolock.Shutdown(10 * time.Second); n != 2 {
 		fmt.Fprintln(os.Stderr, "Shutdown released", n)
 		return 2
 	}
+	runtime.KeepAlive(held)
 	if _, err := m.TryAcquire(context.Background(), part+":late"); !errors.Is(err, ferrolock.ErrNotAcquired) {
 		fmt.Fprintln(os.Stderr, "an acquire after Shutdown:", err)
 		return 3
@@ -1001,16 +1007,22 @@ func logExitChild(part string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// Kept referenced until Shutdown returns: a lock the garbage collector finalizes is
+	// released in the background, and would not be Shutdown's to count.
+	var held []*ferrolock.Lock
 	for i := 0; i < 3; i++ {
-		if _, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i)); err != nil {
+		l, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i))
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		held = append(held, l)
 	}
 	if n := ferrolock.Shutdown(10 * time.Second); n != 3 {
 		fmt.Fprintln(os.Stderr, "Shutdown released", n)
 		return 2
 	}
+	runtime.KeepAlive(held)
 	return 0
 }
 

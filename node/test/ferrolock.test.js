@@ -267,7 +267,8 @@ test('the process exits after use, and locks still held at exit are released', T
       await l.release();
       await m.close();
       const kept = new LockManager();
-      await kept.acquire('exit:c');
+      // Referenced until the exit: released by the exit, not by the garbage collector.
+      globalThis.held = await kept.acquire('exit:c');
       console.log('done');
     })();`;
   const r = await runNode(script, { env: { FERROLOCK_NODES: one.url }, limitMs: 10_000 });
@@ -352,8 +353,9 @@ test("a terminated worker thread's lock is released (and no longer renewed)", T,
      const { LockManager } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
      (async () => {
        const m = new LockManager({ nodes: [${JSON.stringify(one.url)}], ttl: 60000 });
-       const lock = await m.acquire('worker:k');
-       parentPort.postMessage(lock.token);
+       // Kept referenced: a lock the garbage collector takes is released before the check.
+       globalThis.held = await m.acquire('worker:k');
+       parentPort.postMessage(globalThis.held.token);
        setInterval(() => {}, 1000);
      })();`,
   );

@@ -70,19 +70,6 @@ class Server {
   exists(key) {
     return this.cli('EXISTS', key) === '1';
   }
-  /** The server's wall clock (what its expiry goes by), beside this process's monotonic one. */
-  clock() {
-    const [sec, usec] = this.cli('TIME').split('\n').map(Number);
-    return { wall: sec * 1000 + usec / 1000, mono: performance.now() };
-  }
-  /**
-   * How far the server's wall clock moved past the monotonic clock since `mark` (a `clock()`),
-   * in ms: a machine paused and resumed, its wall clock then stepped, expires a key early.
-   */
-  wallJumpSince(mark) {
-    const now = this.clock();
-    return now.wall - mark.wall - (now.mono - mark.mono);
-  }
   /** Records every command the server runs, from any client or script, until `stop()`. */
   async monitor() {
     const proc = spawn('redis-cli', ['-p', String(this.port), 'MONITOR'], { stdio: ['ignore', 'pipe', 'ignore'] });

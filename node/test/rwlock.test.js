@@ -222,8 +222,8 @@ test("a terminated worker thread's read and write holds are released", T, async 
      const { LockManager } = require(${JSON.stringify(PKG)});
      (async () => {
        const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 25000 });
-       await m.acquireRead('rw:worker:r');
-       await m.acquireWrite('rw:worker:w');
+       // Kept referenced: a hold the garbage collector takes is released before the check.
+       globalThis.held = [await m.acquireRead('rw:worker:r'), await m.acquireWrite('rw:worker:w')];
        parentPort.postMessage('held');
        setInterval(() => {}, 1000);
      })();`,

@@ -153,7 +153,8 @@ test("a terminated worker thread's permits are returned", T, async () => {
      const { LockManager } = require(${JSON.stringify(PKG)});
      (async () => {
        const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 60000, nodeTimeout: 3000 });
-       await m.acquirePermit(${JSON.stringify(name)}, { permits: 3, count: 2 });
+       // Kept referenced: permits the garbage collector takes are returned before the check.
+       globalThis.held = await m.acquirePermit(${JSON.stringify(name)}, { permits: 3, count: 2 });
        parentPort.postMessage('held');
        setInterval(() => {}, 1000);
      })();`,
