@@ -517,22 +517,9 @@ func shutdownChild(part string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// Kept referenced until Shutdown returns: a lock the garbage collector finalizes is
-	// released in the background, and would not be Shutdown's to count.
-	var held []*ferrolock.Lock
-	for i := 0; i < 2; i++ {
-		l, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i))
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		held = append(held, l)
+	if code := acquireThenShutdown(m, part, 2); code != 0 {
+		return code
 	}
-	if n := ferrolock.Shutdown(10 * time.Second); n != 2 {
-		fmt.Fprintln(os.Stderr, "Shutdown released", n)
-		return 2
-	}
-	runtime.KeepAlive(held)
 	if _, err := m.TryAcquire(context.Background(), part+":late"); !errors.Is(err, ferrolock.ErrNotAcquired) {
 		fmt.Fprintln(os.Stderr, "an acquire after Shutdown:", err)
 		return 3
@@ -1007,10 +994,17 @@ func logExitChild(part string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	return acquireThenShutdown(m, part, 3)
+}
+
+// acquireThenShutdown acquires part:0 … part:n-1 on m, then checks that Shutdown releases all
+// n. Returns a child's exit code: 0, 1 (an acquire failed) or 2 (Shutdown released another
+// number).
+func acquireThenShutdown(m *ferrolock.Manager, part string, n int) int {
 	// Kept referenced until Shutdown returns: a lock the garbage collector finalizes is
 	// released in the background, and would not be Shutdown's to count.
-	var held []*ferrolock.Lock
-	for i := 0; i < 3; i++ {
+	held := make([]*ferrolock.Lock, 0, n)
+	for i := 0; i < n; i++ {
 		l, err := m.Acquire(context.Background(), fmt.Sprintf("%s:%d", part, i))
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -1018,8 +1012,8 @@ func logExitChild(part string) int {
 		}
 		held = append(held, l)
 	}
-	if n := ferrolock.Shutdown(10 * time.Second); n != 3 {
-		fmt.Fprintln(os.Stderr, "Shutdown released", n)
+	if got := ferrolock.Shutdown(10 * time.Second); got != n {
+		fmt.Fprintln(os.Stderr, "Shutdown released", got)
 		return 2
 	}
 	runtime.KeepAlive(held)
