@@ -403,6 +403,13 @@ impl Lock {
         &self.inner.key
     }
 
+    /// Held, and no release begun (by this handle or another of the same grant): what its
+    /// drop would release. False for an inherited handle.
+    pub(crate) fn unreleased_and_held(&self) -> bool {
+        self.state()
+            .is_some_and(|s| !s.released && matches!(s.status, LockStatus::Held))
+    }
+
     /// The value stored at the key: 128 random bits in hex, unique to this acquisition. For a
     /// reentrant lock, the hash field `"<client uuid>:<owner id>"`, shared by the handles of
     /// one outermost acquisition and its re-entries.

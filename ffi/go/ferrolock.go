@@ -431,19 +431,27 @@ func newLock(p *C.ferrolock_lock) (*Lock, error) {
 		deleteHandle(l.handle)
 		return nil, err
 	}
-	runtime.SetFinalizer(l, (*Lock).free)
+	runtime.SetFinalizer(l, (*Lock).collected)
 	return l, nil
 }
 
 // free lets go of the C handle (releasing in the background if still held); the loss
 // callback is never called once ferrolock_lock_free has returned, so the cgo handle can go.
-func (l *Lock) free() {
+func (l *Lock) free() { l.freeWith(func(p *C.ferrolock_lock) { C.ferrolock_lock_free(p) }) }
+
+// collected is free for the finalizer: a lock still held is released with a warning naming
+// its key (the collection follows the Lock's last use, which may be before its work ended).
+func (l *Lock) collected() {
+	l.freeWith(func(p *C.ferrolock_lock) { C.ferrolock_lock_free_collected(p) })
+}
+
+func (l *Lock) freeWith(free func(*C.ferrolock_lock)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
 		return
 	}
-	C.ferrolock_lock_free(l.p)
+	free(l.p)
 	l.p = nil
 	deleteHandle(l.handle)
 }

@@ -877,6 +877,68 @@ func TestSetLoggerReceivesTheCoresRecords(t *testing.T) {
 	}
 }
 
+// A Lock the garbage collector finalizes while it is held is released, with a warning naming
+// its key (README: the collection follows its last use); one still referenced is kept, and one
+// released before it was dropped is not warned of.
+func TestACollectedHeldLockIsReleasedWithAWarning(t *testing.T) {
+	c := &captured{min: slog.LevelWarn}
+	if err := ferrolock.SetLogger(slog.New(c)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ferrolock.RestoreDefaultLogger)
+	m, other := manager(t), manager(t)
+	ctx := context.Background()
+	dropped, kept, released := key("gc-dropped"), key("gc-kept"), key("gc-released")
+	warning := func(k string) string {
+		return fmt.Sprintf("lock %q is released because its handle was garbage-collected while the lock was held", k)
+	}
+	func() {
+		if _, err := m.Acquire(ctx, dropped); err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(ctx, released)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	k, err := m.Acquire(ctx, kept)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken *ferrolock.Lock
+	if !settles(30*time.Second, func() bool {
+		if taken == nil {
+			taken, _ = other.TryAcquire(ctx, dropped)
+		}
+		_, warned := c.find(warning(dropped))
+		return taken != nil && warned
+	}) {
+		_, warned := c.find(warning(dropped))
+		t.Fatalf("dropped lock taken by another manager: %v, warned of: %v", taken != nil, warned)
+	}
+	if err := taken.Release(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	for _, r := range c.recs {
+		for _, quiet := range []string{kept, released} {
+			if strings.Contains(r.Message, fmt.Sprintf("lock %q", quiet)) && strings.Contains(r.Message, "garbage-collected") {
+				t.Errorf("warned of %s: %q", quiet, r.Message)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if _, err := other.TryAcquire(ctx, kept); !errors.Is(err, ferrolock.ErrNotAcquired) {
+		t.Fatalf("the referenced lock was taken by another manager: %v", err)
+	}
+	if err := k.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Without SetLogger, the core's warnings go to slog.Default() (here: a restarted node's vote
 // held back, with a restart guard longer than the test servers' uptime).
 func TestWarningsGoToSlogDefault(t *testing.T) {

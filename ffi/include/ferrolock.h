@@ -286,6 +286,12 @@ int ferrolock_lock_release(const struct ferrolock_lock *lock,
 // ignored.
 void ferrolock_lock_free(struct ferrolock_lock *lock);
 
+// `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
+// still held, with no release begun, is released in the background and a warning naming its
+// key goes to the log callback, since the collection may come before the work the lock
+// guards has ended. NULL is ignored.
+void ferrolock_lock_free_collected(struct ferrolock_lock *lock);
+
 // Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
 // connection is opened until the first acquire, so a node that is down now is no error.
 //

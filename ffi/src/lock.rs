@@ -231,3 +231,20 @@ pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
         lock.lock.free();
     })
 }
+
+/// `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
+/// still held, with no release begun, is released in the background and a warning naming its
+/// key goes to the log callback, since the collection may come before the work the lock
+/// guards has ended. NULL is ignored.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_free_collected(lock: *mut ferrolock_lock) {
+    guard((), || {
+        if lock.is_null() {
+            return;
+        }
+        // SAFETY: as in `ferrolock_lock_free`.
+        let lock = *unsafe { Box::from_raw(lock) };
+        lock.lock.collected();
+        lock.lock.free();
+    })
+}

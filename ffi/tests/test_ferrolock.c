@@ -1277,6 +1277,50 @@ static void test_log_callback(void) {
 }
 
 
+typedef struct {
+  pthread_mutex_t mu;
+  char key[128];
+  int named, others;
+} collected_logs_t;
+
+static void on_collected_log(void *userdata, int level, const char *message) {
+  collected_logs_t *l = userdata;
+  if (level != FERROLOCK_LOG_WARN || !strstr(message, "garbage-collected")) return;
+  pthread_mutex_lock(&l->mu);
+  if (strstr(message, l->key)) l->named++;
+  else l->others++;
+  pthread_mutex_unlock(&l->mu);
+}
+
+/* ferrolock_lock_free_collected (a garbage collector's finalizer, Go's): a held lock is
+ * released with a warning naming its key; a released one is freed without a warning; NULL is
+ * ignored. */
+static void test_free_collected(void) {
+  collected_logs_t logs = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_set_log_callback(on_collected_log, &logs, FERROLOCK_LOG_WARN, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  ferrolock_lock *released = NULL, *held = NULL, *again = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("collected-released"), NULL, NULL, &released, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(released, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free_collected(released);
+  const char *key = fresh_key("collected-held");
+  snprintf(logs.key, sizeof logs.key, "\"%s\"", key);
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free_collected(held);
+  ferrolock_lock_free_collected(NULL);
+  /* Released in the background: another acquire gets the key well before its 60 s ttl. */
+  ferrolock_options *wait = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(wait, "wait", 30000, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, key, wait, NULL, &again, &err), FERROLOCK_OK, NULL);
+  ferrolock_options_free(wait);
+  EXPECT(ferrolock_lock_release(again, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(again);
+  EXPECT(ferrolock_set_log_callback(NULL, NULL, 0, &err), FERROLOCK_OK, NULL);
+  /* Removing the callback waited for those running: the counts are final. */
+  CHECK(logs.named == 1 && logs.others == 0, "%d warnings naming %s, %d others", logs.named, logs.key, logs.others);
+  ferrolock_manager_free(m);
+}
+
 static void test_release_all(void) {
   ferrolock_manager *m = manager_with(options_ms(NULL));
   const char *part = fresh_key("release-all");
@@ -2141,6 +2185,7 @@ static const test_t tests[] = {
     {"bad_inputs", test_bad_inputs},
     {"metrics_text", test_metrics_text},
     {"log_callback", test_log_callback},
+    {"free_collected", test_free_collected},
     {"release_all", test_release_all},
     {"shutdown", test_shutdown},
     {"fork_child", test_fork_child},

@@ -3,16 +3,27 @@
 
 use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
 use ferrolock::{LockStatus, host::Lock};
-use napi::bindgen_prelude::PromiseRaw;
+use napi::bindgen_prelude::{ObjectFinalize, PromiseRaw};
 use napi::{Env, Result};
 use napi_derive::napi;
 
 use crate::errors::{guard, invalid, to_napi};
 use crate::rt::promise_on_core;
 
-#[napi]
+#[napi(custom_finalize)]
 pub struct NativeLock {
     pub(crate) inner: Lock,
+}
+
+/// Runs only when the garbage collector takes the JavaScript object (a `NativeLock` dropped
+/// on the Rust side, such as a grant that lands after its environment was torn down, does
+/// not come here): a lock still held is released with its handle, and the warning says so.
+impl ObjectFinalize for NativeLock {
+    fn finalize(self, _env: Env) -> Result<()> {
+        // The panic hook has reported a panic by then; it must not unwind into V8's collector.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inner.collected()));
+        Ok(())
+    }
 }
 
 /// What the end of a `withLock` body decided (`host::scope`) when it is not simply "the

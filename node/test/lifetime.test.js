@@ -152,27 +152,40 @@ test("a worker's own process.exit() releases that worker's locks only; the main 
   assert.equal(runId(), before, 'the server restarted during the test');
   assert.deepEqual(changed, [], `a command changed the main thread's key${why}`);
   assert.deepEqual(checked, { worker: false, worker2: false, main: true }, why);
+  // The worker's teardown released its locks before its objects were finalized: no warning of
+  // a collected lock (that one is for a handle the program dropped while holding).
+  assert.doesNotMatch(r.out + r.err, /garbage-collected/, why);
   one.cli('DEL', 'life:worker-exit:main');
 });
 
-test('a Lock the garbage collector takes unreleased is released; one still referenced is kept (README)', T, async () => {
+test('a Lock the garbage collector takes unreleased is released with a warning naming its key; one still referenced is kept, one released is not warned of (README)', T, async () => {
   const body = `${HEADER}
+    const { setLogger } = require(${JSON.stringify(PKG)});
+    const collected = [];
+    setLogger((rec) => {
+      if (rec.message.includes('garbage-collected')) collected.push(rec);
+    });
     run(async () => {
       const m = new LockManager({ ttl: 60000 });
       let dropped = await m.acquire('life:gc:dropped');
       const kept = await m.acquire('life:gc:kept');
+      let released = await m.acquire('life:gc:released');
+      await released.release();
       held.push(kept);
       dropped = null;
-      // The release follows the collection on the core's runtime: poll until another
-      // acquire gets the key (a bounded number of rounds; no time bound).
+      released = null;
+      // The release follows the collection on the core's runtime, and the warning reaches the
+      // logger on this thread after it: poll until another acquire gets the key and the
+      // warning has come (a bounded number of rounds; no time bound).
       let taken = null;
-      for (let round = 0; round < 200 && taken === null; round++) {
+      for (let round = 0; round < 200 && (taken === null || collected.length === 0); round++) {
         gc();
         await new Promise((resolve) => setTimeout(resolve, 20));
-        taken = await m.tryAcquire('life:gc:dropped').catch(() => null);
+        taken ??= await m.tryAcquire('life:gc:dropped').catch(() => null);
       }
       console.log(taken === null ? 'dropped still held' : 'dropped released');
       console.log('kept', kept.status);
+      for (const rec of collected) console.log('warned', rec.level, rec.message);
     }, 'done');`;
   let keptExists = null;
   const r = await runNode(body, {
@@ -186,6 +199,10 @@ test('a Lock the garbage collector takes unreleased is released; one still refer
   assert.match(r.out, /dropped released/, r.out + r.err);
   assert.match(r.out, /kept held/, r.out + r.err);
   assert.equal(keptExists, true, 'the referenced lock was released too');
+  const warned = r.out.split('\n').filter((l) => l.startsWith('warned'));
+  assert.equal(warned.length, 1, `one warning, for the collected held lock:\n${r.out}`);
+  assert.match(warned[0], /^warned warn lock "life:gc:dropped" is released because its handle was garbage-collected while the lock was held/);
+  assert.match(warned[0], /keep a reference to the lock until you release it, or let withLock hold it/);
   one.cli('DEL', 'life:gc:kept', 'life:gc:dropped');
 });
 

@@ -167,6 +167,25 @@ impl Lock {
         self.close_gate(true);
     }
 
+    /// For a binding whose garbage collector took this handle (a finalizer): if the lock is
+    /// held, no release has begun and no other handle of it is left, warns that it is
+    /// released now. Nothing in the caller's program marks when a collection happens (in Node
+    /// and Go it follows the handle's last use, not the end of the work the lock guards), so
+    /// the release that follows may come while that work still runs: the warning names the
+    /// key and says what to keep. Call it before the handle goes.
+    pub fn collected(&self) {
+        if self.inherited() || Arc::strong_count(&self.core) > 1 || !self.core.unreleased_and_held()
+        {
+            return;
+        }
+        tracing::warn!(
+            "lock {:?} is released because its handle was garbage-collected while the lock was held: \
+             the work it guards may still be running without it; keep a reference to the lock until \
+             you release it, or let withLock hold it",
+            self.key()
+        );
+    }
+
     /// Frees this handle: no loss callback starts from now on, and one already running has
     /// returned when this returns (unless it runs on this thread: a callback freeing its own
     /// lock). A lock still held is released in the background once its last handle is gone.
