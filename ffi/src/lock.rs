@@ -222,14 +222,8 @@ pub unsafe extern "C" fn ferrolock_lock_release(
 /// ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
-    guard((), || {
-        if lock.is_null() {
-            return;
-        }
-        // SAFETY: made by `ferrolock_lock::into_raw`, freed once, no call on it in flight.
-        let lock = *unsafe { Box::from_raw(lock) };
-        lock.lock.free();
-    })
+    // SAFETY: the caller's promise, passed on.
+    unsafe { free_lock(lock, false) }
 }
 
 /// `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
@@ -238,13 +232,23 @@ pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
 /// guards has ended. NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_free_collected(lock: *mut ferrolock_lock) {
+    // SAFETY: the caller's promise, passed on.
+    unsafe { free_lock(lock, true) }
+}
+
+/// # Safety
+/// `lock` is NULL or made by `ferrolock_lock::into_raw`, freed once, with no call on it in
+/// flight.
+unsafe fn free_lock(lock: *mut ferrolock_lock, collected: bool) {
     guard((), || {
         if lock.is_null() {
             return;
         }
-        // SAFETY: as in `ferrolock_lock_free`.
+        // SAFETY: see this function's contract.
         let lock = *unsafe { Box::from_raw(lock) };
-        lock.lock.collected();
+        if collected {
+            lock.lock.collected();
+        }
         lock.lock.free();
     })
 }
