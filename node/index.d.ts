@@ -80,6 +80,11 @@ export interface WithLockOptions extends ManagerOptions {
   signal?: Signal;
 }
 
+/**
+ * A held lock. Release it (`withLock` does); one the garbage collector takes unreleased is
+ * released then, with a warning naming its key, and that can be before the work it guards
+ * has ended: keep a reference until `release()`.
+ */
 export declare class Lock {
   private constructor();
   readonly key: string;

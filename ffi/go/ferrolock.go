@@ -405,9 +405,9 @@ func (s *lossState) onLoss(f func(error)) {
 }
 
 // Lock is a held lock. Release it (WithLock does); a Lock dropped unreleased is released in
-// the background when collected. Collection follows the last use of the Lock, not the end of
-// the work it guards: keep using it (call Release at the end) for as long as you mean to hold
-// the lock.
+// the background when collected, with a warning naming its key. Collection follows the last
+// use of the Lock, not the end of the work it guards: keep using it (call Release at the end)
+// for as long as you mean to hold the lock.
 type Lock struct {
 	mu     sync.Mutex
 	p      *C.ferrolock_lock
