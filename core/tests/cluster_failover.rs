@@ -135,8 +135,8 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
     );
 }
 
-/// What a cluster user needs besides its own lock names (README, "Redis Cluster"; the test
-/// checks the README states it word for word): the lock commands, `ping`, `cluster|slots` and
+/// What a cluster user needs besides its own lock names (docs/redis-cluster.md; the test
+/// checks it states it word for word): the lock commands, `ping`, `cluster|slots` and
 /// `asking` for the cluster client's routing, the `ferrolock:*` keys, the two channel
 /// patterns (Redis 7 gives a new user no channel at all), and sharded pub/sub with its probe
 /// (`pubsub|shardnumsub`; refused, the client falls back to classic pub/sub).
@@ -153,7 +153,7 @@ fn locker_acl() -> String {
     format!("user locker on >{LOCKER_PASSWORD} ~lock:* {CLUSTER_USER_RULES}")
 }
 
-/// What the README adds to the cluster user's rules for the restart guard's probe.
+/// What docs/redis-cluster.md adds to the cluster user's rules for the restart guard's probe.
 const GUARD_RULES: &str = "+cluster|myid +info";
 
 /// The user `guarded`: the cluster user's rules and the guard's.
@@ -188,12 +188,12 @@ async fn subscribed(node: &RedisServer, prefix: &str) {
     }
 }
 
-/// Issue 19: a user with only the README's ACL for a cluster (defined on every node, replicas
+/// Issue 19: a user with only the documented ACL for a cluster (docs/redis-cluster.md) (defined on every node, replicas
 /// included) acquires, waits and is woken, renews, releases, re-enters and fences; a key
 /// outside its patterns is refused, so the ACL is in force. With the restart guard on, the
-/// README's extra rules are needed (the probe), and enough.
+/// documented extra rules are needed (the probe), and enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
+async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases() {
     let _serial = serial();
     let born = Instant::now();
     let cluster = RedisCluster::start_with(ClusterOptions {
@@ -284,19 +284,22 @@ async fn a_cluster_user_with_the_readmes_acl_locks_waits_renews_and_releases() {
         .unwrap();
     other.release().await.unwrap();
     assert!(!primary.cmd::<bool>(&["EXISTS", &key]));
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/redis-cluster.md"
+    ))
+    .expect("docs/redis-cluster.md");
     assert!(
         readme
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ")
             .contains(CLUSTER_USER_RULES),
-        "the README's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
+        "docs/redis-cluster.md's cluster ACL differs from the tested one: {CLUSTER_USER_RULES}"
     );
     assert!(
         readme.contains(GUARD_RULES),
-        "the README lacks {GUARD_RULES}"
+        "docs/redis-cluster.md lacks {GUARD_RULES}"
     );
     // The restart guard's probe, with a window every primary is older than by then.
     let window = Duration::from_secs(1);
@@ -419,7 +422,7 @@ fn key_slot_tag(slot: u16) -> String {
 }
 
 /// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary)
-/// to another primary while the watchdog renews locks on the source, as the README's cluster
+/// to another primary while the watchdog renews locks on the source, as docs/redis-cluster.md's cluster
 /// user: the watched lock and 100 more in its slot, 100 spread over the moved slots, and 2,000
 /// in the source's other slots, which stay. The watched slot carries 400 ballast keys of
 /// 64 KB, so its migration (one key per MIGRATE) is slow enough to pause redis-cli half-way

@@ -292,10 +292,9 @@ test('bad keys and ttls are refused naming the value', T, async () => {
   await m.close();
 });
 
-test("the README's read-write Node example runs", T, async () => {
-  const readme = fs.readFileSync(path.resolve(__dirname, '..', '..', 'README.md'), 'utf8');
-  const section = readme.slice(readme.indexOf('## Read-write lock'));
-  const example = section.match(/```js\n([\s\S]*?)```/)[1];
+test("docs/read-write-lock.md's Node example runs", T, async () => {
+  const doc = fs.readFileSync(path.resolve(__dirname, '..', '..', 'docs', 'read-write-lock.md'), 'utf8');
+  const example = doc.match(/```js\n([\s\S]*?)```/)[1];
   const out = execFileSync(process.execPath, ['-e', example], {
     cwd: path.resolve(__dirname, '..'),
     env: { ...process.env, FERROLOCK_NODES: server.url },

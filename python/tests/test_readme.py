@@ -1,4 +1,4 @@
-"""The README's Python section runs as written (against a test server via FERROLOCK_NODES)."""
+"""The READMEs' and docs' Python examples run as written (against a test server via FERROLOCK_NODES)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import pytest
 from conftest import Child, RedisNode
 
 HERE = Path(__file__).resolve()
-# The package's README section and the project README's Python example.
-READMES = [HERE.parents[1] / "README-section.md", HERE.parents[2] / "README.md"]
+# The package's README section, the project README's Python example, and the docs' examples.
+ROOT = HERE.parents[2]
+READMES = [
+    HERE.parents[1] / "README-section.md",
+    ROOT / "README.md",
+    ROOT / "docs" / "read-write-lock.md",
+    ROOT / "docs" / "semaphore.md",
+]
 
 
 @pytest.mark.parametrize("readme", READMES, ids=lambda p: p.parent.name + "/" + p.name)
