@@ -71,7 +71,9 @@ main=$stage/ferrolock
 mkdir -p "$main"
 cp -r index.js index.mjs index.d.ts index.d.mts lib "$main/"
 cp "$root/LICENSE" "$main/"
-cp "$root/README.md" "$main/README.md"
+# The project README, then the Node details it links to (node/README-section.md), so that the
+# package page holds both.
+{ cat "$root/README.md"; echo; cat "$root/node/README-section.md"; } > "$main/README.md"
 OPTIONAL=$optional URL=$url node -e '
   const fs = require("fs");
   const pkg = JSON.parse(fs.readFileSync("package.json", "utf8"));
