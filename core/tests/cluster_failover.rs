@@ -189,9 +189,9 @@ async fn subscribed(node: &RedisServer, prefix: &str) {
 }
 
 /// Issue 19: a user with only docs/redis-cluster.md's ACL for a cluster (defined on every
-/// node, replicas included) acquires, waits and is woken, renews, releases, re-enters and fences; a key
-/// outside its patterns is refused, so the ACL is in force. With the restart guard on, the
-/// documented extra rules are needed (the probe), and enough.
+/// node, replicas included) acquires, waits and is woken, renews, releases, re-enters and
+/// fences; a key outside its patterns is refused, so the ACL is in force. With the restart
+/// guard on, the documented extra rules are needed (the probe), and enough.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases() {
     let _serial = serial();
@@ -423,8 +423,8 @@ fn key_slot_tag(slot: u16) -> String {
 
 /// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary)
 /// to another primary while the watchdog renews locks on the source, as the documented
-/// cluster user (docs/redis-cluster.md): the watched lock and 100 more in its slot, 100 spread over the moved slots, and 2,000
-/// in the source's other slots, which stay. The watched slot carries 400 ballast keys of
+/// cluster user (docs/redis-cluster.md): the watched lock and 100 more in its slot, 100
+/// spread over the moved slots, and 2,000 in the source's other slots, which stay. The watched slot carries 400 ballast keys of
 /// 64 KB, so its migration (one key per MIGRATE) is slow enough to pause redis-cli half-way
 /// (SIGSTOP) and keep the slot migrating over four renewal ticks: the source's pipeline then
 /// fails whole (redis-rs redirects a pipeline whole, on the first ASK), the watchdog halves it
