@@ -421,18 +421,19 @@ fn key_slot_tag(slot: u16) -> String {
         .unwrap()
 }
 
-/// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary)
-/// to another primary while the watchdog renews locks on the source, as the documented
-/// cluster user (docs/redis-cluster.md): the watched lock and 100 more in its slot, 100
-/// spread over the moved slots, and 2,000 in the source's other slots, which stay. The watched slot carries 400 ballast keys of
-/// 64 KB, so its migration (one key per MIGRATE) is slow enough to pause redis-cli half-way
-/// (SIGSTOP) and keep the slot migrating over four renewal ticks: the source's pipeline then
-/// fails whole (redis-rs redirects a pipeline whole, on the first ASK), the watchdog halves it
-/// down to the migrating slot, whose locks already moved answer ASK and are renewed alone
-/// (which needs `asking`). The slot moves (the fault happened: its owner changes), nothing is
-/// lost (every lock held, on its new owner, three ttls later), and a rival is refused
-/// throughout. (Seen failing before the halving: every lock of the source renewed alone each
-/// tick, 2,200 requests that overran the renewal timeout, and the watched lock was lost.)
+/// Issue 19: `redis-cli --cluster reshard` moves 200 slots (the lowest of the first primary) to
+/// another primary while the watchdog renews locks on the source, as the documented cluster
+/// user (docs/redis-cluster.md): the watched lock and 100 more in its slot, 100 spread over the
+/// moved slots, and 2,000 in the source's other slots, which stay. The watched slot carries 400
+/// ballast keys of 64 KB, so its migration (one key per MIGRATE) is slow enough to pause
+/// redis-cli half-way (SIGSTOP) and keep the slot migrating over four renewal ticks: the
+/// source's pipeline then fails whole (redis-rs redirects a pipeline whole, on the first ASK),
+/// the watchdog halves it down to the migrating slot, whose locks already moved answer ASK and
+/// are renewed alone (which needs `asking`). The slot moves (the fault happened: its owner
+/// changes), nothing is lost (every lock held, on its new owner, three ttls later), and a rival
+/// is refused throughout. (Seen failing before the halving: every lock of the source renewed
+/// alone each tick, 2,200 requests that overran the renewal timeout, and the watched lock was
+/// lost.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twice() {
     let _serial = serial();
