@@ -26,8 +26,13 @@ def test_k6_paused_reentrant_holder_never_touches_the_new_owners_key(h):
     assert b_got["ok"], b_got
     assert b_got["fence"] > outer["fence"]
     nodes = [n.client() for n in h.nodes]
+    mine = {b_got["token"]: "1"}
+    # B's grant needs a quorum, not every node: A's copies expire a few ms apart, so a node
+    # whose copy outlived the others may have refused B's attempt. Once A's copies are gone,
+    # every node holds B's hash or nothing, and B's hash is on a quorum.
+    wait_until("A's copies of k6 expired", lambda: all(r.hgetall("k6") in (mine, {}) for r in nodes))
     before = [(r.hgetall("k6"), r.pttl("k6")) for r in nodes]
-    assert all(hv == {b_got["token"]: "1"} for hv, _ in before), before
+    assert sum(hv == mine for hv, _ in before) >= 2, before
     h.nemesis.resume_client(a, pause)
     ext = a.call(op="extend", h="a2", ttl=30.0)
     rel_inner = a.call(op="release", h="a2")
@@ -37,8 +42,12 @@ def test_k6_paused_reentrant_holder_never_touches_the_new_owners_key(h):
         assert rel.get("result") is not True, rel
     after = [(r.hgetall("k6"), r.pttl("k6")) for r in nodes]
     for (hv0, p0), (hv1, p1) in zip(before, after):
-        # B's hash unchanged, its expiry only ran down (B has no watchdog: nobody renews it).
-        assert hv1 == hv0 and 0 < p1 <= p0, (before, after)
+        if hv0:
+            # B's hash unchanged, its expiry only ran down (B has no watchdog: nobody renews it).
+            assert hv1 == hv0 and 0 < p1 <= p0, (before, after)
+        else:
+            # Nothing of A's re-created where the key was gone (B's own late grant may land).
+            assert hv1 in ({}, mine), (before, after)
     assert b.call(op="release", h="b1")["result"]
     again = a.call(op="acquire", h="a3", key="k6", opts=opts)
     assert again["ok"] and again["fence"] > b_got["fence"], again
