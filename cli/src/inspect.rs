@@ -6,8 +6,8 @@
 use std::time::{Duration, SystemTime};
 
 use ferrolock::{
-    ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url, rwlock_timeout_prefix,
-    semaphore_timeout_key,
+    LockManager, ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url,
+    rwlock_timeout_prefix, semaphore_timeout_key,
 };
 use redis::{Connection, Value};
 use serde_json::{Value as Json, json};
@@ -47,10 +47,19 @@ const DEFAULT_LONG: Duration = Duration::from_secs(3600);
 /// Keys asked for per SCAN step: never KEYS, which blocks the server.
 const SCAN_COUNT: usize = 1000;
 
-fn nodes(list: &Option<String>) -> Vec<String> {
+/// The node list, checked by the rules `run` applies (a malformed, empty or repeated URL is
+/// bad usage, exit 64, not an unreachable node); building the manager opens no connection.
+fn nodes(list: &Option<String>) -> Result<Vec<String>, u8> {
     let mut options = ManagerOptions::new();
     options.nodes = list.as_deref().map(ferrolock::split_nodes);
-    options.resolved_nodes()
+    let urls = options.resolved_nodes();
+    match LockManager::new(options) {
+        Ok(_) => Ok(urls),
+        Err(e) => {
+            eprintln!("ferrolock: {e} [{}]", e.kind().code());
+            Err(exit::USAGE)
+        }
+    }
 }
 
 fn report(json: bool, out: Json, text: String) -> u8 {
@@ -67,10 +76,14 @@ pub fn inspect(args: InspectArgs) -> u8 {
         eprintln!("ferrolock: the lock key must not be empty");
         return exit::USAGE;
     }
+    let urls = match nodes(&args.nodes) {
+        Ok(urls) => urls,
+        Err(code) => return code,
+    };
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    for url in nodes(&args.nodes) {
+    for url in urls {
         let (shown, node) = match owner_of(&url, &args.key) {
             Ok(t) => (
                 t.shown,
@@ -401,10 +414,14 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 pub fn scan(args: ScanArgs) -> u8 {
     let pattern = args.pattern.clone().unwrap_or_else(|| "*".to_string());
     let long = args.long.unwrap_or(DEFAULT_LONG);
+    let urls = match nodes(&args.nodes) {
+        Ok(urls) => urls,
+        Err(code) => return code,
+    };
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    let servers: Vec<Result<Target, (String, String)>> = nodes(&args.nodes)
+    let servers: Vec<Result<Target, (String, String)>> = urls
         .into_iter()
         .flat_map(|url| match cluster::targets(&url) {
             Ok(ts) => ts.into_iter().map(Ok).collect::<Vec<_>>(),

@@ -344,6 +344,33 @@ fn new_flags_refuse_bad_values_naming_them() {
     }
 }
 
+/// `inspect` and `scan` check their node list as `run` does: a bad list is bad usage (64), not
+/// an unreachable node (69), and says what is wrong without the password.
+#[test]
+fn inspect_and_scan_refuse_a_bad_node_list_as_bad_usage() {
+    let cases: &[(&str, &str)] = &[
+        ("http://u:hunter2@x:1", "http://u:***@x:1"),
+        ("", "empty node URL"),
+        (",", "empty node URL"),
+        ("redis://127.0.0.1:1,redis://127.0.0.1:1/0", "same server"),
+        ("redis://127.0.0.1:1?password=hunter2", "unknown parameter"),
+    ];
+    for (nodes, needle) in cases {
+        for command in [
+            &["inspect", "--nodes", nodes, "k"][..],
+            &["scan", "--nodes", nodes],
+        ] {
+            let mut cmd = ferrolock();
+            cmd.args(command);
+            let out = output(cmd);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{command:?}: {err}");
+            assert!(err.contains(needle), "{command:?}: {needle:?} not in {err}");
+            assert!(!err.contains("hunter2"), "{command:?}: {err}");
+        }
+    }
+}
+
 #[test]
 fn every_lock_option_of_the_table_is_a_flag() {
     let mut cmd = ferrolock();

@@ -56,6 +56,7 @@ mod shared;
 mod token;
 mod watchdog;
 
+pub use acquire::check_request;
 pub use error::{Error, ErrorKind, Result};
 #[doc(hidden)]
 pub use hooks::{__set_test_hook, Point as HookPoint};

@@ -284,7 +284,20 @@ fn open_nodes(options: &ManagerOptions, urls: &[String]) -> Result<Vec<Node>> {
         None if urls.len() >= 3 => options.lock.ttl,
         None => Duration::ZERO,
     };
-    urls.iter()
+    let nodes = urls
+        .iter()
         .map(|u| Node::open(u, tls_ca.as_deref(), guard, options.sharded_pubsub))
-        .collect()
+        .collect::<Result<Vec<Node>>>()?;
+    // Spelled apart, one server all the same (see `Node::server`).
+    for (i, node) in nodes.iter().enumerate() {
+        let server = node.server();
+        if let Some(first) = nodes[..i].iter().find(|n| n.server() == server) {
+            return Err(Error::invalid(format!(
+                "nodes {:?} and {:?} are the same server ({server}) in {shown:?}: Redlock needs distinct nodes",
+                first.name(),
+                node.name()
+            )));
+        }
+    }
+    Ok(nodes)
 }

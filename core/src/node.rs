@@ -145,7 +145,10 @@ impl Node {
         let cluster_url = ClusterUrl::parse(url, &display)?;
         let url = match &cluster_url {
             Some(c) => c.seeds[0].as_str(),
-            None => url,
+            None => {
+                check_query(url, &display)?;
+                url
+            }
         };
         let info = url.into_connection_info().map_err(|e| {
             Error::invalid(format!(
@@ -444,6 +447,22 @@ impl Node {
 
     pub(crate) fn name(&self) -> &str {
         &self.display
+    }
+
+    /// The server this node's URL reaches, as its parsed address (`host:port` with the host in
+    /// lower case, or a socket path): two URLs spelled apart (`/0`, a trailing `/`, `07701`,
+    /// `REDIS://`, a user name) may still name one server, whose vote must not count twice.
+    /// A cluster is named by its first seed. Names that resolve to one address (`localhost`
+    /// and `127.0.0.1`) are not told apart: that would take a DNS lookup at construction.
+    pub(crate) fn server(&self) -> String {
+        match self.client.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(host, port)
+            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+                format!("{}:{port}", host.to_ascii_lowercase())
+            }
+            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
+            other => format!("{other:?}"),
+        }
     }
 
     /// The node's client, for connections other than the shared command connection (the
@@ -998,25 +1017,90 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 }
 
 /// `redis://user:secret@host:6379/0` becomes `redis://user:***@host:6379/0`. Works on the raw
-/// text so that even a URL that fails to parse is shown without its password.
+/// text so that even a URL that fails to parse is shown without its password: the userinfo
+/// ends at the last `@` before the query (a password may hold an unescaped `/`), a query
+/// parameter whose name holds `pass` (a unix socket's `?pass=`) loses its value, and one whose
+/// value holds an `@` (a cluster seed written with credentials) loses what comes before it.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_string();
+    let (main, query) = match rest.find(['?', '#']) {
+        Some(q) => rest.split_at(q),
+        None => (rest, ""),
     };
-    let userinfo = &authority[..at];
-    let redacted = match userinfo.find(':') {
-        Some(colon) => format!("{}:***", &userinfo[..colon]),
-        None if url[..scheme_end].starts_with("unix") => userinfo.to_string(),
-        None => "***".to_string(),
+    let main = match main.rfind('@') {
+        None => main.to_string(),
+        Some(at) => {
+            let userinfo = &main[..at];
+            let redacted = match userinfo.find(':') {
+                Some(colon) => format!("{}:***", &userinfo[..colon]),
+                // `unix:///tmp/a@b.sock`: a path, not a user.
+                None if url[..scheme_end].contains("unix") => userinfo.to_string(),
+                None => "***".to_string(),
+            };
+            format!("{redacted}{}", &main[at..])
+        }
     };
-    format!("{}{}{}", &url[..rest_start], redacted, &rest[at..])
+    format!("{}{main}{}", &url[..rest_start], redact_query(query))
+}
+
+/// A URL's `?...#...` tail with any secret in its parameters replaced by `***`.
+fn redact_query(query: &str) -> String {
+    let (params, fragment) = match query.find('#') {
+        Some(f) => query.split_at(f),
+        None => (query, ""),
+    };
+    let Some(params) = params.strip_prefix('?') else {
+        return query.to_string();
+    };
+    let params: Vec<String> = params
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name, _)) if name.to_ascii_lowercase().contains("pass") => {
+                format!("{name}=***")
+            }
+            Some((name, value)) => match value.rfind('@') {
+                Some(at) => format!("{name}=***{}", &value[at..]),
+                None => pair.to_string(),
+            },
+            None => pair.to_string(),
+        })
+        .collect();
+    format!("?{}{fragment}", params.join("&"))
+}
+
+/// The query parameters redis-rs reads from a standalone node URL (any other would be
+/// ignored, as `?password=` or `?db=` on a `redis://` URL would be): a TCP URL takes only
+/// `protocol`; a unix socket URL also `db`, `user` and `pass`.
+fn check_query(url: &str, display: &str) -> Result<()> {
+    let Some((_, query)) = url.split_once('?') else {
+        return Ok(());
+    };
+    let query = query.split('#').next().unwrap_or_default();
+    let unix = url.starts_with("unix:") || url.starts_with("redis+unix:");
+    let known: &[&str] = if unix {
+        &["db", "user", "pass", "protocol"]
+    } else {
+        &["protocol"]
+    };
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let name = pair.split('=').next().unwrap_or(pair);
+        if !known.contains(&name) {
+            return Err(Error::invalid(format!(
+                "malformed node URL {display:?}: unknown parameter {name:?} ({})",
+                if unix {
+                    "a unix:// URL takes db, user, pass and protocol"
+                } else {
+                    "a redis:// URL takes only protocol: the password goes in \
+                     redis://[user:password@]host:port and the database in /db"
+                }
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A slot probe on a standalone connection: cannot happen (`guards_slots` holds only for a
@@ -1040,6 +1124,39 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
         assert_eq!(redact_url("garbage"), "garbage");
+        // A password with an unescaped `/` ends at the last `@` all the same.
+        assert_eq!(redact_url("redis://:s3c/ret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(
+            redact_url("unix:///tmp/r.sock?db=1&pass=s3cret#x"),
+            "unix:///tmp/r.sock?db=1&pass=***#x"
+        );
+        assert_eq!(redact_url("unix:///tmp/a@b.sock"), "unix:///tmp/a@b.sock");
+        assert_eq!(
+            redact_url("redis+cluster://h:1?seed=u:s3cret@h:2&seed=h:3"),
+            "redis+cluster://h:1?seed=***@h:2&seed=h:3"
+        );
+    }
+
+    #[test]
+    fn unknown_query_parameters_are_refused_without_the_password() {
+        for (url, name) in [
+            ("redis://127.0.0.1:6379?password=hunter2", "password"),
+            ("redis://127.0.0.1:6379/?db=2", "db"),
+            ("unix:///tmp/r.sock?pass=hunter2&passwd=hunter2", "passwd"),
+        ] {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+                panic!("{url} accepted")
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            assert!(!err.message().contains("hunter2"), "{err}");
+            assert!(err.message().contains(&format!("{name:?}")), "{err}");
+        }
+        for url in [
+            "redis://127.0.0.1:6379?protocol=resp2",
+            "unix:///tmp/r.sock?db=1&user=u&pass=p",
+        ] {
+            assert!(Node::open(url, None, Duration::ZERO, true).is_ok(), "{url}");
+        }
     }
 
     #[test]
@@ -1049,6 +1166,7 @@ mod tests {
             "redis://u:hunter2@[bad",
             "nonsense",
             "",
+            "redis://:hunter2/x@127.0.0.1:1",
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")

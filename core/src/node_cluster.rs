@@ -267,7 +267,8 @@ impl ClusterUrl {
         {
             match pair.split_once('=') {
                 Some(("seed", seed)) => {
-                    check_host_port(seed).map_err(|why| bad(format!("seed {seed:?}: {why}")))?;
+                    check_host_port(seed)
+                        .map_err(|why| bad(format!("seed {:?}: {why}", redact_seed(seed))))?;
                     seeds.push(format!("{scheme}://{userinfo}{seed}"));
                 }
                 _ => {
@@ -280,7 +281,21 @@ impl ClusterUrl {
     }
 }
 
+/// A seed as a message may show it: one written with credentials loses them.
+fn redact_seed(seed: &str) -> String {
+    match seed.rfind('@') {
+        Some(at) => format!("***{}", &seed[at..]),
+        None => seed.to_string(),
+    }
+}
+
 fn check_host_port(host_port: &str) -> std::result::Result<(), String> {
+    if host_port.contains('@') || host_port.contains('/') {
+        return Err(format!(
+            "{:?} is not host:port (credentials go in the main URL, before its host)",
+            redact_seed(host_port)
+        ));
+    }
     let Some((host, port)) = host_port.rsplit_once(':') else {
         return Err(format!("{host_port:?} has no port"));
     };
@@ -408,5 +423,10 @@ mod tests {
             assert!(err.message().contains(part), "{url}: {err}");
             assert!(err.message().contains(url), "{url}: {err}");
         }
+        // A seed written with credentials is refused without showing them.
+        let url = "redis+cluster://h:7000?seed=:hunter2@g:7001";
+        let err = ClusterUrl::parse(url, &crate::node::redact_url(url)).unwrap_err();
+        assert!(err.message().contains("not host:port"), "{err}");
+        assert!(!err.message().contains("hunter2"), "{err}");
     }
 }

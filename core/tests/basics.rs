@@ -330,6 +330,25 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
         dup.message().contains("listed twice") && !dup.message().contains("pw@"),
         "{dup}"
     );
+    // One server spelled two ways is one vote, not two (a quorum of 2 of 2 would then be
+    // one server's say).
+    for other in [
+        "redis://h:1/",
+        "redis://h:1/0",
+        "REDIS://H:1",
+        "redis://h:01",
+        "redis://u:pw@h:1",
+        "redis://h:1/3",
+    ] {
+        let err =
+            LockManager::new(ManagerOptions::new().nodes(["redis://h:1", other])).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{other}");
+        assert!(
+            err.message().contains("same server (h:1)") && !err.message().contains("pw@"),
+            "{other}: {err}"
+        );
+    }
+    assert!(LockManager::new(ManagerOptions::new().nodes(["redis://h:1", "redis://h:2"])).is_ok());
     let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     let err =

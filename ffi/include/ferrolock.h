@@ -154,8 +154,9 @@ extern "C" {
 // manager's defaults); `owner` is an owner id as in `ferrolock_manager_acquire_owned`, or
 // `FERROLOCK_NO_OWNER`; `done` may be NULL (poll instead), else it is called once with
 // `userdata` when the outcome is ready (see `ferrolock_done_fn`: `*acquisition_out` is
-// written before the acquire starts, so `done` always finds it). Bad arguments fail here,
-// before anything starts.
+// written before the acquire starts, so `done` always finds it). Bad arguments (a NULL
+// pointer, an empty key, bad options, a lease the watchdog cannot keep) fail here, before
+// anything starts, with `*acquisition_out` NULL.
 int ferrolock_manager_acquire_start(const struct ferrolock_manager *manager,
                                     const char *key,
                                     const struct ferrolock_options *opts,

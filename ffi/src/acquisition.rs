@@ -112,8 +112,9 @@ unsafe impl Send for UserData {}
 /// manager's defaults); `owner` is an owner id as in `ferrolock_manager_acquire_owned`, or
 /// `FERROLOCK_NO_OWNER`; `done` may be NULL (poll instead), else it is called once with
 /// `userdata` when the outcome is ready (see `ferrolock_done_fn`: `*acquisition_out` is
-/// written before the acquire starts, so `done` always finds it). Bad arguments fail here,
-/// before anything starts.
+/// written before the acquire starts, so `done` always finds it). Bad arguments (a NULL
+/// pointer, an empty key, bad options, a lease the watchdog cannot keep) fail here, before
+/// anything starts, with `*acquisition_out` NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_acquire_start(
     manager: *const ferrolock_manager,
@@ -127,7 +128,7 @@ pub unsafe extern "C" fn ferrolock_manager_acquire_start(
 ) -> c_int {
     start(
         "ferrolock_manager_acquire_start",
-        || request(manager, key, opts, owner),
+        || checked(request(manager, key, opts, owner)),
         done,
         userdata,
         acquisition_out,
@@ -151,7 +152,7 @@ pub unsafe extern "C" fn ferrolock_manager_rw_acquire_start(
 ) -> c_int {
     start(
         "ferrolock_manager_rw_acquire_start",
-        || rw_request(manager, key, side, opts, owner),
+        || checked(rw_request(manager, key, side, opts, owner)),
         done,
         userdata,
         acquisition_out,
@@ -182,6 +183,14 @@ pub unsafe extern "C" fn ferrolock_manager_semaphore_acquire_start(
         acquisition_out,
         err,
     )
+}
+
+/// A lock request with what its acquire would refuse before sending anything refused now, as
+/// the header promises ("bad arguments fail here").
+fn checked(request: Result<Request, Failure>) -> Result<Request, Failure> {
+    let r = request?;
+    ferrolock::check_request(&r.key, &r.opts)?;
+    Ok(r)
 }
 
 fn start(

@@ -1128,6 +1128,20 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_manager_acquire_start(NULL, key, NULL, 1, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
   EXPECT(ferrolock_manager_acquire_start(m, NULL, NULL, 1, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
   EXPECT(ferrolock_manager_acquire_start(m, key, NULL, 1, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition_out");
+  /* A key or a lease the acquire would refuse fails at the start, as the header says, with no
+     acquisition handed out. */
+  a = (ferrolock_acquisition *)&u;
+  EXPECT(ferrolock_manager_acquire_start(m, "", NULL, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "must not be empty");
+  CHECK(a == NULL);
+  EXPECT(ferrolock_manager_acquire_start(m, "user}1", NULL, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "user}1");
+  CHECK(a == NULL);
+  EXPECT(ferrolock_manager_rw_acquire_start(m, "", FERROLOCK_RW_READ, NULL, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "must not be empty");
+  CHECK(a == NULL);
+  ferrolock_options *long_read = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_ms(long_read, "ttl", 31000, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_READ, long_read, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "read lease");
+  CHECK(a == NULL);
+  ferrolock_options_free(long_read);
   /* Per-acquire options: a manager option is refused. */
   ferrolock_options *per = ferrolock_options_new();
   EXPECT(ferrolock_options_set_str(per, "nodes", "redis://127.0.0.1:2", &err), FERROLOCK_OK, NULL);

@@ -1,8 +1,19 @@
-//! Keys refused before any request: no name derived from them could share their Cluster slot.
+//! Requests refused before anything is sent: a bad key (empty, or no name derived from it
+//! could share its Cluster slot), bad options, a lease the watchdog cannot keep.
 
 use super::kind::Kind;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
+
+/// What an acquire of `key` with `opts` refuses before it sends anything (the key, the
+/// options, the lease), for a binding that starts an acquire and promises its caller that bad
+/// arguments fail at the start. (A key the sharded pub/sub of a cluster cannot serve is found
+/// by the acquire itself: that takes the nodes.)
+pub fn check_request(key: &str, opts: &crate::LockOptions) -> Result<()> {
+    check_key(key)?;
+    opts.validate()?;
+    crate::lock::check_lease(opts, || format!("for lock {key:?}"))
+}
 
 pub(crate) fn check_key(key: &str) -> Result<()> {
     if key.is_empty() {

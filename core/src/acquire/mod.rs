@@ -43,7 +43,8 @@ use crate::options::LockOptions;
 use crate::queue::{Ticket, WakeSources};
 use crate::shared::Shared;
 use attempt::{Req, Spoiled, run_attempt};
-use checks::{check_key, check_redisson_channel};
+use checks::check_redisson_channel;
+pub use checks::check_request;
 use give_up::{not_acquired_error, unreachable_error};
 pub(crate) use kind::Kind;
 use late::wakes_us;
@@ -69,13 +70,11 @@ pub(crate) async fn acquire(
     owner: Option<u64>,
     opts: &LockOptions,
 ) -> Result<Lock> {
-    check_key(key)?;
+    check_request(key, opts)?;
     let kind = Kind::of(opts);
     if kind.counted() {
         check_redisson_channel(shared, key, kind)?;
     }
-    opts.validate()?;
-    crate::lock::check_lease(opts, || format!("for lock {key:?}"))?;
     let stats = crate::metrics::stats(key, kind.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
