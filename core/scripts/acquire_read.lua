@@ -9,6 +9,8 @@
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] unused, ARGV[4] waiter id or '', ARGV[5] queue score
 -- or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (our read or write hold is live),
 -- ARGV[8] barging bound ms, ARGV[9] the latch's PX in ms.
+-- Busy: write-held by another owner, a plain lock, or a hash without `mode` (a reentrant
+-- lock's).
 -- Granted: the hash is free; or it is read-held and no ferrolock writer waits ahead of us (a
 -- queued writer is served before readers that queued after it: no reader starves it); or we
 -- hold it (a re-entry, or a read under our own write hold: the downgrade). A reader's waiter
@@ -29,11 +31,15 @@ if type(mode) == 'table' then
   -- A plain lock (a string): someone else's.
   return pttl
 end
+-- A hash without `mode` is a reentrant lock (Redisson's RLock layout: the owner's field, no
+-- mode): someone else's, busy as a write hold is. Taken for free, a read hold written into it
+-- would make the next read release take the owner's field for a crashed reader's and delete it.
+local foreign_hash = pttl ~= -2 and not mode
 local ours = mode and (redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1
   or redis.call('HEXISTS', KEYS[1], ARGV[2] .. ':write') == 1)
 local id = ARGV[4]
 if not ours then
-  if ARGV[7] == '1' or mode == 'write' then
+  if ARGV[7] == '1' or mode == 'write' or foreign_hash then
     if ARGV[7] ~= '1' then
       enqueue(id, ARGV[5], tonumber(ARGV[6]))
     end

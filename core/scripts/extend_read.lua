@@ -2,10 +2,19 @@
 -- the other readers' deadlines follow it). Answers like the other renewals, so the watchdog's
 -- batch reads it the same way.
 -- KEYS[1] lock key, KEYS[2] our timeout prefix (one slot); ARGV[1] field, ARGV[2] ttl ms.
--- Returns 1 when renewed, 0 when we hold no read lock (also for a key of another type).
+-- Returns 1 when renewed, 0 when we hold no read lock (also for a key of another type), and 0
+-- when any of our hold keys 1..count has expired here (we missed our renewals on this node,
+-- while another reader kept the hash and our field alive): that hold lapsed on this node, so
+-- it is not renewed, and nothing is re-created or raised (neither our other hold keys nor the
+-- hash). Safe to run twice: a second run finds the same keys.
 local count = tonumber(redis.pcall('HGET', KEYS[1], ARGV[1]))
 if not count then
   return 0
+end
+for i = 1, count do
+  if redis.call('EXISTS', KEYS[2] .. ':' .. i) == 0 then
+    return 0
+  end
 end
 for i = 1, count do
   redis.call('PEXPIRE', KEYS[2] .. ':' .. i, ARGV[2])

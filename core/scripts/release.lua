@@ -16,15 +16,15 @@
 -- A key of another type (a reentrant lock's hash) is someone else's: pcall turns WRONGTYPE
 -- into a mismatch, at no extra call.
 -- Safe to run twice (a re-send after a dropped connection): the latch, set with the delete,
--- tells a second run that this release already ran (1), where the key alone would say "not
--- ours".
+-- keeps this release's reply (1, 2 or 3), and a second run that finds no token answers it, as
+-- the first did, where the key alone would say "not ours" (and tells no head again).
 local latch = KEYS[#KEYS]
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return redis.call('EXISTS', latch)
+  return tonumber(redis.call('GET', latch) or '0')
 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', latch, '1', 'PX', ARGV[4])
 if redis.call('EXISTS', KEYS[2]) == 0 then
+  redis.call('SET', latch, '1', 'PX', ARGV[4])
   return 1
 end
 local now
@@ -44,6 +44,7 @@ if #KEYS >= 5 then
 end
 local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
 if not head then
+  redis.call('SET', latch, '2', 'PX', ARGV[4])
   return 2
 end
 if now then
@@ -53,8 +54,10 @@ if now then
   local bound = tonumber(ARGV[5])
   local since = bound > 0 and redis.call('ZSCORE', KEYS[4], head)
   if since and now - tonumber(since) < bound then
+    redis.call('SET', latch, '3', 'PX', ARGV[4])
     return 3
   end
 end
+redis.call('SET', latch, '2', 'PX', ARGV[4])
 redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[2] .. head, '0')
 return 2

@@ -12,7 +12,8 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::{ErrorKind, LockManager, LockOptions};
+use ferrolock::__wire::Release;
+use ferrolock::{ErrorKind, LockManager, LockOptions, queue_key, queue_lease_key, queue_since_key};
 use ferrolock_testbed::{ClusterOptions, Direction, Proxy, RedisCluster, RedisServer};
 
 /// A failure bound, far above what a healthy run needs.
@@ -550,4 +551,78 @@ async fn a_read_or_write_request_resent_after_its_connection_dropped_runs_once_o
     rw_rounds(&bed, false).await;
     rw_rounds(&bed, true).await;
     nothing_left(&bed);
+}
+
+/// `release.lua` as the core loads it: `Release::command` sends its EVALSHA.
+const RELEASE_SRC: &str = include_str!("../scripts/release.lua");
+
+/// The plain release run twice with the same KEYS and ARGV (`__wire::Release`, the layout
+/// `lock.rs` sends), as a re-send after a dropped connection runs it: the second run answers
+/// what the first did (1 released, 2 released with the queue head told, 3 released quietly),
+/// so the caller marks the key loud or quiet either way, and it tells the head nothing more.
+#[test]
+fn a_plain_release_run_twice_answers_as_the_first_did() {
+    let node = RedisServer::start();
+    let _sha: String = node.cmd(&["SCRIPT", "LOAD", RELEASE_SRC]);
+    // (what, contended: five keys, quiet bound ms, a waiter queued, the first run's reply)
+    let cases = [
+        ("no waiter", false, 0, false, 1),
+        ("head told (three keys)", false, 0, true, 2),
+        ("head told (five keys)", true, 0, true, 2),
+        ("released quietly", true, 60_000, true, 3),
+    ];
+    let mut wrong = Vec::new();
+    for (i, (what, contended, bound, queued, want)) in cases.into_iter().enumerate() {
+        let key = format!("release-twice:{i}");
+        let token = format!("token-{i}");
+        node.cmd::<()>(&["SET", &key, &token, "PX", "60000"]);
+        if queued {
+            let time: Vec<String> = node.cmd(&["TIME"]);
+            let now =
+                time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
+            node.cmd::<()>(&["ZADD", &queue_key(&key), "1", "w-head"]);
+            node.cmd::<()>(&[
+                "ZADD",
+                &queue_lease_key(&key),
+                &(now + 60_000).to_string(),
+                "w-head",
+            ]);
+            node.cmd::<()>(&["ZADD", &queue_since_key(&key), &now.to_string(), "w-head"]);
+        }
+        let release = Release {
+            key: &key,
+            token: &token,
+            contended,
+            quiet_bound_ms: bound,
+            latch_px_ms: 10_000,
+        };
+        let run = || -> i64 { release.command(false).query(&mut node.client()).unwrap() };
+        let published = calls(&node, "publish");
+        let first = run();
+        assert_eq!(first, want, "{what}: the first run");
+        assert!(!exists(&node, &key), "{what}: the first run left the key");
+        let told = calls(&node, "publish") - published;
+        let second = run();
+        if second != first {
+            wrong.push(format!(
+                "{what}: the second run answered {second}, the first {first}"
+            ));
+        }
+        assert_eq!(
+            calls(&node, "publish") - published,
+            told,
+            "{what}: the second run told the head again"
+        );
+    }
+    assert!(wrong.is_empty(), "a re-sent release: {wrong:#?}");
+    // Another token, never released here: still "not ours".
+    let other = Release {
+        key: "release-twice:0",
+        token: "someone-else",
+        contended: false,
+        quiet_bound_ms: 0,
+        latch_px_ms: 10_000,
+    };
+    let reply: i64 = other.command(false).query(&mut node.client()).unwrap();
+    assert_eq!(reply, 0, "a release that never ran answered as released");
 }

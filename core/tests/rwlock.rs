@@ -605,3 +605,45 @@ async fn redisson_and_the_rust_api_exclude_share_and_wake_each_other() {
     assert!(!try_(&mut r, "wtry").await, "Redisson wrote while we read");
     assert!(ours.release().await.unwrap());
 }
+
+/// N = 3: a reader whose hold key expired on two nodes (it missed its renewals there), while
+/// another reader's field keeps the hash alive on every node, is not renewed there: those
+/// nodes answer "not renewed" (`extend_read.lua` 0), so its extend fails as lost instead of
+/// counting them as a quorum of yeses; nothing of its hold is re-created, and the other
+/// reader is still renewed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reader_whose_hold_keys_expired_on_a_quorum_is_not_extended() {
+    let _s = serial();
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let (m1, m2) = (manager(&urls, opts()), manager(&urls, opts()));
+    let key = "rw:lapsed-reader";
+    let a = m1.read_lock(key).await.unwrap();
+    let b = m2.read_lock(key).await.unwrap();
+    let hold = format!(
+        "{}:1",
+        ferrolock::__wire::rw::rwlock_timeout_prefix(key, a.token())
+    );
+    for s in &servers[..2] {
+        assert_eq!(s.cmd::<i64>(&["DEL", &hold]), 1, "a's hold key on a node");
+    }
+    let extended = a.extend().await;
+    let err = match extended {
+        Ok(v) => panic!("a read hold lapsed on 2 of 3 nodes was extended (validity {v:?})"),
+        Err(e) => e,
+    };
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    for s in &servers[..2] {
+        assert_eq!(
+            s.cmd::<i64>(&["EXISTS", &hold]),
+            0,
+            "a's hold key re-created"
+        );
+    }
+    assert!(b.extend().await.is_ok(), "the other reader was not renewed");
+    assert!(b.release().await.unwrap());
+}

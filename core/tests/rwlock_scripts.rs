@@ -9,7 +9,7 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::redisson::{Redisson, redisson_classpath};
 use common::*;
@@ -363,6 +363,123 @@ fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
     s.cmd::<()>(&["DEL", &format!("{}:1", rwlock_timeout_prefix(key, b))]);
     assert_eq!(release_read(&s, key, a, "r"), Value::Int(1));
     assert_eq!(lock_keys(&s), Vec::<String>::new());
+}
+
+/// A reentrant lock's hash (Redisson's RLock layout: the owner's field `<uuid>:<id>` = count,
+/// no `mode` field) is someone else's: a read acquire is refused with the hash's PTTL, as a
+/// write acquire is (first tries, queued waiters and re-entries alike), and the hash keeps its
+/// fields and its expiry. A read hold written into it would make the next read release take
+/// the owner's field for a crashed reader's and delete the whole lock.
+#[test]
+fn a_reentrant_locks_hash_is_busy_for_readers_and_writers() {
+    let s = RedisServer::start();
+    for key in ["rw:rlock", "rw{tag}rlock"] {
+        let owner = "redisson-uuid:7";
+        s.cmd::<()>(&["HSET", key, owner, "1"]);
+        s.cmd::<()>(&["PEXPIRE", key, "30000"]);
+        let want = map(&[(owner, "1")]);
+        let busy = |what: &str, v: &Value| {
+            assert!(
+                matches!(v, Value::Int(p) if 0 < *p && *p <= 30_000),
+                "{key}: {what} on a reentrant lock's hash was answered {v:?}, not its PTTL"
+            );
+            assert_eq!(
+                hash(&s, key),
+                want,
+                "{key}: {what} changed the owner's hash"
+            );
+            let p = pttl(&s, key);
+            assert!(
+                0 < p && p <= 30_000,
+                "{key}: {what} moved its expiry: PTTL {p}"
+            );
+            assert_eq!(lock_keys(&s), vec![key.to_string()], "{key}: {what}");
+        };
+        let (a, b) = ("uuid-a:1", "uuid-b:2");
+        busy("a read", &read(&s, key, a, &Call::first("c1")));
+        let queued = Call {
+            id: "r-a",
+            ..Call::first("c2")
+        };
+        busy("a queued read", &read(&s, key, a, &queued));
+        let reentry = Call {
+            reentry: true,
+            ..Call::first("c3")
+        };
+        busy("a read re-entry", &read(&s, key, a, &reentry));
+        busy("a write", &write(&s, key, b, &Call::first("c4")));
+        let queued = Call {
+            id: "w-b",
+            ..Call::first("c5")
+        };
+        busy("a queued write", &write(&s, key, b, &queued));
+        // Nothing of ours to release there, and the owner's lock stays.
+        assert_eq!(release_read(&s, key, a, "x1"), Value::Nil);
+        assert_eq!(hash(&s, key), want, "{key}");
+        s.cmd::<()>(&["DEL", key]);
+    }
+}
+
+/// A read hold whose hold key has expired on this node (its holder missed its renewals here)
+/// while another reader's field keeps the hash alive is not renewed: the renewal answers 0,
+/// re-creates no hold key and raises nothing, so with N nodes this node counts as a no.
+/// Sent twice, it answers the same. The other reader is renewed as before.
+#[test]
+fn a_read_renewal_whose_hold_key_expired_answers_not_renewed() {
+    let s = RedisServer::start();
+    let (key, a, b) = ("rw:lapsed", "uuid-a:1", "uuid-b:2");
+    assert!(granted(&read(&s, key, a, &Call::first("a"))));
+    assert!(granted(&read(&s, key, b, &Call::first("b"))));
+    let hold_a = format!("{}:1", rwlock_timeout_prefix(key, a));
+    // a's hold key expires (b keeps the hash and a's field).
+    s.cmd::<()>(&["PEXPIRE", &hold_a, "1"]);
+    let start = Instant::now();
+    while s.cmd::<i64>(&["EXISTS", &hold_a]) == 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{hold_a} never expired"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.cmd::<()>(&["PEXPIRE", key, "5000"]);
+    for run in ["first", "second"] {
+        assert_eq!(
+            extend_read(&s, key, a, "20000"),
+            Value::Int(0),
+            "the {run} renewal of a read hold whose hold key expired"
+        );
+        assert_eq!(s.cmd::<i64>(&["EXISTS", &hold_a]), 0, "{run}: re-created");
+        let p = pttl(&s, key);
+        assert!(
+            p <= 5_000,
+            "{run}: a lapsed reader's renewal raised the hash: PTTL {p}"
+        );
+    }
+    assert_eq!(extend_read(&s, key, b, "20000"), Value::Int(1));
+    assert!(pttl(&s, key) > 5_000, "b's renewal did not raise the hash");
+    // A re-entered reader (two holds) whose second hold key alone is gone: not renewed
+    // either, and its first hold key is left as it was.
+    assert!(granted(&read(
+        &s,
+        key,
+        b,
+        &Call {
+            reentry: true,
+            ..Call::first("b2")
+        }
+    )));
+    let (hold_b1, hold_b2) = (
+        format!("{}:1", rwlock_timeout_prefix(key, b)),
+        format!("{}:2", rwlock_timeout_prefix(key, b)),
+    );
+    s.cmd::<()>(&["DEL", &hold_b2]);
+    s.cmd::<()>(&["PEXPIRE", &hold_b1, "4000"]);
+    assert_eq!(extend_read(&s, key, b, "20000"), Value::Int(0));
+    assert_eq!(s.cmd::<i64>(&["EXISTS", &hold_b2]), 0);
+    assert!(
+        pttl(&s, &hold_b1) <= 4_000,
+        "the lapsed reader's other hold key was renewed"
+    );
 }
 
 /// A Java Redisson client and these scripts on one key: each excluded while the other holds,
