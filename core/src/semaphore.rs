@@ -229,8 +229,19 @@ async fn attempt(
         None => return Err(NodeError::Unreachable("no attempt was sent".into())),
     };
     pending.request = None;
-    let (granted, at): (i64, i64) =
-        reply.map_err(|e| NodeError::Unreachable(format!("the attempt's task ended: {e}")))??;
+    let reply = reply
+        .map_err(|e| NodeError::Unreachable(format!("the attempt's task ended: {e}")))
+        .and_then(|r| r);
+    if let Err(e) = &reply
+        && !e.is_reply()
+        && !matches!(e, NodeError::Refused(..))
+    {
+        // No answer (a timeout, or the re-sends ran out): the script may have run and taken
+        // these ids' permits. The next attempt draws new ids, so these go back now instead
+        // of staying taken until their lease ends.
+        pending.give_back();
+    }
+    let (granted, at) = reply?;
     Ok(if granted == 1 {
         Answer::Granted
     } else {
@@ -251,11 +262,17 @@ struct GiveBack {
     request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
 }
 
-impl Drop for GiveBack {
-    fn drop(&mut self) {
-        let Some(request) = self.request.take() else {
-            return;
-        };
+impl GiveBack {
+    /// Returns the attempt's ids now, its request having ended with no answer.
+    fn give_back(&self) {
+        self.spawn_release(None);
+    }
+
+    /// A task that waits for `request` (if any) and then returns the attempt's ids.
+    fn spawn_release(
+        &self,
+        request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
+    ) {
         let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
         let timeout = self.timeout;
         let pending = crate::runtime::Pending::start();
@@ -263,7 +280,9 @@ impl Drop for GiveBack {
             let _pending = pending;
             // Refused or failed before it ran: nothing was taken (a failure after it ran
             // is covered by the release below, which returns only ids still held).
-            if let Ok(Ok((0, _))) = request.await {
+            if let Some(request) = request
+                && let Ok(Ok((0, _))) = request.await
+            {
                 return;
             }
             let call = random_hex();
@@ -282,6 +301,14 @@ impl Drop for GiveBack {
                 })
                 .await;
         }));
+    }
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if let Some(request) = self.request.take() {
+            self.spawn_release(Some(request));
+        }
     }
 }
 

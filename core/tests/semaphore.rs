@@ -1,8 +1,8 @@
 //! The semaphore through the Rust API (`LockManager::semaphore*`), against real redis-servers:
 //! holders never exceed the permits (a checker over recorded hold intervals), count > 1, the
 //! refusals (N > 1, a brace in the name, bad counts, a different pool size), a crashed
-//! holder's permits coming back after its lease, watchdog renewal and the loss signal, and a
-//! release waking a waiter.
+//! holder's permits coming back after its lease, watchdog renewal and the loss signal, a
+//! release waking a waiter, and an attempt left with no answer giving its permits back.
 
 // Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
 // serializes these tests across awaits blocks nothing but the test itself.
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use common::holds::Holds;
 use common::*;
 use ferrolock::{ErrorKind, LockStatus};
-use ferrolock_testbed::RedisServer;
+use ferrolock_testbed::{Direction, Proxy, RedisServer};
 
 fn timeout_key(name: &str) -> String {
     format!("{{{name}}}:timeout")
@@ -436,4 +436,71 @@ async fn a_release_of_k_permits_wakes_k_waiters() {
         assert!(lock.release().await.unwrap());
     }
     assert_eq!(available(&server, name), 3);
+}
+
+/// Script calls a server has run (`EVALSHA` and `EVAL`).
+fn script_calls(server: &RedisServer) -> u64 {
+    calls(server, "evalsha") + calls(server, "eval")
+}
+
+/// An attempt that ran on the node but whose reply never came (every reply held past the node
+/// timeout) may have taken its permits; the next attempt draws new ids, so the unanswered one
+/// gives its ids back at once instead of leaving them taken until their lease ends. Here the
+/// first attempt takes the whole pool: kept, no later attempt could be granted before the
+/// 60 s lease ends, far past the wait.
+#[tokio::test]
+async fn an_attempt_left_with_no_answer_gives_its_permits_back() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let name = "sem:unanswered";
+    let o = opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(ms(300))
+        .wait(Some(Duration::from_secs(20)));
+    let m = manager(&[proxy.url()], o.clone());
+    // The connection is open before the fault: the fault is for the attempt.
+    let warm = m.semaphore_with(name, 2, 2, &o).await.unwrap();
+    assert!(warm.release().await.unwrap());
+    let before = script_calls(&server);
+    proxy.hold(Direction::Down);
+    let task = tokio::spawn({
+        let (m, o) = (m.clone(), o.clone());
+        async move { m.semaphore_with(name, 2, 2, &o).await }
+    });
+    let start = Instant::now();
+    while held_ids(&server, name) < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the attempt never ran"
+        );
+        tokio::time::sleep(ms(2)).await;
+    }
+    // Past the first attempt's node timeout: its give-back and a second attempt reach the
+    // server (requests still go up; only replies are held).
+    while script_calls(&server) < before + 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no attempt after the unanswered one"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(!task.is_finished(), "an answer came through a held link");
+    proxy.release(Direction::Down);
+    let lock = task
+        .await
+        .unwrap()
+        .expect("the pool stayed taken by the unanswered attempt's ids");
+    // Only the granted attempt's ids are held (a give-back still on its way settles first).
+    let settle = Instant::now();
+    while held_ids(&server, name) != 2 {
+        assert!(
+            settle.elapsed() < Duration::from_secs(30),
+            "{} ids held, not the 2 granted",
+            held_ids(&server, name)
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert!(lock.release().await.unwrap());
+    assert_eq!((available(&server, name), held_ids(&server, name)), (2, 0));
 }
