@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
-const { convert, checkKey, checkSignal, splitPermits } = require('./options');
+const { convert, checkKey, checkSignal, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -154,7 +154,7 @@ class LockManager {
   }
   /** Tries once: rejects with NotAcquiredError if the lock is held elsewhere. */
   async tryAcquire(key, options) {
-    return this.acquire(key, { ...options, wait: 0 });
+    return this.acquire(key, tryOnce(key, options));
   }
   /** Takes the read side of the read-write lock `key`: shared with other readers. */
   async acquireRead(key, options) {
@@ -162,7 +162,7 @@ class LockManager {
   }
   /** Tries the read side once: rejects with NotAcquiredError while a writer holds `key`. */
   async tryAcquireRead(key, options) {
-    return this.acquireRead(key, { ...options, wait: 0 });
+    return this.acquireRead(key, tryOnce(key, options));
   }
   /** Takes the write side of the read-write lock `key`: alone. */
   async acquireWrite(key, options) {
@@ -170,7 +170,7 @@ class LockManager {
   }
   /** Tries the write side once: rejects with NotAcquiredError while anyone holds `key`. */
   async tryAcquireWrite(key, options) {
-    return this.acquireWrite(key, { ...options, wait: 0 });
+    return this.acquireWrite(key, tryOnce(key, options));
   }
   /**
    * Takes `count` (default 1) permits of the semaphore `name`, a pool of `permits`; the
@@ -183,8 +183,7 @@ class LockManager {
   }
   /** Tries once: rejects with NotAcquiredError while fewer than `count` permits are free. */
   async tryAcquirePermit(name, options) {
-    checkKey(name);
-    return this.acquirePermit(name, { ...options, wait: 0 });
+    return this.acquirePermit(name, tryOnce(name, options));
   }
   async #acquire(key, options, kind, sem = null) {
     checkKey(key);

@@ -149,11 +149,32 @@ function splitPermits(key, options) {
   return { permits: whole('permits', permits), count: count === undefined ? 1 : whole('count', count), rest };
 }
 
+// A surrogate half without its other half (Node 18 has no String.prototype.isWellFormed).
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 function checkKey(key) {
   if (typeof key !== 'string' || key.length === 0) {
     const type = key === null ? 'null' : typeof key;
     throw new InvalidArgumentError(`lock key must be a non-empty string, got ${show(key)} (${type})`, { key });
   }
+  // UTF-8 cannot carry a lone surrogate: sent as U+FFFD, 'k\ud800' and 'k\udc00' would be one lock.
+  if (typeof key.isWellFormed === 'function' ? !key.isWellFormed() : LONE_SURROGATE.test(key)) {
+    throw new InvalidArgumentError(
+      `lock key ${show(key)} is not valid Unicode (it holds a lone surrogate, which UTF-8 cannot carry)`,
+      { key },
+    );
+  }
 }
 
-module.exports = { convert, checkKey, checkSignal, splitPermits, millis, TABLE };
+/** A try's options: `wait: 0` added; a `wait` of the caller's other than 0 would contradict it. */
+function tryOnce(key, options) {
+  checkKey(key);
+  if (options === undefined || options === null) return { wait: 0 };
+  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object');
+  if (options.wait !== undefined && options.wait !== 0) {
+    throw bad(key, 'wait', options.wait, 'a try does not wait: use acquire with wait, or leave wait out');
+  }
+  return { ...options, wait: 0 };
+}
+
+module.exports = { convert, checkKey, checkSignal, splitPermits, tryOnce, millis, TABLE };

@@ -253,6 +253,20 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     await assert.rejects(withLock(...args), (e) => e instanceof InvalidArgumentError && e.code === 'INVALID_ARGUMENT' && re.test(e.message), String(args[2] && JSON.stringify(args[2])));
   }
   assert.throws(() => new LockManager({ nodes, ttl: 2.5 }), /ttl=2\.5/);
+  // A lone surrogate would reach Redis as U+FFFD: 'k\ud800' and 'k\udc00' would be one lock.
+  await assert.rejects(withLock('k\ud800', async () => 1, { nodes }), (e) => e.code === 'INVALID_ARGUMENT' && /"k\\ud800" is not valid Unicode/.test(e.message));
+  const m = new LockManager({ nodes });
+  try {
+    await assert.rejects(m.tryAcquire('k\udc00'), (e) => e.code === 'INVALID_ARGUMENT' && /lone surrogate/.test(e.message));
+    // A try does not wait: a `wait` of the caller's is refused, not dropped; options must be an object.
+    await assert.rejects(m.tryAcquire('k', { wait: 5000 }), (e) => e.code === 'INVALID_ARGUMENT' && /wait=5000.*does not wait/.test(e.message));
+    await assert.rejects(m.tryAcquireRead('k', { wait: 5000 }), (e) => e.code === 'INVALID_ARGUMENT' && /wait=5000/.test(e.message));
+    await assert.rejects(m.tryAcquire('k', 'ttl'), (e) => e.code === 'INVALID_ARGUMENT' && /options="ttl" \(string\): expected an object/.test(e.message));
+    const ok = await m.tryAcquire('k\ud83d\ude00', { wait: 0 }); // a well-formed pair, and wait 0 agrees
+    await ok.release();
+  } finally {
+    await m.close();
+  }
   await assert.rejects(withLock('k', async () => 1, { nodes: ['redis://127.0.0.1:1'], wait: 0 }), (e) => e.code === 'QUORUM_UNREACHABLE' && e.message.includes('127.0.0.1:1'));
 });
 

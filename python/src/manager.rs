@@ -9,7 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use crate::bridge;
-use crate::errors::to_py;
+use crate::errors::{invalid, to_py};
 use crate::lock::PyLock;
 use crate::options::{LockArgs, key_str, lock_args, manager_args};
 
@@ -175,9 +175,27 @@ impl PyManager {
 
     /// `host::Manager::release_all`, waiting at most `timeout` seconds with the GIL released.
     #[pyo3(signature = (timeout = 5.0))]
-    fn release_all(&self, py: Python<'_>, timeout: f64) -> usize {
-        let limit = Duration::try_from_secs_f64(timeout).unwrap_or(CLOSE_LIMIT);
-        py.detach(|| self.host.release_all(limit))
+    fn release_all(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
+        let limit = match Duration::try_from_secs_f64(timeout) {
+            Ok(limit) if limit <= ferrolock::MAX_DURATION => limit,
+            // Negative, NaN, infinite or too long: named, not taken for some other limit.
+            _ => {
+                // As Python writes it (`nan`, `-1e+30`): the value the caller passed.
+                let shown = pyo3::types::PyFloat::new(py, timeout)
+                    .repr()
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|_| timeout.to_string());
+                return Err(invalid(
+                    py,
+                    format!(
+                        "release_all timeout={shown}: expected seconds from 0 to {} (about 24.8 days)",
+                        ferrolock::MAX_DURATION.as_secs_f64()
+                    ),
+                    None,
+                ));
+            }
+        };
+        Ok(py.detach(|| self.host.release_all(limit)))
     }
 
     /// `host::Manager::close`: ends the waits on this manager (`NotAcquired`), releases the

@@ -406,10 +406,23 @@ fn permit_count(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) 
 /// A key must be a non-empty `str` (the core refuses the empty one with its own message).
 pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
     match key.cast::<PyString>() {
-        Ok(s) if s.to_str()?.is_empty() => {
-            Err(invalid(py, "lock key must not be empty, got ''", Some("")))
-        }
-        Ok(s) => Ok(s.to_str()?.to_string()),
+        Ok(s) => match s.to_str() {
+            Ok("") => Err(invalid(py, "lock key must not be empty, got ''", Some(""))),
+            Ok(text) => Ok(text.to_string()),
+            // A lone surrogate: no UTF-8 holds it, so it could only be sent altered (and two
+            // keys would then name one lock).
+            Err(_) => {
+                let shown = key.repr().map(|r| r.to_string()).unwrap_or_default();
+                Err(invalid(
+                    py,
+                    format!(
+                        "lock key {shown} is not valid Unicode (it holds a lone surrogate, which \
+                         UTF-8 cannot carry)"
+                    ),
+                    None,
+                ))
+            }
+        },
         Err(_) => {
             let shown = key.repr().map(|r| r.to_string()).unwrap_or_default();
             let ty = key

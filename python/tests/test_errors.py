@@ -4,6 +4,7 @@ naming the option and the value, and never crashes the interpreter."""
 from __future__ import annotations
 
 import math
+import re
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -161,7 +162,7 @@ def test_unreadable_tls_ca_file_is_named(tmp_path: Path) -> None:
         LockManager(["rediss://127.0.0.1:6380"], tls_ca=missing)
 
 
-@pytest.mark.parametrize("bad_key", ["", 3, None, b"bytes", ["k"]])
+@pytest.mark.parametrize("bad_key", ["", 3, None, b"bytes", ["k"], "k\ud800"])
 def test_bad_key(manager: LockManager, bad_key: Any) -> None:
     with pytest.raises(InvalidArgument, match="key"):
         manager.acquire(bad_key)
@@ -169,6 +170,20 @@ def test_bad_key(manager: LockManager, bad_key: Any) -> None:
         manager.lock(bad_key)
     with pytest.raises(InvalidArgument, match="key"):
         ferrolock.redlock(bad_key, nodes=manager.nodes)
+
+
+def test_a_lone_surrogate_in_a_key_is_named_not_an_encoding_error(manager: LockManager) -> None:
+    # UTF-8 cannot carry it: sent altered, "k\ud800" and "k\udc00" would be one lock.
+    with pytest.raises(InvalidArgument, match=r"'k\\ud800' is not valid Unicode"):
+        manager.acquire("k\ud800")
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, -1e30, 3e9])
+def test_bad_release_all_timeout_is_named(manager: LockManager, key: str, bad: float) -> None:
+    with manager.lock(key):
+        with pytest.raises(InvalidArgument, match=re.escape(f"release_all timeout={bad!r}:")):
+            manager.release_all(bad)
+    assert manager.release_all(0) == 0
 
 
 def test_lock_options_are_refused_per_lock_when_they_belong_to_the_manager(manager: LockManager, key: str) -> None:
