@@ -291,10 +291,7 @@ fn redact_seed(seed: &str) -> String {
 
 fn check_host_port(host_port: &str) -> std::result::Result<(), String> {
     if host_port.contains('@') || host_port.contains('/') {
-        return Err(format!(
-            "{:?} is not host:port (credentials go in the main URL, before its host)",
-            redact_seed(host_port)
-        ));
+        return Err("not host:port (credentials go in the main URL, before its host)".to_string());
     }
     let Some((host, port)) = host_port.rsplit_once(':') else {
         return Err(format!("{host_port:?} has no port"));
