@@ -254,6 +254,32 @@ impl LockInner {
         Some(deadline - now)
     }
 
+    /// Before an extend whose lease would end at `deadline`, earlier than the validity now: a
+    /// plain key's (or a read hold's) ttl is set to the new lease, shorter ones included, so
+    /// once the extend may have run anywhere the key may be gone there by `deadline`, while
+    /// where it did not run it keeps its old expiry. The validity is cut to `deadline` now;
+    /// a confirmed extend sets it again, and otherwise (no answer, or the caller gave up) the
+    /// watchdog, if it renews this lock, renews at once with the lease in force, which puts
+    /// the longer expiry back where the token still stands. Whether the validity was cut.
+    fn cut_for_extend(&self, deadline: Instant) -> bool {
+        // A reentrant, write or semaphore renewal never lowers an expiry.
+        if !matches!(Kind::of(&self.opts), Kind::Plain | Kind::Read) {
+            return false;
+        }
+        let mut s = self.state();
+        if s.status != LockStatus::Held || deadline >= s.deadline {
+            return false;
+        }
+        s.deadline = deadline;
+        s.retry_at = Some(Instant::now());
+        if s.watched {
+            let next = self.next_event(&s);
+            drop(s);
+            self.shared.watchdog.reschedule(next);
+        }
+        true
+    }
+
     /// When the watchdog must look at this lock next: its renewal (or retry) time when it is
     /// renewed, and never later than the moment it is to be declared lost.
     pub fn next_event(&self, s: &State) -> Instant {
@@ -583,8 +609,10 @@ impl Lock {
 
     /// Resets the ttl on every node that still holds our token (compare-and-pexpire) to the
     /// lease in force (`ttl()`). Succeeds only when a quorum confirms within the new
-    /// validity, and returns it. On failure nothing is deleted, nothing expired is
-    /// re-created, and the deadline stays.
+    /// validity, and returns it. On failure nothing is deleted and nothing expired is
+    /// re-created; a token gone from a quorum, or a confirmation after the new validity, marks
+    /// the lock lost; with no answer the deadline stays (`extend_for` to a shorter lease cuts
+    /// it to that lease's first, as the lease may have taken effect).
     pub async fn extend(&self) -> Result<Duration> {
         self.extend_for(self.ttl()).await
     }
@@ -636,6 +664,10 @@ impl Lock {
             }
         }
         let start = Instant::now();
+        // Before anything is sent: a shorter lease may take effect on a node whose answer
+        // never comes (or after the caller stops waiting), and from then this handle must
+        // not report the longer validity (see `cut_for_extend`).
+        let cut = self.inner.cut_for_extend(start + opts.ttl - opts.drift());
         let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
         if tally.won()
             && let Some(validity) = self.inner.renewed(start, opts.ttl, opts.drift())
@@ -644,30 +676,42 @@ impl Lock {
             return Ok(validity);
         }
         let nodes = &self.inner.shared.cluster.nodes;
+        let n = tally.answers.len();
+        if tally.won() {
+            // Confirmed, but only after the new validity: it has ended (the old one too, or
+            // it was longer than this one and the nodes now hold this one).
+            let reason = LossReason::RenewalTooSlow { key: key.clone() };
+            self.inner.finish(LockStatus::Lost(reason.clone()));
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!("lock {key:?} not extended: {reason}"),
+            ));
+        }
+        if tally.no() > n - tally.quorum {
+            // No retry can succeed: the lock is lost now, not at the next renewal.
+            let reason = LossReason::TokenGone {
+                key: key.clone(),
+                missing_on: tally.no(),
+                nodes: n,
+            };
+            self.inner.finish(LockStatus::Lost(reason.clone()));
+            return Err(Error::new(
+                ErrorKind::LockLost,
+                format!("lock {key:?} not extended: {reason}"),
+            ));
+        }
+        // Unknown: the extend may have run where no answer came; the validity stays cut.
         let failures = tally.describe_failures(nodes);
-        let (kind, why) = if tally.won() {
-            (
-                ErrorKind::LockLost,
-                "the extend took longer than the new validity".to_string(),
-            )
-        } else if tally.no() > tally.answers.len() - tally.quorum {
-            (
-                ErrorKind::LockLost,
-                format!(
-                    "our token is gone (expired or taken) on {} of {} nodes",
-                    tally.no(),
-                    tally.answers.len()
-                ),
-            )
-        } else {
-            (
-                ErrorKind::QuorumUnreachable,
-                format!("quorum unreachable: {failures}"),
-            )
-        };
         Err(Error::new(
-            kind,
-            format!("lock {key:?} not extended, validity unchanged: {why}"),
+            ErrorKind::QuorumUnreachable,
+            format!(
+                "lock {key:?} not extended, {}: quorum unreachable: {failures}",
+                if cut {
+                    "validity cut to the new lease's (the extend may have run where no answer came)"
+                } else {
+                    "validity unchanged"
+                }
+            ),
         ))
     }
 

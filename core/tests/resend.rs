@@ -9,6 +9,7 @@
 mod common;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -625,4 +626,91 @@ fn a_plain_release_run_twice_answers_as_the_first_did() {
     };
     let reply: i64 = other.command(false).query(&mut node.client()).unwrap();
     assert_eq!(reply, 0, "a release that never ran answered as released");
+}
+
+/// An extend to a shorter lease whose reply never comes (it ran: the node's ttl is now the
+/// short one) must not leave this handle reporting the old, longer validity: once the key
+/// expires on the node another client takes it, and by then this handle says it is not held
+/// (with the watchdog on and off). After the extend, nothing more reaches the node (its link
+/// holds both ways), so no renewal puts the long expiry back.
+/// So must one whose caller stops waiting (its future dropped) once it ran.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shortening_extend_with_no_answer_never_leaves_two_holders() {
+    let _serial = serial();
+    for (watchdog, cancelled) in [(true, false), (false, false), (true, true), (false, true)] {
+        let bed = Bed::standalone();
+        let o = opts()
+            .ttl(Duration::from_secs(60))
+            // Cancelled: a node timeout long enough that the caller gives up first however
+            // slow the machine, which the shorter lease's loss margin must still fit.
+            .node_timeout(if cancelled { ms(1900) } else { ms(200) })
+            .watchdog(watchdog);
+        let m = manager(std::slice::from_ref(&bed.url), o.clone());
+        warm(&m).await;
+        let key = unique_key("short-extend");
+        let ours = Arc::new(m.acquire_with(&key, &o).await.unwrap());
+        let short = Duration::from_secs(if cancelled { 12 } else { 3 });
+        let ran = 0..=short.as_millis() as i64;
+        bed.proxy.hold(Direction::Down);
+        let extend = tokio::spawn({
+            let ours = ours.clone();
+            async move { ours.extend_for(short).await }
+        });
+        if cancelled {
+            let start = Instant::now();
+            while !ran.contains(&pttl(bed.node(), &key)) {
+                assert!(start.elapsed() < HANG, "the extend never ran on the node");
+                tokio::time::sleep(ms(2)).await;
+            }
+            assert!(!extend.is_finished(), "an answer came through a held link");
+            extend.abort();
+            assert!(extend.await.unwrap_err().is_cancelled());
+        } else {
+            let err = extend.await.unwrap().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+        }
+        let pttl = pttl(bed.node(), &key);
+        assert!(
+            ran.contains(&pttl),
+            "watchdog {watchdog}: the extend did not run on the node (pttl {pttl})"
+        );
+        bed.proxy.hold(Direction::Up);
+        let rival = manager(&[bed.node().url()], opts());
+        let start = Instant::now();
+        let theirs = loop {
+            match rival.try_acquire(&key).await {
+                Ok(l) => break l,
+                Err(e) => assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}"),
+            }
+            assert!(start.elapsed() < HANG, "the key never expired");
+            tokio::time::sleep(ms(20)).await;
+        };
+        assert!(
+            !ours.is_held(),
+            "watchdog {watchdog}, cancelled {cancelled}: two holders: ours reports {:?} left while another holds {key:?}",
+            ours.validity()
+        );
+        assert!(theirs.release().await.unwrap());
+        bed.proxy.reset();
+    }
+}
+
+/// An extend that finds our token gone on a quorum reports the loss and marks the lock lost
+/// at once (its status, `lost()` listeners), not at the next renewal.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_that_finds_the_token_gone_marks_the_lock_lost() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(60)));
+    let key = unique_key("gone-extend");
+    let lock = m.acquire(&key).await.unwrap();
+    server.cmd::<()>(&["DEL", &key]);
+    let err = lock.extend().await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(
+        matches!(lock.status(), ferrolock::LockStatus::Lost(_)),
+        "{:?}",
+        lock.status()
+    );
+    assert!(!lock.is_held());
 }
