@@ -765,9 +765,9 @@ fn listening(s: &mut State) -> bool {
 /// Completes a release whose caller went away (a cancelled `release().await`): redis-py
 /// #3847 leaked locks forever that way. Before anything was sent, it runs the release in a
 /// task. After: requests that own what they use were handed on to a task by `Releasing`;
-/// only the inline one-node plain release is sent again, which is harmless because its
-/// compare-and-delete is idempotent (a reentrant release is a decrement, and is never sent
-/// twice).
+/// only the inline one-node plain or semaphore release is sent again, which is harmless
+/// because its compare-and-delete (a semaphore's removal of its own ids) is idempotent (a
+/// reentrant release is a decrement, and is never sent twice).
 struct FinishRelease(Option<Arc<LockInner>>);
 
 impl Drop for FinishRelease {
@@ -840,8 +840,9 @@ where
 }
 
 impl LockInner {
-    /// The one-node plain release runs inline with borrowed data (the benchmarked path: no
-    /// task, no allocation for a fan-out), and is sent again if dropped (see `FinishRelease`).
+    /// The one-node plain (or semaphore) release runs inline with borrowed data (the
+    /// benchmarked path: no task, no allocation for a fan-out), and is sent again if dropped
+    /// (see `FinishRelease`).
     fn releases_inline(&self) -> bool {
         self.shared.cluster.nodes.len() == 1 && !Kind::of(&self.opts).counted()
     }

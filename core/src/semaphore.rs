@@ -233,12 +233,12 @@ async fn attempt(
         .map_err(|e| NodeError::Unreachable(format!("the attempt's task ended: {e}")))
         .and_then(|r| r);
     if let Err(e) = &reply
-        && !e.is_reply()
         && !matches!(e, NodeError::Refused(..))
     {
-        // No answer (a timeout, or the re-sends ran out): the script may have run and taken
-        // these ids' permits. The next attempt draws new ids, so these go back now instead
-        // of staying taken until their lease ends.
+        // No answer (a timeout, or the re-sends ran out), or an error reply, which may be a
+        // re-send's after the first send ran: the script may have taken these ids' permits.
+        // The next attempt draws new ids, so these go back now instead of staying taken
+        // until their lease ends (a give-back of ids never taken returns nothing).
         pending.give_back();
     }
     let (granted, at) = reply?;
