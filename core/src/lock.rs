@@ -271,13 +271,20 @@ impl LockInner {
             return false;
         }
         s.deadline = deadline;
+        drop(s);
+        self.renew_now();
+        true
+    }
+
+    /// Has the watchdog, if it renews this lock, renew it as soon as it can.
+    fn renew_now(&self) {
+        let mut s = self.state();
         s.retry_at = Some(Instant::now());
         if s.watched {
             let next = self.next_event(&s);
             drop(s);
             self.shared.watchdog.reschedule(next);
         }
-        true
     }
 
     /// When the watchdog must look at this lock next: its renewal (or retry) time when it is
@@ -700,7 +707,13 @@ impl Lock {
                 format!("lock {key:?} not extended: {reason}"),
             ));
         }
-        // Unknown: the extend may have run where no answer came; the validity stays cut.
+        // Unknown: the extend may have run where no answer came; the validity stays cut,
+        // and the watchdog renews now that the lock is free (a renewal it tried while the
+        // extend held the lock was put off by a whole retry pause).
+        if cut {
+            drop(_op);
+            self.inner.renew_now();
+        }
         let failures = tally.describe_failures(nodes);
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
