@@ -1062,10 +1062,9 @@ fn redact_query(query: &str) -> String {
             Some((name, _)) if name.to_ascii_lowercase().contains("pass") => {
                 format!("{name}=***")
             }
-            Some((name, value)) => match value.rfind('@') {
-                Some(at) => format!("{name}=***{}", &value[at..]),
-                None => pair.to_string(),
-            },
+            Some((name, value)) => {
+                format!("{name}={}", crate::node_cluster::redact_seed(value))
+            }
             None => pair.to_string(),
         })
         .collect();

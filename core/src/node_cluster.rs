@@ -281,8 +281,9 @@ impl ClusterUrl {
     }
 }
 
-/// A seed as a message may show it: one written with credentials loses them.
-fn redact_seed(seed: &str) -> String {
+/// A seed (or any URL parameter's value) as a message may show it: one written with
+/// credentials loses them.
+pub(crate) fn redact_seed(seed: &str) -> String {
     match seed.rfind('@') {
         Some(at) => format!("***{}", &seed[at..]),
         None => seed.to_string(),
