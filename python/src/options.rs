@@ -13,7 +13,9 @@ use ferrolock::{LockOptions, MAX_DURATION, ManagerOptions, OPTIONS, OptionScope,
 use ferrolock::{OptionSpec, OptionValue as Value, option_spec};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+};
 
 use crate::errors::invalid;
 
@@ -162,6 +164,12 @@ fn convert(
     v: &Bound<'_, PyAny>,
 ) -> PyResult<Value> {
     if v.is_none() && !matches!(kind, OptionType::Bool | OptionType::Urls) {
+        return Ok(Value::None);
+    }
+    // `wait=math.inf` blocks, as `None` does (and as Node's `wait: Infinity`): a user who
+    // writes "wait forever" as a number means exactly that. Only a float infinity: an int
+    // past the bound stays "too long", as does infinity for any other option.
+    if name == "wait" && v.is_instance_of::<PyFloat>() && v.extract::<f64>()? == f64::INFINITY {
         return Ok(Value::None);
     }
     Ok(match kind {

@@ -93,6 +93,31 @@ def test_waiter_gets_the_lock_soon_after_release(manager: LockManager, key: str)
     assert got and got[0] >= released_at
 
 
+def test_wait_inf_blocks_until_acquired_as_none_does(manager: LockManager, key: str) -> None:
+    import math
+    import threading
+
+    held = manager.acquire(key)
+    outcome: list[object] = []
+
+    def waiter() -> None:
+        try:
+            lock = manager.acquire(key, wait=math.inf)
+            outcome.append(lock.locked())
+            lock.release()
+        except Exception as e:  # noqa: BLE001 - the test reports what the waiter raised
+            outcome.append(e)
+
+    t = threading.Thread(target=waiter)
+    t.start()
+    t.join(0.5)
+    # Still waiting while the key is held: neither refused as "too long" nor given up.
+    assert t.is_alive() and not outcome, outcome
+    held.release()
+    t.join(30)
+    assert outcome == [True], outcome
+
+
 def test_extend_resets_the_ttl_and_release_twice_is_not_held(node: RedisNode, manager: LockManager, key: str) -> None:
     lock = manager.acquire(key, ttl=2.0, watchdog=False)
     time.sleep(0.3)

@@ -38,6 +38,8 @@ BAD_LOCK_OPTIONS: list[tuple[str, Any, str]] = [
     ("wait", math.nan, "wait=nan"),
     ("wait", "forever", "wait='forever'"),
     ("wait", False, "wait=False"),
+    ("wait", 10**400, "too long"),  # only a float infinity means "block"
+    ("max_hold", math.inf, "max_hold=inf"),
     ("retry_delay", 0, "retry_delay=0"),
     ("retry_delay", -0.1, "retry_delay=-0.1"),
     ("node_timeout", 0, "node_timeout=0"),
