@@ -115,6 +115,16 @@ impl std::fmt::Display for LossReason {
     }
 }
 
+/// What a renewal (or extend) confirmed by a quorum did to the lock.
+pub(crate) enum Renewed {
+    /// The new validity, from now.
+    Until(Duration),
+    /// Confirmed after the validity it would have given had ended.
+    TooLate,
+    /// The lock was lost or released while the request was out: left as it is.
+    NotHeld,
+}
+
 pub(crate) struct State {
     pub status: LockStatus,
     pub deadline: Instant,
@@ -232,26 +242,29 @@ impl LockInner {
 
     /// A renewal (or extend) for `ttl` confirmed by a quorum at `start`. The watchdog renews
     /// with `ttl` from now on, and is woken if it must look at this lock sooner than planned.
-    pub fn renewed(&self, start: Instant, ttl: Duration, drift: Duration) -> Option<Duration> {
+    pub fn renewed(&self, start: Instant, ttl: Duration, drift: Duration) -> Renewed {
         let deadline = start + ttl - drift;
         let now = Instant::now();
         if now >= deadline {
-            return None;
+            return Renewed::TooLate;
         }
         let mut s = self.state();
-        if s.status == LockStatus::Held {
-            s.deadline = deadline;
-            s.ttl = ttl;
-            s.next_renewal = start + ttl / 3;
-            s.last_failure = None;
-            s.retry_at = None;
-            if s.watched {
-                let next = self.next_event(&s);
-                drop(s);
-                self.shared.watchdog.reschedule(next);
-            }
+        // Lost (or released) while the request was out: a confirmation does not bring it
+        // back, and the caller of an extend must hear of the loss, not of a validity.
+        if s.status != LockStatus::Held {
+            return Renewed::NotHeld;
         }
-        Some(deadline - now)
+        s.deadline = deadline;
+        s.ttl = ttl;
+        s.next_renewal = start + ttl / 3;
+        s.last_failure = None;
+        s.retry_at = None;
+        if s.watched {
+            let next = self.next_event(&s);
+            drop(s);
+            self.shared.watchdog.reschedule(next);
+        }
+        Renewed::Until(deadline - now)
     }
 
     /// Before an extend whose lease would end at `deadline`, earlier than the validity now: a
@@ -261,7 +274,7 @@ impl LockInner {
     /// a confirmed extend sets it again, and otherwise (no answer, or the caller gave up) the
     /// watchdog, if it renews this lock, renews at once with the lease in force, which puts
     /// the longer expiry back where the token still stands. Whether the validity was cut.
-    fn cut_for_extend(&self, deadline: Instant) -> bool {
+    fn cut_for_extend(&self, ttl: Duration, deadline: Instant) -> bool {
         // A reentrant, write or semaphore renewal never lowers an expiry.
         if !matches!(Kind::of(&self.opts), Kind::Plain | Kind::Read) {
             return false;
@@ -271,6 +284,11 @@ impl LockInner {
             return false;
         }
         s.deadline = deadline;
+        // The new lease is the one in force from here: its loss margin is the one to keep
+        // before this deadline (the old lease's, up to 400 ms, could exceed the whole new
+        // validity and declare the lock lost while the extend is still out), and a renewal
+        // after an unanswered extend asks for it, as the caller did.
+        s.ttl = ttl;
         drop(s);
         self.renew_now();
         true
@@ -347,6 +365,21 @@ pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> 
         what(),
         opts.effective_node_timeout()
     )))
+}
+
+/// Why an extend cannot go on: the lock was lost (the reason) or released.
+fn not_held(s: &State, key: &str) -> Option<Error> {
+    match &s.status {
+        LockStatus::Held => None,
+        LockStatus::Lost(reason) => Some(Error::new(
+            ErrorKind::LockLost,
+            format!("cannot extend: {reason}"),
+        )),
+        _ => Some(Error::new(
+            ErrorKind::NotHeld,
+            format!("lock {key:?} cannot be extended: it was released"),
+        )),
+    }
 }
 
 /// The error every call on an inherited handle returns (see `LockInner::inherited`).
@@ -643,17 +676,8 @@ impl Lock {
         crate::hooks::run(crate::hooks::Point::Extending, key);
         {
             let s = self.inner.current();
-            if let LockStatus::Lost(reason) = &s.status {
-                return Err(Error::new(
-                    ErrorKind::LockLost,
-                    format!("cannot extend: {reason}"),
-                ));
-            }
-            if s.status != LockStatus::Held {
-                return Err(Error::new(
-                    ErrorKind::NotHeld,
-                    format!("lock {key:?} cannot be extended: it was released"),
-                ));
+            if let Some(refused) = not_held(&s, key) {
+                return Err(refused);
             }
             if Instant::now() >= s.deadline {
                 return Err(Error::new(
@@ -674,13 +698,28 @@ impl Lock {
         // Before anything is sent: a shorter lease may take effect on a node whose answer
         // never comes (or after the caller stops waiting), and from then this handle must
         // not report the longer validity (see `cut_for_extend`).
-        let cut = self.inner.cut_for_extend(start + opts.ttl - opts.drift());
+        let cut = self
+            .inner
+            .cut_for_extend(opts.ttl, start + opts.ttl - opts.drift());
         let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
-        if tally.won()
-            && let Some(validity) = self.inner.renewed(start, opts.ttl, opts.drift())
-        {
-            self.inner.state().extensions += 1;
-            return Ok(validity);
+        let renewed = if tally.won() {
+            self.inner.renewed(start, opts.ttl, opts.drift())
+        } else {
+            Renewed::TooLate
+        };
+        match renewed {
+            Renewed::Until(validity) => {
+                self.inner.state().extensions += 1;
+                return Ok(validity);
+            }
+            Renewed::NotHeld => {
+                let s = self.inner.current();
+                // Never `None`: a lock that left `Held` does not come back to it.
+                return Err(not_held(&s, key).unwrap_or_else(|| {
+                    Error::new(ErrorKind::NotHeld, format!("lock {key:?} not extended"))
+                }));
+            }
+            Renewed::TooLate => {}
         }
         let nodes = &self.inner.shared.cluster.nodes;
         let n = tally.answers.len();
@@ -1313,9 +1352,16 @@ impl LockInner {
         nodes: &[Node],
     ) -> Option<Instant> {
         let lock = self;
-        if tally.won() && lock.renewed(start, lease.ttl, lease.drift()).is_some() {
-            lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
-            return None;
+        if tally.won() {
+            match lock.renewed(start, lease.ttl, lease.drift()) {
+                Renewed::Until(_) => {
+                    lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
+                    return None;
+                }
+                // Released or lost meanwhile: nothing left to renew or to report.
+                Renewed::NotHeld => return None,
+                Renewed::TooLate => {}
+            }
         }
         lock.stats.renewal_failures.fetch_add(1, Ordering::Relaxed);
         let key = lock.key.clone();

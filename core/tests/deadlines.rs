@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use ferrolock::{__set_test_hook, ErrorKind, HookPoint, LockStatus, LossReason};
-use ferrolock_testbed::RedisServer;
+use ferrolock_testbed::{Direction, Proxy, RedisServer};
 use tokio::time::Instant;
 
 /// Clears the process-wide test hook when the test ends, also on a failure.
@@ -112,6 +112,84 @@ async fn without_the_watchdog_a_listener_hears_before_an_extend_for_deadline() {
     );
     // The key itself expires at the extend's ttl.
     assert!(pttl(&server, &key) <= 900);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shortening_extend_below_the_old_loss_margin_keeps_the_lock() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    for watchdog in [false, true] {
+        let key = unique_key("extend-below-old-margin");
+        // ttl 10 s: node timeout 200 ms, loss margin 400 ms, longer than the whole validity
+        // of the new 390 ms lease (whose own margin is 2 × 39 ms).
+        let m = manager(
+            &[server.url()],
+            opts().watchdog(watchdog).ttl(Duration::from_secs(10)),
+        );
+        let lock = m.acquire(&key).await.unwrap();
+        let validity = lock
+            .extend_for(ms(390))
+            .await
+            .unwrap_or_else(|e| panic!("watchdog {watchdog}: {e}"));
+        assert!(validity <= ms(390), "{validity:?}");
+        assert_eq!(lock.ttl(), ms(390));
+        assert!(pttl(&server, &key) <= 390);
+        // Held, unless this machine stalled into the new lease's own margin since.
+        let status = lock.status();
+        let new_margin_begins = lock.deadline() - ms(78);
+        assert!(
+            status == LockStatus::Held || Instant::now() >= new_margin_begins,
+            "watchdog {watchdog}: {status:?} {:?} before the new lease's loss margin",
+            new_margin_begins - Instant::now()
+        );
+        let _ = lock.release().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_extend_confirmed_after_the_lock_was_lost_reports_the_loss() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let key = unique_key("extend-after-loss");
+    // Watchdog off: the `Expiring` loss is declared by whoever looks once the loss margin
+    // (2 × 1.9 s, under a third of 12 s) has begun.
+    let m = manager(
+        &[proxy.url()],
+        opts().ttl(Duration::from_secs(12)).node_timeout(ms(1900)),
+    );
+    let lock = Arc::new(m.acquire(&key).await.unwrap());
+    let lose_at = lock.deadline() - ms(3800);
+    tokio::time::sleep_until(lose_at - ms(600)).await;
+    proxy.hold(Direction::Down);
+    let sent = proxy.chunks_read(Direction::Up);
+    let extending = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.extend().await })
+    };
+    // The extend is out (its request reached the proxy, so it was still held then), and its
+    // reply is kept.
+    let start = Instant::now();
+    while proxy.chunks_read(Direction::Up) == sent {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the extend never went out"
+        );
+        tokio::time::sleep(ms(1)).await;
+    }
+    tokio::time::sleep_until(lose_at + ms(20)).await;
+    let status = lock.status();
+    assert!(
+        matches!(status, LockStatus::Lost(LossReason::Expiring { .. })),
+        "{status:?}"
+    );
+    // The confirmation arrives within the extend's node timeout, after the loss.
+    proxy.release(Direction::Down);
+    let extended = extending.await.unwrap();
+    let err = extended.expect_err("an extend confirmed after the loss reported a validity");
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(err.to_string().contains("watchdog is off"), "{err}");
+    assert!(matches!(lock.status(), LockStatus::Lost(_)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
