@@ -142,6 +142,7 @@ impl Node {
         sharded_wanted: bool,
     ) -> Result<Node> {
         let display = redact_url(url);
+        check_userinfo(url, &display)?;
         let cluster_url = ClusterUrl::parse(url, &display)?;
         let url = match &cluster_url {
             Some(c) => c.seeds[0].as_str(),
@@ -1027,24 +1028,51 @@ pub fn redact_url(url: &str) -> String {
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
-    let (main, query) = match rest.find(['?', '#']) {
-        Some(q) => rest.split_at(q),
-        None => (rest, ""),
+    let unix = url[..scheme_end].contains("unix");
+    // A TCP URL's credentials end at its last `@`, wherever it is: an unescaped `?`, `#` or
+    // `/` in a password would otherwise end the part taken as credentials early and show
+    // the rest (no valid TCP URL has an `@` after its host). A unix URL has no userinfo:
+    // its path may hold an `@`, and its password is a `pass` parameter.
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) if !unix => (Some(&rest[..at]), &rest[at..]),
+        _ => (None, rest),
     };
-    let main = match main.rfind('@') {
-        None => main.to_string(),
-        Some(at) => {
-            let userinfo = &main[..at];
-            let redacted = match userinfo.find(':') {
-                Some(colon) => format!("{}:***", &userinfo[..colon]),
-                // `unix:///tmp/a@b.sock`: a path, not a user.
-                None if url[..scheme_end].contains("unix") => userinfo.to_string(),
-                None => "***".to_string(),
-            };
-            format!("{redacted}{}", &main[at..])
-        }
+    let (main, query) = match after.find(['?', '#']) {
+        Some(q) => after.split_at(q),
+        None => (after, ""),
     };
-    format!("{}{main}{}", &url[..rest_start], redact_query(query))
+    let userinfo = match userinfo {
+        None => String::new(),
+        Some(userinfo) => match userinfo.find(':') {
+            Some(colon) => format!("{}:***", &userinfo[..colon]),
+            None => "***".to_string(),
+        },
+    };
+    format!(
+        "{}{userinfo}{main}{}",
+        &url[..rest_start],
+        redact_query(query)
+    )
+}
+
+/// Refuses a TCP URL whose credentials hold a character that ends them in a URL (`/`, `?`,
+/// `#`), before any parser reads a piece of the password as a host, a database or a
+/// parameter and names it in its message.
+fn check_userinfo(url: &str, display: &str) -> Result<()> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    if scheme.contains("unix") {
+        return Ok(());
+    }
+    match rest.rfind('@') {
+        Some(at) if rest[..at].contains(['/', '?', '#']) => Err(Error::invalid(format!(
+            "malformed node URL {display:?}: the part before its last '@' holds '/', '?' or \
+             '#': write them as %2F, %3F and %23 in a user or password (a cluster seed takes \
+             no credentials: they go before the main host)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// A URL's `?...#...` tail with any secret in its parameters replaced by `***`.
@@ -1056,10 +1084,14 @@ fn redact_query(query: &str) -> String {
     let Some(params) = params.strip_prefix('?') else {
         return query.to_string();
     };
+    // Everything after a password parameter may be more of it (an unescaped `&` or `#`).
+    let mut secret = false;
     let params: Vec<String> = params
         .split('&')
         .map(|pair| match pair.split_once('=') {
+            _ if secret => "***".to_string(),
             Some((name, _)) if name.to_ascii_lowercase().contains("pass") => {
+                secret = true;
                 format!("{name}=***")
             }
             Some((name, value)) => {
@@ -1068,6 +1100,11 @@ fn redact_query(query: &str) -> String {
             None => pair.to_string(),
         })
         .collect();
+    let fragment = if secret && !fragment.is_empty() {
+        "#***"
+    } else {
+        fragment
+    };
     format!("?{}{fragment}", params.join("&"))
 }
 
@@ -1085,8 +1122,17 @@ fn check_query(url: &str, display: &str) -> Result<()> {
     } else {
         &["protocol"]
     };
+    let mut after_password = false;
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let name = pair.split('=').next().unwrap_or(pair);
+        if after_password && !known.contains(&name) {
+            // Perhaps the rest of a password that holds an unescaped `&`: not to be shown.
+            return Err(Error::invalid(format!(
+                "malformed node URL {display:?}: an unknown parameter after pass= (a \
+                 password that holds '&', '#' or '=' must write them as %26, %23 and %3D)"
+            )));
+        }
+        after_password |= name == "pass";
         if !known.contains(&name) {
             return Err(Error::invalid(format!(
                 "malformed node URL {display:?}: unknown parameter {name:?} ({})",
@@ -1127,13 +1173,33 @@ mod tests {
         assert_eq!(redact_url("redis://:s3c/ret@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(
             redact_url("unix:///tmp/r.sock?db=1&pass=s3cret#x"),
-            "unix:///tmp/r.sock?db=1&pass=***#x"
+            "unix:///tmp/r.sock?db=1&pass=***#***"
         );
         assert_eq!(redact_url("unix:///tmp/a@b.sock"), "unix:///tmp/a@b.sock");
+        // An `@` after the host (never valid) ends the credentials all the same.
         assert_eq!(
             redact_url("redis+cluster://h:1?seed=u:s3cret@h:2&seed=h:3"),
-            "redis+cluster://h:1?seed=***@h:2&seed=h:3"
+            "redis+cluster://h:***@h:2&seed=h:3"
         );
+        for (url, shown) in [
+            ("redis://u:s3c#ret@h:1", "redis://u:***@h:1"),
+            ("redis://u:s3c?ret@h:1", "redis://u:***@h:1"),
+            ("rediss://:s3c?x=ret@h:1/0", "rediss://:***@h:1/0"),
+            (
+                "redis+cluster://u:s3c/ret@h:1?seed=h:2",
+                "redis+cluster://u:***@h:1?seed=h:2",
+            ),
+            (
+                "unix:///tmp/r.sock?pass=s3c&ret=1&db=2",
+                "unix:///tmp/r.sock?pass=***&***&***",
+            ),
+            (
+                "unix:///tmp/r.sock?pass=s3c#ret",
+                "unix:///tmp/r.sock?pass=***#***",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 
     #[test]
@@ -1141,7 +1207,7 @@ mod tests {
         for (url, name) in [
             ("redis://127.0.0.1:6379?password=hunter2", "password"),
             ("redis://127.0.0.1:6379/?db=2", "db"),
-            ("unix:///tmp/r.sock?pass=hunter2&passwd=hunter2", "passwd"),
+            ("unix:///tmp/r.sock?passwd=hunter2&pass=hunter2", "passwd"),
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")
@@ -1166,6 +1232,13 @@ mod tests {
             "nonsense",
             "",
             "redis://:hunter2/x@127.0.0.1:1",
+            "redis://u:hunter2#x@127.0.0.1:1",
+            "redis://u:hunter2?x@127.0.0.1:1",
+            "rediss://u:x?hunter2=1@127.0.0.1:1",
+            "redis+cluster://u:x/hunter2@127.0.0.1:1",
+            "redis+cluster://u:x?hunter2@127.0.0.1:1",
+            "unix:///tmp/r.sock?pass=x&hunter2=1",
+            "unix:///tmp/r.sock?pass=x&hunter2",
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")

@@ -141,6 +141,9 @@ def test_option_names_are_the_cores_table() -> None:
         ({"nodes": 6379}, "nodes=6379"),
         ({"nodes": ["http://127.0.0.1:6379"]}, "http://127.0.0.1:6379"),
         ({"nodes": ["redis://u:hunter2@[bad"]}, "redis://u:***@[bad"),
+        ({"nodes": ["redis://u:hun#ter2@127.0.0.1:1"]}, "%23"),
+        ({"nodes": ["redis+cluster://u:hun/ter2@127.0.0.1:1"]}, "redis+cluster://u:***@127.0.0.1:1"),
+        ({"nodes": ["unix:///tmp/r.sock?pass=hun&ter2=1"]}, "%26"),
         ({"nodes": ["nonsense"]}, "nonsense"),
         ({"nodes": ["redis://127.0.0.1:1", ""]}, "empty node URL"),
         ({"tls_ca": 3}, "tls_ca=3"),
@@ -153,7 +156,7 @@ def test_bad_manager_option(kwargs: dict[str, Any], shown: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         LockManager(**kwargs)
     assert shown in str(info.value), str(info.value)
-    assert "hunter2" not in str(info.value)
+    assert "hunter2" not in str(info.value) and "ter2" not in str(info.value)
     with pytest.raises(InvalidArgument):
         ferrolock.redlock("k", **kwargs)
 
