@@ -3,11 +3,21 @@ const { LockLostError, InvalidArgumentError, fromNative } = require('./errors');
 const { millis } = require('./options');
 
 /** A held lock. Release it (or let `withLock` / `await using` do it). */
+/** Only the manager makes locks: a `new Lock()` by hand would hold nothing. */
+const MAKE = Symbol('ferrolock.Lock');
+
 class Lock {
   #native;
   #controller = null;
-  constructor(native) {
+  constructor(native, make) {
+    if (make !== MAKE) {
+      throw new TypeError('a Lock is made by LockManager.acquire, tryAcquire or withLock, not by new Lock()');
+    }
     this.#native = native;
+  }
+  /** @internal */
+  static _make(native) {
+    return new Lock(native, MAKE);
   }
   /** @internal */
   get _native() {

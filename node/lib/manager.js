@@ -122,7 +122,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
     await inner.release().catch(() => {});
     throw abortError(key, signal);
   }
-  return { lock: new Lock(inner), owner };
+  return { lock: Lock._make(inner), owner };
 }
 
 /** Hands out locks on a fixed set of nodes. Reusable; close() when done. */

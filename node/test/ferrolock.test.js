@@ -231,6 +231,10 @@ test('nested withLock re-enters with reentrant: true, and rejects at once withou
 
 test('bad inputs reject clearly and never crash the process', T, async () => {
   const nodes = [one.url];
+  // A Lock comes from a manager only: one made by hand would hold nothing.
+  for (const args of [[], [{}], [{ key: 'k' }, Symbol('ferrolock.Lock')]]) {
+    assert.throws(() => new ferrolock.Lock(...args), { name: 'TypeError', message: /made by LockManager\.acquire/ });
+  }
   const cases = [
     [['', async () => 1, { nodes }], /non-empty string/],
     [[42, async () => 1, { nodes }], /non-empty string, got 42/],
