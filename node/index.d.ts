@@ -131,7 +131,7 @@ export declare class LockManager {
    * `count` (default 1) permits of the semaphore `name`, a pool of `permits` (Redisson's
    * RPermitExpirableSemaphore layout): at most `permits` are held at once. Each permit is
    * leased for `ttl` and renewed like a lock; release returns exactly what this holder took.
-   * Refused: a different `permits` than the name's pool (naming both), 0, count > permits, a
+   * Refused: a different `permits` than the name's pool (naming both), 0, count > permits or 1000, a
    * name with `{`, a manager of several nodes, `fencing`. Never reentrant.
    */
   acquirePermit(name: string, options: PermitOptions & AcquireOptions): Promise<Lock>;

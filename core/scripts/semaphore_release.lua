@@ -11,7 +11,11 @@ local done = redis.call('GET', KEYS[3])
 if done then
   return tonumber(done)
 end
-local removed = redis.call('ZREM', KEYS[2], unpack(ARGV, 3))
+-- In slices: `unpack` of thousands of ids at once overflows Lua's stack.
+local removed = 0
+for i = 3, #ARGV, 500 do
+  removed = removed + redis.call('ZREM', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
+end
 if removed > 0 then
   redis.call('INCRBY', KEYS[1], removed)
   redis.call('PUBLISH', ARGV[1], removed)

@@ -44,6 +44,11 @@ pub(crate) async fn acquire(
     result
 }
 
+/// The most permits one holder may take at once: each is a 32-character id in the acquire
+/// and release calls and in the token, which `ferrolock run` hands its job in an environment
+/// variable (Linux caps one at 128 KiB). The pool itself may be as large as a `u32`.
+pub const MAX_COUNT: u32 = 1000;
+
 fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptions) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("semaphore name must not be empty"));
@@ -69,6 +74,13 @@ fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptio
         return Err(Error::invalid(format!(
             "semaphore {name:?}: count {count} of permits {permits}: both must be at least 1 \
              and count at most permits"
+        )));
+    }
+    if count > MAX_COUNT {
+        return Err(Error::invalid(format!(
+            "semaphore {name:?}: count {count} is above {MAX_COUNT}, the most one holder may \
+             take: each permit held is an id in the server's script call and in the token \
+             (`ferrolock run` passes it in an environment variable)"
         )));
     }
     if opts.fencing {

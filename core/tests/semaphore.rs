@@ -134,6 +134,20 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
             "{e}"
         );
     }
+    let e = m
+        .semaphore_with("sem:bad", 5000, 1001, &opts())
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("count 1001 is above 1000"), "{e}");
+    assert_eq!(a.cmd::<i64>(&["EXISTS", "sem:bad"]), 0);
+    let most = m
+        .semaphore_with("sem:most", 5000, 1000, &opts())
+        .await
+        .unwrap();
+    assert_eq!(available(&a, "sem:most"), 4000);
+    assert!(most.release().await.unwrap());
+    assert_eq!(available(&a, "sem:most"), 5000);
     let held = m.semaphore("sem:size", 3).await.unwrap();
     let e = m.semaphore("sem:size", 5).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
@@ -160,6 +174,28 @@ async fn a_key_of_another_kind_is_refused_saying_so() {
         "semaphore \"sem:typed\": a key it uses holds a value of another kind (WRONGTYPE)",
         "{e}"
     );
+}
+
+/// A name held as a plain lock is held by someone else: a semaphore waits for it, never
+/// takes it over (the lock's holder would lose it unheard).
+#[tokio::test]
+async fn a_name_held_as_a_plain_lock_is_not_taken_over() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:was-a-lock";
+    let lock = m.acquire(name).await.unwrap();
+    let e = m
+        .semaphore_with(name, 2, 1, &opts().wait(Some(ms(300))))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
+    assert_eq!(get(&server, name).as_deref(), Some(lock.token()));
+    assert!(lock.is_held());
+    assert!(lock.release().await.unwrap(), "the lock was taken over");
+    // Once the lock is gone the name is a semaphore's like any other.
+    let permit = m.semaphore(name, 2).await.unwrap();
+    assert_eq!(available(&server, name), 1);
+    assert!(permit.release().await.unwrap());
 }
 
 /// A holder that never releases (its handle forgotten, as a crashed process's) keeps its

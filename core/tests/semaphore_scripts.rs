@@ -193,6 +193,50 @@ fn resent_acquire_and_release_change_nothing() {
     assert_eq!(available(&server, name), 3);
 }
 
+/// A release of more ids than Lua's `unpack` takes at once returns every one of them.
+#[test]
+fn a_release_of_thousands_of_ids_returns_them_all() {
+    let server = RedisServer::start();
+    let name = "sem:many";
+    let a = ids("a", 9000);
+    assert_eq!(
+        acquire(&server, name, "a", 10_000, 60_000, &a).unwrap().0,
+        1
+    );
+    assert_eq!(available(&server, name), 1000);
+    assert_eq!(release(&server, name, "r", &a), 9000);
+    assert_eq!(available(&server, name), 10_000);
+}
+
+/// A name that holds a plain lock (its token, not a counter) is held by someone else: refused
+/// with a re-check at the end of its ttl, and left as it is.
+#[test]
+fn a_name_held_as_a_plain_lock_is_refused_and_left_alone() {
+    let server = RedisServer::start();
+    let name = "sem:plain";
+    let _: () = server.cmd(&[
+        "SET",
+        name,
+        "0193b2c1d2e3-abcdef0123456789abcd",
+        "PX",
+        "60000",
+    ]);
+    let now_ms = {
+        let t: Vec<String> = server.cmd(&["TIME"]);
+        t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
+    };
+    let (granted, recheck) = acquire(&server, name, "a", 3, 60_000, &ids("a", 1)).unwrap();
+    assert_eq!(granted, 0, "a semaphore took a name held as a lock");
+    assert!(
+        (now_ms + 50_000..=now_ms + 61_000).contains(&recheck),
+        "re-check at {recheck}, now {now_ms}: not the lock's ttl end"
+    );
+    let value: String = server.cmd(&["GET", name]);
+    assert_eq!(value, "0193b2c1d2e3-abcdef0123456789abcd");
+    let zset: i64 = server.cmd(&["EXISTS", &timeout_key(name)]);
+    assert_eq!(zset, 0);
+}
+
 /// A pool size other than the stored one is refused with both numbers in the error.
 #[test]
 fn a_different_pool_size_is_refused_naming_both() {

@@ -399,9 +399,9 @@ int ferrolock_manager_rw_try_acquire(const struct ferrolock_manager *manager,
 // `ttl`, renewed by the watchdog, signalled when lost, and `ferrolock_lock_release` gives
 // back exactly the `count` taken. A holder that dies without releasing gives them back when
 // its lease ends. Refused with `FERROLOCK_ERR_INVALID_ARGUMENT`, naming the value: `permits`
-// or `count` 0, `count` above `permits`, a `{` in `name`, a manager with more than one node
-// (K permits on each of N nodes do not bound the holders to K), fencing on. Waits, and is
-// cancelled, as `ferrolock_manager_acquire`.
+// or `count` 0, `count` above `permits` or above 1000, a `{` in `name`, a manager with more
+// than one node (K permits on each of N nodes do not bound the holders to K), fencing on.
+// Waits, and is cancelled, as `ferrolock_manager_acquire`.
 int ferrolock_manager_semaphore_acquire(const struct ferrolock_manager *manager,
                                         const char *name,
                                         uint32_t permits,

@@ -347,7 +347,7 @@ pub fn manager_args(
 /// The kind a `LockContext` takes: "lock", "read", "write" or "semaphore" (which alone takes
 /// `permits`, the pool size, and `count`, how many of them this holder takes; default 1).
 /// Only their Python types are checked here: the core's semaphore entry refuses a value
-/// out of range (0, count > permits), naming it.
+/// out of range (0, count > permits or 1000), naming it.
 pub fn lock_kind(
     py: Python<'_>,
     key: &str,
