@@ -22,7 +22,7 @@ while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing tok
 to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
 nodes, a tab, the key). A nested `ferrolock run` on a key an enclosing one holds on the same
-nodes fails at once (exit 64) instead of waiting for itself.
+servers (however their URLs are written) fails at once (exit 64) instead of waiting for itself.
 
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
@@ -383,6 +383,22 @@ fn held_entry(manager: &LockManager, key: &str) -> String {
     format!("{}\t{key}", manager.node_names().join(","))
 }
 
+/// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers,
+/// however their URLs are written (`h:1` and `H:1/0`, in any order), as the manager compares
+/// its own nodes. A URL that does not parse as a standalone node compares as written.
+fn same_lock(a: &str, b: &str) -> bool {
+    let servers = |line: &str| {
+        let (nodes, key) = line.split_once('\t')?;
+        let mut servers: Vec<String> = nodes
+            .split(',')
+            .map(|url| ferrolock::server_address(url).unwrap_or_else(|| url.to_string()))
+            .collect();
+        servers.sort();
+        Some((servers, key.to_string()))
+    };
+    a == b || matches!((servers(a), servers(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// The lock, the side of the read-write lock `--read` / `--write` asks for, or the permits of
 /// `--semaphore`: the same `Lock`, renewed and watched for loss alike.
 async fn acquire(
@@ -419,7 +435,7 @@ async fn run(args: RunArgs) -> u8 {
     let enclosing = std::env::var("FERROLOCK_HELD").unwrap_or_default();
     // A nested run on the same semaphore is one more holder (it waits only if the permits are
     // all taken), not a wait for itself.
-    if args.semaphore.is_none() && enclosing.lines().any(|l| l == held_here) {
+    if args.semaphore.is_none() && enclosing.lines().any(|l| same_lock(l, &held_here)) {
         return fail(
             exit::USAGE,
             format_args!(

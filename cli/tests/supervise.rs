@@ -294,12 +294,15 @@ fn sighup_is_forwarded_to_the_child() {
 fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refused() {
     let server = RedisServer::start();
     let url = server.url();
+    // The same server written apart: a nested run there would wait for itself all the same.
+    let spelled = format!("{}/0", url.replace("redis://", "REDIS://"));
     let exe = env!("CARGO_BIN_EXE_ferrolock");
     let script = format!(
         "echo \"key=$FERROLOCK_KEY fence=$FERROLOCK_FENCE nodes=$FERROLOCK_NODES\"; \
          printf 'held=%s\\n' \"$FERROLOCK_HELD\"; \
          {exe} run --nodes {url} --wait 0 other -- sh -c 'printf \"inner=%s\\n\" \"$FERROLOCK_HELD\"'; \
-         {exe} run --nodes {url} outer -- true; echo nested=$?"
+         {exe} run --nodes {url} outer -- true; echo nested=$?; \
+         {exe} run --nodes {spelled} outer -- true; echo spelled=$?"
     );
     let mut cmd = ferrolock();
     cmd.args([
@@ -319,6 +322,7 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
         "{text}"
     );
     assert!(text.contains("nested=64"), "{text}");
+    assert!(text.contains("spelled=64"), "{text}");
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 

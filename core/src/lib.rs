@@ -62,7 +62,7 @@ pub use error::{Error, ErrorKind, Result};
 pub use hooks::{__set_test_hook, Point as HookPoint};
 pub use lock::{Lock, LockStatus, LossReason, READ_LEASE_CAP};
 pub use manager::LockManager;
-pub use node::redact_url;
+pub use node::{redact_url, server_address};
 
 /// The seeds of a `redis+cluster://` (`rediss+cluster://`) URL as plain `redis://`
 /// (`rediss://`) URLs with the same credentials, the URL's own host first; `None` for a URL of

@@ -456,14 +456,7 @@ impl Node {
     /// A cluster is named by its first seed. Names that resolve to one address (`localhost`
     /// and `127.0.0.1`) are not told apart: that would take a DNS lookup at construction.
     pub(crate) fn server(&self) -> String {
-        match self.client.get_connection_info().addr() {
-            redis::ConnectionAddr::Tcp(host, port)
-            | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-                format!("{}:{port}", host.to_ascii_lowercase())
-            }
-            redis::ConnectionAddr::Unix(path) => path.display().to_string(),
-            other => format!("{other:?}"),
-        }
+        address(self.client.get_connection_info().addr())
     }
 
     /// The node's client, for connections other than the shared command connection (the
@@ -1053,6 +1046,26 @@ pub fn redact_url(url: &str) -> String {
         &url[..rest_start],
         redact_query(query)
     )
+}
+
+fn address(addr: &redis::ConnectionAddr) -> String {
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{}:{port}", host.to_ascii_lowercase())
+        }
+        redis::ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The server a standalone node URL reaches, named as a manager compares its nodes (see
+/// `Node::server`): for a caller that must tell whether two node lists written apart
+/// (`h:1` and `H:1/0`) name the same servers. `None` for a URL that does not parse as one
+/// (a cluster URL included).
+pub fn server_address(url: &str) -> Option<String> {
+    let info = url.into_connection_info().ok()?;
+    Some(address(info.addr()))
 }
 
 /// Refuses a TCP URL whose credentials hold a character that ends them in a URL (`/`, `?`,
