@@ -194,6 +194,8 @@ int ferrolock_manager_semaphore_acquire_start(const struct ferrolock_manager *ma
 // The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 // `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
 // first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
+// `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
+// parameter does): never pass the address of a handle you still hold.
 int ferrolock_acquisition_result(const struct ferrolock_acquisition *acquisition,
                                  struct ferrolock_lock **lock_out,
                                  struct ferrolock_error **err);
@@ -459,8 +461,9 @@ void ferrolock_string_free(char *text);
 // is renewed; FERROLOCK_WORKER_THREADS=2 for a callback that may block) and must not call
 // any ferrolock function (this one included). Once this
 // call has returned, the previous callback is never called again: calls already running
-// are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5, and
-// if another `tracing` subscriber was already installed in this process.
+// are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5 given
+// with a callback (a NULL callback turns logging off whatever the level), and if another
+// `tracing` subscriber was already installed in this process.
 int ferrolock_set_log_callback(ferrolock_log_fn callback,
                                void *userdata,
                                int max_level,

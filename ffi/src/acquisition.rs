@@ -241,6 +241,8 @@ fn start(
 /// The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 /// `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
 /// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
+/// `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
+/// parameter does): never pass the address of a handle you still hold.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_result(
     acquisition: *const ferrolock_acquisition,

@@ -75,8 +75,9 @@ impl Sink {
 /// is renewed; FERROLOCK_WORKER_THREADS=2 for a callback that may block) and must not call
 /// any ferrolock function (this one included). Once this
 /// call has returned, the previous callback is never called again: calls already running
-/// are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5, and
-/// if another `tracing` subscriber was already installed in this process.
+/// are waited for. Fails with FERROLOCK_ERR_INVALID_ARGUMENT for a level outside 1..5 given
+/// with a callback (a NULL callback turns logging off whatever the level), and if another
+/// `tracing` subscriber was already installed in this process.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_set_log_callback(
     callback: ferrolock_log_fn,
