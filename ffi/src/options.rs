@@ -150,7 +150,8 @@ pub unsafe extern "C" fn ferrolock_options_set_number(
     err: *mut *mut ferrolock_error,
 ) -> c_int {
     with_options("ferrolock_options_set_number", opts, err, |o| {
-        o.set(name, OptionValue::Number(value), value.to_string())
+        // `{:?}`: 1e300 as written, not as 301 digits.
+        o.set(name, OptionValue::Number(value), format!("{value:?}"))
     })
 }
 

@@ -1093,6 +1093,7 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_number(NULL, "drift_factor", 0.1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_number(o, NULL, 0.1, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_number(o, "drift_factor", 1.5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "drift_factor=1.5");
+  EXPECT(ferrolock_options_set_number(o, "drift_factor", 1e300, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "drift_factor=1e300:");
   EXPECT(ferrolock_options_set_str(NULL, "nodes", "redis://x", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_str(o, NULL, "redis://x", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_str(o, "nodes", NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option value");
