@@ -1024,11 +1024,19 @@ pub fn redact_url(url: &str) -> String {
     let unix = url[..scheme_end].contains("unix");
     // A TCP URL's credentials end at its last `@`, wherever it is: an unescaped `?`, `#` or
     // `/` in a password would otherwise end the part taken as credentials early and show
-    // the rest (no valid TCP URL has an `@` after its host). A unix URL has no userinfo:
-    // its path may hold an `@`, and its password is a `pass` parameter.
-    let (userinfo, after) = match rest.rfind('@') {
-        Some(at) if !unix => (Some(&rest[..at]), &rest[at..]),
-        _ => (None, rest),
+    // the rest (no valid TCP URL has an `@` after its host). A unix URL's path may hold an
+    // `@` (its password is a `pass` parameter): there, only a `user:password@` before the
+    // query is taken for credentials.
+    let at = match unix {
+        false => rest.rfind('@'),
+        true => {
+            let main = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
+            main.rfind('@').filter(|&at| main[..at].contains(':'))
+        }
+    };
+    let (userinfo, after) = match at {
+        Some(at) => (Some(&rest[..at]), &rest[at..]),
+        None => (None, rest),
     };
     let (main, query) = match after.find(['?', '#']) {
         Some(q) => after.split_at(q),
@@ -1189,6 +1197,10 @@ mod tests {
             "unix:///tmp/r.sock?db=1&pass=***#***"
         );
         assert_eq!(redact_url("unix:///tmp/a@b.sock"), "unix:///tmp/a@b.sock");
+        assert_eq!(
+            redact_url("unix://u:pw@/tmp/r.sock"),
+            "unix://u:***@/tmp/r.sock"
+        );
         // An `@` after the host (never valid) ends the credentials all the same.
         assert_eq!(
             redact_url("redis+cluster://h:1?seed=u:s3cret@h:2&seed=h:3"),
