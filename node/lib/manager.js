@@ -67,11 +67,15 @@ function managerId(nm) {
 
 /** The enclosing scope holding `key` on the same core manager, if any. A scope whose
  * callback has settled owns nothing: a task it started and left running (a timer, an
- * unawaited promise) acquires as a new owner. */
+ * unawaited promise) acquires as a new owner. Nor does one whose lock was lost: acquiring
+ * its key again (say, from the loss listener) waits for whoever holds it now, not for
+ * itself. */
 function enclosing(nm, key) {
   if (scopes.getStore() === undefined) return undefined;
   const id = managerId(nm);
-  for (let s = scopes.getStore(); s; s = s.parent) if (!s.ended && s.key === key && s.manager === id) return s;
+  for (let s = scopes.getStore(); s; s = s.parent) {
+    if (!s.ended && s.key === key && s.manager === id && s.lock.status !== 'lost') return s;
+  }
   return undefined;
 }
 
@@ -326,7 +330,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
   const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
-  const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false };
+  const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false, lock };
   let result;
   let failed = false;
   let error;

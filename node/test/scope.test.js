@@ -94,6 +94,26 @@ test('while the scope lasts, a task it started is that scope: reentrant re-enter
   assert.ok(!server.exists(key));
 });
 
+test('inside a scope whose lock was lost, its key may be acquired again (it waits for whoever holds it, not for itself)', T, async () => {
+  const nodes = [server.url];
+  const key = 'scope:lost';
+  let inner;
+  const outer = await withLock(
+    key,
+    async (lock) => {
+      server.cli('DEL', key);
+      await assert.rejects(lock.extend(), (e) => e.code === 'LOCK_LOST');
+      assert.equal(lock.status, 'lost');
+      inner = await withLock(key, async (l) => l.status, { nodes, wait: 5000 }).catch((e) => e);
+    },
+    { nodes },
+  ).catch((e) => e);
+  assert.equal(inner, 'held', String(inner));
+  // The outer scope still ends with its loss reported.
+  assert.ok(outer instanceof Error && outer.code === 'LOCK_LOST', String(outer));
+  assert.equal(server.cli('EXISTS', key), '0');
+});
+
 test('without reentrant, a task of a live scope asking for its key is refused at once', T, async () => {
   const nodes = [server.url];
   await withLock(
