@@ -8,10 +8,10 @@
 //! runs, under the GIL, so the watchdog's callback (which also holds the GIL) cannot race it.
 
 use std::os::raw::c_long;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use ferrolock::LockOptions;
 use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
+use ferrolock::{Error, ErrorKind, LockOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -65,6 +65,63 @@ impl Shared {
     }
 }
 
+/// The `with` blocks of plain locks that have been entered, weakly. A plain-lock acquire by
+/// the thread inside one, on its manager and key, would wait for itself (for ever with the
+/// watchdog on): it is refused at once, as Node's `withLock` refuses one from its own scope.
+static HELD_BLOCKS: Mutex<Vec<HeldBlock>> = Mutex::new(Vec::new());
+
+struct HeldBlock {
+    manager: usize,
+    key: String,
+    reentrant: bool,
+    shared: Weak<Shared>,
+}
+
+fn held_blocks() -> MutexGuard<'static, Vec<HeldBlock>> {
+    HELD_BLOCKS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Refuses a plain-lock acquire of `key` on `manager` by a thread inside a `with` block that
+/// holds it, unless both are reentrant (the owner re-enters) or the block's lock was lost
+/// (then the key is someone else's to wait for). Blocks since exited are forgotten here.
+pub(crate) fn refuse_waiting_for_itself(
+    py: Python<'_>,
+    manager: &PyManager,
+    key: &str,
+    reentrant: bool,
+) -> PyResult<()> {
+    let manager = manager as *const PyManager as usize;
+    let thread = thread_ident();
+    let mut blocks = held_blocks();
+    blocks.retain(|b| b.shared.upgrade().is_some_and(|s| s.state().entered));
+    let waits_for_itself = blocks.iter().any(|b| {
+        b.manager == manager
+            && b.key == key
+            && !(b.reentrant && reentrant)
+            && b.shared.upgrade().is_some_and(|s| {
+                let st = s.state();
+                st.in_body
+                    && st.thread == thread
+                    && st
+                        .lock
+                        .as_ref()
+                        .is_some_and(|l| l.get().lock.loss_reason().is_none())
+            })
+    });
+    drop(blocks);
+    if !waits_for_itself {
+        return Ok(());
+    }
+    let err = Error::new(
+        ErrorKind::NotAcquired,
+        format!(
+            "lock {key:?} not acquired: this thread already holds it (an enclosing `with`), so \
+             waiting would deadlock; pass reentrant=True to both to re-enter"
+        ),
+    );
+    Err(to_py(py, &err, Some(key)))
+}
+
 /// Base class of `ferrolock.LockContext`: `with manager.lock(key) as lock:`.
 #[pyclass(
     name = "_LockContextBase",
@@ -75,6 +132,8 @@ impl Shared {
 pub struct PyLockContext {
     manager: Py<PyManager>,
     key: String,
+    /// A plain lock (not a side of the read-write lock, nor permits).
+    plain: bool,
     opts: LockOptions,
     interrupt: bool,
     shared: Arc<Shared>,
@@ -114,11 +173,13 @@ impl PyLockContext {
         count: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let key = key_str(py, key)?;
+        let plain = kind == "lock";
         let kind = lock_kind(py, &key, kind, permits, count)?;
         let args = manager.get().args(py, &key, options)?;
         Ok(PyLockContext {
             manager: manager.unbind(),
             key,
+            plain,
             opts: kind.options(args.opts),
             interrupt: args.interrupt,
             shared: Arc::default(),
@@ -150,6 +211,13 @@ impl PyLockContext {
             }
             st.entered = true;
         }
+        if self.plain
+            && let Err(e) =
+                refuse_waiting_for_itself(py, self.manager.get(), &self.key, self.opts.reentrant)
+        {
+            self.shared.state().entered = false;
+            return Err(e);
+        }
         let owner = crate::lock::current_thread_owner(py);
         let acquired = owner.and_then(|owner| {
             self.manager
@@ -172,6 +240,14 @@ impl PyLockContext {
             st.injected = false;
             st.generation
         };
+        if self.plain {
+            held_blocks().push(HeldBlock {
+                manager: self.manager.get() as *const PyManager as usize,
+                key: self.key.clone(),
+                reentrant: self.opts.reentrant,
+                shared: Arc::downgrade(&self.shared),
+            });
+        }
         // Weakly: the core lock keeps this callback, out of sight of Python's garbage
         // collector, and `shared` holds the lock; a strong reference would keep a context
         // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.

@@ -156,6 +156,7 @@ impl PyManager {
     ) -> PyResult<PyLock> {
         let key = key_str(py, key)?;
         let args = self.args(py, &key, options)?;
+        crate::context::refuse_waiting_for_itself(py, self, &key, args.opts.reentrant)?;
         self.acquire_blocking(py, &key, args.opts, owner)
     }
 

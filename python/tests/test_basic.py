@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -116,6 +117,61 @@ def test_wait_inf_blocks_until_acquired_as_none_does(manager: LockManager, key: 
     held.release()
     t.join(30)
     assert outcome == [True], outcome
+
+
+def test_a_nested_acquire_of_a_held_key_in_its_thread_is_refused_not_left_waiting(
+    node: RedisNode, manager: LockManager, key: str
+) -> None:
+    import threading
+
+    # interrupt=False: the loss made below must not be raised into this body; the block's exit
+    # reports it.
+    with pytest.raises(ferrolock.LockLost), manager.lock(key, interrupt=False) as outer:
+        # A bounded wait, so that a build without the check fails here rather than hangs.
+        for nested in (lambda: manager.acquire(key, wait=2), lambda: manager.lock(key, wait=2).__enter__()):
+            with pytest.raises(NotAcquired) as info:
+                nested()
+            assert "this thread already holds it" in str(info.value), str(info.value)
+        # Another thread waits its turn as ever.
+        other: list[BaseException] = []
+        th = threading.Thread(target=lambda: other.extend(_raised(lambda: manager.acquire(key, wait=0))))
+        th.start()
+        th.join(30)
+        assert len(other) == 1 and "already holds" not in str(other[0]), other
+        assert isinstance(other[0], NotAcquired)
+        assert outer.locked()
+        # Once the block's lock is lost, its key is someone else's to wait for.
+        node.client().delete(key)
+        with pytest.raises(ferrolock.LockLost):
+            outer.extend()
+        again = manager.acquire(key, wait=5)
+        assert again.locked()
+        again.release()
+    # wait=None (for ever): refused as well, in a thread of its own so that a hang shows as a
+    # failure, not as a stuck run.
+    seen: list[BaseException] = []
+
+    def holder() -> None:
+        with manager.lock(key):
+            seen.extend(_raised(lambda: manager.acquire(key)))
+
+    th = threading.Thread(target=holder, daemon=True)
+    th.start()
+    th.join(60)
+    assert not th.is_alive(), "a nested acquire with wait=None waited for itself"
+    assert len(seen) == 1 and isinstance(seen[0], NotAcquired), seen
+    # Both reentrant: the thread re-enters.
+    with manager.lock(key, reentrant=True):
+        with manager.lock(key, reentrant=True) as inner:
+            assert inner.locked()
+
+
+def _raised(call: Any) -> list[BaseException]:
+    try:
+        call()
+    except BaseException as e:  # noqa: BLE001 - returned to the test
+        return [e]
+    return []
 
 
 def test_extend_resets_the_ttl_and_release_twice_is_not_held(node: RedisNode, manager: LockManager, key: str) -> None:
