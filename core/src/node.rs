@@ -1011,10 +1011,11 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 }
 
 /// `redis://user:secret@host:6379/0` becomes `redis://user:***@host:6379/0`. Works on the raw
-/// text so that even a URL that fails to parse is shown without its password: the userinfo
-/// ends at the last `@` before the query (a password may hold an unescaped `/`), a query
-/// parameter whose name holds `pass` (a unix socket's `?pass=`) loses its value, and one whose
-/// value holds an `@` (a cluster seed written with credentials) loses what comes before it.
+/// text so that even a URL that fails to parse is shown without its password: a TCP URL's
+/// userinfo ends at its last `@` (a password may hold an unescaped `/`, `?` or `#`), a query
+/// parameter whose name holds `pass` (a unix socket's `?pass=`) loses its value and all that
+/// follows it, and one whose value holds an `@` (a seed written with credentials) loses what
+/// comes before it.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return url.to_string();

@@ -115,7 +115,9 @@ async fn acquire_loop(
             .as_ref()
             .zip(seen.as_ref())
             .map(|(t, seen)| t.queue_args(opts, seen));
-        let hint = match attempt(shared, name, &ids, place.as_ref(), opts).await {
+        // `unanswered`: the node's error when the attempt got no answer; a wait that ends so
+        // names the node, as a lock's does, instead of calling the pool taken.
+        let (hint, unanswered) = match attempt(shared, name, &ids, place.as_ref(), opts).await {
             Ok(Answer::Granted) => {
                 if let Some(t) = ticket.as_mut() {
                     t.granted(true);
@@ -133,7 +135,7 @@ async fn acquire_loop(
                     stats.clone(),
                 ));
             }
-            Ok(Answer::Refused(earliest)) => lease_end_in(shared, opts, earliest).await,
+            Ok(Answer::Refused(earliest)) => (lease_end_in(shared, opts, earliest).await, None),
             Err(NodeError::Refused(r, _)) => return Err(r.error(&format!("semaphore {name:?}"))),
             Err(e) if e.is_reply() => {
                 return Err(node_error(
@@ -143,18 +145,26 @@ async fn acquire_loop(
                     &e,
                 ));
             }
-            Err(_) => None,
+            Err(e) => (None, Some(e)),
         };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
-            return Err(Error::new(
-                ErrorKind::NotAcquired,
-                format!(
-                    "semaphore {name:?}: {} permit(s) not acquired within {:?}: the pool is taken",
-                    opts.permits.map_or(1, |p| p.count),
-                    opts.wait.unwrap_or_default()
+            let what = format!(
+                "semaphore {name:?}: {} permit(s) not acquired within {:?}",
+                opts.permits.map_or(1, |p| p.count),
+                opts.wait.unwrap_or_default()
+            );
+            return Err(match &unanswered {
+                Some(e) => Error::new(
+                    ErrorKind::QuorumUnreachable,
+                    format!(
+                        "{what}: node {} did not answer ({})",
+                        shared.cluster.nodes[0].name(),
+                        e.detail()
+                    ),
                 ),
-            ));
+                None => Error::new(ErrorKind::NotAcquired, format!("{what}: the pool is taken")),
+            });
         }
         if ticket.is_none() {
             // Joined after a refusal: an attempt right away sees a release published

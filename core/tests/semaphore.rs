@@ -176,6 +176,27 @@ async fn a_key_of_another_kind_is_refused_saying_so() {
     );
 }
 
+/// A wait that ends with the node unreachable names the node (its password hidden), as a
+/// lock's does, instead of calling the pool taken.
+#[tokio::test]
+async fn a_dead_node_is_named_not_called_a_taken_pool() {
+    let mut server = RedisServer::start();
+    let url = format!("redis://:hunter2@127.0.0.1:{}", server.port());
+    server.kill();
+    assert!(!server.is_running());
+    let m = manager(&[url], opts());
+    for wait in [Duration::ZERO, ms(300)] {
+        let e = m
+            .semaphore_with("sem:dead", 2, 1, &opts().wait(Some(wait)))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::QuorumUnreachable, "{e}");
+        let shown = format!("redis://:***@127.0.0.1:{} did not answer", server.port());
+        assert!(e.message().contains(&shown), "{e}");
+        assert!(!e.message().contains("hunter2"), "{e}");
+    }
+}
+
 /// A name held as a plain lock is held by someone else: a semaphore waits for it, never
 /// takes it over (the lock's holder would lose it unheard).
 #[tokio::test]
