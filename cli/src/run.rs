@@ -383,9 +383,10 @@ fn held_entry(manager: &LockManager, key: &str) -> String {
     format!("{}\t{key}", manager.node_names().join(","))
 }
 
-/// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers,
-/// however their URLs are written (`h:1` and `H:1/0`, in any order), as the manager compares
-/// its own nodes. A URL that does not parse as a standalone node compares as written.
+/// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers and
+/// databases, however their URLs are written (`h:1` and `H:1/0`, in any order; `h:1/3` is
+/// another database, so another lock). A URL that does not parse as a standalone node
+/// compares as written.
 fn same_lock(a: &str, b: &str) -> bool {
     let servers = |line: &str| {
         let (nodes, key) = line.split_once('\t')?;

@@ -302,7 +302,8 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
          printf 'held=%s\\n' \"$FERROLOCK_HELD\"; \
          {exe} run --nodes {url} --wait 0 other -- sh -c 'printf \"inner=%s\\n\" \"$FERROLOCK_HELD\"'; \
          {exe} run --nodes {url} outer -- true; echo nested=$?; \
-         {exe} run --nodes {spelled} outer -- true; echo spelled=$?"
+         {exe} run --nodes {spelled} outer -- true; echo spelled=$?; \
+         {exe} run --nodes {url}/3 --wait 0 outer -- true; echo other_db=$?"
     );
     let mut cmd = ferrolock();
     cmd.args([
@@ -323,6 +324,8 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     );
     assert!(text.contains("nested=64"), "{text}");
     assert!(text.contains("spelled=64"), "{text}");
+    // Another database holds other keys: the same name there is another lock.
+    assert!(text.contains("other_db=0"), "{text}");
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 

@@ -15,7 +15,7 @@
 -- 16 raw bytes.
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
--- head's turn, or the end of a lock's ttl when the name holds one); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs
+-- head's turn; -1 when there is none, or when the name holds a lock); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs
 -- (its code and words are read by `refusal.rs`).
 -- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
 -- refusal's re-enqueue keeps the waiter's place.
@@ -31,10 +31,10 @@ local available = tonumber(stored_value)
 if stored_value and available == nil then
   -- Not a counter: the name is held as a lock (a plain lock's token), which counts as held by
   -- someone else, as a hash does for a plain lock. Taken for a new pool, its holder would
-  -- lose it to us unheard. Re-checked when its ttl ends.
+  -- lose it to us unheard. Its release publishes nothing a semaphore waiter hears: -1, so
+  -- the waiter re-checks at its retry delay.
   enqueue(id, '', tonumber(ARGV[7]))
-  local left = redis.call('PTTL', KEYS[1])
-  return {0, left > 0 and now + left or -1}
+  return {0, -1}
 end
 if available == nil then
   redis.call('SET', KEYS[1], permits)

@@ -272,8 +272,8 @@ impl LockInner {
     /// once the extend may have run anywhere the key may be gone there by `deadline`, while
     /// where it did not run it keeps its old expiry. The validity is cut to `deadline` now;
     /// a confirmed extend sets it again, and otherwise (no answer, or the caller gave up) the
-    /// watchdog, if it renews this lock, renews at once with the lease in force, which puts
-    /// the longer expiry back where the token still stands. Whether the validity was cut.
+    /// watchdog, if it renews this lock, renews at once with the new lease, now the one in
+    /// force. Whether the validity was cut.
     fn cut_for_extend(&self, ttl: Duration, deadline: Instant) -> bool {
         // A reentrant, write or semaphore renewal never lowers an expiry.
         if !matches!(Kind::of(&self.opts), Kind::Plain | Kind::Read) {
@@ -657,6 +657,28 @@ impl Lock {
         self.extend_for(self.ttl()).await
     }
 
+    /// An extend's answer that the lock is lost for `reason`; or, if it left `Held` while the
+    /// extend was out (lost for another reason, or released), that.
+    fn lose(&self, reason: LossReason) -> Error {
+        if !self.inner.finish(LockStatus::Lost(reason.clone())) {
+            return self.left_held();
+        }
+        let key = &self.inner.key;
+        Error::new(
+            ErrorKind::LockLost,
+            format!("lock {key:?} not extended: {reason}"),
+        )
+    }
+
+    /// Why an extend failed on a lock that is no longer `Held`.
+    fn left_held(&self) -> Error {
+        let key = &self.inner.key;
+        let s = self.inner.current();
+        // Never `None`: a lock that left `Held` does not come back to it.
+        not_held(&s, key)
+            .unwrap_or_else(|| Error::new(ErrorKind::NotHeld, format!("lock {key:?} not extended")))
+    }
+
     /// As `extend`, with a lease of `ttl` from now on: the watchdog renews with it, and the
     /// node timeout and loss margin follow from it. A plain key's ttl is set to `ttl` (so it
     /// may shorten); a reentrant key's expiry never drops below what it already has (another
@@ -712,13 +734,7 @@ impl Lock {
                 self.inner.state().extensions += 1;
                 return Ok(validity);
             }
-            Renewed::NotHeld => {
-                let s = self.inner.current();
-                // Never `None`: a lock that left `Held` does not come back to it.
-                return Err(not_held(&s, key).unwrap_or_else(|| {
-                    Error::new(ErrorKind::NotHeld, format!("lock {key:?} not extended"))
-                }));
-            }
+            Renewed::NotHeld => return Err(self.left_held()),
             Renewed::TooLate => {}
         }
         let nodes = &self.inner.shared.cluster.nodes;
@@ -727,11 +743,7 @@ impl Lock {
             // Confirmed, but only after the new validity: it has ended (the old one too, or
             // it was longer than this one and the nodes now hold this one).
             let reason = LossReason::RenewalTooSlow { key: key.clone() };
-            self.inner.finish(LockStatus::Lost(reason.clone()));
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                format!("lock {key:?} not extended: {reason}"),
-            ));
+            return Err(self.lose(reason));
         }
         if tally.no() > n - tally.quorum {
             // No retry can succeed: the lock is lost now, not at the next renewal.
@@ -740,11 +752,7 @@ impl Lock {
                 missing_on: tally.no(),
                 nodes: n,
             };
-            self.inner.finish(LockStatus::Lost(reason.clone()));
-            return Err(Error::new(
-                ErrorKind::LockLost,
-                format!("lock {key:?} not extended: {reason}"),
-            ));
+            return Err(self.lose(reason));
         }
         // Unknown: the extend may have run where no answer came; the validity stays cut,
         // and the watchdog renews now that the lock is free (a renewal it tried while the

@@ -1022,18 +1022,15 @@ pub fn redact_url(url: &str) -> String {
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
-    let unix = url[..scheme_end].contains("unix");
+    let unix = is_unix(&url[..scheme_end]);
     // A TCP URL's credentials end at its last `@`, wherever it is: an unescaped `?`, `#` or
     // `/` in a password would otherwise end the part taken as credentials early and show
     // the rest (no valid TCP URL has an `@` after its host). A unix URL's path may hold an
-    // `@` (its password is a `pass` parameter): there, only a `user:password@` before the
-    // query is taken for credentials.
+    // `@` (its password is a `pass` parameter): there, only what comes before the path's
+    // first `/` is taken for credentials.
     let at = match unix {
         false => rest.rfind('@'),
-        true => {
-            let main = &rest[..rest.find(['?', '#']).unwrap_or(rest.len())];
-            main.rfind('@').filter(|&at| main[..at].contains(':'))
-        }
+        true => rest[..rest.find('/').unwrap_or(rest.len())].rfind('@'),
     };
     let (userinfo, after) = match at {
         Some(at) => (Some(&rest[..at]), &rest[at..]),
@@ -1057,6 +1054,11 @@ pub fn redact_url(url: &str) -> String {
     )
 }
 
+/// A unix socket URL's scheme (`unix`, `redis+unix`), in any case.
+fn is_unix(scheme: &str) -> bool {
+    scheme.to_ascii_lowercase().contains("unix")
+}
+
 fn address(addr: &redis::ConnectionAddr) -> String {
     match addr {
         redis::ConnectionAddr::Tcp(host, port)
@@ -1068,13 +1070,17 @@ fn address(addr: &redis::ConnectionAddr) -> String {
     }
 }
 
-/// The server a standalone node URL reaches, named as a manager compares its nodes (see
-/// `Node::server`): for a caller that must tell whether two node lists written apart
-/// (`h:1` and `H:1/0`) name the same servers. `None` for a URL that does not parse as one
-/// (a cluster URL included).
+/// The server and database a standalone node URL reaches (`host:port/db`, the server named
+/// as a manager compares its nodes: see `Node::server`): for a caller that must tell whether
+/// two node lists written apart (`h:1` and `H:1/0`) name the same keys. `None` for a URL that
+/// does not parse as one (a cluster URL included).
 pub fn server_address(url: &str) -> Option<String> {
     let info = url.into_connection_info().ok()?;
-    Some(address(info.addr()))
+    Some(format!(
+        "{}/{}",
+        address(info.addr()),
+        info.redis_settings().db()
+    ))
 }
 
 /// Refuses a TCP URL whose credentials hold a character that ends them in a URL (`/`, `?`,
@@ -1084,8 +1090,15 @@ fn check_userinfo(url: &str, display: &str) -> Result<()> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Ok(());
     };
-    if scheme.contains("unix") {
-        return Ok(());
+    if is_unix(scheme) {
+        // redis-rs reads a socket's credentials from `?user=` and `?pass=` only.
+        return match rest[..rest.find('/').unwrap_or(rest.len())].contains('@') {
+            true => Err(Error::invalid(format!(
+                "malformed node URL {display:?}: a unix:// URL takes its user and password as \
+                 ?user=...&pass=..., not before its path"
+            ))),
+            false => Ok(()),
+        };
     }
     match rest.rfind('@') {
         Some(at) if rest[..at].contains(['/', '?', '#']) => Err(Error::invalid(format!(
@@ -1138,7 +1151,9 @@ fn check_query(url: &str, display: &str) -> Result<()> {
         return Ok(());
     };
     let query = query.split('#').next().unwrap_or_default();
-    let unix = url.starts_with("unix:") || url.starts_with("redis+unix:");
+    let unix = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| is_unix(scheme));
     let known: &[&str] = if unix {
         &["db", "user", "pass", "protocol"]
     } else {
@@ -1198,10 +1213,14 @@ mod tests {
             "unix:///tmp/r.sock?db=1&pass=***#***"
         );
         assert_eq!(redact_url("unix:///tmp/a@b.sock"), "unix:///tmp/a@b.sock");
-        assert_eq!(
-            redact_url("unix://u:pw@/tmp/r.sock"),
-            "unix://u:***@/tmp/r.sock"
-        );
+        for url in [
+            "unix://u:pw@/tmp/r.sock",
+            "unix://u:p#w@/tmp/r.sock",
+            "unix://u:p?w@/tmp/r.sock",
+        ] {
+            assert_eq!(redact_url(url), "unix://u:***@/tmp/r.sock", "{url}");
+        }
+        assert_eq!(redact_url("UNIX:///tmp/a@b.sock"), "UNIX:///tmp/a@b.sock");
         // An `@` after the host (never valid) ends the credentials all the same.
         assert_eq!(
             redact_url("redis+cluster://h:1?seed=u:s3cret@h:2&seed=h:3"),
@@ -1265,6 +1284,8 @@ mod tests {
             "redis+cluster://u:x?hunter2@127.0.0.1:1",
             "unix:///tmp/r.sock?pass=x&hunter2=1",
             "unix:///tmp/r.sock?pass=x&hunter2",
+            "unix://u:hun#ter2@/tmp/r.sock",
+            "unix://u:hunter2@/tmp/r.sock",
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")

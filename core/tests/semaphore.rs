@@ -204,7 +204,10 @@ async fn a_name_held_as_a_plain_lock_is_not_taken_over() {
     let server = RedisServer::start();
     let m = manager(&[server.url()], opts());
     let name = "sem:was-a-lock";
-    let lock = m.acquire(name).await.unwrap();
+    let lock = m
+        .acquire_with(name, &opts().ttl(Duration::from_secs(60)))
+        .await
+        .unwrap();
     let e = m
         .semaphore_with(name, 2, 1, &opts().wait(Some(ms(300))))
         .await
@@ -212,9 +215,18 @@ async fn a_name_held_as_a_plain_lock_is_not_taken_over() {
     assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
     assert_eq!(get(&server, name).as_deref(), Some(lock.token()));
     assert!(lock.is_held());
+    // A waiter gets the name once the lock is released, long before the lock's 60 s ttl
+    // (its release publishes nothing semaphore waiters hear: they re-check at the retry delay).
+    let waiter = tokio::spawn({
+        let m = m.clone();
+        async move {
+            m.semaphore_with(name, 2, 1, &opts().wait(Some(Duration::from_secs(30))))
+                .await
+        }
+    });
+    tokio::time::sleep(ms(200)).await;
     assert!(lock.release().await.unwrap(), "the lock was taken over");
-    // Once the lock is gone the name is a semaphore's like any other.
-    let permit = m.semaphore(name, 2).await.unwrap();
+    let permit = waiter.await.unwrap().unwrap();
     assert_eq!(available(&server, name), 1);
     assert!(permit.release().await.unwrap());
 }

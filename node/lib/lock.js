@@ -2,10 +2,10 @@
 const { LockLostError, InvalidArgumentError, fromNative } = require('./errors');
 const { millis } = require('./options');
 
-/** A held lock. Release it (or let `withLock` / `await using` do it). */
 /** Only the manager makes locks: a `new Lock()` by hand would hold nothing. */
 const MAKE = Symbol('ferrolock.Lock');
 
+/** A held lock. Release it (or let `withLock` / `await using` do it). */
 class Lock {
   #native;
   #controller = null;

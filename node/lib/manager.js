@@ -67,14 +67,14 @@ function managerId(nm) {
 
 /** The enclosing scope holding `key` on the same core manager, if any. A scope whose
  * callback has settled owns nothing: a task it started and left running (a timer, an
- * unawaited promise) acquires as a new owner. Nor does one whose lock was lost: acquiring
- * its key again (say, from the loss listener) waits for whoever holds it now, not for
- * itself. */
+ * unawaited promise) acquires as a new owner. Nor does one whose lock is no longer held
+ * (lost, or released early): acquiring its key again (say, from the loss listener) waits for
+ * whoever holds it now, not for itself. */
 function enclosing(nm, key) {
   if (scopes.getStore() === undefined) return undefined;
   const id = managerId(nm);
   for (let s = scopes.getStore(); s; s = s.parent) {
-    if (!s.ended && s.key === key && s.manager === id && s.lock.status !== 'lost') return s;
+    if (!s.ended && s.key === key && s.manager === id && s.lock.status === 'held') return s;
   }
   return undefined;
 }

@@ -114,6 +114,20 @@ test('inside a scope whose lock was lost, its key may be acquired again (it wait
   assert.equal(server.cli('EXISTS', key), '0');
 });
 
+test('inside a scope whose lock was released early, its key may be acquired again', T, async () => {
+  const nodes = [server.url];
+  const key = 'scope:released';
+  const inner = await withLock(
+    key,
+    async (lock) => {
+      assert.equal(await lock.release(), true);
+      return withLock(key, async (l) => l.status, { nodes, wait: 5000 }).catch((e) => e);
+    },
+    { nodes },
+  );
+  assert.equal(inner, 'held', String(inner));
+});
+
 test('without reentrant, a task of a live scope asking for its key is refused at once', T, async () => {
   const nodes = [server.url];
   await withLock(

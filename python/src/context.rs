@@ -65,15 +65,18 @@ impl Shared {
     }
 }
 
-/// The `with` blocks of plain locks that have been entered, weakly. A plain-lock acquire by
-/// the thread inside one, on its manager and key, would wait for itself (for ever with the
+/// The `with` blocks of plain locks being run, weakly. A plain-lock acquire by the owner
+/// (thread) inside one, on its manager and key, would wait for itself (for ever with the
 /// watchdog on): it is refused at once, as Node's `withLock` refuses one from its own scope.
 static HELD_BLOCKS: Mutex<Vec<HeldBlock>> = Mutex::new(Vec::new());
 
 struct HeldBlock {
+    /// `PyManager::id`: the host manager, shared by every `redlock()` on the same nodes.
     manager: usize,
     key: String,
     reentrant: bool,
+    /// The thread's owner id (`ferrolock._owner`): unlike its ident, never reused.
+    owner: u64,
     shared: Weak<Shared>,
 }
 
@@ -81,41 +84,43 @@ fn held_blocks() -> MutexGuard<'static, Vec<HeldBlock>> {
     HELD_BLOCKS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Refuses a plain-lock acquire of `key` on `manager` by a thread inside a `with` block that
-/// holds it, unless both are reentrant (the owner re-enters) or the block's lock was lost
-/// (then the key is someone else's to wait for). Blocks since exited are forgotten here.
+/// Forgets the entries of `shared` (a block that exits, or enters again) and of blocks gone.
+fn forget_block(shared: &Weak<Shared>) {
+    held_blocks().retain(|b| !Weak::ptr_eq(&b.shared, shared) && b.shared.strong_count() > 0);
+}
+
+/// Refuses a plain-lock acquire of `key` on `manager` by `owner` while it is inside a `with`
+/// block that holds that key, unless both are reentrant (the owner re-enters). A block whose
+/// lock is no longer held (released early, lost, past its validity) holds nothing to wait for.
 pub(crate) fn refuse_waiting_for_itself(
     py: Python<'_>,
     manager: &PyManager,
     key: &str,
     reentrant: bool,
+    owner: u64,
 ) -> PyResult<()> {
-    let manager = manager as *const PyManager as usize;
-    let thread = thread_ident();
-    let mut blocks = held_blocks();
-    blocks.retain(|b| b.shared.upgrade().is_some_and(|s| s.state().entered));
-    let waits_for_itself = blocks.iter().any(|b| {
+    let manager = manager.id();
+    let waits_for_itself = held_blocks().iter().any(|b| {
         b.manager == manager
             && b.key == key
+            && b.owner == owner
             && !(b.reentrant && reentrant)
             && b.shared.upgrade().is_some_and(|s| {
                 let st = s.state();
                 st.in_body
-                    && st.thread == thread
                     && st
                         .lock
                         .as_ref()
-                        .is_some_and(|l| l.get().lock.loss_reason().is_none())
+                        .is_some_and(|l| l.get().lock.core().is_held())
             })
     });
-    drop(blocks);
     if !waits_for_itself {
         return Ok(());
     }
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(
-            "lock {key:?} not acquired: this thread already holds it (an enclosing `with`), so \
+            "lock {key:?} not acquired: this thread is inside a `with` block that holds it, so \
              waiting would deadlock; pass reentrant=True to both to re-enter"
         ),
     );
@@ -211,21 +216,18 @@ impl PyLockContext {
             }
             st.entered = true;
         }
-        if self.plain
-            && let Err(e) =
-                refuse_waiting_for_itself(py, self.manager.get(), &self.key, self.opts.reentrant)
-        {
-            self.shared.state().entered = false;
-            return Err(e);
-        }
-        let owner = crate::lock::current_thread_owner(py);
-        let acquired = owner.and_then(|owner| {
+        let acquired = crate::lock::current_thread_owner(py).and_then(|owner| {
+            if self.plain {
+                let manager = self.manager.get();
+                refuse_waiting_for_itself(py, manager, &self.key, self.opts.reentrant, owner)?;
+            }
             self.manager
                 .get()
                 .acquire_blocking(py, &self.key, self.opts.clone(), owner)
+                .map(|lock| (lock, owner))
         });
-        let lock = match acquired {
-            Ok(l) => Py::new(py, l)?,
+        let (lock, owner) = match acquired {
+            Ok((l, owner)) => (Py::new(py, l)?, owner),
             Err(e) => {
                 self.shared.state().entered = false;
                 return Err(e);
@@ -241,11 +243,14 @@ impl PyLockContext {
             st.generation
         };
         if self.plain {
+            let shared = Arc::downgrade(&self.shared);
+            forget_block(&shared);
             held_blocks().push(HeldBlock {
-                manager: self.manager.get() as *const PyManager as usize,
+                manager: self.manager.get().id(),
                 key: self.key.clone(),
                 reentrant: self.opts.reentrant,
-                shared: Arc::downgrade(&self.shared),
+                owner,
+                shared,
             });
         }
         // Weakly: the core lock keeps this callback, out of sight of Python's garbage
@@ -273,6 +278,9 @@ impl PyLockContext {
     ) -> PyResult<bool> {
         // First, before anything can run bytecode: leave the body and revoke an injection
         // that has not fired yet.
+        if self.plain {
+            forget_block(&Arc::downgrade(&self.shared));
+        }
         let lock = {
             let mut st = self.shared.state();
             if st.injected {

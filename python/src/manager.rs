@@ -35,6 +35,12 @@ impl PyManager {
 
     /// Blocking acquire with the GIL released; Ctrl-C stops the wait (nothing is left
     /// behind) and raises `KeyboardInterrupt`.
+    /// The host manager's identity: one for every `PyManager` around the same shared
+    /// manager (each `redlock()` call makes one).
+    pub(crate) fn id(&self) -> usize {
+        self.host.id()
+    }
+
     pub(crate) fn acquire_blocking(
         &self,
         py: Python<'_>,
@@ -156,7 +162,7 @@ impl PyManager {
     ) -> PyResult<PyLock> {
         let key = key_str(py, key)?;
         let args = self.args(py, &key, options)?;
-        crate::context::refuse_waiting_for_itself(py, self, &key, args.opts.reentrant)?;
+        crate::context::refuse_waiting_for_itself(py, self, &key, args.opts.reentrant, owner)?;
         self.acquire_blocking(py, &key, args.opts, owner)
     }
 

@@ -131,13 +131,13 @@ def test_a_nested_acquire_of_a_held_key_in_its_thread_is_refused_not_left_waitin
         for nested in (lambda: manager.acquire(key, wait=2), lambda: manager.lock(key, wait=2).__enter__()):
             with pytest.raises(NotAcquired) as info:
                 nested()
-            assert "this thread already holds it" in str(info.value), str(info.value)
+            assert "inside a `with` block that holds it" in str(info.value), str(info.value)
         # Another thread waits its turn as ever.
         other: list[BaseException] = []
         th = threading.Thread(target=lambda: other.extend(_raised(lambda: manager.acquire(key, wait=0))))
         th.start()
         th.join(30)
-        assert len(other) == 1 and "already holds" not in str(other[0]), other
+        assert len(other) == 1 and "inside a `with` block" not in str(other[0]), other
         assert isinstance(other[0], NotAcquired)
         assert outer.locked()
         # Once the block's lock is lost, its key is someone else's to wait for.
@@ -160,6 +160,15 @@ def test_a_nested_acquire_of_a_held_key_in_its_thread_is_refused_not_left_waitin
     th.join(60)
     assert not th.is_alive(), "a nested acquire with wait=None waited for itself"
     assert len(seen) == 1 and isinstance(seen[0], NotAcquired), seen
+    # A block whose lock was released early holds nothing to wait for.
+    with manager.lock(key) as early:
+        assert early.release() is True
+        manager.acquire(key, wait=5).release()
+    # redlock() on the same nodes shares one manager: nested, it is refused as well.
+    with ferrolock.redlock(key, nodes=[node.url]):
+        with pytest.raises(NotAcquired) as info:
+            ferrolock.redlock(key, nodes=[node.url], wait=2).__enter__()
+        assert "inside a `with` block that holds it" in str(info.value), str(info.value)
     # Both reentrant: the thread re-enters.
     with manager.lock(key, reentrant=True):
         with manager.lock(key, reentrant=True) as inner:

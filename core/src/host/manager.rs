@@ -208,6 +208,12 @@ impl Manager {
     }
 
     /// The node URLs, passwords redacted.
+    /// The same for this manager and every clone of it (a shared manager included), and
+    /// for no other live manager: for a binding that keys state by manager.
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     pub fn nodes(&self) -> &[String] {
         &self.inner.nodes
     }
