@@ -724,27 +724,20 @@ impl Lock {
             .inner
             .cut_for_extend(opts.ttl, start + opts.ttl - opts.drift());
         let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
-        let renewed = if tally.won() {
-            self.inner.renewed(start, opts.ttl, opts.drift())
-        } else {
-            Renewed::TooLate
-        };
-        match renewed {
-            Renewed::Until(validity) => {
-                self.inner.state().extensions += 1;
-                return Ok(validity);
-            }
-            Renewed::NotHeld => return Err(self.left_held()),
-            Renewed::TooLate => {}
+        if tally.won() {
+            return match self.inner.renewed(start, opts.ttl, opts.drift()) {
+                Renewed::Until(validity) => {
+                    self.inner.state().extensions += 1;
+                    Ok(validity)
+                }
+                Renewed::NotHeld => Err(self.left_held()),
+                // Confirmed, but only after the new validity: it has ended (the old one too,
+                // or it was longer than this one and the nodes now hold this one).
+                Renewed::TooLate => Err(self.lose(LossReason::RenewalTooSlow { key: key.clone() })),
+            };
         }
         let nodes = &self.inner.shared.cluster.nodes;
         let n = tally.answers.len();
-        if tally.won() {
-            // Confirmed, but only after the new validity: it has ended (the old one too, or
-            // it was longer than this one and the nodes now hold this one).
-            let reason = LossReason::RenewalTooSlow { key: key.clone() };
-            return Err(self.lose(reason));
-        }
         if tally.no() > n - tally.quorum {
             // No retry can succeed: the lock is lost now, not at the next renewal.
             let reason = LossReason::TokenGone {

@@ -1022,17 +1022,7 @@ pub fn redact_url(url: &str) -> String {
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
-    let unix = is_unix(&url[..scheme_end]);
-    // A TCP URL's credentials end at its last `@`, wherever it is: an unescaped `?`, `#` or
-    // `/` in a password would otherwise end the part taken as credentials early and show
-    // the rest (no valid TCP URL has an `@` after its host). A unix URL's path may hold an
-    // `@` (its password is a `pass` parameter): there, only what comes before the path's
-    // first `/` is taken for credentials.
-    let at = match unix {
-        false => rest.rfind('@'),
-        true => rest[..rest.find('/').unwrap_or(rest.len())].rfind('@'),
-    };
-    let (userinfo, after) = match at {
+    let (userinfo, after) = match credentials_end(&url[..scheme_end], rest) {
         Some(at) => (Some(&rest[..at]), &rest[at..]),
         None => (None, rest),
     };
@@ -1057,6 +1047,18 @@ pub fn redact_url(url: &str) -> String {
 /// A unix socket URL's scheme (`unix`, `redis+unix`), in any case.
 fn is_unix(scheme: &str) -> bool {
     scheme.to_ascii_lowercase().contains("unix")
+}
+
+/// Where the credentials of a URL end (the `@` after them), given its scheme and what follows
+/// `://`. A TCP URL's end at its last `@`, wherever it is: an unescaped `?`, `#` or `/` in a
+/// password would otherwise end them early and show the rest (no valid TCP URL has an `@`
+/// after its host). A unix URL's path may hold an `@` (its password is a `pass` parameter):
+/// only what comes before the path's first `/` can be credentials.
+fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
+    match is_unix(scheme) {
+        false => rest.rfind('@'),
+        true => rest[..rest.find('/').unwrap_or(rest.len())].rfind('@'),
+    }
 }
 
 fn address(addr: &redis::ConnectionAddr) -> String {
@@ -1085,22 +1087,17 @@ pub fn server_address(url: &str) -> Option<String> {
 
 /// Refuses a TCP URL whose credentials hold a character that ends them in a URL (`/`, `?`,
 /// `#`), before any parser reads a piece of the password as a host, a database or a
-/// parameter and names it in its message.
+/// parameter and names it in its message; and a unix URL with credentials before its path.
 fn check_userinfo(url: &str, display: &str) -> Result<()> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Ok(());
     };
-    if is_unix(scheme) {
+    match credentials_end(scheme, rest) {
         // redis-rs reads a socket's credentials from `?user=` and `?pass=` only.
-        return match rest[..rest.find('/').unwrap_or(rest.len())].contains('@') {
-            true => Err(Error::invalid(format!(
-                "malformed node URL {display:?}: a unix:// URL takes its user and password as \
-                 ?user=...&pass=..., not before its path"
-            ))),
-            false => Ok(()),
-        };
-    }
-    match rest.rfind('@') {
+        Some(_) if is_unix(scheme) => Err(Error::invalid(format!(
+            "malformed node URL {display:?}: a unix:// URL takes its user and password as \
+             ?user=...&pass=..., not before its path"
+        ))),
         Some(at) if rest[..at].contains(['/', '?', '#']) => Err(Error::invalid(format!(
             "malformed node URL {display:?}: the part before its last '@' holds '/', '?' or \
              '#': write them as %2F, %3F and %23 in a user or password (a cluster seed takes \
