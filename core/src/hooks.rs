@@ -19,6 +19,9 @@ pub enum Point {
     /// An acquire attempt, once its nodes answered and before its validity is checked (a
     /// stalled client: the only way a grant comes late when the node timeout fits the ttl).
     Answered,
+    /// A semaphore attempt's task, before its script is sent (an acquire cancelled now leaves
+    /// the attempt to reach the node after its queue place was taken out).
+    SemaphoreSending,
 }
 
 /// Called with the point and the lock's key (empty where there is none).
@@ -43,4 +46,14 @@ pub(crate) fn run(point: Point, key: &str) {
     if let Some(hook) = hook {
         hook(point, key);
     }
+}
+
+/// `run` on the runtime's blocking pool, awaited: a hook that holds its caller holds only the
+/// task that awaits this, not a runtime thread (with one worker, the whole runtime).
+pub(crate) async fn run_off_thread(point: Point, key: &str) {
+    if !SET.load(Ordering::Relaxed) {
+        return;
+    }
+    let key = key.to_string();
+    let _ = tokio::task::spawn_blocking(move || run(point, &key)).await;
 }

@@ -213,6 +213,7 @@ async fn attempt(
         // One call id for every re-send of this attempt: the latch keeps a grant's reply.
         let call = random_hex();
         shared.cluster.handle().spawn(async move {
+            crate::hooks::run_off_thread(crate::hooks::Point::SemaphoreSending, &name).await;
             let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
             let waiter = waiter.as_str();
             shared.cluster.nodes[0]
@@ -243,6 +244,7 @@ async fn attempt(
         shared: shared.clone(),
         name: name.to_string(),
         ids: ids.to_string(),
+        place: place.cloned(),
         timeout,
         request: Some(request),
     };
@@ -275,11 +277,15 @@ async fn attempt(
 /// then returns the attempt's ids with `semaphore_release.lua`, which is safe whether the
 /// acquire granted them, refused, or never ran (it returns only ids in the zset, and a re-send
 /// finds them gone). Counted in `runtime::settled`, and collected by a cancelled host acquire,
-/// which reports once the permits are back. The attempt's queue place goes with its `Ticket`.
+/// which reports once the permits are back. The attempt's queue place goes with its `Ticket`,
+/// unless the attempt reaches the node after the ticket's dequeue: its refusal then queues the
+/// place again, and this takes it out once more.
 struct GiveBack {
     shared: Arc<Shared>,
     name: String,
     ids: String,
+    /// The queue place the attempt carried.
+    place: Option<QueueArgs>,
     timeout: Duration,
     request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
 }
@@ -296,16 +302,30 @@ impl GiveBack {
         request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
     ) {
         let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
+        let place = self.place.clone();
         let timeout = self.timeout;
         let pending = crate::runtime::Pending::start();
         crate::runtime::started_cleanup(self.shared.cluster.handle().spawn(async move {
             let _pending = pending;
-            // Refused or failed before it ran: nothing was taken (a failure after it ran
-            // is covered by the release below, which returns only ids still held).
-            if let Some(request) = request
-                && let Ok(Ok((0, _))) = request.await
-            {
-                return;
+            if let Some(request) = request {
+                let reply = request.await;
+                // Nobody here waits for the name any more, so the ticket's dequeue has been
+                // sent; the attempt, answered after it, may have run after it too and queued
+                // the place again (a refusal renews it). The id is this manager's queue of the
+                // name, which nobody here is in now; one who joins it meanwhile and loses the
+                // place to this is queued again by its next attempt (a refusal re-enqueues).
+                if let Some(place) = place.filter(|p| !p.still_waiting()) {
+                    let channel = semaphore_channel(&name);
+                    shared
+                        .waiters
+                        .dequeue_everywhere(&name, &place.id, &channel, None)
+                        .await;
+                }
+                // Refused or failed before it ran: nothing was taken (a failure after it ran
+                // is covered by the release below, which returns only ids still held).
+                if let Ok(Ok((0, _))) = reply {
+                    return;
+                }
             }
             let call = random_hex();
             let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());

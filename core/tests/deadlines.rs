@@ -16,14 +16,6 @@ use ferrolock::{__set_test_hook, ErrorKind, HookPoint, LockStatus, LossReason};
 use ferrolock_testbed::{Direction, Proxy, RedisServer};
 use tokio::time::Instant;
 
-/// Clears the process-wide test hook when the test ends, also on a failure.
-struct HookGuard;
-impl Drop for HookGuard {
-    fn drop(&mut self) {
-        __set_test_hook(None);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn extend_for_sets_the_lease_the_watchdog_renews_with() {
     let _serial = serial();

@@ -15,14 +15,6 @@ use common::*;
 use ferrolock::{__set_test_hook, ErrorKind, HookPoint};
 use ferrolock_testbed::Cluster;
 
-/// Clears the process-wide test hook when the test ends, also on a failure.
-struct HookGuard;
-impl Drop for HookGuard {
-    fn drop(&mut self) {
-        __set_test_hook(None);
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
     let _serial = serial();

@@ -2,7 +2,8 @@
 //! holders never exceed the permits (a checker over recorded hold intervals), count > 1, the
 //! refusals (N > 1, a brace in the name, bad counts, a different pool size), a crashed
 //! holder's permits coming back after its lease, watchdog renewal and the loss signal, a
-//! release waking a waiter, and an attempt left with no answer giving its permits back.
+//! release waking a waiter, an attempt left with no answer giving its permits back, and a
+//! cancelled waiter's attempt in flight leaving no queue place.
 
 // Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
 // serializes these tests across awaits blocks nothing but the test itself.
@@ -10,12 +11,13 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::holds::Holds;
 use common::*;
-use ferrolock::{ErrorKind, LockStatus};
+use ferrolock::{ErrorKind, HookPoint, LockStatus};
 use ferrolock_testbed::{Direction, Proxy, RedisServer};
 
 fn timeout_key(name: &str) -> String {
@@ -572,4 +574,93 @@ async fn an_attempt_left_with_no_answer_gives_its_permits_back() {
     }
     assert!(lock.release().await.unwrap());
     assert_eq!((available(&server, name), held_ids(&server, name)), (2, 0));
+}
+
+/// A waiter cancelled while an attempt of its is on its way to the node: the acquire's queue
+/// place is taken out at once, then the attempt arrives, is refused and queues the place
+/// again. Nothing of the cancelled waiter may stay in the queue (it would be its head, and
+/// hold up every first try past the barging bound, for a whole queue lease). The attempt is
+/// held before it sends, so the dequeue is first every time.
+#[tokio::test]
+async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
+    let _s = serial();
+    let _hook = HookGuard;
+    let server = RedisServer::start();
+    let name = "sem:cancel-in-flight";
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<i64>(&["ZCARD", &queue]);
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 1, 1, &opts().ttl(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    // Re-checks only when woken (the holder's lease ends in 120 s): a queue lease of 40 s or
+    // more, so a place left behind cannot pass the check below by expiring.
+    let o = opts()
+        .retry_delay(Duration::from_secs(10))
+        .node_timeout(Duration::from_secs(2));
+    let m = manager(&[server.url()], o.clone());
+    let task = tokio::spawn({
+        let m = m.clone();
+        async move { m.semaphore_with(name, 1, 1, &o).await }
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while queued() < 1 {
+        assert!(Instant::now() < end, "the waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let (entered, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let (entered, go) = (entered.clone(), go.clone());
+        move |point, key| {
+            if point != HookPoint::SemaphoreSending
+                || key != name
+                || entered.swap(true, Ordering::SeqCst)
+            {
+                return;
+            }
+            // Holds the attempt (on the blocking pool) until the test lets it go, at most 60 s.
+            let end = Instant::now() + Duration::from_secs(60);
+            while !go.load(Ordering::SeqCst) && Instant::now() < end {
+                std::thread::sleep(ms(1));
+            }
+        }
+    })));
+    // A publish on the pool's channel: the waiter attempts again, and is held there.
+    let _: i64 = server.cmd(&["PUBLISH", &format!("redisson_sc:{{{name}}}"), "1"]);
+    while !entered.load(Ordering::SeqCst) {
+        assert!(Instant::now() < end, "the waiter never attempted again");
+        tokio::time::sleep(ms(5)).await;
+    }
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    // The fault: the place is gone from the node before the attempt is sent.
+    while queued() != 0 {
+        assert!(
+            Instant::now() < end,
+            "the cancelled waiter's place was never taken out"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    let before = script_calls(&server);
+    go.store(true, Ordering::SeqCst);
+    // The held attempt runs (refused: the holder has the pool), then nothing of it is left.
+    let end = Instant::now() + Duration::from_secs(20);
+    while script_calls(&server) == before {
+        assert!(Instant::now() < end, "the held attempt never ran");
+        tokio::time::sleep(ms(5)).await;
+    }
+    while queued() != 0 {
+        assert!(
+            Instant::now() < end,
+            "the cancelled waiter's attempt left its place in the queue"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(available(&server, name), 0, "the holder's permit");
+    assert!(holder.release().await.unwrap());
+    assert_eq!(available(&server, name), 1);
 }

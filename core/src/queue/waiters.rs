@@ -763,7 +763,7 @@ impl Waiters {
     /// hold the head of a free lock for the rest of its lease, though this process is alive.
     /// (Sent twice, the script removes nothing more and at most tells the head twice.) `None`:
     /// one try. Other failures are not retried: the lease ends the entry anyway.
-    async fn dequeue_everywhere(
+    pub(crate) async fn dequeue_everywhere(
         &self,
         key: &str,
         id: &str,

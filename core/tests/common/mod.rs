@@ -16,6 +16,14 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Clears the process-wide test hook when the test ends, also on a failure.
+pub struct HookGuard;
+impl Drop for HookGuard {
+    fn drop(&mut self) {
+        ferrolock::__set_test_hook(None);
+    }
+}
+
 pub fn manager(urls: &[String], opts: LockOptions) -> LockManager {
     // Test servers are freshly started: the restart guard is off except in its own tests.
     LockManager::new(
