@@ -22,6 +22,9 @@ pub enum Point {
     /// A semaphore attempt's task, before its script is sent (an acquire cancelled now leaves
     /// the attempt to reach the node after its queue place was taken out).
     SemaphoreSending,
+    /// A queued acquire attempt's request to one node, before it is sent (as above, for the
+    /// lock kinds).
+    QueuedSending,
 }
 
 /// Called with the point and the lock's key (empty where there is none).

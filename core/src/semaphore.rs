@@ -278,8 +278,7 @@ async fn attempt(
 /// acquire granted them, refused, or never ran (it returns only ids in the zset, and a re-send
 /// finds them gone). Counted in `runtime::settled`, and collected by a cancelled host acquire,
 /// which reports once the permits are back. The attempt's queue place goes with its `Ticket`,
-/// unless the attempt reaches the node after the ticket's dequeue: its refusal then queues the
-/// place again, and this takes it out once more.
+/// and again here once the attempt answered (`Waiters::dequeue_if_abandoned`).
 struct GiveBack {
     shared: Arc<Shared>,
     name: String,
@@ -309,17 +308,8 @@ impl GiveBack {
             let _pending = pending;
             if let Some(request) = request {
                 let reply = request.await;
-                // Nobody here waits for the name any more, so the ticket's dequeue has been
-                // sent; the attempt, answered after it, may have run after it too and queued
-                // the place again (a refusal renews it). The id is this manager's queue of the
-                // name, which nobody here is in now; one who joins it meanwhile and loses the
-                // place to this is queued again by its next attempt (a refusal re-enqueues).
-                if let Some(place) = place.filter(|p| !p.still_waiting()) {
-                    let channel = semaphore_channel(&name);
-                    shared
-                        .waiters
-                        .dequeue_everywhere(&name, &place.id, &channel, None)
-                        .await;
+                if let Some(place) = &place {
+                    shared.waiters.dequeue_if_abandoned(&name, place).await;
                 }
                 // Refused or failed before it ran: nothing was taken (a failure after it ran
                 // is covered by the release below, which returns only ids still held).

@@ -5,7 +5,8 @@
 //! barge ahead of the queue head only while the head has waited less than the barging bound,
 //! so a waiter is never starved; a worker in a loop releases quietly, and the waiter is told
 //! once the loop stops; a crashed waiter's queue entry expires; a dropped waiter
-//! unsubscribes and leaves the queue. Serial: they measure (generous) bounds.
+//! unsubscribes and leaves the queue, also when its attempt reaches a node after the dequeue.
+//! Serial: they measure (generous) bounds.
 
 // Each #[tokio::test] runs its own runtime on its own thread, so holding the std mutex that
 // serializes these tests across awaits blocks nothing but the test itself.
@@ -18,7 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::{LockManager, LockOptions};
+use ferrolock::{HookPoint, LockManager, LockOptions};
 use ferrolock_testbed::{Cluster, RedisServer};
 
 const LONG: Duration = Duration::from_secs(60);
@@ -844,4 +845,81 @@ async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() 
         return;
     }
     panic!("in 10 rounds h never looped within the grace");
+}
+
+/// A waiter cancelled while its attempt's requests wait to be sent (held here by a test hook;
+/// in life, a request waiting for its node's connection): the acquire's dequeue reaches every
+/// node first, then the requests run, are refused and queue the place again. Nothing of the
+/// cancelled waiter may stay queued: it would be the head, and hold up first tries past the
+/// barging bound for a whole queue lease.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cancelled_waiters_requests_sent_after_its_dequeue_leave_no_place() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = Cluster::start(3);
+    let key = "cancelled-in-flight";
+    let queued =
+        |i: usize| -> i64 { cluster.servers[i].cmd(&["ZCARD", &ferrolock::queue_key(key)]) };
+    let all_queued = |n: i64| (0..3).all(|i| queued(i) == n);
+    let script_calls =
+        |i: usize| calls(&cluster.servers[i], "evalsha") + calls(&cluster.servers[i], "eval");
+    let holder = manager(&cluster.urls(), opts().ttl(LONG));
+    let held = holder.acquire(key).await.unwrap();
+    // The held requests must still be sent when let go (their deadline is the node timeout),
+    // and a place left behind must not lapse before the check below (the queue lease is
+    // 3 × retry + 4 × node timeout: 70 s).
+    let o = slow_poll(Duration::from_secs(10))
+        .ttl(Duration::from_secs(200))
+        .node_timeout(Duration::from_secs(10));
+    let m = manager(&cluster.urls(), o);
+    let waiter = tokio::spawn({
+        let m = m.clone();
+        async move { m.acquire(key).await }
+    });
+    wait_until("the waiter is queued on every node", || all_queued(1)).await;
+    let head: Vec<String> =
+        cluster.servers[0].cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "0"]);
+    let (entered, go) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let (entered, go) = (entered.clone(), go.clone());
+        move |point, k| {
+            if point != HookPoint::QueuedSending || k != key {
+                return;
+            }
+            entered.fetch_add(1, Ordering::SeqCst);
+            let end = Instant::now() + Duration::from_secs(60);
+            while !go.load(Ordering::SeqCst) && Instant::now() < end {
+                std::thread::sleep(ms(1));
+            }
+        }
+    })));
+    // Told it may be free (as a release tells the head): it attempts again, and is held.
+    let _: i64 =
+        cluster.servers[0].cmd(&["PUBLISH", &ferrolock::waiter_channel(key, &head[0]), "0"]);
+    wait_until("the attempt's three requests are held", || {
+        entered.load(Ordering::SeqCst) == 3
+    })
+    .await;
+    waiter.abort();
+    assert!(waiter.await.unwrap_err().is_cancelled());
+    // The fault: the place is gone from every node before the requests are sent.
+    wait_until("the cancelled waiter's place is taken out", || {
+        all_queued(0)
+    })
+    .await;
+    let before: Vec<u64> = (0..3).map(script_calls).collect();
+    go.store(true, Ordering::SeqCst);
+    wait_until("the held requests ran on every node", || {
+        (0..3).all(|i| script_calls(i) > before[i])
+    })
+    .await;
+    wait_until("nothing of the cancelled waiter is queued", || {
+        all_queued(0)
+    })
+    .await;
+    assert!(held.is_held());
+    assert!(held.release().await.unwrap());
 }

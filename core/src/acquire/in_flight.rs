@@ -71,6 +71,9 @@ where
                         *m &= !is_late(answer);
                     }
                     undo_late(&shared, &req, Some(requests), &tally);
+                    if let Some(place) = &req.queue {
+                        shared.waiters.dequeue_if_abandoned(&req.key, place).await;
+                    }
                     mask
                 }
                 (Some(mut requests), _) => {

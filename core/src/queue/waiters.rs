@@ -651,6 +651,7 @@ impl Ticket {
         };
         QueueArgs {
             id: self.kq.server_id.clone(),
+            channel: self.kq.channel.clone(),
             score,
             lease_ms: lease.as_millis() as u64,
             active: Some(self.kq.active.clone()),
@@ -691,6 +692,8 @@ impl Drop for Ticket {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueueArgs {
     pub id: String,
+    /// The local queue's channel (which says how a dequeue wakes the next waiter).
+    pub channel: String,
     pub score: String,
     pub lease_ms: u64,
     /// False once the local queue is gone: nobody is waiting for a place any more.
@@ -763,7 +766,21 @@ impl Waiters {
     /// hold the head of a free lock for the rest of its lease, though this process is alive.
     /// (Sent twice, the script removes nothing more and at most tells the head twice.) `None`:
     /// one try. Other failures are not retried: the lease ends the entry anyway.
-    pub(crate) async fn dequeue_everywhere(
+    /// After an attempt that carried `place` has answered: if nobody here waits for `key`
+    /// any more, takes the place out again. The ticket's own dequeue is sent when the last
+    /// waiter leaves, and an attempt still in flight then (spawned, or waiting for its
+    /// connection) may run after it; its refusal queues the place again, where it would be
+    /// the head and hold up first tries for a whole queue lease. Someone who joins the queue
+    /// meanwhile (the same id, for a queue kept after a grant) and loses the place to this
+    /// is queued again by its next attempt.
+    pub(crate) async fn dequeue_if_abandoned(&self, key: &str, place: &QueueArgs) {
+        if !place.still_waiting() {
+            self.dequeue_everywhere(key, &place.id, &place.channel, None)
+                .await;
+        }
+    }
+
+    async fn dequeue_everywhere(
         &self,
         key: &str,
         id: &str,
