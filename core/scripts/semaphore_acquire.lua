@@ -15,8 +15,9 @@
 -- 16 raw bytes.
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
--- head's turn; -1 when there is none, or when the name holds a lock); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs
--- (its code and words are read by `refusal.rs`).
+-- head's turn; -1 when there is none; -2 when the name holds a lock, whose end nothing here
+-- can see); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs (its
+-- code and words are read by `refusal.rs`).
 -- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
 -- refusal's re-enqueue keeps the waiter's place.
 local done = redis.call('GET', KEYS[6])
@@ -31,10 +32,10 @@ local available = tonumber(stored_value)
 if stored_value and available == nil then
   -- Not a counter: the name is held as a lock (a plain lock's token), which counts as held by
   -- someone else, as a hash does for a plain lock. Taken for a new pool, its holder would
-  -- lose it to us unheard. Its release publishes nothing a semaphore waiter hears: -1, so
-  -- the waiter re-checks at its retry delay.
+  -- lose it to us unheard. Its release publishes nothing a semaphore waiter hears: -2, so
+  -- the waiter re-checks at its retry delay, and if it gives up, says why.
   enqueue(id, '', tonumber(ARGV[7]))
-  return {0, -1}
+  return {0, -2}
 end
 if available == nil then
   redis.call('SET', KEYS[1], permits)

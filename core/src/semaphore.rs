@@ -23,9 +23,12 @@ use crate::token::random_hex;
 /// What one attempt answered.
 enum Answer {
     Granted,
-    /// Refused; the earliest lease end held, in server milliseconds (-1: none).
+    /// Refused; the earliest lease end held, in server milliseconds (-1: none; `HELD_AS_LOCK`).
     Refused(i64),
 }
+
+/// The script's re-check time when the name holds a lock's token, not a pool.
+const HELD_AS_LOCK: i64 = -2;
 
 pub(crate) async fn acquire(
     shared: &Arc<Shared>,
@@ -117,36 +120,43 @@ async fn acquire_loop(
             .map(|(t, seen)| t.queue_args(opts, seen));
         // `unanswered`: the node's error when the attempt got no answer; a wait that ends so
         // names the node, as a lock's does, instead of calling the pool taken.
-        let (hint, unanswered) = match attempt(shared, name, &ids, place.as_ref(), opts).await {
-            Ok(Answer::Granted) => {
-                if let Some(t) = ticket.as_mut() {
-                    t.granted(true);
-                    stats.handoffs.fetch_add(1, Ordering::Relaxed);
+        let (hint, unanswered, held_as_lock) =
+            match attempt(shared, name, &ids, place.as_ref(), opts).await {
+                Ok(Answer::Granted) => {
+                    if let Some(t) = ticket.as_mut() {
+                        t.granted(true);
+                        stats.handoffs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Ok(Lock::new(
+                        shared.clone(),
+                        name.to_string(),
+                        ids,
+                        opts.clone(),
+                        started + opts.ttl - opts.drift(),
+                        started,
+                        None,
+                        None,
+                        stats.clone(),
+                    ));
                 }
-                return Ok(Lock::new(
-                    shared.clone(),
-                    name.to_string(),
-                    ids,
-                    opts.clone(),
-                    started + opts.ttl - opts.drift(),
-                    started,
+                Ok(Answer::Refused(earliest)) => (
+                    lease_end_in(shared, opts, earliest).await,
                     None,
-                    None,
-                    stats.clone(),
-                ));
-            }
-            Ok(Answer::Refused(earliest)) => (lease_end_in(shared, opts, earliest).await, None),
-            Err(NodeError::Refused(r, _)) => return Err(r.error(&format!("semaphore {name:?}"))),
-            Err(e) if e.is_reply() => {
-                return Err(node_error(
-                    ErrorKind::Redis,
-                    &format!("semaphore {name:?}"),
-                    &shared.cluster.nodes[0],
-                    &e,
-                ));
-            }
-            Err(e) => (None, Some(e)),
-        };
+                    earliest == HELD_AS_LOCK,
+                ),
+                Err(NodeError::Refused(r, _)) => {
+                    return Err(r.error(&format!("semaphore {name:?}")));
+                }
+                Err(e) if e.is_reply() => {
+                    return Err(node_error(
+                        ErrorKind::Redis,
+                        &format!("semaphore {name:?}"),
+                        &shared.cluster.nodes[0],
+                        &e,
+                    ));
+                }
+                Err(e) => (None, Some(e), false),
+            };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
             let what = format!(
@@ -162,6 +172,10 @@ async fn acquire_loop(
                         shared.cluster.nodes[0].name(),
                         e.detail()
                     ),
+                ),
+                None if held_as_lock => Error::new(
+                    ErrorKind::NotAcquired,
+                    format!("{what}: the name is held as a lock, not a semaphore"),
                 ),
                 None => Error::new(ErrorKind::NotAcquired, format!("{what}: the pool is taken")),
             });

@@ -215,6 +215,10 @@ async fn a_name_held_as_a_plain_lock_is_not_taken_over() {
         .await
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::NotAcquired, "{e}");
+    assert!(
+        e.to_string().contains("held as a lock") && !e.to_string().contains("pool is taken"),
+        "{e}"
+    );
     assert_eq!(get(&server, name).as_deref(), Some(lock.token()));
     assert!(lock.is_held());
     // A waiter gets the name once the lock is released, long before the lock's 60 s ttl

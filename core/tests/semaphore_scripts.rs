@@ -224,7 +224,7 @@ fn a_name_held_as_a_plain_lock_is_refused_and_left_alone() {
     ]);
     let (granted, recheck) = acquire(&server, name, "a", 3, 60_000, &ids("a", 1)).unwrap();
     assert_eq!(granted, 0, "a semaphore took a name held as a lock");
-    assert_eq!(recheck, -1);
+    assert_eq!(recheck, -2, "the refusal says the name is held as a lock");
     let value: String = server.cmd(&["GET", name]);
     assert_eq!(value, "0193b2c1d2e3-abcdef0123456789abcd");
     let zset: i64 = server.cmd(&["EXISTS", &timeout_key(name)]);
