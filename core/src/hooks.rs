@@ -51,12 +51,13 @@ pub(crate) fn run(point: Point, key: &str) {
     }
 }
 
-/// `run` on the runtime's blocking pool, awaited: a hook that holds its caller holds only the
-/// task that awaits this, not a runtime thread (with one worker, the whole runtime).
-pub(crate) async fn run_off_thread(point: Point, key: &str) {
+/// `run` on the runtime's blocking pool, for the caller to await (`None` without a hook): a
+/// hook that holds its caller then holds only that task, not a runtime thread (with one
+/// worker, the whole runtime; with several, whatever waits in that worker's own slot).
+pub(crate) fn off_thread(point: Point, key: &str) -> Option<tokio::task::JoinHandle<()>> {
     if !SET.load(Ordering::Relaxed) {
-        return;
+        return None;
     }
     let key = key.to_string();
-    let _ = tokio::task::spawn_blocking(move || run(point, &key)).await;
+    Some(tokio::task::spawn_blocking(move || run(point, &key)))
 }

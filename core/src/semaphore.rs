@@ -227,7 +227,11 @@ async fn attempt(
         // One call id for every re-send of this attempt: the latch keeps a grant's reply.
         let call = random_hex();
         shared.cluster.handle().spawn(async move {
-            crate::hooks::run_off_thread(crate::hooks::Point::SemaphoreSending, &name).await;
+            if let Some(hook) =
+                crate::hooks::off_thread(crate::hooks::Point::SemaphoreSending, &name)
+            {
+                let _ = hook.await;
+            }
             let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
             let waiter = waiter.as_str();
             shared.cluster.nodes[0]

@@ -923,3 +923,101 @@ async fn a_cancelled_waiters_requests_sent_after_its_dequeue_leave_no_place() {
     assert!(held.is_held());
     assert!(held.release().await.unwrap());
 }
+
+/// Two waiters of one manager share its place in the server queue. The first is cancelled
+/// with its attempt unsent; the second, given the turn, is granted everywhere (two nodes, so
+/// the grant is decided only by both: it takes the place out of both) and held just before its acquire returns; then the first's attempt lands,
+/// is refused and queues the place again. The second leaves with the lock, and would keep
+/// its queue subscribed without a dequeue: the place the first put back must go with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_place_queued_again_after_a_neighbours_grant_goes_when_it_leaves() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = Cluster::start(2);
+    let key = "stray-after-grant";
+    let queued =
+        |i: usize| -> i64 { cluster.servers[i].cmd(&["ZCARD", &ferrolock::queue_key(key)]) };
+    let all_queued = |n: i64| (0..2).all(|i| queued(i) == n);
+    let script_calls =
+        |i: usize| calls(&cluster.servers[i], "evalsha") + calls(&cluster.servers[i], "eval");
+    let holder = manager(&cluster.urls(), opts().ttl(LONG));
+    let held = holder.acquire(key).await.unwrap();
+    let o = slow_poll(Duration::from_secs(10))
+        .ttl(Duration::from_secs(200))
+        .node_timeout(Duration::from_secs(10));
+    let m = manager(&cluster.urls(), o);
+    let first = tokio::spawn({
+        let m = m.clone();
+        async move { m.acquire(key).await }
+    });
+    wait_until("the first waiter is queued on every node", || all_queued(1)).await;
+    let second = tokio::spawn({
+        let m = m.clone();
+        async move { m.acquire(key).await }
+    });
+    // Behind the first in the manager's own queue (nothing of it shows on the server).
+    tokio::time::sleep(ms(300)).await;
+    let head: Vec<String> =
+        cluster.servers[0].cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "0"]);
+    let flag = || Arc::new(AtomicBool::new(false));
+    let (sending, go_send, answered, go_answer) =
+        (Arc::new(AtomicUsize::new(0)), flag(), flag(), flag());
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let (sending, go_send, answered, go_answer) = (
+            sending.clone(),
+            go_send.clone(),
+            answered.clone(),
+            go_answer.clone(),
+        );
+        move |point, k| {
+            if k != key {
+                return;
+            }
+            let release = match point {
+                // The first attempt after the hook is set: the first waiter's two requests.
+                HookPoint::QueuedSending if sending.fetch_add(1, Ordering::SeqCst) < 2 => &go_send,
+                // The second waiter's grant, before its acquire returns.
+                HookPoint::Answered
+                    if !go_send.load(Ordering::SeqCst)
+                        && !answered.swap(true, Ordering::SeqCst) =>
+                {
+                    &go_answer
+                }
+                _ => return,
+            };
+            let end = Instant::now() + Duration::from_secs(60);
+            while !release.load(Ordering::SeqCst) && Instant::now() < end {
+                std::thread::sleep(ms(1));
+            }
+        }
+    })));
+    let _: i64 =
+        cluster.servers[0].cmd(&["PUBLISH", &ferrolock::waiter_channel(key, &head[0]), "0"]);
+    wait_until("the first waiter's requests are held", || {
+        sending.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    assert!(held.release().await.unwrap());
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+    wait_until("the second waiter is granted, and held", || {
+        answered.load(Ordering::SeqCst)
+    })
+    .await;
+    assert!(all_queued(0), "the grant took the place out");
+    let before: Vec<u64> = (0..2).map(script_calls).collect();
+    go_send.store(true, Ordering::SeqCst);
+    // The fault: refused (the second holds it), the first's attempt queues the place again.
+    wait_until("the first waiter's attempt queued the place again", || {
+        (0..2).all(|i| script_calls(i) > before[i]) && all_queued(1)
+    })
+    .await;
+    // Its task looks at the queue once the answers are in. (Should it look only after the
+    // second has left, it takes the place out itself: a slow machine passes this another
+    // way, never fails it wrongly.)
+    tokio::time::sleep(ms(300)).await;
+    go_answer.store(true, Ordering::SeqCst);
+    let lock = second.await.unwrap().unwrap();
+    wait_until("the place queued again is taken out", || all_queued(0)).await;
+    assert!(lock.release().await.unwrap());
+}

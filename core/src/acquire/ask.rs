@@ -29,8 +29,10 @@ pub(super) async fn ask(
     let (key, token) = (r.key.as_str(), r.token.as_str());
     let n = shared.cluster.nodes.len();
     let node = &shared.cluster.nodes[i];
-    if r.queue.is_some() {
-        crate::hooks::run_off_thread(crate::hooks::Point::QueuedSending, key).await;
+    if r.queue.is_some()
+        && let Some(hook) = crate::hooks::off_thread(crate::hooks::Point::QueuedSending, key)
+    {
+        let _ = hook.await;
     }
     node.slot_guarded(key)?;
     let reply = node

@@ -226,8 +226,9 @@ pub(super) async fn attempt(
         answered: None,
         then: Then::UndoAll,
     };
-    // One node, inline: a dropped request leaves nothing to hand on, and its undo (a
-    // compare-and-delete) may go to the node whether or not the request ran. A re-entry's
+    // One node, inline: a dropped request leaves nothing to hand on (one already handed to
+    // its connection is still written), and its undo (a compare-and-delete) and a second
+    // dequeue of its place (`InFlight`) may go to the node whether or not the request ran. A re-entry's
     // undo is a decrement, sent only where the re-entry is known to have run: its request
     // goes through the owned fan-out, whose answer a task can still wait for.
     let tally = if n == 1 && !reentry {
@@ -264,7 +265,9 @@ pub(super) async fn attempt(
     if !tally.won() {
         shared.contention.mark_contended(&req.key);
     }
-    crate::hooks::run(crate::hooks::Point::Answered, &req.key);
+    if let Some(hook) = crate::hooks::off_thread(crate::hooks::Point::Answered, &req.key) {
+        let _ = hook.await;
+    }
     let mut fence = None;
     let mut spoiled = None;
     if tally.won() && fencing {
@@ -346,7 +349,7 @@ pub(super) async fn attempt(
         let mask = undo_mask(&outcome.tally, reentry);
         // A receiver already gone drops the outcome here, and its `Claim` leaves the undo to
         // us below.
-        let _ = report.send(outcome);
+        let caller_gone = report.send(outcome).is_err();
         if let Some(hook) = shared.waiters.attempt_hook(|h| &h.won_reported) {
             hook(&req.key).await;
         }
@@ -366,6 +369,9 @@ pub(super) async fn attempt(
         };
         if abandoned {
             Box::pin(undo_detached(&shared, &req, mask, false).finish()).await;
+        }
+        if caller_gone {
+            requeued_after_cancel(&shared, &req).await;
         }
         return None;
     }
@@ -398,9 +404,19 @@ pub(super) async fn attempt(
     match report {
         None => Some(outcome),
         Some(report) => {
-            let _ = report.send(outcome);
+            if report.send(outcome).is_err() {
+                requeued_after_cancel(&shared, &req).await;
+            }
             None
         }
+    }
+}
+
+/// A task's attempt whose caller went away (cancelled) while it ran: it may have reached a
+/// node after the caller's ticket dequeued the place, and queued it again there.
+async fn requeued_after_cancel(shared: &Shared, req: &Req) {
+    if let Some(place) = &req.queue {
+        shared.waiters.dequeue_if_abandoned(&req.key, place).await;
     }
 }
 

@@ -55,6 +55,8 @@ where
         let finishing = crate::runtime::Pending::start();
         crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
             let _finishing = finishing;
+            // Whether a request may have gone out after the ticket's dequeue.
+            let sent_late = requests.is_some() || answered.is_none();
             let mask = match (requests, answered) {
                 (Some(mut requests), _) if undo => {
                     // Every node but the silent ones answers first (each within the node
@@ -71,9 +73,6 @@ where
                         *m &= !is_late(answer);
                     }
                     undo_late(&shared, &req, Some(requests), &tally);
-                    if let Some(place) = &req.queue {
-                        shared.waiters.dequeue_if_abandoned(&req.key, place).await;
-                    }
                     mask
                 }
                 (Some(mut requests), _) => {
@@ -84,9 +83,17 @@ where
                 // One node, inline (never a re-entry: see `attempt`): nothing is known.
                 (None, None) => vec![!req.reentry; shared.cluster.nodes.len()],
             };
-            if undo && mask.contains(&true) {
-                undo_detached(&shared, &req, mask, true).finish().await;
-            }
+            let undo_all = async {
+                if undo && mask.contains(&true) {
+                    undo_detached(&shared, &req, mask, true).finish().await;
+                }
+            };
+            let requeued = async {
+                if let Some(place) = req.queue.as_ref().filter(|_| sent_late) {
+                    shared.waiters.dequeue_if_abandoned(&req.key, place).await;
+                }
+            };
+            tokio::join!(undo_all, requeued);
         });
     }
 }

@@ -132,8 +132,8 @@ pub(crate) struct KeyQueue {
     subscription: String,
     /// This process's waiter id in the server-side queue of the key.
     server_id: String,
-    /// Still has waiters: an undo puts our id back in the server queue only while it does.
-    active: Arc<AtomicBool>,
+    /// Shared with the attempts that carry our place (`QueueArgs`).
+    flags: Arc<PlaceFlags>,
     /// Per node: moves on every message on the channel there and every confirmed
     /// (re)subscription there.
     epoch: watch::Sender<Epochs>,
@@ -343,7 +343,10 @@ impl Waiters {
                     role,
                     subscription,
                     server_id,
-                    active: Arc::new(AtomicBool::new(true)),
+                    flags: Arc::new(PlaceFlags {
+                        waiting: AtomicBool::new(true),
+                        stray: AtomicBool::new(false),
+                    }),
                     epoch: watch::Sender::new(Epochs(vec![0; self.nodes])),
                     q: Mutex::new(Q {
                         waiters: VecDeque::new(),
@@ -376,7 +379,7 @@ impl Waiters {
                 } else {
                     // Lingering: subscribed already.
                     q.lingering_until = None;
-                    kq.active.store(true, Ordering::SeqCst);
+                    kq.flags.waiting.store(true, Ordering::SeqCst);
                     Turn {
                         attempt_now: true,
                         seen: kq.epochs(),
@@ -444,8 +447,10 @@ impl Waiters {
         if !q.waiters.is_empty() {
             return false;
         }
-        let cleanup = q.dirty;
-        kq.active.store(false, Ordering::SeqCst);
+        // In this order, against `dequeue_if_abandoned`'s (stray, then waiting): one of the two
+        // sees the other's flag, and takes the place out.
+        kq.flags.waiting.store(false, Ordering::SeqCst);
+        let cleanup = q.dirty || kq.flags.stray.load(Ordering::SeqCst);
         if ticket.granted.is_some() && !cleanup {
             // Left with the lock, nothing of ours in any server queue: stay subscribed a while
             // (the subscriber re-checks lingering queues every `LINGER`).
@@ -654,7 +659,7 @@ impl Ticket {
             channel: self.kq.channel.clone(),
             score,
             lease_ms: lease.as_millis() as u64,
-            active: Some(self.kq.active.clone()),
+            flags: Some(self.kq.flags.clone()),
             woken: Some(Woken {
                 rx: self.kq.epoch.subscribe(),
                 seen: seen.clone(),
@@ -688,6 +693,17 @@ impl Drop for Ticket {
     }
 }
 
+/// What a local queue shares with the attempts that carry its place.
+#[derive(Debug)]
+pub(crate) struct PlaceFlags {
+    /// Still has waiters: an undo puts our id back in the server queue only while it does.
+    waiting: AtomicBool,
+    /// An attempt of a waiter that left may have queued the id again after the others' grant
+    /// took it out (see `dequeue_if_abandoned`): the last one out takes it out instead of
+    /// lingering.
+    stray: AtomicBool,
+}
+
 /// What a queued attempt sends along.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueueArgs {
@@ -696,8 +712,8 @@ pub(crate) struct QueueArgs {
     pub channel: String,
     pub score: String,
     pub lease_ms: u64,
-    /// False once the local queue is gone: nobody is waiting for a place any more.
-    pub active: Option<Arc<AtomicBool>>,
+    /// The local queue's: whether anyone still waits for a place.
+    pub flags: Option<Arc<PlaceFlags>>,
     /// The wake-ups of the local queue since the epochs read before the attempt.
     pub woken: Option<Woken>,
 }
@@ -736,9 +752,9 @@ impl QueueArgs {
     }
 
     pub fn still_waiting(&self) -> bool {
-        self.active
+        self.flags
             .as_ref()
-            .is_some_and(|a| a.load(Ordering::SeqCst))
+            .is_some_and(|f| f.waiting.load(Ordering::SeqCst))
     }
 }
 
@@ -759,6 +775,28 @@ pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
 }
 
 impl Waiters {
+    /// Once an attempt that carried `place` has its answers in (from the nodes that are not
+    /// silent): if nobody here waits for `key` any more, takes the place out again; if someone
+    /// does, the last one out will (instead of lingering). The ticket's own dequeue is sent
+    /// when the last waiter leaves, and an attempt still in flight then (a task not yet run,
+    /// a request not yet written, a blocking caller's own connection) may run after it; its
+    /// refusal queues the place again, where it would be the head and hold up first tries for
+    /// a whole queue lease. Silent nodes are skipped, so a cancel is not held up by them (the
+    /// lease ends an entry there). Someone who joins a kept queue meanwhile (the same id) and
+    /// loses the place to this is queued again by its next attempt.
+    pub(crate) async fn dequeue_if_abandoned(&self, key: &str, place: &QueueArgs) {
+        let Some(flags) = &place.flags else {
+            return;
+        };
+        flags.stray.store(true, Ordering::SeqCst);
+        if flags.waiting.load(Ordering::SeqCst) {
+            return;
+        }
+        let lease_end = std::time::Instant::now() + Duration::from_millis(place.lease_ms);
+        self.dequeue_on(key, &place.id, &place.channel, Some(lease_end), true)
+            .await;
+    }
+
     /// Takes our id out of the server queue on every node. We may have been the head: on a
     /// plain lock's channel, waiters that skip release publishes are told to re-check (`?`).
     /// A node whose slot was migrating (MOVED, ASK or TRYAGAIN past redis-rs's retries:
@@ -766,20 +804,6 @@ impl Waiters {
     /// hold the head of a free lock for the rest of its lease, though this process is alive.
     /// (Sent twice, the script removes nothing more and at most tells the head twice.) `None`:
     /// one try. Other failures are not retried: the lease ends the entry anyway.
-    /// After an attempt that carried `place` has answered: if nobody here waits for `key`
-    /// any more, takes the place out again. The ticket's own dequeue is sent when the last
-    /// waiter leaves, and an attempt still in flight then (spawned, or waiting for its
-    /// connection) may run after it; its refusal queues the place again, where it would be
-    /// the head and hold up first tries for a whole queue lease. Someone who joins the queue
-    /// meanwhile (the same id, for a queue kept after a grant) and loses the place to this
-    /// is queued again by its next attempt.
-    pub(crate) async fn dequeue_if_abandoned(&self, key: &str, place: &QueueArgs) {
-        if !place.still_waiting() {
-            self.dequeue_everywhere(key, &place.id, &place.channel, None)
-                .await;
-        }
-    }
-
     async fn dequeue_everywhere(
         &self,
         key: &str,
@@ -787,12 +811,26 @@ impl Waiters {
         channel: &str,
         lease_end: Option<std::time::Instant>,
     ) {
+        self.dequeue_on(key, id, channel, lease_end, false).await
+    }
+
+    /// `dequeue_everywhere`, leaving out the nodes that are silent with `skip_silent`.
+    async fn dequeue_on(
+        &self,
+        key: &str,
+        id: &str,
+        channel: &str,
+        lease_end: Option<std::time::Instant>,
+        skip_silent: bool,
+    ) {
         // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
         // on Redisson's channel, where only Redisson's messages go: they re-check on their
         // timers.
         let dequeue = Dequeue::new(key, id, channel == release_channel(key));
         let dequeue = &dequeue;
-        futures::future::join_all(self.cluster.nodes.iter().map(|node| async move {
+        let nodes = self.cluster.nodes.iter();
+        let nodes = nodes.filter(|node| !(skip_silent && node.is_silent()));
+        futures::future::join_all(nodes.map(|node| async move {
             let mut backoff = MIN_BACKOFF;
             loop {
                 let sent = node
