@@ -55,8 +55,10 @@ where
         let finishing = crate::runtime::Pending::start();
         crate::runtime::spawn_cleanup(&self.shared.cluster.handle(), async move {
             let _finishing = finishing;
-            // Whether a request may have gone out after the ticket's dequeue.
-            let sent_late = requests.is_some() || answered.is_none();
+            // Whether a request may have gone out after the dequeue of a caller that went
+            // away. (A won attempt's slower requests were polled before its ticket left, so
+            // they are written first on the shared connection: no second dequeue for them.)
+            let sent_late = undo && (requests.is_some() || answered.is_none());
             let mask = match (requests, answered) {
                 (Some(mut requests), _) if undo => {
                     // Every node but the silent ones answers first (each within the node
