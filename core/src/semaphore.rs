@@ -262,7 +262,7 @@ async fn attempt(
         shared: shared.clone(),
         name: name.to_string(),
         ids: ids.to_string(),
-        place: place.cloned(),
+        place,
         timeout,
         request: Some(request),
     };
@@ -297,17 +297,17 @@ async fn attempt(
 /// finds them gone). Counted in `runtime::settled`, and collected by a cancelled host acquire,
 /// which reports once the permits are back. The attempt's queue place goes with its `Ticket`,
 /// and again here once the attempt answered (`Waiters::dequeue_if_abandoned`).
-struct GiveBack {
+struct GiveBack<'a> {
     shared: Arc<Shared>,
     name: String,
     ids: String,
-    /// The queue place the attempt carried.
-    place: Option<QueueArgs>,
+    /// The queue place the attempt carried (cloned only for a task that needs it).
+    place: Option<&'a QueueArgs>,
     timeout: Duration,
     request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
 }
 
-impl GiveBack {
+impl GiveBack<'_> {
     /// Returns the attempt's ids now, its request having ended with no answer.
     fn give_back(&self) {
         self.spawn_release(None);
@@ -319,7 +319,7 @@ impl GiveBack {
         request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
     ) {
         let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
-        let place = self.place.clone();
+        let place = request.as_ref().and(self.place).cloned();
         let timeout = self.timeout;
         let pending = crate::runtime::Pending::start();
         crate::runtime::started_cleanup(self.shared.cluster.handle().spawn(async move {
@@ -354,7 +354,7 @@ impl GiveBack {
     }
 }
 
-impl Drop for GiveBack {
+impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
         if let Some(request) = self.request.take() {
             self.spawn_release(Some(request));
@@ -363,7 +363,8 @@ impl Drop for GiveBack {
 }
 
 /// How long until the earliest lease end `earliest` (server milliseconds), by the server's
-/// TIME; None when no lease is held (-1) or TIME failed.
+/// TIME; None when no lease is held (-1), the name holds a lock (`HELD_AS_LOCK`) or TIME
+/// failed.
 async fn lease_end_in(shared: &Shared, opts: &LockOptions, earliest: i64) -> Option<Duration> {
     if earliest < 0 {
         return None;

@@ -228,9 +228,9 @@ pub(super) async fn attempt(
     };
     // One node, inline: a dropped request leaves nothing to hand on (one already handed to
     // its connection is still written), and its undo (a compare-and-delete) and a second
-    // dequeue of its place (`InFlight`) may go to the node whether or not the request ran. A re-entry's
-    // undo is a decrement, sent only where the re-entry is known to have run: its request
-    // goes through the owned fan-out, whose answer a task can still wait for.
+    // dequeue of its place (`InFlight`) may go to the node whether or not the request ran.
+    // A re-entry's undo is a decrement, sent only where the re-entry is known to have run:
+    // its request goes through the owned fan-out, whose answer a task can still wait for.
     let tally = if n == 1 && !reentry {
         let deadline = Instant::now() + timeout;
         let ask = ask(shared.clone(), req.clone(), 0, deadline);
@@ -266,6 +266,11 @@ pub(super) async fn attempt(
         shared.contention.mark_contended(&req.key);
     }
     if let Some(hook) = crate::hooks::off_thread(crate::hooks::Point::Answered, &req.key) {
+        // An await where there was none: dropped here, what was granted is undone by what
+        // the answers say (not "nothing known", which never undoes a re-entry).
+        if run.requests.is_none() {
+            run.answered = Some(undo_mask(&tally, reentry));
+        }
         let _ = hook.await;
     }
     let mut fence = None;

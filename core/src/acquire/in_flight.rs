@@ -85,17 +85,14 @@ where
                 // One node, inline (never a re-entry: see `attempt`): nothing is known.
                 (None, None) => vec![!req.reentry; shared.cluster.nodes.len()],
             };
-            let undo_all = async {
-                if undo && mask.contains(&true) {
-                    undo_detached(&shared, &req, mask, true).finish().await;
-                }
-            };
-            let requeued = async {
-                if let Some(place) = req.queue.as_ref().filter(|_| sent_late) {
-                    shared.waiters.dequeue_if_abandoned(&req.key, place).await;
-                }
-            };
-            tokio::join!(undo_all, requeued);
+            if undo && mask.contains(&true) {
+                undo_detached(&shared, &req, mask, true).finish().await;
+            }
+            // After the undo: a read or write lock's undo puts the place back while someone
+            // here still waits, and may have seen them before they left.
+            if let Some(place) = req.queue.as_ref().filter(|_| sent_late) {
+                shared.waiters.dequeue_if_abandoned(&req.key, place).await;
+            }
         });
     }
 }

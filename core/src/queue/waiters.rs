@@ -346,6 +346,7 @@ impl Waiters {
                     flags: Arc::new(PlaceFlags {
                         waiting: AtomicBool::new(true),
                         stray: AtomicBool::new(false),
+                        channel: channel.to_string(),
                     }),
                     epoch: watch::Sender::new(Epochs(vec![0; self.nodes])),
                     q: Mutex::new(Q {
@@ -656,7 +657,6 @@ impl Ticket {
         };
         QueueArgs {
             id: self.kq.server_id.clone(),
-            channel: self.kq.channel.clone(),
             score,
             lease_ms: lease.as_millis() as u64,
             flags: Some(self.kq.flags.clone()),
@@ -700,16 +700,17 @@ pub(crate) struct PlaceFlags {
     waiting: AtomicBool,
     /// An attempt of a waiter that left may have queued the id again after the others' grant
     /// took it out (see `dequeue_if_abandoned`): the last one out takes it out instead of
-    /// lingering.
+    /// lingering. Never cleared: a queue that leaves with it set is gone (a new one is made
+    /// on the next join), and one set while lingering costs its next leave one dequeue.
     stray: AtomicBool,
+    /// The local queue's channel (which says how a dequeue wakes the next waiter).
+    channel: String,
 }
 
 /// What a queued attempt sends along.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueueArgs {
     pub id: String,
-    /// The local queue's channel (which says how a dequeue wakes the next waiter).
-    pub channel: String,
     pub score: String,
     pub lease_ms: u64,
     /// The local queue's: whether anyone still waits for a place.
@@ -776,7 +777,8 @@ pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
 
 impl Waiters {
     /// Once an attempt that carried `place` has its answers in (from the nodes that are not
-    /// silent): if nobody here waits for `key` any more, takes the place out again; if someone
+    /// silent; a lost attempt's task, from those its caller waited for, the rest having been
+    /// written before the ticket's dequeue but for a re-send): if nobody here waits for `key` any more, takes the place out again; if someone
     /// does, the last one out will (instead of lingering). The ticket's own dequeue is sent
     /// when the last waiter leaves, and an attempt still in flight then (a task not yet run,
     /// a request not yet written, a blocking caller's own connection) may run after it; its
@@ -793,7 +795,7 @@ impl Waiters {
             return;
         }
         let lease_end = std::time::Instant::now() + Duration::from_millis(place.lease_ms);
-        self.dequeue_on(key, &place.id, &place.channel, Some(lease_end), true)
+        self.dequeue_on(key, &place.id, &flags.channel, Some(lease_end), true)
             .await;
     }
 
