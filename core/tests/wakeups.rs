@@ -847,58 +847,111 @@ async fn a_looping_worker_back_too_late_tells_the_head_it_found_the_lock_free() 
     panic!("in 10 rounds h never looped within the grace");
 }
 
+/// The cancel-in-flight tests' set-up: `n` nodes, `key` held (`LONG`) by another manager,
+/// and the waiters' manager, whose held requests are still sent when let go (their deadline
+/// is the node timeout) and whose place left behind cannot lapse before a test looks (the
+/// queue lease is 3 × retry + 4 × node timeout: 70 s).
+struct HeldKey {
+    cluster: Cluster,
+    key: &'static str,
+    held: ferrolock::Lock,
+    _holder: LockManager,
+    waiters: LockManager,
+}
+
+impl HeldKey {
+    async fn start(n: usize, key: &'static str) -> HeldKey {
+        let cluster = Cluster::start(n);
+        let holder = manager(&cluster.urls(), opts().ttl(LONG));
+        let held = holder.acquire(key).await.unwrap();
+        let o = slow_poll(Duration::from_secs(10))
+            .ttl(Duration::from_secs(200))
+            .node_timeout(Duration::from_secs(10));
+        let waiters = manager(&cluster.urls(), o);
+        HeldKey {
+            cluster,
+            key,
+            held,
+            _holder: holder,
+            waiters,
+        }
+    }
+
+    /// A waiter of the waiters' manager, in a task (aborted to cancel it).
+    fn waiter(&self) -> tokio::task::JoinHandle<ferrolock::Result<ferrolock::Lock>> {
+        let (m, key) = (self.waiters.clone(), self.key);
+        tokio::spawn(async move { m.acquire(key).await })
+    }
+
+    fn all_queued(&self, n: i64) -> bool {
+        let queue = ferrolock::queue_key(self.key);
+        self.cluster
+            .servers
+            .iter()
+            .all(|s| s.cmd::<i64>(&["ZCARD", &queue]) == n)
+    }
+
+    fn script_calls(&self) -> Vec<u64> {
+        let servers = self.cluster.servers.iter();
+        servers
+            .map(|s| calls(s, "evalsha") + calls(s, "eval"))
+            .collect()
+    }
+
+    /// Whether every node has run a script since `before`.
+    fn ran_since(&self, before: &[u64]) -> bool {
+        self.script_calls()
+            .iter()
+            .zip(before)
+            .all(|(now, b)| now > b)
+    }
+
+    /// Tells the queue head it may be free (as a release does): it attempts again.
+    fn wake_the_head(&self) {
+        let server = &self.cluster.servers[0];
+        let head: Vec<String> = server.cmd(&["ZRANGE", &ferrolock::queue_key(self.key), "0", "0"]);
+        let _: i64 = server.cmd(&[
+            "PUBLISH",
+            &ferrolock::waiter_channel(self.key, &head[0]),
+            "0",
+        ]);
+    }
+}
+
+/// Holds the hook's caller until `go` is set, at most 60 s.
+fn hold_until(go: &AtomicBool) {
+    let end = Instant::now() + Duration::from_secs(60);
+    while !go.load(Ordering::SeqCst) && Instant::now() < end {
+        std::thread::sleep(ms(1));
+    }
+}
+
 /// A waiter cancelled while its attempt's requests wait to be sent (held here by a test hook;
-/// in life, a request waiting for its node's connection): the acquire's dequeue reaches every
-/// node first, then the requests run, are refused and queue the place again. Nothing of the
-/// cancelled waiter may stay queued: it would be the head, and hold up first tries past the
-/// barging bound for a whole queue lease.
+/// in life, a request not yet written, or a blocking caller's on its own connection): the
+/// acquire's dequeue reaches every node first, then the requests run, are refused and queue
+/// the place again. Nothing of the cancelled waiter may stay queued: it would be the head,
+/// and hold up first tries past the barging bound for a whole queue lease.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_cancelled_waiters_requests_sent_after_its_dequeue_leave_no_place() {
     let _serial = serial();
     let _hook = HookGuard;
-    let cluster = Cluster::start(3);
-    let key = "cancelled-in-flight";
-    let queued =
-        |i: usize| -> i64 { cluster.servers[i].cmd(&["ZCARD", &ferrolock::queue_key(key)]) };
-    let all_queued = |n: i64| (0..3).all(|i| queued(i) == n);
-    let script_calls =
-        |i: usize| calls(&cluster.servers[i], "evalsha") + calls(&cluster.servers[i], "eval");
-    let holder = manager(&cluster.urls(), opts().ttl(LONG));
-    let held = holder.acquire(key).await.unwrap();
-    // The held requests must still be sent when let go (their deadline is the node timeout),
-    // and a place left behind must not lapse before the check below (the queue lease is
-    // 3 × retry + 4 × node timeout: 70 s).
-    let o = slow_poll(Duration::from_secs(10))
-        .ttl(Duration::from_secs(200))
-        .node_timeout(Duration::from_secs(10));
-    let m = manager(&cluster.urls(), o);
-    let waiter = tokio::spawn({
-        let m = m.clone();
-        async move { m.acquire(key).await }
-    });
-    wait_until("the waiter is queued on every node", || all_queued(1)).await;
-    let head: Vec<String> =
-        cluster.servers[0].cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "0"]);
+    let t = HeldKey::start(3, "cancelled-in-flight").await;
+    let waiter = t.waiter();
+    wait_until("the waiter is queued on every node", || t.all_queued(1)).await;
     let (entered, go) = (
         Arc::new(AtomicUsize::new(0)),
         Arc::new(AtomicBool::new(false)),
     );
     ferrolock::__set_test_hook(Some(Arc::new({
-        let (entered, go) = (entered.clone(), go.clone());
+        let (entered, go, key) = (entered.clone(), go.clone(), t.key);
         move |point, k| {
-            if point != HookPoint::QueuedSending || k != key {
-                return;
-            }
-            entered.fetch_add(1, Ordering::SeqCst);
-            let end = Instant::now() + Duration::from_secs(60);
-            while !go.load(Ordering::SeqCst) && Instant::now() < end {
-                std::thread::sleep(ms(1));
+            if point == HookPoint::QueuedSending && k == key {
+                entered.fetch_add(1, Ordering::SeqCst);
+                hold_until(&go);
             }
         }
     })));
-    // Told it may be free (as a release tells the head): it attempts again, and is held.
-    let _: i64 =
-        cluster.servers[0].cmd(&["PUBLISH", &ferrolock::waiter_channel(key, &head[0]), "0"]);
+    t.wake_the_head();
     wait_until("the attempt's three requests are held", || {
         entered.load(Ordering::SeqCst) == 3
     })
@@ -907,58 +960,42 @@ async fn a_cancelled_waiters_requests_sent_after_its_dequeue_leave_no_place() {
     assert!(waiter.await.unwrap_err().is_cancelled());
     // The fault: the place is gone from every node before the requests are sent.
     wait_until("the cancelled waiter's place is taken out", || {
-        all_queued(0)
+        t.all_queued(0)
     })
     .await;
-    let before: Vec<u64> = (0..3).map(script_calls).collect();
+    let before = t.script_calls();
     go.store(true, Ordering::SeqCst);
     wait_until("the held requests ran on every node", || {
-        (0..3).all(|i| script_calls(i) > before[i])
+        t.ran_since(&before)
     })
     .await;
     wait_until("nothing of the cancelled waiter is queued", || {
-        all_queued(0)
+        t.all_queued(0)
     })
     .await;
-    assert!(held.is_held());
-    assert!(held.release().await.unwrap());
+    assert!(t.held.is_held());
+    assert!(t.held.release().await.unwrap());
 }
 
 /// Two waiters of one manager share its place in the server queue. The first is cancelled
-/// with its attempt unsent; the second, given the turn, is granted everywhere (two nodes, so
-/// the grant is decided only by both: it takes the place out of both) and held just before its acquire returns; then the first's attempt lands,
-/// is refused and queues the place again. The second leaves with the lock, and would keep
-/// its queue subscribed without a dequeue: the place the first put back must go with it.
+/// with its attempt unsent; the second, given the turn, is granted everywhere (two nodes: the
+/// grant is decided only once both said yes, and takes the place out of both) and held just
+/// before its acquire returns; then the first's attempt lands, is refused and queues the
+/// place again. The second leaves with the lock, and would keep its queue subscribed without
+/// a dequeue: the place the first put back must go with it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_place_queued_again_after_a_neighbours_grant_goes_when_it_leaves() {
     let _serial = serial();
     let _hook = HookGuard;
-    let cluster = Cluster::start(2);
-    let key = "stray-after-grant";
-    let queued =
-        |i: usize| -> i64 { cluster.servers[i].cmd(&["ZCARD", &ferrolock::queue_key(key)]) };
-    let all_queued = |n: i64| (0..2).all(|i| queued(i) == n);
-    let script_calls =
-        |i: usize| calls(&cluster.servers[i], "evalsha") + calls(&cluster.servers[i], "eval");
-    let holder = manager(&cluster.urls(), opts().ttl(LONG));
-    let held = holder.acquire(key).await.unwrap();
-    let o = slow_poll(Duration::from_secs(10))
-        .ttl(Duration::from_secs(200))
-        .node_timeout(Duration::from_secs(10));
-    let m = manager(&cluster.urls(), o);
-    let first = tokio::spawn({
-        let m = m.clone();
-        async move { m.acquire(key).await }
-    });
-    wait_until("the first waiter is queued on every node", || all_queued(1)).await;
-    let second = tokio::spawn({
-        let m = m.clone();
-        async move { m.acquire(key).await }
-    });
+    let t = HeldKey::start(2, "stray-after-grant").await;
+    let first = t.waiter();
+    wait_until("the first waiter is queued on every node", || {
+        t.all_queued(1)
+    })
+    .await;
+    let second = t.waiter();
     // Behind the first in the manager's own queue (nothing of it shows on the server).
     tokio::time::sleep(ms(300)).await;
-    let head: Vec<String> =
-        cluster.servers[0].cmd(&["ZRANGE", &ferrolock::queue_key(key), "0", "0"]);
     let flag = || Arc::new(AtomicBool::new(false));
     let (sending, go_send, answered, go_answer) =
         (Arc::new(AtomicUsize::new(0)), flag(), flag(), flag());
@@ -969,47 +1006,45 @@ async fn a_place_queued_again_after_a_neighbours_grant_goes_when_it_leaves() {
             answered.clone(),
             go_answer.clone(),
         );
+        let key = t.key;
         move |point, k| {
             if k != key {
                 return;
             }
-            let release = match point {
+            match point {
                 // The first attempt after the hook is set: the first waiter's two requests.
-                HookPoint::QueuedSending if sending.fetch_add(1, Ordering::SeqCst) < 2 => &go_send,
+                HookPoint::QueuedSending if sending.fetch_add(1, Ordering::SeqCst) < 2 => {
+                    hold_until(&go_send)
+                }
                 // The second waiter's grant, before its acquire returns.
                 HookPoint::Answered
                     if !go_send.load(Ordering::SeqCst)
                         && !answered.swap(true, Ordering::SeqCst) =>
                 {
-                    &go_answer
+                    hold_until(&go_answer)
                 }
-                _ => return,
-            };
-            let end = Instant::now() + Duration::from_secs(60);
-            while !release.load(Ordering::SeqCst) && Instant::now() < end {
-                std::thread::sleep(ms(1));
+                _ => {}
             }
         }
     })));
-    let _: i64 =
-        cluster.servers[0].cmd(&["PUBLISH", &ferrolock::waiter_channel(key, &head[0]), "0"]);
+    t.wake_the_head();
     wait_until("the first waiter's requests are held", || {
         sending.load(Ordering::SeqCst) == 2
     })
     .await;
-    assert!(held.release().await.unwrap());
+    assert!(t.held.release().await.unwrap());
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
     wait_until("the second waiter is granted, and held", || {
         answered.load(Ordering::SeqCst)
     })
     .await;
-    assert!(all_queued(0), "the grant took the place out");
-    let before: Vec<u64> = (0..2).map(script_calls).collect();
+    assert!(t.all_queued(0), "the grant took the place out");
+    let before = t.script_calls();
     go_send.store(true, Ordering::SeqCst);
     // The fault: refused (the second holds it), the first's attempt queues the place again.
     wait_until("the first waiter's attempt queued the place again", || {
-        (0..2).all(|i| script_calls(i) > before[i]) && all_queued(1)
+        t.ran_since(&before) && t.all_queued(1)
     })
     .await;
     // Its task looks at the queue once the answers are in. (Should it look only after the
@@ -1018,6 +1053,6 @@ async fn a_place_queued_again_after_a_neighbours_grant_goes_when_it_leaves() {
     tokio::time::sleep(ms(300)).await;
     go_answer.store(true, Ordering::SeqCst);
     let lock = second.await.unwrap().unwrap();
-    wait_until("the place queued again is taken out", || all_queued(0)).await;
+    wait_until("the place queued again is taken out", || t.all_queued(0)).await;
     assert!(lock.release().await.unwrap());
 }
