@@ -778,8 +778,9 @@ pub(crate) fn queue_channel(key: &str, reentrant: bool) -> String {
 impl Waiters {
     /// Once an attempt that carried `place` has its answers in (from the nodes that are not
     /// silent; a lost attempt's task, from those its caller waited for, the rest having been
-    /// written before the ticket's dequeue but for a re-send): if nobody here waits for `key` any more, takes the place out again; if someone
-    /// does, the last one out will (instead of lingering). The ticket's own dequeue is sent
+    /// written before the ticket's dequeue but for a re-send): if nobody here waits for `key`
+    /// any more, takes the place out again; if someone does, the last one out will (instead
+    /// of lingering). The ticket's own dequeue is sent
     /// when the last waiter leaves, and an attempt still in flight then (a task not yet run,
     /// a request not yet written, a blocking caller's own connection) may run after it; its
     /// refusal queues the place again, where it would be the head and hold up first tries for
