@@ -598,8 +598,8 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
         .semaphore_with(name, 1, 1, &opts().ttl(Duration::from_secs(120)))
         .await
         .unwrap();
-    // Re-checks only when woken (the holder's lease ends in 120 s): a queue lease of 40 s or
-    // more, so a place left behind cannot pass the check below by expiring.
+    // Re-checks only when woken (the holder's lease ends in 120 s): a queue lease of 38 s
+    // (3 × retry + 4 × node timeout), so a place left behind cannot pass the check below by expiring.
     let o = opts()
         .retry_delay(Duration::from_secs(10))
         .node_timeout(Duration::from_secs(2));
@@ -626,11 +626,8 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
             {
                 return;
             }
-            // Holds the attempt (on the blocking pool) until the test lets it go, at most 60 s.
-            let end = Instant::now() + Duration::from_secs(60);
-            while !go.load(Ordering::SeqCst) && Instant::now() < end {
-                std::thread::sleep(ms(1));
-            }
+            // Holds the attempt (on the blocking pool) until the test lets it go.
+            hold_until(&go);
         }
     })));
     // A publish on the pool's channel: the waiter attempts again, and is held there.

@@ -918,14 +918,6 @@ impl HeldKey {
     }
 }
 
-/// Holds the hook's caller until `go` is set, at most 60 s.
-fn hold_until(go: &AtomicBool) {
-    let end = Instant::now() + Duration::from_secs(60);
-    while !go.load(Ordering::SeqCst) && Instant::now() < end {
-        std::thread::sleep(ms(1));
-    }
-}
-
 /// A waiter cancelled while its attempt's requests wait to be sent (held here by a test hook;
 /// in life, a request not yet written, or a blocking caller's on its own connection): the
 /// acquire's dequeue reaches every node first, then the requests run, are refused and queue

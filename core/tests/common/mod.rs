@@ -24,6 +24,14 @@ impl Drop for HookGuard {
     }
 }
 
+/// Holds a test hook's caller until `go` is set, at most 60 s.
+pub fn hold_until(go: &std::sync::atomic::AtomicBool) {
+    let end = std::time::Instant::now() + Duration::from_secs(60);
+    while !go.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < end {
+        std::thread::sleep(ms(1));
+    }
+}
+
 pub fn manager(urls: &[String], opts: LockOptions) -> LockManager {
     // Test servers are freshly started: the restart guard is off except in its own tests.
     LockManager::new(
