@@ -1018,7 +1018,12 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 /// comes before it.
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
-        return url.to_string();
+        // Not a URL we can parse, but a mistyped scheme (`redis:/u:pw@h`, `u:pw@h:1`) still
+        // carries a password: everything before the last `@` may be one.
+        return match url.rfind('@') {
+            Some(at) => format!("***{}", &url[at..]),
+            None => url.to_string(),
+        };
     };
     let rest_start = scheme_end + 3;
     let rest = &url[rest_start..];
@@ -1203,6 +1208,10 @@ mod tests {
         assert_eq!(redact_url("redis://h:1"), "redis://h:1");
         assert_eq!(redact_url("redis://u:p@ss@h"), "redis://u:***@h");
         assert_eq!(redact_url("garbage"), "garbage");
+        // A mistyped scheme is no reason to show a password.
+        assert_eq!(redact_url("redis:/u:s3cret@h:1"), "***@h:1");
+        assert_eq!(redact_url("u:s3cret@h:1"), "***@h:1");
+        assert_eq!(redact_url("redis//:p@ss@h"), "***@h");
         // A password with an unescaped `/` ends at the last `@` all the same.
         assert_eq!(redact_url("redis://:s3c/ret@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(
@@ -1283,6 +1292,9 @@ mod tests {
             "unix:///tmp/r.sock?pass=x&hunter2",
             "unix://u:hun#ter2@/tmp/r.sock",
             "unix://u:hunter2@/tmp/r.sock",
+            "redis:/u:hunter2@127.0.0.1:1",
+            "u:hunter2@127.0.0.1:1",
+            "redis//u:hunter2@127.0.0.1:1",
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")
