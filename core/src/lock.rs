@@ -61,6 +61,9 @@ pub enum LossReason {
         key: String,
         ttl: std::time::Duration,
     },
+    /// Its manager's `release_all` or `close` released it while its holder had not: the
+    /// holder's work is no longer protected, and is told so like any other loss.
+    ReleasedByManager { key: String },
 }
 
 impl LossReason {
@@ -72,6 +75,7 @@ impl LossReason {
             LossReason::RenewalTooSlow { .. } => "renewal_too_slow",
             LossReason::MaxHold { .. } => "max_hold",
             LossReason::Expiring { .. } => "expiring",
+            LossReason::ReleasedByManager { .. } => "released_by_manager",
         }
     }
 }
@@ -109,6 +113,12 @@ impl std::fmt::Display for LossReason {
                 write!(
                     f,
                     "lock {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing"
+                )
+            }
+            LossReason::ReleasedByManager { key } => {
+                write!(
+                    f,
+                    "lock {key:?} lost: its manager's release_all() or close() released it while it was still held"
                 )
             }
         }
@@ -491,6 +501,18 @@ impl Lock {
 
     pub fn options(&self) -> &LockOptions {
         &self.inner.opts
+    }
+
+    /// Tells the holder the lock is lost because its manager is releasing it on the holder's
+    /// behalf (`host::Manager::release_all` and `close`; the release follows). A lock no longer
+    /// held is left as it is.
+    pub(crate) fn released_by_manager(&self) {
+        if !self.inner.inherited() {
+            self.inner
+                .finish(LockStatus::Lost(LossReason::ReleasedByManager {
+                    key: self.inner.key.clone(),
+                }));
+        }
     }
 
     /// Where the lock stands. A handle a forked child inherited from its parent reads as

@@ -334,6 +334,55 @@ fn scope_end_lost_lock_reports_the_loss_unless_the_body_was_interrupted() {
     }
 }
 
+/// `release_all` and `close` release a lock whose holder is still at work (another thread in a
+/// Python block, a Node `withLock`): the holder is told it lost the lock, as for any loss,
+/// and its block's end reports it, instead of going on unprotected and ending clean.
+#[test]
+fn release_all_and_close_tell_a_holder_still_at_work_that_its_lock_is_lost() {
+    let server = RedisServer::start();
+    for closing in [false, true] {
+        let m = host_manager(&[server.url()], opts());
+        let lock = take(&m, "released-by-manager");
+        let (told_tx, told_rx) = mpsc::channel();
+        lock.on_lost(move |reason| {
+            let _ = told_tx.send(reason.clone());
+        });
+        if closing {
+            m.close(Duration::from_secs(10));
+        } else {
+            assert_eq!(m.release_all(Duration::from_secs(10)), 1);
+        }
+        assert!(
+            get(&server, lock.key()).is_none(),
+            "closing={closing}: not released"
+        );
+        let reason = told_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the holder was never told");
+        assert!(
+            matches!(reason, ferrolock::LossReason::ReleasedByManager { .. }),
+            "closing={closing}: {reason:?}"
+        );
+        let end = scope::end_blocking(&lock, Body::Finished);
+        assert!(
+            raises(&end, ErrorKind::LockLost, false),
+            "closing={closing}: {end:?}"
+        );
+        if let ScopeEnd::Raise { error, .. } = end {
+            assert!(
+                error.message().contains("release_all() or close()"),
+                "{error:?}"
+            );
+        }
+    }
+    // A lock its holder released first is not reported lost.
+    let m = host_manager(&[server.url()], opts());
+    let lock = take(&m, "released-by-holder");
+    assert_eq!(lock.release_blocking(&Cancel::new(), None), Ok(true));
+    assert_eq!(m.release_all(Duration::from_secs(10)), 0);
+    assert!(lock.loss_reason().is_none());
+}
+
 #[test]
 fn scope_end_lock_gone_at_release_raises_after_a_finished_body_and_logs_otherwise() {
     let server = RedisServer::start();

@@ -472,6 +472,33 @@ func TestMetricsTextCountsAScriptedSequence(t *testing.T) {
 	}
 }
 
+// ReleaseAll under a running WithLock: the body's ctx is cancelled with ErrLockLost (as for
+// any loss) and WithLock returns it, instead of the body going on unprotected.
+func TestReleaseAllDuringWithLockCancelsTheBody(t *testing.T) {
+	m := manager(t)
+	entered := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- m.WithLock(context.Background(), key("release-all-body"), func(ctx context.Context, l *ferrolock.Lock) error {
+			close(entered)
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(60 * time.Second):
+				return errors.New("the body was never told")
+			}
+		})
+	}()
+	<-entered
+	if n, err := m.ReleaseAll(10 * time.Second); err != nil || n != 1 {
+		t.Fatalf("ReleaseAll: %d, %v", n, err)
+	}
+	err := <-done
+	if !errors.Is(err, ferrolock.ErrLockLost) || !strings.Contains(err.Error(), "release_all() or close()") {
+		t.Fatalf("WithLock returned %v", err)
+	}
+}
+
 func TestReleaseAllReleasesWhatIsStillHeld(t *testing.T) {
 	m := manager(t)
 	ctx := context.Background()

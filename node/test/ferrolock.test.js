@@ -274,6 +274,22 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
   await assert.rejects(withLock('k', async () => 1, { nodes: ['redis://127.0.0.1:1'], wait: 0 }), (e) => e.code === 'QUORUM_UNREACHABLE' && e.message.includes('127.0.0.1:1'));
 });
 
+test('close() releasing a lock still in use aborts its signal with a LockLostError', T, async () => {
+  const m = new LockManager({ nodes: [one.url] });
+  const lock = await m.acquire('close:in-use');
+  const { signal } = lock;
+  await m.close();
+  assert.ok(!one.exists('close:in-use'));
+  // The abort comes from the core's thread: wait for it, with a deadline.
+  const until = Date.now() + 20_000;
+  while (!signal.aborted && Date.now() < until) await sleep(10);
+  assert.ok(signal.aborted, 'the holder was never told');
+  assert.ok(signal.reason instanceof LockLostError, String(signal.reason));
+  assert.match(signal.reason.message, /release_all\(\) or close\(\)/);
+  assert.equal(lock.status, 'lost');
+  await assert.rejects(lock.release(), (e) => e.code === 'NOT_HELD');
+});
+
 test('the process exits after use, and locks still held at exit are released', T, async () => {
   const script = `
     const { withLock, LockManager } = require('.');

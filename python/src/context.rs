@@ -29,6 +29,10 @@ struct State {
     generation: u64,
     /// `PyThread_get_thread_ident()` of the thread that entered.
     thread: u64,
+    /// The frame running the `with` statement (its address; 0 if entered from C). The loss is
+    /// raised into the thread only while this frame is on its stack: a block suspended in a
+    /// generator or a coroutine is not running, and the thread then runs other code.
+    frame: usize,
     in_body: bool,
     /// An exception is pending in (or was raised into) the entering thread.
     injected: bool,
@@ -45,24 +49,52 @@ impl Shared {
     }
 
     /// Called with the GIL held, from a blocking-pool thread, when the watchdog declares
-    /// the lock lost.
-    fn on_lost(&self, py: Python<'_>, generation: u64, interrupt: bool) {
+    /// the lock lost. True when the loss is still to be raised: the block is entered but
+    /// suspended (its frame not on its thread's stack), so the caller tries again later.
+    fn on_lost(&self, py: Python<'_>, generation: u64, interrupt: bool) -> bool {
         // (The core logs the loss itself, as a warning on the "ferrolock" logger.)
+        let wanted =
+            |st: &State| st.generation == generation && st.in_body && interrupt && !st.injected;
+        let (thread, frame) = {
+            let st = self.state();
+            if !wanted(&st) {
+                return false;
+            }
+            (st.thread, st.frame)
+        };
+        // Outside the state's mutex: walking the frames allocates, and a collection may run a
+        // finalizer that exits this very block.
+        let running = frame == 0 || running_on(py, thread, frame).unwrap_or(false);
         let mut st = self.state();
-        if st.generation != generation {
-            return;
+        if !wanted(&st) {
+            return false;
         }
-        if st.in_body
-            && interrupt
-            && !st.injected
-            && let Ok(cls) = injected_class(py)
-        {
+        if !running {
+            return true;
+        }
+        if let Ok(cls) = injected_class(py) {
             // SAFETY: called with the GIL held; `cls` is a live exception class.
             let n =
                 unsafe { pyo3::ffi::PyThreadState_SetAsyncExc(st.thread as c_long, cls.as_ptr()) };
             st.injected = n == 1;
         }
+        false
     }
+}
+
+/// Whether `frame` is on the stack `thread` runs now (false once the thread is gone).
+fn running_on(py: Python<'_>, thread: u64, frame: usize) -> PyResult<bool> {
+    let frames = py.import("sys")?.call_method0("_current_frames")?;
+    let Some(mut f) = frames.get_item(thread).ok() else {
+        return Ok(false);
+    };
+    while !f.is_none() {
+        if f.as_ptr() as usize == frame {
+            return Ok(true);
+        }
+        f = f.getattr("f_back")?;
+    }
+    Ok(false)
 }
 
 /// The `with` blocks of plain locks being run, weakly. A plain-lock acquire by the owner
@@ -238,6 +270,8 @@ impl PyLockContext {
             st.generation += 1;
             st.lock = Some(lock.clone_ref(py));
             st.thread = thread_ident();
+            // SAFETY: GIL held; a borrowed reference, kept only as an address to compare.
+            st.frame = unsafe { pyo3::ffi::PyEval_GetFrame() } as usize;
             st.in_body = true;
             st.injected = false;
             st.generation
@@ -258,12 +292,21 @@ impl PyLockContext {
         // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.
         let (shared, interrupt) = (Arc::downgrade(&self.shared), self.interrupt);
         // The host runs this on a blocking-pool thread, never where the loss is declared.
+        // While the block is suspended (a generator at a `yield`, a coroutine at an `await`),
+        // the loss waits, checked every 20 ms, until the block runs again or exits.
         lock.get().lock.on_lost(move |_reason| {
-            bridge::attach_if_alive(move |py| {
-                if let Some(shared) = shared.upgrade() {
-                    shared.on_lost(py, generation, interrupt);
+            loop {
+                let mut again = false;
+                bridge::attach_if_alive(|py| {
+                    if let Some(shared) = shared.upgrade() {
+                        again = shared.on_lost(py, generation, interrupt);
+                    }
+                });
+                if !again {
+                    break;
                 }
-            });
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         });
         Ok(lock)
     }

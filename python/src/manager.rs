@@ -181,25 +181,40 @@ impl PyManager {
     }
 
     /// `host::Manager::release_all`, waiting at most `timeout` seconds with the GIL released.
-    #[pyo3(signature = (timeout = 5.0))]
-    fn release_all(&self, py: Python<'_>, timeout: f64) -> PyResult<usize> {
-        let limit = match Duration::try_from_secs_f64(timeout) {
-            Ok(limit) if limit <= ferrolock::MAX_DURATION => limit,
-            // Negative, NaN, infinite or too long: named, not taken for some other limit.
-            _ => {
-                // As Python writes it (`nan`, `-1e+30`): the value the caller passed.
-                let shown = pyo3::types::PyFloat::new(py, timeout)
-                    .repr()
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|_| timeout.to_string());
-                return Err(invalid(
-                    py,
-                    format!(
-                        "release_all timeout={shown}: expected seconds from 0 to {} (about 24.8 days)",
-                        ferrolock::MAX_DURATION.as_secs_f64()
-                    ),
-                    None,
-                ));
+    #[pyo3(signature = (timeout = None))]
+    fn release_all(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let limit = match timeout {
+            None => Duration::from_secs(5),
+            Some(t) => {
+                // A number of seconds, as every other duration (a bool is not one); an int too
+                // large for a float is out of range like any other.
+                let secs = (!t.is_instance_of::<pyo3::types::PyBool>()
+                    && (t.is_instance_of::<pyo3::types::PyInt>()
+                        || t.is_instance_of::<pyo3::types::PyFloat>()))
+                .then(|| t.extract::<f64>().ok())
+                .flatten();
+                match secs.map(Duration::try_from_secs_f64) {
+                    Some(Ok(limit)) if limit <= ferrolock::MAX_DURATION => limit,
+                    // Negative, NaN, infinite, too long or not a number: named, not taken
+                    // for some other limit.
+                    _ => {
+                        // As Python writes it (`nan`, `-1e+30`, `'x'`): the value passed.
+                        let shown = t.repr().map(|r| r.to_string()).unwrap_or_default();
+                        let ty = t
+                            .get_type()
+                            .name()
+                            .map(|n| n.to_string())
+                            .unwrap_or_default();
+                        return Err(invalid(
+                            py,
+                            format!(
+                                "release_all timeout={shown} ({ty}): expected seconds from 0 to {} (about 24.8 days)",
+                                ferrolock::MAX_DURATION.as_secs_f64()
+                            ),
+                            None,
+                        ));
+                    }
+                }
             }
         };
         Ok(py.detach(|| self.host.release_all(limit)))

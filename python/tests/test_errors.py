@@ -183,12 +183,13 @@ def test_a_lone_surrogate_in_a_key_is_named_not_an_encoding_error(manager: LockM
         manager.acquire("k\ud800")
 
 
-@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, -1e30, 3e9])
-def test_bad_release_all_timeout_is_named(manager: LockManager, key: str, bad: float) -> None:
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, -1e30, 3e9, "x", True, 10**400, [1]])
+def test_bad_release_all_timeout_is_named(manager: LockManager, key: str, bad: object) -> None:
     with manager.lock(key):
-        with pytest.raises(InvalidArgument, match=re.escape(f"release_all timeout={bad!r}:")):
-            manager.release_all(bad)
+        with pytest.raises(InvalidArgument, match=re.escape(f"release_all timeout={bad!r} ({type(bad).__name__}):")):
+            manager.release_all(bad)  # type: ignore[arg-type]
     assert manager.release_all(0) == 0
+    assert manager.release_all(1) == 0
 
 
 def test_lock_options_are_refused_per_lock_when_they_belong_to_the_manager(manager: LockManager, key: str) -> None:

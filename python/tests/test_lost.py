@@ -246,6 +246,66 @@ def test_release_all_releases_a_lost_lock_whose_token_still_stands(node: RedisNo
     m.close()
 
 
+@pytest.mark.parametrize("end", ["close", "release_all"])
+def test_a_block_whose_manager_releases_its_lock_is_told(node: RedisNode, key: str, end: str) -> None:
+    # Another thread's close() or release_all() releases the lock under a running block: the
+    # block is interrupted with LockLost, as for any loss, instead of going on unprotected.
+    m = LockManager([node.url], ttl=TTL)
+    entered = threading.Event()
+    outcome: dict[str, object] = {}
+
+    def body() -> None:
+        try:
+            with m.lock(key):
+                entered.set()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+            outcome["end"] = "the body ran to its end"
+        except LockLost as e:
+            outcome["end"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    assert entered.wait(20)
+    getattr(m, end)()
+    t.join(60)
+    assert not t.is_alive()
+    assert isinstance(outcome["end"], LockLost), outcome
+    assert "release_all() or close()" in str(outcome["end"])
+    assert not node.client().exists(key)
+    m.close()
+
+
+def test_a_loss_is_not_raised_into_other_code_while_the_block_is_suspended(node: RedisNode, key: str) -> None:
+    # A block in a generator suspended at a yield is not running: the loss must not be raised
+    # into whatever else the thread runs meanwhile, but into the block once it runs again.
+    m = LockManager([node.url], ttl=1.0)
+
+    def rows():  # type: ignore[no-untyped-def]
+        with m.lock(key) as lock:
+            yield lock
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                time.sleep(0.01)
+            yield "the resumed body was never interrupted"
+
+    g = rows()
+    lock = next(g)
+    node.client().delete(key)
+    # Busy in other code while the loss is declared and for a while after: nothing raised here.
+    deadline = time.monotonic() + 20
+    while not lock.lost and time.monotonic() < deadline:
+        sum(range(1000))
+    assert lock.lost, "the lock was never declared lost"
+    until = time.monotonic() + 1.0
+    while time.monotonic() < until:
+        sum(range(1000))
+    with pytest.raises(LockLost):
+        next(g)
+    m.close()
+
+
 def test_with_and_async_with_end_alike_when_the_key_is_gone(node: RedisNode, key: str) -> None:
     # One decision and one wording for both (the core's host::scope): the key deleted behind
     # a lock's back (watchdog off, long ttl, so nothing notices before the exit) is reported

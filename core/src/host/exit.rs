@@ -72,7 +72,7 @@ pub fn exit(limit: Duration) -> usize {
     let mut released = 0;
     for _ in 0..2 {
         let managers = crate::host::manager::all();
-        released += crate::host::manager::release_all_of(&managers, share);
+        released += crate::host::manager::release_all_of(&managers, share, false);
     }
     released
 }

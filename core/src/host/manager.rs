@@ -119,8 +119,11 @@ pub(crate) fn all() -> Vec<Manager> {
 /// releases of those still open, all at once on the process runtime, then waits for the
 /// process's background work (the slower nodes' parts of releases, undos, dequeues, the
 /// releases of dropped handles), waiting at most `limit` in all; what is not done by then goes
-/// on in the background. Returns how many were released on a quorum in time.
-pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
+/// on in the background. Returns how many were released on a quorum in time. With
+/// `tell_holders`, a lock still held is first declared lost (`ReleasedByManager`), so that a
+/// holder still at work (a Python block, a Node `withLock`, a Go `WithLock`) is told as for
+/// any other loss instead of going on unprotected; exit does not (nothing runs after it).
+pub(crate) fn release_all_of(managers: &[Manager], limit: Duration, tell_holders: bool) -> usize {
     let work: Vec<_> = managers
         .iter()
         .map(|m| (m.live_core(), m.unreleased()))
@@ -135,6 +138,9 @@ pub(crate) fn release_all_of(managers: &[Manager], limit: Duration) -> usize {
             let count = count.clone();
             async move {
                 let releases = locks.iter().map(|l| async {
+                    if tell_holders {
+                        l.released_by_manager();
+                    }
                     if matches!(l.release().await, Ok(true)) {
                         count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     }
@@ -382,10 +388,13 @@ impl Manager {
 
     /// Releases every lock this manager handed out in this process and that was not released
     /// (held or lost), and tells at once the next waiter of a key it was looping on (its last
-    /// release was quiet). Waits at most `limit` (the rest goes on in the background); returns
-    /// how many were still held on a quorum. Call it from a thread outside any runtime.
+    /// release was quiet). A lock still held is declared lost first
+    /// ([`LossReason::ReleasedByManager`](crate::LossReason::ReleasedByManager)): its holder, if
+    /// still at work, is told as for any other loss. Waits at most `limit` (the rest goes on in
+    /// the background); returns how many were still held on a quorum. Call it from a thread
+    /// outside any runtime.
     pub fn release_all(&self, limit: Duration) -> usize {
-        release_all_of(std::slice::from_ref(self), limit)
+        release_all_of(std::slice::from_ref(self), limit, true)
     }
 
     /// Closes: acquires waiting on this manager give up (`NotAcquired`, "its LockManager was
@@ -406,7 +415,7 @@ impl Manager {
     /// the manager by design. Waits for the ended waits' undos and dequeues, at most `limit`.
     pub fn close_keeping_locks(&self, limit: Duration) {
         // No manager to release: only the process's background work is waited for.
-        self.close_then(limit, |_, left| release_all_of(&[], left));
+        self.close_then(limit, |_, left| release_all_of(&[], left, false));
     }
 
     /// Sets the closed flag, waits for the acquires in progress to give up, runs `then` with

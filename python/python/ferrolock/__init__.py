@@ -247,8 +247,10 @@ class LockManager:
         lost ones (a loss deletes nothing: their token may still stand on some nodes); returns
         how many were still held on a quorum. Also tells at once the next waiter of a key this
         manager was looping on (its last release was quiet: docs/reentrancy-and-waiters.md),
-        which would otherwise take over a few ms later. ``close()`` and interpreter exit call
-        it."""
+        which would otherwise take over a few ms later. A lock still held is declared lost
+        first (its ``status`` reads ``"lost"``): a ``with`` block still running on it in another
+        thread gets ``LockLost``, as for any loss. ``close()`` and interpreter exit call it
+        (exit without declaring anything lost)."""
         return self._manager.release_all(timeout)
 
     def close(self) -> None:
