@@ -182,72 +182,15 @@ fn thread_ident() -> u64 {
 }
 
 impl PyLockContext {
-    fn in_use(&self, py: Python<'_>) -> PyErr {
-        crate::errors::invalid(
-            py,
-            format!(
-                "lock {:?}: this context is already entered; it can be reused after it exits, but not nested or shared between threads (call manager.lock() again, or use reentrant=True)",
-                self.key
-            ),
-            Some(&self.key),
-        )
-    }
-}
-
-#[pymethods]
-impl PyLockContext {
-    #[new]
-    /// `kind`: "lock", a side of the read-write lock, "read" or "write", or "semaphore"
-    /// (`count` permits of a pool of `permits`).
-    #[pyo3(signature = (manager, key, options = None, kind = "lock", permits = None, count = None))]
-    fn new(
-        py: Python<'_>,
-        manager: Bound<'_, PyManager>,
-        key: &Bound<'_, PyAny>,
-        options: Option<&Bound<'_, PyDict>>,
-        kind: &str,
-        permits: Option<&Bound<'_, PyAny>>,
-        count: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Self> {
-        let key = key_str(py, key)?;
-        let plain = kind == "lock";
-        let kind = lock_kind(py, &key, kind, permits, count)?;
-        let args = manager.get().args(py, &key, options)?;
-        Ok(PyLockContext {
-            manager: manager.unbind(),
-            key,
-            plain,
-            opts: kind.options(args.opts),
-            interrupt: args.interrupt,
-            shared: Arc::default(),
-        })
-    }
-
-    #[getter]
-    fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// Whether a lock lost inside the block interrupts the body (see the README).
-    #[getter]
-    fn interrupt(&self) -> bool {
-        self.interrupt
-    }
-
-    /// The held lock while inside the block, else None.
-    #[getter]
-    fn lock(&self, py: Python<'_>) -> Option<Py<PyLock>> {
-        self.shared.state().lock.as_ref().map(|l| l.clone_ref(py))
-    }
-
-    fn __enter__(&self, py: Python<'_>) -> PyResult<Py<PyLock>> {
+    fn enter(&self, py: Python<'_>, entered_async: bool) -> PyResult<Py<PyLock>> {
         {
             let mut st = self.shared.state();
-            if st.entered {
+            if st.entered || entered_async {
                 return Err(self.in_use(py));
             }
             st.entered = true;
         }
+
         let acquired = crate::lock::current_thread_owner(py).and_then(|owner| {
             if self.plain {
                 let manager = self.manager.get();
@@ -309,6 +252,71 @@ impl PyLockContext {
             }
         });
         Ok(lock)
+    }
+
+    fn in_use(&self, py: Python<'_>) -> PyErr {
+        crate::errors::invalid(
+            py,
+            format!(
+                "lock {:?}: this context is already entered; it can be reused after it exits, but not nested or shared between threads (call manager.lock() again, or use reentrant=True)",
+                self.key
+            ),
+            Some(&self.key),
+        )
+    }
+}
+
+#[pymethods]
+impl PyLockContext {
+    #[new]
+    /// `kind`: "lock", a side of the read-write lock, "read" or "write", or "semaphore"
+    /// (`count` permits of a pool of `permits`).
+    #[pyo3(signature = (manager, key, options = None, kind = "lock", permits = None, count = None))]
+    fn new(
+        py: Python<'_>,
+        manager: Bound<'_, PyManager>,
+        key: &Bound<'_, PyAny>,
+        options: Option<&Bound<'_, PyDict>>,
+        kind: &str,
+        permits: Option<&Bound<'_, PyAny>>,
+        count: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        let key = key_str(py, key)?;
+        let plain = kind == "lock";
+        let kind = lock_kind(py, &key, kind, permits, count)?;
+        let args = manager.get().args(py, &key, options)?;
+        Ok(PyLockContext {
+            manager: manager.unbind(),
+            key,
+            plain,
+            opts: kind.options(args.opts),
+            interrupt: args.interrupt,
+            shared: Arc::default(),
+        })
+    }
+
+    #[getter]
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Whether a lock lost inside the block interrupts the body (see the README).
+    #[getter]
+    fn interrupt(&self) -> bool {
+        self.interrupt
+    }
+
+    /// The held lock while inside the block, else None.
+    #[getter]
+    fn lock(&self, py: Python<'_>) -> Option<Py<PyLock>> {
+        self.shared.state().lock.as_ref().map(|l| l.clone_ref(py))
+    }
+
+    fn __enter__(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<Py<PyLock>> {
+        let this = slf.get();
+        // Entered by `async with` (the Python half's `_ause`) counts as entered too.
+        let entered_async = slf.getattr("_ause").map(|u| !u.is_none()).unwrap_or(false);
+        this.enter(py, entered_async)
     }
 
     #[pyo3(signature = (_exc_type = None, exc = None, _tb = None))]

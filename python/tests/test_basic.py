@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 import time
 from datetime import timedelta
@@ -242,6 +243,30 @@ def test_a_context_can_be_reused_but_not_nested(manager: LockManager, key: str) 
             ctx.__enter__()
     with ctx as lock:
         assert lock.locked()
+
+
+def test_a_context_entered_one_way_refuses_the_other_and_shows_its_lock(manager: LockManager, key: str) -> None:
+    ctx = manager.lock(key, wait=0)
+
+    async def enter_async() -> None:
+        async with ctx:
+            pass
+
+    with ctx as lock:
+        assert ctx.lock is lock
+        with pytest.raises(ferrolock.InvalidArgument, match="already entered"):
+            asyncio.run(enter_async())
+    assert ctx.lock is None
+
+    async def both() -> None:
+        async with ctx as lock:
+            assert ctx.lock is lock
+            with pytest.raises(ferrolock.InvalidArgument, match="already entered"):
+                with ctx:
+                    pass
+        assert ctx.lock is None
+
+    asyncio.run(both())
 
 
 def test_redlock_shares_one_manager_per_connection_options(node: RedisNode, key: str) -> None:

@@ -121,8 +121,17 @@ class LockContext(_LockContextBase):
 
     _ause: _AsyncUse | None = None
 
+    @property
+    def lock(self) -> Lock | None:
+        """The held lock while inside the block (``with`` or ``async with``), else None."""
+        use = self._ause
+        if use is not None and use.in_body:
+            return use.lock
+        return super().lock
+
     async def __aenter__(self) -> Lock:
-        if self._ause is not None:
+        # Not while entered by `with` either (the Rust half refuses the other way round).
+        if self._ause is not None or super().lock is not None:
             raise InvalidArgument(
                 f"lock {self.key!r}: this context is already entered (async); call manager.lock() again",
                 self.key,

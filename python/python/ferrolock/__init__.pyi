@@ -65,6 +65,8 @@ class _RedlockOptions(_ConnectionOptions, total=False):
     nodes: str | Sequence[str] | None
 
 class LockContext(_LockContextBase):
+    @property
+    def lock(self) -> Lock | None: ...
     async def __aenter__(self) -> Lock: ...
     async def __aexit__(
         self,
