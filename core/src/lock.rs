@@ -118,7 +118,7 @@ impl std::fmt::Display for LossReason {
             LossReason::ReleasedByManager { key } => {
                 write!(
                     f,
-                    "lock {key:?} lost: its manager's release_all() or close() released it while it was still held"
+                    "lock {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
                 )
             }
         }
@@ -147,6 +147,9 @@ pub(crate) struct State {
     pub last_failure: Option<LossReason>,
     /// Release has run (a lost lock keeps its `Lost` status, and is still released once).
     pub released: bool,
+    /// Its manager releases it for its holder (`released_by_manager`): the holder's own
+    /// release then finds it gone (`Ok(false)`), as after any loss, rather than an error.
+    pub by_manager: bool,
     /// A watchdog renewal is in flight.
     pub renewing: bool,
     /// After a failed renewal: when to try again (no early slack for retries).
@@ -453,6 +456,7 @@ impl Lock {
                 next_renewal,
                 last_failure: None,
                 released: false,
+                by_manager: false,
                 renewing: false,
                 retry_at: None,
                 status_tx: None,
@@ -508,10 +512,15 @@ impl Lock {
     /// held is left as it is.
     pub(crate) fn released_by_manager(&self) {
         if !self.inner.inherited() {
-            self.inner
-                .finish(LockStatus::Lost(LossReason::ReleasedByManager {
+            let mut s = self.inner.state();
+            // Not one its holder released already: a second release of that is an error.
+            s.by_manager |= !s.released;
+            self.inner.finish_locked(
+                s,
+                LockStatus::Lost(LossReason::ReleasedByManager {
                     key: self.inner.key.clone(),
-                }));
+                }),
+            );
         }
     }
 
@@ -927,6 +936,11 @@ impl LockInner {
         let _op = self.op.lock().await;
         {
             let mut s = self.current();
+            if s.released && s.by_manager {
+                // Its holder's release after the manager's: not an error, the lock was lost
+                // (as after any loss, whose release finds the token gone).
+                return Ok(false);
+            }
             if s.released {
                 return Err(Error::new(
                     ErrorKind::NotHeld,

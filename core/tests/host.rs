@@ -370,7 +370,7 @@ fn release_all_and_close_tell_a_holder_still_at_work_that_its_lock_is_lost() {
         );
         if let ScopeEnd::Raise { error, .. } = end {
             assert!(
-                error.message().contains("release_all() or close()"),
+                error.message().contains("its manager released it"),
                 "{error:?}"
             );
         }

@@ -118,9 +118,9 @@ var errClosed = invalid("the manager is closed")
 
 // ReleaseAll releases every lock this manager handed out and that was not released (held,
 // or lost but perhaps still standing on some node), waiting at most limit (the rest goes on
-// in the background). It returns how many were still held on a quorum. The Locks stay valid;
-// releasing one again gives ErrNotHeld. A Lock still held is declared lost first: a WithLock
-// body still running on it has its ctx cancelled with ErrLockLost, as for any loss. For a
+// in the background). It returns how many were still held on a quorum. The Locks stay valid.
+// A Lock still held is declared lost first: a WithLock body still running on it has its ctx
+// cancelled with ErrLockLost, and its Release returns nil, as after any loss. For a
 // worker's shutdown, or before Close.
 func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
 	m.mu.RLock()

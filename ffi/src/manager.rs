@@ -396,9 +396,9 @@ pub unsafe extern "C" fn ferrolock_manager_semaphore_try_acquire(
 /// perhaps still standing on some node), waiting at most `limit_ms` (the rest goes on in the
 /// background); `*released_out` (may be NULL) gets how many were still held on a quorum. The
 /// handles stay valid (and need `ferrolock_lock_free`); releasing one of them again gives
-/// `FERROLOCK_ERR_NOT_HELD`. A lock still held is declared lost first ("released by its
-/// manager's release_all() or close()"): its loss callback runs, as for any loss, so a holder
-/// still at work is told. For a worker's shutdown, or before `ferrolock_manager_free`.
+/// `*released_out` false, as after any loss. A lock still held is declared lost first ("its
+/// manager released it"): its loss callback runs, as for any loss, so a holder still at work
+/// is told. For a worker's shutdown, or before `ferrolock_manager_free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_release_all(
     manager: *const ferrolock_manager,

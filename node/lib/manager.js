@@ -54,27 +54,33 @@ function abortError(key, signal) {
   });
 }
 
-// A core manager's identity (its client uuid), read once per native manager.
+// A core manager's identity (its client uuid) and the servers it reaches, read once per
+// native manager.
 const ids = new WeakMap();
-function managerId(nm) {
+function managerIdentity(nm) {
   let id = ids.get(nm);
   if (id === undefined) {
-    id = nm.clientId;
+    id = { manager: nm.clientId, servers: nm.servers };
     ids.set(nm, id);
   }
   return id;
 }
+function managerId(nm) {
+  return managerIdentity(nm).manager;
+}
 
-/** The enclosing scope holding `key` on the same core manager, if any. A scope whose
+/** The enclosing scope holding `key` on the same servers, if any (through this core manager
+ * or another: options written apart, such as `h:1` and `h:1/0`, make another manager, whose
+ * acquire would wait for the scope's lock all the same). A scope whose
  * callback has settled owns nothing: a task it started and left running (a timer, an
  * unawaited promise) acquires as a new owner. Nor does one whose lock is no longer held
  * (lost, or released early): acquiring its key again (say, from the loss listener) waits for
  * whoever holds it now, not for itself. */
 function enclosing(nm, key) {
   if (scopes.getStore() === undefined) return undefined;
-  const id = managerId(nm);
+  const { servers } = managerIdentity(nm);
   for (let s = scopes.getStore(); s; s = s.parent) {
-    if (!s.ended && s.key === key && s.manager === id && s.lock.status === 'held') return s;
+    if (!s.ended && s.key === key && s.servers === servers && s.lock.status === 'held') return s;
   }
   return undefined;
 }
@@ -90,7 +96,13 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   // A semaphore never re-enters: each acquire is a holder of its own, also inside a scope.
   const held = kind === 'semaphore' ? undefined : enclosing(nm, key);
   let owner = null;
-  if (held && kind !== null && held.kind !== null) {
+  if (held && held.manager !== managerId(nm)) {
+    // The same servers through other options: another owner, which only waits for itself.
+    throw new NotAcquiredError(
+      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers with other options), so waiting would deadlock; pass the same options to re-enter`,
+      { key },
+    );
+  } else if (held && kind !== null && held.kind !== null) {
     // A read-write hold is always reentrant for its owner: the core re-enters, downgrades
     // (read under one's write) or refuses an upgrade.
     owner = held.owner;
@@ -330,7 +342,8 @@ async function withKind(key, fn, options, kind, sem = null) {
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
   const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
-  const scope = { parent: scopes.getStore(), key, kind, manager: managerId(nm), owner, reentrant: reentrant === true, ended: false, lock };
+  const { manager, servers } = managerIdentity(nm);
+  const scope = { parent: scopes.getStore(), key, kind, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
   let result;
   let failed = false;
   let error;

@@ -10,12 +10,23 @@ const TABLE = native.optionTable();
 const BY_NAME = new Map(TABLE.map((row) => [row.name, row]));
 const MAX_MS = 2 ** 31 - 1;
 
+// A string that may be a node URL, with its password hidden by the core's redaction. Only
+// one that could hold a password goes there, and only well-formed (a lone surrogate is
+// quoted as JSON escapes it, not as UTF-8 would replace it).
+function redacted(s) {
+  if (!/[@=]/.test(s)) return s;
+  const wellFormed = typeof s.isWellFormed === 'function' ? s.isWellFormed() : !/[\ud800-\udfff]/.test(s);
+  return wellFormed ? native.redactUrl(s) : '***';
+}
+
+// A value as the message quotes it: passwords hidden; functions named, not printed whole.
 function show(v) {
-  if (typeof v === 'string') return JSON.stringify(v);
+  if (typeof v === 'string') return JSON.stringify(redacted(v));
   if (typeof v === 'bigint') return `${v}n`;
+  if (typeof v === 'function') return `[function ${v.name || 'anonymous'}]`;
   if (Array.isArray(v)) {
     try {
-      return JSON.stringify(v);
+      return JSON.stringify(v, (_, x) => (typeof x === 'string' ? redacted(x) : x));
     } catch {
       return '[array]';
     }

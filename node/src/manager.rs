@@ -107,6 +107,15 @@ impl NativeManager {
         guard("NativeManager.quorum", || Ok(self.host.quorum() as u32))
     }
 
+    /// The servers and databases its nodes reach, sorted (`host::Manager::servers`): equal for
+    /// managers whose node lists are written apart, whose locks are then the same keys.
+    #[napi(getter)]
+    pub fn servers(&self) -> Result<String> {
+        guard("NativeManager.servers", || {
+            Ok(self.host.servers().to_string())
+        })
+    }
+
     /// The core manager's client uuid: the same for every `NativeManager` sharing it.
     #[napi(getter)]
     pub fn client_id(&self) -> Result<String> {

@@ -26,6 +26,13 @@ pub struct OptionRow {
     pub doc: String,
 }
 
+/// `text` with whatever may be a password hidden, as the core's messages show node URLs: for
+/// the binding's own messages that quote a value which may be one.
+#[napi]
+pub fn redact_url(text: String) -> napi::Result<String> {
+    guard("redactUrl", || Ok(ferrolock::redact_url(&text)))
+}
+
 #[napi]
 pub fn option_table() -> napi::Result<Vec<OptionRow>> {
     guard("optionTable", || {

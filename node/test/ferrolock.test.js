@@ -227,6 +227,17 @@ test('nested withLock re-enters with reentrant: true, and rejects at once withou
     (e) => e instanceof NotAcquiredError && /deadlock/.test(e.message),
   );
   assert.ok(!one.exists('re:k'));
+  // The same server through other options (another shared manager, so another owner), even
+  // reentrant: refused at once too, not left waiting for itself.
+  for (const other of [{ nodes: [`${one.url}/0`] }, { nodes, shardedPubsub: false }, { nodes: [`${one.url}/0`], reentrant: true }]) {
+    await assert.rejects(
+      withLock('re:k', async () => withLock('re:k', async () => 'never', { wait: 30_000, ...other }), { nodes, reentrant: true }),
+      (e) => e instanceof NotAcquiredError && /same servers with other options/.test(e.message),
+    );
+  }
+  // Another database of the same server is another key: not refused.
+  assert.equal(await withLock('re:k', async () => withLock('re:k', async () => 'db1', { nodes: [`${one.url}/1`] }), { nodes }), 'db1');
+  assert.ok(!one.exists('re:k'));
 });
 
 test('bad inputs reject clearly and never crash the process', T, async () => {
@@ -235,6 +246,17 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
   for (const args of [[], [{}], [{ key: 'k' }, Symbol('ferrolock.Lock')]]) {
     assert.throws(() => new ferrolock.Lock(...args), { name: 'TypeError', message: /made by LockManager\.acquire/ });
   }
+  // The binding's own type errors quote the value with its password hidden, as the core's do.
+  for (const bad of [{ nodes: ['redis://:hunter2@h:1', 5] }, 'redis://:hunter2@h:1', { nodes: ['redis://u:hunter2@h:1', null] }]) {
+    assert.throws(
+      () => new LockManager(bad),
+      (e) => e instanceof InvalidArgumentError && !e.message.includes('hunter2') && /\*\*\*/.test(e.message),
+    );
+  }
+  // A function passed where options go is named, not printed whole.
+  const m0 = new LockManager({ nodes });
+  await assert.rejects(m0.acquire('k', function secretSource() { return 'body'; }), (e) => e.code === 'INVALID_ARGUMENT' && /\[function secretSource\]/.test(e.message) && !e.message.includes('body'));
+  await m0.close();
   const cases = [
     [['', async () => 1, { nodes }], /non-empty string/],
     [[42, async () => 1, { nodes }], /non-empty string, got 42/],
@@ -285,9 +307,11 @@ test('close() releasing a lock still in use aborts its signal with a LockLostErr
   while (!signal.aborted && Date.now() < until) await sleep(10);
   assert.ok(signal.aborted, 'the holder was never told');
   assert.ok(signal.reason instanceof LockLostError, String(signal.reason));
-  assert.match(signal.reason.message, /release_all\(\) or close\(\)/);
+  assert.match(signal.reason.message, /its manager released it/);
   assert.equal(lock.status, 'lost');
-  await assert.rejects(lock.release(), (e) => e.code === 'NOT_HELD');
+  // Its holder's release (or `await using`'s dispose) finds it gone, as after any loss.
+  assert.equal(await lock.release(), false);
+  await lock[Symbol.asyncDispose]();
 });
 
 test('the process exits after use, and locks still held at exit are released', T, async () => {

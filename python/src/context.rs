@@ -105,6 +105,8 @@ static HELD_BLOCKS: Mutex<Vec<HeldBlock>> = Mutex::new(Vec::new());
 struct HeldBlock {
     /// `PyManager::id`: the host manager, shared by every `redlock()` on the same nodes.
     manager: usize,
+    /// `PyManager::servers`: what the key is held on, however the nodes were written.
+    servers: String,
     key: String,
     reentrant: bool,
     /// The thread's owner id (`ferrolock._owner`): unlike its ident, never reused.
@@ -122,8 +124,10 @@ fn forget_block(shared: &Weak<Shared>) {
 }
 
 /// Refuses a plain-lock acquire of `key` on `manager` by `owner` while it is inside a `with`
-/// block that holds that key, unless both are reentrant (the owner re-enters). A block whose
-/// lock is no longer held (released early, lost, past its validity) holds nothing to wait for.
+/// block that holds that key on the same servers, unless both are reentrant on the same
+/// manager (the owner re-enters; through another manager, options written apart, it is
+/// another owner). A block whose lock is no longer held (released early, lost, past its
+/// validity) holds nothing to wait for.
 pub(crate) fn refuse_waiting_for_itself(
     py: Python<'_>,
     manager: &PyManager,
@@ -131,12 +135,12 @@ pub(crate) fn refuse_waiting_for_itself(
     reentrant: bool,
     owner: u64,
 ) -> PyResult<()> {
-    let manager = manager.id();
+    let (servers, manager) = (manager.servers(), manager.id());
     let waits_for_itself = held_blocks().iter().any(|b| {
-        b.manager == manager
+        b.servers == servers
             && b.key == key
             && b.owner == owner
-            && !(b.reentrant && reentrant)
+            && !(b.reentrant && reentrant && b.manager == manager)
             && b.shared.upgrade().is_some_and(|s| {
                 let st = s.state();
                 st.in_body
@@ -152,8 +156,9 @@ pub(crate) fn refuse_waiting_for_itself(
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(
-            "lock {key:?} not acquired: this thread is inside a `with` block that holds it, so \
-             waiting would deadlock; pass reentrant=True to both to re-enter"
+            "lock {key:?} not acquired: this thread is inside a `with` block that holds it (on \
+             the same servers), so waiting would deadlock; pass reentrant=True to both, with the \
+             same manager or connection options, to re-enter"
         ),
     );
     Err(to_py(py, &err, Some(key)))
@@ -224,6 +229,7 @@ impl PyLockContext {
             forget_block(&shared);
             held_blocks().push(HeldBlock {
                 manager: self.manager.get().id(),
+                servers: self.manager.get().servers().to_string(),
                 key: self.key.clone(),
                 reentrant: self.opts.reentrant,
                 owner,

@@ -41,6 +41,11 @@ impl PyManager {
         self.host.id()
     }
 
+    /// The servers and databases its nodes reach (`host::Manager::servers`).
+    pub(crate) fn servers(&self) -> &str {
+        self.host.servers()
+    }
+
     pub(crate) fn acquire_blocking(
         &self,
         py: Python<'_>,

@@ -174,6 +174,15 @@ def test_a_nested_acquire_of_a_held_key_in_its_thread_is_refused_not_left_waitin
     with manager.lock(key, reentrant=True):
         with manager.lock(key, reentrant=True) as inner:
             assert inner.locked()
+    # The same server written apart (another manager, so another owner, even reentrant):
+    # refused as well, not left waiting for itself. Another database is another key.
+    with ferrolock.redlock(key, nodes=[node.url], reentrant=True):
+        for other in ({"nodes": [node.url + "/0"]}, {"nodes": [node.url + "/0"], "reentrant": True}):
+            with pytest.raises(NotAcquired) as info:
+                ferrolock.redlock(key, wait=2, **other).__enter__()  # type: ignore[arg-type]
+            assert "inside a `with` block that holds it (on the same servers)" in str(info.value)
+        with ferrolock.redlock(key, nodes=[node.url + "/1"], wait=2) as elsewhere:
+            assert elsewhere.locked()
 
 
 def _raised(call: Any) -> list[BaseException]:

@@ -83,6 +83,8 @@ struct Inner {
     /// The locks handed out in this process, weakly.
     handed: PerProcess<Mutex<Vec<Weak<CoreLock>>>>,
     nodes: Vec<String>,
+    /// See [`Manager::servers`].
+    servers: String,
     quorum: usize,
 }
 
@@ -175,8 +177,15 @@ impl Manager {
     /// Validates the options and builds the manager (no connection is opened yet).
     pub fn new(options: ManagerOptions) -> Result<Manager> {
         let core = LockManager::new(options.clone())?;
+        let nodes = core.node_names();
+        let mut servers: Vec<String> = nodes
+            .iter()
+            .map(|n| crate::node::server_address(n).unwrap_or_else(|| n.clone()))
+            .collect();
+        servers.sort();
         let inner = Arc::new(Inner {
-            nodes: core.node_names(),
+            servers: servers.join(","),
+            nodes,
             quorum: core.quorum(),
             core: PerProcess::default(),
             options,
@@ -213,15 +222,23 @@ impl Manager {
         self.inner.core.get().and_then(|slot| locked(slot).clone())
     }
 
-    /// The node URLs, passwords redacted.
     /// The same for this manager and every clone of it (a shared manager included), and
     /// for no other live manager: for a binding that keys state by manager.
     pub fn id(&self) -> usize {
         Arc::as_ptr(&self.inner) as usize
     }
 
+    /// The node URLs, passwords redacted.
     pub fn nodes(&self) -> &[String] {
         &self.inner.nodes
+    }
+
+    /// The servers and databases its nodes reach, sorted and comma-separated (`h:1/0,h:2/0`):
+    /// equal for two managers whose node lists are written apart (`h:1` and `H:1/0`, other
+    /// options aside), whose locks are then the same keys. For a binding that must tell
+    /// whether a scope already holds a key through another manager.
+    pub fn servers(&self) -> &str {
+        &self.inner.servers
     }
 
     pub fn quorum(&self) -> usize {
