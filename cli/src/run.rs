@@ -274,13 +274,13 @@ pub fn main(mut args: RunArgs) -> u8 {
     let stats = args.stats;
     let code = runtime.block_on(run(args));
     if stats {
-        eprint!("{}", ferrolock::metrics::prometheus_text());
+        errprint!("{}", ferrolock::metrics::prometheus_text());
     }
     code
 }
 
 fn fail(code: u8, message: std::fmt::Arguments<'_>) -> u8 {
-    eprintln!("ferrolock: {message}");
+    errln!("ferrolock: {message}");
     code
 }
 
@@ -481,7 +481,7 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     if args.verbose {
-        eprintln!(
+        errln!(
             "ferrolock: acquired {} (validity {:?}{})",
             args.held(),
             lock.validity(),
@@ -511,19 +511,19 @@ async fn run(args: RunArgs) -> u8 {
     match lock.release().await {
         Ok(true) => {
             if args.verbose {
-                eprintln!("ferrolock: released {}", args.held());
+                errln!("ferrolock: released {}", args.held());
             }
         }
         // A loss was reported when it happened (and the validity warning, if it fired).
         Ok(false) if code == exit::LOST || Instant::now() >= lock.deadline() => {}
-        Ok(false) if !args.quiet => eprintln!(
+        Ok(false) if !args.quiet => errln!(
             "ferrolock: warning: {} was no longer ours at release: it was deleted or taken over while {} ran",
             args.held(),
             program(&args)
         ),
         Ok(false) => {}
         Err(e) if !args.quiet || e.kind() != ErrorKind::NotHeld => {
-            eprintln!("ferrolock: warning: {e} [{}]", e.kind().code())
+            errln!("ferrolock: warning: {e} [{}]", e.kind().code())
         }
         Err(_) => {}
     }
@@ -566,7 +566,7 @@ async fn supervise(
                 lost = None; // resolves once
                 // `None`: released, which only we do, after the child is gone.
                 let Some(reason) = reason else { continue };
-                eprintln!(
+                errln!(
                     "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
                     program(args),
                     child.pgid
@@ -582,7 +582,7 @@ async fn supervise(
             _ = tokio::time::sleep_until(deadline), if !watchdog && !warned => {
                 warned = true;
                 if !args.quiet {
-                    eprintln!(
+                    errln!(
                         "ferrolock: warning: {} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, --no-watchdog)",
                         args.held(),
                         program(args),

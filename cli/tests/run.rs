@@ -787,3 +787,89 @@ fn messages_name_the_kind_held() {
         );
     }
 }
+
+/// A pipe whose reader has already gone: every write to it fails with EPIPE (ferrolock, as
+/// every Rust program, ignores SIGPIPE).
+fn broken_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills both descriptors on success; each is owned once below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors from pipe2, owned by nobody else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// `ferrolock run -v ... 2>&1 | true`: stderr is a pipe nobody reads. The messages are lost,
+/// but COMMAND runs under the lock, its status is passed on and the lock is released (an
+/// `eprintln!` panicked here: exit 101, COMMAND never ran, the key held for its whole ttl).
+#[test]
+fn a_stderr_nobody_reads_does_not_stop_the_run() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let seen = dir.path().join("seen");
+    let script = format!(
+        "redis-cli -p {} EXISTS ep > {}; exit 3",
+        server.port(),
+        path_str(&seen)
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "-v",
+        "--stats",
+        "--ttl",
+        "30s",
+    ])
+    .args(["ep", "--", "sh", "-c", &script])
+    .stdout(Stdio::null())
+    .stderr(broken_pipe());
+    let mut child = cmd.spawn().expect("spawn ferrolock");
+    let status = wait_within(&mut child, HANG);
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    assert_eq!(
+        fs::read_to_string(&seen).expect("COMMAND ran").trim(),
+        "1",
+        "COMMAND ran without the lock"
+    );
+    assert!(!exists(&server, "ep"), "the lock was not released");
+}
+
+/// `ferrolock scan | head -1` and `inspect` into a pipe whose reader has gone: ended quietly
+/// with the status of a tool killed by SIGPIPE, not a panic (101).
+#[test]
+fn inspect_and_scan_end_quietly_on_a_closed_stdout_pipe() {
+    let server = RedisServer::start();
+    server.cmd::<String>(&[
+        "SET",
+        "held",
+        "0123456789abcdef0123456789abcdef",
+        "PX",
+        "60000",
+    ]);
+    for args in [
+        &["scan"][..],
+        &["scan", "--json"],
+        &["inspect", "held"],
+        &["inspect", "--json", "held"],
+    ] {
+        let mut cmd = ferrolock();
+        cmd.args(&args[..1])
+            .args(["--nodes", &server.url()])
+            .args(&args[1..])
+            .stdout(broken_pipe())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("spawn ferrolock");
+        let out = child.wait_with_output().expect("wait for ferrolock");
+        assert_eq!(
+            out.status.code(),
+            Some(128 + libc::SIGPIPE),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+}
