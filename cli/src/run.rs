@@ -27,7 +27,8 @@ servers (however their URLs are written) fails at once (exit 64) instead of wait
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
 and everything in its process group get SIGTERM before the lock's validity ends, then
-SIGKILL after --grace, and ferrolock exits 70 whatever COMMAND's status. With
+SIGKILL after --grace if any of them is still running (ferrolock waits for the whole group,
+not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. With
 --no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) and
 ferrolock only warns on stderr when that validity ends while COMMAND still runs.
 
@@ -35,8 +36,10 @@ COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is k
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
 are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
 foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
-directly. ferrolock releases the lock once COMMAND has exited. A signal that arrives while
-ferrolock is still waiting for the lock ends the wait, and COMMAND never runs.
+directly. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
+in the background when it exits normally is not covered by the lock: ferrolock neither waits
+for it nor stops it. A signal that arrives while ferrolock is still waiting for the lock ends
+the wait, and COMMAND never runs.
 
 Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
@@ -595,6 +598,9 @@ async fn supervise(
     };
     child.restore_terminal();
     if loss.is_some() {
+        if let Some(kill_at) = kill_at {
+            stop_the_rest(&child, kill_at, signals).await;
+        }
         // The child's own status would hide that it ran (and was stopped) without the lock.
         return exit::LOST;
     }
@@ -604,6 +610,26 @@ async fn supervise(
             exit::SOFTWARE,
             format_args!("lost track of {}: {e}", program(args)),
         ),
+    }
+}
+
+/// After a loss, once the child has exited: what it started in its process group got the
+/// SIGTERM too, and may outlive it (a background job that ignores SIGTERM, or takes longer
+/// to stop). Waits until the group is empty, or until `kill_at` (the end of the grace), when
+/// what is left gets SIGKILL. Signals sent to us meanwhile go to the group.
+async fn stop_the_rest(child: &child::Child, kill_at: Instant, signals: &mut Signals) {
+    // The kernel tells no one when a group empties: it is probed.
+    let mut probe = tokio::time::interval(Duration::from_millis(50));
+    while child.group_alive() {
+        tokio::select! {
+            _ = probe.tick() => {}
+            // We have the terminal back: a SIGINT from it reached us alone.
+            sig = signals.next() => child.signal_group(sig),
+            _ = tokio::time::sleep_until(kill_at) => {
+                child.signal_group(libc::SIGKILL);
+                return;
+            }
+        }
     }
 }
 
