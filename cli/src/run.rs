@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use crate::child;
 use std::time::Duration;
 
-use ferrolock::{Error, ErrorKind, Lock, LockManager, ManagerOptions};
+use ferrolock::{Error, ErrorKind, Lock, LockManager, LockStatus, ManagerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
@@ -28,7 +28,9 @@ Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the loc
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
 and everything in its process group get SIGTERM before the lock's validity ends, then
 SIGKILL after --grace if any of them is still running (ferrolock waits for the whole group,
-not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. With
+not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. It exits 70 too when
+the release finds the lock no longer ours (deleted or taken over while COMMAND ran, and not
+noticed before COMMAND ended). With
 --no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) and
 ferrolock only warns on stderr when that validity ends while COMMAND still runs.
 
@@ -45,7 +47,7 @@ Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
   64      bad usage or bad input (the message names the bad value)
   69      no quorum of nodes reachable, or Redis refused the commands
-  70      the lock was lost while COMMAND ran (COMMAND was stopped)
+  70      the lock was lost before COMMAND finished (COMMAND was stopped if still running)
   75      the lock was not acquired within --wait
   126     COMMAND could not be executed (the lock is released)
   127     COMMAND was not found (the lock is released)
@@ -511,24 +513,52 @@ async fn run(args: RunArgs) -> u8 {
         env.push(("FERROLOCK_FENCE", fence.to_string()));
     }
     let code = supervise(&args, &lock, &env, &mut signals).await;
+    // A lock that is renewed or cut short (`max_hold`) has its loss signalled; one declared
+    // as COMMAND exited may have lost the race with that exit in `supervise`.
+    let watched = !args.no_watchdog || args.max_hold.is_some();
+    let mut lost = match lock.status() {
+        LockStatus::Lost(reason) if watched && code != exit::LOST => {
+            let text = reason.to_string();
+            let prefix = format!("lock {:?} lost: ", args.key);
+            Some(text.strip_prefix(&prefix).unwrap_or(&text).to_string())
+        }
+        _ => None,
+    };
     match lock.release().await {
         Ok(true) => {
             if args.verbose {
                 errln!("ferrolock: released {}", args.held());
             }
         }
-        // A loss was reported when it happened (and the validity warning, if it fired).
-        Ok(false) if code == exit::LOST || Instant::now() >= lock.deadline() => {}
-        Ok(false) if !args.quiet => errln!(
-            "ferrolock: warning: {} was no longer ours at release: it was deleted or taken over while {} ran",
-            args.held(),
-            program(&args)
-        ),
-        Ok(false) => {}
+        // A loss was reported when it happened.
+        Ok(false) if code == exit::LOST => {}
+        // --no-watchdog: the validity ended while COMMAND ran, as the warning said then; its
+        // status is passed on (see the help).
+        Ok(false) if !watched && Instant::now() >= lock.deadline() => {}
+        Ok(false) => {
+            lost.get_or_insert_with(|| {
+                format!(
+                    "our token was gone at release: the key was deleted or taken over while {} ran",
+                    program(&args)
+                )
+            });
+        }
         Err(e) if !args.quiet || e.kind() != ErrorKind::NotHeld => {
             errln!("ferrolock: warning: {e} [{}]", e.kind().code())
         }
         Err(_) => {}
+    }
+    if let Some(why) = lost {
+        // As for a loss while COMMAND ran: its status would hide that part of it ran
+        // without the lock.
+        return fail(
+            exit::LOST,
+            format_args!(
+                "{} was lost before {} finished: {why}",
+                args.held(),
+                program(&args)
+            ),
+        );
     }
     code
 }

@@ -873,3 +873,45 @@ fn inspect_and_scan_end_quietly_on_a_closed_stdout_pipe() {
         assert_eq!(stderr(&out), "", "{args:?}");
     }
 }
+
+/// A lock taken over while COMMAND ran, with no renewal due before COMMAND ends (ttl 30 s):
+/// only the release finds it gone. ferrolock exits 70, not COMMAND's 0, and says so; the
+/// new holder's key is left alone. The same with --no-watchdog, before its validity ends.
+#[test]
+fn a_loss_found_only_at_release_exits_70() {
+    let server = RedisServer::start();
+    for flags in [&[][..], &["--no-watchdog"]] {
+        let dir = tmp();
+        let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+        let script = format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done; exit 0",
+            path_str(&started),
+            path_str(&go)
+        );
+        let child = ferrolock()
+            .args(["run", "--nodes", &server.url(), "--ttl", "30s"])
+            .args(flags)
+            .args(["racek", "--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ferrolock");
+        wait_for_file(&started);
+        server.cmd::<String>(&["SET", "racek", "stolen"]);
+        fs::write(&go, "").unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || tx.send(child.wait_with_output()));
+        let out = rx.recv_timeout(HANG).expect("ferrolock exits").unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(70), "{flags:?}: {err}");
+        assert!(
+            err.contains("ferrolock: lock \"racek\" was lost before sh finished"),
+            "{flags:?}: {err}"
+        );
+        assert_eq!(
+            server.cmd::<String>(&["GET", "racek"]),
+            "stolen",
+            "{flags:?}"
+        );
+        server.cmd::<i64>(&["DEL", "racek"]);
+    }
+}
