@@ -168,16 +168,29 @@ pub struct RunArgs {
     semaphore: Option<String>,
 
     /// The semaphore's pool size, set by its first holder (a different size later is refused)
-    #[arg(long, value_name = "N", requires = "semaphore")]
+    // Hyphen values reach the number parser, so `--permits -1` is named as a bad value.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "semaphore",
+        allow_hyphen_values = true
+    )]
     permits: Option<u32>,
 
     /// How many of the semaphore's permits this run takes [default: 1]
-    #[arg(long, value_name = "K", requires = "semaphore")]
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "semaphore",
+        allow_hyphen_values = true
+    )]
     count: Option<u32>,
 
     /// The lock's name: the Redis key that holds it (not given with --semaphore)
-    #[arg(value_name = "KEY", value_parser = parse_key, required_unless_present = "semaphore")]
-    key_arg: Option<String>,
+    // Checked in `settle_key`, not by a value parser: with --semaphore this is COMMAND's first
+    // word, which an empty (or non-UTF-8) value does not make bad usage.
+    #[arg(value_name = "KEY", required_unless_present = "semaphore")]
+    key_arg: Option<OsString>,
 
     /// KEY, or --semaphore's NAME (`settle_key`).
     #[arg(skip)]
@@ -248,10 +261,14 @@ impl RunArgs {
             (Some(name), first) => {
                 self.key = name.clone();
                 if let Some(word) = first {
-                    self.command.insert(0, word.into());
+                    self.command.insert(0, word);
                 }
             }
-            (None, key) => self.key = key.unwrap_or_default(),
+            (None, key) => {
+                let key = key.unwrap_or_default();
+                let key = key.to_str().ok_or("the lock key must be valid UTF-8")?;
+                self.key = parse_key(key)?;
+            }
         }
         if self.command.is_empty() {
             return Err("COMMAND is missing: give it after `--`");
@@ -579,7 +596,7 @@ async fn supervise(
             } else {
                 exit::CANNOT_EXECUTE
             };
-            return fail(code, format_args!("cannot run {}: {e}", program(args)));
+            return fail(code, format_args!("cannot run {:?}: {e}", program(args)));
         }
     };
     let watchdog = !args.no_watchdog;

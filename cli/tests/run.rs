@@ -710,6 +710,24 @@ fn semaphore_bad_usage_exits_64() {
             &["--semaphore", "s", "--permits", "x", "--", "true"][..],
             "'x'",
         ),
+        // A negative number is the flag's bad value, not an unknown flag `-1`.
+        (
+            &["--semaphore", "s", "--permits", "-1", "--", "true"][..],
+            "'-1' for '--permits",
+        ),
+        (
+            &[
+                "--semaphore",
+                "s",
+                "--permits",
+                "2",
+                "--count",
+                "-1",
+                "--",
+                "true",
+            ][..],
+            "'-1' for '--count",
+        ),
         (
             &["--semaphore", "s", "--permits", "2", "--read", "--", "true"][..],
             "--read",
@@ -914,4 +932,22 @@ fn a_loss_found_only_at_release_exits_70() {
         );
         server.cmd::<i64>(&["DEL", "racek"]);
     }
+}
+
+/// With --semaphore there is no KEY: COMMAND's first word is not checked as one. An empty
+/// program name is a COMMAND not found (127, as for a lock), not "the lock key must not be
+/// empty" (64).
+#[test]
+fn semaphore_command_first_word_is_not_read_as_a_key() {
+    let server = RedisServer::start();
+    let out = run(&server, &["--semaphore", "s", "--permits", "2", "--", ""]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(err.starts_with("ferrolock: cannot run \"\""), "{err}");
+    assert!(!err.contains("key"), "{err}");
+    assert_eq!(
+        server.cmd::<i64>(&["ZCARD", "{s}:timeout"]),
+        0,
+        "permit not released"
+    );
 }
