@@ -139,7 +139,7 @@ pub struct RunArgs {
     #[arg(long, short, conflicts_with = "verbose")]
     quiet: bool,
 
-    /// Say what happens: acquired, renewed, released (on stderr)
+    /// Say when the lock is acquired and released, on stderr (renewals are not reported)
     #[arg(long, short)]
     verbose: bool,
 

@@ -951,3 +951,35 @@ fn semaphore_command_first_word_is_not_read_as_a_key() {
         "permit not released"
     );
 }
+
+/// The help of `-v` promises what a `-v` run prints: the acquire and the release, not the
+/// renewals (it said "acquired, renewed, released", and no renewal was ever reported). The
+/// run lasts past two renewals (every ttl/3).
+#[test]
+fn verbose_reports_what_its_help_says() {
+    let mut help = ferrolock();
+    help.args(["run", "--help"]);
+    let help = String::from_utf8_lossy(&output_within(help, HANG).stdout).into_owned();
+    let verbose = help
+        .split("-v, --verbose")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("-v in the help")
+        .to_string();
+    assert!(
+        verbose.contains("acquired") && verbose.contains("released"),
+        "{verbose}"
+    );
+    assert!(
+        !verbose.contains("renewed") && verbose.contains("renewals are not reported"),
+        "{verbose}"
+    );
+
+    let server = RedisServer::start();
+    let out = run(&server, &["-v", "--ttl", "3s", "k", "--", "sleep", "2.5"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.starts_with("ferrolock: acquired lock \"k\" "), "{err}");
+    assert!(err.ends_with("ferrolock: released lock \"k\"\n"), "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
+}
