@@ -30,9 +30,15 @@ and everything in its process group get SIGTERM before the lock's validity ends,
 SIGKILL after --grace if any of them is still running (ferrolock waits for the whole group,
 not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. It exits 70 too when
 the release finds the lock no longer ours (deleted or taken over while COMMAND ran, and not
-noticed before COMMAND ended). With
---no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) and
-ferrolock only warns on stderr when that validity ends while COMMAND still runs.
+noticed before COMMAND ended). --max-hold ends the renewals after that long, and COMMAND is
+stopped as for a lost lock.
+
+With --no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms):
+ferrolock warns on stderr when that validity ends while COMMAND still runs, but does not
+stop COMMAND, and passes its status on (70 only if the release finds the key deleted or
+taken before the validity ended). With --no-watchdog and --max-hold, COMMAND is stopped
+instead, as for a lost lock (exit 70): at --max-hold, or just before the validity ends,
+whichever comes first.
 
 COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is killed too
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
@@ -106,6 +112,7 @@ pub struct RunArgs {
     max_extensions: Option<String>,
 
     /// Do not renew: the lock lasts --ttl, and ferrolock warns when it ends while COMMAND runs
+    /// (with --max-hold: stops COMMAND before it ends)
     #[arg(long)]
     no_watchdog: bool,
 

@@ -920,3 +920,46 @@ fn a_lost_lock_waits_for_the_group_to_stop_not_only_for_command() {
         "ferrolock exited while the grandchild was still stopping"
     );
 }
+
+/// `--no-watchdog` with `--max-hold` stops COMMAND as for a lost lock (exit 70) before the
+/// validity ends, here the ttl's (2 s, before --max-hold's 30 s), as the help now says (it
+/// said that with --no-watchdog ferrolock only warns). Without --max-hold it only warns
+/// (`validity_warning_is_printed_while_the_child_still_runs` in run.rs).
+#[test]
+fn no_watchdog_with_max_hold_stops_command_before_the_validity_ends_as_the_help_says() {
+    let mut help = ferrolock();
+    help.args(["run", "--help"]);
+    let help = String::from_utf8_lossy(&output(help).stdout).into_owned();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "With --no-watchdog and --max-hold, COMMAND is stopped instead, as for a lost lock \
+             (exit 70): at --max-hold, or just before the validity ends, whichever comes first."
+        ),
+        "{help}"
+    );
+
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (started, done) = (dir.path().join("started"), dir.path().join("done"));
+    let script = format!("touch {}; sleep 20; touch {}", p(&started), p(&done));
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--no-watchdog",
+        "--ttl",
+        "2s",
+    ])
+    .args(["--max-hold", "30s", "nw", "--", "sh", "-c", &script]);
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(started.exists(), "{err}");
+    assert!(!done.exists(), "COMMAND ran to its end: {err}");
+    assert!(
+        err.contains("running out") && err.contains("SIGTERM now"),
+        "{err}"
+    );
+}
