@@ -657,7 +657,9 @@ fn killed_semaphore_runner_permit_returns() {
     let server = RedisServer::start();
     let dir = tmp();
     let held = dir.path().join("held");
-    let script = format!("touch {}; sleep 600", path_str(&held));
+    // `exec`: the sleep is the child, which dies with the runner (a sleep under `sh` would
+    // outlive it for 10 minutes, holding the test's output pipe open).
+    let script = format!("touch {}; exec sleep 600", path_str(&held));
     let mut runner = ferrolock()
         .args(["run", "--nodes", &server.url(), "--semaphore", "one"])
         .args(["--permits", "1", "--ttl", "2s", "--", "sh", "-c", &script])
