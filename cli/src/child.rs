@@ -48,13 +48,27 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
 
 impl Child {
     /// Sends `sig` to the child's process group (the child and whatever it started there).
-    /// Only before the child has been reaped: its pid (the group id) cannot be reused while
-    /// it is our unreaped child.
+    /// Only while the group id cannot name another group: before the child is reaped (its pid
+    /// is the group id, and cannot be reused while it is our unreaped child), or after, while
+    /// `group_alive` says the group still has members (Linux keeps a pid number allocated
+    /// while any process has it as its group id).
     pub fn signal_group(&self, sig: libc::c_int) {
         if self.pgid > 0 {
             // SAFETY: plain syscall.
             unsafe { libc::kill(-self.pgid, sig) };
         }
+    }
+
+    /// Whether any process is left in the child's process group. Meant for after the child
+    /// was reaped (before, the child itself counts, zombie or not).
+    pub fn group_alive(&self) -> bool {
+        if self.pgid <= 0 {
+            return false;
+        }
+        // SAFETY: signal 0 only checks that the group exists and may be signalled.
+        let r = unsafe { libc::kill(-self.pgid, 0) };
+        // EPERM: a member we may not signal (it changed its user id) is still a member.
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
     }
 
     /// Takes the terminal's foreground back, once the child is gone.

@@ -56,24 +56,42 @@ fn nodes(list: &Option<String>) -> Result<Vec<String>, u8> {
     match LockManager::new(options) {
         Ok(_) => Ok(urls),
         Err(e) => {
-            eprintln!("ferrolock: {e} [{}]", e.kind().code());
+            errln!("ferrolock: {e} [{}]", e.kind().code());
             Err(exit::USAGE)
         }
     }
 }
 
-fn report(json: bool, out: Json, text: String) -> u8 {
-    if json {
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+/// Prints the result on stdout; `Err` with the exit code when it cannot be written. A reader
+/// that went away (`ferrolock scan | head -1`) ends us quietly, as SIGPIPE ends other tools
+/// (we ignore SIGPIPE, so the write fails instead).
+fn report(json: bool, out: Json, text: String) -> Result<(), u8> {
+    use std::io::Write as _;
+    let text = if json {
+        format!(
+            "{}\n",
+            serde_json::to_string_pretty(&out).unwrap_or_default()
+        )
     } else {
-        print!("{text}");
+        text
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(exit::BROKEN_PIPE),
+        Err(e) => {
+            errln!("ferrolock: cannot write the output: {e}");
+            Err(exit::IOERR)
+        }
     }
-    0
 }
 
 pub fn inspect(args: InspectArgs) -> u8 {
     if args.key.is_empty() {
-        eprintln!("ferrolock: the lock key must not be empty");
+        errln!("ferrolock: the lock key must not be empty");
         return exit::USAGE;
     }
     let urls = match nodes(&args.nodes) {
@@ -106,7 +124,9 @@ pub fn inspect(args: InspectArgs) -> u8 {
         out.push(node);
     }
     let title = format!("{} {:?}\n{text}", noun(&out), args.key);
-    report(args.json, json!({ "key": args.key, "nodes": out }), title);
+    if let Err(code) = report(args.json, json!({ "key": args.key, "nodes": out }), title) {
+        return code;
+    }
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
 }
 
@@ -491,7 +511,9 @@ pub fn scan(args: ScanArgs) -> u8 {
             }
         }
     }
-    report(args.json, json!({ "pattern": pattern, "locks": out }), text);
+    if let Err(code) = report(args.json, json!({ "pattern": pattern, "locks": out }), text) {
+        return code;
+    }
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
 }
 

@@ -2,6 +2,24 @@
 //!
 //! This file only parses arguments and maps outcomes to exit codes; `run.rs` does the work.
 
+/// `eprintln!` that ignores write errors. `eprintln!` panics when stderr is a pipe whose
+/// reader has gone (`ferrolock run ... 2>&1 | true`): exit 101 before COMMAND ran, or with the
+/// lock still held until its ttl. Every message on stderr goes through this (or `errprint!`).
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` that ignores write errors (see `errln!`).
+macro_rules! errprint {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod child;
 mod cluster;
 mod inspect;
@@ -29,6 +47,10 @@ mod exit {
     pub const CANNOT_EXECUTE: u8 = 126;
     /// The command was not found (shell convention).
     pub const NOT_FOUND: u8 = 127;
+    /// Output could not be written (other than to a closed pipe).
+    pub const IOERR: u8 = 74;
+    /// Our stdout is a pipe whose reader has gone: the status of a tool killed by SIGPIPE.
+    pub const BROKEN_PIPE: u8 = 128 + libc::SIGPIPE as u8;
 }
 
 #[derive(Parser)]
@@ -76,11 +98,11 @@ fn usage_error(e: clap::Error) -> u8 {
         return 0;
     }
     if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-        eprint!("{}", e.render());
+        errprint!("{}", e.render());
         return exit::USAGE;
     }
     let text = e.render().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
-    eprint!("ferrolock: {text}");
+    errprint!("ferrolock: {text}");
     exit::USAGE
 }

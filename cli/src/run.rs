@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use crate::child;
 use std::time::Duration;
 
-use ferrolock::{Error, ErrorKind, Lock, LockManager, ManagerOptions};
+use ferrolock::{Error, ErrorKind, Lock, LockManager, LockStatus, ManagerOptions};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::Instant;
 
@@ -27,22 +27,33 @@ servers (however their URLs are written) fails at once (exit 64) instead of wait
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
 and everything in its process group get SIGTERM before the lock's validity ends, then
-SIGKILL after --grace, and ferrolock exits 70 whatever COMMAND's status. With
---no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms) and
-ferrolock only warns on stderr when that validity ends while COMMAND still runs.
+SIGKILL after --grace if any of them is still running (ferrolock waits for the whole group,
+not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. It exits 70 too when
+the release finds the lock no longer ours (deleted or taken over while COMMAND ran, and not
+noticed before COMMAND ended). --max-hold ends the renewals after that long, and COMMAND is
+stopped as for a lost lock.
+
+With --no-watchdog the lock lasts --ttl (minus a clock-drift allowance of 1% + 2ms):
+ferrolock warns on stderr when that validity ends while COMMAND still runs, but does not
+stop COMMAND, and passes its status on (70 only if the release finds the key deleted or
+taken before the validity ended). With --no-watchdog and --max-hold, COMMAND is stopped
+instead, as for a lost lock (exit 70): at --max-hold, or just before the validity ends,
+whichever comes first.
 
 COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is killed too
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
 are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
 foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
-directly. ferrolock releases the lock once COMMAND has exited. A signal that arrives while
-ferrolock is still waiting for the lock ends the wait, and COMMAND never runs.
+directly. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
+in the background when it exits normally is not covered by the lock: ferrolock neither waits
+for it nor stops it. A signal that arrives while ferrolock is still waiting for the lock ends
+the wait, and COMMAND never runs.
 
 Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
   64      bad usage or bad input (the message names the bad value)
   69      no quorum of nodes reachable, or Redis refused the commands
-  70      the lock was lost while COMMAND ran (COMMAND was stopped)
+  70      the lock was lost before COMMAND finished (COMMAND was stopped if still running)
   75      the lock was not acquired within --wait
   126     COMMAND could not be executed (the lock is released)
   127     COMMAND was not found (the lock is released)
@@ -101,6 +112,7 @@ pub struct RunArgs {
     max_extensions: Option<String>,
 
     /// Do not renew: the lock lasts --ttl, and ferrolock warns when it ends while COMMAND runs
+    /// (with --max-hold: stops COMMAND before it ends)
     #[arg(long)]
     no_watchdog: bool,
 
@@ -134,7 +146,7 @@ pub struct RunArgs {
     #[arg(long, short, conflicts_with = "verbose")]
     quiet: bool,
 
-    /// Say what happens: acquired, renewed, released (on stderr)
+    /// Say when the lock is acquired and released, on stderr (renewals are not reported)
     #[arg(long, short)]
     verbose: bool,
 
@@ -163,16 +175,29 @@ pub struct RunArgs {
     semaphore: Option<String>,
 
     /// The semaphore's pool size, set by its first holder (a different size later is refused)
-    #[arg(long, value_name = "N", requires = "semaphore")]
+    // Hyphen values reach the number parser, so `--permits -1` is named as a bad value.
+    #[arg(
+        long,
+        value_name = "N",
+        requires = "semaphore",
+        allow_hyphen_values = true
+    )]
     permits: Option<u32>,
 
     /// How many of the semaphore's permits this run takes [default: 1]
-    #[arg(long, value_name = "K", requires = "semaphore")]
+    #[arg(
+        long,
+        value_name = "K",
+        requires = "semaphore",
+        allow_hyphen_values = true
+    )]
     count: Option<u32>,
 
     /// The lock's name: the Redis key that holds it (not given with --semaphore)
-    #[arg(value_name = "KEY", value_parser = parse_key, required_unless_present = "semaphore")]
-    key_arg: Option<String>,
+    // Checked in `settle_key`, not by a value parser: with --semaphore this is COMMAND's first
+    // word, which an empty (or non-UTF-8) value does not make bad usage.
+    #[arg(value_name = "KEY", required_unless_present = "semaphore")]
+    key_arg: Option<OsString>,
 
     /// KEY, or --semaphore's NAME (`settle_key`).
     #[arg(skip)]
@@ -243,10 +268,14 @@ impl RunArgs {
             (Some(name), first) => {
                 self.key = name.clone();
                 if let Some(word) = first {
-                    self.command.insert(0, word.into());
+                    self.command.insert(0, word);
                 }
             }
-            (None, key) => self.key = key.unwrap_or_default(),
+            (None, key) => {
+                let key = key.unwrap_or_default();
+                let key = key.to_str().ok_or("the lock key must be valid UTF-8")?;
+                self.key = parse_key(key)?;
+            }
         }
         if self.command.is_empty() {
             return Err("COMMAND is missing: give it after `--`");
@@ -274,13 +303,13 @@ pub fn main(mut args: RunArgs) -> u8 {
     let stats = args.stats;
     let code = runtime.block_on(run(args));
     if stats {
-        eprint!("{}", ferrolock::metrics::prometheus_text());
+        errprint!("{}", ferrolock::metrics::prometheus_text());
     }
     code
 }
 
 fn fail(code: u8, message: std::fmt::Arguments<'_>) -> u8 {
-    eprintln!("ferrolock: {message}");
+    errln!("ferrolock: {message}");
     code
 }
 
@@ -481,7 +510,7 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     if args.verbose {
-        eprintln!(
+        errln!(
             "ferrolock: acquired {} (validity {:?}{})",
             args.held(),
             lock.validity(),
@@ -508,24 +537,52 @@ async fn run(args: RunArgs) -> u8 {
         env.push(("FERROLOCK_FENCE", fence.to_string()));
     }
     let code = supervise(&args, &lock, &env, &mut signals).await;
+    // A lock that is renewed or cut short (`max_hold`) has its loss signalled; one declared
+    // as COMMAND exited may have lost the race with that exit in `supervise`.
+    let watched = !args.no_watchdog || args.max_hold.is_some();
+    let mut lost = match lock.status() {
+        LockStatus::Lost(reason) if watched && code != exit::LOST => {
+            let text = reason.to_string();
+            let prefix = format!("lock {:?} lost: ", args.key);
+            Some(text.strip_prefix(&prefix).unwrap_or(&text).to_string())
+        }
+        _ => None,
+    };
     match lock.release().await {
         Ok(true) => {
             if args.verbose {
-                eprintln!("ferrolock: released {}", args.held());
+                errln!("ferrolock: released {}", args.held());
             }
         }
-        // A loss was reported when it happened (and the validity warning, if it fired).
-        Ok(false) if code == exit::LOST || Instant::now() >= lock.deadline() => {}
-        Ok(false) if !args.quiet => eprintln!(
-            "ferrolock: warning: {} was no longer ours at release: it was deleted or taken over while {} ran",
-            args.held(),
-            program(&args)
-        ),
-        Ok(false) => {}
+        // A loss was reported when it happened.
+        Ok(false) if code == exit::LOST => {}
+        // --no-watchdog: the validity ended while COMMAND ran, as the warning said then; its
+        // status is passed on (see the help).
+        Ok(false) if !watched && Instant::now() >= lock.deadline() => {}
+        Ok(false) => {
+            lost.get_or_insert_with(|| {
+                format!(
+                    "our token was gone at release: the key was deleted or taken over while {} ran",
+                    program(&args)
+                )
+            });
+        }
         Err(e) if !args.quiet || e.kind() != ErrorKind::NotHeld => {
-            eprintln!("ferrolock: warning: {e} [{}]", e.kind().code())
+            errln!("ferrolock: warning: {e} [{}]", e.kind().code())
         }
         Err(_) => {}
+    }
+    if let Some(why) = lost {
+        // As for a loss while COMMAND ran: its status would hide that part of it ran
+        // without the lock.
+        return fail(
+            exit::LOST,
+            format_args!(
+                "{} was lost before {} finished: {why}",
+                args.held(),
+                program(&args)
+            ),
+        );
     }
     code
 }
@@ -546,7 +603,7 @@ async fn supervise(
             } else {
                 exit::CANNOT_EXECUTE
             };
-            return fail(code, format_args!("cannot run {}: {e}", program(args)));
+            return fail(code, format_args!("cannot run {:?}: {e}", program(args)));
         }
     };
     let watchdog = !args.no_watchdog;
@@ -566,7 +623,7 @@ async fn supervise(
                 lost = None; // resolves once
                 // `None`: released, which only we do, after the child is gone.
                 let Some(reason) = reason else { continue };
-                eprintln!(
+                errln!(
                     "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
                     program(args),
                     child.pgid
@@ -582,7 +639,7 @@ async fn supervise(
             _ = tokio::time::sleep_until(deadline), if !watchdog && !warned => {
                 warned = true;
                 if !args.quiet {
-                    eprintln!(
+                    errln!(
                         "ferrolock: warning: {} validity ended while {} (pid {}) is still running; another process may now hold it (--ttl {:?}, --no-watchdog)",
                         args.held(),
                         program(args),
@@ -595,6 +652,9 @@ async fn supervise(
     };
     child.restore_terminal();
     if loss.is_some() {
+        if let Some(kill_at) = kill_at {
+            stop_the_rest(&child, kill_at, signals).await;
+        }
         // The child's own status would hide that it ran (and was stopped) without the lock.
         return exit::LOST;
     }
@@ -604,6 +664,26 @@ async fn supervise(
             exit::SOFTWARE,
             format_args!("lost track of {}: {e}", program(args)),
         ),
+    }
+}
+
+/// After a loss, once the child has exited: what it started in its process group got the
+/// SIGTERM too, and may outlive it (a background job that ignores SIGTERM, or takes longer
+/// to stop). Waits until the group is empty, or until `kill_at` (the end of the grace), when
+/// what is left gets SIGKILL. Signals sent to us meanwhile go to the group.
+async fn stop_the_rest(child: &child::Child, kill_at: Instant, signals: &mut Signals) {
+    // The kernel tells no one when a group empties: it is probed.
+    let mut probe = tokio::time::interval(Duration::from_millis(50));
+    while child.group_alive() {
+        tokio::select! {
+            _ = probe.tick() => {}
+            // We have the terminal back: a SIGINT from it reached us alone.
+            sig = signals.next() => child.signal_group(sig),
+            _ = tokio::time::sleep_until(kill_at) => {
+                child.signal_group(libc::SIGKILL);
+                return;
+            }
+        }
     }
 }
 

@@ -657,7 +657,9 @@ fn killed_semaphore_runner_permit_returns() {
     let server = RedisServer::start();
     let dir = tmp();
     let held = dir.path().join("held");
-    let script = format!("touch {}; sleep 600", path_str(&held));
+    // `exec`: the sleep is the child, which dies with the runner (a sleep under `sh` would
+    // outlive it for 10 minutes, holding the test's output pipe open).
+    let script = format!("touch {}; exec sleep 600", path_str(&held));
     let mut runner = ferrolock()
         .args(["run", "--nodes", &server.url(), "--semaphore", "one"])
         .args(["--permits", "1", "--ttl", "2s", "--", "sh", "-c", &script])
@@ -709,6 +711,24 @@ fn semaphore_bad_usage_exits_64() {
         (
             &["--semaphore", "s", "--permits", "x", "--", "true"][..],
             "'x'",
+        ),
+        // A negative number is the flag's bad value, not an unknown flag `-1`.
+        (
+            &["--semaphore", "s", "--permits", "-1", "--", "true"][..],
+            "'-1' for '--permits",
+        ),
+        (
+            &[
+                "--semaphore",
+                "s",
+                "--permits",
+                "2",
+                "--count",
+                "-1",
+                "--",
+                "true",
+            ][..],
+            "'-1' for '--count",
         ),
         (
             &["--semaphore", "s", "--permits", "2", "--read", "--", "true"][..],
@@ -786,4 +806,182 @@ fn messages_name_the_kind_held() {
             "{args:?}: {err}"
         );
     }
+}
+
+/// A pipe whose reader has already gone: every write to it fails with EPIPE (ferrolock, as
+/// every Rust program, ignores SIGPIPE).
+fn broken_pipe() -> Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills both descriptors on success; each is owned once below.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh descriptors from pipe2, owned by nobody else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    Stdio::from(writer)
+}
+
+/// `ferrolock run -v ... 2>&1 | true`: stderr is a pipe nobody reads. The messages are lost,
+/// but COMMAND runs under the lock, its status is passed on and the lock is released (an
+/// `eprintln!` panicked here: exit 101, COMMAND never ran, the key held for its whole ttl).
+#[test]
+fn a_stderr_nobody_reads_does_not_stop_the_run() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let seen = dir.path().join("seen");
+    let script = format!(
+        "redis-cli -p {} EXISTS ep > {}; exit 3",
+        server.port(),
+        path_str(&seen)
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "-v",
+        "--stats",
+        "--ttl",
+        "30s",
+    ])
+    .args(["ep", "--", "sh", "-c", &script])
+    .stdout(Stdio::null())
+    .stderr(broken_pipe());
+    let mut child = cmd.spawn().expect("spawn ferrolock");
+    let status = wait_within(&mut child, HANG);
+    assert_eq!(status.code(), Some(3), "{status:?}");
+    assert_eq!(
+        fs::read_to_string(&seen).expect("COMMAND ran").trim(),
+        "1",
+        "COMMAND ran without the lock"
+    );
+    assert!(!exists(&server, "ep"), "the lock was not released");
+}
+
+/// `ferrolock scan | head -1` and `inspect` into a pipe whose reader has gone: ended quietly
+/// with the status of a tool killed by SIGPIPE, not a panic (101).
+#[test]
+fn inspect_and_scan_end_quietly_on_a_closed_stdout_pipe() {
+    let server = RedisServer::start();
+    server.cmd::<String>(&[
+        "SET",
+        "held",
+        "0123456789abcdef0123456789abcdef",
+        "PX",
+        "60000",
+    ]);
+    for args in [
+        &["scan"][..],
+        &["scan", "--json"],
+        &["inspect", "held"],
+        &["inspect", "--json", "held"],
+    ] {
+        let mut cmd = ferrolock();
+        cmd.args(&args[..1])
+            .args(["--nodes", &server.url()])
+            .args(&args[1..])
+            .stdout(broken_pipe())
+            .stderr(Stdio::piped());
+        let child = cmd.spawn().expect("spawn ferrolock");
+        let out = child.wait_with_output().expect("wait for ferrolock");
+        assert_eq!(
+            out.status.code(),
+            Some(128 + libc::SIGPIPE),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+        assert_eq!(stderr(&out), "", "{args:?}");
+    }
+}
+
+/// A lock taken over while COMMAND ran, with no renewal due before COMMAND ends (ttl 30 s):
+/// only the release finds it gone. ferrolock exits 70, not COMMAND's 0, and says so; the
+/// new holder's key is left alone. The same with --no-watchdog, before its validity ends.
+#[test]
+fn a_loss_found_only_at_release_exits_70() {
+    let server = RedisServer::start();
+    for flags in [&[][..], &["--no-watchdog"]] {
+        let dir = tmp();
+        let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+        let script = format!(
+            "touch {}; while [ ! -e {} ]; do sleep 0.05; done; exit 0",
+            path_str(&started),
+            path_str(&go)
+        );
+        let child = ferrolock()
+            .args(["run", "--nodes", &server.url(), "--ttl", "30s"])
+            .args(flags)
+            .args(["racek", "--", "sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn ferrolock");
+        wait_for_file(&started);
+        server.cmd::<String>(&["SET", "racek", "stolen"]);
+        fs::write(&go, "").unwrap();
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || tx.send(child.wait_with_output()));
+        let out = rx.recv_timeout(HANG).expect("ferrolock exits").unwrap();
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(70), "{flags:?}: {err}");
+        assert!(
+            err.contains("ferrolock: lock \"racek\" was lost before sh finished"),
+            "{flags:?}: {err}"
+        );
+        assert_eq!(
+            server.cmd::<String>(&["GET", "racek"]),
+            "stolen",
+            "{flags:?}"
+        );
+        server.cmd::<i64>(&["DEL", "racek"]);
+    }
+}
+
+/// With --semaphore there is no KEY: COMMAND's first word is not checked as one. An empty
+/// program name is a COMMAND not found (127, as for a lock), not "the lock key must not be
+/// empty" (64).
+#[test]
+fn semaphore_command_first_word_is_not_read_as_a_key() {
+    let server = RedisServer::start();
+    let out = run(&server, &["--semaphore", "s", "--permits", "2", "--", ""]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(127), "{err}");
+    assert!(err.starts_with("ferrolock: cannot run \"\""), "{err}");
+    assert!(!err.contains("key"), "{err}");
+    assert_eq!(
+        server.cmd::<i64>(&["ZCARD", "{s}:timeout"]),
+        0,
+        "permit not released"
+    );
+}
+
+/// The help of `-v` promises what a `-v` run prints: the acquire and the release, not the
+/// renewals (it said "acquired, renewed, released", and no renewal was ever reported). The
+/// run lasts past two renewals (every ttl/3).
+#[test]
+fn verbose_reports_what_its_help_says() {
+    let mut help = ferrolock();
+    help.args(["run", "--help"]);
+    let help = String::from_utf8_lossy(&output_within(help, HANG).stdout).into_owned();
+    let verbose = help
+        .split("-v, --verbose")
+        .nth(1)
+        .and_then(|rest| rest.split("\n\n").next())
+        .expect("-v in the help")
+        .to_string();
+    assert!(
+        verbose.contains("acquired") && verbose.contains("released"),
+        "{verbose}"
+    );
+    assert!(
+        !verbose.contains("renewed") && verbose.contains("renewals are not reported"),
+        "{verbose}"
+    );
+
+    let server = RedisServer::start();
+    let out = run(&server, &["-v", "--ttl", "3s", "k", "--", "sleep", "2.5"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.starts_with("ferrolock: acquired lock \"k\" "), "{err}");
+    assert!(err.ends_with("ferrolock: released lock \"k\"\n"), "{err}");
+    assert_eq!(err.lines().count(), 2, "{err}");
 }

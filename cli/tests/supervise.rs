@@ -828,3 +828,138 @@ fn a_lost_read_or_write_hold_stops_the_child_and_exits_70() {
         assert!(err.contains("our token is gone"), "{side}: {err}");
     }
 }
+
+/// Kills a process at the end of a test, whatever its outcome (a grandchild the run under
+/// test failed to stop must not outlive the test).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        // SAFETY: plain syscall; the pid is gone already when the test passed.
+        unsafe { libc::kill(self.0, libc::SIGKILL) };
+    }
+}
+
+/// A `run` whose COMMAND (`sh -c`) starts `grandchild` (a script file) in the background, in
+/// its process group, and then loops until SIGTERM ends it. Returns once both run, with the
+/// grandchild's pid; the test then deletes the key to have the lock lost.
+fn run_with_a_background_grandchild(
+    server: &RedisServer,
+    dir: &Path,
+    key: &str,
+    grace: &str,
+    grandchild: &str,
+) -> (Child, i32) {
+    let (script, pidfile, started) = (
+        dir.join("grandchild.sh"),
+        dir.join("grandchild.pid"),
+        dir.join("started"),
+    );
+    fs::write(&script, grandchild).unwrap();
+    let command = format!(
+        "sh {script} & echo $! > {pid}; touch {started}; while :; do sleep 0.05; done",
+        script = p(&script),
+        pid = p(&pidfile),
+        started = p(&started)
+    );
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", &server.url(), "--ttl", "2s"])
+        .args(["--grace", grace, key, "--", "sh", "-c", &command]);
+    // Not piped: the grandchild holds our stderr as long as it lives.
+    let run = cmd.stderr(Stdio::null()).spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    let pid = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (run, pid)
+}
+
+/// After a loss, what COMMAND started in its process group gets SIGKILL at the end of the
+/// grace even when COMMAND itself exited at the SIGTERM: `run` used to stop watching the group
+/// once COMMAND was gone, and a grandchild that ignores SIGTERM ran on without the lock.
+#[test]
+fn a_lost_lock_kills_what_outlives_command_in_its_group_after_the_grace() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let trapped = dir.path().join("trapped");
+    // Ignores SIGTERM (kept across the exec), says so, then sleeps far past the test.
+    let grandchild = format!("trap '' TERM; touch {}; exec sleep 600", p(&trapped));
+    let (mut run, pid) =
+        run_with_a_background_grandchild(&server, dir.path(), "outlived", "2s", &grandchild);
+    let _cleanup = KillOnDrop(pid);
+    wait_for("the grandchild ignores SIGTERM", || trapped.exists());
+    assert!(alive(pid));
+    assert_eq!(server.cmd::<i64>(&["DEL", "outlived"]), 1);
+    assert_eq!(wait(&mut run).code(), Some(70));
+    // SIGKILL was sent before ferrolock exited; the grandchild's new parent reaps it.
+    wait_for("the grandchild was killed", || !alive(pid));
+}
+
+/// After a loss, ferrolock waits for what COMMAND started in its group to stop on the
+/// SIGTERM (here it takes a second), and exits 70 once the group is empty: not as soon as
+/// COMMAND exits, and not only at the end of the (here 10 minute) grace.
+#[test]
+fn a_lost_lock_waits_for_the_group_to_stop_not_only_for_command() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let stopped = dir.path().join("stopped");
+    let grandchild = format!(
+        "trap 'sleep 1; touch {}; exit 0' TERM; while :; do sleep 0.05; done",
+        p(&stopped)
+    );
+    let (mut run, pid) =
+        run_with_a_background_grandchild(&server, dir.path(), "slow-stop", "600s", &grandchild);
+    let _cleanup = KillOnDrop(pid);
+    assert_eq!(server.cmd::<i64>(&["DEL", "slow-stop"]), 1);
+    // `wait` fails past 30 s: the grace (600 s) did not run out.
+    assert_eq!(wait(&mut run).code(), Some(70));
+    assert!(
+        stopped.exists(),
+        "ferrolock exited while the grandchild was still stopping"
+    );
+}
+
+/// `--no-watchdog` with `--max-hold` stops COMMAND as for a lost lock (exit 70) before the
+/// validity ends, here the ttl's (2 s, before --max-hold's 30 s), as the help now says (it
+/// said that with --no-watchdog ferrolock only warns). Without --max-hold it only warns
+/// (`validity_warning_is_printed_while_the_child_still_runs` in run.rs).
+#[test]
+fn no_watchdog_with_max_hold_stops_command_before_the_validity_ends_as_the_help_says() {
+    let mut help = ferrolock();
+    help.args(["run", "--help"]);
+    let help = String::from_utf8_lossy(&output(help).stdout).into_owned();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "With --no-watchdog and --max-hold, COMMAND is stopped instead, as for a lost lock \
+             (exit 70): at --max-hold, or just before the validity ends, whichever comes first."
+        ),
+        "{help}"
+    );
+
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (started, done) = (dir.path().join("started"), dir.path().join("done"));
+    let script = format!("touch {}; sleep 20; touch {}", p(&started), p(&done));
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--no-watchdog",
+        "--ttl",
+        "2s",
+    ])
+    .args(["--max-hold", "30s", "nw", "--", "sh", "-c", &script]);
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{err}");
+    assert!(started.exists(), "{err}");
+    assert!(!done.exists(), "COMMAND ran to its end: {err}");
+    assert!(
+        err.contains("running out") && err.contains("SIGTERM now"),
+        "{err}"
+    );
+}
