@@ -13,6 +13,8 @@ pub struct Child {
     pub pgid: libc::pid_t,
     /// The terminal whose foreground we handed to the child, to take back when it ends.
     terminal: Option<libc::c_int>,
+    /// The child has had the terminal's foreground: a Ctrl-C there reached its group alone.
+    pub had_terminal: bool,
 }
 
 /// Spawns `command` in a new process group with `env` added.
@@ -42,6 +44,7 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
     Ok(Child {
         process,
         pgid,
+        had_terminal: terminal.is_some(),
         terminal,
     })
 }
@@ -74,19 +77,75 @@ impl Child {
     /// Takes the terminal's foreground back, once the child is gone.
     pub fn restore_terminal(&mut self) {
         if let Some(fd) = self.terminal.take() {
-            // SAFETY: we are in a background group now: a tcsetpgrp from there raises
-            // SIGTTOU, which is blocked around the call (as shells do).
-            unsafe {
-                let mut block: libc::sigset_t = std::mem::zeroed();
-                let mut old: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut block);
-                libc::sigaddset(&mut block, libc::SIGTTOU);
-                libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-                libc::tcsetpgrp(fd, libc::getpgrp());
-                libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-                libc::close(fd);
+            take_foreground(fd);
+            // SAFETY: a descriptor we own.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// The job-control signal (SIGTSTP, SIGTTIN, SIGTTOU) that stopped the child, if it was
+    /// stopped by one since the last call (the stop is consumed; its exit is left for tokio).
+    pub fn job_stop(&self) -> Option<libc::c_int> {
+        let pid = self.process.id()?;
+        // SAFETY: waitid on our own child, WNOHANG; `info` is plain data.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let r = libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WSTOPPED | libc::WNOHANG,
+            );
+            if r != 0 || info.si_pid() == 0 || info.si_code != libc::CLD_STOPPED {
+                return None;
+            }
+            let sig = info.si_status();
+            matches!(sig, libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU).then_some(sig)
+        }
+    }
+
+    /// The child was stopped by `sig` (Ctrl-Z, or reading the terminal from the background):
+    /// stops this process the same way, with the terminal taken back, so that the shell that
+    /// started us sees its job stopped and takes the terminal (as it would have without us).
+    /// Returns once we are continued (`fg`, `bg`), having handed the terminal to the child
+    /// again if we are in its foreground; the caller then continues the child. Where nothing
+    /// can continue us (an orphaned process group, the signal ignored), the stop does not
+    /// happen and this returns at once.
+    pub fn stop_with_child(&mut self, sig: libc::c_int) {
+        if let Some(fd) = self.terminal {
+            take_foreground(fd);
+        }
+        // SAFETY: raise on ourselves; no handler of ours is installed for these signals, so
+        // their default action (stop) applies, or their inherited disposition.
+        unsafe { libc::raise(sig) };
+        match self.terminal {
+            Some(fd) => {
+                // SAFETY: tcgetpgrp on a descriptor we own.
+                if unsafe { libc::tcgetpgrp(fd) == libc::getpgrp() } {
+                    // SAFETY: as in `give_terminal`.
+                    unsafe { libc::tcsetpgrp(fd, self.pgid) };
+                }
+            }
+            None => {
+                self.terminal = give_terminal(self.pgid);
+                self.had_terminal |= self.terminal.is_some();
             }
         }
+    }
+}
+
+/// Makes our process group the foreground of `fd` again. We are in a background group then:
+/// a tcsetpgrp from there raises SIGTTOU, which is blocked around the call (as shells do).
+fn take_foreground(fd: libc::c_int) {
+    // SAFETY: signal mask calls and tcsetpgrp on a descriptor we own.
+    unsafe {
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, libc::SIGTTOU);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        libc::tcsetpgrp(fd, libc::getpgrp());
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
 }
 

@@ -44,7 +44,13 @@ COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is k
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
 are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
 foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
-directly. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
+directly; if COMMAND dies of that SIGINT, ferrolock releases the lock and then sends SIGINT
+to its own process group, as the terminal would have without it (a shell script running
+ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or COMMAND reading the
+terminal from the background) stops COMMAND and ferrolock with it, so the shell gets the
+terminal back; the lock is not renewed while stopped. `fg` or `bg` continues both; if the
+lock's validity ended meanwhile, COMMAND gets SIGTERM before it is continued, and ferrolock
+exits 70. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
 in the background when it exits normally is not covered by the lock: ferrolock neither waits
 for it nor stops it. A signal that arrives while ferrolock is still waiting for the lock ends
 the wait, and COMMAND never runs.
@@ -304,6 +310,15 @@ pub fn main(mut args: RunArgs) -> u8 {
     let code = runtime.block_on(run(args));
     if stats {
         errprint!("{}", ferrolock::metrics::prometheus_text());
+    }
+    if PASS_ON_SIGINT.load(std::sync::atomic::Ordering::SeqCst) {
+        // The lock is released: end as the terminal's Ctrl-C would have ended us, with the
+        // group that started us (a shell script then stops instead of going on).
+        // SAFETY: plain syscalls; the default action ends the process.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::kill(0, libc::SIGINT);
+        }
     }
     code
 }
@@ -595,6 +610,8 @@ async fn supervise(
     env: &[(&str, String)],
     signals: &mut Signals,
 ) -> u8 {
+    // Before the spawn, so that no stop of the child goes unseen (see `job_stop`).
+    let mut sigchld = signal(SignalKind::child()).ok();
     let mut child = match child::spawn(&args.command, env) {
         Ok(child) => child,
         Err(e) => {
@@ -609,7 +626,8 @@ async fn supervise(
     let watchdog = !args.no_watchdog;
     // Without the watchdog (and no max_hold) nothing renews: the deadline warning below is
     // all there is, and nobody listens for an `Expiring` loss.
-    let mut lost = (watchdog || args.max_hold.is_some()).then(|| Box::pin(lock.lost()));
+    let watched = watchdog || args.max_hold.is_some();
+    let mut lost = watched.then(|| Box::pin(lock.lost()));
     let deadline = lock.deadline();
     let grace = args.grace.unwrap_or(DEFAULT_GRACE);
     let mut warned = false;
@@ -619,10 +637,33 @@ async fn supervise(
         tokio::select! {
             status = child.process.wait() => break status,
             sig = signals.next() => forward(sig, &child),
+            _ = async { sigchld.as_mut().expect("guarded").recv().await }, if sigchld.is_some() => {
+                let Some(sig) = child.job_stop() else { continue };
+                // Ctrl-Z (or a read of the terminal from the background) stopped the child:
+                // we stop too, so that our shell gets its terminal and job control back. The
+                // lock is not renewed while we are stopped.
+                child.stop_with_child(sig);
+                if watched && loss.is_none() && Instant::now() >= lock.deadline() {
+                    // Stopped past the validity: the child must not run on without the lock.
+                    errln!(
+                        "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
+                        args.held(),
+                        program(args),
+                        child.pgid
+                    );
+                    child.signal_group(libc::SIGTERM);
+                    loss = Some("its validity ended while ferrolock was stopped".to_string());
+                    kill_at = Some(Instant::now() + grace);
+                }
+                child.signal_group(libc::SIGCONT);
+            }
             reason = async { lost.as_mut().expect("guarded").await }, if lost.is_some() => {
                 lost = None; // resolves once
                 // `None`: released, which only we do, after the child is gone.
                 let Some(reason) = reason else { continue };
+                if loss.is_some() {
+                    continue; // stopped already (see the stop above)
+                }
                 errln!(
                     "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
                     program(args),
@@ -658,6 +699,15 @@ async fn supervise(
         // The child's own status would hide that it ran (and was stopped) without the lock.
         return exit::LOST;
     }
+    if child.had_terminal
+        && let Ok(status) = &status
+        && std::os::unix::process::ExitStatusExt::signal(status) == Some(libc::SIGINT)
+    {
+        // A Ctrl-C at the terminal reached only the child's group, which had the foreground.
+        // Without us it would have reached the group that started us too (a shell script's
+        // loop stops on it): `main` passes it on there once the lock is released.
+        PASS_ON_SIGINT.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     match status {
         Ok(status) => exit_code(status),
         Err(e) => fail(
@@ -666,6 +716,9 @@ async fn supervise(
         ),
     }
 }
+
+/// Set when the child died of a SIGINT while it had the terminal (see `supervise`).
+static PASS_ON_SIGINT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// After a loss, once the child has exited: what it started in its process group got the
 /// SIGTERM too, and may outlive it (a background job that ignores SIGTERM, or takes longer

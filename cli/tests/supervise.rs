@@ -963,3 +963,143 @@ fn no_watchdog_with_max_hold_stops_command_before_the_validity_ends_as_the_help_
         "{err}"
     );
 }
+
+/// The state letter of `/proc/<pid>/stat` (`T`: stopped), or ' ' once it is gone.
+fn state(pid: i32) -> char {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .unwrap_or(' ')
+}
+
+/// `ferrolock run` in a process group of its own (as a shell runs a job), its child stopping
+/// itself with SIGTSTP (as Ctrl-Z stops the terminal's foreground group, which the child has
+/// then): returns ferrolock, the child's pid and the file the child touches once continued.
+fn run_a_child_that_stops(
+    server: &RedisServer,
+    dir: &Path,
+    key: &str,
+    ttl: &str,
+) -> (Child, i32, std::path::PathBuf) {
+    use std::os::unix::process::CommandExt;
+    let pidfile = dir.join("pid");
+    let resumed = dir.join("resumed");
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", &server.url(), "--ttl", ttl, key, "--"])
+        .args([
+            "sh",
+            "-c",
+            &format!(
+                "echo $$ > {}; kill -s TSTP $$; touch {}; exit 7",
+                p(&pidfile),
+                p(&resumed)
+            ),
+        ])
+        .process_group(0)
+        .stderr(Stdio::piped());
+    let run = cmd.spawn().expect("spawn");
+    wait_for("the child wrote its pid", || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let me = run.id() as i32;
+    wait_for("ferrolock stopped with its child", || {
+        state(me) == 'T' && state(pid) == 'T'
+    });
+    (run, pid, resumed)
+}
+
+#[test]
+fn a_child_stopped_by_ctrl_z_stops_ferrolock_too_and_both_go_on_when_continued() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (mut run, _, resumed) = run_a_child_that_stops(&server, dir.path(), "ctrl-z", "30s");
+    // Stopped, as its shell's job: the lock stays (a short stop is within the validity).
+    assert!(server.cmd::<Option<String>>(&["GET", "ctrl-z"]).is_some());
+    // `fg` continues the job, ferrolock: it continues the child.
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(run.id() as i32, libc::SIGCONT) };
+    assert_eq!(wait(&mut run).code(), Some(7));
+    assert!(resumed.exists(), "the child never went on");
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "ctrl-z"]).is_none(),
+        "not released"
+    );
+}
+
+#[test]
+fn a_stop_longer_than_the_validity_ends_in_70_without_the_child_going_on() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (mut run, _, resumed) = run_a_child_that_stops(&server, dir.path(), "ctrl-z-long", "1s");
+    // Stopped, nothing renews: the key expires (the fault this test needs).
+    wait_for("the key expired while ferrolock was stopped", || {
+        server
+            .cmd::<Option<String>>(&["GET", "ctrl-z-long"])
+            .is_none()
+    });
+    // SAFETY: plain syscall.
+    unsafe { libc::kill(run.id() as i32, libc::SIGCONT) };
+    let status = wait(&mut run);
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(
+        err.contains("validity ended while ferrolock was stopped"),
+        "{err}"
+    );
+    // SIGTERM reached the child before it was continued: it never ran without the lock.
+    assert!(
+        !resumed.exists(),
+        "the child went on after the validity ended"
+    );
+}
+
+/// Ctrl-C at a terminal, with `ferrolock run` in a shell script's loop: the child had the
+/// terminal, so only its group got the SIGINT; ferrolock passes it on to the group it was
+/// started in once the lock is released, so the script stops as it would without ferrolock.
+/// A real terminal: `script` (util-linux) runs the loop on a pseudo-terminal and turns the
+/// ^C written to it into the terminal's SIGINT.
+#[test]
+fn ctrl_c_in_a_scripts_loop_stops_the_script_as_without_ferrolock() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let inner = format!(
+        "for i in 1 2; do {} run --nodes {} ctrl-c -- sh -c 'touch {}; exec sleep 20'; echo iter $i rc=$?; done; echo end",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started)
+    );
+    let mut script = Command::new("script")
+        .args(["-qfc", &format!("bash -c \"{inner}\""), "/dev/null"])
+        .env_remove("FERROLOCK_NODES")
+        .env_remove("FERROLOCK_HELD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it");
+    wait_for("the child started", || started.exists());
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    let status = wait(&mut script);
+    drop(stdin);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(status.success(), "{out}");
+    assert!(
+        !out.contains("iter") && !out.contains("end"),
+        "the script went on after Ctrl-C: {out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "ctrl-c"]).is_none(),
+        "not released"
+    );
+}
