@@ -550,6 +550,59 @@ static void test_lost_before_validity_ends(void) {
   ferrolock_manager_free(m);
 }
 
+/* Two locks of one job, each one's loss callback releasing the other ("give up the whole
+ * job"), lost at once (here by release_all, which declares them lost to their holders): a
+ * release waits for the other lock's running callback, which waits for this one's. Each must
+ * return: a release does not wait for a callback that is itself waiting in a release. */
+typedef struct {
+  ferrolock_lock *other;
+  pthread_barrier_t *both_running;
+  pthread_mutex_t *mu;
+  int *finished;
+} cross_t;
+
+static void cross_on_lost(void *userdata, const ferrolock_error *reason) {
+  cross_t *c = userdata;
+  (void)reason;
+  pthread_barrier_wait(c->both_running);
+  ferrolock_lock_release(c->other, NULL, NULL);
+  pthread_mutex_lock(c->mu);
+  (*c->finished)++;
+  pthread_mutex_unlock(c->mu);
+}
+
+static void test_loss_callbacks_releasing_each_other(void) {
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  ferrolock_lock *a = NULL, *b = NULL;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("cross-a"), NULL, NULL, &a, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("cross-b"), NULL, NULL, &b, &err), FERROLOCK_OK, NULL);
+  pthread_barrier_t both_running;
+  pthread_barrier_init(&both_running, NULL, 2);
+  pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  int finished = 0;
+  cross_t ca = {b, &both_running, &mu, &finished}, cb = {a, &both_running, &mu, &finished};
+  EXPECT(ferrolock_lock_on_lost(a, cross_on_lost, &ca, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(b, cross_on_lost, &cb, &err), FERROLOCK_OK, NULL);
+  size_t released = 0;
+  EXPECT(ferrolock_manager_release_all(m, 10000, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 2, "released %zu", released);
+  double give_up = now_ms() + 20000;
+  int done = 0;
+  while (now_ms() < give_up) {
+    pthread_mutex_lock(&mu);
+    done = finished;
+    pthread_mutex_unlock(&mu);
+    if (done == 2) break;
+    sleep_ms(10);
+  }
+  CHECK(done == 2, "the two loss callbacks waited for each other (%d of 2 returned)", done);
+  if (done != 2) return; /* freeing now would wait for them too */
+  ferrolock_lock_free(a);
+  ferrolock_lock_free(b);
+  pthread_barrier_destroy(&both_running);
+  ferrolock_manager_free(m);
+}
+
 static void test_lost_never_after_free(void) {
   ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
   /* Freed before any loss: never called, even once the loss would have come. */
@@ -2197,6 +2250,7 @@ static const test_t tests[] = {
     {"two_processes", test_two_processes},
     {"lost_before_validity_ends", test_lost_before_validity_ends},
     {"lost_never_after_free", test_lost_never_after_free},
+    {"loss_callbacks_releasing_each_other", test_loss_callbacks_releasing_each_other},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
     {"manager_free_ends_waits", test_manager_free_ends_waits},

@@ -18,6 +18,7 @@
 
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
+use std::time::Duration;
 
 use crate::lock::LossReason;
 
@@ -66,22 +67,49 @@ impl Gate {
     }
 
     /// Stops every callback not started yet. With `wait`, also waits for those running,
-    /// except one running on this very thread (a callback that frees its own lock).
+    /// except one running on this very thread (a callback that frees its own lock) or on a
+    /// thread that is itself waiting in a `close`: two callbacks that release each other's
+    /// locks (C lets a callback release or free any lock) would otherwise wait for each other
+    /// for ever. Such a wait is re-checked every 10 ms, for the threads that start waiting.
     pub fn close(&self, wait: bool) {
         let me = std::thread::current().id();
         let mut s = self.state();
         s.closed = true;
-        while wait && s.running.iter().any(|t| *t != me) {
-            s = self.idle.wait(s).unwrap_or_else(|p| p.into_inner());
+        if !wait {
+            return;
+        }
+        closing().push(me);
+        loop {
+            let waiting_elsewhere = closing().clone();
+            let blocked_on = |t: &ThreadId| *t != me && !waiting_elsewhere.contains(t);
+            if !s.running.iter().any(blocked_on) {
+                break;
+            }
+            s = self
+                .idle
+                .wait_timeout(s, Duration::from_millis(10))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        drop(s);
+        let mut c = closing();
+        if let Some(i) = c.iter().position(|t| *t == me) {
+            c.swap_remove(i);
         }
     }
+}
+
+/// The threads waiting in a `Gate::close` now (see there).
+static CLOSING: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+
+fn closing() -> MutexGuard<'static, Vec<ThreadId>> {
+    CLOSING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
 
     use super::*;
 
@@ -129,6 +157,32 @@ mod tests {
             "close returned while the callback ran"
         );
         t.join().unwrap();
+    }
+
+    #[test]
+    fn two_callbacks_closing_each_others_gate_both_return() {
+        let gates = [Arc::new(Gate::default()), Arc::new(Gate::default())];
+        let both_in = Arc::new(std::sync::Barrier::new(2));
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        for i in 0..2 {
+            let (mine, other) = (gates[i].clone(), gates[1 - i].clone());
+            let (both_in, done_tx) = (both_in.clone(), done_tx.clone());
+            std::thread::spawn(move || {
+                mine.run(
+                    |_| {
+                        both_in.wait();
+                        other.close(true);
+                    },
+                    &reason(),
+                );
+                done_tx.send(i).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            done_rx
+                .recv_timeout(Duration::from_secs(20))
+                .expect("the two callbacks waited for each other");
+        }
     }
 
     #[test]
