@@ -91,6 +91,39 @@ impl<T> Drop for PerProcess<T> {
 unsafe impl<T: Send + Sync> Sync for PerProcess<T> {}
 unsafe impl<T: Send> Send for PerProcess<T> {}
 
+/// A count of work in progress in this process (acquires running, for `close` and exit to
+/// wait for). A forked child starts from zero: the threads doing the parent's work were not
+/// copied, so that work never ends in the child, and a child waiting for it would wait for
+/// its whole limit.
+pub(crate) struct ProcessCount(PerProcess<std::sync::atomic::AtomicUsize>);
+
+impl ProcessCount {
+    pub(crate) const fn new() -> Self {
+        ProcessCount(PerProcess::new())
+    }
+
+    fn count(&self) -> &std::sync::atomic::AtomicUsize {
+        self.0.get_or_init(Default::default)
+    }
+
+    /// Counts one in; returns the process it was counted in, for [`leave`](Self::leave).
+    pub(crate) fn enter(&self) -> u32 {
+        self.count().fetch_add(1, Ordering::SeqCst);
+        pid()
+    }
+
+    /// Counts one out, if it was counted in this process.
+    pub(crate) fn leave(&self, counted_in: u32) {
+        if counted_in == pid() {
+            self.count().fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    pub(crate) fn is_zero(&self) -> bool {
+        self.count().load(Ordering::SeqCst) == 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1532,6 +1532,58 @@ static void test_fork_child(void) {
   ferrolock_manager_free(m);
 }
 
+/* A child forked while a parent thread waits in an acquire: that wait (its thread was not
+ * copied) never ends in the child, which must not wait for it at exit or at a manager's free.
+ * Before, the child's shutdown waited a third of its limit and its manager_free 5 s. */
+typedef struct {
+  ferrolock_manager *m;
+  const char *key;
+  int got;
+} fork_waiter_t;
+
+static void *blocked_acquire(void *arg) {
+  fork_waiter_t *w = arg;
+  ferrolock_lock *l = NULL;
+  if (ferrolock_manager_acquire(w->m, w->key, NULL, NULL, &l, NULL) == FERROLOCK_OK) {
+    ferrolock_lock_release(l, NULL, NULL);
+    ferrolock_lock_free(l);
+    __atomic_store_n(&w->got, 1, __ATOMIC_SEQ_CST);
+  }
+  return NULL;
+}
+
+static void test_fork_while_a_thread_waits(void) {
+  ferrolock_manager *m = manager_with(options_ms(NULL));
+  char key[128];
+  snprintf(key, sizeof key, "%s", fresh_key("fork-waiting"));
+  ferrolock_lock *held = NULL;
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  fork_waiter_t w = {m, key, 0};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, blocked_acquire, &w) == 0);
+  /* Waiting for certain: its place is in the key's queue. */
+  double give_up = now_ms() + 20000;
+  while (queue_keys_on(0, key) == 0 && now_ms() < give_up) sleep_ms(10);
+  CHECK(queue_keys_on(0, key) > 0, "the second acquire never queued");
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) {
+    /* A third of 60 s if the parent's wait counted here; well under that otherwise. */
+    double t0 = now_ms();
+    ferrolock_shutdown(60000);
+    ferrolock_manager_free(m);
+    _exit(now_ms() - t0 < 15000 ? 0 : 3);
+  }
+  int status = child_status(child, 90);
+  CHECK(status == 0, "child status %d (3: waited for the parent's acquire; -1: hung or crashed)", status);
+  EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(held);
+  pthread_join(t, NULL);
+  CHECK(__atomic_load_n(&w.got, __ATOMIC_SEQ_CST), "the parent's waiter never got the lock");
+  ferrolock_manager_free(m);
+}
+
 /* The child of test_freed_then_shutdown (issue 30 item 6 (b), (c)): a lock whose manager was
  * freed stays usable and shutdown releases it; a lock freed unreleased, then its manager
  * freed, is released before shutdown returns. */
@@ -2251,6 +2303,7 @@ static const test_t tests[] = {
     {"lost_before_validity_ends", test_lost_before_validity_ends},
     {"lost_never_after_free", test_lost_never_after_free},
     {"loss_callbacks_releasing_each_other", test_loss_callbacks_releasing_each_other},
+    {"fork_while_a_thread_waits", test_fork_while_a_thread_waits},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
     {"manager_free_ends_waits", test_manager_free_ends_waits},

@@ -6,11 +6,11 @@
 //! A binding calls [`exit`] from its exit hook (Python's `atexit`, Node's `process.on('exit')`,
 //! C's `ferrolock_shutdown` or a destructor) on one thread, before it stops its own callbacks.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind};
 use crate::host::flag::Flag;
+use crate::per_process::ProcessCount;
 
 /// Set by [`exit`]: from then on an acquire gives up, and one that completes releases its
 /// lock at once instead of handing it to a caller that may never run again (a daemon thread
@@ -18,7 +18,7 @@ use crate::host::flag::Flag;
 /// child forked during exit must not start new work either.
 static EXITING: Flag = Flag::new();
 /// Blocking acquires in progress, counted until their thread is back (clean-up included).
-static BLOCKING_ACQUIRES: AtomicUsize = AtomicUsize::new(0);
+static BLOCKING_ACQUIRES: ProcessCount = ProcessCount::new();
 
 pub fn is_exiting() -> bool {
     EXITING.is_set()
@@ -43,19 +43,18 @@ pub(crate) fn exiting_error(key: &str) -> Error {
     )
 }
 
-/// Counts a blocking acquire for as long as it lives.
-pub(crate) struct BlockingAcquire;
+/// Counts a blocking acquire for as long as it lives (in the process it was counted in).
+pub(crate) struct BlockingAcquire(u32);
 
 impl BlockingAcquire {
     pub fn enter() -> BlockingAcquire {
-        BLOCKING_ACQUIRES.fetch_add(1, Ordering::SeqCst);
-        BlockingAcquire
+        BlockingAcquire(BLOCKING_ACQUIRES.enter())
     }
 }
 
 impl Drop for BlockingAcquire {
     fn drop(&mut self) {
-        BLOCKING_ACQUIRES.fetch_sub(1, Ordering::SeqCst);
+        BLOCKING_ACQUIRES.leave(self.0);
     }
 }
 
@@ -66,9 +65,7 @@ impl Drop for BlockingAcquire {
 pub fn exit(limit: Duration) -> usize {
     EXITING.set();
     let share = limit / 3;
-    wait_until(Instant::now() + share, || {
-        BLOCKING_ACQUIRES.load(Ordering::SeqCst) == 0
-    });
+    wait_until(Instant::now() + share, || BLOCKING_ACQUIRES.is_zero());
     let mut released = 0;
     for _ in 0..2 {
         let managers = crate::host::manager::all();

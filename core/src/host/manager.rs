@@ -7,7 +7,6 @@
 //! `Manager`), a manager first used in a forked child registers there, and a lock dropped
 //! unreleased is released by a counted task exit waits for (`runtime::Pending`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -21,6 +20,7 @@ use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
 use crate::options::{LockOptions, ManagerOptions, Permits, RwSide};
 use crate::per_process::PerProcess;
+use crate::per_process::ProcessCount;
 
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
@@ -79,7 +79,7 @@ struct Inner {
     /// waiting on the manager give up when it is set.
     closed: Flag,
     /// Acquires in progress on this manager (in this process), for `close` to wait for.
-    acquiring: AtomicUsize,
+    acquiring: ProcessCount,
     /// The locks handed out in this process, weakly.
     handed: PerProcess<Mutex<Vec<Weak<CoreLock>>>>,
     nodes: Vec<String>,
@@ -190,7 +190,7 @@ impl Manager {
             core: PerProcess::default(),
             options,
             closed: Flag::new(),
-            acquiring: AtomicUsize::new(0),
+            acquiring: ProcessCount::new(),
             handed: PerProcess::default(),
         });
         inner.core.get_or_init(|| Mutex::new(Some(core)));
@@ -444,26 +444,26 @@ impl Manager {
         let until = Instant::now() + limit;
         // The waits see the flag and end; their undos and dequeues are counted background
         // work, which `then` waits for.
-        exit::wait_until(until, || self.inner.acquiring.load(Ordering::SeqCst) == 0);
+        exit::wait_until(until, || self.inner.acquiring.is_zero());
         then(self, until.saturating_duration_since(Instant::now()));
         let taken = locked(self.inner.core.get_or_init(Mutex::default)).take();
         drop(taken);
     }
 }
 
-/// Counts an acquire on a manager for as long as it runs (see `close`).
-struct Acquiring<'a>(&'a Inner);
+/// Counts an acquire on a manager for as long as it runs (see `close`), in the process it
+/// was counted in.
+struct Acquiring<'a>(&'a Inner, u32);
 
 impl Acquiring<'_> {
     fn enter(inner: &Inner) -> Acquiring<'_> {
-        inner.acquiring.fetch_add(1, Ordering::SeqCst);
-        Acquiring(inner)
+        Acquiring(inner, inner.acquiring.enter())
     }
 }
 
 impl Drop for Acquiring<'_> {
     fn drop(&mut self) {
-        self.0.acquiring.fetch_sub(1, Ordering::SeqCst);
+        self.0.acquiring.leave(self.1);
     }
 }
 
