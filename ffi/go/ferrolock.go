@@ -140,7 +140,9 @@ func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
 // up (ErrNotAcquired), and every lock of every manager not yet released is released, waiting
 // at most limit in all (what is not released by then expires with its ttl). Acquires started
 // afterwards fail at once. Within the same limit, the log records queued by then reach the
-// logger (see SetLogger). It returns how many locks were released in time.
+// logger (see SetLogger). It returns how many locks were released in time. Being the end,
+// it tells no holder: a WithLock body still running when it is called is not cancelled (call
+// it once they have returned, or call each manager's ReleaseAll first, which tells them).
 func Shutdown(limit time.Duration) int {
 	start := time.Now()
 	n := int(C.ferrolock_shutdown(limitMs(limit)))
@@ -622,6 +624,7 @@ func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.
 	inner, cancel := context.WithCancelCause(ctx)
 	l.loss.onLoss(cancel)
 	var fnErr error
+	returned := false
 	// Deferred: a panicking fn (recovered further up, as net/http does) must not leave the
 	// lock held and renewed until a collection runs the finalizer.
 	defer func() {
@@ -633,18 +636,45 @@ func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.
 			lostErr = l.loss.err
 		default:
 		}
-		relErr := l.Release()
+		// The rule every binding shares (C's ferrolock_lock_end_scope): a lock lost, or
+		// found gone at the release after fn succeeded, is ErrLockLost; one fn released
+		// itself is nothing; after fn failed (or panicked), a release problem is logged.
+		withFn, endErr := l.endScope(fnErr != nil || !returned)
+		if lostErr != nil && errors.Is(endErr, ErrLockLost) {
+			endErr = lostErr // the very error fn's ctx was cancelled with
+		}
 		switch {
-		case lostErr != nil:
-			err = errors.Join(fnErr, lostErr)
-		case fnErr != nil:
+		case endErr == nil:
 			err = fnErr
+		case withFn:
+			err = errors.Join(fnErr, endErr)
 		default:
-			err = relErr
+			err = endErr
 		}
 	}()
 	fnErr = fn(inner, l)
+	returned = true
 	return nil
+}
+
+// endScope releases the lock at the end of WithLock's scope, unless fn released it, applies
+// the shared end-of-scope rule (C's ferrolock_lock_end_scope) and frees the lock. err is what
+// to report instead of fn's outcome (nil: fn's stands); withFn: joined with fn's error.
+func (l *Lock) endScope(fnFailed bool) (withFn bool, err error) {
+	l.mu.Lock()
+	if l.p == nil {
+		l.mu.Unlock()
+		return false, nil // released (and freed) by fn
+	}
+	var cerr *C.ferrolock_error
+	var caused C.bool
+	blockingCalls <- struct{}{}
+	err = take(C.ferrolock_lock_end_scope(l.p, C.bool(fnFailed), &caused, &cerr), cerr)
+	<-blockingCalls
+	l.mu.Unlock()
+	l.free()
+	runtime.SetFinalizer(l, nil)
+	return bool(caused), err
 }
 
 var (

@@ -499,6 +499,32 @@ func TestReleaseAllDuringWithLockCancelsTheBody(t *testing.T) {
 	}
 }
 
+// The end of WithLock's scope follows the rule every binding shares: a lock found gone at
+// the release after fn succeeded is ErrLockLost (exclusion was broken: not a success); one fn
+// released itself is nothing to report.
+func TestWithLockEndsItsScopeByTheSharedRule(t *testing.T) {
+	m := manager(t)
+	k := key("scope-gone")
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+		// Behind the lock's back, on every node: the release will find the token gone.
+		for _, port := range ports {
+			if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "DEL", k).CombinedOutput(); err != nil {
+				t.Fatalf("DEL: %v %s", err, out)
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, ferrolock.ErrLockLost) || !strings.Contains(err.Error(), "no longer held") {
+		t.Fatalf("a lock gone at release: WithLock returned %v", err)
+	}
+	err = m.WithLock(context.Background(), key("scope-released"), func(ctx context.Context, l *ferrolock.Lock) error {
+		return l.Release()
+	})
+	if err != nil {
+		t.Fatalf("a lock fn released itself: WithLock returned %v", err)
+	}
+}
+
 func TestReleaseAllReleasesWhatIsStillHeld(t *testing.T) {
 	m := manager(t)
 	ctx := context.Background()

@@ -286,6 +286,21 @@ int ferrolock_lock_release(const struct ferrolock_lock *lock,
                            bool *released_out,
                            struct ferrolock_error **err);
 
+// Ends a scope that held `lock` (Go's `WithLock`; a C caller's own "with" helper): releases
+// it unless it was released already (in the body), then applies the end-of-scope rule every
+// binding shares (DESIGN.md, "Host layer", `scope.rs`). `body_failed`: the body ended with
+// an error (or a panic). `FERROLOCK_OK`: the body's own outcome stands (after a warning to
+// the log callback, for a lock gone at release or a failed release after a failed body).
+// Otherwise the error to report instead: `FERROLOCK_ERR_LOCK_LOST` for a lock lost, or found
+// gone at the release after a body that succeeded, or the release's own error; with
+// `*caused_by_body_out` (may be NULL) true when it is to be reported together with the body's
+// error (a loss while the body failed). The loss callback is disarmed first. The handle still
+// needs `ferrolock_lock_free`.
+int ferrolock_lock_end_scope(const struct ferrolock_lock *lock,
+                             bool body_failed,
+                             bool *caused_by_body_out,
+                             struct ferrolock_error **err);
+
 // Frees the handle. A lock not released is released in the background. The loss callback
 // is never called once this has returned; it waits for a call already running. NULL is
 // ignored.

@@ -219,6 +219,47 @@ pub unsafe extern "C" fn ferrolock_lock_release(
     })
 }
 
+/// Ends a scope that held `lock` (Go's `WithLock`; a C caller's own "with" helper): releases
+/// it unless it was released already (in the body), then applies the end-of-scope rule every
+/// binding shares (DESIGN.md, "Host layer", `scope.rs`). `body_failed`: the body ended with
+/// an error (or a panic). `FERROLOCK_OK`: the body's own outcome stands (after a warning to
+/// the log callback, for a lock gone at release or a failed release after a failed body).
+/// Otherwise the error to report instead: `FERROLOCK_ERR_LOCK_LOST` for a lock lost, or found
+/// gone at the release after a body that succeeded, or the release's own error; with
+/// `*caused_by_body_out` (may be NULL) true when it is to be reported together with the body's
+/// error (a loss while the body failed). The loss callback is disarmed first. The handle still
+/// needs `ferrolock_lock_free`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_lock_end_scope(
+    lock: *const ferrolock_lock,
+    body_failed: bool,
+    caused_by_body_out: *mut bool,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    call("ferrolock_lock_end_scope", err, || {
+        let lock = handle(lock, "lock")?;
+        lock.lock.quiesce();
+        let body = if body_failed {
+            host::scope::Body::Failed
+        } else {
+            host::scope::Body::Finished
+        };
+        let (error, chain) = match host::scope::end_blocking(&lock.lock, body) {
+            host::scope::ScopeEnd::Clean => return Ok(()),
+            host::scope::ScopeEnd::Log(message) => {
+                tracing::warn!(target: "ferrolock", "{message}");
+                return Ok(());
+            }
+            host::scope::ScopeEnd::Raise { error, chain } => (error, chain),
+        };
+        if !caused_by_body_out.is_null() {
+            // SAFETY: non-NULL, the caller's `bool`.
+            unsafe { *caused_by_body_out = chain };
+        }
+        Err(error.into())
+    })
+}
+
 /// Frees the handle. A lock not released is released in the background. The loss callback
 /// is never called once this has returned; it waits for a call already running. NULL is
 /// ignored.

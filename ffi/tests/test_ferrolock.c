@@ -1223,6 +1223,7 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_lock_extend(NULL, 0, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
   EXPECT(ferrolock_lock_extend(lock, 1, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl");
   EXPECT(ferrolock_lock_release(NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
+  EXPECT(ferrolock_lock_end_scope(NULL, false, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
   EXPECT(ferrolock_acquisition_result(NULL, &dummy, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition");
   CHECK(ferrolock_lock_key(NULL) == NULL && ferrolock_lock_token(NULL) == NULL);
   CHECK(ferrolock_lock_validity_ms(NULL) == 0 && !ferrolock_lock_is_held(NULL) && !ferrolock_lock_is_lost(NULL));
@@ -1529,6 +1530,51 @@ static void test_fork_child(void) {
   for (int n = 0; n < node_count; n++) CHECK(keys_on(n, parents) == 1, "node %d: the parent's key is gone", n);
   EXPECT(ferrolock_lock_release(held, NULL, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free(held);
+  ferrolock_manager_free(m);
+}
+
+/* The end of a scope (ferrolock_lock_end_scope, Go's WithLock): the rule every binding
+ * shares. Released: OK. Gone at the release after a body that succeeded: LOCK_LOST, not tied
+ * to the body; after a failed body: OK (the body's error stands; a warning is logged). Lost
+ * while a failed body ran: LOCK_LOST to report with the body's error. Released in the body:
+ * OK. */
+static void test_end_scope(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)1500, NULL));
+  ferrolock_lock *lock = NULL;
+  bool with_body = true;
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("scope-ok"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_end_scope(lock, false, &with_body, &err), FERROLOCK_OK, NULL);
+  for (int n = 0; n < node_count; n++) CHECK(keys_on(n, "scope-ok") == 0, "node %d: not released", n);
+  ferrolock_lock_free(lock);
+  for (int failed = 0; failed < 2; failed++) {
+    const char *k = fresh_key(failed ? "scope-gone-failed" : "scope-gone");
+    EXPECT(ferrolock_manager_acquire(m, k, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+    for (int n = 0; n < node_count; n++) {
+      char args[256];
+      snprintf(args, sizeof args, "DEL '%s'", k);
+      CHECK(redis_int(n, args) == 1, "node %d: the key to delete was not there", n);
+    }
+    if (failed) {
+      EXPECT(ferrolock_lock_end_scope(lock, true, &with_body, &err), FERROLOCK_OK, NULL);
+    } else {
+      EXPECT(ferrolock_lock_end_scope(lock, false, &with_body, &err), FERROLOCK_ERR_LOCK_LOST, "no longer held");
+      CHECK(!with_body);
+    }
+    ferrolock_lock_free(lock);
+  }
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("scope-lost"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  pause_majority(1);
+  double give_up = now_ms() + 20000;
+  while (!ferrolock_lock_is_lost(lock) && now_ms() < give_up) sleep_ms(10);
+  pause_majority(0);
+  CHECK(ferrolock_lock_is_lost(lock), "never lost");
+  EXPECT(ferrolock_lock_end_scope(lock, true, &with_body, &err), FERROLOCK_ERR_LOCK_LOST, "lost");
+  CHECK(with_body, "a loss during a failed body is reported with the body's error");
+  ferrolock_lock_free(lock);
+  EXPECT(ferrolock_manager_acquire(m, fresh_key("scope-elsewhere"), NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_end_scope(lock, false, &with_body, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
   ferrolock_manager_free(m);
 }
 
@@ -2304,6 +2350,7 @@ static const test_t tests[] = {
     {"lost_never_after_free", test_lost_never_after_free},
     {"loss_callbacks_releasing_each_other", test_loss_callbacks_releasing_each_other},
     {"fork_while_a_thread_waits", test_fork_while_a_thread_waits},
+    {"end_scope", test_end_scope},
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
     {"manager_free_ends_waits", test_manager_free_ends_waits},
