@@ -44,7 +44,7 @@ function setLogger(fn, options = {}) {
     fn === null
       ? null
       : (record) => {
-          if (mine === generation) fn(record);
+          if (mine === generation) call(fn, record);
         },
     level,
   );
@@ -55,7 +55,20 @@ function setLogger(fn, options = {}) {
 function warn(message) {
   if (handler === null) return;
   if (LEVELS.indexOf(level) < LEVELS.indexOf('warn')) return;
-  handler({ level: 'warn', target: 'ferrolock::scope', message });
+  call(handler, { level: 'warn', target: 'ferrolock::scope', message });
+}
+
+// A logger that throws must not turn a log record into an uncaught exception (the core's
+// records arrive outside any caller's code) nor replace a withLock's result: its error is
+// reported as a process warning, and the record is dropped.
+function call(fn, record) {
+  try {
+    fn(record);
+  } catch (e) {
+    process.emitWarning(`the logger passed to setLogger threw on a ${record.level} record (${JSON.stringify(record.message)}): ${e && e.stack ? e.stack : e}`, {
+      type: 'FerrolockWarning',
+    });
+  }
 }
 
 function describe(v) {

@@ -102,7 +102,12 @@ function entry(key, row, v) {
 
 function checkSignal(key, signal) {
   if (signal === undefined || signal === null) return undefined;
-  if (typeof signal !== 'object' || typeof signal.aborted !== 'boolean' || typeof signal.addEventListener !== 'function') {
+  if (
+    typeof signal !== 'object' ||
+    typeof signal.aborted !== 'boolean' ||
+    typeof signal.addEventListener !== 'function' ||
+    typeof signal.removeEventListener !== 'function'
+  ) {
     throw bad(key, 'signal', signal, 'expected an AbortSignal');
   }
   return signal;

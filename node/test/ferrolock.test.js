@@ -269,6 +269,8 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     [['k', async () => 1, { nodes: ['http://nope'] }], /http:\/\/nope/],
     [['k', 'not a function', { nodes }], /callback function/],
     [['k', async () => 1, { nodes, tll: 5 }], /unknown option "tll"/],
+    // Half a signal (no removeEventListener) would fail after the grant and drop the lock.
+    [['k', async () => 1, { nodes, signal: { aborted: false, addEventListener() {} } }], /signal=.*expected an AbortSignal/],
     [['k', async () => 1, { nodes: [] }], /nodes=\[\]: no node URL/],
     // ttl in ms: 10 meant as seconds is refused at once, and so is a node timeout the ttl
     // cannot renew with (its loss margin, 2 × node timeout, not under ttl/3).

@@ -173,3 +173,35 @@ test("a worker that loaded ferrolock first and exited does not take the main thr
   assert.equal(r.stdout.trim(), 'warned', `no FerrolockWarning on the main thread: ${r.stderr}`);
   assert.match(r.stderr, /FerrolockWarning: .*log-node:after-worker/);
 });
+
+test('a logger that throws neither crashes the process nor replaces withLock\'s result', T, async () => {
+  const warned = [];
+  const onWarning = (w) => {
+    if (w.name === 'FerrolockWarning') warned.push(w.message);
+  };
+  process.on('warning', onWarning);
+  setLogger(() => {
+    throw new Error('logger broke');
+  });
+  const m = new LockManager({ nodes: [server.url], ttl: 1_500 });
+  try {
+    // A core record (the loss) with a throwing logger: no uncaught exception.
+    await loseLock(m, 'log-node:throws');
+    // A scope-end record of the binding's own (the key gone at release after the callback
+    // failed): the callback's own error still comes out.
+    await assert.rejects(
+      withLock('log-node:throws-scope', async () => {
+        server.cli('DEL', 'log-node:throws-scope');
+        throw new Error('the body failed');
+      }, { nodes: [server.url], watchdog: false }),
+      /the body failed/,
+    );
+    const until = Date.now() + 20_000;
+    while (warned.length < 2 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+    assert.ok(warned.length >= 2 && warned.every((w) => /logger broke/.test(w)), JSON.stringify(warned));
+  } finally {
+    process.off('warning', onWarning);
+    setLogger(null);
+    await m.close();
+  }
+});
