@@ -29,9 +29,12 @@ struct State {
     generation: u64,
     /// `PyThread_get_thread_ident()` of the thread that entered.
     thread: u64,
-    /// The frame running the `with` statement (its address; 0 if entered from C). The loss is
-    /// raised into the thread only while this frame is on its stack: a block suspended in a
-    /// generator or a coroutine is not running, and the thread then runs other code.
+    /// A coroutine's frame running the `with` statement (its address), else 0. A coroutine
+    /// suspended at an `await` is not running: the thread's event loop runs other tasks, into
+    /// which the loss must not be raised, so it waits until this frame is on the thread's
+    /// stack again. Any other frame counts as running: a function entered by hand (an
+    /// `ExitStack`) has returned to the code the block guards, and a generator's block (a
+    /// `@contextmanager`'s) guards its caller's code while it is suspended.
     frame: usize,
     in_body: bool,
     /// An exception is pending in (or was raised into) the entering thread.
@@ -64,13 +67,20 @@ impl Shared {
         };
         // Outside the state's mutex: walking the frames allocates, and a collection may run a
         // finalizer that exits this very block.
-        let running = frame == 0 || running_on(py, thread, frame).unwrap_or(false);
+        let running = match frame {
+            0 => Some(true),
+            frame => running_on(py, thread, frame),
+        };
         let mut st = self.state();
         if !wanted(&st) {
             return false;
         }
-        if !running {
-            return true;
+        match running {
+            Some(true) => {}
+            // Suspended: try again later.
+            Some(false) => return true,
+            // The thread is gone: nothing of the block runs any more.
+            None => return false,
         }
         if let Ok(cls) = injected_class(py) {
             // SAFETY: called with the GIL held; `cls` is a live exception class.
@@ -82,19 +92,46 @@ impl Shared {
     }
 }
 
-/// Whether `frame` is on the stack `thread` runs now (false once the thread is gone).
-fn running_on(py: Python<'_>, thread: u64, frame: usize) -> PyResult<bool> {
-    let frames = py.import("sys")?.call_method0("_current_frames")?;
-    let Some(mut f) = frames.get_item(thread).ok() else {
-        return Ok(false);
-    };
+/// The address of the calling Python frame if it is a coroutine's (or an async generator's),
+/// else 0 (see `State::frame`).
+fn coroutine_frame(py: Python<'_>) -> usize {
+    const CO_COROUTINE: u32 = 0x0080;
+    const CO_ITERABLE_COROUTINE: u32 = 0x0100;
+    const CO_ASYNC_GENERATOR: u32 = 0x0200;
+    // SAFETY: GIL held; a borrowed reference, used while it is the running frame.
+    let frame = unsafe { pyo3::ffi::PyEval_GetFrame() };
+    if frame.is_null() {
+        return 0;
+    }
+    // SAFETY: a live frame object, borrowed for this call.
+    let frame = unsafe { Bound::from_borrowed_ptr(py, frame.cast()) };
+    let flags = frame
+        .getattr("f_code")
+        .and_then(|c| c.getattr("co_flags"))
+        .and_then(|f| f.extract::<u32>())
+        .unwrap_or(0);
+    if flags & (CO_COROUTINE | CO_ITERABLE_COROUTINE | CO_ASYNC_GENERATOR) != 0 {
+        frame.as_ptr() as usize
+    } else {
+        0
+    }
+}
+
+/// Whether `frame` is on the stack `thread` runs now; None once the thread is gone (or the
+/// frames cannot be read).
+fn running_on(py: Python<'_>, thread: u64, frame: usize) -> Option<bool> {
+    let frames = py
+        .import("sys")
+        .and_then(|sys| sys.call_method0("_current_frames"))
+        .ok()?;
+    let mut f = frames.get_item(thread).ok()?;
     while !f.is_none() {
         if f.as_ptr() as usize == frame {
-            return Ok(true);
+            return Some(true);
         }
-        f = f.getattr("f_back")?;
+        f = f.getattr("f_back").ok()?;
     }
-    Ok(false)
+    Some(false)
 }
 
 /// The `with` blocks of plain locks being run, weakly. A plain-lock acquire by the owner
@@ -218,8 +255,7 @@ impl PyLockContext {
             st.generation += 1;
             st.lock = Some(lock.clone_ref(py));
             st.thread = thread_ident();
-            // SAFETY: GIL held; a borrowed reference, kept only as an address to compare.
-            st.frame = unsafe { pyo3::ffi::PyEval_GetFrame() } as usize;
+            st.frame = coroutine_frame(py);
             st.in_body = true;
             st.injected = false;
             st.generation

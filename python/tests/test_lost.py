@@ -4,6 +4,7 @@ entering thread), cancellation of an `async with` body, both before the validity
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -277,32 +278,61 @@ def test_a_block_whose_manager_releases_its_lock_is_told(node: RedisNode, key: s
     m.close()
 
 
-def test_a_loss_is_not_raised_into_other_code_while_the_block_is_suspended(node: RedisNode, key: str) -> None:
-    # A block in a generator suspended at a yield is not running: the loss must not be raised
-    # into whatever else the thread runs meanwhile, but into the block once it runs again.
+def test_a_loss_is_not_raised_into_another_task_while_the_block_awaits(node: RedisNode, key: str) -> None:
+    # A sync `with` in a coroutine that awaits: while it is suspended, the event loop runs
+    # other tasks, into which the loss must not be raised; the block gets it once it runs.
     m = LockManager([node.url], ttl=1.0)
 
-    def rows():  # type: ignore[no-untyped-def]
+    async def main() -> None:
+        held, go_on = asyncio.Event(), asyncio.Event()
+        box: dict[str, object] = {}
+
+        async def holder() -> str:
+            with m.lock(key) as lock:
+                box["lock"] = lock
+                held.set()
+                await go_on.wait()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    sum(range(1000))
+            return "the resumed body was never interrupted"
+
+        task = asyncio.create_task(holder())
+        await held.wait()
+        lock = box["lock"]
+        node.client().delete(key)
+        # Busy in this other task while the loss is declared and for a while after.
+        deadline = time.monotonic() + 20
+        while not lock.lost and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            sum(range(1000))
+        assert lock.lost, "the lock was never declared lost"  # type: ignore[attr-defined]
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            sum(range(1000))
+        go_on.set()
+        with pytest.raises(LockLost):
+            await task
+
+    asyncio.run(main())
+    m.close()
+
+
+def test_a_contextmanager_around_a_block_still_interrupts_its_callers_body(node: RedisNode, key: str) -> None:
+    # The block's generator is suspended at its `yield` while the caller's body runs: that
+    # body is what the lock guards, and is interrupted.
+    m = LockManager([node.url], ttl=1.0)
+
+    @contextlib.contextmanager
+    def job():  # type: ignore[no-untyped-def]
         with m.lock(key) as lock:
             yield lock
+
+    with pytest.raises(LockLost):
+        with job():
+            node.client().delete(key)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 time.sleep(0.01)
-            yield "the resumed body was never interrupted"
-
-    g = rows()
-    lock = next(g)
-    node.client().delete(key)
-    # Busy in other code while the loss is declared and for a while after: nothing raised here.
-    deadline = time.monotonic() + 20
-    while not lock.lost and time.monotonic() < deadline:
-        sum(range(1000))
-    assert lock.lost, "the lock was never declared lost"
-    until = time.monotonic() + 1.0
-    while time.monotonic() < until:
-        sum(range(1000))
-    with pytest.raises(LockLost):
-        next(g)
     m.close()
 
 

@@ -19,8 +19,7 @@ use crate::host::lock::Lock;
 use crate::lock::{Lock as CoreLock, LockStatus};
 use crate::manager::LockManager;
 use crate::options::{LockOptions, ManagerOptions, Permits, RwSide};
-use crate::per_process::PerProcess;
-use crate::per_process::ProcessCount;
+use crate::per_process::{PerProcess, ProcessCount};
 
 /// The owner of an acquire that nothing re-enters (C's `FERROLOCK_NO_OWNER`): each such
 /// reentrant grant has a hold count of its own.
