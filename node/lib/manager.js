@@ -209,7 +209,11 @@ class LockManager {
   }
   /** Releases the locks this manager handed out that are still held, then closes it. */
   async close() {
-    await this.#native.close();
+    try {
+      await this.#native.close();
+    } catch (e) {
+      throw fromNative(e);
+    }
   }
   async [Symbol.asyncDispose]() {
     await this.close();
@@ -359,7 +363,12 @@ async function withKind(key, fn, options, kind, sem = null) {
   // callback that threw its own lock's loss (`lock.signal.throwIfAborted()`) was stopped by
   // the loss: the rejection is the full LockLostError, not caused by itself.
   const stopped = failed && error !== undefined && lock._lossReason === error;
-  const end = await lock._native.endScope(failed, stopped);
+  let end;
+  try {
+    end = await lock._native.endScope(failed, stopped);
+  } catch (e) {
+    throw fromNative(e, key);
+  }
   if (end === null) {
     if (failed) throw error;
     return result;
