@@ -77,7 +77,7 @@ impl Child {
     /// Takes the terminal's foreground back, once the child is gone.
     pub fn restore_terminal(&mut self) {
         if let Some(fd) = self.terminal.take() {
-            take_foreground(fd);
+            take_foreground(fd, self.pgid);
             // SAFETY: a descriptor we own.
             unsafe { libc::close(fd) };
         }
@@ -113,7 +113,7 @@ impl Child {
     /// happen and this returns at once.
     pub fn stop_with_child(&mut self, sig: libc::c_int) {
         if let Some(fd) = self.terminal {
-            take_foreground(fd);
+            take_foreground(fd, self.pgid);
         }
         // SAFETY: raise on ourselves; no handler of ours is installed for these signals, so
         // their default action (stop) applies, or their inherited disposition.
@@ -134,11 +134,15 @@ impl Child {
     }
 }
 
-/// Makes our process group the foreground of `fd` again. We are in a background group then:
-/// a tcsetpgrp from there raises SIGTTOU, which is blocked around the call (as shells do).
-fn take_foreground(fd: libc::c_int) {
-    // SAFETY: signal mask calls and tcsetpgrp on a descriptor we own.
+/// Makes our process group the foreground of `fd` again, if the child's group (`child`) has
+/// it: after a `bg` the shell has it, and must keep it. We are in a background group then: a
+/// tcsetpgrp from there raises SIGTTOU, which is blocked around the call (as shells do).
+fn take_foreground(fd: libc::c_int, child: libc::pid_t) {
+    // SAFETY: signal mask calls and tcgetpgrp/tcsetpgrp on a descriptor we own.
     unsafe {
+        if libc::tcgetpgrp(fd) != child {
+            return;
+        }
         let mut block: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut block);

@@ -45,13 +45,13 @@ COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is k
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
 are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
 foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
-directly; if COMMAND dies of that SIGINT, ferrolock releases the lock and then sends SIGINT
-to its own process group, as the terminal would have without it (a shell script running
-ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or COMMAND reading the
-terminal from the background) stops COMMAND and ferrolock with it, so the shell gets the
-terminal back; the lock is not renewed while stopped. `fg` or `bg` continues both; if the
-lock's validity ended meanwhile, COMMAND gets SIGTERM before it is continued, and ferrolock
-exits 70. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
+directly; if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock
+and then sends SIGINT to its own process group, as the terminal would have without it (a
+shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
+COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
+the shell gets the terminal back; the lock is not renewed while stopped. `fg` or `bg`
+continues both; if the lock's validity ended meanwhile (watchdog on, or --max-hold),
+COMMAND gets SIGTERM before it is continued, and ferrolock exits 70. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
 in the background when it exits normally is not covered by the lock: ferrolock neither waits
 for it nor stops it. A signal that arrives while ferrolock is still waiting for the lock ends
 the wait, and COMMAND never runs.
@@ -312,7 +312,9 @@ pub fn main(mut args: RunArgs) -> u8 {
     if stats {
         errprint!("{}", ferrolock::metrics::prometheus_text());
     }
-    if PASS_ON_SIGINT.load(std::sync::atomic::Ordering::SeqCst) {
+    // Only when COMMAND's own status is passed on: a 70 (the lock lost) must stay a 70.
+    if PASS_ON_SIGINT.load(std::sync::atomic::Ordering::SeqCst) && code == 128 + libc::SIGINT as u8
+    {
         // The lock is released: end as the terminal's Ctrl-C would have ended us, with the
         // group that started us (a shell script then stops instead of going on).
         // SAFETY: plain syscalls; the default action ends the process.

@@ -513,8 +513,12 @@ impl Lock {
     pub(crate) fn released_by_manager(&self) {
         if !self.inner.inherited() {
             let mut s = self.inner.state();
-            // Not one its holder released already: a second release of that is an error.
-            s.by_manager |= !s.released;
+            // One its holder is releasing (or released) is left to that release: its status
+            // is set once the release is out, and a second release of it is an error.
+            if s.released {
+                return;
+            }
+            s.by_manager = true;
             self.inner.finish_locked(
                 s,
                 LockStatus::Lost(LossReason::ReleasedByManager {

@@ -640,8 +640,10 @@ func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.
 		// found gone at the release after fn succeeded, is ErrLockLost; one fn released
 		// itself is nothing; after fn failed (or panicked), a release problem is logged.
 		withFn, endErr := l.endScope(fnErr != nil || !returned)
-		if lostErr != nil && errors.Is(endErr, ErrLockLost) {
-			endErr = lostErr // the very error fn's ctx was cancelled with
+		if lostErr != nil && (endErr == nil || errors.Is(endErr, ErrLockLost)) {
+			// Lost while fn ran, released by fn or not: the very error fn's ctx was
+			// cancelled with, joined with fn's own error if it failed.
+			endErr, withFn = lostErr, fnErr != nil
 		}
 		switch {
 		case endErr == nil:

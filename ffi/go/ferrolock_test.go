@@ -523,6 +523,25 @@ func TestWithLockEndsItsScopeByTheSharedRule(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a lock fn released itself: WithLock returned %v", err)
 	}
+	// Lost while fn ran, then released by fn: still the loss.
+	short := manager(t, ferrolock.TTL(1500*time.Millisecond))
+	k = key("scope-lost-released")
+	err = short.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+		for _, port := range ports {
+			if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "DEL", k).CombinedOutput(); err != nil {
+				t.Fatalf("DEL: %v %s", err, out)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(20 * time.Second):
+			t.Fatal("the loss was never signalled")
+		}
+		return l.Release()
+	})
+	if !errors.Is(err, ferrolock.ErrLockLost) {
+		t.Fatalf("a lock lost, then released by fn: WithLock returned %v", err)
+	}
 }
 
 func TestReleaseAllReleasesWhatIsStillHeld(t *testing.T) {

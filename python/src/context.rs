@@ -277,9 +277,12 @@ impl PyLockContext {
         // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.
         let (shared, interrupt) = (Arc::downgrade(&self.shared), self.interrupt);
         // The host runs this on a blocking-pool thread, never where the loss is declared.
-        // While the block is suspended (a generator at a `yield`, a coroutine at an `await`),
-        // the loss waits, checked every 20 ms, until the block runs again or exits.
+        // While the block is suspended (a coroutine at an `await`: `State::frame`), the loss
+        // waits until the block runs again or exits, checked every 20 ms at first, then less
+        // often (up to every 250 ms: many blocks suspended through an outage must not crowd
+        // the GIL their event loop needs).
         lock.get().lock.on_lost(move |_reason| {
+            let mut pause = std::time::Duration::from_millis(20);
             loop {
                 let mut again = false;
                 bridge::attach_if_alive(|py| {
@@ -290,7 +293,8 @@ impl PyLockContext {
                 if !again {
                     break;
                 }
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(std::time::Duration::from_millis(250));
             }
         });
         Ok(lock)
@@ -346,6 +350,12 @@ impl PyLockContext {
     #[getter]
     fn interrupt(&self) -> bool {
         self.interrupt
+    }
+
+    /// Entered by `with` (its acquire may still be waiting): `async with` refuses to enter too.
+    #[getter]
+    fn _entered(&self) -> bool {
+        self.shared.state().entered
     }
 
     /// The held lock while inside the block, else None.

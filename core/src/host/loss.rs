@@ -68,9 +68,10 @@ impl Gate {
 
     /// Stops every callback not started yet. With `wait`, also waits for those running,
     /// except one running on this very thread (a callback that frees its own lock) or on a
-    /// thread that is itself waiting in a `close`: two callbacks that release each other's
-    /// locks (C lets a callback release or free any lock) would otherwise wait for each other
-    /// for ever. Such a wait is re-checked every 10 ms, for the threads that start waiting.
+    /// thread that waits, through closes of its own, for this one: two callbacks that
+    /// release each other's locks (C lets a callback release or free any lock) would
+    /// otherwise wait for each other for ever. The waits of every closing thread are kept in
+    /// one wait-for graph (`WAITS`), re-read every 10 ms for the closes that start meanwhile.
     pub fn close(&self, wait: bool) {
         let me = std::thread::current().id();
         let mut s = self.state();
@@ -78,11 +79,17 @@ impl Gate {
         if !wait {
             return;
         }
-        closing().push(me);
         loop {
-            let waiting_elsewhere = closing().clone();
-            let blocked_on = |t: &ThreadId| *t != me && !waiting_elsewhere.contains(t);
-            if !s.running.iter().any(blocked_on) {
+            let others: Vec<ThreadId> = s.running.iter().filter(|t| **t != me).copied().collect();
+            // Registered and checked under one lock: of two closes that wait for each
+            // other, the second to get here sees the first's wait.
+            let blocked = {
+                let mut graph = waits();
+                graph.retain(|(t, _)| *t != me);
+                graph.push((me, others.clone()));
+                others.iter().any(|t| !waits_for(&graph, *t, me))
+            };
+            if !blocked {
                 break;
             }
             s = self
@@ -92,18 +99,36 @@ impl Gate {
                 .0;
         }
         drop(s);
-        let mut c = closing();
-        if let Some(i) = c.iter().position(|t| *t == me) {
-            c.swap_remove(i);
-        }
+        waits().retain(|(t, _)| *t != me);
     }
 }
 
-/// The threads waiting in a `Gate::close` now (see there).
-static CLOSING: Mutex<Vec<ThreadId>> = Mutex::new(Vec::new());
+/// For each thread waiting in a `Gate::close`, the threads whose callbacks it waits for.
+static WAITS: Mutex<Vec<(ThreadId, Vec<ThreadId>)>> = Mutex::new(Vec::new());
 
-fn closing() -> MutexGuard<'static, Vec<ThreadId>> {
-    CLOSING.lock().unwrap_or_else(|p| p.into_inner())
+fn waits() -> MutexGuard<'static, Vec<(ThreadId, Vec<ThreadId>)>> {
+    WAITS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `from` waits, directly or through other closing threads, for `to`.
+fn waits_for(graph: &[(ThreadId, Vec<ThreadId>)], from: ThreadId, to: ThreadId) -> bool {
+    let mut seen = vec![from];
+    let mut next = vec![from];
+    while let Some(t) = next.pop() {
+        let Some((_, on)) = graph.iter().find(|(w, _)| *w == t) else {
+            continue;
+        };
+        for &u in on {
+            if u == to {
+                return true;
+            }
+            if !seen.contains(&u) {
+                seen.push(u);
+                next.push(u);
+            }
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -183,6 +208,52 @@ mod tests {
                 .recv_timeout(Duration::from_secs(20))
                 .expect("the two callbacks waited for each other");
         }
+    }
+
+    #[test]
+    fn a_close_waits_for_a_callback_that_waits_for_a_third_one() {
+        // A's callback waits in a close for B's slow callback: a close of A's gate from
+        // here still waits for A's callback (no cycle through this thread).
+        let (a, b) = (Arc::new(Gate::default()), Arc::new(Gate::default()));
+        let (b_in_tx, b_in_rx) = std::sync::mpsc::channel();
+        let (a_in_tx, a_in_rx) = std::sync::mpsc::channel();
+        let a_done = Arc::new(AtomicUsize::new(0));
+        let tb = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                b.run(
+                    |_| {
+                        b_in_tx.send(()).unwrap();
+                        std::thread::sleep(Duration::from_millis(300));
+                    },
+                    &reason(),
+                )
+            })
+        };
+        b_in_rx.recv().unwrap();
+        let ta = {
+            let (a, b, a_done) = (a.clone(), b.clone(), a_done.clone());
+            std::thread::spawn(move || {
+                a.run(
+                    |_| {
+                        a_in_tx.send(()).unwrap();
+                        b.close(true);
+                        a_done.store(1, Ordering::SeqCst);
+                    },
+                    &reason(),
+                )
+            })
+        };
+        a_in_rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50)); // A is waiting in b.close by now
+        a.close(true);
+        assert_eq!(
+            a_done.load(Ordering::SeqCst),
+            1,
+            "close returned while a callback that waited for another still ran"
+        );
+        ta.join().unwrap();
+        tb.join().unwrap();
     }
 
     #[test]

@@ -131,9 +131,9 @@ class LockContext(_LockContextBase):
 
     async def __aenter__(self) -> Lock:
         # Not while entered by `with` either (the Rust half refuses the other way round).
-        if self._ause is not None or super().lock is not None:
+        if self._ause is not None or self._entered:
             raise InvalidArgument(
-                f"lock {self.key!r}: this context is already entered (async); call manager.lock() again",
+                f"lock {self.key!r}: this context is already entered; call manager.lock() again",
                 self.key,
             )
         use = self._ause = _AsyncUse(self.interrupt)
