@@ -25,7 +25,12 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    // SAFETY: only async-signal-safe calls (prctl, getppid, _exit) between fork and exec.
+    // The terminal, if we are its foreground job: the child takes its foreground itself,
+    // before it execs, and we hand it over too (as shells do, in both): a Ctrl-C from its
+    // very start then reaches it, whichever of the two runs first.
+    let tty = foreground_terminal();
+    // SAFETY: only async-signal-safe calls (prctl, getppid, sigprocmask, tcsetpgrp, _exit)
+    // between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -35,12 +40,31 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
             if libc::getppid() != parent {
                 libc::_exit(129);
             }
+            if let Some(fd) = tty {
+                // Our new group is a background one: SIGTTOU is blocked around the call.
+                let mut block: libc::sigset_t = std::mem::zeroed();
+                let mut old: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut block);
+                libc::sigaddset(&mut block, libc::SIGTTOU);
+                libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
+                libc::tcsetpgrp(fd, libc::getpid());
+                libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            }
             Ok(())
         });
     }
-    let process = cmd.spawn()?;
+    let process = match cmd.spawn() {
+        Ok(process) => process,
+        Err(e) => {
+            if let Some(fd) = tty {
+                // SAFETY: a descriptor we own.
+                unsafe { libc::close(fd) };
+            }
+            return Err(e);
+        }
+    };
     let pgid = process.id().map_or(0, |p| p as libc::pid_t);
-    let terminal = give_terminal(pgid);
+    let terminal = tty.and_then(|fd| give_terminal(fd, pgid));
     Ok(Child {
         process,
         pgid,
@@ -127,7 +151,7 @@ impl Child {
                 }
             }
             None => {
-                self.terminal = give_terminal(self.pgid);
+                self.terminal = foreground_terminal().and_then(|fd| give_terminal(fd, self.pgid));
                 self.had_terminal |= self.terminal.is_some();
             }
         }
@@ -162,11 +186,26 @@ impl Drop for Child {
 /// When our process group is the foreground job of our controlling terminal, makes the
 /// child's group the foreground instead (the terminal's Ctrl-C then reaches the child, as it
 /// would have without us) and returns the terminal to take it back later.
-fn give_terminal(pgid: libc::pid_t) -> Option<libc::c_int> {
-    if pgid <= 0 {
-        return None;
+fn give_terminal(fd: libc::c_int, pgid: libc::pid_t) -> Option<libc::c_int> {
+    // SAFETY: tcgetpgrp/tcsetpgrp/close on a descriptor we own.
+    unsafe {
+        // The child may have taken the foreground already (see `spawn`).
+        let foreground = libc::tcgetpgrp(fd);
+        let handed = pgid > 0
+            && (foreground == pgid
+                || foreground == libc::getpgrp() && libc::tcsetpgrp(fd, pgid) == 0);
+        if !handed {
+            libc::close(fd);
+            return None;
+        }
+        Some(fd)
     }
-    // SAFETY: open/tcgetpgrp/tcsetpgrp/close on a descriptor we own.
+}
+
+/// Our controlling terminal (a descriptor we own, close-on-exec) if our process group is its
+/// foreground job.
+fn foreground_terminal() -> Option<libc::c_int> {
+    // SAFETY: open/tcgetpgrp/close on a descriptor we own.
     unsafe {
         let fd = libc::open(
             c"/dev/tty".as_ptr(),
@@ -175,7 +214,7 @@ fn give_terminal(pgid: libc::pid_t) -> Option<libc::c_int> {
         if fd < 0 {
             return None;
         }
-        if libc::tcgetpgrp(fd) != libc::getpgrp() || libc::tcsetpgrp(fd, pgid) != 0 {
+        if libc::tcgetpgrp(fd) != libc::getpgrp() {
             libc::close(fd);
             return None;
         }

@@ -1071,13 +1071,18 @@ fn ctrl_c_in_a_scripts_loop_stops_the_script_as_without_ferrolock() {
     let dir = tmp();
     let started = dir.path().join("started");
     let inner = format!(
-        "for i in 1 2; do {} run --nodes {} ctrl-c -- sh -c 'touch {}; exec sleep 20'; echo iter $i rc=$?; done; echo end",
+        // The child says it started once its group has the terminal (fields 5 and 8 of its
+        // stat: its group, the terminal's foreground group), so that the ^C below is the
+        // terminal's to its group, as a user's would be.
+        "for i in 1 2; do {} run --nodes {} ctrl-c -- sh -c 'until set -- \\$(cat /proc/\\$\\$/stat) && [ \\$5 = \\$8 ]; do sleep 0.01; done; touch {}; exec sleep 20'; echo iter \\$i rc=\\$?; done; echo end",
         env!("CARGO_BIN_EXE_ferrolock"),
         server.url(),
         p(&started)
     );
     let mut script = Command::new("script")
         .args(["-qfc", &format!("bash -c \"{inner}\""), "/dev/null"])
+        // `script` runs its command with $SHELL (make sets /bin/sh): the same everywhere.
+        .env("SHELL", "/bin/sh")
         .env_remove("FERROLOCK_NODES")
         .env_remove("FERROLOCK_HELD")
         .stdin(Stdio::piped())
