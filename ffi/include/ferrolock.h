@@ -134,9 +134,9 @@ typedef struct ferrolock_error {
 // What it may call: any ferrolock function, the blocking ones included:
 // `ferrolock_lock_release`, `ferrolock_lock_extend` and `ferrolock_lock_free` of this very
 // lock (from inside its own callback they do not wait for the callback), other locks'
-// calls (a release or free waits for the other lock's running callback, unless that one is
-// itself waiting in a release or free: two callbacks that release each other's locks do not
-// wait for each other), `ferrolock_manager_acquire` (waiting) and
+// calls (a release or free waits for the other lock's running callback, unless that one
+// waits, through releases or frees of its own, for this thread: two callbacks that release
+// each other's locks do not wait for each other for ever), `ferrolock_manager_acquire` (waiting) and
 // `ferrolock_manager_try_acquire` (unlike the log callback). It runs on one library thread of a pool, not the runtime's: the
 // renewals of the other locks go on while it waits.
 typedef void (*ferrolock_lost_fn)(void *userdata, const struct ferrolock_error *reason);
