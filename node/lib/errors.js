@@ -53,13 +53,26 @@ function fromCode(code, message, key, cause) {
   return err;
 }
 
+// The core's messages spell options as the core does (tls_ca, drift_factor); a JavaScript
+// caller wrote tlsCa, driftFactor. Quoted text (keys, values as written) is left as it is.
+let jsNames;
+function inJsNames(message) {
+  jsNames ??= new Map(
+    require('./native')
+      .optionTable()
+      .filter((row) => row.core !== row.name)
+      .map((row) => [row.core, row.name]),
+  );
+  return message.replace(/"(?:[^"\\]|\\.)*"|\b[a-z]+(?:_[a-z]+)+\b/g, (m) => jsNames.get(m) ?? m);
+}
+
 /** An error thrown by the native addon, as the LockError of its kind. */
 function fromNative(e, key) {
   if (e instanceof Error && typeof e.message === 'string') {
     const at = e.message.indexOf(SEP);
     if (at > 0) {
       const code = e.message.slice(0, at);
-      let message = e.message.slice(at + 1);
+      let message = inJsNames(e.message.slice(at + 1));
       // The core's option errors name the option, not the key the caller was locking.
       if (key !== undefined && !message.includes(JSON.stringify(key))) message = `lock ${JSON.stringify(key)}: ${message}`;
       return fromCode(code, message, key);

@@ -193,13 +193,13 @@ class LockManager {
    * other options are an acquire's. Each call is a holder of its own (no reentrancy).
    */
   async acquirePermit(name, options) {
-    checkKey(name);
+    checkKey(name, 'semaphore name');
     const { rest, ...sem } = splitPermits(name, options);
     return this.#acquire(name, rest, 'semaphore', sem);
   }
   /** Tries once: rejects with NotAcquiredError while fewer than `count` permits are free. */
   async tryAcquirePermit(name, options) {
-    return this.acquirePermit(name, tryOnce(name, options));
+    return this.acquirePermit(name, tryOnce(name, options, 'semaphore name'));
   }
   async #acquire(key, options, kind, sem = null) {
     checkKey(key);
@@ -332,7 +332,7 @@ function withWriteLock(key, fn, options) {
  * (`options` carries both, with the other options of withLock).
  */
 async function withPermit(name, options, fn) {
-  checkKey(name);
+  checkKey(name, 'semaphore name');
   const { rest, ...sem } = splitPermits(name, options);
   return withKind(name, fn, rest, 'semaphore', sem);
 }

@@ -32,7 +32,13 @@ function show(v) {
     }
   }
   if (typeof v === 'symbol') return v.toString();
-  if (v !== null && typeof v === 'object') return Object.prototype.toString.call(v);
+  if (v !== null && typeof v === 'object') {
+    // Keys only: the values may hold node URLs with passwords.
+    const proto = Object.getPrototypeOf(v);
+    if (proto !== Object.prototype && proto !== null) return Object.prototype.toString.call(v);
+    const keys = Object.keys(v);
+    return keys.length === 0 ? '{}' : `{${keys.slice(0, 5).join(', ')}${keys.length > 5 ? ', ...' : ''}}`;
+  }
   return String(v);
 }
 
@@ -149,17 +155,22 @@ function convert(options, key, { manager = true, lock = true } = {}) {
 /** A semaphore's `permits` (required) and `count` (default 1), split from its acquire's other
  * options. Only the JavaScript types are checked here: 0 and count > permits are the core's. */
 function splitPermits(key, options) {
+  const at = `semaphore ${JSON.stringify(key)}: `;
+  const bad = (name, v, why) => {
+    const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
+    return new InvalidArgumentError(`${at}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
+  };
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw bad(key, 'options', options, 'expected an object with permits (the pool size)');
+    throw bad('options', options, 'expected an object with permits (the pool size)');
   }
   const { permits, count, ...rest } = options;
   if (permits === undefined || permits === null) {
-    throw new InvalidArgumentError(`${where(key)}a semaphore needs permits: the size of its pool of permits`, { key });
+    throw new InvalidArgumentError(`${at}a semaphore needs permits: the size of its pool of permits`, { key });
   }
   const whole = (name, v) => {
-    if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(key, name, v, 'expected a whole number >= 1');
-    if (v < 0) throw bad(key, name, v, 'must not be negative');
-    if (v > 2 ** 32 - 1) throw bad(key, name, v, 'too large (at most 4294967295)');
+    if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(name, v, 'expected a whole number >= 1');
+    if (v < 0) throw bad(name, v, 'must not be negative');
+    if (v > 2 ** 32 - 1) throw bad(name, v, 'too large (at most 4294967295)');
     return v;
   };
   return { permits: whole('permits', permits), count: count === undefined ? 1 : whole('count', count), rest };
@@ -168,23 +179,23 @@ function splitPermits(key, options) {
 // A surrogate half without its other half (Node 18 has no String.prototype.isWellFormed).
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-function checkKey(key) {
+function checkKey(key, what = 'lock key') {
   if (typeof key !== 'string' || key.length === 0) {
-    const type = key === null ? 'null' : typeof key;
-    throw new InvalidArgumentError(`lock key must be a non-empty string, got ${show(key)} (${type})`, { key });
+    const type = key === null ? 'null' : Array.isArray(key) ? 'array' : typeof key;
+    throw new InvalidArgumentError(`${what} must be a non-empty string, got ${show(key)} (${type})`, { key });
   }
   // UTF-8 cannot carry a lone surrogate: sent as U+FFFD, 'k\ud800' and 'k\udc00' would be one lock.
   if (typeof key.isWellFormed === 'function' ? !key.isWellFormed() : LONE_SURROGATE.test(key)) {
     throw new InvalidArgumentError(
-      `lock key ${show(key)} is not valid Unicode (it holds a lone surrogate, which UTF-8 cannot carry)`,
+      `${what} ${show(key)} is not valid Unicode (it holds a lone surrogate, which UTF-8 cannot carry)`,
       { key },
     );
   }
 }
 
 /** A try's options: `wait: 0` added; a `wait` of the caller's other than 0 would contradict it. */
-function tryOnce(key, options) {
-  checkKey(key);
+function tryOnce(key, options, what = 'lock key') {
+  checkKey(key, what);
   if (options === undefined || options === null) return { wait: 0 };
   if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object');
   if (options.wait !== undefined && options.wait !== 0) {

@@ -260,6 +260,13 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
   const cases = [
     [['', async () => 1, { nodes }], /non-empty string/],
     [[42, async () => 1, { nodes }], /non-empty string, got 42/],
+    // Options passed where the key goes (another library's argument order): their keys are
+    // named, never their values (which may hold passwords).
+    [[{ nodes: ['redis://:hunter2@h:1'], ttl: 5 }, async () => 1, { nodes }], /non-empty string, got \{nodes, ttl\} \(object\)$/],
+    [[['k'], async () => 1, { nodes }], /non-empty string, got \["k"\] \(array\)/],
+    // The core's checks name options as JavaScript spells them.
+    [['k', async () => 1, { nodes, driftFactor: 2 }], /driftFactor=2: expected a number in \[0, 1\)/],
+    [['k', async () => 1, { nodes: ['rediss://127.0.0.1:1'], tlsCa: '/nonexistent/ca.pem' }], /cannot read tlsCa file \/nonexistent\/ca\.pem/],
     [['k', async () => 1, { nodes, ttl: 0 }], /ttl=0/],
     [['k', async () => 1, { nodes, ttl: -5 }], /ttl=-5.*negative/],
     [['k', async () => 1, { nodes, ttl: NaN }], /ttl=NaN.*not a number/],

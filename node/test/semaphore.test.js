@@ -96,7 +96,7 @@ test('bad permits, counts, names and node lists are refused naming the value', T
     [{ permits: 0 }, /count 1 of permits 0/],
     [{ permits: 2, count: 3 }, /count 3 of permits 2/],
     [{ permits: 2, count: 0 }, /count 0 of permits 2/],
-    [{ permits: '3' }, /permits="3" \(string\)/],
+    [{ permits: '3' }, /^semaphore "sem:bad": invalid permits="3" \(string\)/],
     [{ permits: 1.5 }, /permits=1.5 \(number\)/],
     [{ permits: -1 }, /permits=-1 \(number\): must not be negative/],
     [{ permits: 2 ** 40 }, /permits=1099511627776 \(number\): too large/],
@@ -107,6 +107,12 @@ test('bad permits, counts, names and node lists are refused naming the value', T
   for (const [options, words] of cases) {
     await assert.rejects(m.acquirePermit('sem:bad', options), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
     await assert.rejects(withPermit('sem:bad', options, () => {}), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
+  }
+  // A semaphore's name is called so, not a lock key.
+  for (const name of ['', 7, null]) {
+    await assert.rejects(m.acquirePermit(name, { permits: 2 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore name must be a non-empty string/.test(e.message));
+    await assert.rejects(m.tryAcquirePermit(name, { permits: 2 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore name must be a non-empty string/.test(e.message));
+    await assert.rejects(withPermit(name, { permits: 2 }, () => {}), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore name must be a non-empty string/.test(e.message));
   }
   await assert.rejects(m.acquirePermit('sem:{brace}', { permits: 2 }), (e) => e instanceof InvalidArgumentError && e.message.includes('"sem:{brace}"'));
   await assert.rejects(withPermit('sem:bad', { permits: 2 }, 'not a function'), /withPermit needs a callback function/);
