@@ -53,9 +53,6 @@ pub(crate) async fn acquire(
 pub const MAX_COUNT: u32 = 1000;
 
 fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptions) -> Result<()> {
-    if name.is_empty() {
-        return Err(Error::invalid("semaphore name must not be empty"));
-    }
     let n = shared.cluster.nodes.len();
     if n > 1 {
         // DESIGN.md, "Semaphore": K permits on each of N nodes do not bound the holders to K
@@ -66,6 +63,15 @@ fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptio
              do not bound the holders to K (3 nodes, 2 permits: 3 holders on nodes {{1,2}}, \
              {{2,3}}, {{1,3}})"
         )));
+    }
+    check_request(name, permits, count, opts)
+}
+
+/// What a semaphore acquire refuses before it sends anything, whatever its nodes
+/// (`crate::check_request` for a `Permits` kind).
+pub(crate) fn check_request(name: &str, permits: u32, count: u32, opts: &LockOptions) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::invalid("semaphore name must not be empty"));
     }
     if name.contains('{') {
         return Err(Error::invalid(format!(
@@ -92,7 +98,10 @@ fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptio
              would order nothing; turn fencing off"
         )));
     }
-    opts.validate()
+    opts.validate()?;
+    // The hold is renewed by the watchdog like a lock's: a lease it cannot keep is refused
+    // alike (before, such a grant came back already lost).
+    crate::lock::check_lease(opts, || format!("for semaphore {name:?}"))
 }
 
 async fn acquire_loop(

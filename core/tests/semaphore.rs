@@ -142,6 +142,24 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
         .unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
     assert!(e.message().contains("count 1001 is above 1000"), "{e}");
+    // A lease the watchdog cannot keep (loss margin 2 × 500 ms, not under ttl/3) is refused as
+    // a lock's is; granted, it came back already lost. `check_request` refuses it up front.
+    let short = opts()
+        .ttl(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(500));
+    let e = m
+        .semaphore_with("sem:bad", 2, 1, &short)
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert!(e.message().contains("too short for semaphore \"sem:bad\""), "{e}");
+    let as_request = ferrolock::host::Kind::Permits {
+        permits: 2,
+        count: 3,
+    }
+    .options(short.clone());
+    let e = ferrolock::check_request("sem:bad", &as_request).unwrap_err();
+    assert!(e.message().contains("count 3 of permits 2"), "{e}");
     assert_eq!(a.cmd::<i64>(&["EXISTS", "sem:bad"]), 0);
     let most = m
         .semaphore_with("sem:most", 5000, 1000, &opts())

@@ -331,11 +331,15 @@ impl PyLockContext {
         let plain = kind == "lock";
         let kind = lock_kind(py, &key, kind, permits, count)?;
         let args = manager.get().args(py, &key, options)?;
+        let opts = kind.options(args.opts);
+        // Refused here, where the context is made, rather than at its `with` (a semaphore's
+        // counts, a lease the watchdog cannot keep).
+        ferrolock::check_request(&key, &opts).map_err(|e| to_py(py, &e, Some(&key)))?;
         Ok(PyLockContext {
             manager: manager.unbind(),
             key,
             plain,
-            opts: kind.options(args.opts),
+            opts,
             interrupt: args.interrupt,
             shared: Arc::default(),
         })

@@ -122,6 +122,14 @@ def test_acquire_refuses_a_node_timeout_its_ttl_cannot_renew_with(
         manager.acquire(key, ttl=1.0, node_timeout=0.45)
     with pytest.raises(InvalidArgument, match=r"ttl 10ms is too short"):
         manager.acquire(key, ttl=0.01)
+    # A context is refused where it is made, not at its `with` (nor a semaphore's: granted,
+    # its hold came back already lost).
+    with pytest.raises(InvalidArgument, match=r"ttl 1s is too short for lock"):
+        manager.lock(key, ttl=1.0, node_timeout=0.45)
+    with pytest.raises(InvalidArgument, match=r"ttl 1s is too short for semaphore"):
+        manager.semaphore(key, permits=2, ttl=1.0, node_timeout=0.45)
+    with pytest.raises(InvalidArgument, match=r"ttl 31s is too long for lock"):
+        manager.read_lock(key, ttl=31)
     manager.acquire(key, ttl=1.0).release()
 
 

@@ -10,6 +10,9 @@ use crate::shared::Shared;
 /// arguments fail at the start. (A key the sharded pub/sub of a cluster cannot serve is found
 /// by the acquire itself: that takes the nodes.)
 pub fn check_request(key: &str, opts: &crate::LockOptions) -> Result<()> {
+    if let Some(p) = opts.permits {
+        return crate::semaphore::check_request(key, p.permits, p.count, opts);
+    }
     check_key(key)?;
     opts.validate()?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))
