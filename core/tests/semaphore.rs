@@ -618,9 +618,11 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
         .unwrap();
     // Re-checks only when woken (the holder's lease ends in 120 s): a queue lease of 38 s
     // (3 × retry + 4 × node timeout), so a place left behind cannot pass the check below by expiring.
+    // (A ttl of 30 s: a 2 s node timeout's loss margin must be under a third of it.)
     let o = opts()
         .retry_delay(Duration::from_secs(10))
-        .node_timeout(Duration::from_secs(2));
+        .node_timeout(Duration::from_secs(2))
+        .ttl(Duration::from_secs(30));
     let m = manager(&[server.url()], o.clone());
     let task = tokio::spawn({
         let m = m.clone();
