@@ -69,7 +69,12 @@ fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptio
 
 /// What a semaphore acquire refuses before it sends anything, whatever its nodes
 /// (`crate::check_request` for a `Permits` kind).
-pub(crate) fn check_request(name: &str, permits: u32, count: u32, opts: &LockOptions) -> Result<()> {
+pub(crate) fn check_request(
+    name: &str,
+    permits: u32,
+    count: u32,
+    opts: &LockOptions,
+) -> Result<()> {
     if name.is_empty() {
         return Err(Error::invalid("semaphore name must not be empty"));
     }

@@ -11,7 +11,7 @@ const TLS_TTL: Duration = Duration::from_secs(30);
 use std::time::Duration;
 
 use common::*;
-use ferrolock::{ErrorKind, LockManager, ManagerOptions};
+use ferrolock::{ErrorKind, LockManager, ManagerOptions, OptionValue as Value};
 use ferrolock_testbed::{RedisServer, ServerOptions, TlsFiles};
 
 const SECRET: &str = "s3cr3t-Pa55";
@@ -136,6 +136,54 @@ async fn a_wrong_password_is_an_error_without_the_password() {
     let err = m.acquire("lock:x").await.unwrap_err();
     assert!(!err.message().contains(SECRET), "{err}");
     assert!(err.message().contains("locker:***@"), "{err}");
+}
+
+/// A comma in a password, in a comma-separated node list (FERROLOCK_NODES, `--nodes`, C's and
+/// Node's string form): the list was cut there, and the password's first half was quoted as a
+/// malformed URL of its own. Now a URL starts only where a scheme does.
+#[tokio::test]
+async fn a_comma_in_a_password_in_a_node_list_is_neither_a_cut_nor_shown() {
+    let server = RedisServer::start_with(ServerOptions {
+        acl_users: vec!["user locker on >s3cr3t,PW ~* &* +@all".into()],
+        ..Default::default()
+    });
+    let list =
+        |pw: &str, port: u16| format!("redis://locker:{pw}@127.0.0.1:{port}, redis://127.0.0.1:1");
+    let manager = |list: String| {
+        let mut o = ManagerOptions::new().lock(opts().wait(Some(Duration::ZERO)));
+        o.set("nodes", Value::Text(list.clone()), &list)?;
+        LockManager::new(o)
+    };
+    // The right password: one node of two answers, as the list says (a quorum of 2 fails).
+    let err = manager(list("s3cr3t,PW", server.port()))
+        .unwrap()
+        .acquire("lock:comma")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    assert!(err.message().contains("1 of 2 nodes"), "{err}");
+    assert!(
+        !err.message().contains("s3cr3t") && !err.message().contains("PW"),
+        "{err}"
+    );
+    let one = manager(format!(
+        "redis://locker:s3cr3t,PW@127.0.0.1:{}",
+        server.port()
+    ))
+    .unwrap();
+    let lock = one.acquire("lock:comma").await.unwrap();
+    assert!(lock.release().await.unwrap());
+    // A wrong one, and one whose comma follows a port-like number: never shown in part.
+    for pw in ["wr0ng,PW", "6379,s3cr3tPW"] {
+        let shown = match manager(list(pw, server.port())) {
+            Err(e) => e.to_string(),
+            Ok(m) => m.acquire("lock:comma").await.unwrap_err().to_string(),
+        };
+        assert!(
+            !shown.contains("wr0ng") && !shown.contains("s3cr3t") && !shown.contains("PW"),
+            "{shown}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -147,12 +147,12 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
     let short = opts()
         .ttl(Duration::from_secs(1))
         .node_timeout(Duration::from_millis(500));
-    let e = m
-        .semaphore_with("sem:bad", 2, 1, &short)
-        .await
-        .unwrap_err();
+    let e = m.semaphore_with("sem:bad", 2, 1, &short).await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
-    assert!(e.message().contains("too short for semaphore \"sem:bad\""), "{e}");
+    assert!(
+        e.message().contains("too short for semaphore \"sem:bad\""),
+        "{e}"
+    );
     let as_request = ferrolock::host::Kind::Permits {
         permits: 2,
         count: 3,

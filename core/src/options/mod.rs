@@ -293,9 +293,32 @@ impl ManagerOptions {
 pub(crate) const NO_NODE_GIVEN: &str =
     "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
 
-/// Splits a comma-separated node list, trimming blanks around each URL.
+/// Splits a comma-separated node list, trimming blanks around each URL. A new URL starts only
+/// where a scheme (`redis://`, `unix://`, ...) does: a comma in a password is part of it, not
+/// a cut that would show the password's first half as a malformed URL of its own.
 pub fn split_nodes(list: &str) -> Vec<String> {
-    list.split(',').map(|s| s.trim().to_string()).collect()
+    let mut urls: Vec<String> = Vec::new();
+    for part in list.split(',') {
+        let part = part.trim();
+        match urls.last_mut() {
+            Some(url) if !part.is_empty() && !url.is_empty() && !starts_with_scheme(part) => {
+                url.push(',');
+                url.push_str(part);
+            }
+            _ => urls.push(part.to_string()),
+        }
+    }
+    urls
+}
+
+/// `scheme://` at the start, the scheme as RFC 3986 spells it.
+fn starts_with_scheme(s: &str) -> bool {
+    let Some((scheme, _)) = s.split_once("://") else {
+        return false;
+    };
+    let mut chars = scheme.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
 /// Parses `500ms`, `10s`, `1.5s`, `2m`, `1h`. A bare number is refused: `--ttl 10` could mean
@@ -334,6 +357,20 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_comma_in_a_password_does_not_split_the_list() {
+        assert_eq!(
+            super::split_nodes("redis://u:pa,ss@h:1 , rediss+cluster://h:2,unix:///s"),
+            ["redis://u:pa,ss@h:1", "rediss+cluster://h:2", "unix:///s"]
+        );
+        // Empty entries stay entries (refused by the parser, naming them), not glued on.
+        assert_eq!(
+            super::split_nodes("redis://h:1,,redis://h:2,"),
+            ["redis://h:1", "", "redis://h:2", ""]
+        );
+        assert_eq!(super::split_nodes(""), [""]);
+    }
+
     use super::*;
 
     #[test]
