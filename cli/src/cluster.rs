@@ -55,7 +55,7 @@ pub fn key_slot(c: &mut Connection, key: &str) -> Result<u16, String> {
         .arg("KEYSLOT")
         .arg(key)
         .query(c)
-        .map_err(|e| e.to_string())
+        .map_err(reply_error)
 }
 
 pub fn serves(t: &Target, slot: u16) -> bool {
@@ -65,9 +65,27 @@ pub fn serves(t: &Target, slot: u16) -> bool {
 pub fn connect(url: &str) -> Result<Connection, String> {
     let shown = redact_url(url);
     let client = redis::Client::open(url).map_err(|e| format!("bad node URL {shown:?}: {e}"))?;
-    client
-        .get_connection_with_timeout(Duration::from_secs(2))
-        .map_err(|e| format!("node {shown}: {e}"))
+    let c = client
+        .get_connection_with_timeout(REPLY_TIMEOUT)
+        .map_err(|e| format!("node {shown}: {}", reply_error(e)))?;
+    // Every later command too: a node that stops answering is reported, not waited for.
+    c.set_read_timeout(Some(REPLY_TIMEOUT))
+        .and_then(|_| c.set_write_timeout(Some(REPLY_TIMEOUT)))
+        .map_err(|e| format!("node {shown}: {}", reply_error(e)))?;
+    Ok(c)
+}
+
+/// How long `inspect` and `scan` wait for a node's reply.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A command's error as the user reads it: a timeout is "no reply", as `run` says it (the
+/// socket's own words are "Resource temporarily unavailable").
+pub fn reply_error(e: redis::RedisError) -> String {
+    if e.is_timeout() {
+        format!("no reply within {}s", REPLY_TIMEOUT.as_secs())
+    } else {
+        e.to_string()
+    }
 }
 
 /// A primary's `host:port` and the slot ranges it serves.
@@ -79,7 +97,7 @@ fn primaries(seed: &str) -> Result<Vec<Primary>, String> {
     let slots: Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
         .query(&mut c)
-        .map_err(|e| e.to_string())?;
+        .map_err(reply_error)?;
     let mut out: Vec<Primary> = Vec::new();
     let Value::Array(ranges) = slots else {
         return Err("CLUSTER SLOTS: not an array".into());

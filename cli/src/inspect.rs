@@ -12,7 +12,7 @@ use ferrolock::{
 use redis::{Connection, Value};
 use serde_json::{Value as Json, json};
 
-use crate::cluster::{self, Target, connect};
+use crate::cluster::{self, Target, connect, reply_error};
 use crate::exit;
 
 #[derive(clap::Args)]
@@ -164,16 +164,10 @@ fn owner_of(url: &str, key: &str) -> Result<Target, String> {
 /// One node's view of a lock key, as JSON.
 fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
     let q = |cmd: &mut redis::Cmd, c: &mut Connection| -> Result<Value, String> {
-        cmd.query(c).map_err(|e| e.to_string())
+        cmd.query(c).map_err(reply_error)
     };
-    let kind: String = redis::cmd("TYPE")
-        .arg(key)
-        .query(c)
-        .map_err(|e| e.to_string())?;
-    let pttl: i64 = redis::cmd("PTTL")
-        .arg(key)
-        .query(c)
-        .map_err(|e| e.to_string())?;
+    let kind: String = redis::cmd("TYPE").arg(key).query(c).map_err(reply_error)?;
+    let pttl: i64 = redis::cmd("PTTL").arg(key).query(c).map_err(reply_error)?;
     let holder = match kind.as_str() {
         "string" => {
             let token = text_of(&q(redis::cmd("GET").arg(key), c)?);
@@ -244,7 +238,7 @@ fn hash_field(c: &mut Connection, key: &str, field: &str) -> Result<Option<Strin
         .arg(key)
         .arg(field)
         .query(c)
-        .map_err(|e| e.to_string())
+        .map_err(reply_error)
 }
 
 /// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
@@ -254,7 +248,7 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(key)
         .query(c)
-        .map_err(|e| e.to_string())?;
+        .map_err(reply_error)?;
     let mut mode = Json::Null;
     let mut writer = Json::Null;
     let mut readers = Vec::new();
@@ -271,7 +265,7 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
                 let pttl: i64 = redis::cmd("PTTL")
                     .arg(format!("{prefix}:{n}"))
                     .query(c)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(reply_error)?;
                 leases.push(json!(pttl));
             }
             readers.push(json!({ "owner": field, "holds": holds, "leases_ms": leases }));
@@ -291,7 +285,7 @@ fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, Stri
         .arg(-1)
         .arg("WITHSCORES")
         .query(c)
-        .map_err(|e| e.to_string())?;
+        .map_err(reply_error)?;
     if ids.is_empty() {
         return Ok(json!({
             "kind": "semaphore or counter",
@@ -314,7 +308,7 @@ fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, Stri
 
 /// The server's clock (TIME) in epoch ms.
 fn server_ms(c: &mut Connection) -> Result<i64, String> {
-    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).map_err(|e| e.to_string())?;
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(c).map_err(reply_error)?;
     Ok(s * 1000 + us / 1000)
 }
 
@@ -574,29 +568,24 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
             .arg("COUNT")
             .arg(SCAN_COUNT)
             .query(c)
-            .map_err(|e| e.to_string())?;
+            .map_err(reply_error)?;
         for key in keys {
             if key.starts_with("ferrolock:") || is_read_hold_key(&key) {
                 continue;
             }
-            let kind: String = redis::cmd("TYPE")
-                .arg(&key)
-                .query(c)
-                .map_err(|e| e.to_string())?;
+            let kind: String = redis::cmd("TYPE").arg(&key).query(c).map_err(reply_error)?;
             let mut held = None;
             let looks = match kind.as_str() {
                 "string" => {
-                    let v: Option<String> = redis::cmd("GET")
-                        .arg(&key)
-                        .query(c)
-                        .map_err(|e| e.to_string())?;
+                    let v: Option<String> =
+                        redis::cmd("GET").arg(&key).query(c).map_err(reply_error)?;
                     let v = v.unwrap_or_default();
                     held = held_ms(&v);
                     if v.parse::<u64>().is_ok() {
                         let holders: u64 = redis::cmd("ZCARD")
                             .arg(semaphore_timeout_key(&key))
                             .query(c)
-                            .map_err(|e| e.to_string())?;
+                            .map_err(reply_error)?;
                         (holders > 0)
                             .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
                     } else if held.is_some() {
@@ -610,7 +599,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
                         .arg(&key)
                         .query(c)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(reply_error)?;
                     if fields.iter().any(|(f, _)| f == "mode") {
                         Some(READ_WRITE)
                     } else {
@@ -627,10 +616,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                 _ => None,
             };
             if let Some(kind) = looks {
-                let pttl_ms: i64 = redis::cmd("PTTL")
-                    .arg(&key)
-                    .query(c)
-                    .map_err(|e| e.to_string())?;
+                let pttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(c).map_err(reply_error)?;
                 found.push(Found {
                     key,
                     kind,

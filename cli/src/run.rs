@@ -51,10 +51,11 @@ shell script running ferrolock in a loop stops; its status is 130 either way). C
 COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
 the shell gets the terminal back; the lock is not renewed while stopped. `fg` or `bg`
 continues both; if the lock's validity ended meanwhile (watchdog on, or --max-hold),
-COMMAND gets SIGTERM before it is continued, and ferrolock exits 70. ferrolock releases the lock once COMMAND has exited. What COMMAND leaves running
-in the background when it exits normally is not covered by the lock: ferrolock neither waits
-for it nor stops it. A signal that arrives while ferrolock is still waiting for the lock ends
-the wait, and COMMAND never runs.
+COMMAND gets SIGTERM before it is continued, and ferrolock exits 70. ferrolock releases the
+lock once COMMAND has exited. What COMMAND leaves running in the background when it exits
+normally is not covered by the lock: ferrolock neither waits for it nor stops it. A signal
+that arrives while ferrolock is still waiting for the lock ends the wait, and COMMAND never
+runs.
 
 Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
@@ -80,8 +81,9 @@ ferrolock run [OPTIONS] [--read | --write] <KEY> [--] <COMMAND>...
 #[derive(clap::Args)]
 #[command(after_long_help = AFTER_HELP, override_usage = USAGE)]
 pub struct RunArgs {
-    /// Comma-separated node URLs (redis://, rediss://, unix://); more than one means Redlock,
-    /// held on a majority [default: $FERROLOCK_NODES, else redis://127.0.0.1:6379]
+    /// Comma-separated node URLs (redis://, rediss://, unix://, redis+cluster://,
+    /// rediss+cluster://); more than one means Redlock, held on a majority [default:
+    /// $FERROLOCK_NODES, else redis://127.0.0.1:6379]
     // Not clap's `env`: the core resolves FERROLOCK_NODES itself (an empty value means unset
     // there), and clap would print the variable's value, passwords included, in --help.
     #[arg(long, value_name = "URLS")]

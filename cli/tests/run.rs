@@ -894,6 +894,29 @@ fn inspect_and_scan_end_quietly_on_a_closed_stdout_pipe() {
     }
 }
 
+/// `inspect` and `scan` on a node that accepts connections but never answers (paused): "no
+/// reply", exit 69, not the socket's "Resource temporarily unavailable" (or a hang).
+#[test]
+fn inspect_and_scan_name_a_silent_node_as_not_replying() {
+    let server = RedisServer::start();
+    server.pause();
+    assert!(server.is_paused(), "the fault is in place");
+    for args in [&["scan"][..], &["inspect", "held"]] {
+        let out = ferrolock()
+            .args(&args[..1])
+            .args(["--nodes", &server.url()])
+            .args(&args[1..])
+            .output()
+            .expect("run ferrolock");
+        // Each node's line of the report (stdout) says what it answered, an error included.
+        let err = format!("{}{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+        assert_eq!(out.status.code(), Some(69), "{args:?}: {err}");
+        assert!(err.contains("no reply within 2s"), "{args:?}: {err}");
+        assert!(!err.contains("temporarily unavailable"), "{args:?}: {err}");
+    }
+    server.resume();
+}
+
 /// A lock taken over while COMMAND ran, with no renewal due before COMMAND ends (ttl 30 s):
 /// only the release finds it gone. ferrolock exits 70, not COMMAND's 0, and says so; the
 /// new holder's key is left alone. The same with --no-watchdog, before its validity ends.

@@ -1172,6 +1172,14 @@ fn check_query(url: &str, display: &str) -> Result<()> {
             )));
         }
         after_password |= name == "pass";
+        if name == "protocol" {
+            let value = pair.split_once('=').map_or("", |(_, v)| v);
+            if !matches!(value, "2" | "3" | "resp2" | "resp3") {
+                return Err(Error::invalid(format!(
+                    "malformed node URL {display:?}: protocol={value:?}: expected resp2 or resp3"
+                )));
+            }
+        }
         if !known.contains(&name) {
             return Err(Error::invalid(format!(
                 "malformed node URL {display:?}: unknown parameter {name:?} ({})",
@@ -1269,9 +1277,27 @@ mod tests {
         }
         for url in [
             "redis://127.0.0.1:6379?protocol=resp2",
+            "redis://127.0.0.1:6379?protocol=3",
             "unix:///tmp/r.sock?db=1&user=u&pass=p",
         ] {
             assert!(Node::open(url, None, Duration::ZERO, true).is_ok(), "{url}");
+        }
+        // A protocol redis-rs does not know is named as such, not as "9".
+        for url in [
+            "redis://u:hunter2@127.0.0.1:6379?protocol=9",
+            "redis://127.0.0.1:6379?protocol=resp9",
+            "redis://127.0.0.1:6379?protocol",
+        ] {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+                panic!("{url} accepted")
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            assert!(
+                err.message().contains("protocol=")
+                    && err.message().contains("expected resp2 or resp3"),
+                "{err}"
+            );
+            assert!(!err.message().contains("hunter2"), "{err}");
         }
     }
 

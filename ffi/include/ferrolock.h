@@ -526,7 +526,10 @@ int ferrolock_options_set_str(struct ferrolock_options *opts,
                               const char *value,
                               struct ferrolock_error **err);
 
-// Sets an option back to "none" (its default).
+// Sets an option to "none": the default for `nodes` (FERROLOCK_NODES, else the local node),
+// `tls_ca`, `node_timeout` and `restart_guard`; no limit for `wait`, `max_hold` and
+// `max_extensions`. An option without a "none" (`ttl`, `retry_delay`, `drift_factor`, the
+// on/off ones) refuses it, naming the option: set its default value instead.
 int ferrolock_options_set_none(struct ferrolock_options *opts,
                                const char *name,
                                struct ferrolock_error **err);

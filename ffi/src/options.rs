@@ -4,7 +4,7 @@
 use std::ffi::{c_char, c_double, c_int};
 use std::time::Duration;
 
-use ferrolock::{LockOptions, ManagerOptions, OptionScope, OptionValue};
+use ferrolock::{LockOptions, ManagerOptions, OptionScope, OptionType, OptionValue};
 
 use crate::ctext::{handle, text};
 use crate::status::{Failure, call, ferrolock_error, guard};
@@ -52,9 +52,42 @@ impl ferrolock_options {
         written: String,
     ) -> Result<(), Failure> {
         let name = text(name, "option name")?;
+        if let Some(spec) = ferrolock::option_spec(&name) {
+            let (given, wanted) = (setter_of(&value), setter_for(spec.kind));
+            if given != "none" && given != wanted {
+                // The core would say "drift_factor=1ms: expected a number": true, but the C
+                // caller's mistake is the setter.
+                return Err(Failure::invalid(format!(
+                    "{name}={written}: {name} is set with ferrolock_options_set_{wanted}, not ferrolock_options_set_{given}"
+                )));
+            }
+        }
         self.manager.set(&name, value.clone(), &written)?;
         self.sets.push((name, value, written));
         Ok(())
+    }
+}
+
+/// The `ferrolock_options_set_*` entry that passes `value`.
+fn setter_of(value: &OptionValue) -> &'static str {
+    match value {
+        OptionValue::Duration(_) => "ms",
+        OptionValue::Bool(_) => "bool",
+        OptionValue::Count(_) => "count",
+        OptionValue::Number(_) => "number",
+        OptionValue::Text(_) | OptionValue::List(_) => "str",
+        _ => "none",
+    }
+}
+
+/// The `ferrolock_options_set_*` entry for an option of type `kind`.
+fn setter_for(kind: OptionType) -> &'static str {
+    match kind {
+        OptionType::Duration | OptionType::OptionalDuration { .. } => "ms",
+        OptionType::Bool => "bool",
+        OptionType::OptionalCount => "count",
+        OptionType::Fraction => "number",
+        _ => "str",
     }
 }
 
@@ -170,7 +203,10 @@ pub unsafe extern "C" fn ferrolock_options_set_str(
     })
 }
 
-/// Sets an option back to "none" (its default).
+/// Sets an option to "none": the default for `nodes` (FERROLOCK_NODES, else the local node),
+/// `tls_ca`, `node_timeout` and `restart_guard`; no limit for `wait`, `max_hold` and
+/// `max_extensions`. An option without a "none" (`ttl`, `retry_delay`, `drift_factor`, the
+/// on/off ones) refuses it, naming the option: set its default value instead.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_options_set_none(
     opts: *mut ferrolock_options,

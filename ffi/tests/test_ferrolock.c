@@ -1153,6 +1153,12 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_none(NULL, "wait", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_options_set_none(o, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "option name");
   EXPECT(ferrolock_options_set_none(o, "ttl", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl");
+  /* The wrong setter for an option is named as the mistake, with the right one. */
+  EXPECT(ferrolock_options_set_ms(o, "drift_factor", 1, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "drift_factor=1ms: drift_factor is set with ferrolock_options_set_number, not ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_ms(o, "reentrant", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_bool");
+  EXPECT(ferrolock_options_set_count(o, "ttl", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=5: ttl is set with ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_str(o, "ttl", "10s", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_ms, not ferrolock_options_set_str");
   /* Managers. */
   EXPECT(ferrolock_manager_new(NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_manager_new(o, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager_out");
