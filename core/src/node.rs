@@ -609,7 +609,11 @@ impl Node {
                     .client
                     .get_multiplexed_async_connection_with_config(&config)
                     .await
-                    .map_err(|e| self.classify(&e))?;
+                    // redis-rs says only "timed out": say of what, as for a request.
+                    .map_err(|e| match e.is_timeout() {
+                        true => timed_out(timeout),
+                        false => self.classify(&e),
+                    })?;
                 self.check_restart(&mut conn, timeout).await?;
                 Conn::Server(conn)
             }

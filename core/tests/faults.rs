@@ -226,6 +226,27 @@ async fn three_dead_nodes_of_five_fail_fast_with_quorum_unreachable() {
     }
 }
 
+/// A node that accepts connections but never answers (paused) before its first connection:
+/// named with what happened, "no reply within" the node timeout, as a request's timeout is
+/// (redis-rs's own words were a bare "timed out").
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_node_at_connect_is_named_as_not_replying() {
+    let _serial = serial();
+    let server = ferrolock_testbed::RedisServer::start();
+    server.pause();
+    assert!(server.is_paused(), "the fault is in place");
+    let m = manager(&[server.url()], opts().wait(Some(Duration::ZERO)));
+    let err = m.acquire("silent").await.unwrap_err();
+    server.resume();
+    assert_eq!(err.kind(), ErrorKind::QuorumUnreachable, "{err}");
+    let timeout = opts().effective_node_timeout();
+    assert!(
+        err.message()
+            .contains(&format!("{} (no reply within {timeout:?})", server.url())),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partial_grant_is_released_on_every_node() {
     let _serial = serial();
