@@ -29,8 +29,8 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
     // before it execs, and we hand it over too (as shells do, in both): a Ctrl-C from its
     // very start then reaches it, whichever of the two runs first.
     let tty = foreground_terminal();
-    // SAFETY: only async-signal-safe calls (prctl, getppid, sigprocmask, tcsetpgrp, _exit)
-    // between fork and exec.
+    // SAFETY: only async-signal-safe calls (prctl, getppid, `set_foreground`, _exit) between
+    // fork and exec.
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -41,14 +41,8 @@ pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> 
                 libc::_exit(129);
             }
             if let Some(fd) = tty {
-                // Our new group is a background one: SIGTTOU is blocked around the call.
-                let mut block: libc::sigset_t = std::mem::zeroed();
-                let mut old: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut block);
-                libc::sigaddset(&mut block, libc::SIGTTOU);
-                libc::sigprocmask(libc::SIG_BLOCK, &block, &mut old);
-                libc::tcsetpgrp(fd, libc::getpid());
-                libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+                // Our new group is a background one.
+                set_foreground(fd, libc::getpid());
             }
             Ok(())
         });
@@ -159,20 +153,31 @@ impl Child {
 }
 
 /// Makes our process group the foreground of `fd` again, if the child's group (`child`) has
-/// it: after a `bg` the shell has it, and must keep it. We are in a background group then: a
-/// tcsetpgrp from there raises SIGTTOU, which is blocked around the call (as shells do).
+/// it: after a `bg` the shell has it, and must keep it. We are in a background group then.
 fn take_foreground(fd: libc::c_int, child: libc::pid_t) {
-    // SAFETY: signal mask calls and tcgetpgrp/tcsetpgrp on a descriptor we own.
+    // SAFETY: tcgetpgrp and `set_foreground` on a descriptor we own.
     unsafe {
-        if libc::tcgetpgrp(fd) != child {
-            return;
+        if libc::tcgetpgrp(fd) == child {
+            set_foreground(fd, libc::getpgrp());
         }
+    }
+}
+
+/// tcsetpgrp with SIGTTOU blocked around it: called from a background group it raises
+/// SIGTTOU, which would stop the caller (shells block it the same way). Async-signal-safe
+/// (sigset calls, pthread_sigmask, tcsetpgrp): it also runs between fork and exec.
+///
+/// # Safety
+/// `fd` is a terminal descriptor the caller owns.
+unsafe fn set_foreground(fd: libc::c_int, pgrp: libc::pid_t) {
+    // SAFETY: plain libc calls on a zeroed sigset and the caller's descriptor.
+    unsafe {
         let mut block: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut block);
         libc::sigaddset(&mut block, libc::SIGTTOU);
         libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        libc::tcsetpgrp(fd, libc::getpgrp());
+        libc::tcsetpgrp(fd, pgrp);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
     }
 }
