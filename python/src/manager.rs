@@ -57,8 +57,23 @@ impl PyManager {
         let out = bridge::blocking(py, |cancel, check| {
             m.acquire_blocking(key, owner, &opts, cancel, check)
         })?;
-        let lock = out.map_err(|e| to_py(py, &e, Some(key)))?;
-        Ok(PyLock::new(lock))
+        match out {
+            Ok(lock) => Ok(PyLock::new(lock)),
+            Err(e) => {
+                if host::is_exiting() && is_daemon_thread(py) {
+                    // At exit Python freezes daemon threads where they are; one that waited
+                    // for a lock stays waiting, as one blocked on a `threading.Lock` does,
+                    // instead of printing the traceback of a `NotAcquired` it cannot outlive.
+                    // (Only the exit handler sets "exiting", after the other threads joined.)
+                    py.detach(|| {
+                        loop {
+                            std::thread::park();
+                        }
+                    })
+                }
+                Err(to_py(py, &e, Some(key)))
+            }
+        }
     }
 
     /// A coroutine resolving to a `Lock`. Cancelling its await stops the attempt, and the
@@ -239,4 +254,14 @@ impl PyManager {
             if self.closed() { " closed" } else { "" }
         )
     }
+}
+
+/// Whether the calling thread is a `threading` daemon thread (not the main thread, which runs
+/// the exit handlers and gets their `NotAcquired`).
+fn is_daemon_thread(py: Python<'_>) -> bool {
+    py.import("threading")
+        .and_then(|t| t.call_method0("current_thread"))
+        .and_then(|t| t.getattr("daemon"))
+        .and_then(|d| d.extract::<bool>())
+        .unwrap_or(false)
 }

@@ -144,7 +144,8 @@ class Child:
         self.out: list[str] = []
         self.err: list[str] = []
         threading.Thread(target=self._read, args=(self.proc.stdout, self.lines), daemon=True).start()
-        threading.Thread(target=self._read_err, daemon=True).start()
+        self._err_reader = threading.Thread(target=self._read_err, daemon=True)
+        self._err_reader.start()
 
     @staticmethod
     def _read(stream: Any, q: queue.Queue[str | None]) -> None:
@@ -184,8 +185,11 @@ class Child:
             )
 
     def wait(self, timeout: float = 20.0) -> int:
+        """Waits for the exit, then for `err` to hold all the child wrote on stderr."""
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
+            self._err_reader.join(timeout)
+            return code
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise AssertionError(f"child did not exit within {timeout}s; stdout={self.out!r} stderr={''.join(self.err)[-3000:]}") from None

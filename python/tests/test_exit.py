@@ -51,6 +51,45 @@ def test_exit_with_held_locks_does_not_hang_and_releases(node: RedisNode, key: s
         child.kill()
 
 
+def test_a_daemon_thread_waiting_at_exit_stays_waiting_without_a_traceback(node: RedisNode, key: str) -> None:
+    # As Python does for a daemon thread blocked on a threading.Lock: frozen where it waits,
+    # not woken to print the NotAcquired ("the process is exiting") of an exit it cannot
+    # outlive. The main thread's exit handlers still get NotAcquired (the README's rule).
+    code = r"""
+import atexit, sys, threading, time
+url, key = sys.argv[1], sys.argv[2]
+def late():
+    # Runs after ferrolock's exit handler (registered before its import): time for the waiting
+    # thread to print a traceback, if it were woken; an acquire here is refused.
+    time.sleep(1.0)
+    try:
+        m.acquire(key + ":handler")
+    except ferrolock.NotAcquired as e:
+        print("handler:", e, flush=True)
+    print("late handler ran", flush=True)
+atexit.register(late)
+import ferrolock
+m = ferrolock.LockManager([url], ttl=30)
+held = m.acquire(key)
+def waiting():
+    with ferrolock.redlock(key, nodes=[url], ttl=30):
+        print("never", flush=True)
+threading.Thread(target=waiting, daemon=True).start()
+time.sleep(0.5)
+print("exiting", flush=True)
+"""
+    child = Child(code, node.url, key)
+    try:
+        child.expect("exiting")
+        child.expect("handler: ", prefix=True)
+        child.expect("late handler ran")
+        assert child.wait(15) == 0, "".join(child.err)
+        assert not any("Traceback" in line or "NotAcquired" in line for line in child.err), "".join(child.err)
+        assert not node.client().exists(key)
+    finally:
+        child.kill()
+
+
 def test_exit_from_inside_a_with_block(node: RedisNode, key: str) -> None:
     code = r"""
 import sys, ferrolock
