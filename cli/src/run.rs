@@ -22,8 +22,8 @@ while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing tok
 to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
 nodes, a tab, the key). A nested `ferrolock run` on a key an enclosing one holds on the same
-servers (h:1 and H:1/0 alike; localhost and 127.0.0.1 are not told apart) fails at once
-(exit 64) instead of waiting for itself.
+servers (h:1 and H:1/0 alike, and localhost, 127.0.0.1 and [::1]) fails at once (exit 64)
+instead of waiting for itself.
 
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND

@@ -296,6 +296,8 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     let url = server.url();
     // The same server written apart: a nested run there would wait for itself all the same.
     let spelled = format!("{}/0", url.replace("redis://", "REDIS://"));
+    let loopback = url.replace("127.0.0.1", "localhost");
+    assert_ne!(loopback, url, "the test bed's URL names 127.0.0.1");
     let exe = env!("CARGO_BIN_EXE_ferrolock");
     let script = format!(
         "echo \"key=$FERROLOCK_KEY fence=$FERROLOCK_FENCE nodes=$FERROLOCK_NODES\"; \
@@ -303,6 +305,7 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
          {exe} run --nodes {url} --wait 0 other -- sh -c 'printf \"inner=%s\\n\" \"$FERROLOCK_HELD\"'; \
          {exe} run --nodes {url} outer -- true; echo nested=$?; \
          {exe} run --nodes {spelled} outer -- true; echo spelled=$?; \
+         {exe} run --nodes {loopback} --wait 0 outer -- true; echo loopback=$?; \
          {exe} run --nodes {url}/3 --wait 0 outer -- true; echo other_db=$?"
     );
     let mut cmd = ferrolock();
@@ -324,6 +327,7 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     );
     assert!(text.contains("nested=64"), "{text}");
     assert!(text.contains("spelled=64"), "{text}");
+    assert!(text.contains("loopback=64"), "{text}");
     // Another database holds other keys: the same name there is another lock.
     assert!(text.contains("other_db=0"), "{text}");
     assert!(err.contains("already held by an enclosing"), "{err}");

@@ -1074,7 +1074,14 @@ fn address(addr: &redis::ConnectionAddr) -> String {
     match addr {
         redis::ConnectionAddr::Tcp(host, port)
         | redis::ConnectionAddr::TcpTls { host, port, .. } => {
-            format!("{}:{port}", host.to_ascii_lowercase())
+            let host = host.to_ascii_lowercase();
+            // The loopback's usual spellings reach one server: `localhost` resolves to one of
+            // them (a nested `ferrolock run` written the other way would wait for itself).
+            let host = match host.as_str() {
+                "127.0.0.1" | "::1" | "[::1]" => "localhost",
+                other => other,
+            };
+            format!("{host}:{port}")
         }
         redis::ConnectionAddr::Unix(path) => path.display().to_string(),
         other => format!("{other:?}"),

@@ -348,7 +348,24 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
             "{other}: {err}"
         );
     }
+    for (a, b) in [
+        ("redis://localhost:6379", "redis://127.0.0.1:6379"),
+        ("redis://127.0.0.1:6379", "redis://[::1]:6379/0"),
+    ] {
+        let err = LockManager::new(ManagerOptions::new().nodes([a, b])).unwrap_err();
+        assert!(
+            err.message().contains("same server (localhost:6379)"),
+            "{a} {b}: {err}"
+        );
+        assert_eq!(ferrolock::server_address(a), ferrolock::server_address(b));
+    }
     assert!(LockManager::new(ManagerOptions::new().nodes(["redis://h:1", "redis://h:2"])).is_ok());
+    assert!(
+        LockManager::new(
+            ManagerOptions::new().nodes(["redis://127.0.0.1:1", "redis://127.0.0.2:1"])
+        )
+        .is_ok()
+    );
     let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     let err =
