@@ -453,8 +453,9 @@ impl Node {
     /// The server this node's URL reaches, as its parsed address (`host:port` with the host in
     /// lower case, or a socket path): two URLs spelled apart (`/0`, a trailing `/`, `07701`,
     /// `REDIS://`, a user name) may still name one server, whose vote must not count twice.
-    /// A cluster is named by its first seed. Names that resolve to one address (`localhost`
-    /// and `127.0.0.1`) are not told apart: that would take a DNS lookup at construction.
+    /// A cluster is named by its first seed. The loopback's spellings (`localhost`,
+    /// `127.0.0.1`, `[::1]`) are one; other names that resolve to one address are told apart
+    /// (that would take a DNS lookup at construction).
     pub(crate) fn server(&self) -> String {
         address(self.client.get_connection_info().addr())
     }
