@@ -81,7 +81,9 @@ type Manager struct {
 	reentrant bool
 }
 
-// NewManager checks the options and URLs; it opens no connection until the first acquire.
+// NewManager checks the URLs and each option's value (the lease as a whole, a TTL its
+// NodeTimeout fits, is checked at each acquire, which may set its own TTL); it opens no
+// connection until the first acquire.
 func NewManager(opts ...Option) (*Manager, error) {
 	o, err := options(opts)
 	if err != nil {
@@ -516,6 +518,9 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		return 0, err
 	}
 	var ms uint64
+	if len(ttl) > 1 {
+		return 0, invalid(fmt.Sprintf("Extend takes one ttl at most, got %d: %v", len(ttl), ttl))
+	}
 	if len(ttl) > 0 {
 		var err error
 		if ms, err = millis("ttl", ttl[0]); err != nil {
@@ -560,7 +565,9 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 }
 
 // Release releases the lock (compare-and-delete: never someone else's) and frees it. After a
-// loss it still gives back what is left and returns nil; a second Release is ErrNotHeld.
+// loss it still gives back what is left and returns nil, unless no quorum of nodes answered
+// (ErrQuorumUnreachable: those nodes keep what they hold until its ttl); a second Release is
+// ErrNotHeld.
 func (l *Lock) Release() error {
 	l.mu.Lock()
 	if l.p == nil {

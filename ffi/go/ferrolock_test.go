@@ -854,6 +854,10 @@ func TestASubMillisecondDurationIsRefusedAsGiven(t *testing.T) {
 	if _, err := l.Extend(context.Background(), 10); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "ttl=10ns") {
 		t.Errorf("Extend(ctx, 10): %v (want INVALID_ARGUMENT naming ttl=10ns)", err)
 	}
+	// A second ttl is a mistake, not a value to drop.
+	if _, err := l.Extend(context.Background(), time.Second, 2*time.Second); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "one ttl at most, got 2") {
+		t.Errorf("Extend(ctx, 1s, 2s): %v (want INVALID_ARGUMENT: one ttl at most)", err)
+	}
 	l.Release()
 }
 

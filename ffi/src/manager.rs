@@ -19,8 +19,10 @@ pub struct ferrolock_manager {
     pub(crate) inner: host::Manager,
 }
 
-/// Makes a manager from `opts` (copied; not kept). The URLs and options are checked here; no
-/// connection is opened until the first acquire, so a node that is down now is no error.
+/// Makes a manager from `opts` (copied; not kept). The URLs and each option's value are
+/// checked here; the lease as a whole (a ttl its node timeout's loss margin fits) at each
+/// acquire, which may set its own ttl. No connection is opened until the first acquire, so a
+/// node that is down now is no error.
 ///
 /// Fork: a child forked (without exec) from a process using ferrolock may go on using the
 /// managers it inherited (acquire, release_all, free): each builds its own connections in

@@ -208,7 +208,7 @@ test('a Lock the garbage collector takes unreleased is released with a warning n
   const warned = r.out.split('\n').filter((l) => l.startsWith('warned'));
   assert.equal(warned.length, 1, `one warning, for the collected held lock:\n${r.out}`);
   assert.match(warned[0], /^warned warn lock "life:gc:dropped" is released because its handle was garbage-collected while the lock was held/);
-  assert.match(warned[0], /keep a reference to the lock until you release it, or let withLock hold it/);
+  assert.match(warned[0], /keep a reference to the lock until you release it, or hold it for a scope \(.*Node's withLock/);
   one.cli('DEL', 'life:gc:kept', 'life:gc:dropped');
 });
 

@@ -11,8 +11,9 @@ use pyo3::types::PyDict;
 use crate::bridge;
 use crate::errors::to_py;
 
-/// A lock held on a quorum of nodes. Dropping the last reference releases it in the
-/// background; `release()` releases it now.
+/// A lock held on a quorum of nodes. Dropping the last reference while it is held releases it
+/// in the background, with a warning (keep the handle until you release it); `release()`
+/// releases it now.
 #[pyclass(name = "Lock", module = "ferrolock", frozen)]
 pub struct PyLock {
     /// The owner it carries is the thread or asyncio task that acquired it (see
@@ -34,6 +35,15 @@ pub(crate) fn current_thread_owner(py: Python<'_>) -> PyResult<u64> {
         .import(py, "ferrolock._owner", "thread_owner")?
         .call0()?
         .extract()
+}
+
+/// The last Python reference went, and the handle with it (CPython frees at once: the result
+/// of `m.acquire(key)` not kept is gone on the same line): a lock still held is released in
+/// the background, and the warning says so, as Node's and Go's collectors do.
+impl Drop for PyLock {
+    fn drop(&mut self) {
+        self.lock.collected();
+    }
 }
 
 impl PyLock {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -125,5 +126,40 @@ def test_with_entered_and_never_exited_is_released(node: RedisNode, key: str) ->
         del stack, lock
         gc.collect()
         assert _gone_within(node, key, 2 * TTL), "the abandoned block's lock is still renewed"
+    finally:
+        m.close()
+
+
+def _warned(caplog: pytest.LogCaptureFixture, key: str, bound: float) -> bool:
+    # Records reach `logging` from a queue drained by a library thread, in order.
+    words = f'lock "{key}" is released because its handle was garbage-collected while the lock was held'
+    deadline = time.monotonic() + bound
+    while not any(r.name == "ferrolock" and words in r.getMessage() for r in caplog.records):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_lock_whose_result_is_not_kept_is_released_with_a_warning(
+    node: RedisNode, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # CPython frees the result of `m.acquire(key)` on that line: the lock is released in the
+    # background, and the warning says why (as Node's and Go's collectors do).
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    m = LockManager([node.url], ttl=30)
+    try:
+        m.acquire(key)
+        assert _gone_within(node, key, 20), "the unkept lock was not released"
+        assert _warned(caplog, key, 20), [r.getMessage() for r in caplog.records]
+        # A handle released by hand, then dropped, warns nothing: a later warning (the log is
+        # in order) comes alone.
+        caplog.clear()
+        lock = m.acquire(key + ":kept")
+        assert lock.release()
+        del lock
+        m.acquire(key + ":marker")
+        assert _warned(caplog, key + ":marker", 20)
+        assert not _warned(caplog, key + ":kept", 0), [r.getMessage() for r in caplog.records]
     finally:
         m.close()

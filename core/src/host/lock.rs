@@ -167,12 +167,13 @@ impl Lock {
         self.close_gate(true);
     }
 
-    /// For a binding whose garbage collector took this handle (a finalizer): if the lock is
-    /// held, no release has begun and no other handle of it is left, warns that it is
-    /// released now. Nothing in the caller's program marks when a collection happens (in Node
-    /// and Go it follows the handle's last use, not the end of the work the lock guards), so
-    /// the release that follows may come while that work still runs: the warning names the
-    /// key and says what to keep. Call it before the handle goes.
+    /// For a binding whose garbage collector took this handle (a finalizer; Python's last
+    /// reference going): if the lock is held, no release has begun and no other handle of it
+    /// is left, warns that it is released now. Nothing in the caller's program marks when a
+    /// collection happens (in Node and Go it follows the handle's last use, not the end of the
+    /// work the lock guards; in Python, `m.acquire(key)` whose result is not kept goes at
+    /// once), so the release that follows may come while that work still runs: the warning
+    /// names the key and says what to keep. Call it before the handle goes.
     pub fn collected(&self) {
         if self.inherited() || Arc::strong_count(&self.core) > 1 || !self.core.unreleased_and_held()
         {
@@ -181,7 +182,7 @@ impl Lock {
         tracing::warn!(
             "lock {:?} is released because its handle was garbage-collected while the lock was held: \
              the work it guards may still be running without it; keep a reference to the lock until \
-             you release it, or let withLock hold it",
+             you release it, or hold it for a scope (Python's with, Node's withLock, Go's WithLock)",
             self.key()
         );
     }

@@ -29,8 +29,9 @@ def prometheus_text() -> str: ...
 
 @final
 class Lock:
-    """A lock held on a quorum of nodes. Dropping the last reference releases it in the
-    background; ``release()`` releases it now."""
+    """A lock held on a quorum of nodes. Dropping the last reference while it is held
+    releases it in the background, with a warning on the ``ferrolock`` logger (keep the
+    handle until you release it); ``release()`` releases it now."""
 
     @property
     def key(self) -> str: ...
