@@ -173,10 +173,14 @@ async fn acquire_loop(
             };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
+            // Worded as a lock's give-up is (`acquire::give_up`).
+            let waited = match opts.wait.unwrap_or_default() {
+                w if w.is_zero() => "on the first try (wait=0)".to_string(),
+                w => format!("within wait={w:?}"),
+            };
             let what = format!(
-                "semaphore {name:?}: {} permit(s) not acquired within {:?}",
+                "semaphore {name:?}: {} permit(s) not acquired {waited}",
                 opts.permits.map_or(1, |p| p.count),
-                opts.wait.unwrap_or_default()
             );
             return Err(match &unanswered {
                 Some(e) => Error::new(

@@ -94,6 +94,11 @@ async fn a_count_above_one_takes_and_returns_that_many() {
         .await
         .unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::NotAcquired, "{refused}");
+    // Worded as a lock's try is.
+    assert_eq!(
+        refused.message(),
+        "semaphore \"sem:count\": 2 permit(s) not acquired on the first try (wait=0): the pool is taken"
+    );
     let one = m.semaphore(name, 3).await.unwrap();
     assert_eq!(available(&server, name), 0);
     assert!(two.release().await.unwrap());

@@ -107,6 +107,10 @@ func options(opts []Option) (*C.ferrolock_options, error) {
 
 // set applies one option to o.
 func set(o *C.ferrolock_options, opt Option) error {
+	if opt.name == countOption {
+		// The permit calls take Count out before they get here.
+		return invalid("count=%v: Count is an option of AcquirePermits, TryAcquirePermits and WithPermit only", opt.value)
+	}
 	name, err := cstring("option name", opt.name)
 	if err != nil {
 		return err

@@ -163,7 +163,11 @@ func TestPermitsBadInput(t *testing.T) {
 		}
 	}
 	if _, err := m.TryAcquire(ctx, key("lock"), ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
-		!strings.Contains(err.Error(), "count") {
-		t.Errorf("Count on a lock: %v, want ErrInvalidArgument naming count", err)
+		!strings.Contains(err.Error(), "count=2: Count is an option of AcquirePermits") {
+		t.Errorf("Count on a lock: %v, want ErrInvalidArgument saying where Count belongs", err)
+	}
+	if _, err := ferrolock.NewManager(ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+		!strings.Contains(err.Error(), "Count is an option of AcquirePermits") {
+		t.Errorf("Count on a manager: %v, want ErrInvalidArgument saying where Count belongs", err)
 	}
 }
