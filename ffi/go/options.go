@@ -150,7 +150,7 @@ func set(o *C.ferrolock_options, opt Option) error {
 			status = C.ferrolock_options_set_str(o, name, value, &cerr)
 			C.free(unsafe.Pointer(value))
 		default:
-			return invalid("%s = %v: unsupported value type %T", opt.name, v, v)
+			return invalid("%s=%v: unsupported value type %T", opt.name, v, v)
 		}
 	}
 	return take(status, cerr)
