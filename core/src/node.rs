@@ -152,8 +152,13 @@ impl Node {
             }
         };
         let info = url.into_connection_info().map_err(|e| {
+            // A list's comma cuts only before a scheme (`split_nodes`): say so when one stayed.
+            let comma = match url.contains(',') {
+                true => "; in a list, each URL starts with its scheme",
+                false => "",
+            };
             Error::invalid(format!(
-                "malformed node URL {display:?}: {} (expected redis://[user:password@]host:port[/db], rediss://... or unix:///path)",
+                "malformed node URL {display:?}: {} (expected redis://[user:password@]host:port[/db], rediss://... or unix:///path{comma})",
                 e.detail().unwrap_or("cannot parse")
             ))
         })?;
@@ -454,8 +459,8 @@ impl Node {
     /// lower case, or a socket path): two URLs spelled apart (`/0`, a trailing `/`, `07701`,
     /// `REDIS://`, a user name) may still name one server, whose vote must not count twice.
     /// A cluster is named by its first seed. The loopback's spellings (`localhost`,
-    /// `127.0.0.1`, `[::1]`) are one; other names that resolve to one address are told apart
-    /// (that would take a DNS lookup at construction).
+    /// `127.0.0.1`, `[::1]`) are one; other names that resolve to one address count as
+    /// distinct (telling they are one would take a DNS lookup at construction).
     pub(crate) fn server(&self) -> String {
         address(self.client.get_connection_info().addr())
     }
@@ -1187,8 +1192,13 @@ fn check_query(url: &str, display: &str) -> Result<()> {
         if name == "protocol" {
             let value = pair.split_once('=').map_or("", |(_, v)| v);
             if !matches!(value, "2" | "3" | "resp2" | "resp3") {
+                // After pass=, the value may be more of a password (an unescaped `&`).
+                let shown = match after_password {
+                    true => "***".to_string(),
+                    false => format!("{value:?}"),
+                };
                 return Err(Error::invalid(format!(
-                    "malformed node URL {display:?}: protocol={value:?}: expected resp2 or resp3"
+                    "malformed node URL {display:?}: protocol={shown}: expected resp2 or resp3"
                 )));
             }
         }

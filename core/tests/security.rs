@@ -174,7 +174,7 @@ async fn a_comma_in_a_password_in_a_node_list_is_neither_a_cut_nor_shown() {
     let lock = one.acquire("lock:comma").await.unwrap();
     assert!(lock.release().await.unwrap());
     // A wrong one, and one whose comma follows a port-like number: never shown in part.
-    for pw in ["wr0ng,PW", "6379,s3cr3tPW"] {
+    for pw in ["wr0ng,PW", "6379,s3cr3tPW", "wr0ng,,PW", "wr0ng, ,PW"] {
         let shown = match manager(list(pw, server.port())) {
             Err(e) => e.to_string(),
             Ok(m) => m.acquire("lock:comma").await.unwrap_err().to_string(),

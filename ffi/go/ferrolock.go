@@ -519,7 +519,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	}
 	var ms uint64
 	if len(ttl) > 1 {
-		return 0, invalid(fmt.Sprintf("Extend takes one ttl at most, got %d: %v", len(ttl), ttl))
+		return 0, invalid("Extend takes one ttl at most, got %d: %v", len(ttl), ttl)
 	}
 	if len(ttl) > 0 {
 		var err error

@@ -7,7 +7,7 @@ import (
 )
 
 // countOption is Count's name: AcquirePermits and its kin take it out of the options (it is
-// not a library option), so any other acquire refuses it as an unknown option.
+// not a library option); anywhere else `set` refuses it, saying where it belongs.
 const countOption = "count"
 
 // Count is how many permits AcquirePermits, TryAcquirePermits and WithPermit take (default

@@ -52,7 +52,9 @@ impl ferrolock_options {
         written: String,
     ) -> Result<(), Failure> {
         let name = text(name, "option name")?;
-        if let Some(spec) = ferrolock::option_spec(&name) {
+        if let Some(spec) =
+            ferrolock::option_spec(&name).filter(|s| !matches!(s.scope, OptionScope::Binding(_)))
+        {
             let (given, wanted) = (setter_of(&value), setter_for(spec.kind));
             if given != "none" && given != wanted {
                 // The core would say "drift_factor=1ms: expected a number": true, but the C

@@ -63,7 +63,8 @@ function inJsNames(message) {
       .filter((row) => row.core !== row.name)
       .map((row) => [row.core, row.name]),
   );
-  return message.replace(/"(?:[^"\\]|\\.)*"|\b[a-z]+(?:_[a-z]+)+\b/g, (m) => jsNames.get(m) ?? m);
+  // Not inside a path, host or URL either (`/run/secrets/tls_ca`, `node_timeout.internal`).
+  return message.replace(/"(?:[^"\\]|\\.)*"|(?<![\w/.:@-])[a-z]+(?:_[a-z]+)+(?![\w/.:@-])/g, (m) => jsNames.get(m) ?? m);
 }
 
 /** An error thrown by the native addon, as the LockError of its kind. */

@@ -199,7 +199,7 @@ class LockManager {
   }
   /** Tries once: rejects with NotAcquiredError while fewer than `count` permits are free. */
   async tryAcquirePermit(name, options) {
-    return this.acquirePermit(name, tryOnce(name, options, 'semaphore name'));
+    return this.acquirePermit(name, tryOnce(name, options, 'semaphore'));
   }
   async #acquire(key, options, kind, sem = null) {
     checkKey(key);

@@ -42,13 +42,13 @@ function show(v) {
   return String(v);
 }
 
-function where(key) {
-  return key === undefined ? 'LockManager: ' : `lock ${JSON.stringify(key)}: `;
+function where(key, subject = 'lock') {
+  return key === undefined ? 'LockManager: ' : `${subject} ${JSON.stringify(key)}: `;
 }
 
-function bad(key, name, v, why) {
+function bad(key, name, v, why, subject = 'lock') {
   const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
-  return new InvalidArgumentError(`${where(key)}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
+  return new InvalidArgumentError(`${where(key, subject)}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
 }
 
 function millis(key, name, v, zeroOk) {
@@ -155,22 +155,17 @@ function convert(options, key, { manager = true, lock = true } = {}) {
 /** A semaphore's `permits` (required) and `count` (default 1), split from its acquire's other
  * options. Only the JavaScript types are checked here: 0 and count > permits are the core's. */
 function splitPermits(key, options) {
-  const at = `semaphore ${JSON.stringify(key)}: `;
-  const bad = (name, v, why) => {
-    const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
-    return new InvalidArgumentError(`${at}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
-  };
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw bad('options', options, 'expected an object with permits (the pool size)');
+    throw bad(key, 'options', options, 'expected an object with permits (the pool size)', 'semaphore');
   }
   const { permits, count, ...rest } = options;
   if (permits === undefined || permits === null) {
-    throw new InvalidArgumentError(`${at}a semaphore needs permits: the size of its pool of permits`, { key });
+    throw new InvalidArgumentError(`${where(key, 'semaphore')}a semaphore needs permits: the size of its pool of permits`, { key });
   }
   const whole = (name, v) => {
-    if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(name, v, 'expected a whole number >= 1');
-    if (v < 0) throw bad(name, v, 'must not be negative');
-    if (v > 2 ** 32 - 1) throw bad(name, v, 'too large (at most 4294967295)');
+    if (typeof v !== 'number' || !Number.isInteger(v)) throw bad(key, name, v, 'expected a whole number >= 1', 'semaphore');
+    if (v < 0) throw bad(key, name, v, 'must not be negative', 'semaphore');
+    if (v > 2 ** 32 - 1) throw bad(key, name, v, 'too large (at most 4294967295)', 'semaphore');
     return v;
   };
   return { permits: whole('permits', permits), count: count === undefined ? 1 : whole('count', count), rest };
@@ -194,12 +189,12 @@ function checkKey(key, what = 'lock key') {
 }
 
 /** A try's options: `wait: 0` added; a `wait` of the caller's other than 0 would contradict it. */
-function tryOnce(key, options, what = 'lock key') {
-  checkKey(key, what);
+function tryOnce(key, options, subject = 'lock') {
+  checkKey(key, subject === 'lock' ? 'lock key' : `${subject} name`);
   if (options === undefined || options === null) return { wait: 0 };
-  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object');
+  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object', subject);
   if (options.wait !== undefined && options.wait !== 0) {
-    throw bad(key, 'wait', options.wait, 'a try does not wait: use acquire with wait, or leave wait out');
+    throw bad(key, 'wait', options.wait, 'a try does not wait: use acquire with wait, or leave wait out', subject);
   }
   return { ...options, wait: 0 };
 }

@@ -267,6 +267,8 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     // The core's checks name options as JavaScript spells them.
     [['k', async () => 1, { nodes, driftFactor: 2 }], /driftFactor=2: expected a number in \[0, 1\)/],
     [['k', async () => 1, { nodes: ['rediss://127.0.0.1:1'], tlsCa: '/nonexistent/ca.pem' }], /cannot read tlsCa file \/nonexistent\/ca\.pem/],
+    // ... but not inside a path: the file named is the one given.
+    [['k', async () => 1, { nodes: ['rediss://127.0.0.1:1'], tlsCa: '/run/secrets/tls_ca' }], /cannot read tlsCa file \/run\/secrets\/tls_ca:/],
     [['k', async () => 1, { nodes, ttl: 0 }], /ttl=0/],
     [['k', async () => 1, { nodes, ttl: -5 }], /ttl=-5.*negative/],
     [['k', async () => 1, { nodes, ttl: NaN }], /ttl=NaN.*not a number/],

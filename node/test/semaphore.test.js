@@ -109,6 +109,9 @@ test('bad permits, counts, names and node lists are refused naming the value', T
     await assert.rejects(m.acquirePermit('sem:bad', options), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
     await assert.rejects(withPermit('sem:bad', options, () => {}), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
   }
+  // A try's refusals name the semaphore too.
+  await assert.rejects(m.tryAcquirePermit('sem:bad', { permits: 2, wait: 5 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid wait=5/.test(e.message));
+  await assert.rejects(m.tryAcquirePermit('sem:bad', 'x'), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid options="x"/.test(e.message));
   // A semaphore's name is called so, not a lock key.
   for (const name of ['', 7, null]) {
     await assert.rejects(m.acquirePermit(name, { permits: 2 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore name must be a non-empty string/.test(e.message));

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use ferrolock::LockOptions;
 use ferrolock::host;
+use ferrolock::{ErrorKind, LockOptions};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -60,7 +60,8 @@ impl PyManager {
         match out {
             Ok(lock) => Ok(PyLock::new(lock)),
             Err(e) => {
-                if host::is_exiting() && is_daemon_thread(py) {
+                if e.kind() == ErrorKind::NotAcquired && host::is_exiting() && is_daemon_thread(py)
+                {
                     // At exit Python freezes daemon threads where they are; one that waited
                     // for a lock stays waiting, as one blocked on a `threading.Lock` does,
                     // instead of printing the traceback of a `NotAcquired` it cannot outlive.
@@ -256,12 +257,15 @@ impl PyManager {
     }
 }
 
-/// Whether the calling thread is a `threading` daemon thread (not the main thread, which runs
-/// the exit handlers and gets their `NotAcquired`).
+/// Whether the calling thread is a daemon thread `threading` started (not the main thread,
+/// which runs the exit handlers and gets their `NotAcquired`, nor a thread started outside
+/// Python, which `threading` calls a daemon too).
 fn is_daemon_thread(py: Python<'_>) -> bool {
-    py.import("threading")
-        .and_then(|t| t.call_method0("current_thread"))
-        .and_then(|t| t.getattr("daemon"))
-        .and_then(|d| d.extract::<bool>())
-        .unwrap_or(false)
+    let check = || -> PyResult<bool> {
+        let threading = py.import("threading")?;
+        let current = threading.call_method0("current_thread")?;
+        let foreign = current.is_instance(&threading.getattr("_DummyThread")?)?;
+        Ok(!foreign && current.getattr("daemon")?.extract::<bool>()?)
+    };
+    check().unwrap_or(false)
 }

@@ -75,7 +75,11 @@ def waiting():
     with ferrolock.redlock(key, nodes=[url], ttl=30):
         print("never", flush=True)
 threading.Thread(target=waiting, daemon=True).start()
-time.sleep(0.5)
+# Exit only once the thread is waiting: its first try has been refused (an attempt counted
+# beside the grant of `held`).
+prefix = key.rsplit(":", 1)[0] if ":" in key else key
+while ferrolock.metrics().get(prefix, {}).get("attempts", 0) < 2:
+    time.sleep(0.01)
 print("exiting", flush=True)
 """
     child = Child(code, node.url, key)

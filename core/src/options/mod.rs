@@ -293,31 +293,50 @@ impl ManagerOptions {
 pub(crate) const NO_NODE_GIVEN: &str =
     "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
 
-/// Splits a comma-separated node list, trimming blanks around each URL. A new URL starts only
-/// where a scheme (`redis://`, `unix://`, ...) does: a comma in a password is part of it, not
-/// a cut that would show the password's first half as a malformed URL of its own.
+/// Splits a comma-separated node list, trimming blanks around each URL. A comma (or a run of
+/// them) cuts the list only where what follows starts a URL (`redis://`, `unix:/...`) or
+/// nothing does: a comma in a password is part of it, kept as written, not a cut that would
+/// show a piece of the password as a malformed URL of its own. Empty entries (`a,,b`, a
+/// trailing comma) stay entries, for the parser to refuse by name.
 pub fn split_nodes(list: &str) -> Vec<String> {
+    let pieces: Vec<&str> = list.split(',').collect();
     let mut urls: Vec<String> = Vec::new();
-    for part in list.split(',') {
-        let part = part.trim();
-        match urls.last_mut() {
-            Some(url) if !part.is_empty() && !url.is_empty() && !starts_with_scheme(part) => {
+    let mut current = Some(pieces[0].to_string());
+    let mut i = 1;
+    while i < pieces.len() {
+        // pieces[i..next] are blank (a run of commas); pieces[next], if there is one, is not.
+        let next = (i..pieces.len())
+            .find(|&j| !pieces[j].trim().is_empty())
+            .unwrap_or(pieces.len());
+        let url = current.get_or_insert_with(String::new);
+        let cut = next == pieces.len()
+            || url.trim().is_empty()
+            || starts_with_scheme(pieces[next].trim_start());
+        if cut {
+            urls.push(url.trim().to_string());
+            urls.extend((i..next).map(|_| String::new()));
+            current = pieces.get(next).map(|p| p.to_string());
+        } else {
+            for piece in &pieces[i..=next] {
                 url.push(',');
-                url.push_str(part);
+                url.push_str(piece);
             }
-            _ => urls.push(part.to_string()),
         }
+        i = next + 1;
     }
+    urls.extend(current.map(|url| url.trim().to_string()));
     urls
 }
 
-/// `scheme://` at the start, the scheme as RFC 3986 spells it.
+/// A URL's `scheme:` and then `/` at the start (`redis://`, `unix:/path`), the scheme as RFC
+/// 3986 spells it.
 fn starts_with_scheme(s: &str) -> bool {
-    let Some((scheme, _)) = s.split_once("://") else {
+    let Some((scheme, rest)) = s.split_once(':') else {
         return false;
     };
     let mut chars = scheme.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+    rest.starts_with('/')
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
 }
 
@@ -362,6 +381,16 @@ mod tests {
         assert_eq!(
             super::split_nodes("redis://u:pa,ss@h:1 , rediss+cluster://h:2,unix:///s"),
             ["redis://u:pa,ss@h:1", "rediss+cluster://h:2", "unix:///s"]
+        );
+        // A run of commas, or a blank, in a password is kept as written.
+        assert_eq!(
+            super::split_nodes("redis://u:pa,,ss@h:1,redis://u:p, s@h:2"),
+            ["redis://u:pa,,ss@h:1", "redis://u:p, s@h:2"]
+        );
+        // redis-rs's `unix:/path` starts a URL too.
+        assert_eq!(
+            super::split_nodes("unix:/a.sock,unix:/b.sock"),
+            ["unix:/a.sock", "unix:/b.sock"]
         );
         // Empty entries stay entries (refused by the parser, naming them), not glued on.
         assert_eq!(
