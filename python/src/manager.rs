@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use ferrolock::host;
 use ferrolock::{ErrorKind, LockOptions};
+use pyo3::exceptions::PySystemExit;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -60,19 +61,19 @@ impl PyManager {
         match out {
             Ok(lock) => Ok(PyLock::new(lock)),
             Err(e) => {
+                let err = to_py(py, &e, Some(key));
                 if e.kind() == ErrorKind::NotAcquired && host::is_exiting() && is_daemon_thread(py)
                 {
-                    // At exit Python freezes daemon threads where they are; one that waited
-                    // for a lock stays waiting, as one blocked on a `threading.Lock` does,
-                    // instead of printing the traceback of a `NotAcquired` it cannot outlive.
-                    // (Only the exit handler sets "exiting", after the other threads joined.)
-                    py.detach(|| {
-                        loop {
-                            std::thread::park();
-                        }
-                    })
+                    // A daemon thread waiting at interpreter exit (only the exit handler sets
+                    // "exiting", once the other threads have joined) ends quietly: SystemExit,
+                    // which `threading` ignores, unwinds it (its `finally` blocks run), where a
+                    // NotAcquired would print a traceback during finalization, or be caught by
+                    // a retry loop that spins until the process is gone.
+                    let exit = PySystemExit::new_err(e.message().to_string());
+                    exit.set_cause(py, Some(err));
+                    return Err(exit);
                 }
-                Err(to_py(py, &e, Some(key)))
+                Err(err)
             }
         }
     }
