@@ -59,9 +59,11 @@ def test_a_daemon_thread_waiting_at_exit_ends_quietly(node: RedisNode, key: str)
 import atexit, sys, threading, time
 url, key = sys.argv[1], sys.argv[2]
 def late():
-    # Runs after ferrolock's exit handler (registered before its import): time for the waiting
-    # thread to print a traceback, if it were woken; an acquire here is refused.
-    time.sleep(1.0)
+    # Runs after ferrolock's exit handler (registered before its import): the waiting thread
+    # has been woken by then and ends (with a traceback on stderr, were its error printed);
+    # an acquire here is refused.
+    waiter.join(30)
+    print("waiter ended:", not waiter.is_alive(), flush=True)
     try:
         m.acquire(key + ":handler")
     except ferrolock.NotAcquired as e:
@@ -77,7 +79,8 @@ def waiting():
             print("never", flush=True)
     finally:
         print("unwound", flush=True)
-threading.Thread(target=waiting, daemon=True).start()
+waiter = threading.Thread(target=waiting, daemon=True)
+waiter.start()
 # Exit only once the thread is waiting: its first try has been refused (an attempt counted
 # beside the grant of `held`).
 prefix = key.rsplit(":", 1)[0] if ":" in key else key
@@ -89,6 +92,7 @@ print("exiting", flush=True)
     try:
         child.expect("exiting")
         child.expect("unwound")
+        child.expect("waiter ended: True")
         child.expect("handler: ", prefix=True)
         child.expect("late handler ran")
         assert child.wait(15) == 0, "".join(child.err)
