@@ -200,12 +200,15 @@ impl LockInner {
         if s.status != LockStatus::Held {
             return false;
         }
+        // Counted before the status shows: whoever sees the lock lost sees the loss counted.
+        if let LockStatus::Lost(reason) = &status {
+            self.stats.lost(reason.code());
+        }
         s.status = status.clone();
         let tx = s.status_tx.clone();
         drop(s);
         if let LockStatus::Lost(reason) = &status {
             tracing::warn!("{reason}");
-            self.stats.lost(reason.code());
         }
         // After the status is set, so a callback registered from now on sees it instead.
         let callbacks =
