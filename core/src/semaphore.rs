@@ -173,11 +173,8 @@ async fn acquire_loop(
             };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
-            // Worded as a lock's give-up is (`acquire::give_up`).
-            let waited = match opts.wait.unwrap_or_default() {
-                w if w.is_zero() => "on the first try (wait=0)".to_string(),
-                w => format!("within wait={w:?}"),
-            };
+            // Worded as a lock's give-up is.
+            let waited = crate::acquire::give_up::waited(opts.wait);
             let what = format!(
                 "semaphore {name:?}: {} permit(s) not acquired {waited}",
                 opts.permits.map_or(1, |p| p.count),

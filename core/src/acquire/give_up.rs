@@ -6,6 +6,16 @@ use crate::options::LockOptions;
 use crate::quorum::Tally;
 use crate::shared::Shared;
 
+/// How long an acquire that gave up had tried, as its "not acquired …" says it (a lock's and a
+/// semaphore's alike).
+pub(crate) fn waited(wait: Option<std::time::Duration>) -> String {
+    match wait {
+        Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
+        Some(w) => format!("within wait={w:?}"),
+        None => "before giving up".to_string(),
+    }
+}
+
 pub(super) fn unreachable_error(shared: &Shared, key: &str, tally: &Tally) -> Error {
     Error::new(
         ErrorKind::QuorumUnreachable,
@@ -27,11 +37,7 @@ pub(super) fn not_acquired_error(
     spoiled: Option<&Spoiled>,
     no_ttl: usize,
 ) -> Error {
-    let waited = match opts.wait {
-        Some(w) if w.is_zero() => "on the first try (wait=0)".to_string(),
-        Some(w) => format!("within wait={w:?}"),
-        None => "before giving up".to_string(),
-    };
+    let waited = waited(opts.wait);
     let why = match spoiled {
         Some(Spoiled::TooLate) => format!(
             "a quorum granted it but the acquire took longer than the validity (ttl {:?} minus drift {:?}), so it was released",

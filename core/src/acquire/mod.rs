@@ -22,7 +22,7 @@ mod ask;
 mod attempt;
 mod checks;
 mod claim;
-mod give_up;
+pub(crate) mod give_up;
 mod in_flight;
 mod kind;
 mod late;
