@@ -40,7 +40,7 @@ test-node: redis
 ## Python, Node and the CLI on one read-write lock, Python and Node on one semaphore: each sees
 ## the others' holds; random mixes never overlap a writer with anyone, nor exceed the permits.
 test-interop: redis
-	tests/interop/run.sh
+	FERROLOCK_DEBUG_BUILD=1 tests/interop/run.sh
 
 ## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
 test-faults: redis

@@ -29,10 +29,25 @@ function run(cmd, argv) {
   return r.status === 0;
 }
 
+// The debug build on Linux is cargo's own, copied where native.js looks: napi v3 always passes
+// `--target <host>`, which builds every dependency a second time into target/<triple>/ (on a
+// cold CI machine, minutes and a quarter GB beside the `cargo test` build it could reuse).
+function cargoDebugBuild() {
+  const glibc = !!process.report?.getReport?.().header?.glibcVersionRuntime;
+  const platform = `linux-${process.arch}-${glibc ? 'gnu' : 'musl'}`;
+  if (!run('cargo', ['build', '--locked', '-p', 'ferrolock-node'])) return false;
+  const targetDir = process.env.CARGO_TARGET_DIR || path.join(here, '..', 'target');
+  fs.copyFileSync(path.join(targetDir, 'debug', 'libferrolock_node.so'), path.join(here, `ferrolock.${platform}.node`));
+  return true;
+}
+
 const bin = napiBin();
-const ok = bin
-  ? run(process.execPath, [bin, ...args])
-  : run('npx', ['--yes', '--package=@napi-rs/cli@3', '--', 'napi', ...args]);
+const ok =
+  process.env.FERROLOCK_DEBUG_BUILD && process.platform === 'linux'
+    ? cargoDebugBuild()
+    : bin
+      ? run(process.execPath, [bin, ...args])
+      : run('npx', ['--yes', '--package=@napi-rs/cli@3', '--', 'napi', ...args]);
 if (!ok || !fs.readdirSync(here).some((f) => /^ferrolock\..*\.node$/.test(f))) {
   console.error('ferrolock: building the native addon failed (needs a Rust toolchain: https://rustup.rs)');
   process.exit(1);
