@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
-const { convert, checkKey, checkSignal, splitPermits, tryOnce } = require('./options');
+const { convert, checkKey, checkSignal, notOptions, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -290,7 +290,7 @@ function contentKey(options) {
 }
 
 function withLockOptions(options, key) {
-  const plain = options === undefined || options === null || (typeof options === 'object' && !Array.isArray(options));
+  const plain = options === undefined || options === null || !notOptions(options);
   const id = plain ? (options == null ? '' : contentKey(options)) : null;
   let found = id === null ? undefined : prepared.get(id);
   if (found === undefined) {

@@ -46,9 +46,24 @@ function where(key, subject = 'lock') {
   return key === undefined ? 'LockManager: ' : `${subject} ${JSON.stringify(key)}: `;
 }
 
-function bad(key, name, v, why, subject = 'lock') {
-  const type = v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
+function bad(key, name, v, why, subject = 'lock', type = undefined) {
+  type ??= v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
   return new InvalidArgumentError(`${where(key, subject)}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
+}
+
+function badOptions(key, options, why, subject = 'lock') {
+  const kind = optionsType(options);
+  return bad(key, 'options', options, kind ? `${why} with the options as its own keys, not a ${kind}` : why, subject, kind);
+}
+
+// What may stand for options: an object whose own keys are the options. A Map or a Set has
+// none (its entries are not keys), so `new Map([['ttl', 1000]])` would read as {} and be dropped.
+function notOptions(v) {
+  return v === null || typeof v !== 'object' || Array.isArray(v) || v instanceof Map || v instanceof Set;
+}
+
+function optionsType(v) {
+  return v instanceof Map ? 'Map' : v instanceof Set ? 'Set' : undefined;
 }
 
 function millis(key, name, v, zeroOk) {
@@ -126,7 +141,7 @@ function checkSignal(key, signal) {
 function convert(options, key, { manager = true, lock = true } = {}) {
   const out = { manager: [], lock: [], signal: undefined, reentrant: undefined };
   if (options === undefined || options === null) return out;
-  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object');
+  if (notOptions(options)) throw badOptions(key, options, 'expected an object');
   for (const name of Object.keys(options)) {
     const v = options[name];
     if (v === undefined) continue;
@@ -155,8 +170,8 @@ function convert(options, key, { manager = true, lock = true } = {}) {
 /** A semaphore's `permits` (required) and `count` (default 1), split from its acquire's other
  * options. Only the JavaScript types are checked here: 0 and count > permits are the core's. */
 function splitPermits(key, options) {
-  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
-    throw bad(key, 'options', options, 'expected an object with permits (the pool size)', 'semaphore');
+  if (notOptions(options)) {
+    throw badOptions(key, options, 'expected an object with permits (the pool size)', 'semaphore');
   }
   const { permits, count, ...rest } = options;
   if (permits === undefined || permits === null) {
@@ -192,11 +207,11 @@ function checkKey(key, what = 'lock key') {
 function tryOnce(key, options, subject = 'lock') {
   checkKey(key, subject === 'lock' ? 'lock key' : `${subject} name`);
   if (options === undefined || options === null) return { wait: 0 };
-  if (typeof options !== 'object' || Array.isArray(options)) throw bad(key, 'options', options, 'expected an object', subject);
+  if (notOptions(options)) throw badOptions(key, options, 'expected an object', subject);
   if (options.wait !== undefined && options.wait !== 0) {
     throw bad(key, 'wait', options.wait, 'a try does not wait: use acquire with wait, or leave wait out', subject);
   }
   return { ...options, wait: 0 };
 }
 
-module.exports = { convert, checkKey, checkSignal, splitPermits, tryOnce, millis, TABLE };
+module.exports = { convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };

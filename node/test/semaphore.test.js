@@ -104,6 +104,7 @@ test('bad permits, counts, names and node lists are refused naming the value', T
     [{ permits: 2, count: true }, /count=true \(boolean\)/],
     [{ count: 1 }, /needs permits/],
     [undefined, /options=undefined/],
+    [new Map([['permits', 2]]), /options=\[object Map\] \(Map\): .*not a Map/],
   ];
   for (const [options, words] of cases) {
     await assert.rejects(m.acquirePermit('sem:bad', options), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
