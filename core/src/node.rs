@@ -954,9 +954,16 @@ impl Drop for Waiting<'_> {
     }
 }
 
-/// A request that got no reply within the node timeout.
+/// A request that got no reply within the node timeout. Shown to the millisecond: a renewal
+/// batch's timeout carries 50 µs per renewal on top ("200.05ms" read as a typo).
 pub(crate) fn timed_out(timeout: Duration) -> NodeError {
-    NodeError::Unreachable(format!("no reply within {timeout:?}"))
+    let ms = (timeout.as_micros() + 500) / 1000;
+    let shown = if timeout < Duration::from_millis(1) {
+        timeout
+    } else {
+        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    };
+    NodeError::Unreachable(format!("no reply within {shown:?}"))
 }
 
 /// Connection generations, unique in the process, so a failure invalidates only the
@@ -1229,6 +1236,25 @@ fn not_a_cluster() -> redis::RedisError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_is_named_to_the_millisecond() {
+        let shown = |d: Duration| match timed_out(d) {
+            NodeError::Unreachable(text) => text,
+            other => panic!("{other:?}"),
+        };
+        // A renewal batch of one: the node timeout plus 50 µs.
+        assert_eq!(
+            shown(Duration::from_micros(200_050)),
+            "no reply within 200ms"
+        );
+        assert_eq!(
+            shown(Duration::from_micros(205_000)),
+            "no reply within 205ms"
+        );
+        assert_eq!(shown(Duration::from_secs(2)), "no reply within 2s");
+        assert_eq!(shown(Duration::from_micros(300)), "no reply within 300µs");
+    }
 
     #[test]
     fn passwords_are_redacted_from_urls() {
