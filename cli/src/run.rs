@@ -21,7 +21,8 @@ The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored
 while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
 to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
-nodes, a tab, the key). A nested `ferrolock run` on a key an enclosing one holds on the same
+nodes, a tab, the key; a backslash, tab, newline or carriage return in them is written \\\\,
+\\t, \\n or \\r). A nested `ferrolock run` on a key an enclosing one holds on the same
 servers (h:1 and H:1/0 alike, and localhost, 127.0.0.1 and [::1]) fails at once (exit 64)
 instead of waiting for itself.
 
@@ -427,9 +428,31 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
     Ok(o)
 }
 
-/// The `FERROLOCK_HELD` line of a lock: the node list (passwords redacted), a tab, the key.
+/// The `FERROLOCK_HELD` line of a lock: the node list (passwords redacted), a tab, the key,
+/// each escaped: a key may hold a tab or a newline, which would cut the line elsewhere (a
+/// nested run on `a\nb` waited for itself; a key `x\n<nodes>\tb` refused an unheld `b`).
 fn held_entry(manager: &LockManager, key: &str) -> String {
-    format!("{}\t{key}", manager.node_names().join(","))
+    format!(
+        "{}\t{}",
+        escape_held(&manager.node_names().join(",")),
+        escape_held(key)
+    )
+}
+
+/// `\`, tab, newline and carriage return written as `\\`, `\t`, `\n`, `\r`: one-to-one, so
+/// two lines are equal exactly when what they name is.
+fn escape_held(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers and

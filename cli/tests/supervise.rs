@@ -333,6 +333,45 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 
+/// A key is any string: a newline or a tab in it must not cut its `FERROLOCK_HELD` line, which
+/// made a nested run on `a\nb` wait for itself and refused an unheld `b` under a key that
+/// spelled a line naming it.
+#[test]
+fn a_key_with_a_newline_or_a_tab_is_one_held_line() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let exe = env!("CARGO_BIN_EXE_ferrolock");
+    for (outer, inner, code) in [
+        ("a\nb".to_string(), "a\nb".to_string(), 64),
+        ("a\tb\\".to_string(), "a\tb\\".to_string(), 64),
+        (format!("x\n{url}\tb"), "b".to_string(), 0),
+        ("a\\nb".to_string(), "a\nb".to_string(), 0),
+    ] {
+        let script = format!(
+            "printf 'held=%s|' \"$FERROLOCK_HELD\"; \
+             {exe} run --nodes {url} --wait 0 \"$INNER\" -- true; echo inner=$?"
+        );
+        let mut cmd = ferrolock();
+        cmd.env("INNER", &inner)
+            .args(["run", "--nodes", &url, &outer, "--", "sh", "-c", &script]);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{outer:?}: {text} {err}");
+        assert!(
+            text.contains(&format!("inner={code}")),
+            "{outer:?} / {inner:?}: {text} {err}"
+        );
+        // One line, the key written escaped.
+        let held = text.split('|').next().unwrap_or_default();
+        assert_eq!(held.lines().count(), 1, "{held:?}");
+        assert!(
+            !held.contains('\t') || held.matches('\t').count() == 1,
+            "{held:?}"
+        );
+    }
+}
+
 #[test]
 fn new_flags_refuse_bad_values_naming_them() {
     let cases: &[(&[&str], &str)] = &[
