@@ -85,7 +85,7 @@ pub struct RunArgs {
     /// Comma-separated node URLs (redis://, rediss://, unix://, redis+cluster://,
     /// rediss+cluster://); more than one means Redlock, held on a majority [default:
     /// $FERROLOCK_NODES, else redis://127.0.0.1:6379]
-    // Not clap's `env`: the core resolves FERROLOCK_NODES itself (an empty value means unset
+    // Not clap's `env`: the core resolves FERROLOCK_NODES itself (set but empty, it is refused
     // there), and clap would print the variable's value, passwords included, in --help.
     #[arg(long, value_name = "URLS")]
     nodes: Option<String>,

@@ -357,6 +357,22 @@ fn bad_input_exits_64_and_names_the_value() {
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(needle), "{args:?}: {}", stderr(&out));
     }
+    // Set but empty (`FERROLOCK_NODES=$REDIS_URL`, REDIS_URL unset) is not "unset": locking on
+    // the local node instead would exclude no peer on the real servers. Not even a server
+    // listening there is tried.
+    for blank in ["", " "] {
+        let mut cmd = ferrolock();
+        cmd.env("FERROLOCK_NODES", blank)
+            .args(["run", "k", "--"])
+            .args(touch);
+        let out = output_within(cmd, HANG);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{blank:?}: {err}");
+        assert!(
+            err.contains("FERROLOCK_NODES: set but empty") && err.contains("unset it"),
+            "{blank:?}: {err}"
+        );
+    }
     assert!(!ran.exists(), "a child ran despite bad input");
     let mut help = ferrolock();
     help.args(["run", "--help"]);

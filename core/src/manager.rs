@@ -39,9 +39,18 @@ impl LockManager {
                 crate::options::NO_NODE_GIVEN
             )));
         }
+        let from_env =
+            options.nodes.is_none() && std::env::var_os(crate::options::NODES_ENV).is_some();
+        if from_env && options.resolved_nodes().iter().all(|u| u.trim().is_empty()) {
+            // `FERROLOCK_NODES=$REDIS_URL` with REDIS_URL unset: falling back to the local node
+            // would lock there, apart from every peer that locks on the real servers.
+            return Err(Error::invalid(format!(
+                "{}: set but empty: give the node URLs there, or unset it to use {}",
+                crate::options::NODES_ENV,
+                crate::options::DEFAULT_NODE
+            )));
+        }
         let urls = options.resolved_nodes();
-        let from_env = options.nodes.is_none()
-            && std::env::var(crate::options::NODES_ENV).is_ok_and(|v| !v.trim().is_empty());
         let nodes = open_nodes(&options, &urls).map_err(|e| {
             if from_env {
                 // The caller wrote no URL: say where the bad one came from.

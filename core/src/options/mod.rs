@@ -269,14 +269,18 @@ impl ManagerOptions {
     }
 
     /// The node list in force: the explicit one (empty if written out empty), else
-    /// `FERROLOCK_NODES`, else the default.
+    /// `FERROLOCK_NODES` when it is set (set but blank, it is one empty URL, which the
+    /// manager refuses: never the default in its place), else the default.
     pub fn resolved_nodes(&self) -> Vec<String> {
         if let Some(nodes) = &self.nodes {
             return nodes.clone();
         }
         match std::env::var(NODES_ENV) {
-            Ok(v) if !v.trim().is_empty() => split_nodes(&v),
-            _ => vec![DEFAULT_NODE.to_string()],
+            Ok(v) if v.trim().is_empty() => vec![String::new()],
+            Ok(v) => split_nodes(&v),
+            // Not UTF-8: no URL, and refused as such rather than replaced by the default.
+            Err(std::env::VarError::NotUnicode(v)) => vec![v.to_string_lossy().into_owned()],
+            Err(std::env::VarError::NotPresent) => vec![DEFAULT_NODE.to_string()],
         }
     }
 
