@@ -748,9 +748,14 @@ impl Lock {
             if let Some(max) = self.inner.opts.max_extensions
                 && s.extensions >= max
             {
+                // The caller's own cap, not a loss: the lock is still held (NotHeld would tell
+                // a caller that treats it as "lost" to drop work it still holds safely).
                 return Err(Error::new(
-                    ErrorKind::NotHeld,
-                    format!("lock {key:?} cannot be extended: max_extensions={max} reached"),
+                    ErrorKind::InvalidArgument,
+                    format!(
+                        "lock {key:?} cannot be extended: max_extensions={max} reached (it is \
+                         still held until its validity ends or it is released)"
+                    ),
                 ));
             }
         }

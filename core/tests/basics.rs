@@ -152,8 +152,12 @@ async fn max_extensions_caps_manual_extends() {
     lock.extend().await.unwrap();
     lock.extend().await.unwrap();
     let err = lock.extend().await.unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotHeld);
+    // The caller's cap, not a loss: the lock is still held.
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("max_extensions=2"), "{err}");
+    assert_eq!(lock.status(), ferrolock::LockStatus::Held);
+    assert!(get(&server, "cap").is_some());
+    assert!(lock.release().await.unwrap());
 }
 
 #[tokio::test]

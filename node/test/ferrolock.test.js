@@ -62,6 +62,13 @@ test('manager: acquire, tryAcquire rejects with NotAcquiredError, extend, releas
   assert.ok(again.fence > lock.fence);
   await again[Symbol.asyncDispose]();
   assert.equal(again.status, 'released');
+  // An extend past maxExtensions is the caller's own cap, not a loss: the lock stays held.
+  const capped = await manager.acquire('m:cap', { maxExtensions: 1 });
+  await capped.extend();
+  await assert.rejects(capped.extend(), (e) => e instanceof InvalidArgumentError && /maxExtensions=1 reached/.test(e.message));
+  assert.equal(capped.status, 'held');
+  assert.equal(capped.signal.aborted, false);
+  assert.equal(await capped.release(), true);
 });
 
 // Three children starting a debug build and taking 45 sections on a loaded 2-CPU machine (a

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import ferrolock
-from ferrolock import LockManager, NotAcquired, NotHeld, redlock
+from ferrolock import InvalidArgument, LockManager, NotAcquired, NotHeld, redlock
 
 from conftest import RedisNode
 
@@ -217,9 +217,11 @@ def test_extend_resets_the_ttl_and_release_twice_is_not_held(node: RedisNode, ma
 def test_max_extensions_caps_manual_extends(manager: LockManager, key: str) -> None:
     lock = manager.acquire(key, max_extensions=1)
     lock.extend()
-    with pytest.raises(NotHeld, match="max_extensions"):
+    # The caller's own cap, not a loss: the lock is still held.
+    with pytest.raises(InvalidArgument, match="max_extensions=1 reached"):
         lock.extend()
-    lock.release()
+    assert lock.status == "held"
+    assert lock.release()
 
 
 def test_fencing_tokens_increase_with_every_grant(manager: LockManager, key: str) -> None:

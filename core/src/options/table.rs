@@ -167,7 +167,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "",
         default: "none",
         range: "0 to 2^32-1",
-        doc: "cap on manual extends",
+        doc: "cap on manual extends: one past it is refused as an invalid argument, the lock still held",
     },
     OptionSpec {
         name: "reentrant",
