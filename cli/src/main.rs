@@ -82,12 +82,30 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return ExitCode::from(usage_error(e)),
     };
+    if !matches!(&cli.command, Command::Run(args) if args.quiet) {
+        show_core_warnings();
+    }
     let code = match cli.command {
         Command::Run(args) => run::main(*args),
         Command::Inspect(args) => inspect::inspect(args),
         Command::Scan(args) => inspect::scan(args),
     };
     ExitCode::from(code)
+}
+
+/// The core's own warnings (a node's vote held back by the restart guard, a tuning variable
+/// it cannot read), on stderr as ours are: without a sink they went nowhere, and a run on
+/// freshly restarted nodes waited without a word. Not the lock module's: `run` reports the
+/// fate of the lock it holds itself, with its exit code.
+fn show_core_warnings() {
+    use ferrolock::host::log::{LogLevel, LogSink, set_sink};
+    let sink: LogSink = Box::new(|record| {
+        if record.target != "ferrolock::lock" {
+            errln!("ferrolock: warning: {}", record.message);
+        }
+    });
+    // Fails only if another subscriber is installed, which this program never does.
+    let _ = set_sink(Some(sink), LogLevel::Warn);
 }
 
 /// `--help` and `--version` succeed; every other clap error is bad usage, which is 64 here

@@ -154,7 +154,7 @@ pub struct RunArgs {
 
     /// Print nothing but errors (no warnings)
     #[arg(long, short, conflicts_with = "verbose")]
-    quiet: bool,
+    pub(crate) quiet: bool,
 
     /// Say when the lock is acquired and released, on stderr (renewals are not reported)
     #[arg(long, short)]

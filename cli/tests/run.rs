@@ -379,6 +379,37 @@ fn bad_input_exits_64_and_names_the_value() {
     assert_eq!(output_within(help, HANG).status.code(), Some(0));
 }
 
+/// The core's warnings reach stderr (they went nowhere: a run on restarted nodes waited
+/// without a word), and `-q` silences them.
+#[test]
+fn the_cores_warnings_are_shown_unless_quiet() {
+    let server = RedisServer::start();
+    for quiet in [false, true] {
+        let mut cmd = ferrolock();
+        // The server is seconds old: under a guard of an hour its vote is held back, and with
+        // no wait the run gives up at once.
+        cmd.args([
+            "run",
+            "--nodes",
+            &server.url(),
+            "--restart-guard",
+            "1h",
+            "--wait",
+            "0",
+        ]);
+        if quiet {
+            cmd.arg("-q");
+        }
+        cmd.args(["guarded", "--", "true"]);
+        let out = output_within(cmd, HANG);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(75), "{err}");
+        let warned =
+            err.contains("ferrolock: warning: restart guard: this node's vote does not count");
+        assert_eq!(warned, !quiet, "quiet={quiet}: {err}");
+    }
+}
+
 #[test]
 fn command_not_found_is_127_and_not_executable_is_126_and_the_lock_is_released() {
     let server = RedisServer::start();
