@@ -373,6 +373,19 @@ fn bad_input_exits_64_and_names_the_value() {
             "{blank:?}: {err}"
         );
     }
+    // A CA file from FERROLOCK_TLS_CA is named as coming from there, not from FERROLOCK_NODES.
+    let mut cmd = ferrolock();
+    cmd.env("FERROLOCK_NODES", "rediss://127.0.0.1:1")
+        .env("FERROLOCK_TLS_CA", "/nonexistent/ca.pem")
+        .args(["run", "k", "--"])
+        .args(touch);
+    let out = output_within(cmd, HANG);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.starts_with("ferrolock: FERROLOCK_TLS_CA: cannot read tls_ca file /nonexistent/ca.pem"),
+        "{err}"
+    );
     assert!(!ran.exists(), "a child ran despite bad input");
     let mut help = ferrolock();
     help.args(["run", "--help"]);

@@ -94,7 +94,7 @@ impl std::fmt::Display for LossReason {
             LossReason::QuorumUnreachable { key, detail } => {
                 write!(
                     f,
-                    "lock {key:?} lost: renewal could not reach a quorum before the validity ended: {detail}"
+                    "lock {key:?} lost: renewal could not reach a quorum in time to keep it: {detail}"
                 )
             }
             LossReason::RenewalTooSlow { key } => {

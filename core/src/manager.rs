@@ -51,15 +51,17 @@ impl LockManager {
             )));
         }
         let urls = options.resolved_nodes();
+        let tls_ca_from_env = options.tls_ca.is_none() && options.resolved_tls_ca().is_some();
         let nodes = open_nodes(&options, &urls).map_err(|e| {
-            if from_env {
-                // The caller wrote no URL: say where the bad one came from.
-                Error::new(
-                    e.kind(),
-                    format!("{}: {}", crate::options::NODES_ENV, e.message()),
-                )
+            // The caller wrote no URL (or no CA file): say where the bad one came from.
+            let source = if e.message().starts_with(crate::node::TLS_CA_UNREADABLE) {
+                tls_ca_from_env.then_some(crate::options::TLS_CA_ENV)
             } else {
-                e
+                from_env.then_some(crate::options::NODES_ENV)
+            };
+            match source {
+                Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
+                None => e,
             }
         })?;
         Ok(LockManager {

@@ -166,7 +166,7 @@ impl Node {
         let tls = url.starts_with("rediss://");
         let root_cert = match tls_ca {
             Some(path) if tls => Some(std::fs::read(path).map_err(|e| {
-                Error::invalid(format!("cannot read tls_ca file {}: {e}", path.display()))
+                Error::invalid(format!("{TLS_CA_UNREADABLE} {}: {e}", path.display()))
             })?),
             _ => None,
         };
@@ -953,6 +953,9 @@ impl Drop for Waiting<'_> {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How an unreadable CA file's message starts (the manager names where the path came from).
+pub(crate) const TLS_CA_UNREADABLE: &str = "cannot read tls_ca file";
 
 /// A request that got no reply within the node timeout. Shown to the millisecond: a renewal
 /// batch's timeout carries 50 µs per renewal on top ("200.05ms" read as a typo).
