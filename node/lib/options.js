@@ -151,7 +151,11 @@ function convert(options, key, { manager = true, lock = true } = {}) {
     }
     const row = BY_NAME.get(name);
     if (!row) {
-      const known = [...BY_NAME.keys(), ...(lock ? ['signal'] : [])].join(', ');
+      // Only what this call takes: a manager's options are refused by an acquire.
+      const known = [...BY_NAME.keys()]
+        .filter((n) => manager || BY_NAME.get(n).scope !== 'manager')
+        .concat(lock ? ['signal'] : [])
+        .join(', ');
       throw new InvalidArgumentError(`${where(key)}unknown option ${JSON.stringify(name)} (known: ${known})`, { key });
     }
     const scope = row.scope === 'manager' ? 'manager' : 'lock';

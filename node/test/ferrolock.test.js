@@ -306,6 +306,8 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     await assert.rejects(m.tryAcquire('k', { wait: 5000 }), (e) => e.code === 'INVALID_ARGUMENT' && /wait=5000.*does not wait/.test(e.message));
     await assert.rejects(m.tryAcquireRead('k', { wait: 5000 }), (e) => e.code === 'INVALID_ARGUMENT' && /wait=5000/.test(e.message));
     await assert.rejects(m.tryAcquire('k', 'ttl'), (e) => e.code === 'INVALID_ARGUMENT' && /options="ttl" \(string\): expected an object/.test(e.message));
+    // An acquire's unknown option lists what an acquire takes: not the manager's nodes.
+    await assert.rejects(m.acquire('k', { tll: 5 }), (e) => e.code === 'INVALID_ARGUMENT' && /unknown option "tll" \(known: ttl, /.test(e.message) && !/\bnodes\b/.test(e.message));
     // A Map's entries are not keys: read as {}, its ttl would be dropped without a word.
     await assert.rejects(m.acquire('k', new Map([['ttl', 1000]])), (e) => e.code === 'INVALID_ARGUMENT' && /options=\[object Map\] \(Map\).*not a Map/.test(e.message));
     await assert.rejects(withLock('k', async () => 1, new Map([['nodes', nodes]])), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
