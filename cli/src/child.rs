@@ -88,8 +88,13 @@ impl Child {
         }
         // SAFETY: signal 0 only checks that the group exists and may be signalled.
         let r = unsafe { libc::kill(-self.pgid, 0) };
-        // EPERM: a member we may not signal (it changed its user id) is still a member.
-        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+        if r != 0 {
+            // EPERM: a member we may not signal (it changed its user id) is still a member.
+            return io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        }
+        // A zombie still counts for kill(): under a parent that never reaps its orphans (a
+        // container's PID 1 without an init), the group would look alive until --grace ran out.
+        live_member(self.pgid).unwrap_or(true)
     }
 
     /// Takes the terminal's foreground back, once the child is gone.
@@ -242,4 +247,35 @@ pub fn foreground_of_terminal() -> bool {
         libc::close(fd);
         foreground == libc::getpgrp()
     }
+}
+
+/// Whether a process of group `pgid` is still running (not a zombie), from /proc; None where
+/// /proc cannot be read.
+fn live_member(pgid: libc::pid_t) -> Option<bool> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let name = entry.file_name();
+        if !name
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        let mut path = entry.path();
+        path.push("stat");
+        // Gone meanwhile, or hidden from us: skip it (kill() above found a member we may signal).
+        let Ok(stat) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1).and_then(|p| p.parse::<libc::pid_t>().ok());
+        if pgrp == Some(pgid) && state != Some("Z") {
+            return Some(true);
+        }
+    }
+    Some(false)
 }

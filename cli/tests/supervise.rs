@@ -1167,3 +1167,61 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
         "not released"
     );
 }
+
+/// Under a parent that never reaps its orphans (a container's PID 1 without an init, here a
+/// child subreaper that only waits for ferrolock), what the child started ends as zombies
+/// that keep its process group in existence: they are no longer running, so ferrolock exits
+/// once the rest is gone instead of waiting out --grace (5 minutes here).
+#[test]
+fn zombies_left_in_the_group_do_not_hold_the_exit_until_the_grace_ends() {
+    let server = RedisServer::start();
+    let subreaper = r#"
+import ctypes, os, subprocess, sys
+if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+    sys.exit("prctl failed")
+rc = subprocess.Popen(sys.argv[1:]).wait()  # reaps ferrolock only
+zombies = 0
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        continue
+    zombies += fields[0] == "Z" and fields[1] == str(os.getpid())
+print(f"rc={rc} zombies={zombies}", flush=True)
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.env_remove("FERROLOCK_NODES")
+        .env_remove("FERROLOCK_HELD")
+        .stdin(Stdio::null())
+        .args(["-c", subreaper, env!("CARGO_BIN_EXE_ferrolock")])
+        .args([
+            "run",
+            "--nodes",
+            &server.url(),
+            "--ttl",
+            "1s",
+            "--max-hold",
+            "1s",
+        ])
+        .args([
+            "--grace",
+            "5m",
+            "zombies",
+            "--",
+            "sh",
+            "-c",
+            "sleep 300 & sleep 300 & wait",
+        ]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text} {err}");
+    // The fault is real: the sleeps were left unreaped.
+    let zombies: u32 = text
+        .trim()
+        .rsplit_once("zombies=")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("{text} {err}"));
+    assert!(zombies >= 1, "no zombie was left: {text} {err}");
+    assert!(text.contains("rc=70"), "{text} {err}");
+}
