@@ -420,6 +420,23 @@ fn the_cores_warnings_are_shown_unless_quiet() {
         let warned =
             err.contains("ferrolock: warning: restart guard: this node's vote does not count");
         assert_eq!(warned, !quiet, "quiet={quiet}: {err}");
+        // Nobody holds the lock: the give-up says what is missing, not "held on 0 of 1", and
+        // the time left to the millisecond.
+        assert!(
+            err.contains(
+                "not acquired on the first try (wait=0): granted on 0 of 1 nodes (need 1); failed: "
+            ),
+            "{err}"
+        );
+        let left = err
+            .split_once("restart guard holds its vote for another ")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .map(|(left, _)| left)
+            .unwrap_or_else(|| panic!("{err}"));
+        let decimals = left.split_once('.').map_or(0, |(_, d)| {
+            d.trim_end_matches(|c: char| c.is_alphabetic()).len()
+        });
+        assert!(decimals <= 3, "{left:?} in {err}");
     }
 }
 

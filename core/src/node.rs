@@ -341,7 +341,7 @@ impl Node {
         match slots.held_until(slot, now) {
             Some(until) => Err(NodeError::Guarded(format!(
                 "slot {slot} failed over or its primary restarted recently: restart guard holds its vote for another {:?}",
-                until - now
+                to_the_ms(until - now)
             ))),
             None => Ok(()),
         }
@@ -408,7 +408,7 @@ impl Node {
             Some(until) => Err(NodeError::HeldBack(format!(
                 "slot {slot} is now served by node {} after a failover or a restart: restart guard holds its vote for another {:?}",
                 probe.node_id,
-                until - now
+                to_the_ms(until - now)
             ))),
             None => Ok(()),
         }
@@ -445,7 +445,7 @@ impl Node {
         match g.until {
             Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
                 "restarted recently: restart guard holds its vote for another {:?}",
-                until - Instant::now()
+                to_the_ms(until - Instant::now())
             ))),
             _ => Ok(()),
         }
@@ -957,16 +957,20 @@ impl Drop for Waiting<'_> {
 /// How an unreadable CA file's message starts (the manager names where the path came from).
 pub(crate) const TLS_CA_UNREADABLE: &str = "cannot read tls_ca file";
 
-/// A request that got no reply within the node timeout. Shown to the millisecond: a renewal
-/// batch's timeout carries 50 µs per renewal on top ("200.05ms" read as a typo).
+/// A request that got no reply within the node timeout, to the millisecond: a renewal batch's
+/// timeout carries 50 µs per renewal on top ("200.05ms" read as a typo).
 pub(crate) fn timed_out(timeout: Duration) -> NodeError {
-    let ms = (timeout.as_micros() + 500) / 1000;
-    let shown = if timeout < Duration::from_millis(1) {
-        timeout
-    } else {
-        Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
-    };
-    NodeError::Unreachable(format!("no reply within {shown:?}"))
+    NodeError::Unreachable(format!("no reply within {:?}", to_the_ms(timeout)))
+}
+
+/// A duration as a message shows it: to the nearest millisecond ("9.998s", not
+/// "9.99800618s"); one under a millisecond as it is.
+pub(crate) fn to_the_ms(d: Duration) -> Duration {
+    if d < Duration::from_millis(1) {
+        return d;
+    }
+    let ms = (d.as_micros() + 500) / 1000;
+    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
 }
 
 /// Connection generations, unique in the process, so a failure invalidates only the

@@ -58,6 +58,14 @@ pub(super) fn not_acquired_error(
             tally.no(),
             tally.answers.len()
         ),
+        // Nobody refused: the votes missing are failures (a restart guard holding a node's
+        // vote back, a node not answering), which the tail names. "Held on 0 of 3" misled.
+        None if tally.no() == 0 => format!(
+            "granted on {} of {} nodes (need {})",
+            tally.yes(),
+            tally.answers.len(),
+            tally.quorum
+        ),
         None => format!(
             "held by another owner (or promised to an earlier waiter in the queue) on {} of {} nodes",
             tally.no(),
