@@ -249,9 +249,15 @@ pub fn foreground_of_terminal() -> bool {
     }
 }
 
-/// Whether a process of group `pgid` is still running (not a zombie), from /proc; None where
-/// /proc cannot be read.
+/// Whether group `pgid` still has a running member, from /proc: Some(false) only when every
+/// member seen is a zombie and one was seen (which is why kill() found the group); None when
+/// /proc cannot tell (unreadable, or another pid namespace's, whose pids are not ours).
 fn live_member(pgid: libc::pid_t) -> Option<bool> {
+    let me = std::fs::read_link("/proc/self").ok()?;
+    if me.to_str()?.parse::<u32>().ok()? != std::process::id() {
+        return None;
+    }
+    let mut zombies = 0;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
         let name = entry.file_name();
         if !name
@@ -262,20 +268,30 @@ fn live_member(pgid: libc::pid_t) -> Option<bool> {
         }
         let mut path = entry.path();
         path.push("stat");
-        // Gone meanwhile, or hidden from us: skip it (kill() above found a member we may signal).
+        // Gone meanwhile, or hidden from us (then not ours to kill either): skip it.
         let Ok(stat) = std::fs::read_to_string(&path) else {
             continue;
         };
-        // "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        // "pid (comm) state ppid pgrp ... num_threads ...": comm may hold spaces and
+        // parentheses, so the fields are counted from the last ')'.
         let Some((_, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next();
-        let pgrp = fields.nth(1).and_then(|p| p.parse::<libc::pid_t>().ok());
-        if pgrp == Some(pgid) && state != Some("Z") {
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let (Some(&state), Some(pgrp), Some(&threads)) =
+            (fields.first(), fields.get(2), fields.get(17))
+        else {
+            continue;
+        };
+        if pgrp.parse::<libc::pid_t>().ok() != Some(pgid) {
+            continue;
+        }
+        // A process whose main thread has exited shows Z while its other threads still run.
+        if state == "Z" && (threads == "0" || threads == "1") {
+            zombies += 1;
+        } else {
             return Some(true);
         }
     }
-    Some(false)
+    (zombies > 0).then_some(false)
 }

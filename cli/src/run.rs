@@ -455,6 +455,30 @@ fn escape_held(text: &str) -> String {
     out
 }
 
+/// `escape_held` undone (a `\` before anything else is kept as it is).
+fn unescape_held(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('\\') => out.push('\\'),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
 /// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers and
 /// databases, however their URLs are written (`h:1` and `H:1/0`, in any order; `h:1/3` is
 /// another database, so another lock). A URL that does not parse as a standalone node
@@ -462,7 +486,8 @@ fn escape_held(text: &str) -> String {
 fn same_lock(a: &str, b: &str) -> bool {
     let servers = |line: &str| {
         let (nodes, key) = line.split_once('\t')?;
-        let mut servers: Vec<String> = nodes
+        // Parsed as written: an escaped `\` would be another unix socket path to redis-rs.
+        let mut servers: Vec<String> = unescape_held(nodes)
             .split(',')
             .map(|url| ferrolock::server_address(url).unwrap_or_else(|| url.to_string()))
             .collect();
@@ -797,5 +822,34 @@ fn signal_name(sig: libc::c_int) -> &'static str {
         libc::SIGTERM => "SIGTERM",
         libc::SIGHUP => "SIGHUP",
         _ => "a signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_lines_escape_one_to_one_and_compare_servers_as_written() {
+        for text in ["a\nb", "a\\nb", "a\tb\\", "\\\\t", "plain", "x\r\n"] {
+            let escaped = escape_held(text);
+            assert!(!escaped.contains(['\n', '\t', '\r']), "{escaped:?}");
+            assert_eq!(unescape_held(&escaped), text);
+        }
+        assert_ne!(escape_held("a\nb"), escape_held("a\\nb"));
+        // A backslash in a socket path is compared as the path it is, not doubled.
+        let line = |nodes: &str, key: &str| format!("{}\t{}", escape_held(nodes), escape_held(key));
+        assert!(same_lock(
+            &line("unix:///tmp/a\\b", "k"),
+            &line("unix:///tmp/a%5Cb", "k")
+        ));
+        assert!(!same_lock(
+            &line("unix:///tmp/a\\b", "k"),
+            &line("unix:///tmp/a%5C%5Cb", "k")
+        ));
+        assert!(!same_lock(
+            &line("redis://h:1", "a\nb"),
+            &line("redis://h:1", "a")
+        ));
     }
 }

@@ -349,7 +349,7 @@ fn a_key_with_a_newline_or_a_tab_is_one_held_line() {
     ] {
         let script = format!(
             "printf 'held=%s|' \"$FERROLOCK_HELD\"; \
-             {exe} run --nodes {url} --wait 0 \"$INNER\" -- true; echo inner=$?"
+             '{exe}' run --nodes {url} --wait 0 \"$INNER\" -- true; echo inner=$?"
         );
         let mut cmd = ferrolock();
         cmd.env("INNER", &inner)

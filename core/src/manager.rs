@@ -41,14 +41,23 @@ impl LockManager {
         }
         let from_env =
             options.nodes.is_none() && std::env::var_os(crate::options::NODES_ENV).is_some();
-        if from_env && options.resolved_nodes().iter().all(|u| u.trim().is_empty()) {
-            // `FERROLOCK_NODES=$REDIS_URL` with REDIS_URL unset: falling back to the local node
-            // would lock there, apart from every peer that locks on the real servers.
-            return Err(Error::invalid(format!(
-                "{}: set but empty: give the node URLs there, or unset it to use {}",
-                crate::options::NODES_ENV,
-                crate::options::DEFAULT_NODE
-            )));
+        if from_env {
+            // Never the local node in its place: `FERROLOCK_NODES=$REDIS_URL` with REDIS_URL
+            // unset would lock there, apart from every peer that locks on the real servers.
+            let why = match std::env::var(crate::options::NODES_ENV) {
+                Ok(v) if v.trim().is_empty() => Some(format!(
+                    "set but empty: give the node URLs there, or unset it to use {}",
+                    crate::options::DEFAULT_NODE
+                )),
+                Err(_) => Some("not valid UTF-8: node URLs are text".to_string()),
+                Ok(_) => None,
+            };
+            if let Some(why) = why {
+                return Err(Error::invalid(format!(
+                    "{}: {why}",
+                    crate::options::NODES_ENV
+                )));
+            }
         }
         let urls = options.resolved_nodes();
         let tls_ca_from_env = options.tls_ca.is_none() && options.resolved_tls_ca().is_some();

@@ -339,6 +339,21 @@ test('close() releasing a lock still in use aborts its signal with a LockLostErr
   await lock[Symbol.asyncDispose]();
 });
 
+test('FERROLOCK_NODES set but empty is refused by name, by withLock and by a LockManager', T, async () => {
+  const script = `
+    const { withLock, LockManager } = require('.');
+    (async () => {
+      for (const take of [() => withLock('k', async () => 1), () => new LockManager().acquire('k')]) {
+        try { await take(); console.log('taken'); } catch (e) { console.log(e.code, e.message); }
+      }
+    })();`;
+  const r = await runNode(script, { env: { FERROLOCK_NODES: '' }, limitMs: 10_000 });
+  assert.equal(r.code, 0, r.err);
+  const lines = r.out.trim().split('\n');
+  assert.equal(lines.length, 2, r.out);
+  for (const line of lines) assert.match(line, /^INVALID_ARGUMENT FERROLOCK_NODES: set but empty/);
+});
+
 test('the process exits after use, and locks still held at exit are released', T, async () => {
   const script = `
     const { withLock, LockManager } = require('.');

@@ -308,6 +308,19 @@ def test_nodes_from_environment(node: RedisNode, key: str, monkeypatch: pytest.M
     m.close()
 
 
+@pytest.mark.parametrize("blank", ["", "  "])
+def test_a_blank_ferrolock_nodes_is_refused_by_name(key: str, monkeypatch: pytest.MonkeyPatch, blank: str) -> None:
+    # Set but empty (FERROLOCK_NODES=$REDIS_URL with REDIS_URL unset) is not "unset": the
+    # local node in its place would lock apart from every peer on the real servers.
+    monkeypatch.setenv("FERROLOCK_NODES", blank)
+    with pytest.raises(InvalidArgument, match="^FERROLOCK_NODES: set but empty"):
+        LockManager()
+    # The shared manager of redlock() names it too.
+    with pytest.raises(InvalidArgument, match="^FERROLOCK_NODES: set but empty"):
+        with redlock(key):
+            pass
+
+
 def test_manager_options_are_lock_defaults(manager: LockManager, node: RedisNode, key: str) -> None:
     m = LockManager([node.url], ttl=timedelta(seconds=3), wait=0, interrupt=False)
     d = m.defaults

@@ -44,8 +44,11 @@ pub fn shared(options: &ManagerOptions) -> Result<Manager> {
     if let Some(m) = map.get(&key).filter(|m| !m.is_closed()) {
         return Ok(m.clone());
     }
-    let mut conn = ManagerOptions::new().nodes(key.nodes.clone());
-    conn.tls_ca = key.tls_ca.clone();
+    // Left out as the caller left them out, so the manager names FERROLOCK_NODES or
+    // FERROLOCK_TLS_CA in what it refuses (it resolves them again, to the same values).
+    let mut conn = ManagerOptions::new();
+    conn.nodes = options.nodes.clone();
+    conn.tls_ca = options.tls_ca.clone();
     conn.restart_guard = key.restart_guard;
     conn.sharded_pubsub = key.sharded_pubsub;
     let m = Manager::new(conn)?;
