@@ -31,7 +31,7 @@ test-python: redis
 	FERROLOCK_DEBUG_BUILD=1 python/test.sh
 
 ## The Node package: `npm install` in node/ (@napi-rs/cli, typescript, ioredis and node-redlock),
-## `npm run build` (the addon from source, in debug to reuse test-rust's build), then
+## `npm run build` (the addon from source, a debug build in target/debug beside the other dev builds), then
 ## `node --test` against real redis-servers.
 test-node: redis
 	cd node && npm install --no-audit --no-fund && FERROLOCK_DEBUG_BUILD=1 npm run build

@@ -241,7 +241,10 @@ impl Node {
         let info: String = tokio::time::timeout(timeout, cmd.query_async(conn))
             .await
             .map_err(|_| {
-                NodeError::Unreachable(format!("INFO server: no reply within {timeout:?}"))
+                NodeError::Unreachable(format!(
+                    "INFO server: no reply within {:?}",
+                    to_the_ms(timeout)
+                ))
             })?
             .map_err(|e| self.classify(&e))?;
         let field = |name: &str| {
@@ -600,7 +603,8 @@ impl Node {
                         Ok(Err(e)) => return Err(self.classify(&e)),
                         Err(_) => {
                             return Err(NodeError::Unreachable(format!(
-                                "CLUSTER SLOTS: no reply within {timeout:?}"
+                                "CLUSTER SLOTS: no reply within {:?}",
+                                to_the_ms(timeout)
                             )));
                         }
                     }
@@ -963,14 +967,13 @@ pub(crate) fn timed_out(timeout: Duration) -> NodeError {
     NodeError::Unreachable(format!("no reply within {:?}", to_the_ms(timeout)))
 }
 
-/// A duration as a message shows it: to the nearest millisecond ("9.998s", not
-/// "9.99800618s"); one under a millisecond as it is.
+/// A duration as a message shows it: cut to the millisecond ("9.998s", not "9.99800618s"),
+/// down, so that "no reply within" it stays true; one under a millisecond as it is.
 pub(crate) fn to_the_ms(d: Duration) -> Duration {
     if d < Duration::from_millis(1) {
         return d;
     }
-    let ms = (d.as_micros() + 500) / 1000;
-    Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Connection generations, unique in the process, so a failure invalidates only the
@@ -1258,6 +1261,11 @@ mod tests {
         assert_eq!(
             shown(Duration::from_micros(205_000)),
             "no reply within 205ms"
+        );
+        // Down, never up: no reply came within 100ms either.
+        assert_eq!(
+            shown(Duration::from_micros(100_500)),
+            "no reply within 100ms"
         );
         assert_eq!(shown(Duration::from_secs(2)), "no reply within 2s");
         assert_eq!(shown(Duration::from_micros(300)), "no reply within 300µs");

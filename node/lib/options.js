@@ -3,6 +3,7 @@
 // table (camelCase); durations are integer milliseconds, as node-redlock and ioredis take
 // them. Only JavaScript types are checked here; ranges (ttl >= 1 ms, drift < ttl, ...) are
 // the core's, whose messages quote the value as written.
+const { types } = require('node:util');
 const native = require('./native');
 const { InvalidArgumentError } = require('./errors');
 
@@ -59,11 +60,15 @@ function badOptions(key, options, why, subject = 'lock') {
 // What may stand for options: an object whose own keys are the options. A Map or a Set has
 // none (its entries are not keys), so `new Map([['ttl', 1000]])` would read as {} and be dropped.
 function notOptions(v) {
-  return v === null || typeof v !== 'object' || Array.isArray(v) || v instanceof Map || v instanceof Set;
+  return v === null || typeof v !== 'object' || Array.isArray(v) || optionsType(v) !== undefined;
 }
 
+// util.types, not instanceof: a Map made in another realm (a vm context) is one too.
 function optionsType(v) {
-  return v instanceof Map ? 'Map' : v instanceof Set ? 'Set' : undefined;
+  if (types.isMap(v)) return 'Map';
+  if (types.isSet(v)) return 'Set';
+  if (types.isWeakMap(v)) return 'WeakMap';
+  return types.isWeakSet(v) ? 'WeakSet' : undefined;
 }
 
 function millis(key, name, v, zeroOk) {
@@ -138,7 +143,7 @@ function checkSignal(key, signal) {
  * Splits `options` into the manager's entries and the lock's entries (the caller decides
  * which may appear), plus the binding's own `signal`.
  */
-function convert(options, key, { manager = true, lock = true } = {}) {
+function convert(options, key, { manager = true, lock = true, extra = [] } = {}) {
   const out = { manager: [], lock: [], signal: undefined, reentrant: undefined };
   if (options === undefined || options === null) return out;
   if (notOptions(options)) throw badOptions(key, options, 'expected an object');
@@ -154,7 +159,7 @@ function convert(options, key, { manager = true, lock = true } = {}) {
       // Only what this call takes: a manager's options are refused by an acquire.
       const known = [...BY_NAME.keys()]
         .filter((n) => manager || BY_NAME.get(n).scope !== 'manager')
-        .concat(lock ? ['signal'] : [])
+        .concat(lock ? ['signal'] : [], extra)
         .join(', ');
       throw new InvalidArgumentError(`${where(key)}unknown option ${JSON.stringify(name)} (known: ${known})`, { key });
     }

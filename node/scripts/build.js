@@ -1,7 +1,7 @@
 'use strict';
 // `npm run build`: builds the native addon from source with @napi-rs/cli (a devDependency:
 // `npm install` in node/ first), in release, or in debug with FERROLOCK_DEBUG_BUILD=1 (make
-// test-node, to reuse the test build). The released packages carry a prebuilt addon instead
+// test-node; see cargoDebugBuild below). The released packages carry a prebuilt addon instead
 // (ferrolock-<platform> packages, scripts/dist-node.sh) and no install script. The `napi` bin
 // is looked up from this folder, from where npm was started, then fetched with npx.
 const { spawnSync } = require('node:child_process');
@@ -29,21 +29,41 @@ function run(cmd, argv) {
   return r.status === 0;
 }
 
-// The debug build on Linux is cargo's own, copied where native.js looks: napi v3 always passes
-// `--target <host>`, which builds every dependency a second time into target/<triple>/ (on a
-// cold CI machine, minutes and a quarter GB beside the `cargo test` build it could reuse).
+// The debug build on Linux (glibc) is cargo's own, copied where native.js looks: napi v3
+// always passes `--target <host>`, which builds every dependency a second time into
+// target/<triple>/ (on a cold CI machine, minutes and a quarter GB beside the dev builds of
+// the Python module and the C library, whose dependencies it shares). cargo names the library
+// it built (its JSON messages), wherever its configuration puts target/. On musl, napi adds
+// flags a plain build lacks, so napi builds there.
 function cargoDebugBuild() {
-  const glibc = !!process.report?.getReport?.().header?.glibcVersionRuntime;
-  const platform = `linux-${process.arch}-${glibc ? 'gnu' : 'musl'}`;
-  if (!run('cargo', ['build', '--locked', '-p', 'ferrolock-node'])) return false;
-  const targetDir = process.env.CARGO_TARGET_DIR || path.join(here, '..', 'target');
-  fs.copyFileSync(path.join(targetDir, 'debug', 'libferrolock_node.so'), path.join(here, `ferrolock.${platform}.node`));
+  const r = spawnSync('cargo', ['build', '--locked', '-p', 'ferrolock-node', '--message-format=json-render-diagnostics'], {
+    cwd: here,
+    stdio: ['inherit', 'pipe', 'inherit'],
+    encoding: 'utf8',
+    maxBuffer: 256 * 1024 * 1024,
+  });
+  if (r.status !== 0) return false;
+  let built;
+  for (const line of r.stdout.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const m = JSON.parse(line);
+    if (m.reason === 'compiler-artifact' && m.target?.name === 'ferrolock_node') {
+      built = m.filenames.find((f) => f.endsWith('.so'));
+    }
+  }
+  if (!built) return false;
+  // A copy beside it, then a rename: a process that has the old addon loaded keeps its file.
+  const dest = path.join(here, `ferrolock.linux-${process.arch}-gnu.node`);
+  const tmp = `${dest}.${process.pid}.tmp`;
+  fs.copyFileSync(built, tmp);
+  fs.renameSync(tmp, dest);
   return true;
 }
 
+const glibc = process.platform === 'linux' && !!process.report?.getReport?.().header?.glibcVersionRuntime;
 const bin = napiBin();
 const ok =
-  process.env.FERROLOCK_DEBUG_BUILD && process.platform === 'linux'
+  process.env.FERROLOCK_DEBUG_BUILD && glibc
     ? cargoDebugBuild()
     : bin
       ? run(process.execPath, [bin, ...args])

@@ -312,6 +312,9 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     await assert.rejects(m.acquire('k', new Map([['ttl', 1000]])), (e) => e.code === 'INVALID_ARGUMENT' && /options=\[object Map\] \(Map\).*not a Map/.test(e.message));
     await assert.rejects(withLock('k', async () => 1, new Map([['nodes', nodes]])), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
     await assert.rejects(m.tryAcquireRead('k', new Set()), (e) => e.code === 'INVALID_ARGUMENT' && /not a Set/.test(e.message));
+    // ... nor one made in another realm.
+    const foreign = require('node:vm').runInNewContext("new Map([['ttl', 1000]])");
+    await assert.rejects(m.acquire('k', foreign), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
     assert.throws(() => new LockManager(new Map([['nodes', nodes]])), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
     const ok = await m.tryAcquire('k\ud83d\ude00', { wait: 0 }); // a well-formed pair, and wait 0 agrees
     await ok.release();

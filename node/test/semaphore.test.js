@@ -110,6 +110,9 @@ test('bad permits, counts, names and node lists are refused naming the value', T
     await assert.rejects(m.acquirePermit('sem:bad', options), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
     await assert.rejects(withPermit('sem:bad', options, () => {}), (e) => e instanceof InvalidArgumentError && words.test(e.message), String(words));
   }
+  // A misspelt count is pointed at the semaphore's own options too.
+  await assert.rejects(m.acquirePermit('sem:bad', { permits: 2, cuont: 1 }), (e) => e.code === 'INVALID_ARGUMENT' && /unknown option "cuont" \(known: .*permits, count\)/.test(e.message));
+  await assert.rejects(withPermit('sem:bad', { permits: 2, cuont: 1 }, () => {}), (e) => e.code === 'INVALID_ARGUMENT' && /unknown option "cuont" \(known: .*permits, count\)/.test(e.message));
   // A try's refusals name the semaphore too.
   await assert.rejects(m.tryAcquirePermit('sem:bad', { permits: 2, wait: 5 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid wait=5/.test(e.message));
   await assert.rejects(m.tryAcquirePermit('sem:bad', 'x'), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid options="x"/.test(e.message));

@@ -176,7 +176,8 @@ impl PyLock {
 
     /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
     /// returns the new validity in seconds. Raises `LockLost`, `NotHeld` or
-    /// `QuorumUnreachable`; on failure the validity is unchanged.
+    /// `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still held);
+    /// on failure the validity is unchanged.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;
