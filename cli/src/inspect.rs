@@ -52,9 +52,8 @@ const SCAN_COUNT: usize = 1000;
 fn nodes(list: &Option<String>) -> Result<Vec<String>, u8> {
     let mut options = ManagerOptions::new();
     options.nodes = list.as_deref().map(ferrolock::split_nodes);
-    let urls = options.resolved_nodes();
-    match LockManager::new(options) {
-        Ok(_) => Ok(urls),
+    match LockManager::new(options.clone()).and_then(|_| options.resolved_nodes()) {
+        Ok(urls) => Ok(urls),
         Err(e) => {
             errln!("ferrolock: {e} [{}]", e.kind().code());
             Err(exit::USAGE)

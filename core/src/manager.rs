@@ -39,39 +39,12 @@ impl LockManager {
                 crate::options::NO_NODE_GIVEN
             )));
         }
-        let from_env =
-            options.nodes.is_none() && std::env::var_os(crate::options::NODES_ENV).is_some();
-        if from_env {
-            // Never the local node in its place: `FERROLOCK_NODES=$REDIS_URL` with REDIS_URL
-            // unset would lock there, apart from every peer that locks on the real servers.
-            let why = match std::env::var(crate::options::NODES_ENV) {
-                Ok(v) if v.trim().is_empty() => Some(format!(
-                    "set but empty: give the node URLs there, or unset it to use {}",
-                    crate::options::DEFAULT_NODE
-                )),
-                Err(_) => Some("not valid UTF-8: node URLs are text".to_string()),
-                Ok(_) => None,
-            };
-            if let Some(why) = why {
-                return Err(Error::invalid(format!(
-                    "{}: {why}",
-                    crate::options::NODES_ENV
-                )));
-            }
-        }
-        let urls = options.resolved_nodes();
-        let tls_ca_from_env = options.tls_ca.is_none() && options.resolved_tls_ca().is_some();
-        let nodes = open_nodes(&options, &urls).map_err(|e| {
-            // The caller wrote no URL (or no CA file): say where the bad one came from.
-            let source = if e.message().starts_with(crate::node::TLS_CA_UNREADABLE) {
-                tls_ca_from_env.then_some(crate::options::TLS_CA_ENV)
-            } else {
-                from_env.then_some(crate::options::NODES_ENV)
-            };
-            match source {
-                Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
-                None => e,
-            }
+        let (urls, from) = options.nodes_in_force()?;
+        let root_cert = read_root_cert(&options, &urls)?;
+        let nodes = open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
+            // The caller wrote no URL: say where the bad one came from.
+            Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
+            None => e,
         })?;
         Ok(LockManager {
             shared: Arc::new(Shared::new(Cluster::new(nodes), options.lock)),
@@ -275,8 +248,30 @@ impl LockManager {
     }
 }
 
+/// The CA file of the TLS nodes, read once for all of them; its error names where the path
+/// came from (`FERROLOCK_TLS_CA` when the caller gave none).
+fn read_root_cert(options: &ManagerOptions, urls: &[String]) -> Result<Option<Vec<u8>>> {
+    let Some((path, from)) = options.tls_ca_in_force() else {
+        return Ok(None);
+    };
+    if !urls.iter().any(|u| u.starts_with("rediss")) {
+        return Ok(None);
+    }
+    std::fs::read(&path).map(Some).map_err(|e| {
+        let source = from.map(|var| format!("{var}: ")).unwrap_or_default();
+        Error::invalid(format!(
+            "{source}cannot read tls_ca file {}: {e}",
+            path.display()
+        ))
+    })
+}
+
 /// Checks the node list (no empty URL, no node twice) and opens each node (no connection yet).
-fn open_nodes(options: &ManagerOptions, urls: &[String]) -> Result<Vec<Node>> {
+fn open_nodes(
+    options: &ManagerOptions,
+    urls: &[String],
+    root_cert: Option<&[u8]>,
+) -> Result<Vec<Node>> {
     let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
     if urls.iter().any(|u| u.trim().is_empty()) {
         return Err(Error::invalid(format!(
@@ -293,7 +288,6 @@ fn open_nodes(options: &ManagerOptions, urls: &[String]) -> Result<Vec<Node>> {
             )));
         }
     }
-    let tls_ca = options.resolved_tls_ca();
     let guard = match options.restart_guard {
         Some(g) if g > crate::options::MAX_DURATION => {
             return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
@@ -306,7 +300,7 @@ fn open_nodes(options: &ManagerOptions, urls: &[String]) -> Result<Vec<Node>> {
     };
     let nodes = urls
         .iter()
-        .map(|u| Node::open(u, tls_ca.as_deref(), guard, options.sharded_pubsub))
+        .map(|u| Node::open(u, root_cert, guard, options.sharded_pubsub))
         .collect::<Result<Vec<Node>>>()?;
     // Spelled apart, one server all the same (see `Node::server`).
     for (i, node) in nodes.iter().enumerate() {

@@ -1,7 +1,6 @@
 //! One Redis node: its URL (kept only in redacted form for messages), a lazily opened
 //! multiplexed connection shared by every task, and per-request timeouts.
 
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
@@ -137,7 +136,7 @@ impl Drop for Node {
 impl Node {
     pub(crate) fn open(
         url: &str,
-        tls_ca: Option<&Path>,
+        root_cert: Option<&[u8]>,
         guard_window: Duration,
         sharded_wanted: bool,
     ) -> Result<Node> {
@@ -164,12 +163,7 @@ impl Node {
         })?;
         let password = info.redis_settings().password().map(str::to_string);
         let tls = url.starts_with("rediss://");
-        let root_cert = match tls_ca {
-            Some(path) if tls => Some(std::fs::read(path).map_err(|e| {
-                Error::invalid(format!("{TLS_CA_UNREADABLE} {}: {e}", path.display()))
-            })?),
-            _ => None,
-        };
+        let root_cert = root_cert.filter(|_| tls).map(<[u8]>::to_vec);
         let certs = || redis::TlsCertificates {
             client_tls: None,
             root_cert: root_cert.clone(),
@@ -957,9 +951,6 @@ impl Drop for Waiting<'_> {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
-
-/// How an unreadable CA file's message starts (the manager names where the path came from).
-pub(crate) const TLS_CA_UNREADABLE: &str = "cannot read tls_ca file";
 
 /// A request that got no reply within the node timeout, to the millisecond: a renewal batch's
 /// timeout carries 50 µs per renewal on top ("200.05ms" read as a typo).

@@ -196,6 +196,15 @@ async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
     .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("/nonexistent/ca.pem"), "{err}");
+    // Given here, so not said to come from the environment.
+    assert!(!err.message().contains("FERROLOCK_TLS_CA"), "{err}");
+    // Read only for TLS nodes: plain ones never need it.
+    LockManager::new(
+        ManagerOptions::new()
+            .nodes(["redis://127.0.0.1:1"])
+            .tls_ca("/nonexistent/ca.pem"),
+    )
+    .expect("a CA file is not read for plain nodes");
 }
 
 #[test]

@@ -10,9 +10,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const root = path.resolve(__dirname, '..');
-const glibc = process.platform === 'linux' && !!process.report?.getReport?.().header?.glibcVersionRuntime;
-const abi = process.platform === 'linux' ? (glibc ? '-gnu' : '-musl') : process.platform === 'win32' ? '-msvc' : '';
-const platform = `${process.platform}-${process.arch}${abi}`;
+const { platform } = require('./platform');
 const packageName = `ferrolock-${platform}`;
 
 function load() {

@@ -7,6 +7,7 @@
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
+const { glibc, platform } = require('../lib/platform');
 
 const here = path.resolve(__dirname, '..');
 const release = process.env.FERROLOCK_DEBUG_BUILD ? [] : ['--release'];
@@ -53,14 +54,13 @@ function cargoDebugBuild() {
   }
   if (!built) return false;
   // A copy beside it, then a rename: a process that has the old addon loaded keeps its file.
-  const dest = path.join(here, `ferrolock.linux-${process.arch}-gnu.node`);
+  const dest = path.join(here, `ferrolock.${platform}.node`);
   const tmp = `${dest}.${process.pid}.tmp`;
   fs.copyFileSync(built, tmp);
   fs.renameSync(tmp, dest);
   return true;
 }
 
-const glibc = process.platform === 'linux' && !!process.report?.getReport?.().header?.glibcVersionRuntime;
 const bin = napiBin();
 const ok =
   process.env.FERROLOCK_DEBUG_BUILD && glibc

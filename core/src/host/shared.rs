@@ -35,7 +35,7 @@ fn managers() -> &'static Mutex<HashMap<Key, Manager>> {
 /// lock gives its own). Made on first use, and again after it was closed.
 pub fn shared(options: &ManagerOptions) -> Result<Manager> {
     let key = Key {
-        nodes: options.resolved_nodes(),
+        nodes: options.resolved_nodes()?,
         tls_ca: options.resolved_tls_ca(),
         restart_guard: options.restart_guard,
         sharded_pubsub: options.sharded_pubsub,

@@ -269,27 +269,47 @@ impl ManagerOptions {
     }
 
     /// The node list in force: the explicit one (empty if written out empty), else
-    /// `FERROLOCK_NODES` when it is set (set but blank, it is one empty URL, which the
-    /// manager refuses: never the default in its place), else the default.
-    pub fn resolved_nodes(&self) -> Vec<String> {
+    /// `FERROLOCK_NODES` when it is set, else the default. `FERROLOCK_NODES` set but blank,
+    /// or not UTF-8, is refused by name: never the default node in its place
+    /// (`FERROLOCK_NODES=$REDIS_URL` with `REDIS_URL` unset would lock there, apart from
+    /// every peer that locks on the real servers).
+    pub fn resolved_nodes(&self) -> Result<Vec<String>> {
+        self.nodes_in_force().map(|(urls, _)| urls)
+    }
+
+    /// [`Self::resolved_nodes`], with the variable they came from when the caller wrote none,
+    /// for messages about them.
+    pub(crate) fn nodes_in_force(&self) -> Result<(Vec<String>, Option<&'static str>)> {
         if let Some(nodes) = &self.nodes {
-            return nodes.clone();
+            return Ok((nodes.clone(), None));
         }
-        match std::env::var(NODES_ENV) {
-            Ok(v) if v.trim().is_empty() => vec![String::new()],
-            Ok(v) => split_nodes(&v),
-            // Not UTF-8: no URL, and refused as such rather than replaced by the default.
-            Err(std::env::VarError::NotUnicode(v)) => vec![v.to_string_lossy().into_owned()],
-            Err(std::env::VarError::NotPresent) => vec![DEFAULT_NODE.to_string()],
-        }
+        let why = match std::env::var(NODES_ENV) {
+            Ok(v) if v.trim().is_empty() => format!(
+                "set but empty: give the node URLs there, or unset it to use {DEFAULT_NODE}"
+            ),
+            Ok(v) => return Ok((split_nodes(&v), Some(NODES_ENV))),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                "not valid UTF-8: node URLs are text".to_string()
+            }
+            Err(std::env::VarError::NotPresent) => {
+                return Ok((vec![DEFAULT_NODE.to_string()], None));
+            }
+        };
+        Err(Error::invalid(format!("{NODES_ENV}: {why}")))
     }
 
     pub fn resolved_tls_ca(&self) -> Option<PathBuf> {
-        self.tls_ca.clone().or_else(|| {
-            std::env::var_os(TLS_CA_ENV)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
-        })
+        self.tls_ca_in_force().map(|(path, _)| path)
+    }
+
+    /// [`Self::resolved_tls_ca`], with the variable it came from when the caller gave none.
+    pub(crate) fn tls_ca_in_force(&self) -> Option<(PathBuf, Option<&'static str>)> {
+        if let Some(path) = &self.tls_ca {
+            return Some((path.clone(), None));
+        }
+        std::env::var_os(TLS_CA_ENV)
+            .filter(|v| !v.is_empty())
+            .map(|v| (PathBuf::from(v), Some(TLS_CA_ENV)))
     }
 }
 
@@ -365,7 +385,13 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         "m" => 60.0,
         "h" => 3600.0,
         "" => return Err(bad("missing unit (ms, s, m or h)")),
-        _ => return Err(bad("unknown unit (use ms, s, m or h)")),
+        // `1e3ms`: the number is the trouble, not its unit.
+        u if u.starts_with(['e', 'E'])
+            && u[1..].starts_with(|c: char| "+-0123456789".contains(c)) =>
+        {
+            return Err(bad("no exponents: write the number out, such as 1000ms"));
+        }
+        u => return Err(bad(&format!("unknown unit {u:?} (use ms, s, m or h)"))),
     };
     let secs = value * scale;
     if !secs.is_finite() || secs > MAX_DURATION.as_secs_f64() {
@@ -422,6 +448,10 @@ mod tests {
             assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument, "{bad}");
             assert!(err.message().contains(&format!("{bad:?}")), "{err}");
         }
+        let err = parse_duration("1x").unwrap_err();
+        assert!(err.message().contains("unknown unit \"x\""), "{err}");
+        let err = parse_duration("1e3ms").unwrap_err();
+        assert!(err.message().contains("no exponents"), "{err}");
     }
 
     #[test]
