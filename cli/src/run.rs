@@ -24,7 +24,8 @@ FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one 
 nodes, a tab, the key; a backslash, tab, newline or carriage return in them is written \\\\,
 \\t, \\n or \\r). A nested `ferrolock run` on a key an enclosing one holds on the same
 servers (h:1 and H:1/0 alike, and localhost, 127.0.0.1 and [::1]) fails at once (exit 64)
-instead of waiting for itself.
+instead of waiting for itself; on a semaphore an enclosing one holds, a nested run is one more
+holder, and fails so only when it asks for every permit (with --permits 1, always).
 
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
@@ -531,13 +532,22 @@ async fn run(args: RunArgs) -> u8 {
     };
     let held_here = held_entry(&manager, &args.key);
     let enclosing = std::env::var("FERROLOCK_HELD").unwrap_or_default();
-    // A nested run on the same semaphore is one more holder (it waits only if the permits are
-    // all taken), not a wait for itself.
-    if args.semaphore.is_none() && enclosing.lines().any(|l| same_lock(l, &held_here)) {
+    // A nested run on the same semaphore is one more holder, which waits only while the
+    // permits are all taken: a wait for itself only when it asks for every permit (with
+    // --permits 1, any nested run), since the enclosing run holds at least one.
+    let waits_for_itself = match (args.permits, args.count.unwrap_or(1)) {
+        (Some(permits), count) => count >= permits,
+        (None, _) => true,
+    };
+    if waits_for_itself && enclosing.lines().any(|l| same_lock(l, &held_here)) {
+        let all = match args.permits {
+            Some(p) => format!(", and this run asks for all {p} of its permits"),
+            None => String::new(),
+        };
         return fail(
             exit::USAGE,
             format_args!(
-                "{} on {} is already held by an enclosing `ferrolock run`: waiting for it \
+                "{} on {} is already held by an enclosing `ferrolock run`{all}: waiting for it \
                  would wait for ourselves",
                 args.held(),
                 manager.node_names().join(",")

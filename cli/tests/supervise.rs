@@ -333,6 +333,52 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 
+/// A nested run on a semaphore an enclosing run holds is one more holder; asking for every
+/// permit (any nested run with --permits 1) would wait for itself, and fails at once instead.
+#[test]
+fn a_nested_run_asking_for_every_permit_of_a_held_semaphore_is_refused() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let exe = env!("CARGO_BIN_EXE_ferrolock");
+    for (name, outer_permits, inner, want) in [
+        ("two", "2", "--permits 2", "0"),
+        ("all", "2", "--permits 2 --count 2", "64"),
+        ("one", "1", "--permits 1", "64"),
+    ] {
+        let script = format!(
+            "{exe} run --nodes {url} --semaphore {name} {inner} --wait 0 -- true; echo inner=$?"
+        );
+        let mut cmd = ferrolock();
+        cmd.args([
+            "run",
+            "--nodes",
+            &url,
+            "--semaphore",
+            name,
+            "--permits",
+            outer_permits,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{inner}: {text} {err}");
+        assert!(
+            text.contains(&format!("inner={want}\n")),
+            "{inner}: {text} {err}"
+        );
+        if want == "64" {
+            assert!(
+                err.contains("already held by an enclosing") && err.contains("all "),
+                "{inner}: {err}"
+            );
+        }
+    }
+}
+
 /// A key is any string: a newline or a tab in it must not cut its `FERROLOCK_HELD` line, which
 /// made a nested run on `a\nb` wait for itself and refused an unheld `b` under a key that
 /// spelled a line naming it.
