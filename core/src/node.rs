@@ -150,6 +150,7 @@ impl Node {
                 url
             }
         };
+        check_fragment(url, &display)?;
         let info = url.into_connection_info().map_err(|e| {
             // A list's comma cuts only before a scheme (`split_nodes`): say so when one stayed.
             let comma = match url.contains(',') {
@@ -161,6 +162,7 @@ impl Node {
                 e.detail().unwrap_or("cannot parse")
             ))
         })?;
+        check_parsed(&info, &display)?;
         let password = info.redis_settings().password().map(str::to_string);
         let tls = url.starts_with("rediss://");
         let root_cert = root_cert.filter(|_| tls).map(<[u8]>::to_vec);
@@ -1084,6 +1086,47 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
     }
 }
 
+/// A TCP URL's fragment: redis-rs keeps an unknown one as part of the node's name, and reads
+/// `#insecure` as "do not verify the server's certificate", which ferrolock never does.
+fn check_fragment(url: &str, display: &str) -> Result<()> {
+    let unix = url
+        .split_once("://")
+        .is_some_and(|(scheme, _)| is_unix(scheme));
+    if unix || !url.contains('#') {
+        return Ok(());
+    }
+    // Shown up to the `#`: what follows may be the rest of a password.
+    let shown = format!("{}#...", display.split('#').next().unwrap_or_default());
+    let why = if url.ends_with("#insecure") {
+        "#insecure: ferrolock always verifies a TLS server (give its CA with tls_ca)"
+    } else {
+        "a fragment ('#...') has no place in a node URL (a '#' in a password is written %23)"
+    };
+    Err(Error::invalid(format!(
+        "malformed node URL {shown:?}: {why}"
+    )))
+}
+
+/// What redis-rs parses but would only fail on at the first request: a negative database and
+/// port 0.
+fn check_parsed(info: &redis::ConnectionInfo, display: &str) -> Result<()> {
+    let bad = |why: String| {
+        Err(Error::invalid(format!(
+            "malformed node URL {display:?}: {why}"
+        )))
+    };
+    let db = info.redis_settings().db();
+    if db < 0 {
+        return bad(format!("database {db}: must be 0 or more"));
+    }
+    if let redis::ConnectionAddr::Tcp(_, 0) | redis::ConnectionAddr::TcpTls { port: 0, .. } =
+        info.addr()
+    {
+        return bad("port 0: give the server's port (6379 when left out)".to_string());
+    }
+    Ok(())
+}
+
 fn address(addr: &redis::ConnectionAddr) -> String {
     match addr {
         redis::ConnectionAddr::Tcp(host, port)
@@ -1383,5 +1426,29 @@ mod tests {
             assert!(!err.message().contains("hunter2"), "{err}");
             assert!(err.message().contains(&redact_url(url)), "{err}");
         }
+    }
+
+    #[test]
+    fn what_redis_rs_parses_but_cannot_use_is_refused_at_once() {
+        for (url, why) in [
+            ("redis://u:hunter2@127.0.0.1:1#frag", "a fragment"),
+            ("rediss://127.0.0.1:1/0#hunter2", "a fragment"),
+            ("rediss://127.0.0.1:1#insecure", "always verifies"),
+            ("redis://127.0.0.1:1/-1", "database -1: must be 0 or more"),
+            ("redis://127.0.0.1:0", "port 0"),
+        ] {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+                panic!("{url} accepted")
+            };
+            assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+            assert!(err.message().contains(why), "{url}: {err}");
+            assert!(
+                !err.message().contains("hunter2") && !err.message().contains("frag\""),
+                "{err}"
+            );
+        }
+        // The port may be left out, as in every Redis client: 6379.
+        let node = Node::open("redis://127.0.0.1", None, Duration::ZERO, true).unwrap();
+        assert_eq!(node.server(), "localhost:6379");
     }
 }

@@ -173,7 +173,9 @@ pub unsafe extern "C" fn ferrolock_lock_on_lost(
 
 /// Renews the lock on a quorum for `ttl_ms` (`FERROLOCK_SAME_TTL`: the lease in force), and
 /// puts the new validity in `*validity_ms_out` (may be NULL). On failure the validity is
-/// unchanged. `cancel` may be NULL; a cancelled extend leaves the old deadline.
+/// unchanged, except after an extend to a shorter ttl that got no answer (or was cancelled):
+/// it may have taken effect, so the validity is cut to the shorter ttl's. `cancel` may be
+/// NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_extend(
     lock: *const ferrolock_lock,
@@ -198,8 +200,9 @@ pub unsafe extern "C" fn ferrolock_lock_extend(
 /// Releases the lock on every node (compare-and-delete: never someone else's). The loss
 /// callback is disarmed first. `*released_out` (may be NULL) says whether a quorum still held
 /// our token (false: it had expired or been taken, which is `FERROLOCK_OK` all the same).
-/// Releasing twice gives `FERROLOCK_ERR_NOT_HELD`. The handle still needs
-/// `ferrolock_lock_free`.
+/// Releasing twice gives `FERROLOCK_ERR_NOT_HELD`; no quorum of nodes answering,
+/// `FERROLOCK_ERR_QUORUM_UNREACHABLE` (those keep the key until its ttl). The handle still
+/// needs `ferrolock_lock_free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_release(
     lock: *const ferrolock_lock,

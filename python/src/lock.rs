@@ -176,8 +176,9 @@ impl PyLock {
 
     /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
     /// returns the new validity in seconds. Raises `LockLost`, `NotHeld` or
-    /// `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still held);
-    /// on failure the validity is unchanged.
+    /// `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still held).
+    /// On failure the validity is unchanged, except after an extend to a shorter ttl that got
+    /// no answer: it may have taken effect, so the validity is cut to the shorter ttl's.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;
@@ -190,7 +191,8 @@ impl PyLock {
     }
 
     /// Releases on every node. Returns True when a quorum still held it, False when it had
-    /// already expired or been taken. Raises `NotHeld` if already released.
+    /// already expired or been taken. Raises `NotHeld` if already released, and
+    /// `QuorumUnreachable` when no quorum of nodes answered (those keep the key until its ttl).
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
         let lock = &self.lock;
         let out = bridge::blocking(py, |cancel, check| lock.release_blocking(cancel, check))?;
@@ -274,18 +276,26 @@ impl PyLock {
         self.lock.abandon();
     }
 
-    /// `with manager.acquire(...) as lock:` releases on exit (no interruption on loss: use
-    /// `manager.lock()` for that).
+    /// `with manager.acquire(...) as lock:` releases on exit, ending as every scope does
+    /// (`host::scope`: a loss raises `LockLost`, and a failed release never hides the body's
+    /// own exception), but the body is not interrupted on loss: `manager.lock()` does that.
     fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
-    #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        if !matches!(self.core().status(), LockStatus::Released) {
-            self.release(py)?;
-        }
-        Ok(false)
+    #[pyo3(signature = (_exc_type = None, exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exc_type: Option<&Bound<'_, PyAny>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let exc = exc.filter(|e| !e.is_none());
+        let body = exc.map_or(host::scope::Body::Finished, crate::context::body_of);
+        let lock = self.lock.clone();
+        let end = py.detach(|| host::scope::end_blocking(&lock, body));
+        crate::context::scope_end(py, end, exc, self.key_str())
     }
 
     fn __repr__(&self) -> String {

@@ -162,7 +162,9 @@ impl PyManager {
         d.set_item("ttl", secs(o.ttl))?;
         d.set_item("wait", o.wait.map(secs))?;
         d.set_item("retry_delay", secs(o.retry_delay))?;
-        d.set_item("node_timeout", secs(o.effective_node_timeout()))?;
+        // None when derived from each lock's ttl: the value it has for the manager's ttl,
+        // passed back, would pin it for every ttl (and refuse extends to shorter ones).
+        d.set_item("node_timeout", o.node_timeout.map(secs))?;
         d.set_item("drift_factor", o.drift_factor)?;
         d.set_item("watchdog", o.watchdog)?;
         d.set_item("max_hold", o.max_hold.map(secs))?;
@@ -202,19 +204,24 @@ impl PyManager {
         self.acquire_future(py, key, args.opts, owner)
     }
 
-    /// `host::Manager::release_all`, waiting at most `timeout` seconds with the GIL released.
+    /// `host::Manager::release_all`, waiting at most `timeout` (seconds or a timedelta) with
+    /// the GIL released.
     #[pyo3(signature = (timeout = None))]
     fn release_all(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let limit = match timeout {
             None => Duration::from_secs(5),
             Some(t) => {
-                // A number of seconds, as every other duration (a bool is not one); an int too
-                // large for a float is out of range like any other.
-                let secs = (!t.is_instance_of::<pyo3::types::PyBool>()
-                    && (t.is_instance_of::<pyo3::types::PyInt>()
-                        || t.is_instance_of::<pyo3::types::PyFloat>()))
-                .then(|| t.extract::<f64>().ok())
-                .flatten();
+                // Seconds or a timedelta, as every other duration (a bool is not one); an int
+                // too large for a float is out of range like any other.
+                let secs = if t.is_instance(crate::options::timedelta_type(py)?)? {
+                    t.call_method0("total_seconds")?.extract::<f64>().ok()
+                } else {
+                    (!t.is_instance_of::<pyo3::types::PyBool>()
+                        && (t.is_instance_of::<pyo3::types::PyInt>()
+                            || t.is_instance_of::<pyo3::types::PyFloat>()))
+                    .then(|| t.extract::<f64>().ok())
+                    .flatten()
+                };
                 match secs.map(Duration::try_from_secs_f64) {
                     Some(Ok(limit)) if limit <= ferrolock::MAX_DURATION => limit,
                     // Negative, NaN, infinite, too long or not a number: named, not taken
@@ -230,7 +237,7 @@ impl PyManager {
                         return Err(invalid(
                             py,
                             format!(
-                                "release_all timeout={shown} ({ty}): expected seconds from 0 to {} (about 24.8 days)",
+                                "release_all timeout={shown} ({ty}): expected seconds (or a datetime.timedelta) from 0 to {} (about 24.8 days)",
                                 ferrolock::MAX_DURATION.as_secs_f64()
                             ),
                             None,

@@ -78,7 +78,7 @@ fn bad(py: Python<'_>, ctx: Ctx<'_>, name: &str, value: &Bound<'_, PyAny>, why: 
     ctx.invalid(py, format!("{name}={} ({ty}): {why}", written(value)))
 }
 
-fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+pub(crate) fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     TIMEDELTA.import(py, "datetime", "timedelta")
 }

@@ -325,6 +325,9 @@ def test_manager_options_are_lock_defaults(manager: LockManager, node: RedisNode
     m = LockManager([node.url], ttl=timedelta(seconds=3), wait=0, interrupt=False)
     d = m.defaults
     assert d["ttl"] == 3.0 and d["wait"] == 0.0 and d["interrupt"] is False
+    # Derived from each lock's ttl, so not a number that would pin it if passed back.
+    assert d["node_timeout"] is None and d["max_hold"] is None
+    assert LockManager([node.url], node_timeout=0.25).defaults["node_timeout"] == 0.25
     assert m.lock(key).interrupt is False
     assert m.lock(key, interrupt=True).interrupt is True
     with m.lock(key) as lock:

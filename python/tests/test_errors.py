@@ -3,6 +3,7 @@ naming the option and the value, and never crashes the interpreter."""
 
 from __future__ import annotations
 
+import datetime
 import math
 import re
 import time
@@ -198,6 +199,14 @@ def test_bad_release_all_timeout_is_named(manager: LockManager, key: str, bad: o
             manager.release_all(bad)  # type: ignore[arg-type]
     assert manager.release_all(0) == 0
     assert manager.release_all(1) == 0
+
+
+def test_release_all_takes_a_timedelta_as_every_duration(manager: LockManager, key: str) -> None:
+    lock = manager.acquire(key)
+    assert manager.release_all(datetime.timedelta(seconds=2)) == 1
+    assert lock.lost  # declared lost first, as release_all does to any held lock
+    with pytest.raises(InvalidArgument, match=re.escape("release_all timeout=datetime.timedelta(days=-1")):
+        manager.release_all(datetime.timedelta(seconds=-1))
 
 
 def test_lock_options_are_refused_per_lock_when_they_belong_to_the_manager(manager: LockManager, key: str) -> None:

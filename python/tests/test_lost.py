@@ -364,6 +364,39 @@ def test_with_and_async_with_end_alike_when_the_key_is_gone(node: RedisNode, key
         m.close()
 
 
+def test_a_handle_used_as_a_context_ends_as_every_scope_does(
+    node: RedisNode, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `with manager.acquire(key) as lock:` follows host::scope's table too: a key found gone
+    # at the exit raises LockLost (the exit returned quietly), and a release that fails after
+    # the body raised is logged while the body's own exception goes through (the release's
+    # error replaced it, with no trace of it).
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    m = LockManager([node.url], ttl=60, watchdog=False, node_timeout=0.2)
+    try:
+        with pytest.raises(LockLost) as info:
+            with m.acquire(key):
+                node.client().delete(key)
+        assert "no longer held on a quorum when the block exited" in str(info.value)
+        assert info.value.key == key
+
+        class BodyError(Exception):
+            pass
+
+        with pytest.raises(BodyError):
+            with m.acquire(key):
+                node.pause()
+                raise BodyError("the body's own")
+        # The fault happened: the release failed (and was logged, not raised).
+        assert any(
+            r.name == "ferrolock" and "while leaving the block after an exception" in r.getMessage()
+            for r in caplog.records
+        ), [r.getMessage() for r in caplog.records]
+    finally:
+        node.resume()
+        m.close()
+
+
 def test_a_loss_callback_may_release_and_wait_to_acquire(node: RedisNode, key: str) -> None:
     """The loss callback runs on a library thread (the core's blocking pool, which carries the
     runtime's context): a release and a waiting acquire from it work, they are not refused

@@ -20,6 +20,7 @@ import atexit
 import functools
 import logging
 import weakref
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -240,18 +241,22 @@ class LockManager:
 
     @property
     def quorum(self) -> int:
+        """How many nodes must grant a lock: a majority of :attr:`nodes`."""
         return self._manager.quorum
 
     @property
     def defaults(self) -> dict[str, Any]:
-        """The lock options in force for this manager (seconds as float)."""
+        """The lock options in force for this manager (seconds as float). ``wait`` is None
+        when acquires wait without limit, ``node_timeout`` when it is derived from each lock's
+        ttl (min(0.2, ttl/10)), ``max_hold`` and ``max_extensions`` when there is no cap."""
         return self._manager.defaults()
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has run: acquires then raise ``InvalidArgument``."""
         return self._manager.closed
 
-    def release_all(self, timeout: float = 5.0) -> int:
+    def release_all(self, timeout: float | timedelta = 5.0) -> int:
         """Releases every lock of this manager that this process has not released, including
         lost ones (a loss deletes nothing: their token may still stand on some nodes); returns
         how many were still held on a quorum. Also tells at once the next waiter of a key this
