@@ -74,6 +74,24 @@ def test_manager_works_in_a_forked_child_and_leaves_the_parents_lock(node: Redis
     assert parent.release() is True
 
 
+def test_a_child_leaving_a_handles_with_block_leaves_the_parents_lock(node: RedisNode, key: str) -> None:
+    # `with manager.acquire(key) as lock:` entered before a fork: the child that runs on out
+    # of the block ends it as a scope whose lock was released elsewhere (nothing to release,
+    # nothing raised); the parent's lock stays, and the parent's own exit releases it.
+    m = LockManager([node.url], ttl=10)
+    with m.acquire(key) as lock:
+        token = lock.token
+
+        def child() -> None:
+            with lock:
+                pass
+
+        assert _in_child(child) == 0
+        assert node.client().get(key) == token
+        assert lock.locked()
+    assert not node.client().exists(key)
+
+
 def _count(args: tuple[str, str, int]) -> int:
     url, key, n = args
     import redis
