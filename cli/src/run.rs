@@ -21,11 +21,12 @@ The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored
 while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
 to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
-nodes, a tab, the key; a backslash, tab, newline or carriage return in them is written \\\\,
-\\t, \\n or \\r). A nested `ferrolock run` on a key an enclosing one holds on the same
-servers (h:1 and H:1/0 alike, and localhost, 127.0.0.1 and [::1]) fails at once (exit 64)
-instead of waiting for itself; on a semaphore an enclosing one holds, a nested run is one more
-holder, and fails so only when it asks for every permit (with --permits 1, always).
+nodes, a tab, the key, and for a semaphore a tab and `semaphore COUNT/PERMITS`; a backslash,
+tab, newline or carriage return in the nodes or the key is written \\\\, \\t, \\n or \\r).
+A nested `ferrolock run` on a key an enclosing one holds on the same servers (h:1 and H:1/0
+alike, and localhost, 127.0.0.1 and [::1]) fails at once (exit 64) instead of waiting for
+itself; on a semaphore, a nested run is one more holder, and fails so when the enclosing runs
+hold the name as a lock, or leave fewer permits than it asks for.
 
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
@@ -431,13 +432,19 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
 
 /// The `FERROLOCK_HELD` line of a lock: the node list (passwords redacted), a tab, the key,
 /// each escaped: a key may hold a tab or a newline, which would cut the line elsewhere (a
-/// nested run on `a\nb` waited for itself; a key `x\n<nodes>\tb` refused an unheld `b`).
-fn held_entry(manager: &LockManager, key: &str) -> String {
-    format!(
+/// nested run on `a\nb` waited for itself; a key `x\n<nodes>\tb` refused an unheld `b`). A
+/// semaphore's line ends with a tab and `semaphore COUNT/PERMITS`, what a nested run on it
+/// needs to tell whether it would wait for itself.
+fn held_entry(manager: &LockManager, key: &str, semaphore: Option<(u32, u32)>) -> String {
+    let mut line = format!(
         "{}\t{}",
         escape_held(&manager.node_names().join(",")),
         escape_held(key)
-    )
+    );
+    if let Some((count, permits)) = semaphore {
+        line.push_str(&format!("\tsemaphore {count}/{permits}"));
+    }
+    line
 }
 
 /// `\`, tab, newline and carriage return written as `\\`, `\t`, `\n`, `\r`: one-to-one, so
@@ -480,22 +487,72 @@ fn unescape_held(text: &str) -> String {
     out
 }
 
+/// A semaphore hold: how many permits, of how many.
+type Permits = (u32, u32);
+
+/// A `FERROLOCK_HELD` line read back: the servers (sorted, as `same_lock` compares them),
+/// the key as written (escaped), and a semaphore's count and permits (`None` for a lock, or a
+/// field this version does not know).
+fn parse_held(line: &str) -> Option<(Vec<String>, &str, Option<Permits>)> {
+    let mut fields = line.split('\t');
+    let (nodes, key) = (fields.next()?, fields.next()?);
+    // Parsed as written: an escaped `\` would be another unix socket path to redis-rs.
+    let mut servers: Vec<String> = unescape_held(nodes)
+        .split(',')
+        .map(|url| ferrolock::server_address(url).unwrap_or_else(|| url.to_string()))
+        .collect();
+    servers.sort();
+    let semaphore = fields
+        .next()
+        .and_then(|f| f.strip_prefix("semaphore "))
+        .and_then(|f| f.split_once('/'))
+        .and_then(|(c, p)| Some((c.parse().ok()?, p.parse().ok()?)));
+    Some((servers, key, semaphore))
+}
+
 /// Whether two `FERROLOCK_HELD` lines name one lock: the same key on the same servers and
 /// databases, however their URLs are written (`h:1` and `H:1/0`, in any order; `h:1/3` is
 /// another database, so another lock). A URL that does not parse as a standalone node
 /// compares as written.
 fn same_lock(a: &str, b: &str) -> bool {
-    let servers = |line: &str| {
-        let (nodes, key) = line.split_once('\t')?;
-        // Parsed as written: an escaped `\` would be another unix socket path to redis-rs.
-        let mut servers: Vec<String> = unescape_held(nodes)
-            .split(',')
-            .map(|url| ferrolock::server_address(url).unwrap_or_else(|| url.to_string()))
-            .collect();
-        servers.sort();
-        Some((servers, key.to_string()))
+    match (parse_held(a), parse_held(b)) {
+        (Some((sa, ka, _)), Some((sb, kb, _))) => sa == sb && ka == kb,
+        _ => a == b,
+    }
+}
+
+/// Why this run, nested in runs that hold `enclosing` lines, would wait for itself; `None`
+/// when it would not. A lock (or a side of a read-write lock) waits for any enclosing hold of
+/// its key; a semaphore waits for an enclosing lock on its name, and for enclosing holds of
+/// its own permits when fewer are left than it asks for. (Permits that differ from the
+/// enclosing runs' are refused by the core, by name, without a wait.)
+fn waits_for_itself(enclosing: &str, here: &str, semaphore: Option<(u32, u32)>) -> Option<String> {
+    let held: Vec<Option<(u32, u32)>> = enclosing
+        .lines()
+        .filter(|l| same_lock(l, here))
+        .map(|l| parse_held(l).and_then(|(_, _, s)| s))
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let Some((count, permits)) = semaphore else {
+        return Some("is already held by an enclosing `ferrolock run`".to_string());
     };
-    a == b || matches!((servers(a), servers(b)), (Some(x), Some(y)) if x == y)
+    if held.iter().any(Option::is_none) {
+        return Some(
+            "is held as a lock by an enclosing `ferrolock run`, and a semaphore waits for it"
+                .to_string(),
+        );
+    }
+    if held.iter().flatten().any(|&(_, p)| p != permits) {
+        return None;
+    }
+    let taken: u32 = held.iter().flatten().map(|&(c, _)| c).sum();
+    (count > permits.saturating_sub(taken)).then(|| {
+        format!(
+            "has {taken} of its {permits} permits held by enclosing `ferrolock run`s, and this run asks for {count}"
+        )
+    })
 }
 
 /// The lock, the side of the read-write lock `--read` / `--write` asks for, or the permits of
@@ -530,25 +587,14 @@ async fn run(args: RunArgs) -> u8 {
         Ok(m) => m,
         Err(e) => return fail_with(&e),
     };
-    let held_here = held_entry(&manager, &args.key);
+    let semaphore = args.permits.map(|p| (args.count.unwrap_or(1), p));
+    let held_here = held_entry(&manager, &args.key, semaphore);
     let enclosing = std::env::var("FERROLOCK_HELD").unwrap_or_default();
-    // A nested run on the same semaphore is one more holder, which waits only while the
-    // permits are all taken: a wait for itself only when it asks for every permit (with
-    // --permits 1, any nested run), since the enclosing run holds at least one.
-    let waits_for_itself = match (args.permits, args.count.unwrap_or(1)) {
-        (Some(permits), count) => count >= permits,
-        (None, _) => true,
-    };
-    if waits_for_itself && enclosing.lines().any(|l| same_lock(l, &held_here)) {
-        let all = match args.permits {
-            Some(p) => format!(", and this run asks for all {p} of its permits"),
-            None => String::new(),
-        };
+    if let Some(why) = waits_for_itself(&enclosing, &held_here, semaphore) {
         return fail(
             exit::USAGE,
             format_args!(
-                "{} on {} is already held by an enclosing `ferrolock run`{all}: waiting for it \
-                 would wait for ourselves",
+                "{} on {} {why}: waiting for it would wait for ourselves",
                 args.held(),
                 manager.node_names().join(",")
             ),
@@ -861,5 +907,31 @@ mod tests {
             &line("redis://h:1", "a\nb"),
             &line("redis://h:1", "a")
         ));
+    }
+
+    #[test]
+    fn a_nested_semaphore_counts_the_permits_its_enclosing_runs_hold() {
+        let sem = |c: u32, p: u32| format!("redis://h:1\ts\tsemaphore {c}/{p}");
+        let lock = "redis://h:1\ts";
+        // The same lock whatever the third field says.
+        assert!(same_lock(&sem(1, 3), lock) && same_lock(&sem(1, 3), &sem(2, 3)));
+        let enclosing = [sem(1, 3), sem(1, 3)].join("\n");
+        assert!(waits_for_itself(&enclosing, &sem(1, 3), Some((1, 3))).is_none());
+        let why = waits_for_itself(&enclosing, &sem(2, 3), Some((2, 3))).unwrap();
+        assert!(why.contains("2 of its 3 permits"), "{why}");
+        // Another pool size: the core refuses it by name, without a wait.
+        assert!(waits_for_itself(&sem(1, 3), &sem(3, 4), Some((3, 4))).is_none());
+        // A lock on the name (an older ferrolock's line, with no field, reads as one too).
+        assert!(
+            waits_for_itself(lock, &sem(1, 3), Some((1, 3)))
+                .unwrap()
+                .contains("as a lock")
+        );
+        assert!(
+            waits_for_itself(&sem(1, 3), lock, None)
+                .unwrap()
+                .contains("already held")
+        );
+        assert!(waits_for_itself("redis://h:1\tother", lock, None).is_none());
     }
 }

@@ -386,6 +386,28 @@ fn bad_input_exits_64_and_names_the_value() {
         err.starts_with("ferrolock: FERROLOCK_TLS_CA: cannot read tls_ca file /nonexistent/ca.pem"),
         "{err}"
     );
+    // One that reads but holds no certificate too (it was blamed on FERROLOCK_NODES' node).
+    let junk =
+        std::env::temp_dir().join(format!("ferrolock-cli-junk-ca-{}.pem", std::process::id()));
+    std::fs::write(
+        &junk,
+        "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let mut cmd = ferrolock();
+    cmd.env("FERROLOCK_NODES", "rediss://127.0.0.1:1")
+        .env("FERROLOCK_TLS_CA", &junk)
+        .args(["run", "k", "--"])
+        .args(touch);
+    let out = output_within(cmd, HANG);
+    std::fs::remove_file(&junk).unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.starts_with("ferrolock: FERROLOCK_TLS_CA: tls_ca file")
+            && err.contains("not a PEM certificate file"),
+        "{err}"
+    );
     assert!(!ran.exists(), "a child ran despite bad input");
     let mut help = ferrolock();
     help.args(["run", "--help"]);

@@ -333,55 +333,102 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 
-/// A nested run on a semaphore an enclosing run holds is one more holder; asking for every
-/// permit (any nested run with --permits 1) would wait for itself, and fails at once instead.
+/// A nested run on a semaphore is one more holder; one that would wait for its own
+/// enclosing runs (they hold the name as a lock, or leave fewer permits than it asks for)
+/// fails at once instead (without --wait it waited for ever).
 #[test]
-fn a_nested_run_asking_for_every_permit_of_a_held_semaphore_is_refused() {
+fn a_nested_semaphore_run_that_would_wait_for_its_enclosing_runs_is_refused() {
     let server = RedisServer::start();
     let url = server.url();
     let exe = env!("CARGO_BIN_EXE_ferrolock");
-    for (name, outer_permits, inner, want) in [
-        ("two", "2", "--permits 2", "0"),
-        ("all", "2", "--permits 2 --count 2", "64"),
-        ("one", "1", "--permits 1", "64"),
+    // Each case: the enclosing runs' flags (outermost first; one name per case), the
+    // innermost run's flags, its exit status and a part of its message.
+    for (name, outer, inner, want, says) in [
+        (
+            "two",
+            &["--semaphore two --permits 2"][..],
+            "--semaphore two --permits 2",
+            "0",
+            "",
+        ),
+        (
+            "all",
+            &["--semaphore all --permits 2"],
+            "--semaphore all --permits 2 --count 2",
+            "64",
+            "1 of its 2 permits",
+        ),
+        (
+            "one",
+            &["--semaphore one --permits 1"],
+            "--semaphore one --permits 1",
+            "64",
+            "1 of its 1 permits",
+        ),
+        (
+            "pair",
+            &["--semaphore pair --permits 3 --count 2"],
+            "--semaphore pair --permits 3 --count 2",
+            "64",
+            "2 of its 3 permits",
+        ),
+        (
+            "deep",
+            &[
+                "--semaphore deep --permits 3",
+                "--semaphore deep --permits 3",
+            ],
+            "--semaphore deep --permits 3 --count 2",
+            "64",
+            "2 of its 3 permits",
+        ),
+        (
+            "last",
+            &[
+                "--semaphore last --permits 3",
+                "--semaphore last --permits 3",
+            ],
+            "--semaphore last --permits 3",
+            "0",
+            "",
+        ),
+        (
+            "lock",
+            &["lock"],
+            "--semaphore lock --permits 2",
+            "64",
+            "held as a lock",
+        ),
     ] {
-        let script = format!(
-            "{exe} run --nodes {url} --semaphore {name} {inner} --wait 0 -- true; echo inner=$?"
-        );
+        // The innermost run reports its status; each enclosing one runs the next inside it.
+        let mut script = format!("{exe} run --nodes {url} {inner} --wait 0 -- true; echo inner=$?");
+        for flags in outer.iter().skip(1).rev() {
+            script = format!(
+                "{exe} run --nodes {url} {flags} -- sh -c '{}'",
+                script.replace('\'', "'\\''")
+            );
+        }
         let mut cmd = ferrolock();
-        cmd.args([
-            "run",
-            "--nodes",
-            &url,
-            "--semaphore",
-            name,
-            "--permits",
-            outer_permits,
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ]);
+        cmd.args(["run", "--nodes", &url])
+            .args(outer[0].split(' '))
+            .args(["--", "sh", "-c", &script]);
         let out = output(cmd);
         let text = String::from_utf8_lossy(&out.stdout);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{inner}: {text} {err}");
+        assert_eq!(out.status.code(), Some(0), "{name}: {text} {err}");
         assert!(
             text.contains(&format!("inner={want}\n")),
-            "{inner}: {text} {err}"
+            "{name}: {text} {err}"
         );
         if want == "64" {
             assert!(
-                err.contains("already held by an enclosing") && err.contains("all "),
-                "{inner}: {err}"
+                err.contains(says) && err.contains("wait for ourselves"),
+                "{name}: {err}"
             );
         }
     }
 }
 
-/// A key is any string: a newline or a tab in it must not cut its `FERROLOCK_HELD` line, which
-/// made a nested run on `a\nb` wait for itself and refused an unheld `b` under a key that
-/// spelled a line naming it.
 #[test]
 fn a_key_with_a_newline_or_a_tab_is_one_held_line() {
     let server = RedisServer::start();

@@ -39,6 +39,12 @@ impl LockManager {
                 crate::options::NO_NODE_GIVEN
             )));
         }
+        if let Some(g) = options
+            .restart_guard
+            .filter(|g| *g > crate::options::MAX_DURATION)
+        {
+            return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
+        }
         let (urls, from) = options.nodes_in_force()?;
         let root_cert = read_root_cert(&options, &urls)?;
         let nodes = open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
@@ -248,22 +254,37 @@ impl LockManager {
     }
 }
 
-/// The CA file of the TLS nodes, read once for all of them; its error names where the path
-/// came from (`FERROLOCK_TLS_CA` when the caller gave none).
+/// The CA file of the TLS nodes, read and checked once for all of them (a file with no
+/// certificate would fail every TLS connection later, named as a node's fault); its errors
+/// name where the path came from (`FERROLOCK_TLS_CA` when the caller gave none).
 fn read_root_cert(options: &ManagerOptions, urls: &[String]) -> Result<Option<Vec<u8>>> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
     let Some((path, from)) = options.tls_ca_in_force() else {
         return Ok(None);
     };
-    if !urls.iter().any(|u| u.starts_with("rediss")) {
+    if !urls.iter().any(|u| crate::node::is_tls_url(u)) {
         return Ok(None);
     }
-    std::fs::read(&path).map(Some).map_err(|e| {
-        let source = from.map(|var| format!("{var}: ")).unwrap_or_default();
+    let source = from.map(|var| format!("{var}: ")).unwrap_or_default();
+    let bad =
+        |why: String| Error::invalid(format!("{source}tls_ca file {}: {why}", path.display()));
+    let pem = std::fs::read(&path).map_err(|e| {
         Error::invalid(format!(
             "{source}cannot read tls_ca file {}: {e}",
             path.display()
         ))
-    })
+    })?;
+    let mut certs = 0;
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        cert.map_err(|e| bad(format!("not a PEM certificate file: {e}")))?;
+        certs += 1;
+    }
+    if certs == 0 {
+        return Err(bad(
+            "holds no certificate (expected PEM: -----BEGIN CERTIFICATE-----)".to_string(),
+        ));
+    }
+    Ok(Some(pem))
 }
 
 /// Checks the node list (no empty URL, no node twice) and opens each node (no connection yet).
@@ -289,9 +310,6 @@ fn open_nodes(
         }
     }
     let guard = match options.restart_guard {
-        Some(g) if g > crate::options::MAX_DURATION => {
-            return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
-        }
         Some(g) => g,
         // A node that restarts with no persistence forgets its locks; with fewer than 3
         // nodes there is no spare to outvote it anyway.

@@ -142,6 +142,7 @@ impl Node {
     ) -> Result<Node> {
         let display = redact_url(url);
         check_userinfo(url, &display)?;
+        check_fragment(url, &display)?;
         let cluster_url = ClusterUrl::parse(url, &display)?;
         let url = match &cluster_url {
             Some(c) => c.seeds[0].as_str(),
@@ -150,7 +151,6 @@ impl Node {
                 url
             }
         };
-        check_fragment(url, &display)?;
         let info = url.into_connection_info().map_err(|e| {
             // A list's comma cuts only before a scheme (`split_nodes`): say so when one stayed.
             let comma = match url.contains(',') {
@@ -164,7 +164,7 @@ impl Node {
         })?;
         check_parsed(&info, &display)?;
         let password = info.redis_settings().password().map(str::to_string);
-        let tls = url.starts_with("rediss://");
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
         let root_cert = root_cert.filter(|_| tls).map(<[u8]>::to_vec);
         let certs = || redis::TlsCertificates {
             client_tls: None,
@@ -1086,13 +1086,20 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
     }
 }
 
-/// A TCP URL's fragment: redis-rs keeps an unknown one as part of the node's name, and reads
-/// `#insecure` as "do not verify the server's certificate", which ferrolock never does.
-fn check_fragment(url: &str, display: &str) -> Result<()> {
-    let unix = url
-        .split_once("://")
-        .is_some_and(|(scheme, _)| is_unix(scheme));
-    if unix || !url.contains('#') {
+/// Whether a node URL asks for TLS (`rediss://`, `rediss+cluster://`, redis-rs's
+/// `valkeys://`, in any case): the nodes a CA file is for.
+pub(crate) fn is_tls_url(url: &str) -> bool {
+    let scheme = url.split_once("://").map_or("", |(s, _)| s);
+    ["rediss", "rediss+cluster", "valkeys"]
+        .iter()
+        .any(|tls| scheme.eq_ignore_ascii_case(tls))
+}
+
+/// A fragment: redis-rs keeps an unknown one as part of the node's name (a unix socket's
+/// path or password cut short at it), and reads `#insecure` as "do not verify the server's
+/// certificate", which ferrolock never does. A `#` that is meant is written `%23`.
+pub(crate) fn check_fragment(url: &str, display: &str) -> Result<()> {
+    if !url.contains('#') {
         return Ok(());
     }
     // Shown up to the `#`: what follows may be the rest of a password.
@@ -1100,7 +1107,7 @@ fn check_fragment(url: &str, display: &str) -> Result<()> {
     let why = if url.ends_with("#insecure") {
         "#insecure: ferrolock always verifies a TLS server (give its CA with tls_ca)"
     } else {
-        "a fragment ('#...') has no place in a node URL (a '#' in a password is written %23)"
+        "a fragment ('#...') has no place in a node URL (a '#' in a password or a path is written %23)"
     };
     Err(Error::invalid(format!(
         "malformed node URL {shown:?}: {why}"
@@ -1434,6 +1441,9 @@ mod tests {
             ("redis://u:hunter2@127.0.0.1:1#frag", "a fragment"),
             ("rediss://127.0.0.1:1/0#hunter2", "a fragment"),
             ("rediss://127.0.0.1:1#insecure", "always verifies"),
+            ("unix:///tmp/r.sock?pass=hunter2#x", "a fragment"),
+            ("redis+cluster://127.0.0.1:7000#x", "a fragment"),
+            ("redis+cluster://127.0.0.1:7000?seed=127.0.0.1:0", "port 0"),
             ("redis://127.0.0.1:1/-1", "database -1: must be 0 or more"),
             ("redis://127.0.0.1:0", "port 0"),
         ] {

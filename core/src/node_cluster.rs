@@ -305,9 +305,11 @@ fn check_host_port(host_port: &str) -> std::result::Result<(), String> {
             "{host_port:?}: commas separate nodes; give more seeds as ?seed=host:port"
         ));
     }
-    port.parse::<u16>()
-        .map(|_| ())
-        .map_err(|_| format!("bad port {port:?}"))
+    match port.parse::<u16>() {
+        Ok(0) => Err(format!("{host_port:?}: port 0")),
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!("bad port {port:?}")),
+    }
 }
 
 /// The refusal of a plain URL that reached a cluster node: its other shards' keys would

@@ -205,6 +205,36 @@ async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
             .tls_ca("/nonexistent/ca.pem"),
     )
     .expect("a CA file is not read for plain nodes");
+    // TLS however the scheme is written: the CA file is for it.
+    for url in [
+        "REDISS://127.0.0.1:1",
+        "rediss+cluster://127.0.0.1:1",
+        "valkeys://127.0.0.1:1",
+    ] {
+        let err = LockManager::new(
+            ManagerOptions::new()
+                .nodes([url])
+                .tls_ca("/nonexistent/ca.pem"),
+        )
+        .unwrap_err();
+        assert!(
+            err.message().contains("cannot read tls_ca file"),
+            "{url}: {err}"
+        );
+    }
+    // Read and checked once, at build: a file with no certificate is named as the CA's fault,
+    // not as every TLS node's at its first connection.
+    let junk = std::env::temp_dir().join(format!("ferrolock-junk-ca-{}.pem", std::process::id()));
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    let err = LockManager::new(
+        ManagerOptions::new()
+            .nodes(["rediss://127.0.0.1:1"])
+            .tls_ca(&junk),
+    )
+    .unwrap_err();
+    std::fs::remove_file(&junk).unwrap();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("holds no certificate"), "{err}");
 }
 
 #[test]

@@ -512,9 +512,9 @@ func (l *Lock) Err() error {
 }
 
 // Extend renews the lock on a quorum for its lease (or ttl, if given) and returns the new
-// validity. On failure the validity is unchanged, except after an extend to a shorter ttl that
-// got no answer (or was cancelled): it may have taken effect, so the validity is cut to the
-// shorter ttl's. ctx cancels the extend.
+// validity. On failure the validity is unchanged, except after an extend of a plain lock (or a
+// read hold) to a shorter ttl that got no answer (or was cancelled): it may have taken effect,
+// so the validity is cut to the shorter ttl's. ctx cancels the extend.
 func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err

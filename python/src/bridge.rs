@@ -121,6 +121,17 @@ where
     }
 }
 
+/// Runs `f` with the GIL released, for a call that cannot be interrupted (a scope's end, a
+/// `release_all`); like [`blocking`], a thread coming back once the interpreter is exiting
+/// parks instead of re-taking the GIL.
+pub fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    py.detach(|| {
+        let out = f();
+        park_if_exiting();
+        out
+    })
+}
+
 /// Wraps an `asyncio.Future` in a coroutine (`ferrolock._aio.wrap`), so public `async`
 /// methods return what `async def` methods return.
 pub fn coroutine<'py>(py: Python<'py>, future: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {

@@ -412,7 +412,7 @@ impl PyLockContext {
             Some(e) if e.is_instance(&injected_class(py)?)? => Body::StoppedByLoss,
             Some(e) => body_of(e),
         };
-        let end = py.detach(|| host::scope::end_blocking(&lock, body));
+        let end = bridge::detached(py, || host::scope::end_blocking(&lock, body));
         scope_end(py, end, exc, &self.key)
     }
 

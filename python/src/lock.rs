@@ -177,8 +177,9 @@ impl PyLock {
     /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
     /// returns the new validity in seconds. Raises `LockLost`, `NotHeld` or
     /// `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still held).
-    /// On failure the validity is unchanged, except after an extend to a shorter ttl that got
-    /// no answer: it may have taken effect, so the validity is cut to the shorter ttl's.
+    /// On failure the validity is unchanged, except after an extend of a plain lock (or a read
+    /// hold) to a shorter ttl that got no answer (or was interrupted): it may have taken
+    /// effect, so the validity is cut to the shorter ttl's.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;
@@ -294,7 +295,7 @@ impl PyLock {
         let exc = exc.filter(|e| !e.is_none());
         let body = exc.map_or(host::scope::Body::Finished, crate::context::body_of);
         let lock = self.lock.clone();
-        let end = py.detach(|| host::scope::end_blocking(&lock, body));
+        let end = bridge::detached(py, || host::scope::end_blocking(&lock, body));
         crate::context::scope_end(py, end, exc, self.key_str())
     }
 

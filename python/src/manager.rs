@@ -246,13 +246,13 @@ impl PyManager {
                 }
             }
         };
-        Ok(py.detach(|| self.host.release_all(limit)))
+        Ok(bridge::detached(py, || self.host.release_all(limit)))
     }
 
     /// `host::Manager::close`: ends the waits on this manager (`NotAcquired`), releases the
     /// locks still held, then later acquires raise `InvalidArgument`. Idempotent.
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.host.close(CLOSE_LIMIT));
+        bridge::detached(py, || self.host.close(CLOSE_LIMIT));
     }
 
     fn __repr__(&self) -> String {
