@@ -435,7 +435,7 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
 /// nested run on `a\nb` waited for itself; a key `x\n<nodes>\tb` refused an unheld `b`). A
 /// semaphore's line ends with a tab and `semaphore COUNT/PERMITS`, what a nested run on it
 /// needs to tell whether it would wait for itself.
-fn held_entry(manager: &LockManager, key: &str, semaphore: Option<(u32, u32)>) -> String {
+fn held_entry(manager: &LockManager, key: &str, semaphore: Option<Permits>) -> String {
     let mut line = format!(
         "{}\t{}",
         escape_held(&manager.node_names().join(",")),
@@ -526,8 +526,8 @@ fn same_lock(a: &str, b: &str) -> bool {
 /// its key; a semaphore waits for an enclosing lock on its name, and for enclosing holds of
 /// its own permits when fewer are left than it asks for. (Permits that differ from the
 /// enclosing runs' are refused by the core, by name, without a wait.)
-fn waits_for_itself(enclosing: &str, here: &str, semaphore: Option<(u32, u32)>) -> Option<String> {
-    let held: Vec<Option<(u32, u32)>> = enclosing
+fn waits_for_itself(enclosing: &str, here: &str, semaphore: Option<Permits>) -> Option<String> {
+    let held: Vec<Option<Permits>> = enclosing
         .lines()
         .filter(|l| same_lock(l, here))
         .map(|l| parse_held(l).and_then(|(_, _, s)| s))

@@ -1098,7 +1098,7 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
 /// A fragment: redis-rs keeps an unknown one as part of the node's name (a unix socket's
 /// path or password cut short at it), and reads `#insecure` as "do not verify the server's
 /// certificate", which ferrolock never does. A `#` that is meant is written `%23`.
-pub(crate) fn check_fragment(url: &str, display: &str) -> Result<()> {
+fn check_fragment(url: &str, display: &str) -> Result<()> {
     if !url.contains('#') {
         return Ok(());
     }
