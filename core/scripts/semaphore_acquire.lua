@@ -11,8 +11,9 @@
 -- queue.lua), KEYS[6] this call's latch (one slot).
 -- ARGV[1] permits (pool size), ARGV[2] count, ARGV[3] lease ms, ARGV[4] channel
 -- `redisson_sc:{name}`, ARGV[5] the latch's PX in ms, ARGV[6] waiter id or '' (a first try),
--- ARGV[7] the waiter's queue lease ms, ARGV[8] barging bound ms, ARGV[9..] `count` fresh ids,
--- 16 raw bytes.
+-- ARGV[7] the waiter's queue lease ms, ARGV[8] barging bound ms, ARGV[9] '1' = sharded pub/sub
+-- (SPUBLISH: a Redis Cluster's waiters SSUBSCRIBE the channel, in the name's slot),
+-- ARGV[10..] `count` fresh ids, 16 raw bytes.
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
 -- head's turn; -1 when there is none; -2 when the name holds a lock, whose end nothing here
@@ -20,6 +21,9 @@
 -- code and words are read by `refusal.rs`).
 -- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
 -- refusal's re-enqueue keeps the waiter's place.
+if ARGV[9] == '1' then
+  PUBLISH = 'SPUBLISH'
+end
 local done = redis.call('GET', KEYS[6])
 if done then
   return {1, tonumber(done)}
@@ -56,7 +60,7 @@ if #expired > 0 then
   -- The counter's new value, as Redisson 4.7.0's reclaim publishes it: up to that many
   -- waiters wake (Redisson's latch releases min(its waiters, the message)).
   if available > 0 then
-    redis.call('PUBLISH', ARGV[4], available)
+    redis.call(PUBLISH, ARGV[4], available)
   end
 end
 if available < count then
@@ -75,7 +79,7 @@ if head and head ~= id then
 end
 dequeue(id)
 local expiry = now + tonumber(ARGV[3])
-for i = 9, 8 + count do
+for i = 10, 9 + count do
   redis.call('ZADD', KEYS[2], expiry, ARGV[i])
 end
 redis.call('DECRBY', KEYS[1], count)

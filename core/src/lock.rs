@@ -1207,7 +1207,8 @@ async fn release_on(
                     ids: token,
                     latch,
                 };
-                let back: i64 = Box::pin(release.invocation().invoke_async(&mut conn)).await?;
+                let back: i64 =
+                    Box::pin(release.invocation(sharded).invoke_async(&mut conn)).await?;
                 return Ok(yes_if(back > 0));
             }
             if let Some(rw) = rw {

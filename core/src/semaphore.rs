@@ -268,7 +268,10 @@ async fn attempt(
                         },
                         bound_ms,
                     };
-                    acquire.invocation().invoke_async(&mut conn).await
+                    acquire
+                        .invocation(conn.sharded())
+                        .invoke_async(&mut conn)
+                        .await
                 })
                 .await
         })
@@ -362,7 +365,10 @@ impl GiveBack<'_> {
                             px_ms: latch_px_ms(timeout),
                         },
                     };
-                    release.invocation().invoke_async::<i64>(&mut conn).await
+                    release
+                        .invocation(conn.sharded())
+                        .invoke_async::<i64>(&mut conn)
+                        .await
                 })
                 .await;
         }));

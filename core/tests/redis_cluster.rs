@@ -557,6 +557,116 @@ async fn a_waiter_is_woken_over_sharded_pubsub_on_its_keys_primary() {
     }
 }
 
+/// Waits until one waiter is queued on `name` (on `primary`, its slot's).
+async fn await_queued(primary: &RedisServer, name: &str, what: &str) {
+    let queue = format!("ferrolock:queue:{{{name}}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while primary.cmd::<i64>(&["ZCARD", &queue]) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within 30 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
+
+/// A semaphore on a cluster with sharded pub/sub: its waiter SSUBSCRIBEs Redisson's channel
+/// on the name's primary, so the release and the reclaim must SPUBLISH there (a classic
+/// PUBLISH reaches no sharded subscriber: the waiter would sleep until its re-check, the
+/// holder's lease end, 120 s away, or its 30 s `retry_delay`).
+#[tokio::test]
+async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let lease = opts().ttl(Duration::from_secs(120));
+    let waiting_opts = lease
+        .clone()
+        .retry_delay(Duration::from_secs(30))
+        .wait(Some(Duration::from_secs(60)));
+    let name = cluster
+        .key_per_primary("sharded-semaphore")
+        .into_iter()
+        .find(|k| owner(&cluster, k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let primary = owner(&cluster, &name);
+    let channel = format!("redisson_sc:{{{name}}}");
+    let holder = manager(std::slice::from_ref(&url), lease.clone());
+    let waiting = Arc::new(manager(std::slice::from_ref(&url), waiting_opts.clone()));
+    let held = holder.semaphore_with(&name, 1, 1, &lease).await.unwrap();
+    let wait_for_permit = |m: Arc<LockManager>| {
+        let (name, o) = (name.clone(), waiting_opts.clone());
+        tokio::spawn(async move { m.semaphore_with(&name, 1, 1, &o).await })
+    };
+    let waiter = wait_for_permit(waiting.clone());
+    await_pubsub(
+        primary,
+        &["SHARDCHANNELS", &channel],
+        Duration::from_secs(30),
+        &format!("a sharded subscription to {channel}"),
+        first_channel,
+    )
+    .await;
+    for node in cluster.primaries() {
+        let classic: redis::Value = node.cmd(&["PUBSUB", "NUMSUB", &channel]);
+        assert_eq!(
+            count_of(&classic),
+            0,
+            "{channel}: classic on port {}",
+            node.port()
+        );
+    }
+    // Past the waiter's first refusal: queued, with its next re-check far away.
+    await_queued(primary, &name, "the waiter queued").await;
+    let released = std::time::Instant::now();
+    assert!(held.release().await.unwrap());
+    // A failure bound: without a wake-up the waiter's next look is 15 s away or more.
+    let permit = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the semaphore waiter was not woken by the release")
+        .unwrap()
+        .unwrap();
+    eprintln!("release: granted {:?} after it", released.elapsed());
+
+    // A reclaim publishes too. The permit's holder "crashed": its lease is cut to its end by
+    // hand, and a first try past the queued waiter's barging bound reclaims it, is refused (the
+    // head's turn), and must wake the waiter.
+    let waiter = wait_for_permit(waiting.clone());
+    await_queued(primary, &name, "the second waiter queued").await;
+    tokio::time::sleep(ms(300)).await;
+    let timeout_key = format!("{{{name}}}:timeout");
+    let ids: Vec<Vec<u8>> = primary.cmd(&["ZRANGE", &timeout_key, "0", "-1"]);
+    assert_eq!(ids.len(), 1);
+    let cut: i64 = redis::cmd("ZADD")
+        .arg(&timeout_key)
+        .arg("XX")
+        .arg("CH")
+        .arg(1)
+        .arg(ids[0].as_slice())
+        .query(&mut primary.client())
+        .unwrap();
+    assert_eq!(cut, 1, "the lease was not cut");
+    let third = manager(std::slice::from_ref(&url), lease.clone());
+    let first_try = lease.clone().wait(Some(Duration::ZERO));
+    let err = third
+        .semaphore_with(&name, 1, 1, &first_try)
+        .await
+        .expect_err("a first try took the queued head's turn");
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    let reclaimed = std::time::Instant::now();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the semaphore waiter was not woken by the reclaim")
+        .unwrap()
+        .unwrap();
+    eprintln!("reclaim: granted {:?} after it", reclaimed.elapsed());
+    assert!(
+        !permit.release().await.unwrap(),
+        "the reclaimed permit went back twice"
+    );
+    assert!(second.release().await.unwrap());
+}
+
 /// Starts moving `key`'s slot from its primary to another by hand: SETSLOT
 /// IMPORTING/MIGRATING, MIGRATE of every key in the slot, and SETSLOT NODE on the target, which
 /// then serves the slot (the source redirects to it with ASK). Returns (source, target);

@@ -69,7 +69,8 @@ fn acquire(
         .arg(LATCH_PX)
         .arg("")
         .arg(0)
-        .arg(0);
+        .arg(0)
+        .arg("0");
     for id in ids {
         cmd.arg(id.as_slice());
     }
@@ -85,7 +86,8 @@ fn release(server: &RedisServer, name: &str, call: &str, ids: &[Vec<u8>]) -> i64
         .arg(timeout_key(name))
         .arg(latch(name, call))
         .arg(channel(name))
-        .arg(LATCH_PX);
+        .arg(LATCH_PX)
+        .arg("0");
     for id in ids {
         cmd.arg(id.as_slice());
     }

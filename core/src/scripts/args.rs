@@ -599,7 +599,8 @@ pub(crate) struct SemaphoreAcquire<'a> {
 }
 
 impl SemaphoreAcquire<'_> {
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
+    /// `sharded`: the node is a Redis Cluster with sharded pub/sub (a reclaim SPUBLISHes).
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = SEMAPHORE_ACQUIRE.prepare_invoke();
         inv.key(self.name)
             .key(super::semaphore_timeout_key(self.name))
@@ -614,7 +615,8 @@ impl SemaphoreAcquire<'_> {
             .arg(self.latch.px_ms)
             .arg(self.place.id)
             .arg(self.place.lease_ms)
-            .arg(self.bound_ms);
+            .arg(self.bound_ms)
+            .arg(flag(sharded));
         for id in permit_ids(self.ids) {
             inv.arg(id);
         }
@@ -630,13 +632,15 @@ pub(crate) struct SemaphoreRelease<'a> {
 }
 
 impl SemaphoreRelease<'_> {
-    pub fn invocation(&self) -> ScriptInvocation<'static> {
+    /// `sharded`: the node is a Redis Cluster with sharded pub/sub (the release SPUBLISHes).
+    pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = SEMAPHORE_RELEASE.prepare_invoke();
         inv.key(self.name)
             .key(super::semaphore_timeout_key(self.name))
             .key(self.latch.name(self.name));
         inv.arg(super::semaphore_channel(self.name))
-            .arg(self.latch.px_ms);
+            .arg(self.latch.px_ms)
+            .arg(flag(sharded));
         for id in permit_ids(self.ids) {
             inv.arg(id);
         }
