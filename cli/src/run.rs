@@ -64,7 +64,8 @@ Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
   64      bad usage or bad input (the message names the bad value)
   69      no quorum of nodes reachable, or Redis refused the commands
-  70      the lock was lost before COMMAND finished (COMMAND was stopped if still running)
+  70      the lock was lost before COMMAND finished (COMMAND was stopped if still running),
+          or ferrolock itself failed (the message says how)
   75      the lock was not acquired within --wait
   126     COMMAND could not be executed (the lock is released)
   127     COMMAND was not found (the lock is released)

@@ -1,4 +1,4 @@
-//! Options and their defaults: the table in DESIGN.md, identical in every binding.
+//! Options and their defaults: the table in `table.rs` (`OPTIONS`), identical in every binding.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -24,7 +24,7 @@ pub const MAX_DURATION: Duration = Duration::from_millis(i32::MAX as u64);
 /// number of seconds passed where milliseconds are expected (Node's `ttl: 10`).
 pub const MIN_TTL: Duration = Duration::from_millis(100);
 
-/// Per-lock options. Every field has the default from DESIGN.md; the manager's copy is the
+/// Per-lock options. Every field has the default of `OPTIONS` (`table.rs`); the manager's copy is the
 /// default for each lock, and each acquire may override it.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]

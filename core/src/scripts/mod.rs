@@ -83,7 +83,8 @@ static SEMAPHORE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPH
 static SEMAPHORE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_RELEASE_SRC));
 static SEMAPHORE_EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(SEMAPHORE_EXTEND_SRC));
 
-/// The source of every script, loaded on each new connection.
+/// The source of every lock script, loaded on each new connection (the semaphore's load on
+/// their first `NOSCRIPT`: DESIGN.md, "Every new connection loads").
 pub(crate) fn sources() -> [&'static str; 14] {
     [
         DEQUEUE_SRC,
