@@ -288,3 +288,135 @@ async fn a_server_that_is_not_redis_is_named_as_such() {
         "{err}"
     );
 }
+
+/// What a semaphore user needs besides its names' patterns (docs/semaphore.md states it word
+/// for word): Redisson's channel, the waiter queue's keys, and the scripts' commands.
+const SEMAPHORE_USER_RULES: &str = "~ferrolock:* &redisson_sc:* -@all +get +set +exists \
+     +type +pexpire +pttl +info +evalsha +script|load +publish +subscribe +unsubscribe +incrby \
+     +decrby +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zrank +zscore +zcard +time";
+
+/// The same for a read-write lock user (docs/read-write-lock.md).
+const RWLOCK_USER_RULES: &str = "~ferrolock:* &redisson_rwlock:* -@all +get +set +del +exists \
+     +type +pexpire +pttl +info +evalsha +script|load +publish +subscribe +unsubscribe +hget \
+     +hset +hdel +hincrby +hexists +hkeys +hlen +incr +zadd +zrem +zrange +zrangebyscore \
+     +zremrangebyscore +zrank +zscore +time";
+
+/// `text` holds `rules`, whatever the line breaks.
+fn states(doc: &str, rules: &str) -> bool {
+    let path = format!("{}/../docs/{doc}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .contains(rules)
+}
+
+/// Until one waiter is queued on `name` (a failure bound).
+async fn queued(server: &RedisServer, name: &str) {
+    let queue = format!("ferrolock:queue:{{{name}}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while server.cmd::<i64>(&["ZCARD", &queue]) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody queued on {name}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn user_manager(server: &RedisServer, user: &str) -> LockManager {
+    LockManager::new(
+        ManagerOptions::new()
+            .nodes([format!(
+                "redis://{user}:{SECRET}@127.0.0.1:{}",
+                server.port()
+            )])
+            .restart_guard(Duration::ZERO)
+            .lock(
+                opts()
+                    .ttl(Duration::from_secs(60))
+                    .retry_delay(Duration::from_secs(30))
+                    .wait(Some(Duration::from_secs(60))),
+            ),
+    )
+    .unwrap()
+}
+
+/// A user with only the documented ACL for semaphores or read-write locks takes, extends and
+/// releases them, and its waiter is woken by the release (its own re-check is 15 s away or
+/// more); a name outside its patterns is refused, so the ACL is in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphore_and_read_write_lock_users_with_the_documented_acl() {
+    assert!(
+        states("semaphore.md", SEMAPHORE_USER_RULES),
+        "docs/semaphore.md's ACL differs"
+    );
+    assert!(
+        states("read-write-lock.md", RWLOCK_USER_RULES),
+        "docs/read-write-lock.md's ACL differs"
+    );
+    let server = RedisServer::start_with(ServerOptions {
+        acl_users: vec![
+            format!("user sem on >{SECRET} ~jobs:* ~{{jobs:*}}* {SEMAPHORE_USER_RULES}"),
+            format!("user rw on >{SECRET} ~catalog:* ~{{catalog:*}}* {RWLOCK_USER_RULES}"),
+        ],
+        ..Default::default()
+    });
+    let lease = opts().ttl(Duration::from_secs(60));
+    let woken_within = Duration::from_secs(10);
+
+    let sem = std::sync::Arc::new(user_manager(&server, "sem"));
+    let held = sem.semaphore_with("jobs:enc", 1, 1, &lease).await.unwrap();
+    let m = sem.clone();
+    let waiter = tokio::spawn(async move {
+        let o = opts()
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(30));
+        m.semaphore_with("jobs:enc", 1, 1, &o.wait(Some(Duration::from_secs(60))))
+            .await
+    });
+    queued(&server, "jobs:enc").await;
+    held.extend().await.unwrap();
+    assert!(held.release().await.unwrap());
+    let next = tokio::time::timeout(woken_within, waiter)
+        .await
+        .expect("the semaphore waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(next.release().await.unwrap());
+    let err = sem.semaphore("other", 1).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(err.message().to_lowercase().contains("noperm"), "{err}");
+
+    // A read lease is capped at 30 s (Redisson's read renewal).
+    let read_lease = opts().ttl(Duration::from_secs(30));
+    let rw = std::sync::Arc::new(user_manager(&server, "rw"));
+    let other_reader = user_manager(&server, "rw");
+    let r1 = rw.read_lock_with("catalog:x", &read_lease).await.unwrap();
+    let r2 = other_reader
+        .read_lock_with("catalog:x", &read_lease)
+        .await
+        .unwrap();
+    let m = rw.clone();
+    let writer = tokio::spawn(async move {
+        let o = opts()
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(30));
+        m.write_lock_with("catalog:x", &o.wait(Some(Duration::from_secs(60))))
+            .await
+    });
+    queued(&server, "catalog:x").await;
+    r1.extend().await.unwrap();
+    assert!(r1.release().await.unwrap());
+    assert!(r2.release().await.unwrap());
+    let w = tokio::time::timeout(woken_within, writer)
+        .await
+        .expect("the writer was not woken")
+        .unwrap()
+        .unwrap();
+    w.extend().await.unwrap();
+    assert!(w.release().await.unwrap());
+    let err = rw.read_lock_with("other", &read_lease).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(err.message().to_lowercase().contains("noperm"), "{err}");
+}
