@@ -139,6 +139,12 @@ end
 -- reply naming the key and its type (its words are read by `refusal.rs`), so the acquire
 -- refuses it instead of waiting; nil for a missing key (pttl -2) or a lock's type. Read-only,
 -- so safe to run twice.
+-- A short decimal number with no TTL is a semaphore's permit counter (Redisson's layout), which
+-- is never deleted: a lock on its name would wait forever. No lock token is one (ferrolock's
+-- hold a '-'; redis-py's, node-redlock's and Redisson's are 32 hex digits or more).
+local function is_counter(value)
+  return #value <= 10 and string.match(value, '^%d+$') ~= nil
+end
 local function foreign_type(key, pttl)
   if pttl == -2 then
     return nil
@@ -146,6 +152,9 @@ local function foreign_type(key, pttl)
   local t = redis.call('TYPE', key)['ok']
   if t ~= 'string' and t ~= 'hash' then
     return redis.error_reply('WRONGTYPE key ' .. key .. ' holds a ' .. t .. ', not a lock')
+  end
+  if t == 'string' and pttl == -1 and is_counter(redis.call('GET', key)) then
+    return redis.error_reply('WRONGTYPE key ' .. key .. " holds a semaphore's permit counter, not a lock")
   end
   return nil
 end

@@ -426,3 +426,47 @@ async fn a_lock_key_with_no_ttl_is_held_and_the_error_says_so() {
     }
     assert_eq!(get(&server, "leaked").as_deref(), Some("someone"));
 }
+
+/// A semaphore's permit counter (a short number with no TTL, never deleted) is refused as a
+/// lock, naming it: a lock on a semaphore's name used to wait forever, its error (with a
+/// `wait`) blaming a leaked lock. A long number with no TTL is still a (leaked) lock's token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_name_is_refused_as_a_lock_naming_its_counter() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let permit = m.semaphore("pool", 2).await.unwrap();
+    assert!(permit.release().await.unwrap());
+    assert_eq!(get(&server, "pool").as_deref(), Some("2"));
+    for (kind, o) in [
+        ("lock", opts()),
+        ("reentrant lock", opts().reentrant(true)),
+        ("read lock", opts().ttl(Duration::from_secs(30))),
+        ("write lock", opts()),
+    ] {
+        for wait in [0, 3] {
+            // A fresh manager: its first plain try is a SET NX, its next ones the script.
+            let fresh = manager(&[server.url()], opts());
+            let o = o.clone().wait(Some(Duration::from_secs(wait)));
+            let err = match kind {
+                "read lock" => fresh.read_lock_with("pool", &o).await,
+                "write lock" => fresh.write_lock_with("pool", &o).await,
+                _ => fresh.acquire_with("pool", &o).await,
+            }
+            .unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Redis, "{kind} wait={wait}: {err}");
+            assert!(
+                err.message()
+                    .ends_with("\"pool\": the key holds a semaphore's permit counter, not a lock"),
+                "{kind} wait={wait}: {err}"
+            );
+        }
+    }
+    let token = "12345678901234567890123456789012";
+    let _: String = server.cmd(&["SET", "digits", token]);
+    for wait in [0, 1] {
+        let o = opts().wait(Some(Duration::from_secs(wait)));
+        let err = m.acquire_with("digits", &o).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "wait={wait}: {err}");
+        assert!(err.to_string().contains("no TTL"), "wait={wait}: {err}");
+    }
+}

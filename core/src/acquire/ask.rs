@@ -80,6 +80,11 @@ pub(super) async fn ask(
                 if kind != "string" && kind != "hash" && kind != "none" {
                     return Ok(Err(Refusal::OtherKind(Some(format!("a {kind}")))));
                 }
+                if pttl == -1 && matches!(&holder, Value::BulkString(v) if is_counter(v)) {
+                    return Ok(Err(Refusal::OtherKind(Some(
+                        "a semaphore's permit counter".to_string(),
+                    ))));
+                }
                 // Busy with no re-check hint (the waiter's queued re-check gets the PTTL),
                 // unless the holder has no TTL at all (a leaked lock, for the error).
                 return Ok(Ok(Value::Int(if pttl == -1 { -1 } else { NO_HINT })));
@@ -172,4 +177,10 @@ pub(super) async fn ask(
             Ok(None)
         }
     }
+}
+
+/// A semaphore's permit counter (Redisson's layout: a short decimal number with no TTL, never
+/// deleted), as `queue.lua`'s `is_counter` tells it: a lock on its name would wait forever.
+fn is_counter(value: &[u8]) -> bool {
+    !value.is_empty() && value.len() <= 10 && value.iter().all(u8::is_ascii_digit)
 }
