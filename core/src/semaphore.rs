@@ -237,6 +237,10 @@ async fn attempt(
     let lease_ms = opts.ttl_millis();
     let (waiter, queue_lease_ms) = place.map_or((String::new(), 0), |q| (q.id.clone(), q.lease_ms));
     let bound_ms = barge_bound_ms(1);
+    // On a cluster with the restart guard on, a slot that failed over or whose primary
+    // restarted within the window gets no request, as a lock's key does (`acquire/ask.rs`).
+    let node = &shared.cluster.nodes[0];
+    node.slot_guarded(name)?;
     let request = {
         let (shared, name, ids) = (shared.clone(), name.to_string(), ids.to_string());
         // One call id for every re-send of this attempt: the latch keeps a grant's reply.
@@ -302,6 +306,16 @@ async fn attempt(
         pending.give_back();
     }
     let (granted, at) = reply?;
+    if granted == 1 && node.guards_slots() {
+        // A grant counts only once the primary that made it is known not to be one that has
+        // just taken the slot over (it may have lost the pool's writes): held back, it goes
+        // back at once. A refusal took nothing, so it needs no probe.
+        let deadline = Instant::now() + timeout;
+        if let Err(e) = Box::pin(node.confirm_primary(name, deadline, timeout)).await {
+            pending.give_back();
+            return Err(e);
+        }
+    }
     Ok(if granted == 1 {
         Answer::Granted
     } else {

@@ -581,7 +581,8 @@ async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twi
 /// the failover, refuses the key (and the other slots the replica took over) for the guard's
 /// window, undoing the grant the new primary made it, while keys of the other shards keep
 /// working; with the guard off (the default for one node) it is granted the key while the
-/// first holder's process still runs: the documented limit.
+/// first holder's process still runs: the documented limit. A semaphore's grant there is held
+/// back the same way, and its permit given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its_slots_back() {
     let _serial = serial();
@@ -687,6 +688,44 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
         .find(|k| ![old, new].contains(&cluster.primary_for_key(k).port()))
         .unwrap();
     let checking = Instant::now();
+    // A semaphore goes first: its grant by the new primary (a slot of the range it took
+    // over) is held back and its permit given back; then a lock's key of that range is
+    // refused without a request.
+    let pool = (0..)
+        .map(|i| format!("lossy:pool:{i}"))
+        .find(|k| key_slot(k) != slot && cluster.primary_for_key(k).port() == new)
+        .unwrap();
+    let err = guarded
+        .semaphore_with(&pool, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("restart guard"),
+        "semaphore: {err}"
+    );
+    // The slot is held now: the next try is not sent.
+    let again = guarded
+        .semaphore_with(&pool, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert!(
+        again.to_string().contains("restart guard"),
+        "semaphore again: {again}"
+    );
+    let timeout_key = format!("{{{pool}}}:timeout");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.nodes[new_i].cmd::<i64>(&["ZCARD", &timeout_key]) != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the held-back permit was not given back"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert_eq!(
+        get(&cluster.nodes[new_i], &pool).as_deref(),
+        Some("2"),
+        "the pool is not whole again"
+    );
     for (try_key, what) in [
         (&key, "the grant"),
         (&key, "the next try"),
