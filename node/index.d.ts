@@ -97,7 +97,8 @@ export declare class Lock {
   readonly status: 'held' | 'released' | 'lost';
   /**
    * Aborted with a LockLostError reason on loss, at the latest when `status` reads 'lost'
-   * (also when first read after the loss). Watching it keeps the event loop alive until release.
+   * (also when first read after the loss). Once read (even only `.aborted`), it keeps the event
+   * loop alive until the lock is released: a script that reads it must release the lock to exit.
    */
   readonly signal: Signal;
   /**
@@ -107,7 +108,11 @@ export declare class Lock {
    * to the shorter ttl's.
    */
   extend(ttl?: number): Promise<number>;
-  /** true once released on a quorum, false if the token was already gone. */
+  /**
+   * true once released on a quorum, false if the token was already gone (expired or taken).
+   * Rejects with NotHeldError if this lock was released already, and with
+   * QuorumUnreachableError when too few nodes answered (they keep the key until its ttl).
+   */
   release(): Promise<boolean>;
   [Symbol.asyncDispose](): Promise<void>;
 }
@@ -153,7 +158,10 @@ export declare class LockManager {
 
 /**
  * Runs `fn` holding `key` and resolves to its result. Always releases; rejects with
- * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved.
+ * LockLostError if the lock was lost while `fn` ran, even if `fn` resolved, and with the
+ * release's error (QuorumUnreachableError, ...) if `fn` resolved but the release failed: `fn`'s
+ * work is done then, and the key expires with its ttl. When `fn` throws, its error comes
+ * through unchanged and a failed release is only logged.
  */
 export declare function withLock<T>(key: string, fn: (lock: Lock) => T | PromiseLike<T>, options?: WithLockOptions): Promise<T>;
 

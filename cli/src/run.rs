@@ -638,7 +638,8 @@ async fn run(args: RunArgs) -> u8 {
         errln!(
             "ferrolock: acquired {} (validity {:?}{})",
             args.held(),
-            lock.validity(),
+            // Whole milliseconds: the nanoseconds of a clock reading are noise here.
+            Duration::from_millis(lock.validity().as_millis() as u64),
             lock.fence()
                 .map(|f| format!(", fence {f}"))
                 .unwrap_or_default()

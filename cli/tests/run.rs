@@ -1104,6 +1104,14 @@ fn verbose_reports_what_its_help_says() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.starts_with("ferrolock: acquired lock \"k\" "), "{err}");
+    // Whole milliseconds ("2.987s"), not a clock's nanoseconds.
+    let validity = err
+        .split_once("(validity ")
+        .and_then(|(_, v)| v.split_once('s'))
+        .map(|(v, _)| v)
+        .unwrap_or_else(|| panic!("no validity: {err}"));
+    let decimals = validity.split_once('.').map_or(0, |(_, d)| d.len());
+    assert!(decimals <= 3, "validity {validity}s: {err}");
     assert!(err.ends_with("ferrolock: released lock \"k\"\n"), "{err}");
     assert_eq!(err.lines().count(), 2, "{err}");
 }

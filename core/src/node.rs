@@ -157,9 +157,12 @@ impl Node {
                 true => "; in a list, each URL starts with its scheme",
                 false => "",
             };
+            let why = match port_out_of_range(url) {
+                Some(port) => format!("port {port} is out of range (1 to 65535)"),
+                None => e.detail().unwrap_or("cannot parse").to_string(),
+            };
             Error::invalid(format!(
-                "malformed node URL {display:?}: {} (expected redis://[user:password@]host:port[/db], rediss://... or unix:///path{comma})",
-                e.detail().unwrap_or("cannot parse")
+                "malformed node URL {display:?}: {why} (expected redis://[user:password@]host[:port][/db], rediss://..., unix:///path or redis+cluster://host:port{comma})"
             ))
         })?;
         check_parsed(&info, &display)?;
@@ -1086,6 +1089,16 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
     }
 }
 
+/// The port of a `scheme://[credentials@]host:port...` URL when it is a number too large for
+/// one (redis-rs only says it cannot parse the URL).
+fn port_out_of_range(url: &str) -> Option<u64> {
+    let (scheme, rest) = url.split_once("://")?;
+    let rest = &rest[credentials_end(scheme, rest).map_or(0, |at| at + 1)..];
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let port: u64 = authority.rsplit_once(':')?.1.parse().ok()?;
+    (port > u64::from(u16::MAX)).then_some(port)
+}
+
 /// Whether a node URL asks for TLS (`rediss://`, `rediss+cluster://`, redis-rs's
 /// `valkeys://`, in any case): the nodes a CA file is for.
 pub(crate) fn is_tls_url(url: &str) -> bool {
@@ -1446,6 +1459,12 @@ mod tests {
             ("redis+cluster://127.0.0.1:7000?seed=127.0.0.1:0", "port 0"),
             ("redis://127.0.0.1:1/-1", "database -1: must be 0 or more"),
             ("redis://127.0.0.1:0", "port 0"),
+            (
+                "redis://u:hunter2@localhost:99999",
+                "port 99999 is out of range",
+            ),
+            ("redis://localhost:99999/0", "port 99999 is out of range"),
+            ("http://x", "redis+cluster://host:port"),
         ] {
             let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
                 panic!("{url} accepted")

@@ -418,7 +418,7 @@ fn scope_end_failed_release_raises_after_a_finished_body_and_logs_otherwise() {
                 "{end:?}"
             ),
             _ => assert!(
-                matches!(&end, ScopeEnd::Log(m) if m.starts_with("while leaving the block after an exception: ")),
+                matches!(&end, ScopeEnd::Log(m) if m.starts_with("while ending the scope after the body failed: ")),
                 "{end:?}"
             ),
         }

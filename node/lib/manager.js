@@ -99,7 +99,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   if (held && held.manager !== managerId(nm)) {
     // The same servers through other options: another owner, which only waits for itself.
     throw new NotAcquiredError(
-      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers with other options), so waiting would deadlock; pass the same options to re-enter`,
+      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock; only a ${SCOPE_NAMES[held.kind]} nested with the same connection options (and reentrant: true on both) re-enters it`,
       { key },
     );
   } else if (held && kind !== null && held.kind !== null) {

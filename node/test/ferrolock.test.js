@@ -239,9 +239,17 @@ test('nested withLock re-enters with reentrant: true, and rejects at once withou
   for (const other of [{ nodes: [`${one.url}/0`] }, { nodes, shardedPubsub: false }, { nodes: [`${one.url}/0`], reentrant: true }]) {
     await assert.rejects(
       withLock('re:k', async () => withLock('re:k', async () => 'never', { wait: 30_000, ...other }), { nodes, reentrant: true }),
-      (e) => e instanceof NotAcquiredError && /same servers with other options/.test(e.message),
+      (e) => e instanceof NotAcquiredError && /same servers through another manager/.test(e.message),
     );
   }
+  // A LockManager of its own is another owner too, whatever its options: refused, and the
+  // message does not promise that the same options would re-enter.
+  const own = new LockManager({ nodes });
+  await assert.rejects(
+    withLock('re:k', async () => own.acquire('re:k', { wait: 30_000, reentrant: true }), { nodes, reentrant: true }),
+    (e) => e instanceof NotAcquiredError && /only a withLock nested with the same connection options/.test(e.message),
+  );
+  await own.close();
   // Another database of the same server is another key: not refused.
   assert.equal(await withLock('re:k', async () => withLock('re:k', async () => 'db1', { nodes: [`${one.url}/1`] }), { nodes }), 'db1');
   assert.ok(!one.exists('re:k'));

@@ -389,7 +389,7 @@ def test_a_handle_used_as_a_context_ends_as_every_scope_does(
                 raise BodyError("the body's own")
         # The fault happened: the release failed (and was logged, not raised).
         assert any(
-            r.name == "ferrolock" and "while leaving the block after an exception" in r.getMessage()
+            r.name == "ferrolock" and "while ending the scope after the body failed" in r.getMessage()
             for r in caplog.records
         ), [r.getMessage() for r in caplog.records]
     finally:

@@ -96,7 +96,7 @@ pub fn decide(key: &str, body: Body, lost: Option<String>, release: Release) -> 
             chain: false,
         },
         Release::Failed(error) => ScopeEnd::Log(format!(
-            "while leaving the block after an exception: {}",
+            "while ending the scope after the body failed: {}",
             error.message()
         )),
     }
@@ -188,7 +188,7 @@ mod tests {
         )));
         assert_eq!(
             at(Body::Failed),
-            ScopeEnd::Log("while leaving the block after an exception: no quorum".into())
+            ScopeEnd::Log("while ending the scope after the body failed: no quorum".into())
         );
         assert!(matches!(at(Body::Interrupted), ScopeEnd::Log(_)));
     }
