@@ -357,7 +357,7 @@ def test_with_and_async_with_end_alike_when_the_key_is_gone(node: RedisNode, key
     try:
         sync_err, async_err = sync_end(), asyncio.run(async_end())
         assert str(sync_err) == str(async_err)
-        assert "no longer held on a quorum when the block exited" in str(sync_err)
+        assert "no longer held on a quorum when the scope ended" in str(sync_err)
         for err in (sync_err, async_err):
             assert err.key == key and err.__cause__ is None and err.__suppress_context__
     finally:
@@ -377,7 +377,7 @@ def test_a_handle_used_as_a_context_ends_as_every_scope_does(
         with pytest.raises(LockLost) as info:
             with m.acquire(key):
                 node.client().delete(key)
-        assert "no longer held on a quorum when the block exited" in str(info.value)
+        assert "no longer held on a quorum when the scope ended" in str(info.value)
         assert info.value.key == key
 
         class BodyError(Exception):

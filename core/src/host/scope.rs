@@ -62,7 +62,7 @@ pub enum ScopeEnd {
 /// The message of a lock found gone when the scope released it.
 pub fn gone_message(key: &str) -> String {
     format!(
-        "lock {key:?} lost: it was no longer held on a quorum when the block exited (expired or \
+        "lock {key:?} lost: it was no longer held on a quorum when the scope ended (expired or \
          taken: did the body outlive the ttl with the watchdog off?)"
     )
 }
@@ -177,7 +177,7 @@ mod tests {
         assert!(raise(ErrorKind::LockLost, false)(&gone(Body::Finished)));
         assert_eq!(gone(Body::Failed), ScopeEnd::Log(gone_message("k")));
         assert_eq!(gone(Body::Interrupted), ScopeEnd::Log(gone_message("k")));
-        assert!(gone_message("k").contains("no longer held on a quorum when the block exited"));
+        assert!(gone_message("k").contains("no longer held on a quorum when the scope ended"));
     }
 
     #[test]
