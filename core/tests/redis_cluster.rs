@@ -557,19 +557,6 @@ async fn a_waiter_is_woken_over_sharded_pubsub_on_its_keys_primary() {
     }
 }
 
-/// Waits until one waiter is queued on `name` (on `primary`, its slot's).
-async fn await_queued(primary: &RedisServer, name: &str, what: &str) {
-    let queue = format!("ferrolock:queue:{{{name}}}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while primary.cmd::<i64>(&["ZCARD", &queue]) != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: not within 30 s"
-        );
-        tokio::time::sleep(ms(20)).await;
-    }
-}
-
 /// A semaphore on a cluster with sharded pub/sub: its waiter SSUBSCRIBEs Redisson's channel
 /// on the name's primary, so the release and the reclaim must SPUBLISH there (a classic
 /// PUBLISH reaches no sharded subscriber: the waiter would sleep until its re-check, the
@@ -617,7 +604,7 @@ async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
         );
     }
     // Past the waiter's first refusal: queued, with its next re-check far away.
-    await_queued(primary, &name, "the waiter queued").await;
+    await_one_queued(primary, &name).await;
     let released = std::time::Instant::now();
     assert!(held.release().await.unwrap());
     // A failure bound: without a wake-up the waiter's next look is 15 s away or more.
@@ -632,7 +619,7 @@ async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
     // hand, and a first try past the queued waiter's barging bound reclaims it, is refused (the
     // head's turn), and must wake the waiter.
     let waiter = wait_for_permit(waiting.clone());
-    await_queued(primary, &name, "the second waiter queued").await;
+    await_one_queued(primary, &name).await;
     tokio::time::sleep(ms(300)).await;
     let timeout_key = format!("{{{name}}}:timeout");
     let ids: Vec<Vec<u8>> = primary.cmd(&["ZRANGE", &timeout_key, "0", "-1"]);

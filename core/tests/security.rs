@@ -311,19 +311,6 @@ fn states(doc: &str, rules: &str) -> bool {
         .contains(rules)
 }
 
-/// Until one waiter is queued on `name` (a failure bound).
-async fn queued(server: &RedisServer, name: &str) {
-    let queue = format!("ferrolock:queue:{{{name}}}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while server.cmd::<i64>(&["ZCARD", &queue]) != 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nobody queued on {name}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn user_manager(server: &RedisServer, user: &str) -> LockManager {
     LockManager::new(
         ManagerOptions::new()
@@ -375,7 +362,7 @@ async fn semaphore_and_read_write_lock_users_with_the_documented_acl() {
         m.semaphore_with("jobs:enc", 1, 1, &o.wait(Some(Duration::from_secs(60))))
             .await
     });
-    queued(&server, "jobs:enc").await;
+    await_one_queued(&server, "jobs:enc").await;
     held.extend().await.unwrap();
     assert!(held.release().await.unwrap());
     let next = tokio::time::timeout(woken_within, waiter)
@@ -405,7 +392,7 @@ async fn semaphore_and_read_write_lock_users_with_the_documented_acl() {
         m.write_lock_with("catalog:x", &o.wait(Some(Duration::from_secs(60))))
             .await
     });
-    queued(&server, "catalog:x").await;
+    await_one_queued(&server, "catalog:x").await;
     r1.extend().await.unwrap();
     assert!(r1.release().await.unwrap());
     assert!(r2.release().await.unwrap());

@@ -151,3 +151,17 @@ pub async fn granted_everywhere(servers: &[RedisServer], key: &str) {
         tokio::time::sleep(ms(10)).await;
     }
 }
+
+/// Until exactly one waiter is queued on `name` on `server` (its slot's primary on a cluster);
+/// a failure bound of 30 s.
+pub async fn await_one_queued(server: &RedisServer, name: &str) {
+    let queue = format!("ferrolock:queue:{{{name}}}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while server.cmd::<i64>(&["ZCARD", &queue]) != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody queued on {name} within 30 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+}
