@@ -62,9 +62,33 @@ pub fn serves(t: &Target, slot: u16) -> bool {
     t.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
 }
 
+/// The CA file `connect` trusts for TLS nodes (`--tls-ca`, else `FERROLOCK_TLS_CA`), set once
+/// the node list was checked; none: the system's roots.
+static TLS_CA: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+
+pub fn use_tls_ca(path: Option<std::path::PathBuf>) {
+    let _ = TLS_CA.set(path);
+}
+
 pub fn connect(url: &str) -> Result<Connection, String> {
+    use redis::IntoConnectionInfo;
     let shown = redact_url(url);
-    let client = redis::Client::open(url).map_err(|e| format!("bad node URL {shown:?}: {e}"))?;
+    let bad = |e: redis::RedisError| format!("bad node URL {shown:?}: {e}");
+    let info = url.into_connection_info().map_err(bad)?;
+    let ca = TLS_CA.get().cloned().flatten();
+    let client = match (info.addr(), ca) {
+        (redis::ConnectionAddr::TcpTls { .. }, Some(path)) => {
+            let pem = std::fs::read(&path)
+                .map_err(|e| format!("cannot read tls_ca file {}: {e}", path.display()))?;
+            let certs = redis::TlsCertificates {
+                client_tls: None,
+                root_cert: Some(pem),
+            };
+            redis::Client::build_with_tls(info, certs)
+        }
+        _ => redis::Client::open(info),
+    }
+    .map_err(bad)?;
     let c = client
         .get_connection_with_timeout(REPLY_TIMEOUT)
         .map_err(|e| format!("node {shown}: {}", reply_error(e)))?;

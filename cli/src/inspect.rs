@@ -23,6 +23,9 @@ pub struct InspectArgs {
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
+    /// CA file (PEM) for rediss:// nodes [default: $FERROLOCK_TLS_CA, else the system's roots]
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     /// The lock's key
     key: String,
 }
@@ -35,6 +38,9 @@ pub struct ScanArgs {
     /// Print JSON instead of text
     #[arg(long)]
     json: bool,
+    /// CA file (PEM) for rediss:// nodes [default: $FERROLOCK_TLS_CA, else the system's roots]
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     /// Flag locks held longer than this: ferrolock's plain locks from the grant time in their
     /// token; other layouts, which record none, when their remaining ttl is longer [default: 1h]
     #[arg(long, value_name = "DURATION", value_parser = ferrolock::parse_duration)]
@@ -48,12 +54,18 @@ const DEFAULT_LONG: Duration = Duration::from_secs(3600);
 const SCAN_COUNT: usize = 1000;
 
 /// The node list, checked by the rules `run` applies (a malformed, empty or repeated URL is
-/// bad usage, exit 64, not an unreachable node); building the manager opens no connection.
-fn nodes(list: &Option<String>) -> Result<Vec<String>, u8> {
+/// bad usage, exit 64, not an unreachable node, and so is a CA file that cannot serve its TLS
+/// nodes); building the manager opens no connection. The CA file in force is then the one
+/// `connect` trusts for rediss:// nodes.
+fn nodes(list: &Option<String>, tls_ca: &Option<std::path::PathBuf>) -> Result<Vec<String>, u8> {
     let mut options = ManagerOptions::new();
     options.nodes = list.as_deref().map(ferrolock::split_nodes);
+    options.tls_ca = tls_ca.clone();
     match LockManager::new(options.clone()).and_then(|_| options.resolved_nodes()) {
-        Ok(urls) => Ok(urls),
+        Ok(urls) => {
+            cluster::use_tls_ca(options.resolved_tls_ca());
+            Ok(urls)
+        }
         Err(e) => {
             errln!("ferrolock: {e} [{}]", e.kind().code());
             Err(exit::USAGE)
@@ -93,7 +105,7 @@ pub fn inspect(args: InspectArgs) -> u8 {
         errln!("ferrolock: the lock key must not be empty");
         return exit::USAGE;
     }
-    let urls = match nodes(&args.nodes) {
+    let urls = match nodes(&args.nodes, &args.tls_ca) {
         Ok(urls) => urls,
         Err(code) => return code,
     };
@@ -427,7 +439,7 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 pub fn scan(args: ScanArgs) -> u8 {
     let pattern = args.pattern.clone().unwrap_or_else(|| "*".to_string());
     let long = args.long.unwrap_or(DEFAULT_LONG);
-    let urls = match nodes(&args.nodes) {
+    let urls = match nodes(&args.nodes, &args.tls_ca) {
         Ok(urls) => urls,
         Err(code) => return code,
     };

@@ -1115,3 +1115,56 @@ fn verbose_reports_what_its_help_says() {
     assert!(err.ends_with("ferrolock: released lock \"k\"\n"), "{err}");
     assert_eq!(err.lines().count(), 2, "{err}");
 }
+
+/// `inspect` and `scan` on a TLS node whose certificate a private CA signed: trusted with
+/// `--tls-ca` or `FERROLOCK_TLS_CA`, as `run` is; without either, the system's roots refuse it
+/// (exit 69, the node named).
+#[test]
+fn inspect_and_scan_trust_the_tls_ca_as_run_does() {
+    let tls = ferrolock_testbed::TlsFiles::generate();
+    let server = RedisServer::start_with(ferrolock_testbed::ServerOptions {
+        tls: Some(tls.clone()),
+        ..Default::default()
+    });
+    server.cmd::<String>(&[
+        "SET",
+        "tls:held",
+        "0123456789abcdef0123456789abcdef",
+        "PX",
+        "60000",
+    ]);
+    let ca = tls.ca_cert.to_str().unwrap().to_string();
+    for (args, ca_env) in [
+        (vec!["inspect", "--tls-ca", &ca, "tls:held"], None),
+        (vec!["scan", "--tls-ca", &ca, "tls:*"], None),
+        (vec!["inspect", "tls:held"], Some(&ca)),
+        (vec!["scan", "tls:*"], Some(&ca)),
+    ] {
+        let mut cmd = ferrolock();
+        cmd.args(&args[..1])
+            .args(["--nodes", &server.url()])
+            .args(&args[1..]);
+        if let Some(ca) = ca_env {
+            cmd.env("FERROLOCK_TLS_CA", ca);
+        }
+        let out = output_within(cmd, HANG);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {text} {}",
+            stderr(&out)
+        );
+        assert!(
+            text.contains("tls:held") || text.contains("0123456789abcdef"),
+            "{args:?}: {text}"
+        );
+    }
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &server.url(), "tls:held"])
+        .env_remove("FERROLOCK_TLS_CA");
+    let out = output_within(cmd, HANG);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(69), "{text}");
+    assert!(text.contains(&server.url()), "{text}");
+}

@@ -316,9 +316,12 @@ fn open_nodes(
         None if urls.len() >= 3 => options.lock.ttl,
         None => Duration::ZERO,
     };
+    // A cluster's primaries connect each within half the default node timeout, so one that
+    // hangs is left out while the others still connect in time (see `cluster_builder`).
+    let connect_timeout = (options.lock.effective_node_timeout() / 2).max(Duration::from_millis(1));
     let nodes = urls
         .iter()
-        .map(|u| Node::open(u, root_cert, guard, options.sharded_pubsub))
+        .map(|u| Node::open(u, root_cert, guard, options.sharded_pubsub, connect_timeout))
         .collect::<Result<Vec<Node>>>()?;
     // Spelled apart, one server all the same (see `Node::server`).
     for (i, node) in nodes.iter().enumerate() {

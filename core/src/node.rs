@@ -139,6 +139,7 @@ impl Node {
         root_cert: Option<&[u8]>,
         guard_window: Duration,
         sharded_wanted: bool,
+        connect_timeout: Duration,
     ) -> Result<Node> {
         let display = redact_url(url);
         check_userinfo(url, &display)?;
@@ -191,7 +192,7 @@ impl Node {
         let cluster = match &cluster_url {
             None => None,
             Some(c) => {
-                let mut builder = cluster_builder(&c.seeds);
+                let mut builder = cluster_builder(&c.seeds, connect_timeout);
                 if tls {
                     builder = builder.certs(certs());
                 }
@@ -201,6 +202,7 @@ impl Node {
         let pubsub = cluster_url.map(|c| ClusterPubsub {
             seeds: c.seeds,
             certs: tls.then(certs),
+            connect_timeout,
         });
         Ok(Node {
             client,
@@ -499,7 +501,7 @@ impl Node {
     ) -> Option<redis::RedisResult<(redis::cluster_async::ClusterConnection, Pubsub)>> {
         let settings = self.pubsub.as_ref()?;
         let connect = async {
-            let mut builder = cluster_builder(&settings.seeds)
+            let mut builder = cluster_builder(&settings.seeds, settings.connect_timeout)
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(pushes);
             if let Some(certs) = &settings.certs {
@@ -928,8 +930,13 @@ pub(crate) fn latch_px_ms(timeout: Duration) -> u64 {
 /// node timeout of 200 ms; the node timeout still bounds every request. The same retries
 /// re-send a request whose connection dropped, which may have run: every lock request is
 /// safe to run twice (see `Node::resend`, which does it for a standalone server).
-fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
+/// `connect_timeout` bounds each primary's connection (and its first PING): a primary that
+/// accepts connections but answers nothing (paused, or behind a black-holed link) is left out
+/// in time for the others to connect within a node timeout. redis-rs's default, 1 s, made a
+/// new connection wait for it, so one hung primary failed every key of the cluster.
+fn cluster_builder(seeds: &[String], connect_timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+        .connection_timeout(connect_timeout)
         .retries(3)
         .min_retry_wait(10)
         .max_retry_wait(50)
@@ -940,6 +947,7 @@ fn cluster_builder(seeds: &[String]) -> ClusterClientBuilder {
 struct ClusterPubsub {
     seeds: Vec<String>,
     certs: Option<redis::TlsCertificates>,
+    connect_timeout: Duration,
 }
 
 /// A request's turn on a shared connection being opened (see `Node::connection`).
@@ -1385,7 +1393,8 @@ mod tests {
             ("redis://127.0.0.1:6379/?db=2", "db"),
             ("unix:///tmp/r.sock?passwd=hunter2&pass=hunter2", "passwd"),
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+            else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1397,7 +1406,10 @@ mod tests {
             "redis://127.0.0.1:6379?protocol=3",
             "unix:///tmp/r.sock?db=1&user=u&pass=p",
         ] {
-            assert!(Node::open(url, None, Duration::ZERO, true).is_ok(), "{url}");
+            assert!(
+                Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100)).is_ok(),
+                "{url}"
+            );
         }
         // A protocol redis-rs does not know is named as such, not as "9".
         for url in [
@@ -1405,7 +1417,8 @@ mod tests {
             "redis://127.0.0.1:6379?protocol=resp9",
             "redis://127.0.0.1:6379?protocol",
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+            else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1439,7 +1452,8 @@ mod tests {
             "u:hunter2@127.0.0.1:1",
             "redis//u:hunter2@127.0.0.1:1",
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+            else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1466,7 +1480,8 @@ mod tests {
             ("redis://localhost:99999/0", "port 99999 is out of range"),
             ("http://x", "redis+cluster://host:port"),
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true) else {
+            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+            else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1477,7 +1492,14 @@ mod tests {
             );
         }
         // The port may be left out, as in every Redis client: 6379.
-        let node = Node::open("redis://127.0.0.1", None, Duration::ZERO, true).unwrap();
+        let node = Node::open(
+            "redis://127.0.0.1",
+            None,
+            Duration::ZERO,
+            true,
+            Duration::from_millis(100),
+        )
+        .unwrap();
         assert_eq!(node.server(), "localhost:6379");
     }
 }

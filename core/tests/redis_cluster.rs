@@ -1123,3 +1123,57 @@ async fn rwlock_names_without_a_slot_for_their_hold_keys_are_refused_and_the_res
         assert!(!primary.cmd::<bool>(&["EXISTS", name]), "{name}");
     }
 }
+
+/// One hung primary (SIGSTOPped: connections accepted, nothing answered, as behind a
+/// black-holed link) must not cost the locks of the other primaries: they keep being renewed,
+/// and a new manager still acquires their keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_leaves_the_other_primaries_locks_alone() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        require_full_coverage: false,
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    let keys = cluster.key_per_primary("hung");
+    let hung = cluster.primary_for_key(&keys[2]);
+    let healthy: Vec<&String> = keys
+        .iter()
+        .filter(|k| cluster.primary_for_key(k).port() != hung.port())
+        .collect();
+    let ttl = Duration::from_millis(1500);
+    let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    let mut held = Vec::new();
+    for k in &healthy {
+        held.push(m.acquire(k).await.unwrap());
+    }
+    hung.pause();
+    // Several renewal periods (ttl/3) and past the ttl itself.
+    tokio::time::sleep(ttl * 3).await;
+    for lock in &held {
+        assert!(
+            lock.is_held(),
+            "{:?} was lost: {:?}",
+            lock.key(),
+            lock.status()
+        );
+    }
+    // A new manager opens its connection now: the hung primary must not hold it up.
+    let fresh = manager(
+        std::slice::from_ref(&url),
+        opts().wait(Some(Duration::from_secs(5))),
+    );
+    let k = (0..)
+        .map(|i| format!("hung:fresh:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == cluster.primary_for_key(healthy[0]).port())
+        .unwrap();
+    let lock = fresh
+        .acquire(&k)
+        .await
+        .unwrap_or_else(|e| panic!("a healthy primary's key, with another primary hung: {e}"));
+    assert!(lock.release().await.unwrap());
+    hung.resume();
+    for lock in held {
+        assert!(lock.release().await.unwrap());
+    }
+}
