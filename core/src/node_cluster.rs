@@ -4,10 +4,20 @@
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::cluster_routing::{
+    MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::error::{Error, Result};
+
+/// A question any primary can answer (the topology, whether sharded pub/sub is known), sent to
+/// every primary and answered by the first: a random one could be a primary that hangs, and the
+/// question would wait for it (a renewal tick needing the slot map lost every lock that way).
+const FIRST_PRIMARY_TO_ANSWER: RoutingInfo = RoutingInfo::MultiNode((
+    MultipleNodeRoutingInfo::AllMasters,
+    Some(ResponsePolicy::OneSucceeded),
+));
 
 /// A node's connection: a standalone server's multiplexed connection, or a cluster's, which
 /// routes each command to the primary of its keys' slot (following MOVED and ASK itself).
@@ -45,7 +55,7 @@ pub(crate) async fn pubsub_kind(conn: &mut ClusterConnection, wanted: bool) -> P
     let probe = conn
         .route_command(
             redis::cmd("PUBSUB").arg("SHARDNUMSUB").clone(),
-            RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+            FIRST_PRIMARY_TO_ANSWER,
         )
         .await;
     match probe {
@@ -131,9 +141,9 @@ pub(crate) struct SlotRange {
 }
 
 impl SlotMap {
-    /// Reads the map from one primary.
+    /// Reads the map from the first primary to answer.
     pub async fn read(conn: &mut ClusterConnection) -> RedisResult<SlotMap> {
-        SlotMap::read_from(conn, SingleNodeRoutingInfo::RandomPrimary).await
+        SlotMap::read_routed(conn, FIRST_PRIMARY_TO_ANSWER).await
     }
 
     /// Reads the map from the node `route` picks.
@@ -141,11 +151,15 @@ impl SlotMap {
         conn: &mut ClusterConnection,
         route: SingleNodeRoutingInfo,
     ) -> RedisResult<SlotMap> {
+        SlotMap::read_routed(conn, RoutingInfo::SingleNode(route)).await
+    }
+
+    async fn read_routed(
+        conn: &mut ClusterConnection,
+        routing: RoutingInfo,
+    ) -> RedisResult<SlotMap> {
         let reply = conn
-            .route_command(
-                redis::cmd("CLUSTER").arg("SLOTS").clone(),
-                RoutingInfo::SingleNode(route),
-            )
+            .route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), routing)
             .await?;
         Ok(SlotMap::parse(&reply))
     }
