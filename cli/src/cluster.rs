@@ -66,6 +66,8 @@ pub fn serves(t: &Target, slot: u16) -> bool {
 /// the node list was checked; none: the system's roots.
 static TLS_CA: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
 
+static TLS_CA_PEM: std::sync::OnceLock<Result<Vec<u8>, String>> = std::sync::OnceLock::new();
+
 pub fn use_tls_ca(path: Option<std::path::PathBuf>) {
     let _ = TLS_CA.set(path);
 }
@@ -75,11 +77,16 @@ pub fn connect(url: &str) -> Result<Connection, String> {
     let shown = redact_url(url);
     let bad = |e: redis::RedisError| format!("bad node URL {shown:?}: {e}");
     let info = url.into_connection_info().map_err(bad)?;
-    let ca = TLS_CA.get().cloned().flatten();
+    let ca = TLS_CA.get().and_then(Option::as_ref);
     let client = match (info.addr(), ca) {
         (redis::ConnectionAddr::TcpTls { .. }, Some(path)) => {
-            let pem = std::fs::read(&path)
-                .map_err(|e| format!("cannot read tls_ca file {}: {e}", path.display()))?;
+            // Read once for every node a scan visits, and only if some node is a TLS one.
+            let pem = TLS_CA_PEM
+                .get_or_init(|| {
+                    std::fs::read(path)
+                        .map_err(|e| format!("cannot read tls_ca file {}: {e}", path.display()))
+                })
+                .clone()?;
             let certs = redis::TlsCertificates {
                 client_tls: None,
                 root_cert: Some(pem),

@@ -1309,6 +1309,11 @@ fn not_a_cluster() -> redis::RedisError {
 mod tests {
     use super::*;
 
+    /// A node as a manager opens it, for the URL checks (no connection is made here).
+    fn open(url: &str) -> Result<Node> {
+        Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+    }
+
     #[test]
     fn a_timeout_is_named_to_the_millisecond() {
         let shown = |d: Duration| match timed_out(d) {
@@ -1393,8 +1398,7 @@ mod tests {
             ("redis://127.0.0.1:6379/?db=2", "db"),
             ("unix:///tmp/r.sock?passwd=hunter2&pass=hunter2", "passwd"),
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
-            else {
+            let Err(err) = open(url) else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1406,10 +1410,7 @@ mod tests {
             "redis://127.0.0.1:6379?protocol=3",
             "unix:///tmp/r.sock?db=1&user=u&pass=p",
         ] {
-            assert!(
-                Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100)).is_ok(),
-                "{url}"
-            );
+            assert!(open(url).is_ok(), "{url}");
         }
         // A protocol redis-rs does not know is named as such, not as "9".
         for url in [
@@ -1417,8 +1418,7 @@ mod tests {
             "redis://127.0.0.1:6379?protocol=resp9",
             "redis://127.0.0.1:6379?protocol",
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
-            else {
+            let Err(err) = open(url) else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1452,8 +1452,7 @@ mod tests {
             "u:hunter2@127.0.0.1:1",
             "redis//u:hunter2@127.0.0.1:1",
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
-            else {
+            let Err(err) = open(url) else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1480,8 +1479,7 @@ mod tests {
             ("redis://localhost:99999/0", "port 99999 is out of range"),
             ("http://x", "redis+cluster://host:port"),
         ] {
-            let Err(err) = Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
-            else {
+            let Err(err) = open(url) else {
                 panic!("{url} accepted")
             };
             assert_eq!(err.kind(), ErrorKind::InvalidArgument);
@@ -1492,14 +1490,7 @@ mod tests {
             );
         }
         // The port may be left out, as in every Redis client: 6379.
-        let node = Node::open(
-            "redis://127.0.0.1",
-            None,
-            Duration::ZERO,
-            true,
-            Duration::from_millis(100),
-        )
-        .unwrap();
+        let node = open("redis://127.0.0.1").unwrap();
         assert_eq!(node.server(), "localhost:6379");
     }
 }
