@@ -120,6 +120,7 @@ async fn acquire_loop(
     // Joined at the first refusal: subscribed to `redisson_sc:{name}`, whose publishes (a
     // release, a reclaim) move its epoch.
     let mut ticket: Option<Ticket> = None;
+    let mut migrating_streak = 0;
     loop {
         let seen = ticket.as_ref().map(Ticket::epochs);
         stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -132,45 +133,53 @@ async fn acquire_loop(
             .as_ref()
             .zip(seen.as_ref())
             .map(|(t, seen)| t.queue_args(opts, seen));
-        // `unanswered`: the node's error when the attempt got no answer; a wait that ends so
-        // names the node, as a lock's does, instead of calling the pool taken.
-        let (hint, unanswered, held_as_lock) =
-            match attempt(shared, name, &ids, place.as_ref(), opts).await {
-                Ok(Answer::Granted) => {
-                    if let Some(t) = ticket.as_mut() {
-                        t.granted(true);
-                        stats.handoffs.fetch_add(1, Ordering::Relaxed);
-                    }
-                    return Ok(Lock::new(
-                        shared.clone(),
-                        name.to_string(),
-                        ids,
-                        opts.clone(),
-                        started + opts.ttl - opts.drift(),
-                        started,
-                        None,
-                        None,
-                        stats.clone(),
-                    ));
+        // `failed`: the node's error when the attempt got no answer it could use; a wait that
+        // ends so names the node and why, as a lock's does, instead of calling the pool taken.
+        let answer = attempt(shared, name, &ids, place.as_ref(), opts).await;
+        let soon = crate::acquire::migrating_retry(migrating_streak);
+        migrating_streak = match answer {
+            Err(NodeError::Migrating(_)) => migrating_streak + 1,
+            _ => 0,
+        };
+        let (hint, failed, held_as_lock) = match answer {
+            Ok(Answer::Granted) => {
+                if let Some(t) = ticket.as_mut() {
+                    t.granted(true);
+                    stats.handoffs.fetch_add(1, Ordering::Relaxed);
                 }
-                Ok(Answer::Refused(earliest)) => (
-                    lease_end_in(shared, opts, earliest).await,
+                return Ok(Lock::new(
+                    shared.clone(),
+                    name.to_string(),
+                    ids,
+                    opts.clone(),
+                    started + opts.ttl - opts.drift(),
+                    started,
                     None,
-                    earliest == HELD_AS_LOCK,
-                ),
-                Err(NodeError::Refused(r, _)) => {
-                    return Err(r.error(&format!("semaphore {name:?}")));
-                }
-                Err(e) if e.is_reply() => {
-                    return Err(node_error(
-                        ErrorKind::Redis,
-                        &format!("semaphore {name:?}"),
-                        &shared.cluster.nodes[0],
-                        &e,
-                    ));
-                }
-                Err(e) => (None, Some(e), false),
-            };
+                    None,
+                    stats.clone(),
+                ));
+            }
+            Ok(Answer::Refused(earliest)) => (
+                lease_end_in(shared, opts, earliest).await,
+                None,
+                earliest == HELD_AS_LOCK,
+            ),
+            Err(NodeError::Refused(r, _)) => {
+                return Err(r.error(&format!("semaphore {name:?}")));
+            }
+            // A migrating slot (nothing ran) never ends the acquire: soon again, as a
+            // lock's does.
+            Err(e @ NodeError::Migrating(_)) => (Some(soon), Some(e), false),
+            Err(e) if e.is_reply() => {
+                return Err(node_error(
+                    ErrorKind::Redis,
+                    &format!("semaphore {name:?}"),
+                    &shared.cluster.nodes[0],
+                    &e,
+                ));
+            }
+            Err(e) => (None, Some(e), false),
+        };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
             // Worded as a lock's give-up is.
@@ -179,14 +188,17 @@ async fn acquire_loop(
                 "semaphore {name:?}: {} permit(s) not acquired {waited}",
                 opts.permits.map_or(1, |p| p.count),
             );
-            return Err(match &unanswered {
-                Some(e) => Error::new(
+            let node = shared.cluster.nodes[0].name();
+            return Err(match &failed {
+                Some(e) if e.is_unreachable() => Error::new(
                     ErrorKind::QuorumUnreachable,
-                    format!(
-                        "{what}: node {} did not answer ({})",
-                        shared.cluster.nodes[0].name(),
-                        e.detail()
-                    ),
+                    format!("{what}: node {node} did not answer ({})", e.detail()),
+                ),
+                // Held back by the restart guard, or a migrating slot: the node is there, its
+                // answer did not count (worded as a lock's "failed: node (why)").
+                Some(e) => Error::new(
+                    ErrorKind::NotAcquired,
+                    format!("{what}: failed: {node} ({})", e.detail()),
                 ),
                 None if held_as_lock => Error::new(
                     ErrorKind::NotAcquired,

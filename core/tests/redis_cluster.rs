@@ -1079,6 +1079,92 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
     drop(held);
 }
 
+/// A semaphore whose slot is split by a migration (its counter moved, its leases not): every
+/// attempt meets TRYAGAIN, past redis-rs's own retries. As for a lock, that never ends an
+/// acquire with wait left (it tries again soon, not after its 30 s `retry_delay`), and a try
+/// (`wait` 0) is `NotAcquired` naming the migration, not a Redis error. Once the slot has
+/// moved, the waiting acquire is granted the free permit. (Seen failing before: both ended at
+/// once with a Redis error, `slot migrating: TryAgain`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_semaphore_acquire_waits_out_a_slot_migration() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let name = "migrating-pool".to_string();
+    let slot_arg = key_slot(&name).to_string();
+    let source = owner(&cluster, &name);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let lease = opts().ttl(Duration::from_secs(60));
+    let holder = manager(std::slice::from_ref(&url), lease.clone());
+    let held = holder.semaphore_with(&name, 2, 1, &lease).await.unwrap();
+    let timeouts = format!("{{{name}}}:timeout");
+    assert_eq!(source.cmd::<i64>(&["ZCARD", &timeouts]), 1);
+
+    // The split: the counter on the target, the leases on the source.
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &name, "0", "5000"]);
+    assert_eq!(moved, "OK");
+
+    let tryagain = error_count(source, "TRYAGAIN");
+    let other = manager(std::slice::from_ref(&url), lease.clone());
+    let err = other
+        .semaphore_with(&name, 2, 1, &lease.clone().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert!(
+        error_count(source, "TRYAGAIN") > tryagain,
+        "the try never met TRYAGAIN"
+    );
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(err.message().contains("slot migrating"), "{err}");
+
+    let waiting = lease
+        .clone()
+        .retry_delay(Duration::from_secs(30))
+        .wait(Some(Duration::from_secs(60)));
+    let waiter = {
+        let (name, o) = (name.clone(), waiting.clone());
+        tokio::spawn(async move {
+            let got = other.semaphore_with(&name, 2, 1, &o).await;
+            (got, other)
+        })
+    };
+    // It meets the split for a while, and goes on waiting.
+    let tryagain = error_count(source, "TRYAGAIN");
+    tokio::time::sleep(ms(1500)).await;
+    assert!(
+        error_count(source, "TRYAGAIN") > tryagain,
+        "the waiting acquire never met TRYAGAIN"
+    );
+    assert!(!waiter.is_finished(), "{:?}", waiter.await.unwrap().0.err());
+
+    // The rest of the slot moves; then the target owns it everywhere.
+    loop {
+        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+        let Some(k) = keys.first() else { break };
+        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
+        assert_eq!(moved, "OK", "MIGRATE {k}");
+    }
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
+    assert_eq!(ok, "OK");
+    finish_move(&cluster, &name, target);
+    let (got, _other) = waiter.await.unwrap();
+    let permit = got.expect("the waiting acquire, once the slot moved");
+    assert!(permit.release().await.unwrap());
+    assert!(held.release().await.unwrap());
+    assert_eq!(target.cmd::<i64>(&["GET", &name]), 2);
+    assert_eq!(target.cmd::<i64>(&["ZCARD", &timeouts]), 0);
+}
+
 /// A read-write lock's names on a cluster: Redisson's read hold keys `{name}:<owner>:
 /// rwlock_timeout:<n>` add no braces to a name that contains `{`, so a name with a `{` but no
 /// valid hash tag (`a{b`, `a{}b`) would put them in another slot than the hash: both sides

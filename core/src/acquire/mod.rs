@@ -63,6 +63,12 @@ const MIGRATING_RETRY: Duration = Duration::from_millis(50);
 
 const MIGRATING_RETRY_MAX: Duration = Duration::from_secs(1);
 
+/// When to try again after `streak` attempts in a row met a migrating slot (a lock's and a
+/// semaphore's alike).
+pub(crate) fn migrating_retry(streak: u32) -> Duration {
+    (MIGRATING_RETRY * 2u32.pow(streak.min(5))).min(MIGRATING_RETRY_MAX)
+}
+
 /// The acquire loop behind `LockManager::acquire_with` (`owner: None`) and `acquire_owned`.
 pub(crate) async fn acquire(
     shared: &Arc<Shared>,
@@ -176,8 +182,7 @@ async fn acquire_loop(
         };
         // A migrating slot never ends the acquire (`redis_error` passes it): soon again.
         if tally.migrating() {
-            let soon =
-                (MIGRATING_RETRY * 2u32.pow(migrating_streak.min(5))).min(MIGRATING_RETRY_MAX);
+            let soon = migrating_retry(migrating_streak);
             migrating_streak += 1;
             hint = Some(hint.map_or(soon, |h| h.min(soon)));
         } else {
