@@ -215,7 +215,18 @@ impl LockInner {
             std::mem::take(&mut *self.on_lost.lock().unwrap_or_else(|p| p.into_inner()));
         if let LockStatus::Lost(reason) = &status {
             for callback in callbacks {
-                callback(reason);
+                // A callback that panics must not take the others, or the thread declaring
+                // the loss, with it: usually the watchdog, which renews and tells every other
+                // lock of the process.
+                let called =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(reason)));
+                if let Err(payload) = called {
+                    tracing::error!(
+                        "lock {:?}: an on_lost callback panicked: {}",
+                        self.key,
+                        crate::error::panic_text(&*payload)
+                    );
+                }
             }
         }
         if let Some(tx) = tx {
@@ -645,8 +656,9 @@ impl Lock {
     /// Calls `callback` once with the reason if the lock is lost (at once if it already is),
     /// never if it is released first (nor for a handle a forked child inherited). It runs on
     /// whatever thread declares the loss (usually a runtime worker running the watchdog), so
-    /// it must be quick and must not block: hand the news on. Cheaper than spawning a task to
-    /// await [`Lock::lost`] for every lock.
+    /// it must be quick and must not block: hand the news on. A callback that panics is
+    /// logged; the other callbacks still run, and the watchdog goes on. Cheaper than spawning
+    /// a task to await [`Lock::lost`] for every lock.
     pub fn on_lost<F>(&self, callback: F)
     where
         F: FnOnce(&LossReason) + Send + 'static,

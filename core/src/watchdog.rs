@@ -131,7 +131,7 @@ impl Watchdog {
         };
         if start {
             let core = Arc::downgrade(&self.core);
-            self.core.cluster.handle().spawn(run(core));
+            self.core.cluster.handle().spawn(supervised(core));
         } else {
             self.reschedule(event);
         }
@@ -165,6 +165,37 @@ impl Core {
         }
     }
 }
+
+/// `run`, started again if it panics (a bug: every lock's renewal and loss signal hangs on
+/// it, and its registry still says it runs). The next start is 10 ms later, doubling to 1 s
+/// while it keeps panicking, so that a panic on every scan logs without spinning; one that
+/// ran for a second starts the count again.
+async fn supervised(weak: Weak<Core>) {
+    use futures::FutureExt;
+    let mut pause = SUPERVISED_RESTART;
+    loop {
+        let started = Instant::now();
+        let Err(payload) = std::panic::AssertUnwindSafe(run(weak.clone()))
+            .catch_unwind()
+            .await
+        else {
+            return;
+        };
+        if started.elapsed() >= SUPERVISED_RESTART_MAX {
+            pause = SUPERVISED_RESTART;
+        }
+        tracing::error!(
+            "ferrolock bug: the watchdog's task panicked ({}); it starts again in {pause:?} \
+             (please report it)",
+            crate::error::panic_text(&*payload)
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(SUPERVISED_RESTART_MAX);
+    }
+}
+
+const SUPERVISED_RESTART: Duration = Duration::from_millis(10);
+const SUPERVISED_RESTART_MAX: Duration = Duration::from_secs(1);
 
 async fn run(weak: Weak<Core>) {
     loop {

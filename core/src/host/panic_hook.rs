@@ -64,11 +64,7 @@ pub fn catch<T>(entry: &str, body: impl FnOnce() -> T) -> Result<T, String> {
 
 /// The message of the binding's PANIC error for a panic caught at `entry`.
 pub fn panicked(entry: &str, payload: &(dyn std::any::Any + Send)) -> String {
-    let text = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".to_string());
+    let text = crate::error::panic_text(payload);
     format!("ferrolock bug: {entry} panicked: {text} (please report it)")
 }
 

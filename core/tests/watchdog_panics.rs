@@ -1,0 +1,93 @@
+//! The watchdog outlives a panic: in a holder's `on_lost` callback (user code it runs), or in
+//! its own scan (a bug). Either used to end its task for good, with its registry still saying
+//! it ran: no lock of the process was renewed or told of its loss again (the peers' "renewal
+//! thread that dies without telling the holder").
+// The test hook is process-wide: `serial` runs these one at a time (a std mutex held across
+// awaits on purpose: every test has its own runtime, so it cannot deadlock).
+#![allow(clippy::await_holding_lock)]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrolock::{__set_test_hook, HookPoint, LockOptions};
+use ferrolock_testbed::RedisServer;
+
+fn watched(ttl: Duration) -> LockOptions {
+    opts().watchdog(true).ttl(ttl)
+}
+
+/// Checks for `span` that `key` stays on the server (its ttl is a fraction of `span`, so only
+/// renewals keep it there) and that the lock is still held.
+async fn stays_renewed(server: &RedisServer, lock: &ferrolock::Lock, key: &str, span: Duration) {
+    let end = Instant::now() + span;
+    while Instant::now() < end {
+        assert!(pttl(server, key) > 0, "{key} expired: not renewed");
+        assert!(lock.is_held(), "{key} is no longer held");
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_on_lost_callback_leaves_the_other_callbacks_and_locks_alone() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(1);
+    let m = manager(&[server.url()], watched(ttl));
+    let (short, long) = (unique_key("panics-short"), unique_key("panics-long"));
+    let kept = m.acquire(&long).await.unwrap();
+    // Lost at its max_hold, by the watchdog, which then runs its callbacks.
+    let capped = m
+        .acquire_with(&short, &watched(ttl).max_hold(Some(ms(300))))
+        .await
+        .unwrap();
+    let told = Arc::new(AtomicBool::new(false));
+    capped.on_lost(|_| panic!("a holder's callback panics"));
+    {
+        let told = told.clone();
+        capped.on_lost(move |_| told.store(true, Ordering::SeqCst));
+    }
+    tokio::time::timeout(Duration::from_secs(30), capped.lost())
+        .await
+        .expect("the capped lock was never lost");
+    assert!(told.load(Ordering::SeqCst), "the second callback never ran");
+    stays_renewed(&server, &kept, &long, ttl * 4).await;
+    assert!(kept.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_starts_again_after_a_panic_in_its_scan() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(1);
+    let m = manager(&[server.url()], watched(ttl));
+    let (key, later) = (unique_key("scan-panics"), unique_key("scan-panics-later"));
+    let kept = m.acquire(&key).await.unwrap();
+    let panicked = Arc::new(AtomicBool::new(false));
+    {
+        let panicked = panicked.clone();
+        __set_test_hook(Some(Arc::new(move |point, _| {
+            if point == HookPoint::WatchdogScan && !panicked.swap(true, Ordering::SeqCst) {
+                panic!("the watchdog's scan panics");
+            }
+        })));
+    }
+    let start = Instant::now();
+    while !panicked.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the watchdog never scanned"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    __set_test_hook(None);
+    // Both the lock it held and one taken after the panic are renewed.
+    let after = m.acquire(&later).await.unwrap();
+    stays_renewed(&server, &kept, &key, ttl * 4).await;
+    stays_renewed(&server, &after, &later, ttl * 2).await;
+    assert!(kept.release().await.unwrap());
+    assert!(after.release().await.unwrap());
+}
