@@ -7,9 +7,9 @@
 -- ARGV[1] token (plain) or field (reentrant), ARGV[2] '1' reentrant, ARGV[3] Redisson's channel
 -- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
 -- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] '1' = sharded pub/sub
--- (SPUBLISH), reentrant: KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`),
--- ARGV[9] its PX in ms. Waiter id '': compare-and-delete only
--- (an undo sent late, or for a caller that no longer waits: no re-enqueue).
+-- (SPUBLISH), KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`), ARGV[9] its PX
+-- in ms. Waiter id '': compare-and-delete only (an undo sent late, or for a caller that no
+-- longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.
@@ -17,15 +17,18 @@
 if ARGV[8] == '1' then
   PUBLISH = 'SPUBLISH'
 end
+local done = redis.call('GET', KEYS[6])
+if done then
+  -- This call ran already (a re-send after a dropped connection): its answer, and nothing
+  -- again: no second decrement, and no second re-enqueue of a waiter that may have been
+  -- granted or left since (it would hold the queue's head for a lease).
+  return tonumber(done)
+end
 local freed = 0
 if ARGV[2] == '1' then
-  if redis.call('EXISTS', KEYS[6]) == 1 then
-    -- This call ran already (a re-send after a dropped connection): never a second decrement.
-    freed = 1
-  elseif redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
     -- One decrement: a fresh grant's count is 1 (this frees the key); a re-entry's undo leaves
-    -- the outer grant's count. The client sends it once; a re-send finds the latch.
-    redis.call('SET', KEYS[6], '1', 'PX', ARGV[9])
+    -- the outer grant's count.
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
       redis.call('DEL', KEYS[1])
       redis.call(PUBLISH, ARGV[3], '0')
@@ -41,4 +44,5 @@ if freed == 1 and ARGV[2] ~= '1' then
   -- After the re-enqueue: the head may be us (we retry anyway) or a waiter ahead of us.
   wake_head(ARGV[3], '0')
 end
+redis.call('SET', KEYS[6], freed, 'PX', ARGV[9])
 return freed

@@ -13,8 +13,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::__wire::Release;
-use ferrolock::{ErrorKind, LockManager, LockOptions, queue_key, queue_lease_key, queue_since_key};
+use ferrolock::__wire::{KeyNames, Latch, Place, Release, Undo, waiter_channel_prefix};
+use ferrolock::{
+    ErrorKind, LockManager, LockOptions, queue_key, queue_lease_key, queue_since_key,
+    redisson_channel,
+};
 use ferrolock_testbed::{ClusterOptions, Direction, Proxy, RedisCluster, RedisServer};
 
 /// A failure bound, far above what a healthy run needs.
@@ -626,6 +629,72 @@ fn a_plain_release_run_twice_answers_as_the_first_did() {
     };
     let reply: i64 = other.command(false).query(&mut node.client()).unwrap();
     assert_eq!(reply, 0, "a release that never ran answered as released");
+}
+
+/// An undo (`__wire::Undo`, the layout `acquire/undo.rs` sends) run twice with the same KEYS and
+/// ARGV, as a re-send after a dropped connection runs it, with the waiter it put back in the
+/// queue granted or gone in between: the second run answers as the first did and changes
+/// nothing. Before, it put the waiter back again, where it held the queue's head for a lease
+/// (and answered "not ours"; a reentrant undo's re-send did the same).
+#[test]
+fn an_undo_run_twice_answers_as_the_first_did_and_puts_no_waiter_back() {
+    let node = RedisServer::start();
+    for reentrant in [false, true] {
+        let key = format!("undo-twice:{reentrant}");
+        let names = KeyNames::of(&key);
+        let token = "token-or-field";
+        if reentrant {
+            // A re-entry's undo: the outer grant's count stays.
+            node.cmd::<()>(&["HSET", &key, token, "2"]);
+            node.cmd::<()>(&["PEXPIRE", &key, "60000"]);
+        } else {
+            node.cmd::<()>(&["SET", &key, token, "PX", "60000"]);
+        }
+        let channel = if reentrant {
+            redisson_channel(&key)
+        } else {
+            waiter_channel_prefix(&key)
+        };
+        let undo = Undo {
+            key: &key,
+            names: &names,
+            token,
+            reentrant,
+            channel: &channel,
+            place: Place {
+                id: "w-undone",
+                score: "",
+                lease_ms: 60_000,
+            },
+            bound_ms: 0,
+            latch: Latch {
+                id: "call-1",
+                px_ms: 10_000,
+            },
+        };
+        let run = || -> i64 { undo.invocation(false).invoke(&mut node.client()).unwrap() };
+        let queued = || -> Vec<String> { node.cmd(&["ZRANGE", &queue_key(&key), "0", "-1"]) };
+        assert_eq!(run(), 1, "{key}: the first run");
+        assert_eq!(queued(), ["w-undone"], "{key}: the first run's re-enqueue");
+        // The waiter is granted (or leaves): its id goes out of the queue.
+        for name in [
+            queue_key(&key),
+            queue_lease_key(&key),
+            queue_since_key(&key),
+        ] {
+            node.cmd::<()>(&["ZREM", &name, "w-undone"]);
+        }
+        assert_eq!(run(), 1, "{key}: the second run answered otherwise");
+        assert!(
+            queued().is_empty(),
+            "{key}: the second run put the waiter back"
+        );
+        if reentrant {
+            assert_eq!(count(&node, &key, token).as_deref(), Some("1"), "{key}");
+        } else {
+            assert!(!exists(&node, &key), "{key}");
+        }
+    }
 }
 
 /// An extend to a shorter lease whose reply never comes (it ran: the node's ttl is now the

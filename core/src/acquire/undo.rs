@@ -104,11 +104,7 @@ pub(super) async fn undo_one(
     let names = KeyNames::of(key);
     let queue = req.queue.as_ref().filter(|q| requeue && q.still_waiting());
     // Drawn once for this undo, so that every re-send of it carries the same id.
-    let call = if kind.counted() {
-        random_hex()
-    } else {
-        String::new()
-    };
+    let call = random_hex();
     let latch = Latch {
         id: &call,
         px_ms: latch_px_ms(timeout),
@@ -128,10 +124,16 @@ pub(super) async fn undo_one(
         // While we still wait, `undo.lua` then puts our waiter id back where the grant
         // dequeued it (with a token that matches no hash, it only re-enqueues), so the nodes
         // agree on who waits (the Redlock split-queue livelock otherwise).
+        // A latch of its own: the release's would make it answer as run already.
+        let requeue_call = random_hex();
         let requeue = queue.is_some().then_some(Undo {
             token: "",
             reentrant: false,
             channel: "",
+            latch: Latch {
+                id: &requeue_call,
+                ..latch
+            },
             ..undo
         });
         return undo_rw(shared, kind, &undo, requeue.as_ref(), i, deadline, timeout).await;

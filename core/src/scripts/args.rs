@@ -188,7 +188,8 @@ impl RaiseFence<'_> {
 }
 
 /// `undo.lua`.
-pub(crate) struct Undo<'a> {
+#[doc(hidden)]
+pub struct Undo<'a> {
     pub key: &'a str,
     pub names: &'a KeyNames,
     pub token: &'a str,
@@ -198,7 +199,8 @@ pub(crate) struct Undo<'a> {
     /// Where to put our waiter id back; an empty id: compare-and-delete only.
     pub place: Place<'a>,
     pub bound_ms: u64,
-    /// The reentrant undo's latch (its decrement runs once).
+    /// Its latch: a re-send answers as the first run and changes nothing (no second decrement,
+    /// no second re-enqueue).
     pub latch: Latch<'a>,
 }
 
@@ -207,9 +209,7 @@ impl Undo<'_> {
         let mut inv = UNDO.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
-        if self.reentrant {
-            inv.key(self.latch.name(self.key));
-        }
+        inv.key(self.latch.name(self.key));
         inv.arg(self.token)
             .arg(flag(self.reentrant))
             .arg(self.channel);
@@ -217,10 +217,8 @@ impl Undo<'_> {
             .arg(self.place.score)
             .arg(self.place.lease_ms)
             .arg(self.bound_ms)
-            .arg(flag(sharded));
-        if self.reentrant {
-            inv.arg(self.latch.px_ms);
-        }
+            .arg(flag(sharded))
+            .arg(self.latch.px_ms);
         inv
     }
 }

@@ -9,11 +9,10 @@ mod args;
 
 pub use args::{
     Acquire, AcquireRead, AcquireWrite, Extend, KeyNames, Latch, Place, Release, ReleaseRead,
-    ReleaseWrite, Renewal, writer_field,
+    ReleaseWrite, Renewal, Undo, writer_field,
 };
 pub(crate) use args::{
     AcquireReentrant, Dequeue, RaiseFence, ReleaseReentrant, SemaphoreAcquire, SemaphoreRelease,
-    Undo,
 };
 
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
