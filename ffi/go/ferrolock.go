@@ -253,7 +253,14 @@ func (m *Manager) acquire(ctx context.Context, key string, k kind, opts []Option
 	}
 	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
 	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).
-	owner := m.owner(ctx, opts)
+	if err := m.waitsForItself(ctx, key, k, opts); err != nil {
+		C.free(unsafe.Pointer(ckey))
+		if o != nil {
+			C.ferrolock_options_free(o)
+		}
+		return nil, err
+	}
+	owner := m.owner(ctx, k, opts)
 	fast := owner == C.FERROLOCK_NO_OWNER
 	tryStatus := C.int(C.FERROLOCK_ERR_NOT_ACQUIRED)
 	if fast {
@@ -333,11 +340,101 @@ func (m *Manager) acquire(ctx context.Context, key string, k kind, opts []Option
 	return newLock(p)
 }
 
-// scope is the owner of the reentrant locks acquired with a WithLock's ctx (and any ctx
-// derived from it), for as long as that WithLock runs: Go has no goroutine identity to use.
+// scope is the owner of the reentrant locks (and of the read-write sides) acquired with a
+// WithLock's ctx (and any ctx derived from it), for as long as that WithLock runs: Go has no
+// goroutine identity to use.
 type scope struct {
 	owner C.uint64_t
 	ended atomic.Bool
+	mu    sync.Mutex
+	// held is what the scope's WithLock calls (nested ones included) hold now.
+	held []scopeHold
+}
+
+type scopeHold struct {
+	m         *Manager
+	key       string
+	k         kind
+	reentrant bool
+	lock      *Lock
+}
+
+func (s *scope) hold(h scopeHold) {
+	s.mu.Lock()
+	s.held = append(s.held, h)
+	s.mu.Unlock()
+}
+
+func (s *scope) drop(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, h := range s.held {
+		if h.lock == l {
+			s.held = append(s.held[:i], s.held[i+1:]...)
+			return
+		}
+	}
+}
+
+// holding is the hold of key through m that the scope still has (not released by fn, nor
+// lost): one to wait for would be waiting for itself.
+func (s *scope) holding(m *Manager, key string) (scopeHold, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := len(s.held) - 1; i >= 0; i-- {
+		h := s.held[i]
+		if h.m != m || h.key != key {
+			continue
+		}
+		h.lock.mu.Lock()
+		released := h.lock.p == nil
+		h.lock.mu.Unlock()
+		select {
+		case <-h.lock.Lost():
+		default:
+			if !released {
+				return h, true
+			}
+		}
+	}
+	return scopeHold{}, false
+}
+
+func isSide(k kind) bool { return k.side == readKind.side || k.side == writeKind.side }
+
+var scopeNames = map[C.int]string{
+	lockKind.side:  "WithLock",
+	readKind.side:  "WithReadLock",
+	writeKind.side: "WithWriteLock",
+}
+
+// waitsForItself refuses, as Python's and Node's do, an acquire of a key that ctx's own
+// WithLock scope holds through m, where waiting would deadlock: the scope ends only when fn
+// returns. The owner re-enters instead where it may: a reentrant lock asked reentrant, and
+// either side of the read-write lock (the core re-enters, downgrades, or refuses an upgrade
+// naming it). A semaphore's permits never re-enter, and are never refused here.
+func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts []Option) error {
+	if k.side == C.GO_SIDE_PERMITS {
+		return nil
+	}
+	s, ok := ctx.Value(scopeKey{}).(*scope)
+	if !ok || s.ended.Load() {
+		return nil
+	}
+	h, ok := s.holding(m, key)
+	if !ok || h.k.side == C.GO_SIDE_PERMITS || (isSide(h.k) && isSide(k)) {
+		return nil
+	}
+	if h.k == lockKind && k == lockKind && h.reentrant && reentrant(opts, m.reentrant) {
+		return nil
+	}
+	hint := ""
+	if h.k == k {
+		hint = "; pass Reentrant(true) to both to re-enter"
+	}
+	return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
+		"lock %q not acquired: this ctx is inside a %s scope that holds it (on the same "+
+			"Manager), so waiting would deadlock%s", key, scopeNames[h.k.side], hint))
 }
 
 type scopeKey struct{}
@@ -346,9 +443,11 @@ type scopeKey struct{}
 var owners atomic.Uint64
 
 // owner is the owner an acquire with ctx and opts passes: the live scope ctx carries for a
-// reentrant lock, else none (a grant that nothing re-enters).
-func (m *Manager) owner(ctx context.Context, opts []Option) C.uint64_t {
-	if !reentrant(opts, m.reentrant) {
+// reentrant lock or a side of the read-write lock (whose owner may re-enter and downgrade,
+// and is refused an upgrade, as in every binding), else none (a grant that nothing
+// re-enters).
+func (m *Manager) owner(ctx context.Context, k kind, opts []Option) C.uint64_t {
+	if !isSide(k) && !reentrant(opts, m.reentrant) {
 		return C.FERROLOCK_NO_OWNER
 	}
 	if s, ok := ctx.Value(scopeKey{}).(*scope); ok && !s.ended.Load() {
@@ -621,7 +720,8 @@ func (m *Manager) WithWriteLock(ctx context.Context, key string, fn func(context
 func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.Context, *Lock) error, opts []Option) (err error) {
 	// A ctx without a live scope gets one: this WithLock's, ended when it returns, so that a
 	// ctx that outlives it (a detached goroutine's) owns nothing.
-	if s, ok := ctx.Value(scopeKey{}).(*scope); !ok || s.ended.Load() {
+	s, ok := ctx.Value(scopeKey{}).(*scope)
+	if !ok || s.ended.Load() {
 		s = &scope{owner: C.uint64_t(owners.Add(1))}
 		defer s.ended.Store(true)
 		ctx = context.WithValue(ctx, scopeKey{}, s)
@@ -630,6 +730,8 @@ func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.
 	if err != nil {
 		return err
 	}
+	s.hold(scopeHold{m: m, key: key, k: k, reentrant: reentrant(opts, m.reentrant), lock: l})
+	defer s.drop(l)
 	inner, cancel := context.WithCancelCause(ctx)
 	l.loss.onLoss(cancel)
 	var fnErr error

@@ -73,6 +73,89 @@ func TestReadWriteRefusals(t *testing.T) {
 	}
 }
 
+// A scope is the owner of both sides without Reentrant, as in every binding: under its own
+// read hold it is refused the write side at once (before, it waited for itself forever), and
+// under its own write hold it takes the read side (a downgrade). A plain lock that the scope
+// holds is refused to a nested acquire that is not reentrant on both, naming the deadlock,
+// while a ctx outside the scope just finds the key held.
+func TestAScopeNeverWaitsForItself(t *testing.T) {
+	m := manager(t)
+	k := key("rw-self")
+	bounded := func(ctx context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(ctx, 20*time.Second)
+	}
+	err := m.WithReadLock(context.Background(), k, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := bounded(ctx)
+		defer cancel()
+		_, err := m.AcquireWrite(c, k)
+		return err
+	})
+	if !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "read->write upgrade is refused") {
+		t.Fatalf("an upgrade inside WithReadLock: %v, want a refused upgrade", err)
+	}
+	err = m.WithWriteLock(context.Background(), k, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := bounded(ctx)
+		defer cancel()
+		r, err := m.AcquireRead(c, k)
+		if err != nil {
+			return err
+		}
+		return r.Release()
+	})
+	if err != nil {
+		t.Fatalf("a downgrade inside WithWriteLock: %v", err)
+	}
+	plain := key("plain-self")
+	for _, reentrant := range []bool{false, true} {
+		err = m.WithLock(context.Background(), plain, func(ctx context.Context, _ *ferrolock.Lock) error {
+			c, cancel := bounded(ctx)
+			defer cancel()
+			_, err := m.Acquire(c, plain, ferrolock.Reentrant(reentrant))
+			if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "would deadlock") {
+				t.Errorf("reentrant %v inside a plain WithLock: %v, want ErrNotAcquired naming the deadlock", reentrant, err)
+			}
+			// Another owner, outside the scope, finds it held.
+			_, err = m.TryAcquire(context.Background(), plain)
+			if !errors.Is(err, ferrolock.ErrNotAcquired) || strings.Contains(err.Error(), "deadlock") {
+				t.Errorf("outside the scope: %v, want ErrNotAcquired, held", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Reentrant on both: the owner re-enters.
+	err = m.WithLock(context.Background(), plain, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := bounded(ctx)
+		defer cancel()
+		l, err := m.Acquire(c, plain, ferrolock.Reentrant(true))
+		if err != nil {
+			return err
+		}
+		return l.Release()
+	}, ferrolock.Reentrant(true))
+	if err != nil {
+		t.Fatalf("a reentrant re-entry: %v", err)
+	}
+	// Released early by fn: a nested acquire waits for nobody.
+	err = m.WithLock(context.Background(), plain, func(ctx context.Context, l *ferrolock.Lock) error {
+		if err := l.Release(); err != nil {
+			return err
+		}
+		c, cancel := bounded(ctx)
+		defer cancel()
+		again, err := m.Acquire(c, plain)
+		if err != nil {
+			return err
+		}
+		return again.Release()
+	})
+	if err != nil {
+		t.Fatalf("after fn released the scope's lock: %v", err)
+	}
+}
+
 // WithReadLock and WithWriteLock release on return and when fn panics: a writer (a reader)
 // of another manager gets the key afterwards.
 func TestWithReadWriteLockRelease(t *testing.T) {
