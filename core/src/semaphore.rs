@@ -93,8 +93,8 @@ pub(crate) fn check_request(
     if count > MAX_COUNT {
         return Err(Error::invalid(format!(
             "semaphore {name:?}: count {count} is above {MAX_COUNT}, the most one holder may \
-             take: each permit held is an id in the server's script call and in the token \
-             (`ferrolock run` passes it in an environment variable)"
+             take: each permit held is an id in the server's script call and in the lock's \
+             token"
         )));
     }
     if opts.fencing {

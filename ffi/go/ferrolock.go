@@ -52,6 +52,7 @@ import (
 	"reflect"
 	"runtime"
 	"runtime/cgo"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,8 +71,23 @@ func take(status C.int, cerr *C.ferrolock_error) error {
 		msg = C.GoString(cerr.message)
 		C.ferrolock_error_free(cerr)
 	}
-	return errorFrom(int(status), msg)
+	return errorFrom(int(status), inGoTerms.Replace(msg))
 }
+
+// inGoTerms rewords what the C library tells its own callers (which setter passes an option,
+// which call takes a manager's options) in this package's terms.
+var inGoTerms = func() *strings.Replacer {
+	var pairs []string
+	for _, t := range [][2]string{
+		{"ms", "a time.Duration"}, {"bool", "a bool"}, {"count", "an integer"},
+		{"number", "a float64"}, {"str", "a string"}, {"none", "nil"},
+	} {
+		pairs = append(pairs,
+			" is set with ferrolock_options_set_"+t[0], " takes "+t[1],
+			"not ferrolock_options_set_"+t[0], "not "+t[1])
+	}
+	return strings.NewReplacer(append(pairs, "(ferrolock_manager_new)", "(NewManager)")...)
+}()
 
 // Manager holds the nodes and the default options of its locks. Safe for concurrent use.
 type Manager struct {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -402,7 +403,17 @@ func TestBadInputs(t *testing.T) {
 	_, err = m.Acquire(ctx, key("bad-utf8"+string([]byte{0xff})))
 	add("non-UTF-8 key", err, "UTF-8")
 	_, err = m.Acquire(ctx, key("manager-option"), ferrolock.Nodes("redis://127.0.0.1:2"))
-	add("manager option on an acquire", err, "manager")
+	add("manager option on an acquire", err, "belongs to the manager (NewManager)")
+	// Said in Go's terms, not in the C library's (which setter passes it).
+	_, err = m.Acquire(ctx, key("ttl-string"), ferrolock.Set("ttl", "10s"))
+	add("ttl as a string", err, `ttl="10s": ttl takes a time.Duration, not a string`)
+	_, err = m.Acquire(ctx, key("ttl-int"), ferrolock.Set("ttl", 10))
+	add("ttl as an integer", err, "ttl takes a time.Duration, not an integer")
+	_, err = m.Acquire(ctx, key("drift-duration"), ferrolock.Set("drift_factor", time.Millisecond))
+	add("drift factor as a duration", err, "drift_factor takes a float64, not a time.Duration")
+	// The longest time.Duration: refused as too long, never wrapped.
+	_, err = m.Acquire(ctx, key("max-ttl"), ferrolock.TTL(time.Duration(math.MaxInt64)))
+	add("the longest ttl", err, "too long")
 	// A node timeout its ttl cannot renew with (loss margin 10 s, not under 1 s / 3): refused at
 	// acquire, not reported lost with "validity 0s"; and a ttl too short to renew.
 	_, err = m.Acquire(ctx, key("margin"), ferrolock.TTL(time.Second), ferrolock.NodeTimeout(5*time.Second))
@@ -411,7 +422,7 @@ func TestBadInputs(t *testing.T) {
 	add("ttl too short to renew", err, "ttl 10ms is too short")
 	for _, c := range cases {
 		var fe *ferrolock.Error
-		if !errors.Is(c.err, ferrolock.ErrInvalidArgument) || !errors.As(c.err, &fe) || !strings.Contains(fe.Message, c.want) {
+		if !errors.Is(c.err, ferrolock.ErrInvalidArgument) || !errors.As(c.err, &fe) || !strings.Contains(fe.Message, c.want) || strings.Contains(fe.Message, "ferrolock_") {
 			t.Errorf("%s: %v (want INVALID_ARGUMENT mentioning %s)", c.name, c.err, c.want)
 		}
 	}

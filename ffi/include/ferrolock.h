@@ -333,7 +333,7 @@ int ferrolock_manager_new(const struct ferrolock_options *opts,
                           struct ferrolock_error **err);
 
 // Frees a manager. NULL is ignored. Acquires still waiting on it end with
-// `FERROLOCK_ERR_NOT_ACQUIRED` ("its LockManager was closed"): a `ferrolock_manager_acquire`
+// `FERROLOCK_ERR_NOT_ACQUIRED` ("its manager was closed"): a `ferrolock_manager_acquire`
 // blocked on another thread returns it, a pending `ferrolock_manager_acquire_start` completes
 // with it (its acquisition still needs `ferrolock_acquisition_free`); each gives back what it
 // had taken and leaves the key's queue on every node that answers before this returns

@@ -50,7 +50,7 @@ pub unsafe extern "C" fn ferrolock_manager_new(
 }
 
 /// Frees a manager. NULL is ignored. Acquires still waiting on it end with
-/// `FERROLOCK_ERR_NOT_ACQUIRED` ("its LockManager was closed"): a `ferrolock_manager_acquire`
+/// `FERROLOCK_ERR_NOT_ACQUIRED` ("its manager was closed"): a `ferrolock_manager_acquire`
 /// blocked on another thread returns it, a pending `ferrolock_manager_acquire_start` completes
 /// with it (its acquisition still needs `ferrolock_acquisition_free`); each gives back what it
 /// had taken and leaves the key's queue on every node that answers before this returns
@@ -107,6 +107,14 @@ fn kind_request(
     opts: *const ferrolock_options,
     owner: u64,
 ) -> Result<Request, Failure> {
+    // A semaphore's key is its `name` parameter: an error names that.
+    let what = if matches!(kind, host::Kind::Permits { .. }) {
+        "name"
+    } else {
+        "key"
+    };
+    handle(manager, "manager")?;
+    text(key, what)?;
     let r = request(manager, key, opts, owner)?;
     Ok(Request {
         opts: kind.options(r.opts),

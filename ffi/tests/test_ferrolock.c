@@ -369,7 +369,7 @@ static void test_semaphore(void) {
 
   /* Bad input: each refusal names the bad value. */
   ferrolock_lock *bad = NULL;
-  EXPECT(ferrolock_manager_semaphore_acquire(m, NULL, 2, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "key");
+  EXPECT(ferrolock_manager_semaphore_acquire(m, NULL, 2, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "name must not be NULL");
   EXPECT(ferrolock_manager_semaphore_acquire(NULL, name, 2, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
   EXPECT(ferrolock_manager_semaphore_acquire(m, name, 2, 1, NULL, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock_out");
   EXPECT(ferrolock_manager_semaphore_acquire(m, name, 0, 1, NULL, NULL, &bad, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "permits 0");

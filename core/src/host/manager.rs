@@ -470,7 +470,7 @@ fn closed_error(key: &str) -> Error {
     Error::new(
         crate::error::ErrorKind::NotAcquired,
         format!(
-            "lock {key:?} not acquired: its LockManager was closed while it waited (nothing was left behind)"
+            "lock {key:?} not acquired: its manager was closed while it waited (nothing was left behind)"
         ),
     )
 }
