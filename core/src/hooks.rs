@@ -16,6 +16,9 @@ pub enum Point {
     WatchdogScan,
     /// `Lock::extend_for`, holding the lock's operation guard (a renewal due now is skipped).
     Extending,
+    /// `Lock::extend_for`, once a quorum confirmed and before the new validity is checked (a
+    /// stalled client: the only way a confirmation comes late when the node timeout fits).
+    Extended,
     /// An acquire attempt, once its nodes answered and before its validity is checked (a
     /// stalled client: the only way a grant comes late when the node timeout fits the ttl).
     Answered,

@@ -780,6 +780,7 @@ impl Lock {
             .cut_for_extend(opts.ttl, start + opts.ttl - opts.drift());
         let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
         if tally.won() {
+            crate::hooks::run(crate::hooks::Point::Extended, key);
             return match self.inner.renewed(start, opts.ttl, opts.drift()) {
                 Renewed::Until(validity) => {
                     self.inner.state().extensions += 1;

@@ -96,6 +96,50 @@ async fn an_extend_that_could_confirm_after_its_new_validity_is_refused_and_move
     assert_eq!(lock.ttl(), Duration::from_secs(15));
 }
 
+/// An extend confirmed by a quorum only after the new validity it asked for (the client
+/// stalled between the answers and their check: a GC pause, a SIGSTOP) is not an extension:
+/// the caller hears `LockLost` (`RenewalTooSlow`), and the lock reads lost, never held with a
+/// validity that has already ended.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_confirmed_after_its_new_validity_is_a_loss_not_an_extension() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = Cluster::start(3);
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(30)).watchdog(false),
+    );
+    let lock = m.acquire("slow-confirm").await.unwrap();
+    let stalled = Arc::new(AtomicBool::new(false));
+    let flag = stalled.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::Extended && key == "slow-confirm" {
+            std::thread::sleep(ms(2500));
+            flag.store(true, Ordering::SeqCst);
+        }
+    })));
+    // A 2 s lease, its node timeout (200 ms) well within it: every node answers in time, and
+    // the client then stalls past the validity the answers would set.
+    let err = lock
+        .extend_for(ms(2000))
+        .await
+        .expect_err("an extend confirmed after its validity must not extend");
+    assert!(stalled.load(Ordering::SeqCst), "the stall was not in place");
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(
+        !lock.is_held(),
+        "the lock still reads held after a late confirmation"
+    );
+    assert!(
+        matches!(
+            lock.status(),
+            ferrolock::LockStatus::Lost(ferrolock::LossReason::RenewalTooSlow { .. })
+        ),
+        "{:?}",
+        lock.status()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_extend_never_recreates_an_expired_key() {
     let _serial = serial();
