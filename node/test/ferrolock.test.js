@@ -290,6 +290,11 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     [['k', async () => 1, { nodes, ttl: 1.5 }], /ttl=1\.5.*whole number/],
     [['k', async () => 1, { nodes, ttl: '10' }], /ttl="10" \(string\)/],
     [['k', async () => 1, { nodes, wait: -1 }], /wait=-1/],
+    // Durations past the core's bound are refused, never wrapped to 32 bits on the way in.
+    [['k', async () => 1, { nodes, ttl: 2 ** 32 + 1000 }], /ttl=4294968296 \(number\): too long/],
+    [['k', async () => 1, { nodes, ttl: Number.MAX_SAFE_INTEGER }], /too long/],
+    [['k', async () => 1, { nodes, ttl: Infinity }], /ttl=Infinity \(number\): too long/],
+    [['k', async () => 1, { nodes, wait: 2 ** 32 + 1000 }], /wait=4294968296 \(number\): too long/],
     [['k', async () => 1, { nodes: ['http://nope'] }], /http:\/\/nope/],
     [['k', 'not a function', { nodes }], /callback function/],
     [['k', async () => 1, { nodes, tll: 5 }], /unknown option "tll"/],
@@ -325,6 +330,12 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     await assert.rejects(m.acquire('k', foreign), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
     assert.throws(() => new LockManager(new Map([['nodes', nodes]])), (e) => e.code === 'INVALID_ARGUMENT' && /not a Map/.test(e.message));
     const ok = await m.tryAcquire('k\ud83d\ude00', { wait: 0 }); // a well-formed pair, and wait 0 agrees
+    // An extend past the bound is refused, and the lock stays as it was.
+    const before = ok.validity;
+    for (const ttl of [2 ** 32 + 1000, Infinity, -1, 0.5]) {
+      await assert.rejects(ok.extend(ttl), (e) => e.code === 'INVALID_ARGUMENT' && e.message.includes(`ttl=${ttl}`), String(ttl));
+    }
+    assert.ok(ok.status === 'held' && ok.validity <= before, 'a refused extend changed the lock');
     await ok.release();
   } finally {
     await m.close();
