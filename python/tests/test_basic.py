@@ -75,24 +75,34 @@ def test_wait_budget_is_spent_then_not_acquired(manager: LockManager, key: str) 
     held.release()
 
 
-def test_waiter_gets_the_lock_soon_after_release(manager: LockManager, key: str) -> None:
+def test_waiter_gets_the_lock_soon_after_release(
+    manager: LockManager, node: RedisNode, key: str
+) -> None:
+    """A queued waiter is woken by the release itself: granted long before its own re-check
+    (retry_delay 30 s, so 15 s at the earliest, and the holder's 60 s ttl), however slow the
+    machine."""
     import threading
 
-    held = manager.acquire(key)
+    held = manager.acquire(key, ttl=60)
     got: list[float] = []
 
     def waiter() -> None:
-        lock = manager.acquire(key, wait=10)
+        lock = manager.acquire(key, wait=60, retry_delay=30)
         got.append(time.monotonic())
         lock.release()
 
     t = threading.Thread(target=waiter)
     t.start()
-    time.sleep(0.3)
+    queue = f"ferrolock:queue:{{{key}}}"
+    deadline = time.monotonic() + 30
+    while node.client().zcard(queue) == 0:
+        assert time.monotonic() < deadline, "the waiter never queued"
+        time.sleep(0.01)
     released_at = time.monotonic()
     held.release()
-    t.join(10)
-    assert got and got[0] >= released_at
+    t.join(60)
+    assert got, "the waiter was never granted"
+    assert released_at <= got[0] < released_at + 15, got[0] - released_at
 
 
 def test_wait_inf_blocks_until_acquired_as_none_does(manager: LockManager, key: str) -> None:
@@ -254,6 +264,52 @@ def test_a_context_can_be_reused_but_not_nested(manager: LockManager, key: str) 
             ctx.__enter__()
     with ctx as lock:
         assert lock.locked()
+
+
+def test_a_context_is_not_shared_between_threads_but_a_lock_handle_is(
+    manager: LockManager, node: RedisNode, key: str
+) -> None:
+    """The token belongs to the acquisition, not to a thread (redis-py's thread-local token
+    bug): another thread cannot enter a context this one is inside, but it may release a lock
+    handle this thread acquired, and the key is gone then."""
+    import threading
+
+    ctx = manager.lock(key, wait=0)
+    errors: list[BaseException] = []
+
+    def enter_from_another_thread() -> None:
+        try:
+            with ctx:
+                pass
+        except BaseException as e:  # noqa: BLE001 - the error is the assertion
+            errors.append(e)
+
+    with ctx:
+        t = threading.Thread(target=enter_from_another_thread)
+        t.start()
+        t.join(30)
+        assert len(errors) == 1 and isinstance(errors[0], ferrolock.InvalidArgument), errors
+    assert not node.client().exists(key)
+
+    lock = manager.acquire(key, wait=0)
+    released: list[bool] = []
+    t = threading.Thread(target=lambda: released.append(lock.release()))
+    t.start()
+    t.join(30)
+    assert released == [True]
+    assert not node.client().exists(key)
+    assert not lock.locked()
+
+
+def test_an_exception_in_a_plain_lock_block_releases_the_key(
+    manager: LockManager, node: RedisNode, key: str
+) -> None:
+    with pytest.raises(ValueError, match="the body failed"):
+        with manager.lock(key, wait=0) as lock:
+            assert node.client().get(key) == lock.token
+            raise ValueError("the body failed")
+    assert not node.client().exists(key)
+    assert not lock.locked()
 
 
 def test_a_context_entered_one_way_refuses_the_other_and_shows_its_lock(manager: LockManager, key: str) -> None:

@@ -3,6 +3,7 @@ naming the option and the value, and never crashes the interpreter."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import math
 import re
@@ -81,6 +82,22 @@ def test_bad_lock_option_names_option_value_and_key(
         assert e.key == key, str(e)
         assert key in str(e), str(e)
         assert shown in str(e), str(e)
+
+
+@pytest.mark.parametrize(("name", "value", "shown"), BAD_LOCK_OPTIONS)
+def test_bad_lock_option_is_named_by_the_async_api_too(
+    manager: LockManager, key: str, name: str, value: Any, shown: str
+) -> None:
+    async def calls() -> None:
+        for call in (
+            lambda: manager.acquire_async(key, **{name: value}),
+            lambda: manager.lock(key, **{name: value}).__aenter__(),
+        ):
+            with pytest.raises(InvalidArgument) as info:
+                await call()
+            assert info.value.key == key and shown in str(info.value), str(info.value)
+
+    asyncio.run(calls())
 
 
 @pytest.mark.parametrize(("name", "value", "shown"), BAD_LOCK_OPTIONS)
@@ -215,10 +232,20 @@ def test_lock_options_are_refused_per_lock_when_they_belong_to_the_manager(manag
 
 
 def test_bad_extend_ttl(manager: LockManager, key: str) -> None:
+    bads: tuple[Any, ...] = (0, -1, math.nan, "5", math.inf, 10**400, 3e6)
     with manager.lock(key) as lock:
-        for bad in (0, -1, math.nan, "5"):
+        for bad in bads:
             with pytest.raises(InvalidArgument, match="ttl"):
                 lock.extend(bad)
+
+    async def extend_async() -> None:
+        async with manager.lock(key) as lock:
+            for bad in bads:
+                with pytest.raises(InvalidArgument, match="ttl"):
+                    await lock.extend_async(bad)
+            assert lock.locked()
+
+    asyncio.run(extend_async())
 
 
 def test_unreachable_node_is_quorum_unreachable_quickly(key: str) -> None:
