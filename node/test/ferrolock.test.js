@@ -572,3 +572,38 @@ test('withLock options converted once: equal content shares a manager, a changed
   await assert.rejects(withLock('conv:k', async () => 1, { nodes, ttl: 5_000, signal: 'stop' }), (e) => e instanceof InvalidArgumentError && /signal/.test(e.message));
   assert.ok(!one.exists('conv:k'));
 });
+
+test('one dead node of three fails no acquire (a majority answering is enough), two do', T, async () => {
+  const own = await servers(3);
+  const net = require('node:net');
+  // Whether the node answers PING within 1 s: a refused connection (dead) or silence (hung) is no.
+  const answers = (s) => new Promise((resolve) => {
+    const c = net.connect(s.port, '127.0.0.1');
+    const done = (ok) => { c.destroy(); resolve(ok); };
+    c.setTimeout(1000, () => done(false));
+    c.on('error', () => done(false));
+    c.on('connect', () => c.write('PING\r\n'));
+    c.on('data', (d) => done(d.toString().startsWith('+PONG')));
+  });
+  const nodes = own.map((s) => s.url);
+  const m = new LockManager({ nodes, restartGuard: 0 });
+  try {
+    own[0].stop();
+    assert.equal(await answers(own[0]), false);
+    await withLock('one-down', async (lock) => {
+      assert.equal(lock.status, 'held');
+      assert.ok(own[1].exists('one-down') && own[2].exists('one-down'));
+    }, { nodes, restartGuard: 0, wait: 0 });
+    own[2].pause();
+    assert.equal(await answers(own[2]), false);
+    // Two of three gone: no quorum, refused (the fault is real); then node 1 and one more.
+    await assert.rejects(m.tryAcquire('two-down'), (e) => e.code === 'QUORUM_UNREACHABLE' || e.code === 'NOT_ACQUIRED');
+    own[2].resume();
+    const lock = await m.tryAcquire('one-down');
+    assert.equal(lock.status, 'held');
+    assert.equal(await lock.release(), true);
+  } finally {
+    await m.close();
+    for (const s of own) s.stop();
+  }
+});

@@ -513,3 +513,40 @@ def test_releasing_inside_the_block_is_fine(node: RedisNode, manager: LockManage
             assert await lock.release_async() is True
 
     asyncio.run(main())
+
+
+def test_one_dead_or_hung_node_of_three_fails_no_acquire(cluster: list[RedisNode], key: str) -> None:
+    """Redlock's point: a majority answering is enough. One node killed, then another one
+    paused (hung, answering nothing) while the first is back: each acquire, sync and async,
+    is granted at once (wait=0) on the two that answer."""
+    import socket
+
+    def answers(node: RedisNode) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", node.port), timeout=1) as c:
+                c.sendall(b"PING\r\n")
+                return c.recv(7) == b"+PONG\r\n"
+        except OSError:  # refused (dead) or timed out (hung)
+            return False
+
+    m = LockManager([n.url for n in cluster], restart_guard=0)
+    try:
+        cluster[0].kill()
+        assert not answers(cluster[0])
+        with m.lock(key, wait=0) as lock:
+            assert lock.locked()
+            assert [n.client().get(key) for n in cluster[1:]] == [lock.token] * 2
+
+        async def acquire_async() -> None:
+            lock = await m.acquire_async(key, wait=0)
+            assert await lock.release_async()
+
+        asyncio.run(acquire_async())
+        cluster[0].start()
+        cluster[2].pause()
+        assert answers(cluster[0]) and not answers(cluster[2])
+        with m.lock(key, wait=0) as lock:
+            assert lock.locked()
+    finally:
+        cluster[2].resume()
+        m.close()
