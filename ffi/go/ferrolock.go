@@ -607,7 +607,8 @@ func (l *Lock) Validity() time.Duration {
 	return time.Duration(C.ferrolock_lock_validity_ms(l.p)) * time.Millisecond
 }
 
-// Lost is closed when the lock is lost (before its validity ends, while the process runs).
+// Lost is closed when the lock is lost (before its validity ends, while the process runs),
+// at the latest when an Extend returns ErrLockLost.
 func (l *Lock) Lost() <-chan struct{} { return l.loss.ch }
 
 // Err is nil while held, the ErrLockLost error once lost, ErrNotHeld once released.
@@ -675,6 +676,11 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	if err := take(status, cerr); err != nil {
 		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
 			return 0, ctx.Err()
+		}
+		if errors.Is(err, ErrLockLost) {
+			// Lost() and a WithLock's ctx say so when Extend does, not only once the core's
+			// loss callback reaches this package a moment later.
+			l.loss.signal(err)
 		}
 		return 0, err
 	}

@@ -555,6 +555,54 @@ func TestWithLockEndsItsScopeByTheSharedRule(t *testing.T) {
 	}
 }
 
+// The peers' "failed extend that silently re-creates the lock": with the key deleted, or
+// taken by another client, on every node, Extend returns ErrLockLost, the Lock reads lost,
+// and the nodes are left as they were.
+func TestAnExtendThatFindsTheKeyGoneOrTakenIsLostAndRecreatesNothing(t *testing.T) {
+	m := manager(t, ferrolock.TTL(30*time.Second))
+	ctx := context.Background()
+	onEvery := func(args ...string) []string {
+		var outs []string
+		for _, port := range ports {
+			out, err := exec.Command("redis-cli", append([]string{"-p", strconv.Itoa(port)}, args...)...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%v: %v %s", args, err, out)
+			}
+			outs = append(outs, strings.TrimSpace(string(out)))
+		}
+		return outs
+	}
+	for _, taken := range []bool{false, true} {
+		k := key(fmt.Sprintf("extend-taken-%v", taken))
+		l, err := m.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if taken {
+			onEvery("SET", k, "someone-else", "PX", "60000")
+		} else {
+			onEvery("DEL", k)
+		}
+		if _, err := l.Extend(ctx, time.Minute); !errors.Is(err, ferrolock.ErrLockLost) {
+			t.Fatalf("taken %v: Extend returned %v, want ErrLockLost", taken, err)
+		}
+		select {
+		case <-l.Lost():
+		default:
+			t.Fatalf("taken %v: the lock does not read lost", taken)
+		}
+		want := ""
+		if taken {
+			want = "someone-else"
+		}
+		for i, got := range onEvery("GET", k) {
+			if got != want {
+				t.Fatalf("taken %v: node %d holds %q, want %q", taken, i, got, want)
+			}
+		}
+	}
+}
+
 func TestReleaseAllReleasesWhatIsStillHeld(t *testing.T) {
 	m := manager(t)
 	ctx := context.Background()

@@ -607,3 +607,21 @@ test('one dead node of three fails no acquire (a majority answering is enough), 
     for (const s of own) s.stop();
   }
 });
+
+test('an extend that finds the key gone or taken rejects with LockLostError and recreates nothing', T, async () => {
+  const m = new LockManager({ nodes: [one.url] });
+  try {
+    const gone = await m.acquire('extend-gone', { ttl: 30_000 });
+    one.cli('DEL', 'extend-gone');
+    await assert.rejects(gone.extend(60_000), LockLostError);
+    assert.equal(gone.status, 'lost');
+    assert.ok(!one.exists('extend-gone'), 'the extend re-created the key');
+    const taken = await m.acquire('extend-taken', { ttl: 30_000 });
+    one.cli('SET', 'extend-taken', 'someone-else', 'PX', '60000');
+    await assert.rejects(taken.extend(60_000), LockLostError);
+    assert.equal(taken.status, 'lost');
+    assert.equal(one.cli('GET', 'extend-taken'), 'someone-else');
+  } finally {
+    await m.close();
+  }
+});

@@ -550,3 +550,28 @@ def test_one_dead_or_hung_node_of_three_fails_no_acquire(cluster: list[RedisNode
     finally:
         cluster[2].resume()
         m.close()
+
+
+def test_an_extend_that_finds_the_key_gone_or_taken_is_lost_and_recreates_nothing(
+    manager: LockManager, node: RedisNode, key: str
+) -> None:
+    """The peers' "failed extend that silently re-creates the lock": deleted, or taken by
+    another client, on the server, an extend (sync and async) raises LockLost, marks the lock
+    lost, and leaves the server as it found it."""
+    r = node.client()
+    lock = manager.acquire(key, ttl=30)
+    r.delete(key)
+    with pytest.raises(ferrolock.LockLost):
+        lock.extend(60)
+    assert not lock.locked() and lock.lost
+    assert not r.exists(key)
+
+    async def taken() -> None:
+        lock = await manager.acquire_async(key, ttl=30)
+        r.set(key, "someone-else", px=60_000)
+        with pytest.raises(ferrolock.LockLost):
+            await lock.extend_async(60)
+        assert lock.lost
+        assert r.get(key) == "someone-else" and 0 < r.pttl(key) <= 60_000
+
+    asyncio.run(taken())
