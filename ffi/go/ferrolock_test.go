@@ -441,6 +441,39 @@ func TestBadInputs(t *testing.T) {
 	}
 }
 
+// The table's options without a constructor of their own before: each takes effect.
+func TestDriftFactorMaxExtensionsAndTLSCA(t *testing.T) {
+	ctx := context.Background()
+	m := manager(t, ferrolock.MaxExtensions(1), ferrolock.DriftFactor(0.05))
+	l, err := m.Acquire(ctx, key("max-extensions"), ferrolock.TTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// drift = 10 s × 0.05 + 2 ms: the validity is at most 9.498 s.
+	if v := l.Validity(); v > 9498*time.Millisecond || v <= 0 {
+		t.Fatalf("validity %v with drift factor 0.05", v)
+	}
+	if _, err := l.Extend(ctx); err != nil {
+		t.Fatalf("the first extend: %v", err)
+	}
+	if _, err := l.Extend(ctx); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "max_extensions=1") {
+		t.Fatalf("the second extend: %v, want ErrInvalidArgument naming max_extensions=1", err)
+	}
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ferrolock.NewManager(ferrolock.DriftFactor(1.5)); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "drift_factor=1.5") {
+		t.Fatalf("drift factor 1.5: %v", err)
+	}
+	tls, err := ferrolock.NewManager(ferrolock.Nodes("rediss://127.0.0.1:1"), ferrolock.TLSCA("/nonexistent/ca.pem"))
+	if err == nil {
+		tls.Close()
+	}
+	if !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+		t.Fatalf("an unreadable TLS CA: %v", err)
+	}
+}
+
 func TestDefaultWithLock(t *testing.T) {
 	// The default manager is on FERROLOCK_NODES: one node here, whose restart guard is off
 	// (with three servers started a moment ago, their votes would not count yet).

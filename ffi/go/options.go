@@ -58,6 +58,18 @@ func Reentrant(on bool) Option { return Set("reentrant", on) }
 // Fencing gives every grant a fence token.
 func Fencing(on bool) Option { return Set("fencing", on) }
 
+// DriftFactor is the share of the TTL allowed for clock drift between nodes, in [0, 1)
+// (default 0.01; the drift is TTL × DriftFactor + 2 ms).
+func DriftFactor(f float64) Option { return Set("drift_factor", f) }
+
+// MaxExtensions caps the number of Extend calls on one lock (the watchdog's renewals do not
+// count). Default: none.
+func MaxExtensions(n int) Option { return Set("max_extensions", n) }
+
+// TLSCA is a PEM file of the CA that signs the rediss:// nodes' certificates (default: the
+// system's roots, or FERROLOCK_TLS_CA). A manager option.
+func TLSCA(path string) Option { return Set("tls_ca", path) }
+
 // RestartGuard is the window after a node's (re)start in which its vote does not count.
 func RestartGuard(d time.Duration) Option { return Set("restart_guard", d) }
 
