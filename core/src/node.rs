@@ -158,10 +158,8 @@ impl Node {
                 true => "; in a list, each URL starts with its scheme",
                 false => "",
             };
-            let why = match port_out_of_range(url) {
-                Some(port) => format!("port {port} is out of range (1 to 65535)"),
-                None => e.detail().unwrap_or("cannot parse").to_string(),
-            };
+            let why = bad_port(url)
+                .unwrap_or_else(|| e.detail().unwrap_or("cannot parse").to_string());
             Error::invalid(format!(
                 "malformed node URL {display:?}: {why} (expected redis://[user:password@]host[:port][/db], rediss://..., unix:///path or redis+cluster://host:port{comma})"
             ))
@@ -1099,12 +1097,24 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
 
 /// The port of a `scheme://[credentials@]host:port...` URL when it is a number too large for
 /// one (redis-rs only says it cannot parse the URL).
-fn port_out_of_range(url: &str) -> Option<u64> {
+fn bad_port(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
+    if scheme.eq_ignore_ascii_case("unix") {
+        return None;
+    }
     let rest = &rest[credentials_end(scheme, rest).map_or(0, |at| at + 1)..];
     let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let port: u64 = authority.rsplit_once(':')?.1.parse().ok()?;
-    (port > u64::from(u16::MAX)).then_some(port)
+    // An IPv6 host's colons are inside its brackets.
+    let after_host = authority
+        .rfind(']')
+        .map_or(authority, |at| &authority[at + 1..]);
+    let port = after_host.rsplit_once(':')?.1;
+    match port.parse::<u64>() {
+        Ok(n) if n > u64::from(u16::MAX) => Some(format!("port {n} is out of range (1 to 65535)")),
+        Ok(_) => None,
+        Err(_) if !port.is_empty() => Some(format!("port {port:?} is not a number")),
+        Err(_) => None,
+    }
 }
 
 /// Whether a node URL asks for TLS (`rediss://`, `rediss+cluster://`, redis-rs's
@@ -1477,6 +1487,11 @@ mod tests {
                 "port 99999 is out of range",
             ),
             ("redis://localhost:99999/0", "port 99999 is out of range"),
+            (
+                "redis://:hunter2@host:notaport",
+                "port \"notaport\" is not a number",
+            ),
+            ("redis://[::1]:6x79", "port \"6x79\" is not a number"),
             ("http://x", "redis+cluster://host:port"),
         ] {
             let Err(err) = open(url) else {
