@@ -112,7 +112,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "block until acquired",
         range: "none, 0, or at most 2^31-1 ms",
-        doc: "`0` = try once; a duration = give up after it",
+        doc: "`0` = try once; a duration = give up after it; with a quorum unreachable on three attempts in a row, it ends sooner (`QUORUM_UNREACHABLE`)",
     },
     OptionSpec {
         name: "retry_delay",
