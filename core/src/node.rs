@@ -158,7 +158,7 @@ impl Node {
                 true => "; in a list, each URL starts with its scheme",
                 false => "",
             };
-            let why = bad_port(url)
+            let why = bad_part(url)
                 .unwrap_or_else(|| e.detail().unwrap_or("cannot parse").to_string());
             Error::invalid(format!(
                 "malformed node URL {display:?}: {why} (expected redis://[user:password@]host[:port][/db], rediss://..., unix:///path or redis+cluster://host:port{comma})"
@@ -1095,26 +1095,34 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
     }
 }
 
-/// The port of a `scheme://[credentials@]host:port...` URL when it is a number too large for
-/// one (redis-rs only says it cannot parse the URL).
-fn bad_port(url: &str) -> Option<String> {
+/// What is wrong with a URL redis-rs could not parse, where the port or the database is the
+/// cause (redis-rs only says it cannot parse it): a port that is not a number or too large, a
+/// database that is not a number.
+fn bad_part(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     if scheme.eq_ignore_ascii_case("unix") {
         return None;
     }
     let rest = &rest[credentials_end(scheme, rest).map_or(0, |at| at + 1)..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
     // An IPv6 host's colons are inside its brackets.
     let after_host = authority
         .rfind(']')
         .map_or(authority, |at| &authority[at + 1..]);
-    let port = after_host.rsplit_once(':')?.1;
-    match port.parse::<u64>() {
-        Ok(n) if n > u64::from(u16::MAX) => Some(format!("port {n} is out of range (1 to 65535)")),
-        Ok(_) => None,
-        Err(_) if !port.is_empty() => Some(format!("port {port:?} is not a number")),
-        Err(_) => None,
+    if let Some((_, port)) = after_host.rsplit_once(':') {
+        match port.parse::<u64>() {
+            Ok(n) if n > u64::from(u16::MAX) => {
+                return Some(format!("port {n} is out of range (1 to 65535)"));
+            }
+            Err(_) if !port.is_empty() => return Some(format!("port {port:?} is not a number")),
+            _ => {}
+        }
     }
+    let path = rest[end..].strip_prefix('/')?;
+    let db = &path[..path.find(['?', '#']).unwrap_or(path.len())];
+    (!db.is_empty() && db.parse::<i64>().is_err())
+        .then(|| format!("database {db:?} is not a number"))
 }
 
 /// Whether a node URL asks for TLS (`rediss://`, `rediss+cluster://`, redis-rs's
@@ -1492,6 +1500,10 @@ mod tests {
                 "port \"notaport\" is not a number",
             ),
             ("redis://[::1]:6x79", "port \"6x79\" is not a number"),
+            (
+                "redis://:hunter2@127.0.0.1/abc",
+                "database \"abc\" is not a number",
+            ),
             ("http://x", "redis+cluster://host:port"),
         ] {
             let Err(err) = open(url) else {
