@@ -45,12 +45,14 @@ pub fn manager_options() -> Vec<&'static str> {
 #[derive(Clone, Copy)]
 struct Ctx<'a> {
     key: Option<&'a str>,
+    /// What the key names, as the core's errors say it: "lock", or "semaphore".
+    what: &'static str,
 }
 
 impl Ctx<'_> {
     fn prefix(&self) -> String {
         match self.key {
-            Some(k) => format!("lock {k:?}: "),
+            Some(k) => format!("{} {k:?}: ", self.what),
             None => "LockManager: ".to_string(),
         }
     }
@@ -266,7 +268,10 @@ pub fn lock_args(
     default_interrupt: bool,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<LockArgs> {
-    let ctx = Ctx { key: Some(key) };
+    let ctx = Ctx {
+        key: Some(key),
+        what: "lock",
+    };
     let mut opts = ManagerOptions::new().lock(defaults.clone());
     let mut interrupt = None;
     if let Some(d) = options {
@@ -305,7 +310,10 @@ pub fn manager_args(
     nodes: Option<&Bound<'_, PyAny>>,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<ManagerArgs> {
-    let ctx = Ctx { key: None };
+    let ctx = Ctx {
+        key: None,
+        what: "lock",
+    };
     let mut mo = ManagerOptions::new();
     let mut interrupt = None;
     let positional = nodes.filter(|n| !n.is_none());
@@ -355,7 +363,14 @@ pub fn lock_kind(
     permits: Option<&Bound<'_, PyAny>>,
     count: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<host::Kind> {
-    let ctx = Ctx { key: Some(key) };
+    let ctx = Ctx {
+        key: Some(key),
+        what: if kind == "semaphore" {
+            "semaphore"
+        } else {
+            "lock"
+        },
+    };
     let (permits, count) = (
         permits.filter(|v| !v.is_none()),
         count.filter(|v| !v.is_none()),
@@ -404,7 +419,7 @@ fn permit_count(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) 
     }
     v.extract::<u32>().map_err(|_| {
         let why = match v.lt(0) {
-            Ok(true) => "must not be negative",
+            Ok(true) => "must be at least 1",
             _ => "too large (at most 4294967295)",
         };
         bad(py, ctx, name, v, why)

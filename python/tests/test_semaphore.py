@@ -102,7 +102,7 @@ def test_a_different_pool_size_is_refused_naming_both(node: RedisNode, manager: 
         ({"permits": "3"}, "permits='3' (str)"),
         ({"permits": True}, "permits=True (bool)"),
         ({"permits": 2.0}, "permits=2.0 (float)"),
-        ({"permits": -1}, "permits=-1 (int): must not be negative"),
+        ({"permits": -1}, "permits=-1 (int): must be at least 1"),
         ({"permits": 2**40}, f"permits={2**40} (int): too large"),
         ({"permits": 2, "count": "1"}, "count='1' (str)"),
         ({"permits": None}, "needs permits=N"),
@@ -115,6 +115,7 @@ def test_bad_permits_and_counts_are_refused_naming_the_value(
     with pytest.raises(ferrolock.InvalidArgument) as e:
         manager.semaphore(key, **kwargs)  # type: ignore[arg-type]
     assert words in str(e.value) and isinstance(e.value, (ValueError, TypeError))
+    assert str(e.value).startswith(f'semaphore "{key}"'), str(e.value)
 
 
 def test_a_name_with_a_brace_and_several_nodes_are_refused(node: RedisNode, key: str) -> None:
