@@ -706,6 +706,37 @@ fn node_id(node: &RedisServer) -> String {
     node.cmd(&["CLUSTER", "MYID"])
 }
 
+/// Splits `key`'s slot by hand: SETSLOT IMPORTING on `target` and MIGRATING on `source`, then
+/// MIGRATE of `key` alone, so that the slot's other keys stay on the source (a script naming
+/// both meets TRYAGAIN). `move_rest_of_slot` ends it.
+fn split_slot(source: &RedisServer, target: &RedisServer, key: &str) {
+    let slot_arg = key_slot(key).to_string();
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"]);
+    assert_eq!(moved, "OK");
+}
+
+/// Moves the rest of `key`'s split slot to `target`, key by key with `pause` after each, then
+/// SETSLOT NODE on the target (`finish_move` tells the other primaries).
+async fn move_rest_of_slot(source: &RedisServer, target: &RedisServer, key: &str, pause: Duration) {
+    let slot_arg = key_slot(key).to_string();
+    let port = target.port().to_string();
+    loop {
+        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
+        let Some(k) = keys.first() else { break };
+        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
+        assert_eq!(moved, "OK", "MIGRATE {k}");
+        tokio::time::sleep(pause).await;
+    }
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &node_id(target)]);
+    assert_eq!(ok, "OK");
+}
+
 /// A slot moved while a waiter listens on its channel: Redis 7.0 sends the waiter
 /// `sunsubscribe` from the old primary, and redis-rs forgets the channel. The waiter
 /// subscribes again (on the new primary, as redis-rs routes it) and re-checks. Two releases:
@@ -1008,15 +1039,7 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
     );
 
     // The split: the lock key on the target, the queue on the source.
-    let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
-    let (source_id, target_id) = (id(source), id(target));
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
-    assert_eq!(ok, "OK");
-    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
-    assert_eq!(ok, "OK");
-    let port = target.port().to_string();
-    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
-    assert_eq!(moved, "OK");
+    split_slot(source, target, &key);
     assert_eq!(get_importing(target, &key).as_deref(), Some(held.token()));
     // The first waiter gives up inside the window: its dequeue cannot land yet.
     let tryagain = error_count(source, "TRYAGAIN");
@@ -1048,24 +1071,9 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
         "no attempt met the migrating slot"
     );
     // The rest of the slot, key by key, with pauses; then the target owns it, then the rest.
-    loop {
-        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
-        let Some(k) = keys.first() else { break };
-        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
-        assert_eq!(moved, "OK", "MIGRATE {k}");
-        tokio::time::sleep(ms(300)).await;
-    }
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-    assert_eq!(ok, "OK");
+    move_rest_of_slot(source, target, &key, ms(300)).await;
     tokio::time::sleep(ms(500)).await;
-    for node in cluster
-        .primaries()
-        .iter()
-        .filter(|p| p.port() != target.port())
-    {
-        let ok: String = node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-        assert_eq!(ok, "OK");
-    }
+    finish_move(&cluster, &key, target);
     assert_eq!(owner(&cluster, &key).port(), target.port());
     for (i, c) in contenders.into_iter().enumerate() {
         c.await
@@ -1091,7 +1099,6 @@ async fn a_semaphore_acquire_waits_out_a_slot_migration() {
     let cluster = RedisCluster::start();
     let url = cluster.url();
     let name = "migrating-pool".to_string();
-    let slot_arg = key_slot(&name).to_string();
     let source = owner(&cluster, &name);
     let target = cluster
         .primaries()
@@ -1105,14 +1112,7 @@ async fn a_semaphore_acquire_waits_out_a_slot_migration() {
     assert_eq!(source.cmd::<i64>(&["ZCARD", &timeouts]), 1);
 
     // The split: the counter on the target, the leases on the source.
-    let (source_id, target_id) = (node_id(source), node_id(target));
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
-    assert_eq!(ok, "OK");
-    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
-    assert_eq!(ok, "OK");
-    let port = target.port().to_string();
-    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &name, "0", "5000"]);
-    assert_eq!(moved, "OK");
+    split_slot(source, target, &name);
 
     let tryagain = error_count(source, "TRYAGAIN");
     let other = manager(std::slice::from_ref(&url), lease.clone());
@@ -1148,14 +1148,7 @@ async fn a_semaphore_acquire_waits_out_a_slot_migration() {
     assert!(!waiter.is_finished(), "{:?}", waiter.await.unwrap().0.err());
 
     // The rest of the slot moves; then the target owns it everywhere.
-    loop {
-        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
-        let Some(k) = keys.first() else { break };
-        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
-        assert_eq!(moved, "OK", "MIGRATE {k}");
-    }
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-    assert_eq!(ok, "OK");
+    move_rest_of_slot(source, target, &name, Duration::ZERO).await;
     finish_move(&cluster, &name, target);
     let (got, _other) = waiter.await.unwrap();
     let permit = got.expect("the waiting acquire, once the slot moved");
