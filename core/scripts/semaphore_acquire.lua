@@ -19,14 +19,21 @@
 -- head's turn; -1 when there is none; -2 when the name holds a lock, whose end nothing here
 -- can see); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs (its
 -- code and words are read by `refusal.rs`).
--- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice); a
--- refusal's re-enqueue keeps the waiter's place.
+-- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice), and
+-- after the latch, its ids in the pool; a refusal's re-enqueue keeps the waiter's place.
 if ARGV[9] == '1' then
   PUBLISH = 'SPUBLISH'
 end
 local done = redis.call('GET', KEYS[6])
 if done then
   return {1, tonumber(done)}
+end
+-- A re-send that runs after the latch expired (a node that stalled longer than it lives): our
+-- ids, new to this attempt, still in the pool mean that this call ran. The counter has no TTL,
+-- so a second DECRBY would shrink the pool for good.
+local ours = redis.call('ZSCORE', KEYS[2], ARGV[10])
+if ours then
+  return {1, tonumber(ours)}
 end
 local now = clock()
 local id = ARGV[6]

@@ -177,6 +177,13 @@ fn resent_acquire_and_release_change_nothing() {
     let members: Vec<Vec<u8>> = server.cmd(&["ZRANGE", &timeout_key(name), "0", "-1"]);
     assert_eq!(members.len(), 2);
     assert!(members.iter().all(|m| m.len() == 16 && a.contains(m)));
+    // A re-send that runs after its latch expired (a node that stalled longer than the latch
+    // lives) finds its ids in the pool: the same grant, nothing taken twice (the counter has
+    // no TTL: a second DECRBY would shrink the pool for good).
+    let _: () = server.cmd(&["DEL", &latch(name, "a")]);
+    let late = acquire(&server, name, "a", 3, 60_000, &a).unwrap();
+    assert_eq!(late, again, "a late re-send answers the first run's grant");
+    assert_eq!(available(&server, name), 1, "a late re-send took permits twice");
 
     assert_eq!(release(&server, name, "r", &a), 2);
     assert_eq!(available(&server, name), 3);
