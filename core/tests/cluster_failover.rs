@@ -135,6 +135,62 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
     );
 }
 
+/// A re-entry that a primary the restart guard holds back granted (a graceful failover has just
+/// made it the slot's primary; the key survived) is undone before the caller hears "not
+/// acquired": the outer grant's count is 1 again, so its release deletes the key. (Before, the
+/// re-entry's increment stayed: the key outlived the release, unrenewed, until its ttl.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentry_granted_by_a_held_back_primary_is_undone() {
+    let _serial = serial();
+    // The guard also holds back a primary first seen younger than the window.
+    let window = Duration::from_secs(10);
+    let born = Instant::now();
+    let cluster = with_replicas();
+    let url = cluster.url();
+    let key = "guarded:reentry".to_string();
+    let old = cluster.primary_for_key(&key);
+    let new = *cluster
+        .replicas_of(old)
+        .first()
+        .expect("the key's shard has a replica");
+    let o = opts()
+        .reentrant(true)
+        .ttl(Duration::from_secs(30))
+        .wait(Some(Duration::ZERO));
+    let m = LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([url.clone()])
+            .restart_guard(window)
+            .lock(o.clone()),
+    )
+    .unwrap();
+    tokio::time::sleep_until((born + window + Duration::from_secs(2)).into()).await;
+    let outer = m.acquire_owned(&key, 7, &o).await.unwrap();
+    let field = outer.token().to_string();
+    let count = |n: &RedisServer| n.cmd::<Option<String>>(&["HGET", &key, &field]);
+    assert_eq!(count(old).as_deref(), Some("1"));
+    let new_port = new.port();
+    tokio::task::block_in_place(|| cluster.failover(new, None));
+    assert_eq!(role(new), "master");
+    assert_eq!(cluster.primary_for_key(&key).port(), new_port);
+    assert_eq!(count(new).as_deref(), Some("1"), "the key did not survive");
+    let sent = evalshas(new);
+    let err = m.acquire_owned(&key, 7, &o).await.unwrap_err();
+    assert!(err.to_string().contains("restart guard"), "{err}");
+    assert!(
+        evalshas(new) > sent,
+        "the re-entry never reached the new primary"
+    );
+    assert_eq!(
+        count(new).as_deref(),
+        Some("1"),
+        "the held-back re-entry's count stayed"
+    );
+    assert!(outer.release().await.unwrap());
+    let left: i64 = new.cmd(&["EXISTS", &key]);
+    assert_eq!(left, 0, "the key outlived its last release");
+}
+
 /// What a cluster user needs besides its own lock names (docs/redis-cluster.md; the test
 /// checks it states it word for word): the lock commands, `ping`, `cluster|slots` and
 /// `asking` for the cluster client's routing, the `ferrolock:*` keys, the two channel

@@ -183,7 +183,11 @@ fn resent_acquire_and_release_change_nothing() {
     let _: () = server.cmd(&["DEL", &latch(name, "a")]);
     let late = acquire(&server, name, "a", 3, 60_000, &a).unwrap();
     assert_eq!(late, again, "a late re-send answers the first run's grant");
-    assert_eq!(available(&server, name), 1, "a late re-send took permits twice");
+    assert_eq!(
+        available(&server, name),
+        1,
+        "a late re-send took permits twice"
+    );
 
     assert_eq!(release(&server, name, "r", &a), 2);
     assert_eq!(available(&server, name), 3);

@@ -188,22 +188,28 @@ pub(super) fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
         .map(|ans| match ans {
             Answer::Yes(_) => true,
             Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
+            // Its reply was read before the guard held it back: a re-entry it granted is undone
+            // too, and one it refused left no count of ours (a refused re-entry found no field).
+            Answer::Failed(NodeError::HeldBack(_)) => true,
             _ => !reentry,
         })
         .collect()
 }
 
 /// Where a lost attempt is undone before its caller hears of it: the nodes that answered and
-/// may hold our grant (a yes; an error reply, for a fresh grant). The others are `is_late`,
-/// or held back by the guard (nothing sent), or met a migrating slot (nothing ran).
+/// may hold our grant (a yes; a grant the restart guard held back; an error reply or a
+/// migrating slot's redirect, for a fresh grant: a redirect after redis-rs re-sent a request
+/// whose first send ran leaves that grant, and a compare-and-delete of one that never was is
+/// harmless, where taking back a re-entry that never was would free the outer grant). The
+/// others are `is_late`, or guarded (nothing sent).
 pub(super) fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
     tally
         .answers
         .iter()
         .map(|ans| match ans {
-            Answer::Yes(_) => true,
+            Answer::Yes(_) | Answer::Failed(NodeError::HeldBack(_)) => true,
             Answer::Failed(
-                NodeError::Redis(_) | NodeError::Refused(..) | NodeError::HeldBack(_),
+                NodeError::Redis(_) | NodeError::Refused(..) | NodeError::Migrating(_),
             ) => !reentry,
             _ => false,
         })
