@@ -149,7 +149,7 @@ export declare class LockManager {
   tryAcquirePermit(name: string, options: PermitOptions & Omit<AcquireOptions, 'wait'>): Promise<Lock>;
   /**
    * Ends the acquires waiting on this manager (they reject with NotAcquiredError, "its
-   * LockManager was closed", leaving nothing on any node that answers), releases the locks it
+   * manager was closed", leaving nothing on any node that answers), releases the locks it
    * handed out that are still held, then closes.
    */
   close(): Promise<void>;

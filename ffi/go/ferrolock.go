@@ -118,7 +118,7 @@ func NewManager(opts ...Option) (*Manager, error) {
 }
 
 // Close frees the manager. An Acquire still waiting on it ends with ErrNotAcquired ("its
-// LockManager was closed"), having given back what it had taken and left the key's queue on
+// manager was closed"), having given back what it had taken and left the key's queue on
 // every node that answers before Close returns (Close waits at most 5 s; the rest goes on in
 // the background). Later calls on the manager fail with ErrInvalidArgument. Close does not
 // release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
