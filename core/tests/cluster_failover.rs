@@ -142,10 +142,11 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reentry_granted_by_a_held_back_primary_is_undone() {
     let _serial = serial();
-    // The guard also holds back a primary first seen younger than the window.
+    // The guard also holds back a primary first seen younger than the window: counted from
+    // when every node is up, however long starting them took.
     let window = Duration::from_secs(10);
-    let born = Instant::now();
     let cluster = with_replicas();
+    let born = Instant::now();
     let url = cluster.url();
     let key = "guarded:reentry".to_string();
     let old = cluster.primary_for_key(&key);

@@ -593,13 +593,13 @@ test('one dead node of three fails no acquire (a majority answering is enough), 
     await withLock('one-down', async (lock) => {
       assert.equal(lock.status, 'held');
       assert.ok(own[1].exists('one-down') && own[2].exists('one-down'));
-    }, { nodes, restartGuard: 0, wait: 0 });
+    }, { nodes, restartGuard: 0, wait: 10_000 });
     own[2].pause();
     assert.equal(await answers(own[2]), false);
     // Two of three gone: no quorum, refused (the fault is real); then node 1 and one more.
     await assert.rejects(m.tryAcquire('two-down'), (e) => e.code === 'QUORUM_UNREACHABLE' || e.code === 'NOT_ACQUIRED');
     own[2].resume();
-    const lock = await m.tryAcquire('one-down');
+    const lock = await m.acquire('one-down', { wait: 10_000 });
     assert.equal(lock.status, 'held');
     assert.equal(await lock.release(), true);
   } finally {
