@@ -288,16 +288,7 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
     for k in &others {
         held.push(m.acquire(k).await.unwrap());
     }
-    let id = |n: &RedisServer| n.cmd::<String>(&["CLUSTER", "MYID"]);
-    let (source_id, target_id) = (id(source), id(target));
-    let slot_arg = slot.to_string();
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
-    assert_eq!(ok, "OK");
-    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
-    assert_eq!(ok, "OK");
-    let port = target.port().to_string();
-    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
-    assert_eq!(moved, "OK");
+    split_slot(source, target, &key);
     assert_eq!(
         get_importing(target, &key).as_deref(),
         Some(lock.token()),
@@ -333,10 +324,8 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
         "the moved lock's renewal was never redirected (ASK): {:?}",
         m.__cluster_renewals()
     );
-    for node in cluster.primaries() {
-        let ok: String = node.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-        assert_eq!(ok, "OK");
-    }
+    serve_slot_on(target, &key);
+    finish_move(&cluster, &key, target);
     check("moved").await;
     // Settled: the map is read again after a redirect, so the moved lock now goes in the
     // target's pipeline, and nothing is sent alone any more.
@@ -345,7 +334,7 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
     assert!(lock.is_held(), "moved: {:?}", lock.check());
     assert!(pttl(target, &key) > 0);
     assert_eq!(get(target, &key).as_deref(), Some(lock.token()));
-    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot_arg]);
+    let left: i64 = source.cmd(&["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()]);
     assert_eq!(left, 0, "the source keeps nothing of the slot");
     for (k, l) in others.iter().zip(&held) {
         assert!(l.is_held(), "{k}: {:?}", l.check());
@@ -659,31 +648,15 @@ async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
 /// then serves the slot (the source redirects to it with ASK). Returns (source, target);
 /// `finish_move` ends it.
 fn start_move<'a>(cluster: &'a RedisCluster, key: &str) -> (&'a RedisServer, &'a RedisServer) {
-    let slot_arg = key_slot(key).to_string();
     let source = owner(cluster, key);
     let target = cluster
         .primaries()
         .iter()
         .find(|p| p.port() != source.port())
         .unwrap();
-    let (source_id, target_id) = (node_id(source), node_id(target));
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
-    assert_eq!(ok, "OK");
-    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
-    assert_eq!(ok, "OK");
-    let port = target.port().to_string();
-    loop {
-        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
-        if keys.is_empty() {
-            break;
-        }
-        for k in &keys {
-            let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
-            assert_eq!(moved, "OK", "MIGRATE {k}");
-        }
-    }
-    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]);
-    assert_eq!(ok, "OK");
+    mark_migrating(source, target, key);
+    while migrate_one_key(source, target, key) {}
+    serve_slot_on(target, key);
     (source, target)
 }
 
@@ -706,33 +679,51 @@ fn node_id(node: &RedisServer) -> String {
     node.cmd(&["CLUSTER", "MYID"])
 }
 
-/// Splits `key`'s slot by hand: SETSLOT IMPORTING on `target` and MIGRATING on `source`, then
-/// MIGRATE of `key` alone, so that the slot's other keys stay on the source (a script naming
-/// both meets TRYAGAIN). `move_rest_of_slot` ends it.
+/// Splits `key`'s slot by hand: the slot marked migrating, then MIGRATE of `key` alone, so
+/// that the slot's other keys stay on the source (a script naming both meets TRYAGAIN).
+/// `move_rest_of_slot` ends it.
 fn split_slot(source: &RedisServer, target: &RedisServer, key: &str) {
+    mark_migrating(source, target, key);
+    migrate(source, target, key);
+}
+
+/// Moves the rest of `key`'s split slot to `target`, key by key with `pause` after each, then
+/// SETSLOT NODE on the target (`finish_move` tells the other primaries).
+async fn move_rest_of_slot(source: &RedisServer, target: &RedisServer, key: &str, pause: Duration) {
+    while migrate_one_key(source, target, key) {
+        tokio::time::sleep(pause).await;
+    }
+    serve_slot_on(target, key);
+}
+
+/// SETSLOT IMPORTING on `target` and MIGRATING on `source` for `key`'s slot.
+fn mark_migrating(source: &RedisServer, target: &RedisServer, key: &str) {
     let slot_arg = key_slot(key).to_string();
     let (source_id, target_id) = (node_id(source), node_id(target));
     let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id]);
     assert_eq!(ok, "OK");
     let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id]);
     assert_eq!(ok, "OK");
-    let port = target.port().to_string();
-    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"]);
-    assert_eq!(moved, "OK");
 }
 
-/// Moves the rest of `key`'s split slot to `target`, key by key with `pause` after each, then
-/// SETSLOT NODE on the target (`finish_move` tells the other primaries).
-async fn move_rest_of_slot(source: &RedisServer, target: &RedisServer, key: &str, pause: Duration) {
-    let slot_arg = key_slot(key).to_string();
+fn migrate(source: &RedisServer, target: &RedisServer, key: &str) {
     let port = target.port().to_string();
-    loop {
-        let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"]);
-        let Some(k) = keys.first() else { break };
-        let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, k, "0", "5000"]);
-        assert_eq!(moved, "OK", "MIGRATE {k}");
-        tokio::time::sleep(pause).await;
-    }
+    let moved: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, key, "0", "5000"]);
+    assert_eq!(moved, "OK", "MIGRATE {key}");
+}
+
+/// Migrates one key of `key`'s slot still on `source`; false once none is left.
+fn migrate_one_key(source: &RedisServer, target: &RedisServer, key: &str) -> bool {
+    let slot_arg = key_slot(key).to_string();
+    let keys: Vec<String> = source.cmd(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "1"]);
+    let Some(k) = keys.first() else { return false };
+    migrate(source, target, k);
+    true
+}
+
+/// SETSLOT NODE on the target, which then serves `key`'s slot.
+fn serve_slot_on(target: &RedisServer, key: &str) {
+    let slot_arg = key_slot(key).to_string();
     let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot_arg, "NODE", &node_id(target)]);
     assert_eq!(ok, "OK");
 }
