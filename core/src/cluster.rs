@@ -2,6 +2,8 @@
 //! the acquire loop, releases, the waiters and the watchdog share (each holds its own
 //! settings besides).
 
+use std::time::Duration;
+
 use tokio::runtime::Handle;
 
 use crate::node::Node;
@@ -20,6 +22,14 @@ impl Cluster {
             nodes,
             quorum,
             handle: crate::runtime::ambient(),
+        }
+    }
+
+    /// Before a lease of `lease` is asked for: the default restart guard covers it (see
+    /// `restart_guard.rs`).
+    pub fn cover_lease(&self, lease: Duration) {
+        for node in &self.nodes {
+            node.cover_lease(lease);
         }
     }
 

@@ -41,6 +41,7 @@ use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
 use redis::{RedisResult, Value};
 
 use crate::node_cluster::SlotMap;
+use crate::restart_guard::Hold;
 
 /// What one process knows of a cluster for its restart guard.
 #[derive(Debug, Default)]
@@ -49,8 +50,8 @@ pub(crate) struct SlotGuard {
     topology: Option<SlotMap>,
     /// Each primary's run_id and replication id when last probed, by node id.
     seen: HashMap<String, (String, String)>,
-    /// Slot ranges whose votes do not count before the instant given.
-    held: Vec<(u16, u16, Instant)>,
+    /// Slot ranges whose votes do not count until their hold has lasted the window.
+    held: Vec<(u16, u16, Hold)>,
 }
 
 /// Which primary answered a probe of one slot, since when it runs, and which replication
@@ -85,7 +86,15 @@ impl SlotGuard {
             }
         }
         for &(first, last) in &newly {
-            self.hold(first, last, now + window);
+            self.hold(
+                first,
+                last,
+                Hold {
+                    seen: now,
+                    up: Duration::ZERO,
+                },
+                window,
+            );
         }
         self.topology = Some(new);
         newly
@@ -113,22 +122,28 @@ impl SlotGuard {
         now: Instant,
         window: Duration,
     ) -> Option<Instant> {
-        if !self.serves(slot, &probe.node_id) {
-            self.hold(slot, slot, now + window);
-        }
-        let wait = match self.seen.get(&probe.node_id) {
-            Some((run_id, replid)) if *run_id == probe.run_id && *replid == probe.replid => {
-                Duration::ZERO
-            }
-            Some(_) => window,
-            // As on a standalone node: INFO's uptime overstates the real one by up to 1 s.
-            None => window.saturating_sub(Duration::from_secs(probe.uptime_s.saturating_sub(1))),
+        let restarted = Hold {
+            seen: now,
+            up: Duration::ZERO,
         };
+        if !self.serves(slot, &probe.node_id) {
+            self.hold(slot, slot, restarted, window);
+        }
+        let hold = match self.seen.get(&probe.node_id) {
+            Some((run_id, replid)) if *run_id == probe.run_id && *replid == probe.replid => None,
+            Some(_) => Some(restarted),
+            // As on a standalone node: INFO's uptime overstates the real one by up to 1 s.
+            None => Some(Hold {
+                seen: now,
+                up: Duration::from_secs(probe.uptime_s.saturating_sub(1)),
+            }),
+        }
+        .filter(|h| h.until(window) > now);
         self.seen.insert(
             probe.node_id.clone(),
             (probe.run_id.clone(), probe.replid.clone()),
         );
-        if !wait.is_zero() {
+        if let Some(hold) = hold {
             let ranges: Vec<(u16, u16)> = self
                 .topology
                 .iter()
@@ -137,26 +152,27 @@ impl SlotGuard {
                 .map(|r| (r.first, r.last))
                 .collect();
             for (first, last) in ranges {
-                self.hold(first, last, now + wait);
+                self.hold(first, last, hold, window);
             }
-            self.hold(slot, slot, now + wait);
+            self.hold(slot, slot, hold, window);
         }
-        self.held_until(slot, now)
+        self.held_until(slot, now, window)
     }
 
     /// Until when `slot`'s votes are held back, if they are.
-    pub fn held_until(&self, slot: u16, now: Instant) -> Option<Instant> {
+    pub fn held_until(&self, slot: u16, now: Instant, window: Duration) -> Option<Instant> {
         self.held
             .iter()
-            .filter(|&&(first, last, until)| first <= slot && slot <= last && until > now)
-            .map(|&(_, _, until)| until)
+            .filter(|&&(first, last, _)| first <= slot && slot <= last)
+            .map(|(_, _, hold)| hold.until(window))
+            .filter(|&until| until > now)
             .max()
     }
 
-    fn hold(&mut self, first: u16, last: u16, until: Instant) {
+    fn hold(&mut self, first: u16, last: u16, hold: Hold, window: Duration) {
         let now = Instant::now();
-        self.held.retain(|&(_, _, u)| u > now);
-        self.held.push((first, last, until));
+        self.held.retain(|(_, _, h)| h.until(window) > now);
+        self.held.push((first, last, hold));
     }
 }
 
@@ -268,10 +284,15 @@ mod tests {
         let (mut g, now) = start();
         let after = map(&[(0, 8191, "a1"), (8192, 16383, "b")]);
         assert_eq!(g.observe(after, now, W), [(0, 8191)]);
-        assert_eq!(g.held_until(0, now), Some(now + W));
-        assert_eq!(g.held_until(8191, now), Some(now + W));
-        assert_eq!(g.held_until(8192, now), None);
-        assert_eq!(g.held_until(0, now + W), None, "only for the window");
+        assert_eq!(g.held_until(0, now, W), Some(now + W));
+        assert_eq!(g.held_until(8191, now, W), Some(now + W));
+        assert_eq!(g.held_until(8192, now, W), None);
+        assert_eq!(g.held_until(0, now + W, W), None, "only for the window");
+        assert_eq!(
+            g.held_until(0, now + W, W * 3),
+            Some(now + W * 3),
+            "a window grown since (a longer lease asked for) holds it back longer"
+        );
     }
 
     #[test]
@@ -284,7 +305,7 @@ mod tests {
             (8192, 16383, "b"),
         ]);
         assert!(g.observe(after, now, W).is_empty());
-        assert_eq!(g.held_until(150, now), None);
+        assert_eq!(g.held_until(150, now, W), None);
     }
 
     #[test]
@@ -311,13 +332,13 @@ mod tests {
         // The same run again: nothing new. A new run_id on `a`: its whole range held back.
         assert_eq!(g.probed(5, &probe("a", "r1", 3601), now, W), None);
         assert_eq!(g.probed(7, &probe("a", "r2", 0), now, W), Some(now + W));
-        assert_eq!(g.held_until(8000, now), Some(now + W));
+        assert_eq!(g.held_until(8000, now, W), Some(now + W));
         // A node answering for a slot the topology gives to another: that slot held back.
         assert_eq!(
             g.probed(9, &probe("b", "s1", 9), now + W, W),
             Some(now + W + W)
         );
-        assert_eq!(g.held_until(10, now + W), None);
+        assert_eq!(g.held_until(10, now + W, W), None);
     }
 
     #[test]
@@ -332,8 +353,8 @@ mod tests {
         assert_eq!(g.probed(5, &probe("h1"), now, W), None);
         // Failed over and back: same node, same run, another history.
         assert_eq!(g.probed(5, &probe("h2"), now, W), Some(now + W));
-        assert_eq!(g.held_until(8191, now), Some(now + W), "its whole range");
-        assert_eq!(g.held_until(8192, now), None);
+        assert_eq!(g.held_until(8191, now, W), Some(now + W), "its whole range");
+        assert_eq!(g.held_until(8192, now, W), None);
         assert_eq!(g.probed(5, &probe("h2"), now + W, W), None, "seen since");
     }
 }

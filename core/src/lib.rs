@@ -48,6 +48,7 @@ mod per_process;
 mod queue;
 mod quorum;
 mod refusal;
+mod restart_guard;
 pub mod runtime;
 mod rwlock;
 mod scripts;

@@ -771,6 +771,7 @@ impl Lock {
                 ));
             }
         }
+        self.inner.shared.cluster.cover_lease(opts.ttl);
         let start = Instant::now();
         // Before anything is sent: a shorter lease may take effect on a node whose answer
         // never comes (or after the caller stops waiting), and from then this handle must

@@ -11,6 +11,7 @@ use crate::lock::Lock;
 use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions, RwSide};
 use crate::queue::Hook;
+use crate::restart_guard::GuardWindow;
 use crate::shared::Shared;
 
 /// Hands out locks on a fixed set of nodes. Cheap to clone; clones share connections.
@@ -310,18 +311,26 @@ fn open_nodes(
         }
     }
     let guard = match options.restart_guard {
-        Some(g) => g,
+        Some(g) => GuardWindow::Fixed(g),
         // A node that restarts with no persistence forgets its locks; with fewer than 3
         // nodes there is no spare to outvote it anyway.
-        None if urls.len() >= 3 => options.lock.ttl,
-        None => Duration::ZERO,
+        None if urls.len() >= 3 => GuardWindow::longest_lease(options.lock.ttl),
+        None => GuardWindow::Fixed(Duration::ZERO),
     };
     // A cluster's primaries connect each within half the default node timeout, so one that
     // hangs is left out while the others still connect in time (see `cluster_builder`).
     let connect_timeout = (options.lock.effective_node_timeout() / 2).max(Duration::from_millis(1));
     let nodes = urls
         .iter()
-        .map(|u| Node::open(u, root_cert, guard, options.sharded_pubsub, connect_timeout))
+        .map(|u| {
+            Node::open(
+                u,
+                root_cert,
+                guard.clone(),
+                options.sharded_pubsub,
+                connect_timeout,
+            )
+        })
         .collect::<Result<Vec<Node>>>()?;
     // Spelled apart, one server all the same (see `Node::server`).
     for (i, node) in nodes.iter().enumerate() {

@@ -19,6 +19,7 @@ pub(crate) use crate::node_cluster::{Conn, Pubsub};
 use crate::error::{Error, ErrorKind, Result};
 use crate::per_process::PerProcess;
 use crate::refusal::Refusal;
+use crate::restart_guard::{GuardWindow, Hold};
 use crate::runtime::Awaiting;
 use crate::runtime::caller;
 
@@ -92,8 +93,8 @@ pub(crate) struct Node {
     /// Its last request ended at the node timeout, and no reply has come since (paused,
     /// black-holed, or slower than the timeout): see `is_silent`.
     silent: AtomicBool,
-    /// The restart guard window; zero is off.
-    guard_window: Duration,
+    /// The restart guard's window (shared by the manager's nodes).
+    guard_window: GuardWindow,
 }
 
 /// What one process knows of a node: a forked child opens its own connection (the parent's
@@ -115,8 +116,8 @@ struct NodeLocal {
 struct Guard {
     /// The run_id seen on the last connection: a different one means the node restarted.
     run_id: Option<String>,
-    /// Votes from this node do not count before this instant.
-    until: Option<Instant>,
+    /// Votes from this node do not count until this hold has lasted the window.
+    hold: Option<Hold>,
 }
 
 struct Slot {
@@ -137,7 +138,7 @@ impl Node {
     pub(crate) fn open(
         url: &str,
         root_cert: Option<&[u8]>,
-        guard_window: Duration,
+        guard_window: GuardWindow,
         sharded_wanted: bool,
         connect_timeout: Duration,
     ) -> Result<Node> {
@@ -231,7 +232,7 @@ impl Node {
     ) -> Result<(), NodeError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut cmd = redis::cmd("INFO");
-        if !self.guard_window.is_zero() {
+        if !self.guard_window.is_off() {
             cmd.arg("server");
         }
         // Every standalone connection asks: a cluster node reached by a plain URL answers
@@ -254,7 +255,7 @@ impl Node {
         if field("cluster_enabled").as_deref() == Some("1") {
             return Err(NodeError::Redis(refuse_cluster_server(&self.display)));
         }
-        if self.guard_window.is_zero() {
+        if self.guard_window.is_off() {
             return Ok(());
         }
         let uptime = field("uptime_in_seconds")
@@ -267,16 +268,19 @@ impl Node {
         // Redis reports the difference of two truncated wall-clock seconds, which reads 1 as
         // soon as the clock ticks over: it overstates the real uptime by up to 1 s. One second
         // less is never more than the node has been up (the fault suite's K4 timing test).
-        let wait = if restarted_under_us {
-            self.guard_window
-        } else {
-            self.guard_window
-                .saturating_sub(Duration::from_secs(uptime.saturating_sub(1)))
+        let hold = Hold {
+            seen: now,
+            up: if restarted_under_us {
+                Duration::ZERO
+            } else {
+                Duration::from_secs(uptime.saturating_sub(1))
+            },
         };
+        let window = self.guard_window.get();
+        let wait = hold.until(window) - now;
         if !wait.is_zero() {
-            let until = now + wait;
-            if g.until.is_none_or(|u| u < until) {
-                g.until = Some(until);
+            if g.hold.is_none_or(|h| h.until(window) < hold.until(window)) {
+                g.hold = Some(hold);
             }
             tracing::warn!(
                 node = %self.display,
@@ -340,7 +344,7 @@ impl Node {
         let slot = key_slot(key);
         let now = Instant::now();
         let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
-        match slots.held_until(slot, now) {
+        match slots.held_until(slot, now, self.guard_window.get()) {
             Some(until) => Err(NodeError::Guarded(format!(
                 "slot {slot} failed over or its primary restarted recently: restart guard holds its vote for another {:?}",
                 to_the_ms(until - now)
@@ -351,7 +355,7 @@ impl Node {
 
     /// Whether this node is a cluster with the restart guard on (see `cluster_guard.rs`).
     pub(crate) fn guards_slots(&self) -> bool {
-        self.is_cluster() && !self.guard_window.is_zero()
+        self.is_cluster() && !self.guard_window.is_off()
     }
 
     /// On a cluster with the restart guard on, after a vote about `key` was answered: asks the
@@ -404,7 +408,7 @@ impl Node {
         let now = Instant::now();
         let held = {
             let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.probed(slot, &probe, now, self.guard_window)
+            slots.probed(slot, &probe, now, self.guard_window.get())
         };
         match held {
             Some(until) => Err(NodeError::HeldBack(format!(
@@ -420,13 +424,13 @@ impl Node {
     fn observe_topology(&self, topology: SlotMap) {
         let newly = {
             let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.observe(topology, Instant::now(), self.guard_window)
+            slots.observe(topology, Instant::now(), self.guard_window.get())
         };
         for (first, last) in newly {
             tracing::warn!(
                 node = %self.display,
                 "restart guard: slots {first}-{last} failed over to a former replica; their votes do not count for {:?} (the new primary may have lost locks)",
-                self.guard_window
+                self.guard_window.get()
             );
         }
     }
@@ -437,14 +441,20 @@ impl Node {
         let now = Instant::now();
         let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
         for (slot, probe) in probes {
-            slots.probed(*slot, probe, now, self.guard_window);
+            slots.probed(*slot, probe, now, self.guard_window.get());
         }
+    }
+
+    /// Widens the default restart guard to `lease` before a lease that long is asked for
+    /// (see `restart_guard.rs`).
+    pub(crate) fn cover_lease(&self, lease: Duration) {
+        self.guard_window.cover(lease);
     }
 
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
-        match g.until {
+        match g.hold.map(|h| h.until(self.guard_window.get())) {
             Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
                 "restarted recently: restart guard holds its vote for another {:?}",
                 to_the_ms(until - Instant::now())
@@ -1329,7 +1339,13 @@ mod tests {
 
     /// A node as a manager opens it, for the URL checks (no connection is made here).
     fn open(url: &str) -> Result<Node> {
-        Node::open(url, None, Duration::ZERO, true, Duration::from_millis(100))
+        Node::open(
+            url,
+            None,
+            GuardWindow::Fixed(Duration::ZERO),
+            true,
+            Duration::from_millis(100),
+        )
     }
 
     #[test]

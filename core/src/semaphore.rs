@@ -38,6 +38,7 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lock> {
     check(shared, name, permits, count, opts)?;
+    shared.cluster.cover_lease(opts.ttl);
     let mut opts = opts.clone();
     opts.permits = Some(Permits { permits, count });
     let stats = crate::metrics::stats(name, crate::acquire::Kind::Permits.metric_label());

@@ -11,9 +11,12 @@ from harness import wait_until
 TTL = 4.0
 
 
-def bare_quorum_holder(h, name: str = "A", guard: float = 0.0) -> dict:
-    """A's links to n3 and n4 are cut before its acquire: it holds k on n0, n1, n2 only."""
-    a = h.client(name, proxied=True, restart_guard=guard)
+def bare_quorum_holder(h, name: str = "A", guard: float | None = 0.0, **manager) -> dict:
+    """A's links to n3 and n4 are cut before its acquire: it holds k on n0, n1, n2 only.
+    ``guard`` None: the manager's default restart guard."""
+    if guard is not None:
+        manager["restart_guard"] = guard
+    a = h.client(name, proxied=True, **manager)
     cuts = [h.nemesis.link("cut", h.proxy(name, i), f"{name}->n{i}", "cut") for i in (3, 4)]
     got = a.call(op="acquire", h="a1", key="k",
                  opts={"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0})
@@ -85,6 +88,34 @@ def test_k4_restart_without_persistence_of_a_bare_quorum_node(h, guard):
         # B's quorum (n2 restarted empty, n3, n4) never saw A's fence: the order is lost too.
         assert len(report["fence_violations"]) == 1, report["fence_violations"]
     print(f"K4 guard={guard}: B granted {waited:.2f}s after the restart")
+
+
+def test_k4_the_default_guard_covers_a_lease_longer_than_the_managers_ttl(h):
+    """K4 with the default restart guard, on managers whose own ttl (1 s) is shorter than the
+    lease their acquires ask for (4 s, as a `withLock(key, fn, {ttl})` on the shared manager
+    does). The window was the manager's ttl: B, connected before n2's restart, counted n2's
+    vote 1 s after it and held k beside A. It is now the longest lease asked for."""
+    h.start_nodes(5)
+    h.start_resource()
+    wait_until("nodes older than the lease",
+               lambda: all(n.client().info("server")["uptime_in_seconds"] > TTL
+                           for n in h.nodes), timeout=30)
+    hold = bare_quorum_holder(h, guard=None, ttl=1.0)
+    b = h.client("B", ttl=1.0)
+    # Connected, and n2's run_id seen, with the manager's own ttl: n2's restart is then seen
+    # under B, with a window of 1 s, and the 4 s lease asked for afterwards must widen it.
+    warm = b.call(op="acquire", h="b0", key="warm", opts={"watchdog": False, "wait": 0.0})
+    assert warm["ok"], warm
+    assert b.call(op="release", h="b0")["ok"]
+    h.nemesis.restart_node(h.nodes[2], keep_data=False)
+    assert not h.nodes[2].client().exists("k")
+    got = b.call(op="acquire", h="b1", key="k",
+                 opts={"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0})
+    assert got["ok"], got
+    report = h.check()
+    assert report["overlaps"] == [], report["overlaps"]
+    assert h.first_grant("B", "b1")["t1"] >= hold["grant"]["deadline"]
+    assert report["fence_violations"] == []
 
 
 def test_k5_holder_cut_from_the_majority_is_told_before_its_deadline(h):

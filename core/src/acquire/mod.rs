@@ -77,6 +77,7 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
 ) -> Result<Lock> {
     check_request(key, opts)?;
+    shared.cluster.cover_lease(opts.ttl);
     let kind = Kind::of(opts);
     if kind.counted() {
         check_redisson_channel(shared, key, kind)?;

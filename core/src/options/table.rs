@@ -192,9 +192,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         scope: Scope::Manager,
         kind: Type::OptionalDuration { zero_ok: true },
         unit: "duration",
-        default: "ttl when N >= 3, off when N < 3",
+        default: "the longest lease asked for when N >= 3, off when N < 3",
         range: "0 (off) to 2^31-1 ms",
-        doc: "window after a node's (re)start in which its vote does not count; 0 = off",
+        doc: "window after a node's (re)start in which its vote does not count; 0 = off; by default the manager's ttl, widened to any longer ttl an acquire, extend or `withLock` of this manager asks for (set it when other processes use longer ttls on the same keys)",
     },
     OptionSpec {
         name: "tls_ca",
