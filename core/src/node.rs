@@ -143,6 +143,7 @@ impl Node {
         connect_timeout: Duration,
     ) -> Result<Node> {
         let display = redact_url(url);
+        check_control_characters(url, &display)?;
         check_userinfo(url, &display)?;
         check_fragment(url, &display)?;
         let cluster_url = ClusterUrl::parse(url, &display)?;
@@ -1105,17 +1106,57 @@ fn credentials_end(scheme: &str, rest: &str) -> Option<usize> {
     }
 }
 
-/// What is wrong with a URL redis-rs could not parse, where the port or the database is the
-/// cause (redis-rs only says it cannot parse it): a port that is not a number or too large, a
-/// database that is not a number.
+/// What is wrong with a URL redis-rs could not parse (it only says it cannot): no scheme or
+/// one it does not know, a wildcard host, an IPv6 zone, a port that is not a number or too
+/// large, a database that is not a number.
 fn bad_part(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    if scheme.eq_ignore_ascii_case("unix") {
-        return None;
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Some("no scheme".into());
+    };
+    const SCHEMES: [&str; 7] = [
+        "redis",
+        "rediss",
+        "unix",
+        "redis+unix",
+        "valkey",
+        "valkeys",
+        "valkey+unix",
+    ];
+    if !SCHEMES.iter().any(|s| scheme.eq_ignore_ascii_case(s)) {
+        return Some(format!("unsupported scheme {scheme:?}"));
+    }
+    if scheme.to_ascii_lowercase().ends_with("unix") {
+        let db = rest
+            .split_once('?')
+            .into_iter()
+            .flat_map(|(_, query)| query.split('&'))
+            .find_map(|pair| pair.strip_prefix("db="))?;
+        return db
+            .parse::<i64>()
+            .is_err()
+            .then(|| format!("database {db:?} is not a number"));
     }
     let rest = &rest[credentials_end(scheme, rest).map_or(0, |at| at + 1)..];
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
+    let host = match authority.rfind(']') {
+        Some(at) => &authority[..=at],
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    if host.contains('%') {
+        return Some(format!(
+            "host {host:?}: an IPv6 zone (%25...) is not supported"
+        ));
+    }
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if ip
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|a| a.is_unspecified())
+    {
+        return Some(format!(
+            "host {host:?} is a wildcard address (listen on it, connect to 127.0.0.1 or [::1])"
+        ));
+    }
     // An IPv6 host's colons are inside its brackets.
     let after_host = authority
         .rfind(']')
@@ -1142,6 +1183,18 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     ["rediss", "rediss+cluster", "valkeys"]
         .iter()
         .any(|tls| scheme.eq_ignore_ascii_case(tls))
+}
+
+/// A control character (a NUL from a C string's neighbour, a newline from a file read whole):
+/// redis-rs reads `/0\0` as database 0, and a password with one goes to the server as is.
+fn check_control_characters(url: &str, display: &str) -> Result<()> {
+    match url.char_indices().find(|(_, c)| c.is_control()) {
+        // Shown redacted, with the character escaped: it may be in the password.
+        Some((at, c)) => Err(Error::invalid(format!(
+            "malformed node URL {display:?}: a control character ({c:?}) at byte {at}"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// A fragment: redis-rs keeps an unknown one as part of the node's name (a unix socket's
@@ -1521,6 +1574,20 @@ mod tests {
                 "database \"abc\" is not a number",
             ),
             ("http://x", "redis+cluster://host:port"),
+            ("http://x", "unsupported scheme \"http\""),
+            ("localhost:6379", "no scheme"),
+            ("redis://0.0.0.0:6379", "\"0.0.0.0\" is a wildcard address"),
+            (
+                "redis://:hunter2@[::]:6379",
+                "\"[::]\" is a wildcard address",
+            ),
+            ("redis://[fe80::1%25eth0]:6379", "an IPv6 zone"),
+            (
+                "unix:///tmp/r.sock?pass=hunter2&db=abc",
+                "database \"abc\" is not a number",
+            ),
+            ("redis://h:1/0\0", "a control character"),
+            ("redis://:hun\u{1}ter2@h:1", "a control character"),
         ] {
             let Err(err) = open(url) else {
                 panic!("{url} accepted")

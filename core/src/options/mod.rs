@@ -165,8 +165,10 @@ impl LockOptions {
             return Err(too_long("wait", w));
         }
         check_duration("retry_delay", self.retry_delay)?;
+        check_at_least_a_millisecond("retry_delay", self.retry_delay)?;
         if let Some(t) = self.node_timeout {
             check_duration("node_timeout", t)?;
+            check_at_least_a_millisecond("node_timeout", t)?;
         }
         if !self.drift_factor.is_finite() || !(0.0..1.0).contains(&self.drift_factor) {
             return Err(Error::invalid(format!(
@@ -193,6 +195,18 @@ fn too_long(name: &str, d: Duration) -> Error {
         "{name} {d:?} is too long: the maximum is {}ms (about 24.8 days)",
         MAX_DURATION.as_millis()
     ))
+}
+
+/// A retry delay under a millisecond retries in a busy loop against the servers (thousands of
+/// commands a second per waiter); a node timeout under one gives up before any reply. Node and
+/// Go take whole milliseconds; Python's seconds and the CLI's units could say less.
+fn check_at_least_a_millisecond(name: &str, d: Duration) -> Result<()> {
+    if d < Duration::from_millis(1) {
+        return Err(Error::invalid(format!(
+            "{name} {d:?} is too short: the minimum is 1ms"
+        )));
+    }
+    Ok(())
 }
 
 fn check_duration(name: &str, d: Duration) -> Result<()> {
@@ -373,6 +387,9 @@ pub fn parse_duration(text: &str) -> Result<Duration> {
         .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let bad = |why: &str| Error::invalid(format!("invalid duration {text:?}: {why}"));
+    if num.is_empty() && s.starts_with('-') {
+        return Err(bad("must not be negative"));
+    }
     if num.is_empty() {
         return Err(bad(
             "expected a number followed by a unit, such as 500ms, 10s or 2m",
@@ -452,6 +469,35 @@ mod tests {
         assert!(err.message().contains("unknown unit \"x\""), "{err}");
         let err = parse_duration("1e3ms").unwrap_err();
         assert!(err.message().contains("no exponents"), "{err}");
+        let err = parse_duration("-1s").unwrap_err();
+        assert!(err.message().contains("must not be negative"), "{err}");
+    }
+
+    #[test]
+    fn a_retry_delay_or_node_timeout_under_a_millisecond_is_refused() {
+        // A retry delay of 1 µs made a waiter send thousands of commands a second.
+        for (o, name) in [
+            (
+                LockOptions::default().retry_delay(Duration::from_micros(999)),
+                "retry_delay",
+            ),
+            (
+                LockOptions::default().node_timeout(Duration::from_nanos(1)),
+                "node_timeout",
+            ),
+        ] {
+            let err = o.validate().unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument);
+            assert!(
+                err.message().starts_with(name) && err.message().contains("the minimum is 1ms"),
+                "{err}"
+            );
+        }
+        LockOptions::default()
+            .retry_delay(Duration::from_millis(1))
+            .node_timeout(Duration::from_millis(1))
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl OptionSpec {
 }
 
 const DURATION_RANGE: &str = "> 0, at most 2^31-1 ms";
+const MILLIS_RANGE: &str = "1 ms to 2^31-1 ms";
 
 /// Every option, in the order of the README's configuration table.
 pub const OPTIONS: &[OptionSpec] = &[
@@ -120,7 +121,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         kind: Type::Duration,
         unit: "duration",
         default: "100 ms, jittered ±50 %",
-        range: DURATION_RANGE,
+        range: MILLIS_RANGE,
         doc: "between attempts",
     },
     OptionSpec {
@@ -129,7 +130,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         kind: Type::OptionalDuration { zero_ok: false },
         unit: "duration",
         default: "min(200 ms, ttl/10)",
-        range: DURATION_RANGE,
+        range: MILLIS_RANGE,
         doc: "per node, per request; an acquire whose loss margin (2 × node timeout) is not \
               under ttl/3 is refused, as `extend(ttl)` is (the default always fits)",
     },
