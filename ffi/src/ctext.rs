@@ -16,9 +16,22 @@ pub(crate) fn text(ptr: *const c_char, what: &str) -> Result<String, Failure> {
         Err(e) => Err(Failure::invalid(format!(
             "{what} is not valid UTF-8 (bad byte at offset {}): {:?}",
             e.valid_up_to(),
-            String::from_utf8_lossy(bytes)
+            shown(&String::from_utf8_lossy(bytes))
         ))),
     }
+}
+
+/// A string as a message may echo it: one holding node URLs (an option value, a list of
+/// nodes) with their credentials redacted.
+fn shown(text: &str) -> String {
+    if !text.contains("://") {
+        return text.to_string();
+    }
+    ferrolock::split_nodes(text)
+        .iter()
+        .map(|u| ferrolock::redact_url(u))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A required handle argument.
@@ -42,4 +55,20 @@ pub(crate) fn out<T>(ptr: *mut T, what: &str) -> Result<*mut T, Failure> {
         return Err(Failure::invalid(format!("{what} must not be NULL")));
     }
     Ok(ptr)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_bad_byte_in_a_node_list_is_named_without_its_password() {
+        let value = b"redis://:sekrit@127.0.0.1:1/0\xff,redis://u:pw2@h:2\0";
+        let err = super::text(value.as_ptr().cast(), "option value").unwrap_err();
+        let message = format!("{err:?}");
+        assert!(message.contains("bad byte at offset 29"), "{message}");
+        assert!(message.contains("127.0.0.1:1"), "{message}");
+        assert!(
+            !message.contains("sekrit") && !message.contains("pw2"),
+            "{message}"
+        );
+    }
 }

@@ -70,14 +70,59 @@ fn written(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "<unprintable>".to_string())
 }
 
-/// A value of the wrong Python type (or one no core type can hold), in the core's wording.
-fn bad(py: Python<'_>, ctx: Ctx<'_>, name: &str, value: &Bound<'_, PyAny>, why: &str) -> PyErr {
-    let ty = value
+/// `nodes` as a message may show it: each URL's credentials redacted; a number or `None` as
+/// written, anything else by its type alone (bytes, a dict: its repr could hold a password).
+fn written_nodes(py: Python<'_>, value: &Bound<'_, PyAny>) -> String {
+    let url = |item: &Bound<'_, PyAny>| match item.cast::<PyString>().map(|s| s.to_str()) {
+        Ok(Ok(text)) => {
+            let shown: Vec<String> = ferrolock::split_nodes(text)
+                .iter()
+                .map(|u| ferrolock::redact_url(u))
+                .collect();
+            written(PyString::new(py, &shown.join(",")).as_any())
+        }
+        Ok(Err(_)) => "<str that is not valid UTF-8>".to_string(),
+        Err(_)
+            if item.is_none()
+                || item.is_instance_of::<PyInt>()
+                || item.is_instance_of::<PyFloat>() =>
+        {
+            written(item)
+        }
+        Err(_) => format!("<{}>", type_name(item)),
+    };
+    if value.is_instance_of::<PyString>() {
+        return url(value);
+    }
+    let (open, close) = match value.is_instance_of::<PyTuple>() {
+        true => ("(", ")"),
+        false => ("[", "]"),
+    };
+    match value.try_iter() {
+        Ok(items) if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() => {
+            let shown: Vec<String> = items.map(|i| i.map_or("?".into(), |i| url(&i))).collect();
+            format!("{open}{}{close}", shown.join(", "))
+        }
+        _ => url(value),
+    }
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
         .get_type()
         .name()
         .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".to_string());
-    ctx.invalid(py, format!("{name}={} ({ty}): {why}", written(value)))
+        .unwrap_or_else(|_| "?".to_string())
+}
+
+/// A value of the wrong Python type (or one no core type can hold), in the core's wording.
+fn bad(py: Python<'_>, ctx: Ctx<'_>, name: &str, value: &Bound<'_, PyAny>, why: &str) -> PyErr {
+    let ty = type_name(value);
+    let shown = match name {
+        "nodes" => written_nodes(py, value),
+        _ => written(value),
+    };
+    ctx.invalid(py, format!("{name}={shown} ({ty}): {why}"))
 }
 
 pub(crate) fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
@@ -134,8 +179,11 @@ fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Val
     // The core reads an empty list as "the default nodes"; written out, it is a mistake.
     let empty =
         "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
+    let not_utf8 = "a node URL that is not valid UTF-8 (a lone surrogate)";
     if let Ok(s) = v.cast::<PyString>() {
-        let s = s.to_str()?;
+        let Ok(s) = s.to_str() else {
+            return Err(bad(py, ctx, "nodes", v, not_utf8));
+        };
         if s.split(',').all(|n| n.trim().is_empty()) {
             return Err(bad(py, ctx, "nodes", v, empty));
         }
@@ -146,8 +194,12 @@ fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Val
     }
     let mut out = Vec::new();
     for item in v.try_iter()? {
-        match item?.cast::<PyString>() {
-            Ok(s) => out.push(s.to_str()?.to_string()),
+        match item?
+            .cast::<PyString>()
+            .map(|s| s.to_str().map(str::to_string))
+        {
+            Ok(Ok(s)) => out.push(s),
+            Ok(Err(_)) => return Err(bad(py, ctx, "nodes", v, not_utf8)),
             Err(_) => return Err(bad(py, ctx, "nodes", v, why)),
         }
     }
@@ -241,7 +293,11 @@ fn set(
         return Ok(());
     }
     let value = convert(py, ctx, name, spec.kind, v)?;
-    opts.set(name, value, &written(v))
+    let shown = match spec.kind {
+        OptionType::Urls => written_nodes(py, v),
+        _ => written(v),
+    };
+    opts.set(name, value, &shown)
         .map_err(|e| ctx.invalid(py, e.message()))
 }
 
@@ -318,7 +374,7 @@ pub fn manager_args(
     let mut interrupt = None;
     let positional = nodes.filter(|n| !n.is_none());
     if let Some(n) = positional {
-        mo.set("nodes", node_urls(py, ctx, n)?, &written(n))
+        mo.set("nodes", node_urls(py, ctx, n)?, &written_nodes(py, n))
             .map_err(|e| ctx.invalid(py, e.message()))?;
     }
     if let Some(d) = options {

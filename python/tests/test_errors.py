@@ -171,6 +171,14 @@ def test_option_names_are_the_cores_table() -> None:
         ({"nodes": ["redis+cluster://u:hun/ter2@127.0.0.1:1"]}, "redis+cluster://u:***@127.0.0.1:1"),
         ({"nodes": ["unix:///tmp/r.sock?pass=hun&ter2=1"]}, "%26"),
         ({"nodes": ["nonsense"]}, "nonsense"),
+        # A wrong item beside a URL with a password: the list is shown, the password is not.
+        ({"nodes": ["redis://:hunter2@127.0.0.1:1", 5]}, "nodes=['redis://:***@127.0.0.1:1', 5]"),
+        ({"nodes": ("redis://:hunter2@h:1", b"redis://:hunter2@h:2")}, "nodes=('redis://:***@h:1', <bytes>)"),
+        ({"nodes": {"a": "redis://:hunter2@h:1"}}, "nodes=<dict>"),
+        # UTF-8 cannot carry a lone surrogate: named, not a UnicodeEncodeError.
+        ({"nodes": ["redis://:hunter2@127.0.0.1:1\ud800"]}, "not valid UTF-8"),
+        ({"nodes": "redis://:hunter2@127.0.0.1:1\ud800"}, "not valid UTF-8"),
+        ({"nodes": ["redis://:hunter2@127.0.0.1:1/0\x00"]}, "a control character"),
         ({"nodes": ["redis://127.0.0.1:1", ""]}, "empty node URL"),
         ({"tls_ca": 3}, "tls_ca=3"),
         ({"restart_guard": -1}, "restart_guard=-1"),
@@ -185,6 +193,14 @@ def test_bad_manager_option(kwargs: dict[str, Any], shown: str) -> None:
     assert "hunter2" not in str(info.value) and "ter2" not in str(info.value)
     with pytest.raises(InvalidArgument):
         ferrolock.redlock("k", **kwargs)
+
+
+@pytest.mark.parametrize("name", ["retry_delay", "node_timeout"])
+def test_a_retry_delay_or_node_timeout_under_a_millisecond_is_refused(name: str) -> None:
+    # A retry delay of a nanosecond made a waiter send thousands of commands a second.
+    with pytest.raises(InvalidArgument, match=rf"^LockManager: {name} 500ns is too short: the minimum is 1ms"):
+        LockManager(["redis://127.0.0.1:1"], **{name: 5e-7})
+    LockManager(["redis://127.0.0.1:1"], **{name: 0.001})
 
 
 def test_unreadable_tls_ca_file_is_named(tmp_path: Path) -> None:
