@@ -1,5 +1,7 @@
 package ferrolock
 
+import "time"
+
 // LiveHandles is the number of cgo handles the package holds (for the leak test).
 func LiveHandles() int64 { return liveHandles.Load() }
 
@@ -8,3 +10,6 @@ func RestoreDefaultLogger() { setDefaultLogger() }
 
 // LibraryVersion is the linked C library's ferrolock_version().
 func LibraryVersion() string { return libraryVersion() }
+
+// LimitMs is the milliseconds a ReleaseAll or Shutdown limit passes to the library.
+func LimitMs(d time.Duration) uint64 { return uint64(limitMs(d)) }

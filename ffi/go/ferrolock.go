@@ -90,6 +90,8 @@ var inGoTerms = func() *strings.Replacer {
 }()
 
 // Manager holds the nodes and the default options of its locks. Safe for concurrent use.
+// Its methods refuse a nil *Manager (a NewManager whose error went unchecked) and a nil ctx
+// with ErrInvalidArgument naming them ("Acquire: nil *Manager", "Acquire: ctx is nil").
 type Manager struct {
 	mu sync.RWMutex
 	p  *C.ferrolock_manager
@@ -123,8 +125,12 @@ func NewManager(opts ...Option) (*Manager, error) {
 // the background). Later calls on the manager fail with ErrInvalidArgument. Close does not
 // release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
 // until released, and Shutdown still releases those held. Call ReleaseAll first to release
-// them. Idempotent.
+// them. Idempotent. A nil *Manager's Close returns ErrInvalidArgument, as do its other
+// methods, instead of panicking.
 func (m *Manager) Close() error {
+	if err := refused("Close", m); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	C.ferrolock_manager_free(m.p)
@@ -134,13 +140,44 @@ func (m *Manager) Close() error {
 
 var errClosed = invalid("the manager is closed")
 
+// refused is op's error for an argument that would otherwise panic deep inside it, naming
+// it: a nil *Manager or *Lock receiver (the result of a constructor whose error went
+// unchecked), a nil ctx, a nil fn (which WithLock would call only once the key is held).
+// Each op passes its receiver and the arguments it takes; a nil ctx arrives as the only
+// untyped nil, the others being typed.
+func refused(op string, args ...any) error {
+	for _, a := range args {
+		switch v := a.(type) {
+		case nil:
+			return invalid("%s: ctx is nil", op)
+		case *Manager:
+			if v == nil {
+				return invalid("%s: nil *Manager", op)
+			}
+		case *Lock:
+			if v == nil {
+				return invalid("%s: nil *Lock", op)
+			}
+		case func(context.Context, *Lock) error:
+			if v == nil {
+				return invalid("%s: fn is nil", op)
+			}
+		}
+	}
+	return nil
+}
+
 // ReleaseAll releases every lock this manager handed out and that was not released (held,
 // or lost but perhaps still standing on some node), waiting at most limit (the rest goes on
-// in the background). It returns how many were still held on a quorum. The Locks stay valid.
-// A Lock still held is declared lost first: a WithLock body still running on it has its ctx
-// cancelled with ErrLockLost, and its Release returns nil, as after any loss. For a
+// in the background; a negative limit waits not at all, and a fraction of a millisecond
+// counts as a whole one). It returns how many were still held on a quorum. The Locks stay valid. A Lock still
+// held is declared lost first: a WithLock body still running on it has its ctx cancelled
+// with ErrLockLost, and its Release returns nil, as after any loss. For a
 // worker's shutdown, or before Close.
 func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
+	if err := refused("ReleaseAll", m); err != nil {
+		return 0, err
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.p == nil {
@@ -156,11 +193,12 @@ func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
 
 // Shutdown runs the process-exit protocol, for the end of main: acquires still waiting give
 // up (ErrNotAcquired), and every lock of every manager not yet released is released, waiting
-// at most limit in all (what is not released by then expires with its ttl). Acquires started
-// afterwards fail at once. Within the same limit, the log records queued by then reach the
-// logger (see SetLogger). It returns how many locks were released in time. Being the end,
-// it tells no holder: a WithLock body still running when it is called is not cancelled (call
-// it once they have returned, or call each manager's ReleaseAll first, which tells them).
+// at most limit in all (what is not released by then expires with its ttl; limit as
+// ReleaseAll's). Acquires started afterwards fail at once. Within the same limit, the log
+// records queued by then reach the logger (see SetLogger). It returns how many locks were
+// released in time. Being the end, it tells no holder: a WithLock body still running when
+// it is called is not cancelled (call it once they have returned, or call each manager's
+// ReleaseAll first, which tells them).
 func Shutdown(limit time.Duration) int {
 	start := time.Now()
 	n := int(C.ferrolock_shutdown(limitMs(limit)))
@@ -168,12 +206,18 @@ func Shutdown(limit time.Duration) int {
 	return n
 }
 
-// limitMs is a time limit in whole milliseconds (a negative one is none at all).
+// limitMs is a time limit in whole milliseconds (a negative one is none at all). A fraction
+// of a millisecond rounds up, where a lease's is refused: a limit only bounds a wait, and
+// rounding down would make 500µs no wait at all.
 func limitMs(d time.Duration) C.uint64_t {
 	if d < 0 {
 		return 0
 	}
-	return C.uint64_t(d / time.Millisecond)
+	ms := d / time.Millisecond
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return C.uint64_t(ms)
 }
 
 // Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
@@ -184,12 +228,12 @@ func limitMs(d time.Duration) C.uint64_t {
 // containing NUL is refused with ErrInvalidArgument naming it: the C library takes
 // NUL-terminated strings and would hold the key cut short at the NUL.
 func (m *Manager) Acquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, lockKind, opts)
+	return m.acquire(ctx, "Acquire", key, lockKind, opts)
 }
 
 // TryAcquire tries key once: ErrNotAcquired if it is held elsewhere.
 func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, lockKind, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, "TryAcquire", key, lockKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
 // AcquireRead takes the read side of the read-write lock key (Redisson's RReadWriteLock
@@ -200,24 +244,24 @@ func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*
 // WithReadLock or WithWriteLock scope, the scope's owner re-enters either side and may read
 // under its own write lock (a downgrade).
 func (m *Manager) AcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, readKind, opts)
+	return m.acquire(ctx, "AcquireRead", key, readKind, opts)
 }
 
 // AcquireWrite takes the write side of the read-write lock key, waiting as Acquire does: it
 // is granted with no reader and no other writer on key. An owner holding only the read side
 // is refused (a read-to-write upgrade: two upgraders would wait for each other forever).
 func (m *Manager) AcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, writeKind, opts)
+	return m.acquire(ctx, "AcquireWrite", key, writeKind, opts)
 }
 
 // TryAcquireRead tries the read side of key once: ErrNotAcquired if a writer holds it.
 func (m *Manager) TryAcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, readKind, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, "TryAcquireRead", key, readKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
 // TryAcquireWrite tries the write side of key once: ErrNotAcquired if anyone else holds it.
 func (m *Manager) TryAcquireWrite(ctx context.Context, key string, opts ...Option) (*Lock, error) {
-	return m.acquire(ctx, key, writeKind, append(append([]Option(nil), opts...), Wait(0)))
+	return m.acquire(ctx, "TryAcquireWrite", key, writeKind, append(append([]Option(nil), opts...), Wait(0)))
 }
 
 // kind is what acquire takes: the lock, a side of the read-write lock, or permits.
@@ -238,7 +282,10 @@ func permitsKind(permits, count uint32) kind {
 	return kind{side: C.GO_SIDE_PERMITS, permits: C.uint32_t(permits), count: C.uint32_t(count)}
 }
 
-func (m *Manager) acquire(ctx context.Context, key string, k kind, opts []Option) (*Lock, error) {
+func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Option) (*Lock, error) {
+	if err := refused(op, m, ctx); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -529,6 +576,10 @@ func (s *lossState) onLoss(f func(error)) {
 // the background when collected, with a warning naming its key. Collection follows the last
 // use of the Lock, not the end of the work it guards: keep using it (call Release at the end)
 // for as long as you mean to hold the lock.
+//
+// A nil *Lock (what a failed Acquire returns) holds nothing, and says so without a panic:
+// Release, Extend and Err return ErrInvalidArgument ("Release: nil *Lock"), Lost is closed,
+// Validity is 0, Fence has none, Key and Token are empty.
 type Lock struct {
 	mu     sync.Mutex
 	p      *C.ferrolock_lock
@@ -578,13 +629,26 @@ func (l *Lock) freeWith(free func(*C.ferrolock_lock)) {
 }
 
 // Key is the locked key.
-func (l *Lock) Key() string { return l.key }
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
 
 // Token is the value stored at the key, unique to this acquisition.
-func (l *Lock) Token() string { return l.token }
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
 
 // Fence is the grant's fence token (with the Fencing option), else false.
 func (l *Lock) Fence() (uint64, bool) {
+	if l == nil {
+		return 0, false
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
@@ -599,6 +663,9 @@ func (l *Lock) Fence() (uint64, bool) {
 
 // Validity is the time left before the lock may be someone else's (0 once released or lost).
 func (l *Lock) Validity() time.Duration {
+	if l == nil {
+		return 0
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
@@ -608,11 +675,26 @@ func (l *Lock) Validity() time.Duration {
 }
 
 // Lost is closed when the lock is lost (before its validity ends, while the process runs),
-// at the latest when an Extend returns ErrLockLost.
-func (l *Lock) Lost() <-chan struct{} { return l.loss.ch }
+// at the latest when an Extend returns ErrLockLost. A nil Lock's is closed: a goroutine
+// guarding its work with it stops rather than waits forever on a lock never held.
+func (l *Lock) Lost() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.loss.ch
+}
+
+var closedChan = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Err is nil while held, the ErrLockLost error once lost, ErrNotHeld once released.
 func (l *Lock) Err() error {
+	if err := refused("Err", l); err != nil {
+		return err
+	}
 	select {
 	case <-l.loss.ch:
 		return l.loss.err
@@ -632,6 +714,9 @@ func (l *Lock) Err() error {
 // read hold) to a shorter ttl that got no answer (or was cancelled): it may have taken effect,
 // so the validity is cut to the shorter ttl's. ctx cancels the extend.
 func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
+	if err := refused("Extend", l, ctx); err != nil {
+		return 0, err
+	}
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -642,6 +727,9 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	if len(ttl) > 0 {
 		var err error
 		if ms, err = millis("ttl", ttl[0]); err != nil {
+			return 0, err
+		}
+		if err := wholeMillis("ttl", ttl[0]); err != nil {
 			return 0, err
 		}
 		if ms == 0 {
@@ -692,6 +780,9 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 // (ErrQuorumUnreachable: those nodes keep what they hold until its ttl); a second Release is
 // ErrNotHeld.
 func (l *Lock) Release() error {
+	if err := refused("Release", l); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	if l.p == nil {
 		l.mu.Unlock()
@@ -712,7 +803,8 @@ func (l *Lock) Release() error {
 // fn's own. A ctx done while waiting returns ctx.Err() and keeps nothing. ctx bounds the wait
 // and is the parent of fn's context; the Wait option bounds the wait only. If fn panics (or
 // calls runtime.Goexit), the lock is released and fn's context cancelled before the panic
-// goes on to the caller.
+// goes on to the caller. A nil fn is refused (ErrInvalidArgument, "WithLock: fn is nil")
+// before anything is acquired.
 //
 // With a reentrant lock (the Reentrant option), the owner is this WithLock's scope: Go has no
 // goroutine identity, so fn's ctx carries it, as does every ctx derived from it. A nested
@@ -723,23 +815,27 @@ func (l *Lock) Release() error {
 // WithLock returns its scope owns nothing: a ctx that outlives it (context.WithoutCancel)
 // acquires as a new owner. Outside any scope each acquire is an owner of its own.
 func (m *Manager) WithLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) (err error) {
-	return m.with(ctx, key, lockKind, fn, opts)
+	return m.with(ctx, "WithLock", key, lockKind, fn, opts)
 }
 
 // WithReadLock runs fn holding the read side of the read-write lock key (see AcquireRead),
 // with WithLock's rules: fn's ctx is cancelled when the hold is lost, the hold is released
 // when fn returns or panics, and the ctx carries the scope's owner.
 func (m *Manager) WithReadLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
-	return m.with(ctx, key, readKind, fn, opts)
+	return m.with(ctx, "WithReadLock", key, readKind, fn, opts)
 }
 
 // WithWriteLock runs fn holding the write side of the read-write lock key (see AcquireWrite),
 // with WithLock's rules.
 func (m *Manager) WithWriteLock(ctx context.Context, key string, fn func(context.Context, *Lock) error, opts ...Option) error {
-	return m.with(ctx, key, writeKind, fn, opts)
+	return m.with(ctx, "WithWriteLock", key, writeKind, fn, opts)
 }
 
-func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.Context, *Lock) error, opts []Option) (err error) {
+func (m *Manager) with(ctx context.Context, op, key string, k kind, fn func(context.Context, *Lock) error, opts []Option) (err error) {
+	// Before the acquire: a nil fn would otherwise panic only once the key is held.
+	if err := refused(op, m, ctx, fn); err != nil {
+		return err
+	}
 	// A ctx without a live scope gets one: this WithLock's, ended when it returns, so that a
 	// ctx that outlives it (a detached goroutine's) owns nothing.
 	s, ok := ctx.Value(scopeKey{}).(*scope)
@@ -748,7 +844,7 @@ func (m *Manager) with(ctx context.Context, key string, k kind, fn func(context.
 		defer s.ended.Store(true)
 		ctx = context.WithValue(ctx, scopeKey{}, s)
 	}
-	l, err := m.acquire(ctx, key, k, opts)
+	l, err := m.acquire(ctx, op, key, k, opts)
 	if err != nil {
 		return err
 	}

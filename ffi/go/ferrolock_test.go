@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
 		os.Exit(logExitChild(part))
 	}
+	if part := os.Getenv("FERROLOCK_GO_LOG_SHUTDOWN"); part != "" {
+		os.Exit(shutdownInHandlerChild(part))
+	}
 	if port := os.Getenv("FERROLOCK_GO_BURST"); port != "" {
 		os.Exit(burstChild(port))
 	}
@@ -845,7 +848,7 @@ func TestANulInAKeyOrOptionStringIsRefused(t *testing.T) {
 	l.Release()
 	url := fmt.Sprintf("redis://127.0.0.1:%d", ports[0])
 	_, err = ferrolock.NewManager(ferrolock.Nodes(url + "\x00,redis://127.0.0.1:1"))
-	refused("a node URL with a NUL", err, strconv.Quote(url+"\x00,redis://127.0.0.1:1"))
+	refused("a node URL with a NUL", err, fmt.Sprintf("nodes: a NUL byte at offset %d", len(url)))
 	_, err = ferrolock.NewManager(ferrolock.Set("ttl\x00junk", 5*time.Second))
 	refused("an option name with a NUL", err, strconv.Quote("ttl\x00junk"))
 	_, err = m.Acquire(ctx, k, ferrolock.Set("wait\x00", time.Second))
@@ -1276,6 +1279,182 @@ func TestShutdownHandsQueuedRecordsToTheLogger(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("no record of %s's release in the child's log:\n%s", k, out)
+		}
+	}
+}
+
+// onFirstRecord is a slog handler that calls f with the first record it is given.
+type onFirstRecord struct {
+	once sync.Once
+	f    func()
+}
+
+func (h *onFirstRecord) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *onFirstRecord) Handle(context.Context, slog.Record) error {
+	h.once.Do(h.f)
+	return nil
+}
+func (h *onFirstRecord) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onFirstRecord) WithGroup(string) slog.Handler      { return h }
+
+// The child of TestShutdownFromTheLoggersHandlerDoesNotWaitForItself: the handler calls
+// Shutdown(30 s) on its first record (a loss), with part:held held, and the child prints how
+// long that took in ms and how many locks it released.
+func shutdownInHandlerChild(part string) int {
+	m, err := ferrolock.NewManager(base...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	report := make(chan string, 1)
+	handler := &onFirstRecord{f: func() {
+		start := time.Now()
+		n := ferrolock.Shutdown(30 * time.Second)
+		report <- fmt.Sprintf("%d %d", time.Since(start).Milliseconds(), n)
+	}}
+	held, err := m.Acquire(context.Background(), part+":held")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Once held: the handler's Shutdown must find something to release.
+	if err := ferrolock.SetLogger(slog.New(handler)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The first record: MaxHold ends this hold, and the loss is logged as a warning. Another
+	// warning first (a slow node, say) runs Shutdown as well, which refuses this acquire.
+	lost, err := m.Acquire(context.Background(), part+":lost", ferrolock.MaxHold(200*time.Millisecond))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "the acquire meant to be lost:", err)
+	}
+	select {
+	case r := <-report:
+		fmt.Println(r)
+	case <-time.After(2 * time.Minute):
+		fmt.Fprintln(os.Stderr, "the handler never reported")
+		return 2
+	}
+	runtime.KeepAlive(held)
+	runtime.KeepAlive(lost)
+	return 0
+}
+
+// Shutdown called by the logger's handler returns once the locks are released: it used to
+// wait out its whole limit for the records queued behind the one the handler was given,
+// which only that handler's return lets through.
+func TestShutdownFromTheLoggersHandlerDoesNotWaitForItself(t *testing.T) {
+	part := key("log-shutdown")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_LOG_SHUTDOWN="+part)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v", err)
+	}
+	var ms, n int
+	if _, err := fmt.Sscanf(string(out), "%d %d", &ms, &n); err != nil {
+		t.Fatalf("child said %q: %v", out, err)
+	}
+	// Shutdown(30 s) waiting for itself takes the 30 s; releasing takes a round trip.
+	if ms >= 15000 || n < 1 {
+		t.Fatalf("Shutdown(30s) in the handler took %d ms, released %d", ms, n)
+	}
+	for _, port := range ports {
+		if k := keysNamed(t, port, part+":held"); k != 0 {
+			t.Fatalf("port %d: %d keys left", port, k)
+		}
+	}
+}
+
+// The caller's ctx cancelled while fn runs (the README: ctx is the parent of fn's ctx): fn's
+// ctx is cancelled, the lock stays held until fn returns, then it is released, and WithLock
+// returns fn's error.
+func TestCallerCtxCancelledWhileFnRunsReleasesAfterFn(t *testing.T) {
+	m := manager(t, ferrolock.TTL(10*time.Second))
+	k := key("caller-cancel")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	err := m.WithLock(ctx, k, func(inner context.Context, l *ferrolock.Lock) error {
+		cancel()
+		select {
+		case <-inner.Done():
+		case <-time.After(30 * time.Second):
+			return errors.New("fn's ctx was not cancelled with the caller's")
+		}
+		if err := l.Err(); err != nil {
+			return fmt.Errorf("no longer held once the caller's ctx was cancelled: %w", err)
+		}
+		holding := 0
+		for _, port := range ports {
+			holding += keysNamed(t, port, k)
+		}
+		if holding < len(ports)/2+1 {
+			return fmt.Errorf("%d of %d nodes hold the key while fn runs", holding, len(ports))
+		}
+		return inner.Err()
+	})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ferrolock.ErrLockLost) {
+		t.Fatalf("WithLock returned %v, want fn's context.Canceled only", err)
+	}
+	if !settles(10*time.Second, func() bool {
+		left := 0
+		for _, port := range ports {
+			left += keysNamed(t, port, k)
+		}
+		return left == 0
+	}) {
+		t.Fatalf("%s is still held after WithLock returned", k)
+	}
+}
+
+// From the goroutine that saw Lost() fire (the key deleted under it), the lock's and its
+// manager's calls return, and leave no key: Extend says lost, Release gives back what is
+// left, an acquire of another key is granted, Close closes.
+func TestCallsAfterLostReturn(t *testing.T) {
+	m := manager(t, ferrolock.TTL(1500*time.Millisecond))
+	ctx := context.Background()
+	k, other := key("after-loss"), key("after-loss-other")
+	l, err := m.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, port := range ports {
+		if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "DEL", k).CombinedOutput(); err != nil {
+			t.Fatalf("DEL: %v %s", err, out)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		<-l.Lost()
+		done <- func() error {
+			if _, err := l.Extend(ctx); !errors.Is(err, ferrolock.ErrLockLost) {
+				return fmt.Errorf("Extend after the loss: %v, want ErrLockLost", err)
+			}
+			if err := l.Release(); err != nil {
+				return fmt.Errorf("Release after the loss: %v", err)
+			}
+			o, err := m.Acquire(ctx, other)
+			if err != nil {
+				return fmt.Errorf("Acquire of another key after the loss: %v", err)
+			}
+			if err := o.Release(); err != nil {
+				return err
+			}
+			return m.Close()
+		}()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no loss seen, or a call after it hung")
+	}
+	for _, port := range ports {
+		if n := keysNamed(t, port, k) + keysNamed(t, port, other); n != 0 {
+			t.Fatalf("port %d: %d keys left", port, n)
 		}
 	}
 }

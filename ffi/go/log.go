@@ -20,6 +20,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +43,9 @@ var logLevels = [...]slog.Level{slog.LevelError, slog.LevelWarn, slog.LevelInfo,
 //
 // The library's threads only queue a record; a goroutine of the package hands it to the
 // logger, so a slow handler delays no renewal (records that find the queue full are dropped
-// and counted in a warning); Shutdown waits for the records queued before it returns. The
-// handler may call ferrolock functions, SetLogger excepted. Once SetLogger has returned, the
+// and counted in a warning); Shutdown waits for the records queued before it returns (unless
+// the handler itself calls it: those records wait for the handler). The handler may call
+// ferrolock functions, SetLogger excepted. Once SetLogger has returned, the
 // previous logger gets no more records. One logger per process.
 func SetLogger(logger *slog.Logger) error {
 	if logger == nil {
@@ -68,6 +72,8 @@ type logSink struct {
 	queue   chan logItem
 	dropped atomic.Int64
 	done    chan struct{}
+	// The goroutine that hands records to the logger (see flushLog).
+	drainer atomic.Uint64
 }
 
 var (
@@ -127,6 +133,7 @@ func (s *logSink) enqueue(level int, message string) {
 
 func (s *logSink) drain() {
 	defer close(s.done)
+	s.drainer.Store(goroutineID())
 	for item := range s.queue {
 		if item.flushed != nil {
 			close(item.flushed)
@@ -158,6 +165,12 @@ func flushLog(limit time.Duration) {
 	if s == nil || limit <= 0 {
 		return
 	}
+	if id := goroutineID(); id != 0 && id == s.drainer.Load() {
+		// Called from the logger's handler (Shutdown at the end of a record): the records
+		// queued behind the one it handles wait for it to return, so waiting here would
+		// only run out the limit.
+		return
+	}
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	flushed := make(chan struct{})
@@ -170,4 +183,18 @@ func flushLog(limit time.Duration) {
 	case <-flushed:
 	case <-timer.C:
 	}
+}
+
+// goroutineID is the calling goroutine's number as a stack trace shows it ("goroutine 7
+// [running]:"), 0 if it cannot be read. Go gives no other way to tell that a call comes from
+// the handler that the package's own goroutine is running.
+func goroutineID() uint64 {
+	var buf [32]byte
+	trace := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	digits, _, _ := strings.Cut(trace, " ")
+	id, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return id
 }

@@ -31,7 +31,8 @@ func Set(name string, value any) Option { return Option{name, value} }
 func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ",")) }
 
 // TTL is the lease on each node (at least 100ms); the watchdog renews it every TTL/3. A
-// duration, as every option below that takes one: TTL(10) is 10 ns, refused, not 10 s.
+// duration, as every option below that takes one: TTL(10) is 10 ns, refused, not 10 s; a
+// fraction of a millisecond (100500*time.Microsecond) is refused too, not cut to 100ms.
 func TTL(d time.Duration) Option { return Set("ttl", d) }
 
 // Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done.
@@ -82,9 +83,13 @@ func invalid(format string, args ...any) *Error {
 }
 
 // cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
-// the end of the string: `what` names the value in the error.
+// the end of the string: `what` names the value in the error. A nodes value is not shown (its
+// URLs may carry passwords); the library names what else is wrong with one, redacted.
 func cstring(what, s string) (*C.char, error) {
-	if strings.IndexByte(s, 0) >= 0 {
+	if at := strings.IndexByte(s, 0); at >= 0 {
+		if what == "nodes" {
+			return nil, invalid("nodes: a NUL byte at offset %d (the C library would cut it short there)", at)
+		}
 		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)
 	}
 	return C.CString(s), nil
@@ -92,6 +97,7 @@ func cstring(what, s string) (*C.char, error) {
 
 // millis is d in whole milliseconds, as the library counts time. Below a millisecond (other
 // than 0) is refused rather than rounded: TTL(10) is 10 ns, almost surely meant as seconds.
+// A fraction above it is for wholeMillis to refuse.
 func millis(name string, d time.Duration) (uint64, error) {
 	if d < 0 {
 		return 0, invalid("%s=%v: must not be negative", name, d)
@@ -100,6 +106,16 @@ func millis(name string, d time.Duration) (uint64, error) {
 		return 0, invalid("%s=%v: below one millisecond, the library's unit (a time.Duration: write 10*time.Second, not 10)", name, d)
 	}
 	return uint64(d / time.Millisecond), nil
+}
+
+// wholeMillis refuses a fraction of a millisecond (in Node's words), which millis would drop
+// without a word: a lease of 100.5ms is not one of 100ms. Checked once the library has taken
+// the whole milliseconds, so that a duration it refuses anyway (too long) is refused as that.
+func wholeMillis(name string, d time.Duration) error {
+	if d%time.Millisecond != 0 {
+		return invalid("%s=%v: must be a whole number of milliseconds", name, d)
+	}
+	return nil
 }
 
 // options builds a C options object from Go options (nil when there are none).
@@ -139,6 +155,9 @@ func set(o *C.ferrolock_options, opt Option) error {
 			return err
 		}
 		status = C.ferrolock_options_set_ms(o, name, C.uint64_t(ms), &cerr)
+		if status == 0 {
+			return wholeMillis(opt.name, v)
+		}
 	default:
 		// By kind, so that every integer, float and string type is taken (int64, uint8, a
 		// named type over int, ...), as Set promises.
@@ -162,6 +181,9 @@ func set(o *C.ferrolock_options, opt Option) error {
 			status = C.ferrolock_options_set_str(o, name, value, &cerr)
 			C.free(unsafe.Pointer(value))
 		default:
+			if opt.name == "nodes" {
+				return invalid("nodes: unsupported value type %T (Nodes takes the URLs)", v)
+			}
 			return invalid("%s=%v: unsupported value type %T", opt.name, v, v)
 		}
 	}

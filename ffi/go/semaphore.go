@@ -24,17 +24,21 @@ func Count(k int) Option { return Option{countOption, k} }
 // name, a manager with more than one node (K permits on each of N nodes do not bound the
 // holders to K), Fencing on. A semaphore does not re-enter: each acquire is a holder.
 func (m *Manager) AcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
-	k, rest, err := permitKind(permits, opts)
-	if err != nil {
-		return nil, err
-	}
-	return m.acquire(ctx, name, k, rest)
+	return m.acquirePermits(ctx, "AcquirePermits", name, permits, opts)
 }
 
 // TryAcquirePermits tries AcquirePermits once: ErrNotAcquired if fewer than the count are
 // free.
 func (m *Manager) TryAcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
-	return m.AcquirePermits(ctx, name, permits, append(append([]Option(nil), opts...), Wait(0))...)
+	return m.acquirePermits(ctx, "TryAcquirePermits", name, permits, append(append([]Option(nil), opts...), Wait(0)))
+}
+
+func (m *Manager) acquirePermits(ctx context.Context, op, name string, permits int, opts []Option) (*Lock, error) {
+	k, rest, err := permitKind(permits, opts)
+	if err != nil {
+		return nil, err
+	}
+	return m.acquire(ctx, op, name, k, rest)
 }
 
 // WithPermit runs fn holding permits of the semaphore name (see AcquirePermits), with
@@ -45,7 +49,7 @@ func (m *Manager) WithPermit(ctx context.Context, name string, permits int, fn f
 	if err != nil {
 		return err
 	}
-	return m.with(ctx, name, k, fn, rest)
+	return m.with(ctx, "WithPermit", name, k, fn, rest)
 }
 
 // WithPermit runs fn holding permits of name on the default manager (see
