@@ -193,6 +193,7 @@ pub struct RunArgs {
         long,
         value_name = "N",
         requires = "semaphore",
+        value_parser = parse_at_least_one,
         allow_hyphen_values = true
     )]
     permits: Option<u32>,
@@ -202,6 +203,7 @@ pub struct RunArgs {
         long,
         value_name = "K",
         requires = "semaphore",
+        value_parser = parse_at_least_one,
         allow_hyphen_values = true
     )]
     count: Option<u32>,
@@ -225,6 +227,16 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     command: Vec<OsString>,
+}
+
+/// A number of permits: clap's own u32 parser said "not in 0..=4294967295" for -1, and 0 was
+/// then refused after all.
+fn parse_at_least_one(text: &str) -> Result<u32, String> {
+    match text.trim().parse::<i128>() {
+        Ok(n) if n < 1 => Err("must be at least 1".into()),
+        Ok(n) => u32::try_from(n).map_err(|_| format!("must be at most {}", u32::MAX)),
+        Err(_) => Err("not a whole number".into()),
+    }
 }
 
 fn parse_positive(text: &str) -> Result<Duration, Error> {

@@ -791,10 +791,6 @@ fn semaphore_bad_usage_exits_64() {
         (&["--permits", "2", "k", "--", "true"][..], "--semaphore"),
         (&["--semaphore", "s", "--", "true"][..], "--permits"),
         (
-            &["--semaphore", "s", "--permits", "0", "--", "true"][..],
-            "permits 0",
-        ),
-        (
             &[
                 "--semaphore",
                 "s",
@@ -814,7 +810,15 @@ fn semaphore_bad_usage_exits_64() {
         // A negative number is the flag's bad value, not an unknown flag `-1`.
         (
             &["--semaphore", "s", "--permits", "-1", "--", "true"][..],
-            "'-1' for '--permits",
+            "'-1' for '--permits <N>': must be at least 1",
+        ),
+        (
+            &["--semaphore", "s", "--permits", "0", "--", "true"][..],
+            "'0' for '--permits <N>': must be at least 1",
+        ),
+        (
+            &["--semaphore", "s", "--permits", "4294967296", "--", "true"][..],
+            "must be at most 4294967295",
         ),
         (
             &[
@@ -827,7 +831,7 @@ fn semaphore_bad_usage_exits_64() {
                 "--",
                 "true",
             ][..],
-            "'-1' for '--count",
+            "'-1' for '--count <K>': must be at least 1",
         ),
         (
             &["--semaphore", "s", "--permits", "2", "--read", "--", "true"][..],

@@ -203,7 +203,12 @@ class LockManager {
   }
   async #acquire(key, options, kind, sem = null) {
     checkKey(key);
-    const conv = convert(options, key, { manager: false, lock: true, extra: sem ? ['permits', 'count'] : [] });
+    const conv = convert(options, key, {
+      manager: false,
+      lock: true,
+      extra: sem ? ['permits', 'count'] : [],
+      subject: sem ? 'semaphore' : 'lock',
+    });
     const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
     return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal, kind, sem)).lock;
   }
@@ -289,12 +294,12 @@ function contentKey(options) {
   return k;
 }
 
-function withLockOptions(options, key, extra = []) {
+function withLockOptions(options, key, extra = [], subject = 'lock') {
   const plain = options === undefined || options === null || !notOptions(options);
   const id = plain ? (options == null ? '' : contentKey(options)) : null;
   let found = id === null ? undefined : prepared.get(id);
   if (found === undefined) {
-    const conv = convert(options, key, { manager: true, lock: true, extra });
+    const conv = convert(options, key, { manager: true, lock: true, extra, subject });
     const nm = sharedManager(conv.manager);
     found = { nm, opts: conv.lock.length ? lockOptions(nm, key, conv.lock) : null, reentrant: conv.reentrant };
     if (id !== null) {
@@ -342,7 +347,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   if (typeof fn !== 'function') {
     throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
   }
-  const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : []);
+  const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
   const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);

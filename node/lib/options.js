@@ -71,58 +71,58 @@ function optionsType(v) {
   return types.isWeakSet(v) ? 'WeakSet' : undefined;
 }
 
-function millis(key, name, v, zeroOk) {
+function millis(key, name, v, zeroOk, subject = 'lock') {
   const expected = `expected a whole number of milliseconds${zeroOk ? ' >= 0' : ' > 0'}`;
-  if (typeof v !== 'number') throw bad(key, name, v, expected);
-  if (Number.isNaN(v)) throw bad(key, name, v, `not a number; ${expected}`);
-  if (v < 0) throw bad(key, name, v, `must not be negative; ${expected}`);
-  if (!Number.isFinite(v) || v > MAX_MS) throw bad(key, name, v, `too long: the maximum is ${MAX_MS} ms (about 24.8 days)`);
-  if (!Number.isInteger(v)) throw bad(key, name, v, `must be a whole number of milliseconds`);
+  if (typeof v !== 'number') throw bad(key, name, v, expected, subject);
+  if (Number.isNaN(v)) throw bad(key, name, v, `not a number; ${expected}`, subject);
+  if (v < 0) throw bad(key, name, v, `must not be negative; ${expected}`, subject);
+  if (!Number.isFinite(v) || v > MAX_MS) throw bad(key, name, v, `too long: the maximum is ${MAX_MS} ms (about 24.8 days)`, subject);
+  if (!Number.isInteger(v)) throw bad(key, name, v, `must be a whole number of milliseconds`, subject);
   return v;
 }
 
 /** One entry for the native setter: the core name, the value as written, the value. */
-function entry(key, row, v) {
+function entry(key, row, v, subject = 'lock') {
   const e = { name: row.core, written: show(v) };
   switch (row.kind) {
     case 'duration':
-      e.ms = millis(key, row.name, v, false);
+      e.ms = millis(key, row.name, v, false, subject);
       return e;
     case 'optionalDurationOrZero':
       // wait: omitted, null or Infinity blocks until acquired; 0 tries once.
       if (v === null || (row.name === 'wait' && v === Infinity)) return e;
-      e.ms = millis(key, row.name, v, true);
+      e.ms = millis(key, row.name, v, true, subject);
       return e;
     case 'optionalDuration':
       if (v === null) return e;
-      e.ms = millis(key, row.name, v, false);
+      e.ms = millis(key, row.name, v, false, subject);
       return e;
     case 'bool':
-      if (typeof v !== 'boolean') throw bad(key, row.name, v, 'expected true or false');
+      if (typeof v !== 'boolean') throw bad(key, row.name, v, 'expected true or false', subject);
       e.flag = v;
       return e;
     case 'optionalCount':
       if (v === null) return e;
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw bad(key, row.name, v, 'expected a whole number >= 0 or null');
-      if (v > 2 ** 32 - 1) throw bad(key, row.name, v, 'too large (at most 4294967295)');
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw bad(key, row.name, v, 'expected a whole number >= 0 or null', subject);
+      if (v > 2 ** 32 - 1) throw bad(key, row.name, v, 'too large (at most 4294967295)', subject);
       e.count = v;
       return e;
     case 'fraction':
-      if (typeof v !== 'number') throw bad(key, row.name, v, 'expected a number in [0, 1)');
+      if (typeof v !== 'number') throw bad(key, row.name, v, 'expected a number in [0, 1)', subject);
       e.number = v;
       return e;
     case 'urls':
       if (typeof v === 'string') e.text = v;
       else if (Array.isArray(v) && v.every((u) => typeof u === 'string')) e.list = [...v];
-      else throw bad(key, row.name, v, 'expected an array of node URLs (or a comma-separated string)');
+      else throw bad(key, row.name, v, 'expected an array of node URLs (or a comma-separated string)', subject);
       return e;
     case 'optionalPath':
       if (v === null) return e;
-      if (typeof v !== 'string') throw bad(key, row.name, v, 'expected a file path');
+      if (typeof v !== 'string') throw bad(key, row.name, v, 'expected a file path', subject);
       e.text = v;
       return e;
     default:
-      throw bad(key, row.name, v, `option kind ${row.kind} is not supported by this binding`);
+      throw bad(key, row.name, v, `option kind ${row.kind} is not supported by this binding`, subject);
   }
 }
 
@@ -143,7 +143,7 @@ function checkSignal(key, signal) {
  * Splits `options` into the manager's entries and the lock's entries (the caller decides
  * which may appear), plus the binding's own `signal`.
  */
-function convert(options, key, { manager = true, lock = true, extra = [] } = {}) {
+function convert(options, key, { manager = true, lock = true, extra = [], subject = 'lock' } = {}) {
   const out = { manager: [], lock: [], signal: undefined, reentrant: undefined };
   if (options === undefined || options === null) return out;
   if (notOptions(options)) throw badOptions(key, options, 'expected an object');
@@ -159,21 +159,31 @@ function convert(options, key, { manager = true, lock = true, extra = [] } = {})
       // Only what this call takes: a manager's options are refused by an acquire.
       const known = [...BY_NAME.keys()]
         .filter((n) => manager || BY_NAME.get(n).scope !== 'manager')
-        .concat(lock ? ['signal'] : [], extra)
-        .join(', ');
-      throw new InvalidArgumentError(`${where(key)}unknown option ${JSON.stringify(name)} (known: ${known})`, { key });
+        .concat(lock ? ['signal'] : [], extra);
+      throw unknownOption(key, name, known, subject);
     }
     const scope = row.scope === 'manager' ? 'manager' : 'lock';
     if (scope === 'manager' && !manager) {
       throw new InvalidArgumentError(
-        `${where(key)}${name} is a LockManager option (how to reach the nodes), not one of a single acquire`,
+        `${where(key, subject)}${name} is a LockManager option (how to reach the nodes), not one of a single acquire`,
         { key },
       );
     }
-    if (name === 'reentrant') out.reentrant = entry(key, row, v).flag;
-    (scope === 'manager' ? out.manager : lock ? out.lock : out.manager).push(entry(key, row, v));
+    if (name === 'reentrant') out.reentrant = entry(key, row, v, subject).flag;
+    (scope === 'manager' ? out.manager : lock ? out.lock : out.manager).push(entry(key, row, v, subject));
   }
   return out;
+}
+
+/** An option name nobody knows, with the known one it resembles (`permit`, `retrydelay`). */
+function unknownOption(key, name, known, subject) {
+  const n = name.toLowerCase();
+  const near = n.length < 3 ? undefined : known.find((k) => {
+    const l = k.toLowerCase();
+    return l === n || l.startsWith(n) || n.startsWith(l);
+  });
+  const hint = near === undefined ? `known: ${known.join(', ')}` : `did you mean ${near}?`;
+  return new InvalidArgumentError(`${where(key, subject)}unknown option ${JSON.stringify(name)} (${hint})`, { key });
 }
 
 /** A semaphore's `permits` (required) and `count` (default 1), split from its acquire's other
@@ -183,6 +193,11 @@ function splitPermits(key, options) {
     throw badOptions(key, options, 'expected an object with permits (the pool size)', 'semaphore');
   }
   const { permits, count, ...rest } = options;
+  if (permits === undefined) {
+    // `permit: 2` is a typo, not a missing pool size.
+    const typo = Object.keys(rest).find((n) => n.toLowerCase().startsWith('permit'));
+    if (typo !== undefined) throw unknownOption(key, typo, ['permits', 'count', ...BY_NAME.keys()], 'semaphore');
+  }
   if (permits === undefined || permits === null) {
     throw new InvalidArgumentError(`${where(key, 'semaphore')}a semaphore needs permits: the size of its pool of permits`, { key });
   }

@@ -113,6 +113,13 @@ test('bad permits, counts, names and node lists are refused naming the value', T
   // A misspelt count is pointed at the semaphore's own options too.
   await assert.rejects(m.acquirePermit('sem:bad', { permits: 2, cuont: 1 }), (e) => e.code === 'INVALID_ARGUMENT' && /unknown option "cuont" \(known: .*permits, count\)/.test(e.message));
   await assert.rejects(withPermit('sem:bad', { permits: 2, cuont: 1 }, () => {}), (e) => e.code === 'INVALID_ARGUMENT' && /unknown option "cuont" \(known: .*permits, count\)/.test(e.message));
+  // A semaphore's errors name the semaphore, and a misspelled permits is named as such (it
+  // said "a semaphore needs permits").
+  await assert.rejects(m.acquirePermit('sem:bad', { permits: 2, cuont: 1 }), (e) => /^semaphore "sem:bad": unknown option "cuont"/.test(e.message));
+  await assert.rejects(m.acquirePermit('sem:bad', { permits: 2, ttl: -1 }), (e) => /^semaphore "sem:bad": invalid ttl=-1/.test(e.message));
+  await assert.rejects(withPermit('sem:bad', { permit: 2 }, () => {}), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": unknown option "permit" \(did you mean permits\?\)/.test(e.message));
+  await assert.rejects(m.acquirePermit('sem:bad', { Permits: 2 }), (e) => /unknown option "Permits" \(did you mean permits\?\)/.test(e.message));
+  await assert.rejects(m.acquire('k', { retrydelay: 5 }), (e) => /^lock "k": unknown option "retrydelay" \(did you mean retryDelay\?\)/.test(e.message));
   // A try's refusals name the semaphore too.
   await assert.rejects(m.tryAcquirePermit('sem:bad', { permits: 2, wait: 5 }), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid wait=5/.test(e.message));
   await assert.rejects(m.tryAcquirePermit('sem:bad', 'x'), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore "sem:bad": invalid options="x"/.test(e.message));

@@ -62,8 +62,9 @@ pub enum ScopeEnd {
 /// The message of a lock found gone when the scope released it.
 pub fn gone_message(key: &str) -> String {
     format!(
-        "lock {key:?} lost: it was no longer held on a quorum when the scope ended (expired or \
-         taken: did the body outlive the ttl with the watchdog off?)"
+        "lock {key:?} lost: it was no longer held on a quorum when the scope ended (it expired, \
+         as when the body outlives the ttl with the watchdog off, or a node lost it in a restart \
+         or failover and another owner took it)"
     )
 }
 
