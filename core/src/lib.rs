@@ -53,6 +53,7 @@ pub mod runtime;
 mod rwlock;
 mod scripts;
 mod semaphore;
+mod server_ids;
 mod shared;
 mod token;
 mod watchdog;

@@ -12,6 +12,7 @@ use crate::node::Node;
 use crate::options::{LockOptions, ManagerOptions, RwSide};
 use crate::queue::Hook;
 use crate::restart_guard::GuardWindow;
+use crate::server_ids::ServerIds;
 use crate::shared::Shared;
 
 /// Hands out locks on a fixed set of nodes. Cheap to clone; clones share connections.
@@ -320,6 +321,7 @@ fn open_nodes(
     // A cluster's primaries connect each within half the default node timeout, so one that
     // hangs is left out while the others still connect in time (see `cluster_builder`).
     let connect_timeout = (options.lock.effective_node_timeout() / 2).max(Duration::from_millis(1));
+    let server_ids = ServerIds::default();
     let nodes = urls
         .iter()
         .map(|u| {
@@ -327,6 +329,7 @@ fn open_nodes(
                 u,
                 root_cert,
                 guard.clone(),
+                server_ids.clone(),
                 options.sharded_pubsub,
                 connect_timeout,
             )

@@ -22,6 +22,7 @@ use crate::refusal::Refusal;
 use crate::restart_guard::{GuardWindow, Hold};
 use crate::runtime::Awaiting;
 use crate::runtime::caller;
+use crate::server_ids::ServerIds;
 
 /// Why one node did not answer a request usefully.
 #[derive(Debug, Clone)]
@@ -95,6 +96,8 @@ pub(crate) struct Node {
     silent: AtomicBool,
     /// The restart guard's window (shared by the manager's nodes).
     guard_window: GuardWindow,
+    /// Which node answers as which server (shared by the manager's nodes).
+    server_ids: ServerIds,
 }
 
 /// What one process knows of a node: a forked child opens its own connection (the parent's
@@ -139,6 +142,7 @@ impl Node {
         url: &str,
         root_cert: Option<&[u8]>,
         guard_window: GuardWindow,
+        server_ids: ServerIds,
         sharded_wanted: bool,
         connect_timeout: Duration,
     ) -> Result<Node> {
@@ -216,6 +220,7 @@ impl Node {
             round_trips: AtomicU64::new(0),
             silent: AtomicBool::new(false),
             guard_window,
+            server_ids,
         })
     }
 
@@ -232,13 +237,11 @@ impl Node {
         timeout: Duration,
     ) -> Result<(), NodeError> {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
+        // Every standalone connection asks both: `server` for the run_id (the restart guard's,
+        // and `server_ids.rs`'s), `cluster` because a cluster node reached by a plain URL
+        // answers MOVED for other shards' keys, and even its own slots can move under it.
         let mut cmd = redis::cmd("INFO");
-        if !self.guard_window.is_off() {
-            cmd.arg("server");
-        }
-        // Every standalone connection asks: a cluster node reached by a plain URL answers
-        // MOVED for other shards' keys, and even its own slots can move under it.
-        cmd.arg("cluster");
+        cmd.arg("server").arg("cluster");
         let info: String = tokio::time::timeout(timeout, cmd.query_async(conn))
             .await
             .map_err(|_| {
@@ -255,6 +258,16 @@ impl Node {
         };
         if field("cluster_enabled").as_deref() == Some("1") {
             return Err(NodeError::Redis(refuse_cluster_server(&self.display)));
+        }
+        if let Some(run_id) = field("run_id")
+            && let Err(first) = self.server_ids.claim(&run_id, &self.display)
+        {
+            let why = format!(
+                "is the same server as node {first:?} (run_id {run_id}): its vote would count \
+                 twice; Redlock needs distinct nodes, so it gets no request"
+            );
+            tracing::error!(node = %self.display, "{why}");
+            return Err(NodeError::Redis(why));
         }
         if self.guard_window.is_off() {
             return Ok(());
@@ -1396,6 +1409,7 @@ mod tests {
             url,
             None,
             GuardWindow::Fixed(Duration::ZERO),
+            ServerIds::default(),
             true,
             Duration::from_millis(100),
         )

@@ -378,6 +378,41 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
     assert!(err.message().contains("ttl"), "{err}");
 }
 
+/// Two URLs that reach one server without looking alike (`127.1` is 127.0.0.1 to the
+/// resolver): the server's run_id tells them apart when a connection opens, and the second
+/// gets no request. With the third node down, the aliased server alone is no quorum: before,
+/// its two votes were granted as one of 2 of 3.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_reached_by_two_urls_votes_once() {
+    let mut cluster = Cluster::start(2);
+    let port = cluster.servers[0].port();
+    let alias = format!("redis://127.1:{port}");
+    let urls = [
+        cluster.servers[0].url(),
+        alias.clone(),
+        cluster.servers[1].url(),
+    ];
+    let m = manager(&urls, opts().wait(Some(Duration::ZERO)));
+    let lock = m
+        .acquire("alias")
+        .await
+        .expect("the two distinct servers are a quorum");
+    assert!(lock.release().await.unwrap());
+    cluster.servers[1].kill();
+    let err = m.acquire("alias").await.unwrap_err();
+    // The alias's refusal is the error shown (a misconfiguration, not an outage).
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(
+        err.message().contains(&alias) && err.message().contains("is the same server as node"),
+        "{err}"
+    );
+    assert_eq!(
+        get(&cluster.servers[0], "alias"),
+        None,
+        "the grant was undone"
+    );
+}
+
 /// An explicitly empty node list is a mistake, refused as the bindings refuse `nodes: []`; an
 /// omitted one keeps the FERROLOCK_NODES → local node fallback (issue 29 item 4).
 #[test]
