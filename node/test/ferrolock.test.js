@@ -220,6 +220,35 @@ test("the caller's signal stops the wait and leaves no key behind", T, async () 
   await assert.rejects(withLock('abort:k2', async () => 1, { nodes, signal: pre }), AbortError);
 });
 
+// index.d.ts, WithLockOptions.signal: "Governs the wait only ...; once granted, watch it
+// yourself in the callback."
+test("the caller's signal aborted after the grant is ignored: the callback runs on under its lock, whose signal stays unaborted, and the key goes when it settles", T, async () => {
+  const nodes = [one.url];
+  const key = 'abort:after-grant';
+  for (const ending of ['returns', 'throws']) {
+    const controller = new AbortController();
+    const boom = new Error('the callback failed');
+    const outcome = withLock(key, async (lock) => {
+      controller.abort(new Error('stop'));
+      assert.ok(controller.signal.aborted);
+      // Round trips to the server and timer turns: time for a wrong reaction to the abort
+      // (a release, a rejection, an aborted lock.signal) to land before the checks.
+      for (let i = 0; i < 5; i++) {
+        assert.equal(one.cli('GET', key), lock.token, 'the abort took the key from the running callback');
+        await sleep(100);
+      }
+      assert.equal(lock.signal.aborted, false);
+      assert.equal(lock.status, 'held');
+      assert.ok((await lock.extend()) > 0, 'the lock no longer extends after the abort');
+      if (ending === 'throws') throw boom;
+      return 'finished';
+    }, { nodes, ttl: 60_000, signal: controller.signal });
+    if (ending === 'returns') assert.equal(await outcome, 'finished');
+    else await assert.rejects(outcome, (e) => e === boom);
+    assert.ok(!one.exists(key), `the key outlived the callback that ${ending}`);
+  }
+});
+
 test('nested withLock re-enters with reentrant: true, and rejects at once without it', T, async () => {
   const nodes = [one.url];
   const inner = await withLock(

@@ -278,3 +278,101 @@ test('a lock whose signal was read keeps the process alive until the loss, then 
   assert.equal(r.code, 0, r.err);
   assert.match(r.out, /held\nlost/, `the child exited while its signal was watched: ${r.out}`);
 });
+
+// The scenario waits for the test's go (a line on stdin) before it fails, so the test has
+// seen every key held first; then `fail` ends the process the way a caller's bug does.
+const FAILS = {
+  uncaught: "setTimeout(() => { throw new Error('caller bug'); }, 0);",
+  unhandled: "Promise.reject(new Error('caller bug'));",
+};
+for (const [how, fail] of Object.entries(FAILS)) {
+  test(`an ${how === 'uncaught' ? 'uncaught exception' : 'unhandled promise rejection'} ending the process while holding releases the locks (exit code 1)`, T, async () => {
+    const keys = [`life:${how}:plain`, `life:${how}:with`];
+    const body = `${HEADER}
+      (async () => {
+        const m = new LockManager({ ttl: 60000 });
+        held.push(await m.acquire(${JSON.stringify(keys[0])}));
+        await withLock(${JSON.stringify(keys[1])}, async (lock) => {
+          console.log('held', held[0].token, lock.token);
+          await new Promise((resolve) => process.stdin.once('data', resolve));
+          ${fail}
+          await new Promise(() => setInterval(() => {}, 1000));
+        }, { ttl: 60000 });
+      })();`;
+    let tokens = null;
+    const r = await runNode(body, {
+      onLine: (line, child) => {
+        if (!line.startsWith('held ')) return;
+        tokens = keys.map((k) => one.cli('GET', k)).join(' ') === line.slice('held '.length);
+        child.stdin.write('go\n');
+      },
+    });
+    assert.equal(tokens, true, `the child did not hold both keys before failing: ${r.out}${r.err}`);
+    assert.equal(r.signal, null, `the child hung after the failure: ${r.out}${r.err}`);
+    assert.equal(r.code, 1, r.err);
+    assert.match(r.err, /caller bug/);
+    for (const k of keys) assert.ok(!one.exists(k), `${k} was left to its ttl by the ${how} failure`);
+  });
+}
+
+// A worker that simply runs out of work (no release, the handle still referenced) or throws
+// an uncaught error: its teardown releases its lock, and not the main thread's.
+for (const how of ['ends', 'throws']) {
+  test(`a worker thread that ${how === 'ends' ? 'runs out of work' : 'throws an uncaught error'} while holding releases its lock`, T, async () => {
+    const key = `life:worker-${how}`;
+    const body = `${HEADER}
+      run(async () => {
+        const mine = new LockManager({ ttl: 60000 });
+        const kept = await mine.acquire(${JSON.stringify(`${key}:main`)});
+        held.push(mine, kept);
+        const w = new Worker(\`
+          const { parentPort } = require('node:worker_threads');
+          const { LockManager } = require(${JSON.stringify(PKG)});
+          (async () => {
+            const m = new LockManager({ ttl: 60000 });
+            globalThis.held = await m.acquire(${JSON.stringify(key)});
+            // The listener is the last thing keeping this thread's event loop alive.
+            parentPort.once('message', () => {
+              if (${JSON.stringify(how)} === 'throws') setTimeout(() => { throw new Error('worker bug'); }, 0);
+            });
+            parentPort.postMessage(globalThis.held.token);
+          })();\`, { eval: true });
+        const errors = [];
+        w.on('error', (e) => errors.push(e.message));
+        const token = await new Promise((resolve, reject) => { w.once('message', resolve); w.once('exit', reject); });
+        console.log('worker holds', token);
+        await new Promise((resolve) => process.stdin.once('data', resolve));
+        w.postMessage('go');
+        const code = await new Promise((resolve) => w.once('exit', resolve));
+        console.log('worker exited', code, JSON.stringify(errors));
+        console.log('main lock', kept.status);
+      }, 'done');`;
+    let heldBefore = null;
+    let after = null;
+    const r = await runNode(body, {
+      onLine: (line, child) => {
+        if (line.startsWith('worker holds ')) {
+          heldBefore = one.cli('GET', key) === line.slice('worker holds '.length);
+          child.stdin.write('go\n');
+        } else if (line === 'done') {
+          after = (async () => {
+            // The release may land just after the worker's 'exit' event: poll (60 s ttl).
+            for (const end = Date.now() + 20_000; one.exists(key) && Date.now() < end; ) {
+              await new Promise((resolve) => setTimeout(resolve, 50));
+            }
+            const seen = { worker: one.exists(key), main: one.exists(`${key}:main`) };
+            child.kill('SIGKILL');
+            return seen;
+          })();
+        }
+      },
+    });
+    const why = `\n${r.out}${r.err}`;
+    assert.equal(heldBefore, true, `the worker did not hold its key${why}`);
+    if (how === 'ends') assert.match(r.out, /worker exited 0 \[\]/, why);
+    else assert.match(r.out, /worker exited 1 \["worker bug"\]/, why);
+    assert.match(r.out, /main lock held/, why);
+    assert.deepEqual(await after, { worker: false, main: true }, `the worker's lock was left to its ttl, or the main thread's was taken${why}`);
+    one.cli('DEL', `${key}:main`);
+  });
+}

@@ -235,6 +235,29 @@ def test_cancelled_async_with_exit_still_releases(node: RedisNode, manager: Lock
     asyncio.run(main())
 
 
+def test_an_exception_in_an_async_with_body_releases_and_goes_through(
+    node: RedisNode, manager: LockManager, key: str
+) -> None:
+    class BodyError(Exception):
+        pass
+
+    raised = BodyError("the body's own")
+
+    async def main() -> None:
+        r = node.client()
+        with pytest.raises(BodyError) as info:
+            async with manager.lock(key, ttl=30) as lock:
+                assert r.get(key) == lock.token
+                await asyncio.sleep(0)
+                raise raised
+        assert info.value is raised
+        # The exit awaited the release: gone now, not at the end of the 30 s ttl.
+        assert not r.exists(key)
+        assert not lock.locked() and lock.status == "released"
+
+    asyncio.run(main())
+
+
 def test_async_with_timeout_around_a_waiting_acquire(manager: LockManager, key: str, node: RedisNode) -> None:
     async def main() -> None:
         held = await manager.acquire_async(key)

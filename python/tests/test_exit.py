@@ -6,6 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import ferrolock
 from conftest import Child, RedisNode
 
@@ -237,5 +239,79 @@ ready.wait()
         child.expect("lost, token standing")
         assert child.wait(15) == 0, "".join(child.err)
         assert not node.client().exists(key), "exit left a lost lock's token until its ttl"
+    finally:
+        child.kill()
+
+
+UNCAUGHT_SYNC = r"""
+import os, sys, threading, time, ferrolock
+url, key, go = sys.argv[1], sys.argv[2], sys.argv[3]
+m = ferrolock.LockManager([url], ttl=30)
+handle = m.acquire(key + ":handle")
+box = {}
+def in_with():
+    # A block no exception passes through: only the exit hook can end it.
+    with m.lock(key + ":thread") as lock:
+        box["lock"] = lock
+        time.sleep(1000)
+threading.Thread(target=in_with, daemon=True).start()
+while "lock" not in box:
+    time.sleep(0.01)
+with m.lock(key + ":with") as lock:
+    print("holding", handle.token, box["lock"].token, lock.token, flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    raise RuntimeError("caller bug")
+"""
+
+UNCAUGHT_ASYNC = r"""
+import asyncio, os, sys, ferrolock
+url, key, go = sys.argv[1], sys.argv[2], sys.argv[3]
+m = ferrolock.LockManager([url], ttl=30)
+# Referenced past main(), so the exit releases it rather than the garbage collector taking
+# it with main()'s frame.
+KEEP = []
+
+async def sibling(entered):
+    # Still inside its block when main() raises: asyncio.run cancels it on the way out.
+    async with m.lock(key + ":task") as lock:
+        entered.set_result(lock.token)
+        await asyncio.sleep(1000)
+
+async def main():
+    kept = await m.acquire_async(key + ":handle")
+    KEEP.append(kept)
+    entered = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(sibling(entered))
+    task_token = await entered
+    async with m.lock(key + ":with") as lock:
+        print("holding", kept.token, task_token, lock.token, flush=True)
+        while not os.path.exists(go):
+            await asyncio.sleep(0.01)
+        raise RuntimeError("caller bug")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("script", [UNCAUGHT_SYNC, UNCAUGHT_ASYNC], ids=["sync", "asyncio"])
+def test_an_uncaught_exception_ending_the_process_releases_its_locks(
+    node: RedisNode, key: str, tmp_path: Path, script: str
+) -> None:
+    # 30 s ttls: a key gone within the test was released, not expired.
+    go = tmp_path / "go"
+    child = Child(script, node.url, key, str(go))
+    try:
+        tokens = child.expect_prefix("holding").split()[1:]
+        r = node.client()
+        suffixes = [":handle", ":thread" if script is UNCAUGHT_SYNC else ":task", ":with"]
+        # The fault's precondition: every lock is held by the child when it raises.
+        assert [r.get(key + s) for s in suffixes] == tokens
+        go.touch()
+        assert child.wait(20) == 1, "".join(child.err)
+        err = "".join(child.err)
+        assert "Traceback" in err and "RuntimeError: caller bug" in err, err
+        for s in suffixes:
+            assert not r.exists(key + s), f"{s} was left to its ttl by the uncaught exception"
     finally:
         child.kill()

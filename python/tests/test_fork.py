@@ -3,6 +3,7 @@ renewed or re-entered by the child."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import multiprocessing
 import os
@@ -15,7 +16,7 @@ import pytest
 import ferrolock
 from ferrolock import LockManager
 
-from conftest import RedisNode
+from conftest import Child, RedisNode
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -90,6 +91,98 @@ def test_a_child_leaving_a_handles_with_block_leaves_the_parents_lock(node: Redi
         assert node.client().get(key) == token
         assert lock.locked()
     assert not node.client().exists(key)
+
+
+def test_fork_inside_a_running_event_loop_leaves_the_parents_async_with(node: RedisNode, key: str) -> None:
+    # A ttl of 4 s: a loaded machine's stall of a second does not lose it.
+    m = LockManager([node.url], ttl=4)
+    r = node.client()
+
+    async def main() -> None:
+        async with m.lock(key) as lock:  # renewed by the parent's watchdog every ~1.3 s
+            token = lock.token
+
+            def child() -> None:
+                async def in_child() -> None:
+                    with pytest.raises(ferrolock.NotHeld):
+                        await lock.release_async()
+                    with pytest.raises(ferrolock.NotAcquired):
+                        await m.acquire_async(key, wait=0)
+                    async with m.lock(key + ":child", wait=5) as mine:
+                        assert node.client().get(key + ":child") == mine.token
+
+                asyncio.run(in_child())  # the parent's loop is running only in the parent
+
+            assert _in_child(child) == 0
+            assert r.get(key) == token
+            await asyncio.sleep(5)  # longer than the ttl: the parent still renews it
+            assert r.get(key) == token
+            assert lock.locked()
+        assert not r.exists(key)
+        assert not r.exists(key + ":child")
+
+    asyncio.run(main())
+    m.close()
+
+
+FORK_WHILE_WAITING = r"""
+import os, sys, threading, time, traceback, redis, ferrolock
+url, key = sys.argv[1], sys.argv[2]
+r = redis.Redis.from_url(url, decode_responses=True)
+q = "ferrolock:queue:{%s}" % key
+m = ferrolock.LockManager([url], ttl=10)
+held = m.acquire(key)
+got = []
+t = threading.Thread(target=lambda: got.append(m.acquire(key, wait=120)))
+t.start()
+deadline = time.monotonic() + 30
+while r.zcard(q) < 1:
+    assert time.monotonic() < deadline, "the waiter never queued"
+    time.sleep(0.01)
+line = r.zrange(q, 0, -1)
+pid = os.fork()
+if pid == 0:
+    code = 1
+    try:
+        try:
+            m.acquire(key, wait=0)
+        except ferrolock.NotAcquired:
+            pass
+        else:
+            raise AssertionError("the child took its parent's key")
+        with m.lock(key + ":child", wait=5) as lock:
+            assert r.get(key + ":child") == lock.token
+        m.close()  # would end the inherited wait, were there one
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    # A normal exit: the child's exit hook runs (its own waits end, its locks are released).
+    sys.exit(code)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+print("line kept", r.zrange(q, 0, -1) == line, flush=True)
+print("key kept", r.get(key) == held.token, flush=True)
+held.release()
+t.join(60)
+print("waiter got it", bool(got) and r.get(key) == got[0].token, flush=True)
+got[0].release()
+"""
+
+
+def test_fork_while_a_thread_waits_for_a_lock(node: RedisNode, key: str) -> None:
+    # The fork copies the manager mid-wait; the child has no waiting thread, must not wait or
+    # give up the parent's place in line (not even when its close() and exit end its waits),
+    # and the parent's waiter is still granted once the key is released.
+    child = Child(FORK_WHILE_WAITING, node.url, key)
+    try:
+        for expected in ("child exit 0", "line kept True", "key kept True", "waiter got it True"):
+            child.expect(expected, timeout=90)
+        assert child.wait(30) == 0, "".join(child.err)
+        r = node.client()
+        assert not r.exists(key) and not r.exists(key + ":child")
+        assert r.zcard(f"ferrolock:queue:{{{key}}}") == 0
+    finally:
+        child.kill()
 
 
 def _count(args: tuple[str, str, int]) -> int:

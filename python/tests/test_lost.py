@@ -434,3 +434,92 @@ def test_a_loss_callback_may_release_and_wait_to_acquire(node: RedisNode, key: s
     assert seen["acquired"] is True and seen["released"] is True, seen
     m.close()
     other.close()
+
+
+def _end_or_acquire(m: LockManager, key: str, action: str, r: object) -> object:
+    """What a loss handler does next; returns what the test checks."""
+    if action == "close":
+        m.close()
+        return m.closed
+    if action == "release_all":
+        return m.release_all()
+    got = m.acquire(f"{key}:new", wait=30)
+    held = r.get(f"{key}:new") == got.token  # type: ignore[attr-defined]
+    return held and got.release()
+
+
+# What each action leaves: close() and release_all() give back the manager's other lock
+# (release_all counts it: the lost lock's key is gone); an acquire leaves it held.
+_EXPECTED = {"close": (True, False), "release_all": (1, False), "acquire": (True, True)}
+
+
+@pytest.mark.parametrize("action", sorted(_EXPECTED))
+def test_a_loss_callback_may_close_release_all_or_acquire(node: RedisNode, key: str, action: str) -> None:
+    m = LockManager([node.url], ttl=TTL, restart_guard=0)
+    r = node.client()
+    other = m.acquire(f"{key}:other")
+    lock = m.acquire(key)
+    seen: dict[str, object] = {}
+    finished = threading.Event()
+
+    def on_lost(reason: str) -> None:
+        seen["reason"] = reason
+        try:
+            seen["result"] = _end_or_acquire(m, key, action, r)
+        except BaseException as e:  # noqa: BLE001 - the test reports whatever it was
+            seen["result"] = e
+        finished.set()
+
+    lock._notify_lost(on_lost)
+    r.delete(key)  # the watchdog (every ttl/3) finds the key gone: the lock is lost
+    assert finished.wait(60), f"the loss callback hung: {seen}"
+    assert lock.lost and seen["reason"], seen
+    result, other_kept = _EXPECTED[action]
+    assert seen["result"] == result, seen
+    assert r.exists(f"{key}:other") == other_kept
+    assert not r.exists(key) and not r.exists(f"{key}:new")
+    m.close()
+    assert not r.exists(f"{key}:other")
+
+
+@pytest.mark.parametrize("action", sorted(_EXPECTED))
+def test_after_wait_lost_close_release_all_or_acquire(node: RedisNode, key: str, action: str) -> None:
+    m = LockManager([node.url], ttl=TTL, restart_guard=0)
+    r = node.client()
+    seen: dict[str, object] = {}
+
+    async def main() -> None:
+        other = await m.acquire_async(f"{key}:other")
+        lock = await m.acquire_async(key)
+        lost = asyncio.create_task(lock.wait_lost())
+        await asyncio.sleep(0.1)  # the task is waiting before the loss
+        r.delete(key)
+        seen["reason"] = await asyncio.wait_for(lost, 60)
+        if action == "acquire":
+            got = await m.acquire_async(f"{key}:new", wait=30)
+            seen["result"] = r.get(f"{key}:new") == got.token and await got.release_async()
+        else:
+            seen["result"] = _end_or_acquire(m, key, action, r)  # close() and release_all() are sync only
+        seen["other"] = other  # kept referenced until checked
+
+    # In a thread of its own, so that a hang fails the test instead of stalling the suite.
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(90)
+    assert not t.is_alive(), f"hung after wait_lost(): {seen}"
+    assert not errors, errors
+    assert seen["reason"], seen
+    result, other_kept = _EXPECTED[action]
+    assert seen["result"] == result, seen
+    assert r.exists(f"{key}:other") == other_kept
+    assert not r.exists(key) and not r.exists(f"{key}:new")
+    m.close()
+    assert not r.exists(f"{key}:other")

@@ -1,10 +1,11 @@
 """Ctrl-C while waiting for a lock: KeyboardInterrupt arrives promptly and the interrupted
-acquire leaves nothing behind."""
+acquire leaves nothing behind; Ctrl-C while holding one in a `with` block releases it."""
 
 from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -84,3 +85,42 @@ def test_ctrl_c_mid_attempt_releases_what_it_had_taken(cluster: list[RedisNode],
         child.kill()
         a.resume()
         b.resume()
+
+
+HOLDER_CTRL_C = r"""
+import os, signal, sys, time, redis, ferrolock
+signal.signal(signal.SIGINT, signal.default_int_handler)  # see WAITER
+url, key, go = sys.argv[1], sys.argv[2], sys.argv[3]
+r = redis.Redis.from_url(url, decode_responses=True)
+m = ferrolock.LockManager([url], ttl=30)
+try:
+    with m.lock(key) as lock:
+        print("holding", lock.token, flush=True)
+        time.sleep(1000)
+    print("the body ran to its end?!", flush=True)
+except KeyboardInterrupt:
+    # Read here, before any exit hook: the block's own exit must have released the key.
+    print("interrupted; key exists:", r.exists(key), flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    raise
+"""
+
+
+def test_ctrl_c_inside_a_held_with_block_releases_and_propagates(node: RedisNode, key: str, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    child = Child(HOLDER_CTRL_C, node.url, key, str(go))
+    try:
+        token = child.expect_prefix("holding").split()[1]
+        r = node.client()
+        assert r.get(key) == token  # held (30 s ttl) when the signal lands
+        child.proc.send_signal(signal.SIGINT)
+        child.expect("interrupted; key exists: 0")
+        assert not r.exists(key)
+        go.touch()
+        # The re-raised KeyboardInterrupt ends Python the way Ctrl-C does: killed by SIGINT.
+        assert child.wait(20) == -signal.SIGINT, "".join(child.err)
+        assert "KeyboardInterrupt" in "".join(child.err)
+        assert not r.exists(key)
+    finally:
+        child.kill()
