@@ -160,7 +160,14 @@ fn parse_window(value: Option<String>) -> Duration {
         return WINDOW_DEFAULT;
     };
     match value.trim().parse::<u64>() {
-        Ok(us) => Duration::from_micros(us.min(MAX_WINDOW_US)),
+        Ok(us) if us > MAX_WINDOW_US => {
+            tracing::warn!(
+                "FERROLOCK_SPIN_US={value:?} is above the most, {MAX_WINDOW_US} µs (a longer \
+                 window only burns CPU); polling for {MAX_WINDOW_US} µs"
+            );
+            Duration::from_micros(MAX_WINDOW_US)
+        }
+        Ok(us) => Duration::from_micros(us),
         Err(_) => {
             tracing::warn!(
                 "FERROLOCK_SPIN_US={value:?} is not a whole number of microseconds; \
