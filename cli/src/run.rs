@@ -288,11 +288,24 @@ impl RunArgs {
 
     /// Sets `key`: KEY, or --semaphore's NAME. With --semaphore there is no KEY, but clap
     /// still fills the first positional, so what it read as KEY is COMMAND's first word.
-    fn settle_key(&mut self) -> Result<(), &'static str> {
+    fn settle_key(&mut self) -> Result<(), String> {
         match (&self.semaphore, self.key_arg.take()) {
             (Some(name), first) => {
                 self.key = name.clone();
                 if let Some(word) = first {
+                    // Every word after `--` is COMMAND's: when they are all in `command`, this
+                    // one came before `--`, a KEY that --semaphore does not take (it was run as
+                    // the command, after the permit was taken).
+                    let raw: Vec<OsString> = std::env::args_os().collect();
+                    let after_dashes = raw
+                        .iter()
+                        .position(|a| a == "--")
+                        .map(|at| raw.len() - at - 1);
+                    if after_dashes == Some(self.command.len()) {
+                        return Err(format!(
+                            "{word:?} before `--`: --semaphore NAME takes no KEY (the semaphore is {name:?})"
+                        ));
+                    }
                     self.command.insert(0, word);
                 }
             }
@@ -303,7 +316,7 @@ impl RunArgs {
             }
         }
         if self.command.is_empty() {
-            return Err("COMMAND is missing: give it after `--`");
+            return Err("COMMAND is missing: give it after `--`".into());
         }
         Ok(())
     }

@@ -842,6 +842,11 @@ fn semaphore_bad_usage_exits_64() {
             "s{x}",
         ),
         (&["--semaphore", "s", "--permits", "2"][..], "COMMAND"),
+        // A KEY beside --semaphore was run as the command, after the permit was taken.
+        (
+            &["--semaphore", "s", "--permits", "2", "k", "--", "true"][..],
+            "\"k\" before `--`: --semaphore NAME takes no KEY",
+        ),
     ] {
         let out = run(&server, args);
         assert_eq!(out.status.code(), Some(64), "{args:?}: {}", stderr(&out));
