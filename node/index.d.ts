@@ -57,7 +57,11 @@ export interface ManagerOptions extends LockOptions {
   nodes?: string[] | string;
   /** CA file for rediss:// nodes; default FERROLOCK_TLS_CA, else the system roots. */
   tlsCa?: string | null;
-  /** ms after a node's (re)start in which its vote does not count; 0 = off. */
+  /**
+   * ms after a node's (re)start in which its vote does not count; 0 = off. Default with 3 nodes
+   * or more: the longest ttl this manager has been asked for (its own, or a longer one given to
+   * an acquire, extend or withLock); set it when other processes use longer ttls on the keys.
+   */
   restartGuard?: number | null;
   /** On a Redis Cluster 7.0+, wake-ups over sharded pub/sub (default true); false = classic. */
   shardedPubsub?: boolean;

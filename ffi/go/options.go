@@ -71,7 +71,10 @@ func MaxExtensions(n int) Option { return Set("max_extensions", n) }
 // system's roots, or FERROLOCK_TLS_CA). A manager option.
 func TLSCA(path string) Option { return Set("tls_ca", path) }
 
-// RestartGuard is the window after a node's (re)start in which its vote does not count.
+// RestartGuard is the window after a node's (re)start in which its vote does not count; 0 is
+// off. Default with 3 nodes or more: the longest ttl the manager has been asked for (its own,
+// or a longer one given to an acquire, Extend or WithLock); set it when other processes use
+// longer ttls on the same keys.
 func RestartGuard(d time.Duration) Option { return Set("restart_guard", d) }
 
 // ShardedPubsub selects, on a Redis Cluster 7.0+, wake-ups over sharded pub/sub (true, the
