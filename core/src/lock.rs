@@ -811,7 +811,7 @@ impl Lock {
             drop(_op);
             self.inner.renew_now();
         }
-        let failures = tally.describe_failures(nodes);
+        let failures = tally.describe_renewal_failures(nodes);
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
@@ -1444,7 +1444,7 @@ impl LockInner {
         } else {
             LossReason::QuorumUnreachable {
                 key,
-                detail: tally.describe_failures(nodes),
+                detail: tally.describe_renewal_failures(nodes),
             }
         };
         // Transient: retry soon, within what is left of the validity.

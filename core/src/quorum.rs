@@ -171,6 +171,26 @@ impl Tally {
             .collect();
         parts.join("; ")
     }
+
+    /// A renewal's or an extend's failures, and the nodes where our token is gone (a node
+    /// that restarted without persistence, say): both kinds kept the quorum from forming.
+    pub fn describe_renewal_failures(&self, nodes: &[Node]) -> String {
+        let gone: Vec<&str> = self
+            .answers
+            .iter()
+            .zip(nodes)
+            .filter(|(a, _)| matches!(a, Answer::No))
+            .map(|(_, n)| n.name())
+            .collect();
+        let failures = self.describe_failures(nodes);
+        match gone.is_empty() {
+            true => failures,
+            false => format!(
+                "{failures}; our token is gone (deleted, expired, or taken) on {}",
+                gone.join(", ")
+            ),
+        }
+    }
 }
 
 /// Maps a yes/no reply to the answer shape `fan_out` counts.

@@ -91,6 +91,43 @@ async fn a_holder_cut_off_from_the_majority_hears_before_its_deadline() {
     assert!(err.message().contains("cut-off"), "{err}");
 }
 
+/// A quorum lost to one dead node and one that forgot our token (a restart without
+/// persistence): the loss names both, not only the dead one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_loss_names_the_node_that_forgot_the_token_beside_the_dead_one() {
+    let _serial = serial();
+    let mut cluster = Cluster::start(3);
+    let m = manager(
+        &cluster.urls(),
+        opts()
+            .watchdog(true)
+            .ttl(Duration::from_secs(4))
+            .node_timeout(ms(500)),
+    );
+    let lock = m.acquire("forgotten").await.unwrap();
+    let lost = lock.lost();
+    cluster.servers[0].kill();
+    let forgot: i64 = cluster.servers[1].cmd(&["DEL", "forgotten"]);
+    assert_eq!(forgot, 1, "the key was there to forget");
+    let reason = tokio::time::timeout(Duration::from_secs(10), lost)
+        .await
+        .expect("no lost signal")
+        .expect("lost, not released");
+    let text = reason.to_string();
+    assert!(
+        matches!(reason, LossReason::QuorumUnreachable { .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains(&cluster.servers[0].url())
+            && text.contains(&format!(
+                "our token is gone (deleted, expired, or taken) on {}",
+                cluster.servers[1].url()
+            )),
+        "{text}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_key_is_lost_with_the_reason() {
     let _serial = serial();
