@@ -67,9 +67,9 @@ pub(crate) struct Probe {
 
 impl SlotGuard {
     /// Takes in a topology just read: every range whose primary changed since the last one
-    /// seen to a node that was not a primary then is held back for `window`. Returns the
+    /// seen to a node that was not a primary then is held back for the window from `now`. Returns the
     /// ranges newly held (for the log).
-    pub fn observe(&mut self, new: SlotMap, now: Instant, window: Duration) -> Vec<(u16, u16)> {
+    pub fn observe(&mut self, new: SlotMap, now: Instant) -> Vec<(u16, u16)> {
         let mut newly = Vec::new();
         if let Some(old) = &self.topology {
             for range in &new.ranges {
@@ -93,7 +93,6 @@ impl SlotGuard {
                     seen: now,
                     up: Duration::ZERO,
                 },
-                window,
             );
         }
         self.topology = Some(new);
@@ -127,7 +126,7 @@ impl SlotGuard {
             up: Duration::ZERO,
         };
         if !self.serves(slot, &probe.node_id) {
-            self.hold(slot, slot, restarted, window);
+            self.hold(slot, slot, restarted);
         }
         let hold = match self.seen.get(&probe.node_id) {
             Some((run_id, replid)) if *run_id == probe.run_id && *replid == probe.replid => None,
@@ -137,8 +136,7 @@ impl SlotGuard {
                 seen: now,
                 up: Duration::from_secs(probe.uptime_s.saturating_sub(1)),
             }),
-        }
-        .filter(|h| h.until(window) > now);
+        };
         self.seen.insert(
             probe.node_id.clone(),
             (probe.run_id.clone(), probe.replid.clone()),
@@ -152,9 +150,9 @@ impl SlotGuard {
                 .map(|r| (r.first, r.last))
                 .collect();
             for (first, last) in ranges {
-                self.hold(first, last, hold, window);
+                self.hold(first, last, hold);
             }
-            self.hold(slot, slot, hold, window);
+            self.hold(slot, slot, hold);
         }
         self.held_until(slot, now, window)
     }
@@ -169,10 +167,13 @@ impl SlotGuard {
             .max()
     }
 
-    fn hold(&mut self, first: u16, last: u16, hold: Hold, window: Duration) {
+    /// Kept until no window could hold it back: the window may grow (see `restart_guard.rs`).
+    fn hold(&mut self, first: u16, last: u16, hold: Hold) {
         let now = Instant::now();
-        self.held.retain(|(_, _, h)| h.until(window) > now);
-        self.held.push((first, last, hold));
+        self.held.retain(|(_, _, h)| !h.over(now));
+        if !hold.over(now) {
+            self.held.push((first, last, hold));
+        }
     }
 }
 
@@ -272,10 +273,7 @@ mod tests {
         let mut g = SlotGuard::default();
         let now = Instant::now();
         let first = map(&[(0, 8191, "a"), (8192, 16383, "b")]);
-        assert!(
-            g.observe(first, now, W).is_empty(),
-            "nothing to compare with"
-        );
+        assert!(g.observe(first, now).is_empty(), "nothing to compare with");
         (g, now)
     }
 
@@ -283,7 +281,7 @@ mod tests {
     fn a_replica_promoted_holds_back_only_the_slots_it_took_over() {
         let (mut g, now) = start();
         let after = map(&[(0, 8191, "a1"), (8192, 16383, "b")]);
-        assert_eq!(g.observe(after, now, W), [(0, 8191)]);
+        assert_eq!(g.observe(after, now), [(0, 8191)]);
         assert_eq!(g.held_until(0, now, W), Some(now + W));
         assert_eq!(g.held_until(8191, now, W), Some(now + W));
         assert_eq!(g.held_until(8192, now, W), None);
@@ -304,7 +302,7 @@ mod tests {
             (200, 8191, "a"),
             (8192, 16383, "b"),
         ]);
-        assert!(g.observe(after, now, W).is_empty());
+        assert!(g.observe(after, now).is_empty());
         assert_eq!(g.held_until(150, now, W), None);
     }
 
@@ -312,7 +310,7 @@ mod tests {
     fn a_primary_never_seen_counts_as_a_failover() {
         let (mut g, now) = start();
         let after = map(&[(0, 8191, "a"), (8192, 16383, "z")]);
-        assert_eq!(g.observe(after, now, W), [(8192, 16383)]);
+        assert_eq!(g.observe(after, now), [(8192, 16383)]);
     }
 
     #[test]
@@ -327,6 +325,12 @@ mod tests {
         assert!(g.serves(5, "a") && !g.serves(5, "b"));
         // First seen, up for long: not held; up 4 s: held for the rest of the window.
         assert_eq!(g.probed(5, &probe("a", "r1", 3600), now, W), None);
+        // Up for an hour: not held by a window of 10 s, held by one grown to two hours.
+        let two_hours = Duration::from_secs(7200);
+        assert_eq!(
+            g.held_until(5, now, two_hours),
+            Some(now + two_hours - Duration::from_secs(3599))
+        );
         let young = g.probed(9000, &probe("b", "s1", 4), now, W);
         assert_eq!(young, Some(now + W - Duration::from_secs(3)));
         // The same run again: nothing new. A new run_id on `a`: its whole range held back.

@@ -111,6 +111,9 @@ struct NodeLocal {
     /// a new request takes a turn too instead of writing at once (see `connection`).
     opening: AtomicUsize,
     guard: Mutex<Guard>,
+    /// Found to be another node's server (`server_ids.rs`): until when no connection is
+    /// tried, and why. Each try costs a connection, its handshake and an INFO, and would log.
+    alias: Mutex<Option<(Instant, String)>>,
     /// A cluster's restart guard, per slot range.
     slots: Mutex<SlotGuard>,
 }
@@ -267,6 +270,8 @@ impl Node {
                  twice; Redlock needs distinct nodes, so it gets no request"
             );
             tracing::error!(node = %self.display, "{why}");
+            let mut alias = self.local().alias.lock().unwrap_or_else(|p| p.into_inner());
+            *alias = Some((Instant::now() + ALIAS_RECHECK, why.clone()));
             return Err(NodeError::Redis(why));
         }
         if self.guard_window.is_off() {
@@ -290,12 +295,13 @@ impl Node {
                 Duration::from_secs(uptime.saturating_sub(1))
             },
         };
-        let window = self.guard_window.get();
-        let wait = hold.until(window) - now;
+        // Kept whatever the window is now: it may grow (a longer lease asked for later), and a
+        // node up for less than the new window must not vote then. The latest start wins.
+        if g.hold.is_none_or(|h| h.started_before(&hold)) {
+            g.hold = Some(hold);
+        }
+        let wait = hold.until(self.guard_window.get()) - now;
         if !wait.is_zero() {
-            if g.hold.is_none_or(|h| h.until(window) < hold.until(window)) {
-                g.hold = Some(hold);
-            }
             tracing::warn!(
                 node = %self.display,
                 uptime_s = uptime,
@@ -305,6 +311,15 @@ impl Node {
         }
         g.run_id = run_id;
         Ok(())
+    }
+
+    /// Why this node gets no connection, while it is known to be another node's server.
+    fn known_alias(&self) -> Option<String> {
+        let alias = self.local().alias.lock().unwrap_or_else(|p| p.into_inner());
+        match &*alias {
+            Some((until, why)) if Instant::now() < *until => Some(why.clone()),
+            _ => None,
+        }
     }
 
     /// Loads every script on a new connection (one pipeline). Without it the first EVALSHA on
@@ -438,7 +453,7 @@ impl Node {
     fn observe_topology(&self, topology: SlotMap) {
         let newly = {
             let mut slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
-            slots.observe(topology, Instant::now(), self.guard_window.get())
+            slots.observe(topology, Instant::now())
         };
         for (first, last) in newly {
             tracing::warn!(
@@ -589,6 +604,9 @@ impl Node {
     /// with the restart guard on, the topology is kept for the guard per slot range (see
     /// `cluster_guard.rs`).
     async fn open_connection(&self, timeout: Duration) -> Result<Conn, NodeError> {
+        if let Some(why) = self.known_alias() {
+            return Err(NodeError::Redis(why));
+        }
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
             Some(cluster) => {
@@ -1072,10 +1090,15 @@ fn scrub(text: &str, password: Option<&str>) -> String {
 pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         // Not a URL we can parse, but a mistyped scheme (`redis:/u:pw@h`, `u:pw@h:1`) still
-        // carries a password: everything before the last `@` may be one.
-        return match url.rfind('@') {
+        // carries a password: everything before the last `@` may be one. redis-rs's own
+        // `unix:/path?pass=...` has a password in its query.
+        let shown = match url.rfind('@') {
             Some(at) => format!("***{}", &url[at..]),
             None => url.to_string(),
+        };
+        return match shown.find(['?', '#']) {
+            Some(q) => format!("{}{}", &shown[..q], redact_query(&shown[q..])),
+            None => shown,
         };
     };
     let rest_start = scheme_end + 3;
@@ -1209,6 +1232,10 @@ fn check_control_characters(url: &str, display: &str) -> Result<()> {
         None => Ok(()),
     }
 }
+
+/// How long a node found to be another node's server gets no connection: its URL may name
+/// another server later (a DNS alias moved), so it is asked again then.
+const ALIAS_RECHECK: Duration = Duration::from_secs(10);
 
 /// A fragment: redis-rs keeps an unknown one as part of the node's name (a unix socket's
 /// path or password cut short at it), and reads `#insecure` as "do not verify the server's
@@ -1451,6 +1478,11 @@ mod tests {
         assert_eq!(redact_url("redis:/u:s3cret@h:1"), "***@h:1");
         assert_eq!(redact_url("u:s3cret@h:1"), "***@h:1");
         assert_eq!(redact_url("redis//:p@ss@h"), "***@h");
+        // redis-rs's `unix:/path` form carries its password in the query.
+        assert_eq!(
+            redact_url("unix:/tmp/r.sock?db=1&pass=s3cret"),
+            "unix:/tmp/r.sock?db=1&pass=***"
+        );
         // A password with an unescaped `/` ends at the last `@` all the same.
         assert_eq!(redact_url("redis://:s3c/ret@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(

@@ -8,8 +8,9 @@
 //! restarted node back 10 s where locks of 30 s stood on it, and a second holder got one of
 //! them 10 s after the restart (a `withLock` with `ttl` 30 s, on the shared manager).
 //!
-//! So a hold keeps when it began, not when it ends: the window may still grow, and a node
-//! held back for 10 s is then held back for 30 s.
+//! So a hold keeps when it began, not when it ends, and is kept even when the window of the
+//! moment has passed: the window may still grow, and a node held back for 10 s (or found up
+//! for 12 s) is then held back for 30 s.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,7 +70,20 @@ impl Hold {
     pub fn until(&self, window: Duration) -> Instant {
         self.seen + window.saturating_sub(self.up)
     }
+
+    /// Whether the server of this hold started before that of `other`.
+    pub fn started_before(&self, other: &Hold) -> bool {
+        self.until(LONGEST) < other.until(LONGEST)
+    }
+
+    /// Whether no window, however it grows, holds it back after `now`: it can be forgotten.
+    pub fn over(&self, now: Instant) -> bool {
+        self.until(LONGEST) <= now
+    }
 }
+
+/// The longest window there can be (`restart_guard` and every ttl are at most this long).
+const LONGEST: Duration = crate::options::MAX_DURATION;
 
 #[cfg(test)]
 mod tests {
@@ -113,5 +127,16 @@ mod tests {
             now + Duration::from_secs(26)
         );
         assert_eq!(young.until(Duration::from_secs(3)), now);
+        let older = Hold {
+            seen: now,
+            up: Duration::from_secs(60),
+        };
+        assert!(older.started_before(&young) && !young.started_before(&older));
+        assert!(!older.over(now), "a window may still grow past 60 s");
+        let ancient = Hold {
+            seen: now,
+            up: crate::options::MAX_DURATION,
+        };
+        assert!(ancient.over(now), "no window is that long");
     }
 }

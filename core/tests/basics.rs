@@ -370,6 +370,10 @@ async fn bad_input_is_rejected_with_the_bad_value_named() {
         )
         .is_ok()
     );
+    // A URL read from a file keeps its newline: trimmed, as in a comma-separated list.
+    assert!(
+        LockManager::new(ManagerOptions::new().nodes(["redis://h:1\n", " redis://h:2 "])).is_ok()
+    );
     let err = LockManager::new(ManagerOptions::new().nodes([""])).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     let err =
@@ -398,6 +402,25 @@ async fn a_server_reached_by_two_urls_votes_once() {
         .await
         .expect("the two distinct servers are a quorum");
     assert!(lock.release().await.unwrap());
+    // Found out once, the alias is not dialled again for every request (each dial is a
+    // connection, a handshake, an INFO and an error logged).
+    let connections = |s: &RedisServer| -> u64 {
+        let info: String = s.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("INFO stats has total_connections_received")
+    };
+    let before = connections(&cluster.servers[0]);
+    for _ in 0..20 {
+        let lock = m.acquire("alias").await.unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+    let dialled = connections(&cluster.servers[0]) - before;
+    assert!(
+        dialled < 5,
+        "{dialled} new connections for 20 acquires and releases"
+    );
     cluster.servers[1].kill();
     let err = m.acquire("alias").await.unwrap_err();
     // The alias's refusal is the error shown (a misconfiguration, not an outage).

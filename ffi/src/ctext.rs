@@ -21,12 +21,10 @@ pub(crate) fn text(ptr: *const c_char, what: &str) -> Result<String, Failure> {
     }
 }
 
-/// A string as a message may echo it: one holding node URLs (an option value, a list of
-/// nodes) with their credentials redacted.
+/// A string as a message may echo it: as node URLs (an option value may be a list of nodes),
+/// with their credentials redacted; other text has none to lose (a key with an `@` loses what
+/// is before it, the safe side).
 fn shown(text: &str) -> String {
-    if !text.contains("://") {
-        return text.to_string();
-    }
     ferrolock::split_nodes(text)
         .iter()
         .map(|u| ferrolock::redact_url(u))

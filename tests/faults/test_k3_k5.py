@@ -11,15 +11,16 @@ from harness import wait_until
 TTL = 4.0
 
 
-def bare_quorum_holder(h, name: str = "A", guard: float | None = 0.0, **manager) -> dict:
-    """A's links to n3 and n4 are cut before its acquire: it holds k on n0, n1, n2 only.
-    ``guard`` None: the manager's default restart guard."""
+def bare_quorum_holder(h, name: str = "A", guard: float | None = 0.0, lease: float = TTL,
+                       **manager) -> dict:
+    """A's links to n3 and n4 are cut before its acquire: it holds k on n0, n1, n2 only, for
+    ``lease``. ``guard`` None: the manager's default restart guard."""
     if guard is not None:
         manager["restart_guard"] = guard
     a = h.client(name, proxied=True, **manager)
     cuts = [h.nemesis.link("cut", h.proxy(name, i), f"{name}->n{i}", "cut") for i in (3, 4)]
     got = a.call(op="acquire", h="a1", key="k",
-                 opts={"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0})
+                 opts={"ttl": lease, "fencing": True, "watchdog": False, "wait": 30.0})
     assert got["ok"], got
     held = [bool(n.client().get("k") == got["token"]) for n in h.nodes]
     assert held == [True, True, True, False, False], held
@@ -90,28 +91,46 @@ def test_k4_restart_without_persistence_of_a_bare_quorum_node(h, guard):
     print(f"K4 guard={guard}: B granted {waited:.2f}s after the restart")
 
 
-def test_k4_the_default_guard_covers_a_lease_longer_than_the_managers_ttl(h):
+@pytest.mark.parametrize("seen", ["under_us", "up_longer_than_the_managers_ttl"])
+def test_k4_the_default_guard_covers_a_lease_longer_than_the_managers_ttl(h, seen):
     """K4 with the default restart guard, on managers whose own ttl (1 s) is shorter than the
-    lease their acquires ask for (4 s, as a `withLock(key, fn, {ttl})` on the shared manager
-    does). The window was the manager's ttl: B, connected before n2's restart, counted n2's
-    vote 1 s after it and held k beside A. It is now the longest lease asked for."""
+    lease their acquires ask for (as a `withLock(key, fn, {ttl})` on the shared manager does).
+    The window was the manager's ttl: B counted n2's vote 1 s after its restart and held k
+    beside A. It is now the longest lease asked for, and judged when B votes, not when B
+    connected:
+    - under_us: B connected before the restart, so it sees n2's run_id change;
+    - up_longer_than_the_managers_ttl: B first connects to n2 when n2 has been up for more
+      than 1 s (no hold under the window of then), then asks for the longer lease."""
+    lease = TTL if seen == "under_us" else 2 * TTL
     h.start_nodes(5)
     h.start_resource()
     wait_until("nodes older than the lease",
-               lambda: all(n.client().info("server")["uptime_in_seconds"] > TTL
+               lambda: all(n.client().info("server")["uptime_in_seconds"] > lease
                            for n in h.nodes), timeout=30)
-    hold = bare_quorum_holder(h, guard=None, ttl=1.0)
+    hold = bare_quorum_holder(h, guard=None, lease=lease, ttl=1.0)
     b = h.client("B", ttl=1.0)
-    # Connected, and n2's run_id seen, with the manager's own ttl: n2's restart is then seen
-    # under B, with a window of 1 s, and the 4 s lease asked for afterwards must widen it.
-    warm = b.call(op="acquire", h="b0", key="warm", opts={"watchdog": False, "wait": 0.0})
-    assert warm["ok"], warm
-    assert b.call(op="release", h="b0")["ok"]
+
+    def warm_up() -> None:
+        warm = b.call(op="acquire", h="b0", key="warm", opts={"watchdog": False, "wait": 0.0})
+        assert warm["ok"], warm
+        assert b.call(op="release", h="b0")["ok"]
+
+    if seen == "under_us":
+        warm_up()
     h.nemesis.restart_node(h.nodes[2], keep_data=False)
     assert not h.nodes[2].client().exists("k")
+    if seen != "under_us":
+        # Uptime reads up to 1 s high: 2 reads as at least 1 s up, past the window of 1 s.
+        wait_until("n2 up for more than the manager's ttl",
+                   lambda: h.nodes[2].client().info("server")["uptime_in_seconds"] >= 2,
+                   timeout=30)
+        warm_up()
+    t_asked = time.monotonic()
     got = b.call(op="acquire", h="b1", key="k",
-                 opts={"ttl": TTL, "fencing": True, "watchdog": False, "wait": 30.0})
+                 opts={"ttl": lease, "fencing": True, "watchdog": False, "wait": 30.0})
     assert got["ok"], got
+    # The fault needs B to ask while A still holds k: else there is nothing to overlap.
+    assert t_asked < hold["grant"]["deadline"], "B asked after A's lease: no fault placed"
     report = h.check()
     assert report["overlaps"] == [], report["overlaps"]
     assert h.first_grant("B", "b1")["t1"] >= hold["grant"]["deadline"]

@@ -95,7 +95,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "",
         default: "`FERROLOCK_NODES` or `redis://127.0.0.1:6379`",
         range: "distinct `redis://`, `rediss://`, `unix://` or `redis+cluster://` URLs",
-        doc: "comma-separated URLs: `redis://[user:pass@]host[:port][/db][?protocol=…]` (port 6379 when left out), `rediss://…` (TLS), `unix:///path[?db=…&user=…&pass=…]`, `redis+cluster://[user:pass@]host:port[?seed=host:port…]` (a whole Redis Cluster as one node; `rediss+cluster://` with TLS); a new URL starts where a scheme does, so a comma in a password needs no escaping; any other URL parameter, or a fragment (`#…`), is refused, and so is one server named twice (`h:1` and `H:1/0` count as one, as do `localhost`, `127.0.0.1` and `[::1]`: Redlock needs independent nodes); two URLs the resolver takes to one server (an alias) are told apart by its `run_id` when they connect, and the second gets no request",
+        doc: "comma-separated URLs: `redis://[user:pass@]host[:port][/db][?protocol=…]` (port 6379 when left out), `rediss://…` (TLS), `unix:///path[?db=…&user=…&pass=…]`, `redis+cluster://[user:pass@]host:port[?seed=host:port…]` (a whole Redis Cluster as one node; `rediss+cluster://` with TLS); a new URL starts where a scheme does, so a comma in a password needs no escaping; any other URL parameter, or a fragment (`#…`), is refused, and so is one server named twice (`h:1` and `H:1/0` count as one, as do `localhost`, `127.0.0.1` and `[::1]`: Redlock needs independent nodes); two standalone URLs the resolver takes to one server (an alias) are told apart by its `run_id` when they connect, and the second gets no request (two `redis+cluster://` URLs of one cluster are not told apart)",
     },
     OptionSpec {
         name: "ttl",
