@@ -168,9 +168,19 @@ impl SlotGuard {
     }
 
     /// Kept until no window could hold it back: the window may grow (see `restart_guard.rs`).
+    /// One per range: the latest start (a range that fails over again and again, or whose
+    /// primary never shows as serving it, would otherwise pile up holds for weeks).
     fn hold(&mut self, first: u16, last: u16, hold: Hold) {
         let now = Instant::now();
-        self.held.retain(|(_, _, h)| !h.over(now));
+        let same = |f: &u16, l: &u16| (*f, *l) == (first, last);
+        if self
+            .held
+            .iter()
+            .any(|(f, l, h)| same(f, l) && !h.started_before(&hold))
+        {
+            return;
+        }
+        self.held.retain(|(f, l, h)| !h.over(now) && !same(f, l));
         if !hold.over(now) {
             self.held.push((first, last, hold));
         }
@@ -343,6 +353,11 @@ mod tests {
             Some(now + W + W)
         );
         assert_eq!(g.held_until(10, now + W, W), None);
+        // Asked again and again, a range keeps one hold (the latest).
+        for _ in 0..3 {
+            g.probed(9, &probe("b", "s1", 9), now + W, W);
+        }
+        assert_eq!(g.held.iter().filter(|h| (h.0, h.1) == (9, 9)).count(), 1);
     }
 
     #[test]

@@ -48,10 +48,6 @@ impl LockManager {
             return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
         }
         let (urls, from) = options.nodes_in_force()?;
-        // Each trimmed, as a comma-separated list's are: one read from a file or a secret
-        // often ends in a newline, which the URL parser drops and the control-character
-        // check would refuse.
-        let urls: Vec<String> = urls.iter().map(|u| u.trim().to_string()).collect();
         let root_cert = read_root_cert(&options, &urls)?;
         let nodes = open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
             // The caller wrote no URL: say where the bad one came from.

@@ -1091,13 +1091,14 @@ pub fn redact_url(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         // Not a URL we can parse, but a mistyped scheme (`redis:/u:pw@h`, `u:pw@h:1`) still
         // carries a password: everything before the last `@` may be one. redis-rs's own
-        // `unix:/path?pass=...` has a password in its query.
-        let shown = match url.rfind('@') {
-            Some(at) => format!("***{}", &url[at..]),
+        // `unix:/path?pass=...` has a password in its query: redacted first, since the
+        // password may hold an `@` itself; what is left before a last `@` goes after.
+        let shown = match url.find(['?', '#']) {
+            Some(q) => format!("{}{}", &url[..q], redact_query(&url[q..])),
             None => url.to_string(),
         };
-        return match shown.find(['?', '#']) {
-            Some(q) => format!("{}{}", &shown[..q], redact_query(&shown[q..])),
+        return match shown.rfind('@') {
+            Some(at) => format!("***{}", &shown[at..]),
             None => shown,
         };
     };
@@ -1483,6 +1484,11 @@ mod tests {
             redact_url("unix:/tmp/r.sock?db=1&pass=s3cret"),
             "unix:/tmp/r.sock?db=1&pass=***"
         );
+        assert_eq!(
+            redact_url("unix:/tmp/r.sock?db=1&pass=s3cr@tTail&user=x"),
+            "unix:/tmp/r.sock?db=1&pass=***&***"
+        );
+        assert_eq!(redact_url("u:p?w@h:1"), "***@h:1");
         // A password with an unescaped `/` ends at the last `@` all the same.
         assert_eq!(redact_url("redis://:s3c/ret@h:1/0"), "redis://:***@h:1/0");
         assert_eq!(

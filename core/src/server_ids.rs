@@ -24,6 +24,9 @@ impl ServerIds {
             Some(first) if first != node => Err(first.clone()),
             Some(_) => Ok(()),
             None => {
+                // Its server restarted, or its URL now reaches another: the old run_id is no
+                // longer its own, and another node may reach that server alone now.
+                map.retain(|_, claimed_by| claimed_by != node);
                 map.insert(run_id.to_string(), node.to_string());
                 Ok(())
             }
@@ -41,7 +44,8 @@ mod tests {
         assert_eq!(ids.claim("r1", "redis://a:1"), Ok(()), "a reconnection");
         assert_eq!(ids.claim("r2", "redis://b:1"), Ok(()));
         assert_eq!(shared.claim("r1", "redis://c:1"), Err("redis://a:1".into()));
-        // A restart gives the node a new run_id: still its own.
+        // A restart gives the node a new run_id: still its own; and the old one is free.
         assert_eq!(ids.claim("r3", "redis://a:1"), Ok(()));
+        assert_eq!(ids.claim("r1", "redis://c:1"), Ok(()));
     }
 }

@@ -52,15 +52,7 @@ async fn renewals_keep_a_three_second_lock_for_ten_seconds() {
 async fn a_holder_cut_off_from_the_majority_hears_before_its_deadline() {
     let _serial = serial();
     let cluster = Cluster::start(3);
-    // The signal must come two node timeouts before the deadline: 1 s of slack for a loaded
-    // machine's watchdog, less than one renewal period (ttl/3).
-    let m = manager(
-        &cluster.urls(),
-        opts()
-            .watchdog(true)
-            .ttl(Duration::from_secs(4))
-            .node_timeout(ms(500)),
-    );
+    let m = watched(&cluster);
     let lock = m.acquire("cut-off").await.unwrap();
     let lost = lock.lost();
     cluster.servers[1].pause();
@@ -91,19 +83,26 @@ async fn a_holder_cut_off_from_the_majority_hears_before_its_deadline() {
     assert!(err.message().contains("cut-off"), "{err}");
 }
 
+/// A manager whose locks the watchdog renews, with a loss signal due two node timeouts before
+/// the deadline: 1 s of slack for a loaded machine's watchdog, less than one renewal period
+/// (ttl/3).
+fn watched(cluster: &Cluster) -> ferrolock::LockManager {
+    manager(
+        &cluster.urls(),
+        opts()
+            .watchdog(true)
+            .ttl(Duration::from_secs(4))
+            .node_timeout(ms(500)),
+    )
+}
+
 /// A quorum lost to one dead node and one that forgot our token (a restart without
 /// persistence): the loss names both, not only the dead one.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_loss_names_the_node_that_forgot_the_token_beside_the_dead_one() {
     let _serial = serial();
     let mut cluster = Cluster::start(3);
-    let m = manager(
-        &cluster.urls(),
-        opts()
-            .watchdog(true)
-            .ttl(Duration::from_secs(4))
-            .node_timeout(ms(500)),
-    );
+    let m = watched(&cluster);
     let lock = m.acquire("forgotten").await.unwrap();
     let lost = lock.lost();
     cluster.servers[0].kill();

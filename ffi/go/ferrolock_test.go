@@ -698,17 +698,27 @@ func shutdownChild(part string) int {
 func TestShutdownReleasesEverythingAndRefusesLaterAcquires(t *testing.T) {
 	// In a process of its own: Shutdown stops every later acquire of its process.
 	part := key("shutdown")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FERROLOCK_GO_SHUTDOWN="+part)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
+	inChild(t, "FERROLOCK_GO_SHUTDOWN", part)
 	for _, port := range ports {
 		if n := keysNamed(t, port, part); n != 0 {
 			t.Fatalf("port %d: %d keys left", port, n)
 		}
 	}
+}
+
+// inChild runs this test binary as a child process in the mode env=value (see TestMain), for
+// what must not happen in the tests' own process (Shutdown ends every later acquire), and
+// returns its standard output; a child that fails fails the test.
+func inChild(t *testing.T, env, value string) []byte {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env+"="+value)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child (%s): %v", env, err)
+	}
+	return out
 }
 
 // goGoroutines counts the goroutines that run Go code. A library thread that called back into
@@ -1264,13 +1274,7 @@ func acquireThenShutdown(m *ferrolock.Manager, part string, n int) int {
 // returns, so a main that returns right after loses none.
 func TestShutdownHandsQueuedRecordsToTheLogger(t *testing.T) {
 	part := key("log-exit")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FERROLOCK_GO_LOG_EXIT="+part)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
+	out := inChild(t, "FERROLOCK_GO_LOG_EXIT", part)
 	for i := 0; i < 3; i++ {
 		k := fmt.Sprintf("%s:%d", part, i)
 		found := false
@@ -1345,13 +1349,7 @@ func shutdownInHandlerChild(part string) int {
 // which only that handler's return lets through.
 func TestShutdownFromTheLoggersHandlerDoesNotWaitForItself(t *testing.T) {
 	part := key("log-shutdown")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FERROLOCK_GO_LOG_SHUTDOWN="+part)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("child: %v", err)
-	}
+	out := inChild(t, "FERROLOCK_GO_LOG_SHUTDOWN", part)
 	var ms, n int
 	if _, err := fmt.Sscanf(string(out), "%d %d", &ms, &n); err != nil {
 		t.Fatalf("child said %q: %v", out, err)
@@ -1618,12 +1616,7 @@ func closeExitChild(part string) int {
 // (issue 30 item 6 (b)); the lock used after Close worked.
 func TestCloseThenShutdownReleasesWhatIsStillHeld(t *testing.T) {
 	part := key("close-exit")
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "FERROLOCK_GO_CLOSE_EXIT="+part)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("child: %v", err)
-	}
+	inChild(t, "FERROLOCK_GO_CLOSE_EXIT", part)
 	for _, port := range ports {
 		if n := keysNamed(t, port, part); n != 0 {
 			t.Fatalf("port %d: %d keys left", port, n)

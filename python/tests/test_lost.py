@@ -8,6 +8,7 @@ import contextlib
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -453,6 +454,17 @@ def _end_or_acquire(m: LockManager, key: str, action: str, r: object) -> object:
 _EXPECTED = {"close": (True, False), "release_all": (1, False), "acquire": (True, True)}
 
 
+def _check_what_was_left(m: LockManager, r: Any, key: str, action: str, seen: dict[str, object]) -> None:
+    """The action's result, the manager's other lock kept or released as the action says, and
+    nothing of the lost lock or of the new one left; closing releases the rest."""
+    result, other_kept = _EXPECTED[action]
+    assert seen["result"] == result, seen
+    assert r.exists(f"{key}:other") == other_kept
+    assert not r.exists(key) and not r.exists(f"{key}:new")
+    m.close()
+    assert not r.exists(f"{key}:other")
+
+
 @pytest.mark.parametrize("action", sorted(_EXPECTED))
 def test_a_loss_callback_may_close_release_all_or_acquire(node: RedisNode, key: str, action: str) -> None:
     m = LockManager([node.url], ttl=TTL, restart_guard=0)
@@ -474,12 +486,7 @@ def test_a_loss_callback_may_close_release_all_or_acquire(node: RedisNode, key: 
     r.delete(key)  # the watchdog (every ttl/3) finds the key gone: the lock is lost
     assert finished.wait(60), f"the loss callback hung: {seen}"
     assert lock.lost and seen["reason"], seen
-    result, other_kept = _EXPECTED[action]
-    assert seen["result"] == result, seen
-    assert r.exists(f"{key}:other") == other_kept
-    assert not r.exists(key) and not r.exists(f"{key}:new")
-    m.close()
-    assert not r.exists(f"{key}:other")
+    _check_what_was_left(m, r, key, action, seen)
 
 
 @pytest.mark.parametrize("action", sorted(_EXPECTED))
@@ -517,9 +524,4 @@ def test_after_wait_lost_close_release_all_or_acquire(node: RedisNode, key: str,
     assert not t.is_alive(), f"hung after wait_lost(): {seen}"
     assert not errors, errors
     assert seen["reason"], seen
-    result, other_kept = _EXPECTED[action]
-    assert seen["result"] == result, seen
-    assert r.exists(f"{key}:other") == other_kept
-    assert not r.exists(key) and not r.exists(f"{key}:new")
-    m.close()
-    assert not r.exists(f"{key}:other")
+    _check_what_was_left(m, r, key, action, seen)

@@ -295,7 +295,10 @@ impl ManagerOptions {
     /// for messages about them.
     pub(crate) fn nodes_in_force(&self) -> Result<(Vec<String>, Option<&'static str>)> {
         if let Some(nodes) = &self.nodes {
-            return Ok((nodes.clone(), None));
+            // Trimmed, as a comma-separated list's are: a URL read from a file or a secret
+            // often ends in a newline (which the control-character check would refuse), and
+            // the shared managers are keyed by this list.
+            return Ok((nodes.iter().map(|u| u.trim().to_string()).collect(), None));
         }
         let why = match std::env::var(NODES_ENV) {
             Ok(v) if v.trim().is_empty() => format!(
