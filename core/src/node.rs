@@ -1371,8 +1371,9 @@ fn check_query(url: &str, display: &str) -> Result<()> {
         return Ok(());
     };
     let query = query.split('#').next().unwrap_or_default();
+    // The scheme ends at the first `:`: redis-rs takes `unix:/path` as well as `unix:///path`.
     let unix = url
-        .split_once("://")
+        .split_once(':')
         .is_some_and(|(scheme, _)| is_unix(scheme));
     let known: &[&str] = if unix {
         &["db", "user", "pass", "protocol"]
@@ -1548,6 +1549,7 @@ mod tests {
             "redis://127.0.0.1:6379?protocol=resp2",
             "redis://127.0.0.1:6379?protocol=3",
             "unix:///tmp/r.sock?db=1&user=u&pass=p",
+            "unix:/tmp/r.sock?db=1&pass=p",
         ] {
             assert!(open(url).is_ok(), "{url}");
         }
