@@ -451,7 +451,7 @@ fn the_cores_warnings_are_shown_unless_quiet() {
             "{err}"
         );
         let left = err
-            .split_once("restart guard holds its vote for another ")
+            .split_once("its vote counts in ")
             .and_then(|(_, rest)| rest.split_once(')'))
             .map(|(left, _)| left)
             .unwrap_or_else(|| panic!("{err}"));

@@ -1286,13 +1286,14 @@ pub(crate) async fn extend_everywhere(
         renewal: Kind::of(opts).renewal(),
     };
     let extend = &extend;
+    let voting = Kind::of(opts).renewal_waits_for_the_guard();
     fan_out(
         &shared.cluster.nodes,
         shared.cluster.quorum,
         timeout,
         true,
         |_, node, deadline| {
-            node.run_bounded(deadline, timeout, true, move |mut conn| async move {
+            node.run_bounded(deadline, timeout, voting, move |mut conn| async move {
                 let extended: i64 = extend.invocation().invoke_async(&mut conn).await?;
                 Ok(yes_if(extended == 1))
             })

@@ -483,9 +483,12 @@ impl Node {
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
-        match g.hold.map(|h| h.until(self.guard_window.get())) {
+        let window = self.guard_window.get();
+        match g.hold.map(|h| h.until(window)) {
             Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
-                "restarted recently: restart guard holds its vote for another {:?}",
+                "started or restarted within the restart guard's window of {:?} (the longest \
+                 ttl asked for, unless restart_guard is set): its vote counts in {:?}",
+                to_the_ms(window),
                 to_the_ms(until - Instant::now())
             ))),
             _ => Ok(()),

@@ -300,10 +300,13 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         .unwrap_or(Duration::from_millis(200))
         + PER_RENEWAL * batch.len() as u32;
     let start = Instant::now();
+    let voting = batch
+        .iter()
+        .any(|r| Kind::of(&r.lease).renewal_waits_for_the_guard());
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
         futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
             let batch = &batch;
-            node.run(timeout, true, move |mut conn| async move {
+            node.run(timeout, voting, move |mut conn| async move {
                 if let Conn::Cluster(cluster, _) = &conn {
                     return renew_on_cluster(core, i, cluster, batch).await;
                 }

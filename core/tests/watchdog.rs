@@ -127,6 +127,66 @@ async fn a_loss_names_the_node_that_forgot_the_token_beside_the_dead_one() {
     );
 }
 
+/// The default restart guard widens to the longest ttl asked for; nodes up for less than it
+/// then get no new grant, but a held lock's renewals still reach them (a renewal finds our
+/// token or does nothing). Held back too, every lock on young nodes was lost as soon as one
+/// acquire asked for a longer ttl.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_widened_restart_guard_holds_back_grants_not_renewals() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let ttl = Duration::from_secs(2);
+    // Up for more than the manager's ttl (uptime reads up to 1 s high), so that its grants
+    // go through before the window widens.
+    let uptime = |s: &RedisServer| -> u64 {
+        let info: String = s.cmd(&["INFO", "server"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("INFO server has uptime_in_seconds")
+    };
+    while cluster
+        .servers
+        .iter()
+        .any(|s| uptime(s) <= ttl.as_secs() + 1)
+    {
+        tokio::time::sleep(ms(200)).await;
+    }
+    let m = ferrolock::LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes(cluster.urls())
+            .lock(opts().watchdog(true).ttl(ttl).wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    let held = m.acquire("young-held").await.unwrap();
+    let long = m
+        .acquire_with(
+            "young-long",
+            &opts()
+                .ttl(Duration::from_secs(3600))
+                .wait(Some(Duration::ZERO)),
+        )
+        .await
+        .expect_err("nodes up for seconds may not grant an hour's lease");
+    assert!(
+        long.message().contains("restart guard's window of 3600s"),
+        "the window did not widen: {long}"
+    );
+    // Three ttls: every renewal in them went to nodes the guard now holds back for grants.
+    tokio::time::sleep(ttl * 3).await;
+    assert!(held.is_held(), "{:?}", held.check());
+    // On a quorum at least (a node still connecting when the window widened got no grant).
+    let renewed = cluster
+        .servers
+        .iter()
+        .filter(|s| {
+            get(s, "young-held").as_deref() == Some(held.token()) && pttl(s, "young-held") > 0
+        })
+        .count();
+    assert!(renewed >= 2, "held on {renewed} of 3 nodes");
+    assert!(held.release().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_key_is_lost_with_the_reason() {
     let _serial = serial();

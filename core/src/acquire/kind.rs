@@ -96,6 +96,15 @@ impl Kind {
     }
 
     /// How a hold of this kind is renewed.
+    /// Whether its renewals wait out the restart guard, as grants do. A lock's renewal finds
+    /// our token or does nothing (it grants nothing a restarted node forgot), so it is sent
+    /// to a guarded node too: held back, every lock on a young node was lost as soon as a
+    /// longer ttl widened the default window. A semaphore's holders are told instead (see
+    /// DESIGN.md, "Semaphore": a restart cannot tell which permits it forgot).
+    pub fn renewal_waits_for_the_guard(self) -> bool {
+        matches!(self, Kind::Permits)
+    }
+
     pub fn renewal(self) -> Renewal {
         match self {
             Kind::Plain => Renewal::Plain,
