@@ -404,13 +404,7 @@ async fn a_server_reached_by_two_urls_votes_once() {
     assert!(lock.release().await.unwrap());
     // Found out once, the alias is not dialled again for every request (each dial is a
     // connection, a handshake, an INFO and an error logged).
-    let connections = |s: &RedisServer| -> u64 {
-        let info: String = s.cmd(&["INFO", "stats"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_connections_received:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("INFO stats has total_connections_received")
-    };
+    let connections = |s: &RedisServer| info_number(s, "stats", "total_connections_received");
     let before = connections(&cluster.servers[0]);
     for _ in 0..20 {
         let lock = m.acquire("alias").await.unwrap();

@@ -138,13 +138,7 @@ async fn a_widened_restart_guard_holds_back_grants_not_renewals() {
     let ttl = Duration::from_secs(2);
     // Up for more than the manager's ttl (uptime reads up to 1 s high), so that its grants
     // go through before the window widens.
-    let uptime = |s: &RedisServer| -> u64 {
-        let info: String = s.cmd(&["INFO", "server"]);
-        info.lines()
-            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
-            .and_then(|v| v.trim().parse().ok())
-            .expect("INFO server has uptime_in_seconds")
-    };
+    let uptime = |s: &RedisServer| info_number(s, "server", "uptime_in_seconds");
     while cluster
         .servers
         .iter()

@@ -56,6 +56,15 @@ pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     server.cmd(&["PTTL", key])
 }
 
+/// A number `INFO <section>` gives (`uptime_in_seconds` of `server`, say).
+pub fn info_number(server: &RedisServer, section: &str, field: &str) -> u64 {
+    let info: String = server.cmd(&["INFO", section]);
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no number {field}"))
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
