@@ -122,7 +122,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "100 ms, jittered ±50 %",
         range: MILLIS_RANGE,
-        doc: "between attempts",
+        doc: "between attempts (at least 1 ms)",
     },
     OptionSpec {
         name: "node_timeout",
@@ -131,7 +131,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "min(200 ms, ttl/10)",
         range: MILLIS_RANGE,
-        doc: "per node, per request; an acquire whose loss margin (2 × node timeout) is not \
+        doc: "per node, per request (at least 1 ms); an acquire whose loss margin (2 × node timeout) is not \
               under ttl/3 is refused, as `extend(ttl)` is (the default always fits)",
     },
     OptionSpec {
