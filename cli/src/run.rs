@@ -19,7 +19,7 @@ Durations are a number and a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is re
 
 The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored at the key
 while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
-to storage that rejects stale writers), FERROLOCK_NODES (the node list, as given) and
+to storage that rejects stale writers), FERROLOCK_NODES (with --nodes, the list as given; else the caller's own, if set) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
 nodes, a tab, the key, and for a semaphore a tab and `semaphore COUNT/PERMITS`; a backslash,
 tab, newline or carriage return in the nodes or the key is written \\\\, \\t, \\n or \\r).
@@ -138,7 +138,7 @@ pub struct RunArgs {
     fencing: bool,
 
     /// Window after a node's (re)start in which its vote does not count; 0 = off
-    /// [default: ttl with 3 nodes or more, else off]
+    /// [default: the lease, --ttl, with 3 nodes or more, else off]
     #[arg(long, value_name = "DURATION", value_parser = parse_or_zero, allow_hyphen_values = true)]
     restart_guard: Option<Duration>,
 

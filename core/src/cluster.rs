@@ -7,20 +7,24 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 
 use crate::node::Node;
+use crate::restart_guard::GuardWindow;
 
 pub(crate) struct Cluster {
     pub nodes: Vec<Node>,
     pub quorum: usize,
+    /// The restart guard's window, one for every node (each holds a clone).
+    guard_window: GuardWindow,
     /// `None`: the process runtime, looked up at each use so a forked child uses its own.
     handle: Option<Handle>,
 }
 
 impl Cluster {
-    pub fn new(nodes: Vec<Node>) -> Cluster {
+    pub fn new(nodes: Vec<Node>, guard_window: GuardWindow) -> Cluster {
         let quorum = nodes.len() / 2 + 1;
         Cluster {
             nodes,
             quorum,
+            guard_window,
             handle: crate::runtime::ambient(),
         }
     }
@@ -28,9 +32,7 @@ impl Cluster {
     /// Before a lease of `lease` is asked for: the default restart guard covers it (see
     /// `restart_guard.rs`).
     pub fn cover_lease(&self, lease: Duration) {
-        for node in &self.nodes {
-            node.cover_lease(lease);
-        }
+        self.guard_window.cover(lease);
     }
 
     /// Where background work (tasks that outlive a call) is spawned.

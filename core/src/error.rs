@@ -1,6 +1,6 @@
 //! One error type with a fixed set of kinds: the error table every binding derives from.
 //! Each kind has a stable string code (Python's `.code`, JavaScript's `err.code`, the suffix
-//! of C's `FERROLOCK_ERR_*`) and a stable number (C's status value, Go's error values).
+//! of C's `FERROLOCK_ERR_*`, but `FERROLOCK_ERR_REDIS` for `REDIS_ERROR`) and a stable number (C's status value, Go's error values).
 //! Adding a kind is a deliberate, visible change everywhere; a kind's code and number never
 //! change once released, and a retired number is never reused.
 
@@ -71,7 +71,8 @@ impl ErrorKind {
 }
 
 impl ErrorKind {
-    /// A stable, upper-snake-case name: the JS `err.code`, the C enum suffix, the CLI message tag.
+    /// A stable, upper-snake-case name: the JS `err.code`, the C enum suffix (but
+    /// `FERROLOCK_ERR_REDIS`), the CLI message tag.
     pub fn code(self) -> &'static str {
         match self {
             ErrorKind::InvalidArgument => "INVALID_ARGUMENT",

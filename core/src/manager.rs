@@ -49,13 +49,14 @@ impl LockManager {
         }
         let (urls, from) = options.nodes_in_force()?;
         let root_cert = read_root_cert(&options, &urls)?;
-        let nodes = open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
-            // The caller wrote no URL: say where the bad one came from.
-            Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
-            None => e,
-        })?;
+        let (nodes, guard) =
+            open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
+                // The caller wrote no URL: say where the bad one came from.
+                Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
+                None => e,
+            })?;
         Ok(LockManager {
-            shared: Arc::new(Shared::new(Cluster::new(nodes), options.lock)),
+            shared: Arc::new(Shared::new(Cluster::new(nodes, guard), options.lock)),
         })
     }
 
@@ -294,7 +295,7 @@ fn open_nodes(
     options: &ManagerOptions,
     urls: &[String],
     root_cert: Option<&[u8]>,
-) -> Result<Vec<Node>> {
+) -> Result<(Vec<Node>, GuardWindow)> {
     let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
     if urls.iter().any(|u| u.trim().is_empty()) {
         return Err(Error::invalid(format!(
@@ -346,5 +347,5 @@ fn open_nodes(
             )));
         }
     }
-    Ok(nodes)
+    Ok((nodes, guard))
 }

@@ -474,12 +474,6 @@ impl Node {
         }
     }
 
-    /// Widens the default restart guard to `lease` before a lease that long is asked for
-    /// (see `restart_guard.rs`).
-    pub(crate) fn cover_lease(&self, lease: Duration) {
-        self.guard_window.cover(lease);
-    }
-
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());

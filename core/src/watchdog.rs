@@ -269,7 +269,7 @@ struct Renewal {
     lease: LockOptions,
 }
 
-/// Renews `due` with one pipeline per node, all nodes at once, then settles each lock.
+/// Renews `due` with one pipeline per node and kind, all nodes at once, then settles each lock.
 async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
     let core = &*core;
     // A lock whose extend or release is in flight sits this tick out (release waits for a
@@ -289,6 +289,21 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
             }
         })
         .collect();
+    // A lock's renewal is never held back by the restart guard, a semaphore's is (see
+    // `Kind::renewal_waits_for_the_guard`): each kind goes in a batch of its own, so a held-back
+    // semaphore never holds back the locks renewed in the same tick.
+    let (voting, plain): (Vec<Renewal>, Vec<Renewal>) = batch
+        .into_iter()
+        .partition(|r| Kind::of(&r.lease).renewal_waits_for_the_guard());
+    futures::future::join(
+        renew_batch(core, voting, true),
+        renew_batch(core, plain, false),
+    )
+    .await;
+}
+
+/// Renews one batch (`voting`: its renewals wait for the restart guard).
+async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
     if batch.is_empty() {
         return;
     }
@@ -300,9 +315,6 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         .unwrap_or(Duration::from_millis(200))
         + PER_RENEWAL * batch.len() as u32;
     let start = Instant::now();
-    let voting = batch
-        .iter()
-        .any(|r| Kind::of(&r.lease).renewal_waits_for_the_guard());
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
         futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
             let batch = &batch;

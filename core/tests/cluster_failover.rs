@@ -81,11 +81,7 @@ async fn a_graceful_failover_keeps_the_lock_renewed_on_the_new_primary() {
         LockOptions::default().ttl(ttl).node_timeout(ms(500)),
     );
     let key = "failover:held".to_string();
-    let old = cluster.primary_for_key(&key);
-    let new = *cluster
-        .replicas_of(old)
-        .first()
-        .expect("the lock's shard has a replica");
+    let (old, new) = cluster.primary_and_replica(&key);
     let lock = m.acquire(&key).await.unwrap();
     assert_eq!(get(old, &key).as_deref(), Some(lock.token()));
     let before = Rival::start(rival_manager(&url), &key, "before and during the failover");
@@ -149,11 +145,7 @@ async fn a_reentry_granted_by_a_held_back_primary_is_undone() {
     let born = Instant::now();
     let url = cluster.url();
     let key = "guarded:reentry".to_string();
-    let old = cluster.primary_for_key(&key);
-    let new = *cluster
-        .replicas_of(old)
-        .first()
-        .expect("the key's shard has a replica");
+    let (old, new) = cluster.primary_and_replica(&key);
     let o = opts()
         .reentrant(true)
         .ttl(Duration::from_secs(30))
@@ -660,8 +652,8 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
         .map(|i| format!("lossy:{i}"))
         .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
         .unwrap();
-    let old = cluster.primary_for_key(&key).port();
-    let new = cluster.replicas_of(cluster.primary_for_key(&key))[0].port();
+    let (old, new) = cluster.primary_and_replica(&key);
+    let (old, new) = (old.port(), new.port());
     let (old_i, new_i) = (cluster.index_of_port(old), cluster.index_of_port(new));
     let ttl = Duration::from_secs(6);
     let lopts = LockOptions::default().ttl(ttl);

@@ -181,6 +181,51 @@ async fn a_widened_restart_guard_holds_back_grants_not_renewals() {
     assert!(held.release().await.unwrap());
 }
 
+/// A semaphore's renewals wait for the restart guard, a lock's do not; renewed in the same
+/// tick, each kind goes in a pipeline of its own. In one pipeline, a semaphore held back made
+/// the lock renewed beside it miss its renewals too, and both were lost. One node (a semaphore
+/// lives on one), restarted with its data, and a guard set: the node is held back for longer
+/// than a ttl while every key is still there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_back_semaphore_does_not_hold_back_the_lock_renewed_beside_it() {
+    let _serial = serial();
+    let mut server = RedisServer::start_with(ferrolock_testbed::ServerOptions {
+        persistence: true,
+        ..Default::default()
+    });
+    let (ttl, window) = (Duration::from_secs(4), Duration::from_secs(8));
+    // Up for longer than the window (uptime reads up to 1 s high), so that it grants at first.
+    while info_number(&server, "server", "uptime_in_seconds") <= window.as_secs() + 1 {
+        tokio::time::sleep(ms(200)).await;
+    }
+    let m = ferrolock::LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([server.url()])
+            .restart_guard(window)
+            .lock(opts().watchdog(true).ttl(ttl).wait(Some(Duration::ZERO))),
+    )
+    .unwrap();
+    // Taken together, so that their renewals fall due in the same ticks.
+    let (held, permit) = tokio::join!(m.acquire("beside-held"), m.semaphore("beside-sem", 2));
+    let (held, permit) = (held.unwrap(), permit.unwrap());
+    server.cmd::<()>(&["SAVE"]);
+    tokio::task::block_in_place(|| server.restart());
+    assert_eq!(get(&server, "beside-held").as_deref(), Some(held.token()));
+    // The fault happened: the restarted node held the semaphore's renewals back until it was
+    // lost, with its keys still there.
+    let reason = tokio::time::timeout(ttl * 2, permit.lost())
+        .await
+        .expect("the held-back semaphore is lost within two ttls")
+        .expect("a loss reason");
+    tokio::time::sleep(ttl).await;
+    assert!(
+        held.is_held(),
+        "lost beside the semaphore ({reason}): {:?}",
+        held.check()
+    );
+    assert!(held.release().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_deleted_key_is_lost_with_the_reason() {
     let _serial = serial();

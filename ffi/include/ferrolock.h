@@ -507,7 +507,7 @@ int ferrolock_options_set_ms(struct ferrolock_options *opts,
                              uint64_t ms,
                              struct ferrolock_error **err);
 
-// Sets an on/off option (`watchdog`, `reentrant`, `fencing`).
+// Sets an on/off option (`watchdog`, `reentrant`, `fencing`, `sharded_pubsub`).
 int ferrolock_options_set_bool(struct ferrolock_options *opts,
                                const char *name,
                                bool value,

@@ -150,7 +150,7 @@ pub unsafe extern "C" fn ferrolock_options_set_ms(
     })
 }
 
-/// Sets an on/off option (`watchdog`, `reentrant`, `fencing`).
+/// Sets an on/off option (`watchdog`, `reentrant`, `fencing`, `sharded_pubsub`).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_options_set_bool(
     opts: *mut ferrolock_options,

@@ -1,7 +1,7 @@
 'use strict';
 // Options from JavaScript values into the core's units. Names come from the core's options
 // table (camelCase); durations are integer milliseconds, as node-redlock and ioredis take
-// them. Only JavaScript types are checked here; ranges (ttl >= 1 ms, drift < ttl, ...) are
+// them. Only JavaScript types are checked here; ranges (ttl >= 100 ms, drift < ttl, ...) are
 // the core's, whose messages quote the value as written.
 const { types } = require('node:util');
 const native = require('./native');

@@ -174,8 +174,7 @@ fn boolean(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> Py
 }
 
 fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    let why =
-        "expected a list of node URLs (redis://, rediss://, unix://) or one comma-separated string";
+    let why = "expected a list of node URLs (redis://, rediss://, unix://, redis+cluster://, ...) or one comma-separated string";
     // The core reads an empty list as "the default nodes"; written out, it is a mistake.
     let empty =
         "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";

@@ -233,7 +233,9 @@ pub struct ManagerOptions {
     /// CA file for `rediss://` nodes. `None` means `FERROLOCK_TLS_CA`, else the system roots.
     pub tls_ca: Option<PathBuf>,
     /// Window after a node's (re)start in which its vote does not count. `None` means the
-    /// default: the ttl when there are 3 or more nodes, off otherwise. `Some(ZERO)` is off.
+    /// default: with 3 or more nodes, the longest lease this manager has asked for (its ttl,
+    /// widened before any acquire or extend asks for a longer one); off otherwise.
+    /// `Some(ZERO)` is off.
     pub restart_guard: Option<Duration>,
     /// On a Redis Cluster that knows sharded pub/sub (7.0+), release wake-ups use it
     /// (SPUBLISH/SSUBSCRIBE), as Redisson's shardedSubscriptionMode AUTO does; off: classic

@@ -182,7 +182,8 @@ class LockManager:
     lock (and thread, and task) of the manager. One node is a single-instance lock, N nodes
     are Redlock (quorum N/2+1).
 
-    ``nodes`` is a list of URLs (``redis://``, ``rediss://``, ``unix://``) or one
+    ``nodes`` is a list of URLs (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+cluster://``, ``rediss+cluster://``) or one
     comma-separated string; left out, ``FERROLOCK_NODES``, else ``redis://127.0.0.1:6379``.
     Other keyword options (``tls_ca``, ``restart_guard``, ``sharded_pubsub``, and any lock option such as ``ttl``
     or ``wait``) set this manager's defaults; every lock may override the lock options.
@@ -268,7 +269,7 @@ class LockManager:
         return self._manager.release_all(timeout)
 
     def close(self) -> None:
-        """Ends the acquires waiting on this manager (``NotAcquired``, "its LockManager
+        """Ends the acquires waiting on this manager (``NotAcquired``, "its manager
         was closed"; nothing of them is left on any node that answers), releases the locks
         still held (see :meth:`release_all`) and closes the connections. Later acquires raise
         ``InvalidArgument``. Idempotent."""

@@ -162,6 +162,17 @@ impl RedisCluster {
             .collect()
     }
 
+    /// The primary serving `key`'s slot and its first running replica: the pair a failover
+    /// test switches.
+    pub fn primary_and_replica(&self, key: &str) -> (&RedisServer, &RedisServer) {
+        let primary = self.primary_for_key(key);
+        let replica = *self
+            .replicas_of(primary)
+            .first()
+            .unwrap_or_else(|| panic!("the shard serving {key:?} has no running replica"));
+        (primary, replica)
+    }
+
     /// `CLUSTER FAILOVER [mode]` on `replica` (`None`: the graceful one; `FORCE`, `TAKEOVER`),
     /// then waits until it reports itself master (ROLE) and the cluster is ready again with
     /// every node agreeing that it serves its slots.
