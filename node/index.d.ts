@@ -146,7 +146,7 @@ export declare class LockManager {
    * RPermitExpirableSemaphore layout): at most `permits` are held at once. Each permit is
    * leased for `ttl` and renewed like a lock; release returns exactly what this holder took.
    * Refused: a different `permits` than the name's pool (naming both), 0, count > permits or 1000, a
-   * name with `{`, a manager of several nodes, `fencing`. Never reentrant.
+   * name with `{` or `}`, a manager of several nodes, `fencing`. Never reentrant.
    */
   acquirePermit(name: string, options: PermitOptions & AcquireOptions): Promise<Lock>;
   /** Tries once; rejects with NotAcquiredError while fewer than `count` permits are free. */

@@ -5,10 +5,10 @@
 -- on a grant, the key's PTTL when it is busy.
 -- KEYS[1] lock key, KEYS[2] fence counter (unused: fences go to writers), KEYS[3] queue,
 -- KEYS[4] queue leases, KEYS[5] queue join times, KEYS[6] our timeout prefix, KEYS[7] this
--- call's latch (`ferrolock:latch:{key}:<call id>`) (one slot).
+-- hold's mark (`ferrolock:hold:{key}:<hold id>`; see acquire_reentrant.lua) (one slot).
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] unused, ARGV[4] waiter id or '', ARGV[5] queue score
 -- or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (our read or write hold is live),
--- ARGV[8] barging bound ms, ARGV[9] the latch's PX in ms.
+-- ARGV[8] barging bound ms, ARGV[9] unused.
 -- Busy: write-held by another owner, a plain lock, or a hash without `mode` (a reentrant
 -- lock's).
 -- Granted: the hash is free; or it is read-held and no ferrolock writer waits ahead of us (a
@@ -16,8 +16,8 @@
 -- hold it (a re-entry, or a read under our own write hold: the downgrade). A reader's waiter
 -- id starts with 'r', a writer's with 'w': every reader at the front of the queue may take it.
 -- Never shortens the hash: other readers' deadlines follow it.
--- Safe to run twice: every grant adds a hold (a count and a key), so its reply is kept in the
--- latch, and a re-send of the same call (same id) answers nil without adding another.
+-- Safe to run twice: every grant adds a hold (a count and a key) and its mark, and a re-send
+-- of the same call (same hold id) finds the mark and answers nil without adding another.
 if redis.call('EXISTS', KEYS[7]) == 1 then
   return nil
 end
@@ -62,7 +62,7 @@ if not ours then
     end
   end
 end
-redis.call('SET', KEYS[7], '1', 'PX', ARGV[9])
+redis.call('SET', KEYS[7], '1', 'PX', ARGV[1])
 if not mode then
   redis.call('HSET', KEYS[1], 'mode', 'read')
 end

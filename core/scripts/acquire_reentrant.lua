@@ -6,13 +6,15 @@
 -- join times (one slot).
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] fence mode ('', '1', '0'), ARGV[4] waiter id or '',
 -- ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (never a new grant),
--- ARGV[8] barging bound ms; a re-entry: KEYS[6] this call's latch
--- (`ferrolock:latch:{key}:<call id>`), ARGV[9] its PX in ms.
+-- ARGV[8] barging bound ms; KEYS[6] this hold's mark (`ferrolock:hold:{key}:<hold id>`, the
+-- hold id new to this call): set with every grant, for as long as the hold (renewed with it),
+-- it is what a release or an undo of this hold takes back (see release_reentrant.lua).
 -- A key of another type (a plain lock: redis-py, node-redlock, ferrolock) is held by someone
 -- else: HEXISTS fails inside pcall, and the PTTL below makes it a busy answer.
 -- Safe to run twice (a re-send after a dropped connection): a fresh grant's owner id is new
--- to this call, so finding our field means this call already ran and granted; a re-entry's
--- increment is kept in its latch.
+-- to this call, so finding our field means this call already ran and granted; a re-entry
+-- finds its mark. (Once released, the mark is gone: a re-send delivered after the release
+-- adds a count that no handle takes back, which lingers until the key's ttl, never less.)
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then
   return nil
 end
@@ -21,7 +23,7 @@ if redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
     -- Our fresh grant, run again: the same answer, its fence read (no grant since: ours holds).
     return fence_reply(KEYS[2], ARGV[3] == '' and '' or '0')
   end
-  redis.call('SET', KEYS[6], '1', 'PX', ARGV[9])
+  redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   -- Never shorten: the outer handles keep the deadlines their own ttls gave them (-1, no
   -- expiry, is longer than any ttl).
@@ -53,5 +55,6 @@ if not may_take(head, id, tonumber(ARGV[8])) then
 end
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
 dequeue(id)
 return fence_reply(KEYS[2], ARGV[3])

@@ -2,16 +2,17 @@
 -- "<client uuid>:<owner id>:write" with its hold count. Like Redisson's script: nil (or the
 -- fence) on a grant, the key's PTTL when it is busy.
 -- KEYS[1] lock key, KEYS[2] fence counter, KEYS[3] queue, KEYS[4] queue leases, KEYS[5] queue
--- join times, KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`) (one slot).
+-- join times, KEYS[6] this hold's mark (`ferrolock:hold:{key}:<hold id>`; see
+-- acquire_reentrant.lua) (one slot).
 -- ARGV[1] ttl ms, ARGV[2] the writer's field ("<field>:write"), ARGV[3] fence mode ('', '1',
 -- '0'), ARGV[4] waiter id or '', ARGV[5] queue score or '', ARGV[6] lease ms, ARGV[7] '1' =
--- re-entry only, ARGV[8] barging bound ms, ARGV[9] the latch's PX in ms, ARGV[10] the reader's
--- field ("<field>").
+-- re-entry only, ARGV[8] barging bound ms, ARGV[9] unused, ARGV[10] the reader's field
+-- ("<field>").
 -- A read→write upgrade (our reader field is there, our writer field is not) is refused with
 -- an `RWLOCK_UPGRADE` error reply (read by `refusal.rs`): two upgraders would each wait for the
 -- other's read hold forever.
 -- Safe to run twice: a fresh grant's owner id is new to this call, so finding our field means
--- this call already ran and granted; a re-entry's increment is kept in its latch.
+-- this call already ran and granted; a re-entry finds its mark.
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then
   return nil
 end
@@ -24,7 +25,7 @@ if pttl ~= -2 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
   if ARGV[7] ~= '1' then
     return fence_reply(KEYS[2], ARGV[3] == '' and '' or '0')
   end
-  redis.call('SET', KEYS[6], '1', 'PX', ARGV[9])
+  redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left < tonumber(ARGV[1]) then
@@ -51,5 +52,6 @@ if not may_take(head, id, tonumber(ARGV[8])) then
 end
 redis.call('HSET', KEYS[1], 'mode', 'write', ARGV[2], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
 dequeue(id)
 return fence_reply(KEYS[2], ARGV[3])

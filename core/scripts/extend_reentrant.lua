@@ -2,12 +2,16 @@
 -- Unlike Redisson's, it never shortens the key: every handle of one acquisition shares the
 -- key and computed its deadline from its own ttl, so the key lives to the latest of them
 -- (-1, no expiry, counts as the latest). A plain key's extend resets its ttl instead.
--- KEYS[1] lock key; ARGV[1] field; ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise (also
--- for a key of another type: a plain lock is someone else's, and pcall keeps WRONGTYPE out).
+-- KEYS[1] lock key, KEYS[2] the renewing hold's mark (`ferrolock:hold:{key}:<hold id>`, see
+-- acquire_reentrant.lua: it lives as long as the hold, never re-created); ARGV[1] field;
+-- ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise (also for a key of another type: a plain
+-- lock is someone else's, and pcall keeps WRONGTYPE out).
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  local left = redis.call('PTTL', KEYS[1])
-  if left >= 0 and left < tonumber(ARGV[2]) then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  for i = 1, #KEYS do
+    local left = redis.call('PTTL', KEYS[i])
+    if left >= 0 and left < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[i], ARGV[2])
+    end
   end
   return 1
 end

@@ -6,10 +6,11 @@
 -- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] our timeout prefix, KEYS[4] the prefix
 -- of every reader's timeout keys ("{name}" or the name with a '{') (one slot).
 -- ARGV[1] field, ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' = SPUBLISH, ARGV[5] the latch's
--- PX in ms.
+-- PX in ms; KEYS[5] this hold's mark (see release_reentrant.lua: the count is taken only with
+-- it).
 -- Returns nil when we hold no read lock, 0 when the key is still held, 1 when released.
--- Safe to run twice: the reply is kept in the latch (a decrement run twice would drop a hold
--- of a live handle).
+-- Safe to run twice, however late: the mark is taken once (a decrement run twice would drop a
+-- hold of a live handle); the reply is kept in the latch.
 local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
@@ -17,11 +18,24 @@ end
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
+if redis.call('DEL', KEYS[5]) == 0 then
+  return 0
+end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count <= 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
 end
-redis.call('DEL', KEYS[3] .. ':' .. (count + 1))
+-- The hold keys are numbered, not named per handle: the last one goes, and the ones left live
+-- at least as long as it did (it may have been another handle's, renewed for longer).
+local last = KEYS[3] .. ':' .. (count + 1)
+local lease = redis.call('PTTL', last)
+redis.call('DEL', last)
+for i = 1, count do
+  local left = redis.call('PTTL', KEYS[3] .. ':' .. i)
+  if left >= 0 and left < lease then
+    redis.call('PEXPIRE', KEYS[3] .. ':' .. i, lease)
+  end
+end
 if redis.call('HLEN', KEYS[1]) > 1 then
   local live = redis.call('HGET', KEYS[1], 'mode') == 'write'
   if not live then

@@ -6,16 +6,23 @@
 -- KEYS[1] lock key, KEYS[2] this call's latch (`ferrolock:latch:{key}:<call id>`, as
 -- Redisson's unlock latch since 3.24.1); ARGV[1] field, ARGV[2] ttl ms, ARGV[3] channel (same
 -- hash slot), ARGV[4] '1' = sharded pub/sub: SPUBLISH, as Redisson in cluster mode publishes
--- (its shardedSubscriptionMode), ARGV[5] the latch's PX in ms.
+-- (its shardedSubscriptionMode), ARGV[5] the latch's PX in ms; KEYS[3] this hold's mark
+-- (`ferrolock:hold:{key}:<hold id>`, see acquire_reentrant.lua).
 -- Returns nil when the field is not there, 0 when still held (count > 0), 1 when released.
--- A decrement run twice would free the lock under a live handle: the reply is kept in the
--- latch, and a re-send of the same call (same id) gets it back without decrementing again.
+-- The count is taken only with this hold's mark: the handles of one owner share the field,
+-- and a count this hold never added here (its grant never reached this node, or an earlier
+-- run of this release took it) belongs to another handle; taken, it would free the lock
+-- under that handle. So a re-send, however late it runs, takes nothing twice. The reply is
+-- kept in the latch, so that a re-send soon after answers as the first run did.
 local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
 end
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
+end
+if redis.call('DEL', KEYS[3]) == 0 then
+  return 0
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then

@@ -4,17 +4,21 @@
 -- every waiter re-checks, so every reader at the front of the queue can go (Redisson's own
 -- write unlock publishes nothing when read holds are left; its readers then wait for a poll).
 -- The key is never shortened.
--- KEYS[1] lock key, KEYS[2] this call's latch (one slot).
+-- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] this hold's mark (see
+-- release_reentrant.lua: the count is taken only with it) (one slot).
 -- ARGV[1] the writer's field ("<field>:write"), ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' =
 -- SPUBLISH, ARGV[5] the latch's PX in ms.
 -- Returns nil when we hold no write lock, 0 when still held (count > 0), 1 when released.
--- Safe to run twice: the reply is kept in the latch.
+-- Safe to run twice, however late: the mark is taken once; the reply is kept in the latch.
 local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
 end
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
+end
+if redis.call('DEL', KEYS[3]) == 0 then
+  return 0
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then

@@ -8,7 +8,8 @@
 -- (reentrant) or the prefix of the waiters' own channels (plain), ARGV[4] waiter id, ARGV[5]
 -- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] '1' = sharded pub/sub
 -- (SPUBLISH), KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`), ARGV[9] its PX
--- in ms. Waiter id '': compare-and-delete only (an undo sent late, or for a caller that no
+-- in ms, KEYS[7] (reentrant) the attempt's hold mark (`ferrolock:hold:{key}:<hold id>`: the
+-- count is taken only with it, see release_reentrant.lua). Waiter id '': compare-and-delete only (an undo sent late, or for a caller that no
 -- longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
@@ -26,7 +27,7 @@ if done then
 end
 local freed = 0
 if ARGV[2] == '1' then
-  if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 and redis.call('DEL', KEYS[7]) == 1 then
     -- One decrement: a fresh grant's count is 1 (this frees the key); a re-entry's undo leaves
     -- the outer grant's count.
     if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then

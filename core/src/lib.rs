@@ -89,7 +89,7 @@ pub use token::token_time;
 pub mod __wire {
     pub use crate::queue::{barge_bound_ms, quiet_grace_ms};
     pub use crate::scripts::{
-        Acquire, KeyNames, Latch, Place, Release, Undo, latch_key, redisson_channel,
+        Acquire, KeyNames, Latch, Place, Release, Undo, hold_key, latch_key, redisson_channel,
         waiter_channel_prefix,
     };
     /// The read-write lock's scripts and names, for their tests.

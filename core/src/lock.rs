@@ -168,6 +168,9 @@ pub(crate) struct LockInner {
     pub shared: Arc<Shared>,
     pub key: String,
     pub token: String,
+    /// A counted lock's hold id (see `scripts::hold_key`): its release takes a count only
+    /// where its grant put its mark. Empty for a plain lock or a semaphore.
+    pub hold: String,
     pub opts: LockOptions,
     pub fence: Option<u64>,
     pub acquired_at: Instant,
@@ -302,8 +305,8 @@ impl LockInner {
     /// watchdog, if it renews this lock, renews at once with the new lease, now the one in
     /// force. Whether the validity was cut.
     fn cut_for_extend(&self, ttl: Duration, deadline: Instant) -> bool {
-        // A reentrant, write or semaphore renewal never lowers an expiry.
-        if !matches!(Kind::of(&self.opts), Kind::Plain | Kind::Read) {
+        // A reentrant, read, write or semaphore renewal never lowers an expiry.
+        if Kind::of(&self.opts) != Kind::Plain {
             return false;
         }
         let mut s = self.state();
@@ -443,6 +446,7 @@ impl Lock {
         shared: Arc<Shared>,
         key: String,
         token: String,
+        hold: String,
         opts: LockOptions,
         deadline: Instant,
         acquired_at: Instant,
@@ -456,6 +460,7 @@ impl Lock {
             shared,
             key,
             token,
+            hold,
             opts,
             fence,
             acquired_at,
@@ -779,7 +784,14 @@ impl Lock {
         let cut = self
             .inner
             .cut_for_extend(opts.ttl, start + opts.ttl - opts.drift());
-        let tally = extend_everywhere(&self.inner.shared, key, &self.inner.token, &opts).await;
+        let tally = extend_everywhere(
+            &self.inner.shared,
+            key,
+            &self.inner.token,
+            &self.inner.hold,
+            &opts,
+        )
+        .await;
         if tally.won() {
             crate::hooks::run(crate::hooks::Point::Extended, key);
             return match self.inner.renewed(start, opts.ttl, opts.drift()) {
@@ -890,8 +902,15 @@ impl Drop for FinishRelease {
             let handle = inner.shared.cluster.handle();
             crate::runtime::spawn_cleanup(&handle, async move {
                 if released {
-                    release_everywhere(&inner.shared, &inner.key, &inner.token, &inner.opts, None)
-                        .await;
+                    release_everywhere(
+                        &inner.shared,
+                        &inner.key,
+                        &inner.token,
+                        &inner.hold,
+                        &inner.opts,
+                        None,
+                    )
+                    .await;
                 } else {
                     let _ = inner.release().await;
                 }
@@ -984,7 +1003,8 @@ impl LockInner {
         self.finish(LockStatus::Released);
         let shared = &self.shared;
         if self.releases_inline() {
-            let tally = release_everywhere(shared, key, &self.token, &self.opts, None).await;
+            let tally =
+                release_everywhere(shared, key, &self.token, &self.hold, &self.opts, None).await;
             return self.release_result(&tally);
         }
         // From here until every node has answered, `Releasing` owns the requests: no await
@@ -1121,6 +1141,7 @@ pub(crate) async fn release_everywhere(
     shared: &Shared,
     key: &str,
     token: &str,
+    hold: &str,
     opts: &LockOptions,
     only: Option<&[bool]>,
 ) -> Tally {
@@ -1143,7 +1164,7 @@ pub(crate) async fn release_everywhere(
                 if !wanted {
                     return Ok(None);
                 }
-                release_on(shared, i, key, token, how, redisson, deadline).await
+                release_on(shared, i, key, token, hold, how, redisson, deadline).await
             }
         },
     )
@@ -1167,15 +1188,17 @@ async fn release_owned(
         String::new()
     };
     let (shared, key, token) = (&inner.shared, &inner.key, &inner.token);
-    release_on(shared, i, key, token, how, &redisson, deadline).await
+    release_on(shared, i, key, token, &inner.hold, how, &redisson, deadline).await
 }
 
 /// Node `i`'s release: Some = released, None = not ours (expired or taken).
+#[allow(clippy::too_many_arguments)]
 async fn release_on(
     shared: &Shared,
     i: usize,
     key: &str,
     token: &str,
+    hold: &str,
     how: How,
     redisson: &str,
     deadline: Instant,
@@ -1201,6 +1224,7 @@ async fn release_on(
                         key,
                         field: token,
                         latch,
+                        hold,
                     }
                     .invocation(sharded),
                 ),
@@ -1209,6 +1233,7 @@ async fn release_on(
                         key,
                         field: token,
                         latch,
+                        hold,
                     }
                     .invocation(sharded),
                 ),
@@ -1239,6 +1264,7 @@ async fn release_on(
                     ttl_ms: how.ttl_ms,
                     channel: redisson,
                     latch,
+                    hold,
                 };
                 let left: Option<i64> =
                     Box::pin(unlock.invocation(conn.sharded()).invoke_async(&mut conn)).await?;
@@ -1275,6 +1301,7 @@ pub(crate) async fn extend_everywhere(
     shared: &Shared,
     key: &str,
     token: &str,
+    hold: &str,
     opts: &LockOptions,
 ) -> Tally {
     let timeout = opts.effective_node_timeout();
@@ -1284,6 +1311,7 @@ pub(crate) async fn extend_everywhere(
         token,
         ttl_ms,
         renewal: Kind::of(opts).renewal(),
+        hold,
     };
     let extend = &extend;
     let voting = Kind::of(opts).renewal_waits_for_the_guard();
@@ -1393,6 +1421,10 @@ impl Watched for LockInner {
 
     fn token(&self) -> &str {
         &self.token
+    }
+
+    fn hold(&self) -> &str {
+        &self.hold
     }
 
     fn settle(

@@ -190,7 +190,7 @@ impl LockManager {
     /// default options: the lease is the ttl, renewed by the watchdog while held and returned
     /// to the pool when it ends (a crashed holder) or on release. The first acquire on a name
     /// sets its pool size; a different stored size is refused naming both. Refused on a
-    /// manager with more than one node, and for a name containing `{`.
+    /// manager with more than one node, and for a name containing `{` or `}`.
     pub async fn semaphore(&self, name: &str, permits: u32) -> Result<Lock> {
         self.semaphore_with(name, permits, 1, &self.shared.defaults.clone())
             .await

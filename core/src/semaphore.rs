@@ -79,10 +79,13 @@ pub(crate) fn check_request(
     if name.is_empty() {
         return Err(Error::invalid("semaphore name must not be empty"));
     }
-    if name.contains('{') {
+    // With either brace, the braces Redisson puts around the name (`{name}:timeout`, its
+    // channel) make a hash tag that is not the counter's: `{` (the name is hashed by its own
+    // tag, or whole) or `}` (`user}1`, hashed whole, against `{user}1}:timeout`'s `user`).
+    if let Some(brace) = name.chars().find(|c| matches!(c, '{' | '}')) {
         return Err(Error::invalid(format!(
-            "semaphore name {name:?} contains '{{': Redisson's timeout zset `{{name}}:timeout` \
-             would not share the counter's Redis Cluster slot"
+            "semaphore name {name:?} contains '{brace}': Redisson's timeout zset \
+             `{{name}}:timeout` would not share the counter's Redis Cluster slot"
         )));
     }
     if permits == 0 || count == 0 || count > permits {
@@ -152,6 +155,7 @@ async fn acquire_loop(
                     shared.clone(),
                     name.to_string(),
                     ids,
+                    String::new(),
                     opts.clone(),
                     started + opts.ttl - opts.drift(),
                     started,
@@ -382,8 +386,11 @@ impl GiveBack<'_> {
             }
             let call = random_hex();
             let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
+            // Not a vote, as no release is: a node the restart guard holds back (it may have
+            // restarted after granting these ids, with its data) still gets it, instead of
+            // keeping the permits taken until their lease ends.
             let _ = shared.cluster.nodes[0]
-                .run(timeout, true, move |mut conn| async move {
+                .run(timeout, false, move |mut conn| async move {
                     let release = SemaphoreRelease {
                         name,
                         ids,

@@ -42,6 +42,8 @@ pub(crate) trait Watched: Send + Sync {
     fn begin_renewal(&self) -> Result<(OwnedMutexGuard<()>, LockOptions), Instant>;
     fn key(&self) -> &str;
     fn token(&self) -> &str;
+    /// A counted lock's hold id (its mark is renewed with it); empty otherwise.
+    fn hold(&self) -> &str;
     /// Takes the renewal's answers (`nodes` to describe failures); returns when it needs
     /// looking at again, if sooner than planned.
     fn settle(
@@ -541,6 +543,7 @@ fn extend(r: &Renewal) -> Extend<'_> {
         token: r.lock.token(),
         ttl_ms: r.lease.ttl_millis(),
         renewal: Kind::of(&r.lease).renewal(),
+        hold: r.lock.hold(),
     }
 }
 

@@ -29,6 +29,9 @@ const OWN_KEYS: &[(&str, &str)] = &[
     // Re-send guards (`scripts::latch_key`): a script that must not run twice keeps its reply
     // there for a re-send after a dropped connection. Redisson's unlocks keep their own.
     ("ferrolock:latch:", "re-send latch"),
+    // A counted lock's hold marks (`scripts::hold_key`): what a hold's release takes its count
+    // with, living as long as the hold.
+    ("ferrolock:hold:", "hold mark"),
     ("redisson_unlock_latch:", "Redisson's re-send latch"),
     // The waiter queue (DESIGN.md, "Waiter queue"): only ferrolock waiters queue.
     ("ferrolock:queue", "waiter queue"),

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ferrolock::__wire::{KeyNames, Latch, Place, Release, Undo, waiter_channel_prefix};
+use ferrolock::__wire::{KeyNames, Latch, Place, Release, Undo, hold_key, waiter_channel_prefix};
 use ferrolock::{
     ErrorKind, LockManager, LockOptions, queue_key, queue_lease_key, queue_since_key,
     redisson_channel,
@@ -644,9 +644,10 @@ fn an_undo_run_twice_answers_as_the_first_did_and_puts_no_waiter_back() {
         let names = KeyNames::of(&key);
         let token = "token-or-field";
         if reentrant {
-            // A re-entry's undo: the outer grant's count stays.
+            // A re-entry's undo: the outer grant's count stays. The re-entry put its mark.
             node.cmd::<()>(&["HSET", &key, token, "2"]);
             node.cmd::<()>(&["PEXPIRE", &key, "60000"]);
+            node.cmd::<()>(&["SET", &hold_key(&key, "hold-1"), "1", "PX", "60000"]);
         } else {
             node.cmd::<()>(&["SET", &key, token, "PX", "60000"]);
         }
@@ -671,6 +672,7 @@ fn an_undo_run_twice_answers_as_the_first_did_and_puts_no_waiter_back() {
                 id: "call-1",
                 px_ms: 10_000,
             },
+            hold: "hold-1",
         };
         let run = || -> i64 { undo.invocation(false).invoke(&mut node.client()).unwrap() };
         let queued = || -> Vec<String> { node.cmd(&["ZRANGE", &queue_key(&key), "0", "-1"]) };

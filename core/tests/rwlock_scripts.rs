@@ -72,7 +72,7 @@ fn read(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
         place: place(c.id),
         reentry: c.reentry,
         bound_ms: c.bound_ms,
-        latch: latch(c.call),
+        hold: c.call,
     }
     .invocation();
     run(s, inv).unwrap()
@@ -89,7 +89,7 @@ fn write_attempt(s: &RedisServer, key: &str, field: &str, c: &Call) -> redis::Re
         place: place(c.id),
         reentry: c.reentry,
         bound_ms: c.bound_ms,
-        latch: latch(c.call),
+        hold: c.call,
     }
     .invocation();
     run(s, inv)
@@ -99,21 +99,24 @@ fn write(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
     write_attempt(s, key, field, c).unwrap()
 }
 
-fn release_read(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
+/// The release of the hold granted by acquire call `hold` (its mark), as release call `call`.
+fn release_read(s: &RedisServer, key: &str, field: &str, call: &str, hold: &str) -> Value {
     let inv = ReleaseRead {
         key,
         field,
         latch: latch(call),
+        hold,
     }
     .invocation(false);
     run(s, inv).unwrap()
 }
 
-fn release_write(s: &RedisServer, key: &str, field: &str, call: &str) -> Value {
+fn release_write(s: &RedisServer, key: &str, field: &str, call: &str, hold: &str) -> Value {
     let inv = ReleaseWrite {
         key,
         field,
         latch: latch(call),
+        hold,
     }
     .invocation(false);
     run(s, inv).unwrap()
@@ -125,6 +128,7 @@ fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
         token: field,
         ttl_ms: ttl.parse().unwrap(),
         renewal: Renewal::Read,
+        hold: "",
     }
     .invocation();
     run(s, inv).unwrap()
@@ -193,9 +197,9 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
         let up = upgrade_error(&s, key, a);
         assert!(up.contains("RWLOCK_UPGRADE") && up.contains(key), "{up}");
         // Releases: b's last hold, then a's two.
-        assert_eq!(release_read(&s, key, b, "r1"), Value::Int(0));
-        assert_eq!(release_read(&s, key, a, "r2"), Value::Int(0));
-        assert_eq!(release_read(&s, key, a, "r3"), Value::Int(1));
+        assert_eq!(release_read(&s, key, b, "r1", "c2"), Value::Int(0));
+        assert_eq!(release_read(&s, key, a, "r2", "c4"), Value::Int(0));
+        assert_eq!(release_read(&s, key, a, "r3", "c1"), Value::Int(1));
         assert_eq!(lock_keys(&s), Vec::<String>::new());
 
         // A writer: "<field>:write"; readers and other writers refused; downgrade allowed.
@@ -216,11 +220,11 @@ fn layout_exclusion_reentry_downgrade_and_upgrade_refused() {
             map(&[("mode", "write"), (&format!("{a}:write"), "1"), (a, "1")])
         );
         // The write release hands the hash to the read hold left.
-        assert_eq!(release_write(&s, key, a, "r4"), Value::Int(1));
+        assert_eq!(release_write(&s, key, a, "r4", "c5"), Value::Int(1));
         assert_eq!(hash(&s, key), map(&[("mode", "read"), (a, "1")]));
         assert!(granted(&read(&s, key, b, &Call::first("c9"))));
-        assert_eq!(release_read(&s, key, a, "r5"), Value::Int(0));
-        assert_eq!(release_read(&s, key, b, "r6"), Value::Int(1));
+        assert_eq!(release_read(&s, key, a, "r5", "c8"), Value::Int(0));
+        assert_eq!(release_read(&s, key, b, "r6", "c9"), Value::Int(1));
         assert_eq!(lock_keys(&s), Vec::<String>::new());
     }
 }
@@ -256,7 +260,7 @@ fn a_resent_read_acquire_or_release_changes_nothing() {
     assert!(granted(&read(&s, key, a, &Call::first("g1"))));
     assert_eq!(hash(&s, key)[a], "2");
     for _ in 0..2 {
-        assert_eq!(release_read(&s, key, a, "x1"), Value::Int(0));
+        assert_eq!(release_read(&s, key, a, "x1", "g2"), Value::Int(0));
     }
     assert_eq!(
         hash(&s, key)[a],
@@ -264,7 +268,7 @@ fn a_resent_read_acquire_or_release_changes_nothing() {
         "a re-sent release removed a second hold"
     );
     for _ in 0..2 {
-        assert_eq!(release_read(&s, key, a, "x2"), Value::Int(1));
+        assert_eq!(release_read(&s, key, a, "x2", "g1"), Value::Int(1));
     }
     assert_eq!(lock_keys(&s), Vec::<String>::new());
     // A write re-entry and release, each sent twice.
@@ -279,10 +283,10 @@ fn a_resent_read_acquire_or_release_changes_nothing() {
     }
     assert_eq!(hash(&s, key)[&format!("{a}:write")], "2");
     for _ in 0..2 {
-        assert_eq!(release_write(&s, key, a, "y1"), Value::Int(0));
+        assert_eq!(release_write(&s, key, a, "y1", "w2"), Value::Int(0));
     }
     assert_eq!(hash(&s, key)[&format!("{a}:write")], "1");
-    assert_eq!(release_write(&s, key, a, "y2"), Value::Int(1));
+    assert_eq!(release_write(&s, key, a, "y2", "w1"), Value::Int(1));
     assert_eq!(lock_keys(&s), Vec::<String>::new());
 }
 
@@ -312,8 +316,8 @@ fn a_queued_writer_goes_before_later_readers_and_its_release_lets_the_front_read
         ..Call::first("a5")
     };
     assert!(granted(&read(&s, key, "r4", &barging)));
-    assert_eq!(release_read(&s, key, "r4", "b0"), Value::Int(0));
-    assert_eq!(release_read(&s, key, "r0", "b1"), Value::Int(1));
+    assert_eq!(release_read(&s, key, "r4", "b0", "a5"), Value::Int(0));
+    assert_eq!(release_read(&s, key, "r0", "b1", "a0"), Value::Int(1));
     // Free: the queued readers behind the writer still wait for it.
     assert!(!granted(&read(&s, key, "r2", &queued("r-2", "a6"))));
     assert!(granted(&write(&s, key, "W", &queued("w-W", "a7"))));
@@ -325,7 +329,7 @@ fn a_queued_writer_goes_before_later_readers_and_its_release_lets_the_front_read
     pubsub
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    assert_eq!(release_write(&s, key, "W", "b2"), Value::Int(1));
+    assert_eq!(release_write(&s, key, "W", "b2", "a7"), Value::Int(1));
     let m = pubsub.get_message().expect("the write release's message");
     assert_eq!(m.get_payload_bytes(), b"1");
     // Both queued readers are at the front now: both get in, the second without waiting for
@@ -338,7 +342,7 @@ fn a_queued_writer_goes_before_later_readers_and_its_release_lets_the_front_read
     );
 }
 
-/// A reader's renewal renews its own hold keys and raises the hash, never lowers it; a release that finds every
+/// A reader's renewal raises its own hold keys and the hash, never lowers them; a release that finds every
 /// other reader's hold keys expired (crashed readers) frees the key, as Redisson's does.
 #[test]
 fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
@@ -356,12 +360,19 @@ fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
         p > 5_000 && p <= 20_000,
         "the renewal did not raise the hash: PTTL {p}"
     );
-    let p = pttl(&s, &format!("{}:1", rwlock_timeout_prefix(key, a)));
+    // Our hold keys too (every handle of one owner shares them): granted for 60 s, kept; a
+    // shorter one raised.
+    let ours = format!("{}:1", rwlock_timeout_prefix(key, a));
+    let p = pttl(&s, &ours);
+    assert!(p > 20_000, "the renewal shortened our hold key: PTTL {p}");
+    s.cmd::<()>(&["PEXPIRE", &ours, "5000"]);
+    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    let p = pttl(&s, &ours);
     assert!(p > 5_000 && p <= 20_000, "our hold key: PTTL {p}");
     assert_eq!(extend_read(&s, key, "uuid-z:9", "20000"), Value::Int(0));
     // b crashes: its hold key expires (deleted here), its field stays.
     s.cmd::<()>(&["DEL", &format!("{}:1", rwlock_timeout_prefix(key, b))]);
-    assert_eq!(release_read(&s, key, a, "r"), Value::Int(1));
+    assert_eq!(release_read(&s, key, a, "r", "a"), Value::Int(1));
     assert_eq!(lock_keys(&s), Vec::<String>::new());
 }
 
@@ -414,7 +425,7 @@ fn a_reentrant_locks_hash_is_busy_for_readers_and_writers() {
         };
         busy("a queued write", &write(&s, key, b, &queued));
         // Nothing of ours to release there, and the owner's lock stays.
-        assert_eq!(release_read(&s, key, a, "x1"), Value::Nil);
+        assert_eq!(release_read(&s, key, a, "x1", "c1"), Value::Nil);
         assert_eq!(hash(&s, key), want, "{key}");
         s.cmd::<()>(&["DEL", key]);
     }
@@ -506,7 +517,7 @@ async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
     r.send(&format!("rlock {key} -1")).await;
     wait_for_subscriber(&s, &rwlock_channel(key)).await;
     assert!(r.lines.is_empty(), "Redisson read while we wrote");
-    assert_eq!(release_write(&s, key, "fl:1", "rw"), Value::Int(1));
+    assert_eq!(release_write(&s, key, "fl:1", "rw", "w"), Value::Int(1));
     r.expect(&format!("rlocked {key}"), Duration::from_secs(20))
         .await;
     // Readers share: ours joins Redisson's; a writer of ours is refused.
@@ -519,7 +530,7 @@ async fn redisson_and_the_scripts_exclude_share_and_wake_each_other() {
     r.send(&format!("wlock {key} -1")).await;
     wait_for_subscriber(&s, &rwlock_channel(key)).await;
     assert!(r.lines.is_empty(), "Redisson wrote while we read");
-    assert_eq!(release_read(&s, key, "fl:2", "rr"), Value::Int(1));
+    assert_eq!(release_read(&s, key, "fl:2", "rr", "r"), Value::Int(1));
     r.expect(&format!("wlocked {key}"), Duration::from_secs(20))
         .await;
     // Redisson's write held: we can neither read nor write; its unlock publishes "1".

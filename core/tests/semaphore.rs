@@ -1,6 +1,6 @@
 //! The semaphore through the Rust API (`LockManager::semaphore*`), against real redis-servers:
 //! holders never exceed the permits (a checker over recorded hold intervals), count > 1, the
-//! refusals (N > 1, a brace in the name, bad counts, a different pool size), a crashed
+//! refusals (N > 1, a brace of either kind in the name, bad counts, a different pool size), a crashed
 //! holder's permits coming back after its lease, watchdog renewal and the loss signal, a
 //! release waking a waiter, an attempt left with no answer giving its permits back, and a
 //! cancelled waiter's attempt in flight leaving no queue place.
@@ -183,6 +183,40 @@ async fn bad_input_and_a_different_pool_size_are_refused() {
         "{e}"
     );
     assert!(held.release().await.unwrap());
+}
+
+/// A name with a `}` (and so no valid hash tag of its own) is refused before any request, as
+/// one with a `{` is: Redisson's `{name}:timeout` would hash by the tag its braces make
+/// (`user` for `user}1`), not as the counter does (whole), a CROSSSLOT error on a cluster.
+/// `check_request` (a binding's up-front check) refuses it too.
+#[tokio::test]
+async fn a_name_with_a_closing_brace_is_refused() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    for name in ["user}1", "sem:}", "}"] {
+        let e = m.semaphore(name, 2).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "semaphore name {name:?} contains '}}': Redisson's timeout zset \
+                 `{{name}}:timeout` would not share the counter's Redis Cluster slot"
+            ),
+            "{e}"
+        );
+        let as_request = ferrolock::host::Kind::Permits {
+            permits: 2,
+            count: 1,
+        }
+        .options(opts());
+        let e = ferrolock::check_request(name, &as_request).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(
+            e.message().contains(&format!("{name:?} contains '}}'")),
+            "{e}"
+        );
+        assert_eq!(server.cmd::<i64>(&["EXISTS", name, &timeout_key(name)]), 0);
+    }
 }
 
 /// A name whose counter key holds another kind of value is a Redis error saying so (not an
@@ -601,6 +635,75 @@ async fn an_attempt_left_with_no_answer_gives_its_permits_back() {
     }
     assert!(lock.release().await.unwrap());
     assert_eq!((available(&server, name), held_ids(&server, name)), (2, 0));
+}
+
+/// A give-back is not a vote: it reaches a node the restart guard holds back, as every
+/// release does. The attempt ran on the node, the node restarted with its data before the
+/// reply came, and the re-send found it restarted (held back for the guard's window): the
+/// attempt's give-back must return its permit at once. Sent as a vote, it was refused, and
+/// the permit stayed taken for its whole lease (120 s here, far past the test).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_give_back_reaches_a_node_the_restart_guard_holds_back() {
+    let _s = serial();
+    let mut server = RedisServer::start_with(ferrolock_testbed::ServerOptions {
+        persistence: true,
+        ..Default::default()
+    });
+    let proxy = Proxy::start(server.port());
+    let name = "sem:held-back";
+    let window = Duration::from_secs(8);
+    // The attempt waits for its reply across the restart: a long node timeout, and a lease
+    // the watchdog could keep with it (above 6 node timeouts).
+    let o = opts()
+        .ttl(Duration::from_secs(120))
+        .node_timeout(Duration::from_secs(15))
+        .wait(Some(Duration::ZERO));
+    // Up for longer than the window (uptime reads up to 1 s high), so that it grants at first.
+    while info_number(&server, "server", "uptime_in_seconds") <= window.as_secs() + 1 {
+        tokio::time::sleep(ms(200)).await;
+    }
+    let m = ferrolock::LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([proxy.url()])
+            .restart_guard(window)
+            .lock(o),
+    )
+    .unwrap();
+    // The connection (and the run_id the guard compares) is there before the fault.
+    let warm = m.semaphore(name, 2).await.unwrap();
+    assert!(warm.release().await.unwrap());
+    proxy.hold(Direction::Down);
+    let task = tokio::spawn({
+        let m = m.clone();
+        async move { m.semaphore(name, 2).await }
+    });
+    let start = Instant::now();
+    while held_ids(&server, name) < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the attempt never ran"
+        );
+        tokio::time::sleep(ms(2)).await;
+    }
+    server.cmd::<()>(&["SAVE"]);
+    // The held reply keeps the client's link open across the restart; the reset then drops
+    // it, and the attempt's re-send finds another run_id.
+    tokio::task::block_in_place(|| server.restart());
+    assert_eq!((available(&server, name), held_ids(&server, name)), (1, 1));
+    proxy.reset();
+    let e = task.await.unwrap().unwrap_err();
+    // The fault happened: the restarted node was held back when the attempt was re-sent.
+    assert!(e.message().contains("restart guard"), "{e}");
+    let settle = Instant::now();
+    while (available(&server, name), held_ids(&server, name)) != (2, 0) {
+        assert!(
+            settle.elapsed() < Duration::from_secs(30),
+            "the unanswered attempt's permit stayed taken: {} available, {} ids held ({e})",
+            available(&server, name),
+            held_ids(&server, name)
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
 }
 
 /// A waiter cancelled while an attempt of its is on its way to the node: the acquire's queue

@@ -220,8 +220,9 @@ func limitMs(d time.Duration) C.uint64_t {
 	return C.uint64_t(ms)
 }
 
-// Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), or
-// ctx is done: ctx.Err(), returned only once nothing of the acquire (a grant, a queue entry)
+// Acquire waits for key until it is granted, the Wait option runs out (ErrNotAcquired), a
+// quorum of nodes is unreachable on three attempts in a row (ErrQuorumUnreachable, with or
+// without Wait: a node down is an error to see, not a wait), or ctx is done: ctx.Err(), returned only once nothing of the acquire (a grant, a queue entry)
 // is left on any node that answered, so another client may take the key at once (a node that
 // does not answer within the node timeout is undone in the background when it does; Shutdown
 // waits for that). The waiting goroutine holds no OS thread. A key (or an option string)

@@ -35,7 +35,8 @@ func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ","))
 // fraction of a millisecond (100500*time.Microsecond) is refused too, not cut to 100ms.
 func TTL(d time.Duration) Option { return Set("ttl", d) }
 
-// Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done.
+// Wait bounds how long Acquire waits; 0 tries once. Default: until ctx is done (or a quorum
+// is unreachable on three attempts in a row: ErrQuorumUnreachable).
 func Wait(d time.Duration) Option { return Set("wait", d) }
 
 // RetryDelay is the mean pause between attempts.

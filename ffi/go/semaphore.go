@@ -20,9 +20,9 @@ func Count(k int) Option { return Option{countOption, k} }
 // ErrInvalidArgument naming both. The Lock is the same as Acquire's: the permits are leased
 // for the TTL and renewed while held, Lost is closed if the lease is lost, and Release gives
 // them back once. A holder that dies returns them when its lease ends. ErrInvalidArgument,
-// naming the value: permits or count below 1 or above 2^32-1, count above permits or 1000, a '{' in
-// name, a manager with more than one node (K permits on each of N nodes do not bound the
-// holders to K), Fencing on. A semaphore does not re-enter: each acquire is a holder.
+// naming the value: permits or count below 1 or above 2^32-1, count above permits or 1000, a
+// '{' or '}' in name, a manager with more than one node (K permits on each of N nodes do not
+// bound the holders to K), Fencing on. A semaphore does not re-enter: each acquire is a holder.
 func (m *Manager) AcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
 	return m.acquirePermits(ctx, "AcquirePermits", name, permits, opts)
 }

@@ -147,6 +147,7 @@ func TestPermitsBadInput(t *testing.T) {
 		{name, 2, []ferrolock.Option{ferrolock.Count(3)}, "count 3"},
 		{name, 2, []ferrolock.Option{ferrolock.Count(-2)}, "count -2"},
 		{"a{b}", 2, nil, "a{b}"},
+		{"a}b", 2, nil, "a}b"},
 		{"", 2, nil, "empty"},
 		{"a\x00b", 2, nil, "NUL"},
 	} {

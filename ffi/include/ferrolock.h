@@ -44,7 +44,8 @@
 
 #define FERROLOCK_LOG_TRACE 5
 
-// A duration meaning "none": for `wait`, wait without limit; for `max_hold`,
+// A duration meaning "none": for `wait`, wait without limit (but a quorum unreachable on three
+// attempts in a row still ends it, `FERROLOCK_ERR_QUORUM_UNREACHABLE`); for `max_hold`,
 // `node_timeout`, `restart_guard`, the default.
 #define FERROLOCK_WAIT_FOREVER UINT64_MAX
 
@@ -343,7 +344,8 @@ int ferrolock_manager_new(const struct ferrolock_options *opts,
 // It does not release them: call `ferrolock_manager_release_all` first for that.
 void ferrolock_manager_free(struct ferrolock_manager *manager);
 
-// Acquires `key`, waiting as the options' `wait` says (default: without limit). `opts` may be
+// Acquires `key`, waiting as the options' `wait` says (default: without limit, but a quorum
+// unreachable on three attempts in a row ends it: `FERROLOCK_ERR_QUORUM_UNREACHABLE`). `opts` may be
 // NULL (the manager's defaults); `cancel` may be NULL (not interruptible). On success
 // `*lock_out` is a lock to release and free. Interrupted through `cancel`: returns
 // `FERROLOCK_ERR_CANCELLED`, having given back whatever it had taken.
@@ -424,8 +426,8 @@ int ferrolock_manager_rw_try_acquire(const struct ferrolock_manager *manager,
 // `ttl`, renewed by the watchdog, signalled when lost, and `ferrolock_lock_release` gives
 // back exactly the `count` taken. A holder that dies without releasing gives them back when
 // its lease ends. Refused with `FERROLOCK_ERR_INVALID_ARGUMENT`, naming the value: `permits`
-// or `count` 0, `count` above `permits` or above 1000, a `{` in `name`, a manager with more
-// than one node (K permits on each of N nodes do not bound the holders to K), fencing on.
+// or `count` 0, `count` above `permits` or above 1000, a `{` or `}` in `name`, a manager
+// with more than one node (K permits on each of N nodes do not bound the holders to K), fencing on.
 // Waits, and is cancelled, as `ferrolock_manager_acquire`.
 int ferrolock_manager_semaphore_acquire(const struct ferrolock_manager *manager,
                                         const char *name,

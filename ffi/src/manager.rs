@@ -144,7 +144,8 @@ pub(crate) fn rw_request(
 }
 
 /// `request` for `count` permits of the semaphore `name`, a pool of `permits` (the core
-/// names a bad value: permits 0, count above permits or 1000, a `{` in the name, N > 1 nodes).
+/// names a bad value: permits 0, count above permits or 1000, a `{` or `}` in the name, N > 1
+/// nodes).
 pub(crate) fn semaphore_request(
     manager: *const ferrolock_manager,
     name: *const c_char,
@@ -188,7 +189,8 @@ fn acquire_blocking(
     })
 }
 
-/// Acquires `key`, waiting as the options' `wait` says (default: without limit). `opts` may be
+/// Acquires `key`, waiting as the options' `wait` says (default: without limit, but a quorum
+/// unreachable on three attempts in a row ends it: `FERROLOCK_ERR_QUORUM_UNREACHABLE`). `opts` may be
 /// NULL (the manager's defaults); `cancel` may be NULL (not interruptible). On success
 /// `*lock_out` is a lock to release and free. Interrupted through `cancel`: returns
 /// `FERROLOCK_ERR_CANCELLED`, having given back whatever it had taken.
@@ -354,8 +356,8 @@ pub unsafe extern "C" fn ferrolock_manager_rw_try_acquire(
 /// `ttl`, renewed by the watchdog, signalled when lost, and `ferrolock_lock_release` gives
 /// back exactly the `count` taken. A holder that dies without releasing gives them back when
 /// its lease ends. Refused with `FERROLOCK_ERR_INVALID_ARGUMENT`, naming the value: `permits`
-/// or `count` 0, `count` above `permits` or above 1000, a `{` in `name`, a manager with more
-/// than one node (K permits on each of N nodes do not bound the holders to K), fencing on.
+/// or `count` 0, `count` above `permits` or above 1000, a `{` or `}` in `name`, a manager
+/// with more than one node (K permits on each of N nodes do not bound the holders to K), fencing on.
 /// Waits, and is cancelled, as `ferrolock_manager_acquire`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_semaphore_acquire(

@@ -9,7 +9,8 @@ use ferrolock::{LockOptions, ManagerOptions, OptionScope, OptionType, OptionValu
 use crate::ctext::{handle, text};
 use crate::status::{Failure, call, ferrolock_error, guard};
 
-/// A duration meaning "none": for `wait`, wait without limit; for `max_hold`,
+/// A duration meaning "none": for `wait`, wait without limit (but a quorum unreachable on three
+/// attempts in a row still ends it, `FERROLOCK_ERR_QUORUM_UNREACHABLE`); for `max_hold`,
 /// `node_timeout`, `restart_guard`, the default.
 pub const FERROLOCK_WAIT_FOREVER: u64 = u64::MAX;
 /// `wait` = 0: try once.

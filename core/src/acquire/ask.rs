@@ -10,10 +10,10 @@ use super::attempt::Req;
 use super::kind::Kind;
 use super::reply::{NO_HINT, Reply, parse_reply};
 use crate::error::Result;
-use crate::node::{NodeError, latch_px_ms};
+use crate::node::NodeError;
 use crate::queue::{QueueArgs, barge_bound_ms, quiet_grace_ms};
 use crate::refusal::Refusal;
-use crate::scripts::{Acquire, AcquireRead, AcquireReentrant, AcquireWrite, Latch, command};
+use crate::scripts::{Acquire, AcquireRead, AcquireReentrant, AcquireWrite, command};
 use crate::shared::Shared;
 
 pub(super) async fn ask(
@@ -93,10 +93,6 @@ pub(super) async fn ask(
             let inv = {
                 let place = r.queue.as_ref().map(QueueArgs::place).unwrap_or_default();
                 let bound_ms = barge_bound_ms(n);
-                let latch = Latch {
-                    id: &r.call,
-                    px_ms: latch_px_ms(timeout),
-                };
                 match Kind::of(opts) {
                     Kind::Read => AcquireRead {
                         key,
@@ -106,7 +102,7 @@ pub(super) async fn ask(
                         place,
                         reentry: r.reentry,
                         bound_ms,
-                        latch,
+                        hold: &r.call,
                     }
                     .invocation(),
                     Kind::Write => AcquireWrite {
@@ -118,7 +114,7 @@ pub(super) async fn ask(
                         place,
                         reentry: r.reentry,
                         bound_ms,
-                        latch,
+                        hold: &r.call,
                     }
                     .invocation(),
                     Kind::Reentrant => AcquireReentrant {
@@ -130,7 +126,7 @@ pub(super) async fn ask(
                         place,
                         reentry: r.reentry,
                         bound_ms,
-                        latch,
+                        hold: &r.call,
                     }
                     .invocation(),
                     // Acquired by `semaphore.rs`, never through this path.

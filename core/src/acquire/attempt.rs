@@ -45,8 +45,8 @@ pub(super) struct Req {
     pub(super) wake_prefix: String,
     /// Filled (one slot per node) only when a node answers busy: a grant allocates nothing.
     pub(super) hints: Mutex<Vec<Option<i64>>>,
-    /// A re-entry's or a read acquire's call id, for its latch (see `scripts::Latch`); empty
-    /// otherwise.
+    /// A counted grant's hold id (see `scripts::hold_key`), new to this attempt and the same
+    /// on its re-sends; the lock keeps it for its release and renewals. Empty otherwise.
     pub(super) call: String,
 }
 
@@ -95,8 +95,7 @@ impl Req {
             names,
             wake_prefix,
             hints: Mutex::new(Vec::new()),
-            // Every read grant adds a hold, so every read acquire has its latch.
-            call: if reentry || kind == Kind::Read {
+            call: if kind.counted() {
                 random_hex()
             } else {
                 String::new()

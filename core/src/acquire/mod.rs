@@ -151,9 +151,9 @@ async fn acquire_loop(
             }
             // The key and token move into the lock, unless requests still in flight
             // hold them.
-            let (key, token) = match Arc::try_unwrap(req) {
-                Ok(r) => (r.key, r.token),
-                Err(r) => (r.key.clone(), r.token.clone()),
+            let (key, token, hold) = match Arc::try_unwrap(req) {
+                Ok(r) => (r.key, r.token, r.call),
+                Err(r) => (r.key.clone(), r.token.clone(), r.call.clone()),
             };
             if ticket.is_some() {
                 // Granted after waiting for a release.
@@ -163,6 +163,7 @@ async fn acquire_loop(
                 shared.clone(),
                 key,
                 token,
+                hold,
                 opts.clone(),
                 outcome.deadline,
                 outcome.started,

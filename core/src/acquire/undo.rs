@@ -118,6 +118,7 @@ pub(super) async fn undo_one(
         place: queue.map(QueueArgs::place).unwrap_or_default(),
         bound_ms: barge_bound_ms(shared.cluster.nodes.len()),
         latch,
+        hold: &req.call,
     };
     if matches!(kind, Kind::Read | Kind::Write) {
         // A read or write grant is undone by its release (one hold fewer, under its latch).
@@ -160,14 +161,26 @@ async fn undo_rw(
     deadline: Instant,
     timeout: std::time::Duration,
 ) -> Result<Option<i64>, NodeError> {
-    let (key, field, latch) = (undo.key, undo.token, undo.latch);
+    let (key, field, latch, hold) = (undo.key, undo.token, undo.latch, undo.hold);
     shared.cluster.nodes[i]
         .run_bounded(deadline, timeout, false, move |mut conn| async move {
             let sharded = conn.sharded();
             let inv = if kind == Kind::Read {
-                ReleaseRead { key, field, latch }.invocation(sharded)
+                ReleaseRead {
+                    key,
+                    field,
+                    latch,
+                    hold,
+                }
+                .invocation(sharded)
             } else {
-                ReleaseWrite { key, field, latch }.invocation(sharded)
+                ReleaseWrite {
+                    key,
+                    field,
+                    latch,
+                    hold,
+                }
+                .invocation(sharded)
             };
             let left: Option<i64> = inv.invoke_async(&mut conn).await?;
             if let Some(requeue) = requeue {

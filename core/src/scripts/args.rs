@@ -124,8 +124,8 @@ pub(crate) struct AcquireReentrant<'a> {
     /// A re-entry only: never a new grant.
     pub reentry: bool,
     pub bound_ms: u64,
-    /// A re-entry's latch (see `Latch`).
-    pub latch: Latch<'a>,
+    /// This hold's id, new to this call (see `hold_key`).
+    pub hold: &'a str,
 }
 
 impl AcquireReentrant<'_> {
@@ -133,17 +133,12 @@ impl AcquireReentrant<'_> {
         let mut inv = ACQUIRE_REENTRANT.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
-        if self.reentry {
-            inv.key(self.latch.name(self.key));
-        }
+        inv.key(super::hold_key(self.key, self.hold));
         inv.arg(self.ttl_ms).arg(self.field).arg(self.fence_mode);
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms);
         inv.arg(flag(self.reentry)).arg(self.bound_ms);
-        if self.reentry {
-            inv.arg(self.latch.px_ms);
-        }
         inv
     }
 }
@@ -202,6 +197,8 @@ pub struct Undo<'a> {
     /// Its latch: a re-send answers as the first run and changes nothing (no second decrement,
     /// no second re-enqueue).
     pub latch: Latch<'a>,
+    /// Reentrant: the attempt's hold id (see `hold_key`): the count is taken only with it.
+    pub hold: &'a str,
 }
 
 impl Undo<'_> {
@@ -219,6 +216,9 @@ impl Undo<'_> {
             .arg(self.bound_ms)
             .arg(flag(sharded))
             .arg(self.latch.px_ms);
+        if self.reentrant {
+            inv.key(super::hold_key(self.key, self.hold));
+        }
         inv
     }
 }
@@ -317,8 +317,10 @@ pub(crate) struct ReleaseReentrant<'a> {
     pub ttl_ms: u64,
     /// Redisson's channel.
     pub channel: &'a str,
-    /// Its decrement runs once.
+    /// Its reply, kept for a re-send.
     pub latch: Latch<'a>,
+    /// The hold's id (see `hold_key`): its decrement runs once, and only where it was granted.
+    pub hold: &'a str,
 }
 
 impl ReleaseReentrant<'_> {
@@ -326,6 +328,7 @@ impl ReleaseReentrant<'_> {
         let mut inv = RELEASE_REENTRANT.prepare_invoke();
         inv.key(self.key)
             .key(self.latch.name(self.key))
+            .key(super::hold_key(self.key, self.hold))
             .arg(self.field)
             .arg(self.ttl_ms)
             .arg(self.channel)
@@ -359,6 +362,8 @@ pub struct Extend<'a> {
     pub token: &'a str,
     pub ttl_ms: u64,
     pub renewal: Renewal,
+    /// A counted hold's id (see `hold_key`): its mark is renewed with it. Empty otherwise.
+    pub hold: &'a str,
 }
 
 impl Extend<'_> {
@@ -375,11 +380,17 @@ impl Extend<'_> {
     fn parts(&self) -> (Vec<String>, Vec<Vec<u8>>) {
         let (key, token) = (self.key.to_string(), self.token.to_string());
         let ttl = self.ttl_ms.to_string();
+        let hold = || super::hold_key(self.key, self.hold);
         let (keys, args) = match self.renewal {
-            Renewal::Plain | Renewal::Field => (vec![key], vec![token, ttl]),
-            Renewal::Writer => (vec![key], vec![writer_field(self.token), ttl]),
+            Renewal::Plain => (vec![key], vec![token, ttl]),
+            Renewal::Field => (vec![key, hold()], vec![token, ttl]),
+            Renewal::Writer => (vec![key, hold()], vec![writer_field(self.token), ttl]),
             Renewal::Read => (
-                vec![key, super::rwlock_timeout_prefix(self.key, self.token)],
+                vec![
+                    key,
+                    super::rwlock_timeout_prefix(self.key, self.token),
+                    hold(),
+                ],
                 vec![token, ttl],
             ),
             Renewal::Permits => {
@@ -454,8 +465,9 @@ pub struct AcquireRead<'a> {
     /// A re-entry only (our read or write hold is live): never a fresh grant.
     pub reentry: bool,
     pub bound_ms: u64,
-    /// Every grant adds a hold: each runs once.
-    pub latch: Latch<'a>,
+    /// This hold's id, new to this call (see `hold_key`): every grant adds a hold, and a
+    /// re-send finds its mark.
+    pub hold: &'a str,
 }
 
 impl AcquireRead<'_> {
@@ -464,15 +476,13 @@ impl AcquireRead<'_> {
         inv.key(self.key);
         self.names.add_to(&mut inv);
         inv.key(super::rwlock_timeout_prefix(self.key, self.field))
-            .key(self.latch.name(self.key));
+            .key(super::hold_key(self.key, self.hold));
         // ARGV[3] is the fence mode's place: readers get no fence.
         inv.arg(self.ttl_ms).arg(self.field).arg("");
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms);
-        inv.arg(flag(self.reentry))
-            .arg(self.bound_ms)
-            .arg(self.latch.px_ms);
+        inv.arg(flag(self.reentry)).arg(self.bound_ms);
         inv
     }
 }
@@ -492,8 +502,8 @@ pub struct AcquireWrite<'a> {
     pub place: Place<'a>,
     pub reentry: bool,
     pub bound_ms: u64,
-    /// A re-entry's increment runs once.
-    pub latch: Latch<'a>,
+    /// This hold's id, new to this call (see `hold_key`).
+    pub hold: &'a str,
 }
 
 impl AcquireWrite<'_> {
@@ -501,16 +511,17 @@ impl AcquireWrite<'_> {
         let mut inv = ACQUIRE_WRITE.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
-        inv.key(self.latch.name(self.key));
+        inv.key(super::hold_key(self.key, self.hold));
         inv.arg(self.ttl_ms)
             .arg(writer_field(self.field))
             .arg(self.fence_mode);
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms);
+        // ARGV[9] unused.
         inv.arg(flag(self.reentry))
             .arg(self.bound_ms)
-            .arg(self.latch.px_ms)
+            .arg("")
             .arg(self.field);
         inv
     }
@@ -523,6 +534,8 @@ pub struct ReleaseRead<'a> {
     pub key: &'a str,
     pub field: &'a str,
     pub latch: Latch<'a>,
+    /// The hold's id (see `hold_key`).
+    pub hold: &'a str,
 }
 
 impl ReleaseRead<'_> {
@@ -531,7 +544,8 @@ impl ReleaseRead<'_> {
         inv.key(self.key)
             .key(self.latch.name(self.key))
             .key(super::rwlock_timeout_prefix(self.key, self.field))
-            .key(super::rwlock_prefix(self.key));
+            .key(super::rwlock_prefix(self.key))
+            .key(super::hold_key(self.key, self.hold));
         inv.arg(self.field)
             .arg("")
             .arg(super::rwlock_channel(self.key))
@@ -549,12 +563,16 @@ pub struct ReleaseWrite<'a> {
     /// The owner's field; the script gets the writer's, `"<field>:write"`.
     pub field: &'a str,
     pub latch: Latch<'a>,
+    /// The hold's id (see `hold_key`).
+    pub hold: &'a str,
 }
 
 impl ReleaseWrite<'_> {
     pub fn invocation(&self, sharded: bool) -> ScriptInvocation<'static> {
         let mut inv = RELEASE_WRITE.prepare_invoke();
-        inv.key(self.key).key(self.latch.name(self.key));
+        inv.key(self.key)
+            .key(self.latch.name(self.key))
+            .key(super::hold_key(self.key, self.hold));
         inv.arg(writer_field(self.field))
             .arg("")
             .arg(super::rwlock_channel(self.key))

@@ -202,6 +202,13 @@ pub fn latch_key(key: &str, id: &str) -> String {
     Tagged::latch(key, id).to_name()
 }
 
+/// The mark of one hold of a counted lock (reentrant, read, write): set with its grant, renewed
+/// with it, and taken by its release or undo, which takes a count only with it (the handles of
+/// one owner share one field; see release_reentrant.lua).
+pub fn hold_key(key: &str, id: &str) -> String {
+    Tagged::hold(key, id).to_name()
+}
+
 /// Where the fence counter for `key` lives.
 pub fn fence_key(key: &str) -> String {
     tagged("ferrolock:fence:", key)
@@ -284,6 +291,15 @@ impl<'a> Tagged<'a> {
     pub fn latch(key: &'a str, id: &'a str) -> Self {
         Tagged {
             prefix: "ferrolock:latch:",
+            key,
+            suffix: ":",
+            id,
+        }
+    }
+    /// `hold_key(key, id)`.
+    pub fn hold(key: &'a str, id: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:hold:",
             key,
             suffix: ":",
             id,
@@ -405,6 +421,7 @@ mod tests {
             queue_since_key(key),
             fence_key(key),
             latch_key(key, "c1"),
+            hold_key(key, "h1"),
             arg(Tagged::latch(key, "c1")),
             arg(Tagged::queue(key)),
             arg(Tagged::queue_leases(key)),
