@@ -658,17 +658,8 @@ async fn a_give_back_reaches_a_node_the_restart_guard_holds_back() {
         .ttl(Duration::from_secs(120))
         .node_timeout(Duration::from_secs(15))
         .wait(Some(Duration::ZERO));
-    // Up for longer than the window (uptime reads up to 1 s high), so that it grants at first.
-    while info_number(&server, "server", "uptime_in_seconds") <= window.as_secs() + 1 {
-        tokio::time::sleep(ms(200)).await;
-    }
-    let m = ferrolock::LockManager::new(
-        ferrolock::ManagerOptions::new()
-            .nodes([proxy.url()])
-            .restart_guard(window)
-            .lock(o),
-    )
-    .unwrap();
+    // Up for longer than the window, so that it grants at first.
+    let m = guarded_manager_once_up(&server, proxy.url(), window, o).await;
     // The connection (and the run_id the guard compares) is there before the fault.
     let warm = m.semaphore(name, 2).await.unwrap();
     assert!(warm.release().await.unwrap());

@@ -194,17 +194,9 @@ async fn a_held_back_semaphore_does_not_hold_back_the_lock_renewed_beside_it() {
         ..Default::default()
     });
     let (ttl, window) = (Duration::from_secs(4), Duration::from_secs(8));
-    // Up for longer than the window (uptime reads up to 1 s high), so that it grants at first.
-    while info_number(&server, "server", "uptime_in_seconds") <= window.as_secs() + 1 {
-        tokio::time::sleep(ms(200)).await;
-    }
-    let m = ferrolock::LockManager::new(
-        ferrolock::ManagerOptions::new()
-            .nodes([server.url()])
-            .restart_guard(window)
-            .lock(opts().watchdog(true).ttl(ttl).wait(Some(Duration::ZERO))),
-    )
-    .unwrap();
+    // Up for longer than the window, so that it grants at first.
+    let lock = opts().watchdog(true).ttl(ttl).wait(Some(Duration::ZERO));
+    let m = guarded_manager_once_up(&server, server.url(), window, lock).await;
     // Taken together, so that their renewals fall due in the same ticks.
     let (held, permit) = tokio::join!(m.acquire("beside-held"), m.semaphore("beside-sem", 2));
     let (held, permit) = (held.unwrap(), permit.unwrap());

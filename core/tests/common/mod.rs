@@ -65,6 +65,27 @@ pub fn info_number(server: &RedisServer, section: &str, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("INFO {section} has no number {field}"))
 }
 
+/// Waits until `server` has been up for longer than `window` (uptime reads up to 1 s high), so
+/// that a restart guard of `window` lets its votes through; then the manager on `url` with that
+/// guard and `lock` as its defaults.
+pub async fn guarded_manager_once_up(
+    server: &RedisServer,
+    url: String,
+    window: Duration,
+    lock: LockOptions,
+) -> LockManager {
+    while info_number(server, "server", "uptime_in_seconds") <= window.as_secs() + 1 {
+        tokio::time::sleep(ms(200)).await;
+    }
+    LockManager::new(
+        ManagerOptions::new()
+            .nodes([url])
+            .restart_guard(window)
+            .lock(lock),
+    )
+    .unwrap()
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
