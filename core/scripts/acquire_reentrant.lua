@@ -14,7 +14,8 @@
 -- Safe to run twice (a re-send after a dropped connection): a fresh grant's owner id is new
 -- to this call, so finding our field means this call already ran and granted; a re-entry
 -- finds its mark. (Once released, the mark is gone: a re-send delivered after the release
--- adds a count that no handle takes back, which lingers until the key's ttl, never less.)
+-- adds a count that no handle takes back, which keeps the key until the owner's last release
+-- plus a ttl.)
 if ARGV[7] == '1' and redis.call('EXISTS', KEYS[6]) == 1 then
   return nil
 end

@@ -11,7 +11,8 @@
 -- it is not renewed, and nothing is re-created or raised (neither our other hold keys nor the
 -- hash). Safe to run twice: a second run finds the same keys.
 local count = tonumber(redis.pcall('HGET', KEYS[1], ARGV[1]))
-if not count then
+-- Without our mark, our hold has no count here (see extend_reentrant.lua): not renewed.
+if not count or redis.call('EXISTS', KEYS[3]) == 0 then
   return 0
 end
 for i = 1, count do
@@ -28,8 +29,6 @@ end
 for i = 1, count do
   raise(KEYS[2] .. ':' .. i)
 end
-if KEYS[3] then
-  raise(KEYS[3])
-end
+raise(KEYS[3])
 raise(KEYS[1])
 return 1

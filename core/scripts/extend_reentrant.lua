@@ -6,7 +6,10 @@
 -- acquire_reentrant.lua: it lives as long as the hold, never re-created); ARGV[1] field;
 -- ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise (also for a key of another type: a plain
 -- lock is someone else's, and pcall keeps WRONGTYPE out).
-if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+-- Renewed only where this hold has its count (its mark): the owner's field alone may be
+-- another handle's count (a re-entry that missed this node), and counting it would keep this
+-- handle's validity going on nodes that hold nothing of it.
+if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2]) == 1 then
   for i = 1, #KEYS do
     local left = redis.call('PTTL', KEYS[i])
     if left >= 0 and left < tonumber(ARGV[2]) then

@@ -9,8 +9,8 @@
 -- queue score, ARGV[6] lease ms, ARGV[7] barging bound ms, ARGV[8] '1' = sharded pub/sub
 -- (SPUBLISH), KEYS[6] this call's latch (`ferrolock:latch:{key}:<call id>`), ARGV[9] its PX
 -- in ms, KEYS[7] (reentrant) the attempt's hold mark (`ferrolock:hold:{key}:<hold id>`: the
--- count is taken only with it, see release_reentrant.lua). Waiter id '': compare-and-delete only (an undo sent late, or for a caller that no
--- longer waits: no re-enqueue).
+-- count is taken only with it, see release_reentrant.lua). Waiter id '': compare-and-delete
+-- only (an undo sent late, or for a caller that no longer waits: no re-enqueue).
 -- The waiter had the turn (or barged): put back, it counts as queued for the whole bound, so
 -- nobody barges ahead of it again.
 -- Returns 1 when our grant was there and is gone, 0 otherwise.

@@ -108,6 +108,44 @@ async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() 
     }
 }
 
+/// A re-entry granted while node 0 was cut off, extended while node 2 is: only node 1 holds
+/// its count, so the extend misses its quorum. Before, node 0 answered "renewed" for it on the
+/// outer hold's count (the owner's field), and the re-entry's validity went on while its
+/// count stood on one node of three: the outer released, node 0 was free, and a node 2 that
+/// lost its key made a quorum for another owner.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_entry_is_renewed_only_where_it_has_its_count() {
+    let _serial = serial();
+    for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
+        let servers = [
+            RedisServer::start(),
+            RedisServer::start(),
+            RedisServer::start(),
+        ];
+        let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+        let m = manager(&urls, o());
+        let key = format!("marks:renewal:{kind:?}");
+        let outer = take(&m, kind, &key, 9).await.unwrap();
+        settle(&servers, &key, [1, 1, 1]).await;
+        proxies[0].cut();
+        let inner = take(&m, kind, &key, 9).await.unwrap();
+        tokio::time::sleep(ms(1000)).await;
+        proxies[0].heal();
+        // The fault happened: the re-entry missed node 0.
+        assert_eq!(counts(&servers, &key), [1, 2, 2], "{kind:?}");
+        proxies[2].cut();
+        let extended = inner.extend().await;
+        assert!(
+            extended.is_err(),
+            "{kind:?}: extended on one node of its own and one of the outer's: {extended:?}"
+        );
+        proxies[2].heal();
+        drop(inner);
+        assert!(outer.release().await.unwrap(), "{kind:?}");
+    }
+}
+
 /// Waits until the counts are `want` (a node's part of a release may come after the quorum's),
 /// or fails with the counts last seen once that can no longer be the reason.
 async fn settle(servers: &[RedisServer], key: &str, want: [u32; 3]) {

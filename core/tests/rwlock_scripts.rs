@@ -122,13 +122,14 @@ fn release_write(s: &RedisServer, key: &str, field: &str, call: &str, hold: &str
     run(s, inv).unwrap()
 }
 
-fn extend_read(s: &RedisServer, key: &str, field: &str, ttl: &str) -> Value {
+/// The renewal of the hold granted by acquire call `hold` (its mark).
+fn extend_read(s: &RedisServer, key: &str, field: &str, hold: &str, ttl: &str) -> Value {
     let inv = Extend {
         key,
         token: field,
         ttl_ms: ttl.parse().unwrap(),
         renewal: Renewal::Read,
-        hold: "",
+        hold,
     }
     .invocation();
     run(s, inv).unwrap()
@@ -351,10 +352,10 @@ fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
     assert!(granted(&read(&s, key, a, &Call::first("a"))));
     assert!(granted(&read(&s, key, b, &Call::first("b"))));
     s.cmd::<()>(&["PEXPIRE", key, "100000"]);
-    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    assert_eq!(extend_read(&s, key, a, "a", "20000"), Value::Int(1));
     assert!(pttl(&s, key) > 20_000, "the renewal shortened the hash");
     s.cmd::<()>(&["PEXPIRE", key, "5000"]);
-    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    assert_eq!(extend_read(&s, key, a, "a", "20000"), Value::Int(1));
     let p = pttl(&s, key);
     assert!(
         p > 5_000 && p <= 20_000,
@@ -366,10 +367,18 @@ fn read_renewal_never_shortens_and_expired_readers_do_not_hold_the_key() {
     let p = pttl(&s, &ours);
     assert!(p > 20_000, "the renewal shortened our hold key: PTTL {p}");
     s.cmd::<()>(&["PEXPIRE", &ours, "5000"]);
-    assert_eq!(extend_read(&s, key, a, "20000"), Value::Int(1));
+    assert_eq!(extend_read(&s, key, a, "a", "20000"), Value::Int(1));
     let p = pttl(&s, &ours);
     assert!(p > 5_000 && p <= 20_000, "our hold key: PTTL {p}");
-    assert_eq!(extend_read(&s, key, "uuid-z:9", "20000"), Value::Int(0));
+    assert_eq!(
+        extend_read(&s, key, "uuid-z:9", "a", "20000"),
+        Value::Int(0)
+    );
+    // A hold with no mark here (another handle's count is the field's): not renewed.
+    assert_eq!(
+        extend_read(&s, key, a, "never-granted", "20000"),
+        Value::Int(0)
+    );
     // b crashes: its hold key expires (deleted here), its field stays.
     s.cmd::<()>(&["DEL", &format!("{}:1", rwlock_timeout_prefix(key, b))]);
     assert_eq!(release_read(&s, key, a, "r", "a"), Value::Int(1));
@@ -455,7 +464,7 @@ fn a_read_renewal_whose_hold_key_expired_answers_not_renewed() {
     s.cmd::<()>(&["PEXPIRE", key, "5000"]);
     for run in ["first", "second"] {
         assert_eq!(
-            extend_read(&s, key, a, "20000"),
+            extend_read(&s, key, a, "a", "20000"),
             Value::Int(0),
             "the {run} renewal of a read hold whose hold key expired"
         );
@@ -466,7 +475,7 @@ fn a_read_renewal_whose_hold_key_expired_answers_not_renewed() {
             "{run}: a lapsed reader's renewal raised the hash: PTTL {p}"
         );
     }
-    assert_eq!(extend_read(&s, key, b, "20000"), Value::Int(1));
+    assert_eq!(extend_read(&s, key, b, "b", "20000"), Value::Int(1));
     assert!(pttl(&s, key) > 5_000, "b's renewal did not raise the hash");
     // A re-entered reader (two holds) whose second hold key alone is gone: not renewed
     // either, and its first hold key is left as it was.
@@ -485,7 +494,7 @@ fn a_read_renewal_whose_hold_key_expired_answers_not_renewed() {
     );
     s.cmd::<()>(&["DEL", &hold_b2]);
     s.cmd::<()>(&["PEXPIRE", &hold_b1, "4000"]);
-    assert_eq!(extend_read(&s, key, b, "20000"), Value::Int(0));
+    assert_eq!(extend_read(&s, key, b, "b", "20000"), Value::Int(0));
     assert_eq!(s.cmd::<i64>(&["EXISTS", &hold_b2]), 0);
     assert!(
         pttl(&s, &hold_b1) <= 4_000,
