@@ -61,13 +61,16 @@ fn counts(servers: &[RedisServer], key: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Two re-entries held at once, each granted while a different node was cut off, then
-/// released: the outer hold stays on every node, and another owner's write lock is refused.
-/// Before, each release took a count everywhere, deleting the outer hold on two nodes of three.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() {
-    let _serial = serial();
-    for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
+/// Three nodes, each behind a proxy, and a manager through the proxies holding an outer hold of
+/// `kind` on `key` on all three.
+struct Three {
+    servers: [RedisServer; 3],
+    proxies: Vec<Proxy>,
+    m: LockManager,
+}
+
+impl Three {
+    async fn with_outer(kind: Counted, key: &str) -> (Three, Lock) {
         let servers = [
             RedisServer::start(),
             RedisServer::start(),
@@ -76,26 +79,49 @@ async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() 
         let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
         let m = manager(&urls, o());
+        let outer = take(&m, kind, key, 9).await.unwrap();
+        settle(&servers, key, [1, 1, 1]).await;
+        (
+            Three {
+                servers,
+                proxies,
+                m,
+            },
+            outer,
+        )
+    }
+
+    /// A re-entry granted while node `cut` is cut off.
+    async fn re_enter_without(&self, kind: Counted, key: &str, cut: usize) -> Lock {
+        self.proxies[cut].cut();
+        let inner = take(&self.m, kind, key, 9).await.unwrap();
+        // Well past the node timeout: nothing of this re-entry still goes to that node.
+        tokio::time::sleep(ms(1000)).await;
+        self.proxies[cut].heal();
+        inner
+    }
+}
+
+/// Two re-entries held at once, each granted while a different node was cut off, then
+/// released: the outer hold stays on every node, and another owner's write lock is refused.
+/// Before, each release took a count everywhere, deleting the outer hold on two nodes of three.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() {
+    let _serial = serial();
+    for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
+        let key = format!("marks:re-entry:{kind:?}");
+        let (bed, outer) = Three::with_outer(kind, &key).await;
+        let servers = &bed.servers;
         let direct: Vec<String> = servers.iter().map(RedisServer::url).collect();
         let other = manager(&direct, o());
-        let key = format!("marks:re-entry:{kind:?}");
-        let outer = take(&m, kind, &key, 9).await.unwrap();
-        settle(&servers, &key, [1, 1, 1]).await;
-        proxies[2].cut();
-        let inner1 = take(&m, kind, &key, 9).await.unwrap();
-        // Well past the node timeout: nothing of this re-entry still goes to node 2.
-        tokio::time::sleep(ms(1000)).await;
-        proxies[2].heal();
-        proxies[1].cut();
-        let inner2 = take(&m, kind, &key, 9).await.unwrap();
-        tokio::time::sleep(ms(1000)).await;
-        proxies[1].heal();
+        let inner1 = bed.re_enter_without(kind, &key, 2).await;
+        let inner2 = bed.re_enter_without(kind, &key, 1).await;
         // The faults happened: each re-entry missed one node.
-        assert_eq!(counts(&servers, &key), [3, 2, 2], "{kind:?}");
+        assert_eq!(counts(servers, &key), [3, 2, 2], "{kind:?}");
         assert!(inner1.release().await.unwrap(), "{kind:?}");
         assert!(inner2.release().await.unwrap(), "{kind:?}");
         // A release returns at its quorum; the last node's part may still be on its way.
-        settle(&servers, &key, [1, 1, 1]).await;
+        settle(servers, &key, [1, 1, 1]).await;
         let rival = other.write_lock_with(&key, &o()).await;
         assert_eq!(
             rival.as_ref().map(Lock::token).map_err(|e| e.kind()),
@@ -104,7 +130,7 @@ async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() 
             outer.status()
         );
         assert!(outer.release().await.unwrap(), "{kind:?}");
-        settle(&servers, &key, [0, 0, 0]).await;
+        settle(servers, &key, [0, 0, 0]).await;
     }
 }
 
@@ -117,23 +143,12 @@ async fn a_re_entrys_release_takes_nothing_where_the_re_entry_was_not_granted() 
 async fn a_re_entry_is_renewed_only_where_it_has_its_count() {
     let _serial = serial();
     for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
-        let servers = [
-            RedisServer::start(),
-            RedisServer::start(),
-            RedisServer::start(),
-        ];
-        let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
-        let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let m = manager(&urls, o());
         let key = format!("marks:renewal:{kind:?}");
-        let outer = take(&m, kind, &key, 9).await.unwrap();
-        settle(&servers, &key, [1, 1, 1]).await;
-        proxies[0].cut();
-        let inner = take(&m, kind, &key, 9).await.unwrap();
-        tokio::time::sleep(ms(1000)).await;
-        proxies[0].heal();
+        let (bed, outer) = Three::with_outer(kind, &key).await;
+        let (servers, proxies) = (&bed.servers, &bed.proxies);
+        let inner = bed.re_enter_without(kind, &key, 0).await;
         // The fault happened: the re-entry missed node 0.
-        assert_eq!(counts(&servers, &key), [1, 2, 2], "{kind:?}");
+        assert_eq!(counts(servers, &key), [1, 2, 2], "{kind:?}");
         proxies[2].cut();
         let extended = inner.extend().await;
         assert!(
