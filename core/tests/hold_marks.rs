@@ -304,3 +304,37 @@ async fn a_read_release_keeps_the_longest_hold_key() {
     assert!(long.release().await.unwrap());
     assert!(outer.release().await.unwrap());
 }
+
+/// A re-entry granted on one node of three, whose requests ran on the other two but whose
+/// replies never came back there (unknown outcomes): it fails, and its count is taken back
+/// on all three, because an undo takes a count only with the mark the re-entry left. Before
+/// the marks, a re-entry was never undone where its outcome was unknown (taking a count that
+/// was never added would have freed the outer hold), so the count stayed one too high there
+/// and the key outlived the owner's last release by a ttl.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_re_entry_is_undone_where_its_outcome_is_unknown() {
+    let _serial = serial();
+    for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
+        let key = format!("marks:unknown-re-entry:{kind:?}");
+        let (bed, outer) = Three::with_outer(kind, &key).await;
+        let (servers, proxies) = (&bed.servers, &bed.proxies);
+        let sent: Vec<u64> = servers.iter().map(|s| calls(s, "evalsha")).collect();
+        proxies[1].hold(Direction::Down);
+        proxies[2].hold(Direction::Down);
+        let inner = take(&bed.m, kind, &key, 9).await;
+        assert!(inner.is_err(), "{kind:?}: granted on one node of three");
+        // The fault happened: the re-entry ran on the two nodes whose replies were held.
+        for i in [1, 2] {
+            assert!(
+                calls(&servers[i], "evalsha") > sent[i],
+                "{kind:?}: node {i}"
+            );
+        }
+        settle(servers, &key, [1, 1, 1]).await;
+        proxies[1].reset();
+        proxies[2].reset();
+        assert_eq!(outer.status(), LockStatus::Held, "{kind:?}");
+        assert!(outer.release().await.unwrap(), "{kind:?}");
+        settle(servers, &key, [0, 0, 0]).await;
+    }
+}

@@ -228,8 +228,8 @@ pub(super) async fn attempt(
     // One node, inline: a dropped request leaves nothing to hand on (one already handed to
     // its connection is still written), and its undo (a compare-and-delete) and a second
     // dequeue of its place (`InFlight`) may go to the node whether or not the request ran.
-    // A re-entry's undo is a decrement, sent only where the re-entry is known to have run:
-    // its request goes through the owned fan-out, whose answer a task can still wait for.
+    // A re-entry goes through the owned fan-out, whose answer a task can still wait for: its
+    // undo (a decrement gated on its mark) then goes out only once its request has an answer.
     let tally = if n == 1 && !reentry {
         let deadline = Instant::now() + timeout;
         let ask = ask(shared.clone(), req.clone(), 0, deadline);
@@ -268,7 +268,7 @@ pub(super) async fn attempt(
         // An await where there was none: dropped here, what was granted is undone by what
         // the answers say (not "nothing known", which never undoes a re-entry).
         if run.requests.is_none() {
-            run.answered = Some(undo_mask(&tally, reentry));
+            run.answered = Some(undo_mask(&tally));
         }
         let _ = hook.await;
     }
@@ -280,7 +280,7 @@ pub(super) async fn attempt(
             fence = Some(seen);
         } else {
             if run.requests.is_none() {
-                run.answered = Some(undo_mask(&tally, reentry));
+                run.answered = Some(undo_mask(&tally));
             }
             let next = seen + 1;
             // A writer's grant is its `:write` field.
@@ -350,7 +350,7 @@ pub(super) async fn attempt(
             req: req.clone(),
             state: state.clone(),
         });
-        let mask = undo_mask(&outcome.tally, reentry);
+        let mask = undo_mask(&outcome.tally);
         // A receiver already gone drops the outcome here, and its `Claim` leaves the undo to
         // us below.
         let caller_gone = report.send(outcome).is_err();
@@ -360,7 +360,7 @@ pub(super) async fn attempt(
         let mask = match run.requests.as_mut() {
             Some(requests) => {
                 while requests.next().await {}
-                undo_mask(&requests.tally(), reentry)
+                undo_mask(&requests.tally())
             }
             None => mask,
         };
@@ -387,7 +387,7 @@ pub(super) async fn attempt(
     if let Some(hook) = shared.waiters.attempt_hook(|h| &h.lost) {
         hook(&req.key).await;
     }
-    let now = undo_now_mask(&tally, reentry);
+    let now = undo_now_mask(&tally);
     if now.contains(&true) {
         Box::pin(undo_detached(&shared, &req, now, true).finish()).await;
     }

@@ -70,7 +70,7 @@ where
                         requests.next().await;
                     }
                     let tally = requests.tally();
-                    let mut mask = undo_mask(&tally, req.reentry);
+                    let mut mask = undo_mask(&tally);
                     for (m, answer) in mask.iter_mut().zip(&tally.answers) {
                         *m &= !is_late(answer);
                     }
@@ -79,11 +79,11 @@ where
                 }
                 (Some(mut requests), _) => {
                     while requests.next().await {}
-                    undo_mask(&requests.tally(), req.reentry)
+                    undo_mask(&requests.tally())
                 }
                 (None, Some(mask)) => mask,
                 // One node, inline (never a re-entry: see `attempt`): nothing is known.
-                (None, None) => vec![!req.reentry; shared.cluster.nodes.len()],
+                (None, None) => vec![true; shared.cluster.nodes.len()],
             };
             if undo && mask.contains(&true) {
                 undo_detached(&shared, &req, mask, true).finish().await;

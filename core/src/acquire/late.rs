@@ -15,8 +15,8 @@ use crate::shared::Shared;
 
 /// Undoes, in the background and each exactly once, what the nodes that had not answered a
 /// lost attempt when it was decided may hold: each once its reply is in (a grant), or at once
-/// if it timed out or failed (unknown: a fresh grant only; a re-entry is undone only where
-/// it was granted). Compare-and-delete only, on the connection the request went out on.
+/// if it timed out or failed (unknown). Compare-and-delete (or a re-entry's decrement gated on
+/// its mark), on the connection the request went out on.
 /// Returns, when some node had not answered, which nodes' wake-ups count for the waiter as
 /// their answers come in: a node that answers with anything but a grant (or an undo) starts
 /// to count (see `WakeSources`).
@@ -58,7 +58,9 @@ where
                     Answer::Pending => continue,
                     Answer::Yes(_) => true,
                     Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
-                    Answer::Failed(_) => !req.reentry,
+                    // Unknown: undone all the same (a re-entry's undo takes a count only with
+                    // its mark, so where it never ran it takes nothing).
+                    Answer::Failed(_) => true,
                 };
                 started[i] = true;
                 if !undo {

@@ -191,40 +191,39 @@ async fn undo_rw(
         .await
 }
 
-/// Where to undo a fresh grant once every node has answered: wherever we may hold it (a yes,
-/// or an answer we never saw; a node that said no holds nothing of ours). A re-entry only
-/// where it was granted.
-pub(super) fn undo_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
+/// Where to undo a grant once every node has answered: wherever we may hold it (a yes, or an
+/// answer we never saw; a node that said no holds nothing of ours). A re-entry too: its undo
+/// takes a count only with the mark the re-entry left, so where it never ran it takes nothing.
+pub(super) fn undo_mask(tally: &Tally) -> Vec<bool> {
+    // A reply the restart guard held back was read first: undone too (a refusal in it left
+    // nothing, and an undo then takes nothing).
     tally
         .answers
         .iter()
-        .map(|ans| match ans {
-            Answer::Yes(_) => true,
-            Answer::No | Answer::Failed(NodeError::Guarded(_)) => false,
-            // Its reply was read before the guard held it back: a re-entry it granted is undone
-            // too, and one it refused left no count of ours (a refused re-entry found no field).
-            Answer::Failed(NodeError::HeldBack(_)) => true,
-            _ => !reentry,
-        })
+        .map(|ans| !matches!(ans, Answer::No | Answer::Failed(NodeError::Guarded(_))))
         .collect()
 }
 
 /// Where a lost attempt is undone before its caller hears of it: the nodes that answered and
 /// may hold our grant (a yes; a grant the restart guard held back; an error reply or a
-/// migrating slot's redirect, for a fresh grant: a redirect after redis-rs re-sent a request
-/// whose first send ran leaves that grant, and a compare-and-delete of one that never was is
-/// harmless, where taking back a re-entry that never was would free the outer grant). The
-/// others are `is_late`, or guarded (nothing sent).
-pub(super) fn undo_now_mask(tally: &Tally, reentry: bool) -> Vec<bool> {
+/// migrating slot's redirect: a redirect after redis-rs re-sent a request whose first send ran
+/// leaves that grant, and undoing one that never was is harmless: a compare-and-delete, or a
+/// re-entry's decrement gated on its mark). The others are `is_late`, or guarded (nothing sent).
+pub(super) fn undo_now_mask(tally: &Tally) -> Vec<bool> {
     tally
         .answers
         .iter()
-        .map(|ans| match ans {
-            Answer::Yes(_) | Answer::Failed(NodeError::HeldBack(_)) => true,
-            Answer::Failed(
-                NodeError::Redis(_) | NodeError::Refused(..) | NodeError::Migrating(_),
-            ) => !reentry,
-            _ => false,
+        .map(|ans| {
+            matches!(
+                ans,
+                Answer::Yes(_)
+                    | Answer::Failed(
+                        NodeError::HeldBack(_)
+                            | NodeError::Redis(_)
+                            | NodeError::Refused(..)
+                            | NodeError::Migrating(_),
+                    )
+            )
         })
         .collect()
 }
