@@ -55,6 +55,7 @@ mod scripts;
 mod semaphore;
 mod server_ids;
 mod shared;
+mod throttle;
 mod token;
 mod watchdog;
 

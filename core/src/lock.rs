@@ -21,7 +21,7 @@ use crate::scripts::{
     Extend, Latch, Release, ReleaseRead, ReleaseReentrant, ReleaseWrite, SemaphoreRelease,
     redisson_channel,
 };
-use crate::shared::Shared;
+use crate::shared::{BACKGROUND_WARNING_EVERY, Shared};
 use crate::token::random_hex;
 use crate::watchdog::{Next, Watched};
 
@@ -956,11 +956,17 @@ where
                         .released_locally(&Kind::of(&inner.opts).queue_channel(&inner.key));
                 }
                 let tally = requests.into_tally();
-                if tally.answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
+                let failed = tally.answers.iter().any(|a| matches!(a, Answer::Failed(_)));
+                let shared = &inner.shared;
+                if let Some(left_out) = failed
+                    .then(|| shared.background_releases.admit(std::time::Instant::now()))
+                    .flatten()
+                {
                     tracing::warn!(
-                        "lock {:?}: release finished in the background: {}",
+                        "lock {:?}: release finished in the background: {}{}",
                         inner.key,
-                        tally.describe_release(&inner.shared.cluster.nodes)
+                        tally.describe_release(&shared.cluster.nodes),
+                        crate::throttle::left_out_note(left_out, BACKGROUND_WARNING_EVERY)
                     );
                 }
             }

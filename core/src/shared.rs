@@ -1,11 +1,13 @@
 //! What a manager's clones, its locks and its background work share.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cluster::Cluster;
 use crate::options::LockOptions;
 use crate::owner::Owners;
 use crate::queue::{Memory, Waiters};
+use crate::throttle::Throttle;
 use crate::watchdog::Watchdog;
 
 pub(crate) struct Shared {
@@ -18,7 +20,12 @@ pub(crate) struct Shared {
     pub waiters: Arc<Waiters>,
     /// Keys on which this manager recently saw waiters or a busy lock.
     pub contention: Memory,
+    /// "Release finished in the background" warnings (one per release while a node is down).
+    pub background_releases: Throttle,
 }
+
+/// At most one "finished in the background" warning per this, per manager.
+pub(crate) const BACKGROUND_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 impl Shared {
     pub fn new(cluster: Cluster, defaults: LockOptions) -> Shared {
@@ -31,6 +38,7 @@ impl Shared {
             defaults,
             owners: Owners::default(),
             contention: Memory::default(),
+            background_releases: Throttle::new(BACKGROUND_WARNING_EVERY),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! `host::log`: the core's events reach a binding's sink at its level, a replaced sink is
-//! never called again, and a loss is logged before the holder hears of it. One test: the
+//! never called again, a loss is logged before the holder hears of it, and a warning repeated
+//! for every release while a node is down is throttled. One test: the
 //! sink is per process, and this file is a process of its own.
 
 mod common;
@@ -92,5 +93,64 @@ async fn a_loss_is_logged_at_its_level_to_the_current_sink_only() {
             .any(|(l, _, msg)| *l == LogLevel::Debug && msg.contains("no longer ours")),
         "{got:?}"
     );
+
+    // A node of three paused: every release finishes in the background, but says so at most
+    // once per 10 s per manager, and the next one says how many it left out.
+    let warn: Seen = Arc::default();
+    log::set_sink(Some(sink(&warn)), LogLevel::Warn).unwrap();
+    let servers = [RedisServer::start(), RedisServer::start()];
+    let urls = [server.url(), servers[0].url(), servers[1].url()];
+    let three = manager(&urls, opts());
+    servers[1].pause();
+    let key = unique_key("log-throttled");
+    let started = std::time::Instant::now();
+    for _ in 0..20 {
+        let lock = three.acquire(&key).await.unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+    let background = || {
+        mentioning(&warn, &key)
+            .into_iter()
+            .filter(|(_, _, msg)| msg.contains("finished in the background"))
+            .count()
+    };
+    // The fault happened: the first release's background part timed out on the paused node.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while background() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no release was logged"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    tokio::time::sleep(ms(1000)).await;
+    // However slow this machine: at most one per 10 s begun while the releases ran.
+    let most = 1 + started.elapsed().as_secs() / 10;
+    assert!(
+        background() as u64 <= most,
+        "{} warnings in {:?}: {:?}",
+        background(),
+        started.elapsed(),
+        mentioning(&warn, &key)
+    );
+    servers[1].resume();
+    // Ten seconds later, the next one counts the ones left out.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    servers[1].pause();
+    let lock = three.acquire(&key).await.unwrap();
+    assert!(lock.release().await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !mentioning(&warn, &key)
+        .iter()
+        .any(|(_, _, msg)| msg.contains("more like it since the last one logged"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            mentioning(&warn, &key)
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    servers[1].resume();
     log::set_sink(None, LogLevel::Warn).unwrap();
 }
