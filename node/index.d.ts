@@ -106,10 +106,9 @@ export declare class Lock {
    */
   readonly signal: Signal;
   /**
-   * Resets the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms.
-   * On failure the validity is unchanged, except after an extend of a plain lock (or a read
-   * hold) to a shorter ttl that got no answer: it may have taken effect, so the validity is cut
-   * to the shorter ttl's.
+   * Renews the lease on a quorum (`ttl` ms sets a new one); resolves to the new validity in ms.
+   * No node's expiry is shortened: a shorter ttl takes effect there as the longer one runs
+   * down. On failure the validity is unchanged.
    */
   extend(ttl?: number): Promise<number>;
   /**

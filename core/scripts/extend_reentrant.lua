@@ -1,7 +1,7 @@
 -- Redisson's renewal: compare-field-and-pexpire. Never re-creates an expired or foreign lock.
 -- Unlike Redisson's, it never shortens the key: every handle of one acquisition shares the
 -- key and computed its deadline from its own ttl, so the key lives to the latest of them
--- (-1, no expiry, counts as the latest). A plain key's extend resets its ttl instead.
+-- (-1, no expiry, counts as the latest). A plain key's extend never shortens it either.
 -- KEYS[1] lock key, KEYS[2] the renewing hold's mark (`ferrolock:hold:{key}:<hold id>`, see
 -- acquire_reentrant.lua: it lives as long as the hold, never re-created); ARGV[1] field;
 -- ARGV[2] ttl ms. Returns 1 when renewed, 0 otherwise (also for a key of another type: a plain

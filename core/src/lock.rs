@@ -297,33 +297,6 @@ impl LockInner {
         Renewed::Until(deadline - now)
     }
 
-    /// Before an extend whose lease would end at `deadline`, earlier than the validity now: a
-    /// plain key's (or a read hold's) ttl is set to the new lease, shorter ones included, so
-    /// once the extend may have run anywhere the key may be gone there by `deadline`, while
-    /// where it did not run it keeps its old expiry. The validity is cut to `deadline` now;
-    /// a confirmed extend sets it again, and otherwise (no answer, or the caller gave up) the
-    /// watchdog, if it renews this lock, renews at once with the new lease, now the one in
-    /// force. Whether the validity was cut.
-    fn cut_for_extend(&self, ttl: Duration, deadline: Instant) -> bool {
-        // A reentrant, read, write or semaphore renewal never lowers an expiry.
-        if Kind::of(&self.opts) != Kind::Plain {
-            return false;
-        }
-        let mut s = self.state();
-        if s.status != LockStatus::Held || deadline >= s.deadline {
-            return false;
-        }
-        s.deadline = deadline;
-        // The new lease is the one in force from here: its loss margin is the one to keep
-        // before this deadline (the old lease's, up to 400 ms, could exceed the whole new
-        // validity and declare the lock lost while the extend is still out), and a renewal
-        // after an unanswered extend asks for it, as the caller did.
-        s.ttl = ttl;
-        drop(s);
-        self.renew_now();
-        true
-    }
-
     /// Has the watchdog, if it renews this lock, renew it as soon as it can.
     fn renew_now(&self) {
         let mut s = self.state();
@@ -702,12 +675,11 @@ impl Lock {
         }
     }
 
-    /// Resets the ttl on every node that still holds our token (compare-and-pexpire) to the
-    /// lease in force (`ttl()`). Succeeds only when a quorum confirms within the new
+    /// Renews the key on every node that still holds our token to at least the lease in force
+    /// (`ttl()`) from now. Succeeds only when a quorum confirms within the new
     /// validity, and returns it. On failure nothing is deleted and nothing expired is
     /// re-created; a token gone from a quorum, or a confirmation after the new validity, marks
-    /// the lock lost; with no answer the deadline stays (`extend_for` to a shorter lease cuts
-    /// it to that lease's first, as the lease may have taken effect).
+    /// the lock lost; with no answer the deadline stays.
     pub async fn extend(&self) -> Result<Duration> {
         self.extend_for(self.ttl()).await
     }
@@ -735,9 +707,10 @@ impl Lock {
     }
 
     /// As `extend`, with a lease of `ttl` from now on: the watchdog renews with it, and the
-    /// node timeout and loss margin follow from it. A plain key's ttl is set to `ttl` (so it
-    /// may shorten); a reentrant key's expiry never drops below what it already has (another
-    /// handle of the acquisition may count on it).
+    /// node timeout and loss margin follow from it, and so does the validity returned. No
+    /// node's expiry is ever shortened, for any kind: a shorter `ttl` takes effect there as
+    /// the longer expiry runs down (an extend that ran late, on another connection, must not
+    /// cut a lease a later one set; and a reentrant key's other handles count on it).
     pub async fn extend_for(&self, ttl: Duration) -> Result<Duration> {
         let key = &self.inner.key;
         if self.inner.inherited() {
@@ -778,12 +751,6 @@ impl Lock {
         }
         self.inner.shared.cluster.cover_lease(opts.ttl);
         let start = Instant::now();
-        // Before anything is sent: a shorter lease may take effect on a node whose answer
-        // never comes (or after the caller stops waiting), and from then this handle must
-        // not report the longer validity (see `cut_for_extend`).
-        let cut = self
-            .inner
-            .cut_for_extend(opts.ttl, start + opts.ttl - opts.drift());
         let tally = extend_everywhere(
             &self.inner.shared,
             key,
@@ -816,23 +783,16 @@ impl Lock {
             };
             return Err(self.lose(reason));
         }
-        // Unknown: the extend may have run where no answer came; the validity stays cut,
-        // and the watchdog renews now that the lock is free (a renewal it tried while the
-        // extend held the lock was put off by a whole retry pause).
-        if cut {
-            drop(_op);
-            self.inner.renew_now();
-        }
+        // Unknown: the extend may have run where no answer came, which only raised the key's
+        // expiry there: the validity stays. The watchdog renews now that the lock is free (a
+        // renewal it tried while the extend held the lock was put off by a whole retry pause).
+        drop(_op);
+        self.inner.renew_now();
         let failures = tally.describe_renewal_failures(nodes);
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
-                "lock {key:?} not extended, {}: quorum unreachable: {failures}",
-                if cut {
-                    "validity cut to the new lease's (the extend may have run where no answer came)"
-                } else {
-                    "validity unchanged"
-                }
+                "lock {key:?} not extended, validity unchanged: quorum unreachable: {failures}"
             ),
         ))
     }

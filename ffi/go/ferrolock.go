@@ -710,10 +710,9 @@ func (l *Lock) Err() error {
 	return take(C.ferrolock_lock_check(l.p, &cerr), cerr)
 }
 
-// Extend renews the lock on a quorum for its lease (or ttl, if given) and returns the new
-// validity. On failure the validity is unchanged, except after an extend of a plain lock (or a
-// read hold) to a shorter ttl that got no answer (or was cancelled): it may have taken effect,
-// so the validity is cut to the shorter ttl's. ctx cancels the extend.
+// Extend renews the lock on a quorum for its lease (or ttl, if given, the new lease) and
+// returns the new validity. No node's expiry is shortened: a shorter ttl takes effect there as
+// the longer one runs down. On failure the validity is unchanged. ctx cancels the extend.
 func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
 	if err := refused("Extend", l, ctx); err != nil {
 		return 0, err

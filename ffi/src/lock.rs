@@ -172,11 +172,9 @@ pub unsafe extern "C" fn ferrolock_lock_on_lost(
 }
 
 /// Renews the lock on a quorum for `ttl_ms` (`FERROLOCK_SAME_TTL`: the lease in force), and
-/// puts the new validity in `*validity_ms_out` (may be NULL). On failure the validity is
-/// unchanged, except after an extend of a plain lock (or a read hold) to a shorter ttl that
-/// got no answer (or was cancelled): it may have taken effect, so the validity is cut to the
-/// shorter ttl's. `cancel` may be
-/// NULL.
+/// puts the new validity in `*validity_ms_out` (may be NULL). No node's expiry is shortened:
+/// a shorter ttl takes effect there as the longer one runs down. On failure the validity is
+/// unchanged. `cancel` may be NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_extend(
     lock: *const ferrolock_lock,

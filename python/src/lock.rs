@@ -174,12 +174,11 @@ impl PyLock {
             .map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
-    /// Resets the ttl on every node still holding it (to `ttl` seconds when given) and
-    /// returns the new validity in seconds. Raises `LockLost`, `NotHeld` or
-    /// `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still held).
-    /// On failure the validity is unchanged, except after an extend of a plain lock (or a read
-    /// hold) to a shorter ttl that got no answer (or was interrupted): it may have taken
-    /// effect, so the validity is cut to the shorter ttl's.
+    /// Renews the lease on every node still holding it (`ttl` seconds from now, when given, is
+    /// the new lease) and returns the new validity in seconds. No node's expiry is shortened: a
+    /// shorter ttl takes effect there as the longer one runs down. Raises `LockLost`, `NotHeld`
+    /// or `QuorumUnreachable`, or `InvalidArgument` past `max_extensions` (the lock still
+    /// held). On failure the validity is unchanged.
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;

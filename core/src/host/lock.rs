@@ -132,8 +132,7 @@ impl Lock {
 
     /// [`extend`](Lock::extend) on the calling thread. Interrupted by `cancel`, it returns
     /// `Cancelled` and the deadline is the one before the call (nodes that applied the
-    /// extension keep the key longer, which costs no safety), or, for an extend to a shorter
-    /// ttl of a plain lock or a read hold, the shorter one's: it may have taken effect.
+    /// extension keep the key longer, which costs no safety).
     pub fn extend_blocking(
         &self,
         ttl: Option<Duration>,
@@ -142,7 +141,7 @@ impl Lock {
     ) -> Result<Duration> {
         cancel::block_on(self.extend(ttl), cancel, check).unwrap_or_else(|| {
             Err(cancel::cancelled(format_args!(
-                "lock {:?}: extend (the validity is unchanged, or cut to a shorter ttl asked for, which may have taken effect)",
+                "lock {:?}: extend (the validity is unchanged)",
                 self.key()
             )))
         })

@@ -342,7 +342,7 @@ impl ReleaseReentrant<'_> {
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
-    /// `extend.lua`: compare-and-pexpire on the token.
+    /// `extend.lua`: compare-and-raise on the token (the expiry never drops).
     Plain,
     /// `extend_reentrant.lua` (Redisson's renewal) on the owner's field.
     Field,
