@@ -25,6 +25,9 @@ enum Answer {
     Granted,
     /// Refused; the earliest lease end held, in server milliseconds (-1: none; `HELD_AS_LOCK`).
     Refused(i64),
+    /// Granted, but answered after the validity it would have had (a stalled client): not a
+    /// grant, and the permits went back, as a lock's late grant is undone.
+    TooLate,
 }
 
 /// The script's re-check time when the name holds a lock's token, not a pool.
@@ -139,13 +142,14 @@ async fn acquire_loop(
             .map(|(t, seen)| t.queue_args(opts, seen));
         // `failed`: the node's error when the attempt got no answer it could use; a wait that
         // ends so names the node and why, as a lock's does, instead of calling the pool taken.
-        let answer = attempt(shared, name, &ids, place.as_ref(), opts).await;
+        let deadline = started + opts.ttl - opts.drift();
+        let answer = attempt(shared, name, &ids, place.as_ref(), opts, deadline).await;
         let soon = crate::acquire::migrating_retry(migrating_streak);
         migrating_streak = match answer {
             Err(NodeError::Migrating(_)) => migrating_streak + 1,
             _ => 0,
         };
-        let (hint, failed, held_as_lock) = match answer {
+        let (hint, failed, held_as_lock, too_late) = match answer {
             Ok(Answer::Granted) => {
                 if let Some(t) = ticket.as_mut() {
                     t.granted(true);
@@ -157,7 +161,7 @@ async fn acquire_loop(
                     ids,
                     String::new(),
                     opts.clone(),
-                    started + opts.ttl - opts.drift(),
+                    deadline,
                     started,
                     None,
                     None,
@@ -168,13 +172,16 @@ async fn acquire_loop(
                 lease_end_in(shared, opts, earliest).await,
                 None,
                 earliest == HELD_AS_LOCK,
+                false,
             ),
+            // At once again: the pool had room.
+            Ok(Answer::TooLate) => (Some(Duration::ZERO), None, false, true),
             Err(NodeError::Refused(r, _)) => {
                 return Err(r.error(&format!("semaphore {name:?}")));
             }
             // A migrating slot (nothing ran) never ends the acquire: soon again, as a
             // lock's does.
-            Err(e @ NodeError::Migrating(_)) => (Some(soon), Some(e), false),
+            Err(e @ NodeError::Migrating(_)) => (Some(soon), Some(e), false, false),
             Err(e) if e.is_reply() => {
                 return Err(node_error(
                     ErrorKind::Redis,
@@ -183,7 +190,7 @@ async fn acquire_loop(
                     &e,
                 ));
             }
-            Err(e) => (None, Some(e), false),
+            Err(e) => (None, Some(e), false, false),
         };
         let now = Instant::now();
         if give_up_at.is_some_and(|end| now >= end) {
@@ -204,6 +211,15 @@ async fn acquire_loop(
                 Some(e) => Error::new(
                     ErrorKind::NotAcquired,
                     format!("{what}: failed: {node} ({})", e.detail()),
+                ),
+                None if too_late => Error::new(
+                    ErrorKind::NotAcquired,
+                    format!(
+                        "{what}: granted, but the acquire took longer than the validity (ttl \
+                         {:?} minus drift {:?}), so the permits were given back",
+                        opts.ttl,
+                        opts.drift()
+                    ),
                 ),
                 None if held_as_lock => Error::new(
                     ErrorKind::NotAcquired,
@@ -245,6 +261,7 @@ async fn attempt(
     ids: &str,
     place: Option<&QueueArgs>,
     opts: &LockOptions,
+    deadline: Instant,
 ) -> std::result::Result<Answer, NodeError> {
     let Permits { permits, count } = opts.permits.unwrap_or(Permits {
         permits: 1,
@@ -333,6 +350,10 @@ async fn attempt(
             return Err(e);
         }
     }
+    if granted == 1 && Instant::now() >= deadline {
+        pending.give_back_now().await;
+        return Ok(Answer::TooLate);
+    }
     Ok(if granted == 1 {
         Answer::Granted
     } else {
@@ -362,6 +383,20 @@ impl GiveBack<'_> {
         self.spawn_release(None);
     }
 
+    /// Returns the ids of a grant that came too late before its caller hears of it (as a
+    /// lock's late grant is undone first), so its next attempt cannot meet them. In a task:
+    /// an acquire dropped meanwhile still gives them back.
+    async fn give_back_now(&self) {
+        let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
+        let timeout = self.timeout;
+        let pending = crate::runtime::Pending::start();
+        let task = self.shared.cluster.handle().spawn(async move {
+            let _pending = pending;
+            return_ids(&shared, &name, &ids, timeout).await;
+        });
+        let _ = task.await;
+    }
+
     /// A task that waits for `request` (if any) and then returns the attempt's ids.
     fn spawn_release(
         &self,
@@ -384,29 +419,35 @@ impl GiveBack<'_> {
                     return;
                 }
             }
-            let call = random_hex();
-            let (name, ids, call) = (name.as_str(), ids.as_str(), call.as_str());
-            // Not a vote, as no release is: a node the restart guard holds back (it may have
-            // restarted after granting these ids, with its data) still gets it, instead of
-            // keeping the permits taken until their lease ends.
-            let _ = shared.cluster.nodes[0]
-                .run(timeout, false, move |mut conn| async move {
-                    let release = SemaphoreRelease {
-                        name,
-                        ids,
-                        latch: Latch {
-                            id: call,
-                            px_ms: latch_px_ms(timeout),
-                        },
-                    };
-                    release
-                        .invocation(conn.sharded())
-                        .invoke_async::<i64>(&mut conn)
-                        .await
-                })
-                .await;
+            return_ids(&shared, &name, &ids, timeout).await;
         }));
     }
+}
+
+/// `semaphore_release.lua` for `ids`: returns only those still held, so it is safe whether
+/// they were granted, refused or never ran.
+async fn return_ids(shared: &Shared, name: &str, ids: &str, timeout: Duration) {
+    let call = random_hex();
+    let call = call.as_str();
+    // Not a vote, as no release is: a node the restart guard holds back (it may have
+    // restarted after granting these ids, with its data) still gets it, instead of
+    // keeping the permits taken until their lease ends.
+    let _ = shared.cluster.nodes[0]
+        .run(timeout, false, move |mut conn| async move {
+            let release = SemaphoreRelease {
+                name,
+                ids,
+                latch: Latch {
+                    id: call,
+                    px_ms: latch_px_ms(timeout),
+                },
+            };
+            release
+                .invocation(conn.sharded())
+                .invoke_async::<i64>(&mut conn)
+                .await
+        })
+        .await;
 }
 
 impl Drop for GiveBack<'_> {

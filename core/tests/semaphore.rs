@@ -784,3 +784,62 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
     assert!(holder.release().await.unwrap());
     assert_eq!(available(&server, name), 1);
 }
+
+/// A grant answered after the validity it would have had (a stalled client: the attempt held
+/// past the whole ttl before it is sent) is not a grant: its permits go back, and the acquire
+/// tries again within its wait (or says why it gave up). Before, it came back as a grant with
+/// no validity left, and its loss was signalled only after the deadline. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_after_its_validity_is_given_back() {
+    let _s = serial();
+    let _hook = HookGuard;
+    let server = RedisServer::start();
+    let name = "sem:too-late";
+    let ttl = Duration::from_secs(1);
+    let m = manager(&[server.url()], opts().ttl(ttl));
+    let stalls = Arc::new(AtomicBool::new(true));
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let stalls = stalls.clone();
+        move |point, key| {
+            if point == HookPoint::SemaphoreSending
+                && key == name
+                && stalls.swap(false, Ordering::SeqCst)
+            {
+                std::thread::sleep(Duration::from_millis(1300));
+            }
+        }
+    })));
+    // No wait: the one attempt was too late, and the error says so.
+    let err = m
+        .semaphore_with(name, 2, 1, &opts().ttl(ttl).wait(Some(Duration::ZERO)))
+        .await
+        .map(|l| format!("granted, validity {:?}", l.validity()))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(
+        err.to_string().contains("took longer than the validity"),
+        "{err}"
+    );
+    // The fault happened (the stall) and its permit went back.
+    assert!(!stalls.load(Ordering::SeqCst));
+    assert_eq!(available(&server, name), 2);
+    // With a wait: the next attempt (not stalled) is the grant.
+    stalls.store(true, Ordering::SeqCst);
+    let lock = m
+        .semaphore_with(
+            name,
+            2,
+            1,
+            &opts().ttl(ttl).wait(Some(Duration::from_secs(10))),
+        )
+        .await
+        .unwrap();
+    assert!(!stalls.load(Ordering::SeqCst));
+    assert!(lock.validity() > Duration::ZERO);
+    assert_eq!(
+        available(&server, name),
+        1,
+        "only the grant's permit is taken"
+    );
+    assert!(lock.release().await.unwrap());
+}
