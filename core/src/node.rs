@@ -1254,8 +1254,8 @@ fn check_fragment(url: &str, display: &str) -> Result<()> {
     )))
 }
 
-/// What redis-rs parses but would only fail on at the first request: a negative database and
-/// port 0.
+/// What redis-rs parses but would only fail on at the first request: a database below 0 or
+/// above any server's, and port 0.
 fn check_parsed(info: &redis::ConnectionInfo, display: &str) -> Result<()> {
     let bad = |why: String| {
         Err(Error::invalid(format!(
@@ -1265,6 +1265,14 @@ fn check_parsed(info: &redis::ConnectionInfo, display: &str) -> Result<()> {
     let db = info.redis_settings().db();
     if db < 0 {
         return bad(format!("database {db}: must be 0 or more"));
+    }
+    // Redis numbers its databases below its `databases` setting, an int: a larger index is
+    // refused here rather than by every connection (`SELECT` then says "out of range").
+    if db > i64::from(i32::MAX) {
+        return bad(format!(
+            "database {db}: above any Redis server's (they are numbered from 0 below the \
+             server's `databases` setting, 16 by default)"
+        ));
     }
     if let redis::ConnectionAddr::Tcp(_, 0) | redis::ConnectionAddr::TcpTls { port: 0, .. } =
         info.addr()
@@ -1609,6 +1617,10 @@ mod tests {
             ("redis+cluster://127.0.0.1:7000#x", "a fragment"),
             ("redis+cluster://127.0.0.1:7000?seed=127.0.0.1:0", "port 0"),
             ("redis://127.0.0.1:1/-1", "database -1: must be 0 or more"),
+            (
+                "redis://127.0.0.1:1/999999999999",
+                "database 999999999999: above any",
+            ),
             ("redis://127.0.0.1:0", "port 0"),
             (
                 "redis://u:hunter2@localhost:99999",
