@@ -226,6 +226,21 @@ test('a process killed by a signal with its default action leaves its locks to t
   one.cli('DEL', 'life:killed');
 });
 
+test("the README's handler turns SIGINT and SIGTERM into an exit, which releases", T, async () => {
+  for (const sig of ['SIGINT', 'SIGTERM']) {
+    const key = `life:handled:${sig}`;
+    const body = `${HEADER}
+      for (const s of ['SIGINT', 'SIGTERM']) process.on(s, () => process.exit(130));
+      run(async () => {
+        const m = new LockManager({ ttl: 60000 });
+        held.push(await m.acquire(${JSON.stringify(key)}));
+      }, 'held');`;
+    const r = await runNode(body, { onLine: (line, child) => line === 'held' && child.kill(sig) });
+    assert.equal(r.code, 130, `${sig}: ${JSON.stringify(r)}`);
+    assert.ok(!one.exists(key), `${sig}: the key was left held`);
+  }
+});
+
 // Issue 32: every promise settles through one threadsafe function per environment, referenced
 // only while a promise is pending. These scripts have no handle of their own: only ferrolock's
 // pending promise keeps them running.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -116,6 +117,37 @@ with ferrolock.redlock(sys.argv[2], nodes=[sys.argv[1]], ttl=30):
         child.expect("inside")
         assert child.wait(15) == 3
         assert not node.client().exists(key)
+    finally:
+        child.kill()
+
+
+SIGTERM_HOLDER = r"""
+import signal, sys, time, ferrolock
+if sys.argv[3] == "handled":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # the README's recipe
+with ferrolock.redlock(sys.argv[2], nodes=[sys.argv[1]], ttl=30):
+    print("inside", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("handled", [False, True], ids=["default", "handled"])
+def test_sigterm_releases_only_through_the_readmes_handler(node: RedisNode, key: str, handled: bool) -> None:
+    """Python's default SIGTERM (docker stop, systemd, Kubernetes) ends the process without
+    running `with` exits, so the lock is left to its ttl, as the README says; the recipe it
+    gives turns SIGTERM into an exit, which releases."""
+    child = Child(SIGTERM_HOLDER, node.url, key, "handled" if handled else "default")
+    try:
+        child.expect("inside")
+        child.proc.send_signal(signal.SIGTERM)
+        code = child.wait(15)
+        if handled:
+            assert code == 143, "".join(child.err)
+            assert not node.client().exists(key)
+        else:
+            assert code == -signal.SIGTERM
+            assert node.client().pttl(key) > 20_000
+            node.client().delete(key)
     finally:
         child.kill()
 
