@@ -31,7 +31,7 @@ hold the name as a lock, or leave fewer permits than it asks for.
 Renewal: the watchdog renews the lock every ttl/3 while COMMAND runs. If the lock is lost
 (the key was deleted or taken, or a majority of nodes could not be reached in time), COMMAND
 and everything in its process group get SIGTERM before the lock's validity ends, then
-SIGKILL after --grace if any of them is still running (ferrolock waits for the whole group,
+SIGKILL when it ends (or after --grace) if any of them is still running (ferrolock waits for the whole group,
 not only COMMAND), and ferrolock exits 70 whatever COMMAND's status. It exits 70 too when
 the release finds the lock no longer ours (deleted or taken over while COMMAND ran, and not
 noticed before COMMAND ended). --max-hold ends the renewals after that long, and COMMAND is
@@ -72,9 +72,6 @@ Exit status:
   128+N   ferrolock got signal N while still waiting for the lock
 COMMAND's own status can collide with these (a COMMAND that exits 75 looks like a timeout);
 when ferrolock itself fails it always prints a \"ferrolock: ...\" line on stderr.";
-
-/// How long a child stopped for a lost lock has between SIGTERM and SIGKILL, by default.
-const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// Each mode's own arguments: clap's generated usage would put every required argument of the
 /// misused flag's mode on one line (KEY included for a semaphore, which takes none).
@@ -151,7 +148,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<String>,
 
-    /// Between SIGTERM and SIGKILL when the lock is lost [default: 10s]
+    /// Between SIGTERM and SIGKILL when the lock is lost [default: until the lock's validity
+    /// ends: past it another holder may run]
     #[arg(long, value_name = "DURATION", value_parser = parse_positive, allow_hyphen_values = true)]
     grace: Option<Duration>,
 
@@ -765,7 +763,12 @@ async fn supervise(
     let watched = watchdog || args.max_hold.is_some();
     let mut lost = watched.then(|| Box::pin(lock.lost()));
     let deadline = lock.deadline();
-    let grace = args.grace.unwrap_or(DEFAULT_GRACE);
+    // SIGKILL by default when the validity ends: past it another holder may run, so the job
+    // must not (one that needs longer to stop asks for it with --grace, best with --fence).
+    let kill_after = |now: Instant| {
+        args.grace
+            .unwrap_or_else(|| lock.deadline().saturating_duration_since(now))
+    };
     let mut warned = false;
     let mut loss: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
@@ -781,6 +784,8 @@ async fn supervise(
                 child.stop_with_child(sig);
                 if watched && loss.is_none() && Instant::now() >= lock.deadline() {
                     // Stopped past the validity: the child must not run on without the lock.
+                    let now = Instant::now();
+                    let grace = kill_after(now);
                     errln!(
                         "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
                         args.held(),
@@ -789,7 +794,7 @@ async fn supervise(
                     );
                     child.signal_group(libc::SIGTERM);
                     loss = Some("its validity ended while ferrolock was stopped".to_string());
-                    kill_at = Some(Instant::now() + grace);
+                    kill_at = Some(now + grace);
                 }
                 child.signal_group(libc::SIGCONT);
             }
@@ -800,14 +805,16 @@ async fn supervise(
                 if loss.is_some() {
                     continue; // stopped already (see the stop above)
                 }
+                let now = Instant::now();
+                let grace = kill_after(now);
                 errln!(
-                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
+                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?} (when its validity ends, unless --grace)",
                     program(args),
                     child.pgid
                 );
                 child.signal_group(libc::SIGTERM);
                 loss = Some(reason.to_string());
-                kill_at = Some(Instant::now() + grace);
+                kill_at = Some(now + grace);
             }
             _ = tokio::time::sleep_until(kill_at.unwrap_or_else(Instant::now)), if kill_at.is_some() => {
                 kill_at = None;

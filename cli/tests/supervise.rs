@@ -233,6 +233,43 @@ fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
     );
 }
 
+/// Without --grace, a child that ignores SIGTERM is killed when the lock's validity ends: past
+/// it another holder may run. Before, it was killed 10 s after the SIGTERM, running on without
+/// the lock for most of them. The validity ends at most a ttl (2 s) after the key's deletion;
+/// the bound below is far above that and far below the old 10 s.
+#[test]
+fn without_grace_a_child_that_ignores_sigterm_is_killed_when_the_validity_ends() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (term, started) = (dir.path().join("term"), dir.path().join("started"));
+    let script = format!(
+        "trap 'touch {t}' TERM; touch {s}; while :; do sleep 0.05; done",
+        t = p(&term),
+        s = p(&started)
+    );
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", &server.url(), "--ttl", "2s"])
+        .args(["ignores-default", "--", "sh", "-c", &script]);
+    let mut run = cmd.stderr(Stdio::piped()).spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    let deleted = Instant::now();
+    server.cmd::<i64>(&["DEL", "ignores-default"]);
+    let status = wait(&mut run);
+    let took = deleted.elapsed();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(70), "{err}");
+    assert!(term.exists(), "killed without a SIGTERM first: {err}");
+    assert!(
+        err.contains("when its validity ends"),
+        "the message does not say when SIGKILL comes: {err}"
+    );
+    assert!(
+        took < Duration::from_secs(8),
+        "killed {took:?} after its key was deleted: it ran on past the validity ({err})"
+    );
+}
+
 #[test]
 fn killing_ferrolock_takes_its_child_down() {
     let server = RedisServer::start();
