@@ -189,56 +189,17 @@ fn a_lost_lock_stops_the_child_and_its_group_before_the_deadline_and_exits_70() 
     }
 }
 
-/// The grace is measured from the key's deletion, which comes before the loss and so before
-/// the SIGTERM: a bound that holds however late the child's shell runs its trap (measured from
-/// the trap's own timestamp, it failed once under load at 1998 ms). With a 2 s ttl the loss is
-/// found within about a renewal period (under 1 s), so killing at the SIGTERM would still end
-/// well inside the 3 s grace.
-#[test]
-fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
-    let server = RedisServer::start();
-    let dir = tmp();
-    let (term, started) = (dir.path().join("term"), dir.path().join("started"));
-    let script = format!(
-        "trap 'touch {t}' TERM; touch {s}; while :; do sleep 0.05; done",
-        t = p(&term),
-        s = p(&started)
-    );
-    let mut cmd = ferrolock();
-    cmd.args([
-        "run",
-        "--nodes",
-        &server.url(),
-        "--ttl",
-        "2s",
-        "--grace",
-        "3s",
-    ])
-    .args(["ignores", "--", "sh", "-c", &script]);
-    let mut run = cmd.stderr(Stdio::null()).spawn().expect("spawn");
-    wait_for("the child started", || started.exists());
-    // The lock is lost: its key is gone (the watchdog's next renewal finds it missing).
-    let deleted = Instant::now();
-    server.cmd::<i64>(&["DEL", "ignores"]);
-    let status = wait(&mut run);
-    let took = deleted.elapsed();
-    assert_eq!(status.code(), Some(70));
-    assert!(
-        term.exists(),
-        "the child was killed without a SIGTERM first"
-    );
-    assert!(
-        took >= Duration::from_secs(3),
-        "killed {took:?} after its key was deleted, before the 3 s grace"
-    );
+/// What `run --ttl 2s <extra> KEY -- <a child that ignores SIGTERM>` did once the key was
+/// deleted under it (the watchdog's next renewal finds it missing): its exit, the time from the
+/// deletion to its end, whether the child got SIGTERM first, and its stderr.
+struct IgnoredSigterm {
+    status: std::process::ExitStatus,
+    took: Duration,
+    termed: bool,
+    stderr: String,
 }
 
-/// Without --grace, a child that ignores SIGTERM is killed when the lock's validity ends: past
-/// it another holder may run. Before, it was killed 10 s after the SIGTERM, running on without
-/// the lock for most of them. The validity ends at most a ttl (2 s) after the key's deletion;
-/// the bound below is far above that and far below the old 10 s.
-#[test]
-fn without_grace_a_child_that_ignores_sigterm_is_killed_when_the_validity_ends() {
+fn lose_under_a_child_that_ignores_sigterm(key: &str, extra: &[&str]) -> IgnoredSigterm {
     let server = RedisServer::start();
     let dir = tmp();
     let (term, started) = (dir.path().join("term"), dir.path().join("started"));
@@ -249,24 +210,60 @@ fn without_grace_a_child_that_ignores_sigterm_is_killed_when_the_validity_ends()
     );
     let mut cmd = ferrolock();
     cmd.args(["run", "--nodes", &server.url(), "--ttl", "2s"])
-        .args(["ignores-default", "--", "sh", "-c", &script]);
+        .args(extra)
+        .args([key, "--", "sh", "-c", &script]);
     let mut run = cmd.stderr(Stdio::piped()).spawn().expect("spawn");
     wait_for("the child started", || started.exists());
     let deleted = Instant::now();
-    server.cmd::<i64>(&["DEL", "ignores-default"]);
+    server.cmd::<i64>(&["DEL", key]);
     let status = wait(&mut run);
     let took = deleted.elapsed();
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
-    assert_eq!(status.code(), Some(70), "{err}");
-    assert!(term.exists(), "killed without a SIGTERM first: {err}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut stderr).unwrap();
+    IgnoredSigterm {
+        status,
+        took,
+        termed: term.exists(),
+        stderr,
+    }
+}
+
+/// The grace is measured from the key's deletion, which comes before the loss and so before
+/// the SIGTERM: a bound that holds however late the child's shell runs its trap (measured from
+/// the trap's own timestamp, it failed once under load at 1998 ms). With a 2 s ttl the loss is
+/// found within about a renewal period (under 1 s), so killing at the SIGTERM would still end
+/// well inside the 3 s grace.
+#[test]
+fn a_child_that_ignores_sigterm_is_killed_no_sooner_than_the_grace() {
+    let r = lose_under_a_child_that_ignores_sigterm("ignores", &["--grace", "3s"]);
+    assert_eq!(r.status.code(), Some(70), "{}", r.stderr);
+    assert!(r.termed, "killed without a SIGTERM first: {}", r.stderr);
     assert!(
-        err.contains("when its validity ends"),
-        "the message does not say when SIGKILL comes: {err}"
+        r.took >= Duration::from_secs(3),
+        "killed {:?} after its key was deleted, before the 3 s grace",
+        r.took
+    );
+}
+
+/// Without --grace, a child that ignores SIGTERM is killed when the lock's validity ends: past
+/// it another holder may run. Before, it was killed 10 s after the SIGTERM, running on without
+/// the lock for most of them. The validity ends at most a ttl (2 s) after the key's deletion;
+/// the bound below is far above that and far below the old 10 s.
+#[test]
+fn without_grace_a_child_that_ignores_sigterm_is_killed_when_the_validity_ends() {
+    let r = lose_under_a_child_that_ignores_sigterm("ignores-default", &[]);
+    assert_eq!(r.status.code(), Some(70), "{}", r.stderr);
+    assert!(r.termed, "killed without a SIGTERM first: {}", r.stderr);
+    assert!(
+        r.stderr.contains("when its validity ends"),
+        "the message does not say when SIGKILL comes: {}",
+        r.stderr
     );
     assert!(
-        took < Duration::from_secs(8),
-        "killed {took:?} after its key was deleted: it ran on past the validity ({err})"
+        r.took < Duration::from_secs(8),
+        "killed {:?} after its key was deleted: it ran on past the validity ({})",
+        r.took,
+        r.stderr
     );
 }
 
