@@ -767,8 +767,9 @@ impl Lock {
                     Ok(validity)
                 }
                 Renewed::NotHeld => Err(self.left_held()),
-                // Confirmed, but only after the new validity: it has ended (the old one too,
-                // or it was longer than this one and the nodes now hold this one).
+                // Confirmed, but only after the new validity: it has ended. (An old lease that
+                // was longer may still stand on the nodes, which never shorten; the handle does
+                // not count on it: lost, the safe side.)
                 Renewed::TooLate => Err(self.lose(LossReason::RenewalTooSlow { key: key.clone() })),
             };
         }
