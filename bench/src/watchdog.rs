@@ -6,7 +6,7 @@
 //!   first over the same kind of window with no locks held;
 //! - the manager's own round-trip counters (`LockManager::round_trips`, one per request or
 //!   pipeline per node), which must grow by one per node per tick whatever the number of locks;
-//! - on each node, `INFO commandstats` EVALSHA calls (the renewal is a compare-and-pexpire
+//! - on each node, `INFO commandstats` EVALSHA calls (the renewal is a compare-and-raise
 //!   script), which count renewals independently of the client, and the redis-servers' CPU
 //!   (/proc/PID/stat) as the server-side price.
 //!
@@ -200,7 +200,7 @@ fn section(results: &[Measured], idle_per_sec: f64) -> Section {
     ])
     .caption(
         "**Watchdog** — renewals/lock/ttl: renewals of one lock per ttl (3 as documented: every \
-         ttl/3); renewals/s: locks renewed per second (each renewal is one compare-and-pexpire on \
+         ttl/3); renewals/s: locks renewed per second (each renewal is one compare-and-raise on \
          every node); round trips/tick/node: the manager's own counters over the renewal rounds seen \
          by the servers (min–max over nodes); client CPU: the bench process minus its idle baseline; \
          servers CPU: all nodes together (/proc, 10 ms resolution).",

@@ -384,17 +384,21 @@ impl GiveBack<'_> {
     }
 
     /// Returns the ids of a grant that came too late before its caller hears of it (as a
-    /// lock's late grant is undone first), so its next attempt cannot meet them. In a task:
-    /// an acquire dropped meanwhile still gives them back.
+    /// lock's late grant is undone first), so its next attempt cannot meet them. Dropped
+    /// part-way (a cancelled acquire), it sends them again in a task the cancel collects
+    /// (`give_back`): a second return of the same ids finds them gone and takes nothing.
     async fn give_back_now(&self) {
-        let (shared, name, ids) = (self.shared.clone(), self.name.clone(), self.ids.clone());
-        let timeout = self.timeout;
-        let pending = crate::runtime::Pending::start();
-        let task = self.shared.cluster.handle().spawn(async move {
-            let _pending = pending;
-            return_ids(&shared, &name, &ids, timeout).await;
-        });
-        let _ = task.await;
+        struct Unfinished<'a, 'b>(&'a GiveBack<'b>, bool);
+        impl Drop for Unfinished<'_, '_> {
+            fn drop(&mut self) {
+                if !self.1 {
+                    self.0.give_back();
+                }
+            }
+        }
+        let mut unfinished = Unfinished(self, false);
+        return_ids(&self.shared, &self.name, &self.ids, self.timeout).await;
+        unfinished.1 = true;
     }
 
     /// A task that waits for `request` (if any) and then returns the attempt's ids.

@@ -535,7 +535,7 @@ async fn slot_map(core: &Core, node: usize, conn: &ClusterConnection) -> Option<
     Some(map)
 }
 
-/// A lock's renewal. Plain: compare-and-pexpire on the value. Reentrant: Redisson's renewal,
+/// A lock's renewal. Plain: compare-and-raise on the value. Reentrant: Redisson's renewal,
 /// compare-field-and-pexpire.
 fn extend(r: &Renewal) -> Extend<'_> {
     Extend {

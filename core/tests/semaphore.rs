@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::holds::Holds;
 use common::*;
+use ferrolock::host::{Cancel, until_cancelled};
 use ferrolock::{ErrorKind, HookPoint, LockStatus};
 use ferrolock_testbed::{Direction, Proxy, RedisServer};
 
@@ -842,4 +843,88 @@ async fn a_grant_answered_after_its_validity_is_given_back() {
         "only the grant's permit is taken"
     );
     assert!(lock.release().await.unwrap());
+}
+
+/// A cancel that lands while a too-late grant's permits are on their way back is reported only
+/// once they are back (a cancelled call reports once its clean-up is done). Before, the
+/// give-back ran in a task the cancel did not collect, and `Cancelled` came while the node
+/// still held the permit. Found by a review.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back() {
+    let _s = serial();
+    let _hook = HookGuard;
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let name = "sem:too-late-cancel";
+    let ttl = Duration::from_secs(1); // node timeout 100 ms
+    let m = manager(&[proxy.url()], opts().ttl(ttl));
+    // Warm: connection open and scripts loaded while the link is fast.
+    let warm = m
+        .semaphore_with(name, 1, 1, &opts().ttl(ttl))
+        .await
+        .unwrap();
+    assert!(warm.release().await.unwrap());
+    assert_eq!(available(&server, name), 1);
+
+    let stalls = Arc::new(AtomicBool::new(true));
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let stalls = stalls.clone();
+        move |point, key| {
+            if point == HookPoint::SemaphoreSending
+                && key == name
+                && stalls.swap(false, Ordering::SeqCst)
+            {
+                // Past the whole validity before the attempt is sent: its grant is too late.
+                std::thread::sleep(Duration::from_millis(1200));
+            }
+        }
+    })));
+    // Requests take 70 ms to reach the node (within the 100 ms node timeout): the give-back
+    // is in flight for 70 ms after the too-late grant's reply came back.
+    proxy.set_delay_dir(Direction::Up, ms(70));
+    let sent = calls(&server, "evalsha");
+    let cancel = Cancel::new();
+    let acquire = tokio::spawn({
+        let (m, cancel) = (m.clone(), cancel.clone());
+        async move {
+            until_cancelled(
+                m.semaphore_with(
+                    name,
+                    1,
+                    1,
+                    &opts().ttl(ttl).wait(Some(Duration::from_secs(10))),
+                ),
+                &cancel,
+            )
+            .await
+            .map(|r| r.map(|l| format!("{:?}", l.validity())))
+        }
+    });
+    // The too-late grant ran on the node; its reply (not delayed) is back within a few ms,
+    // and the give-back is then on its way for 70 ms: cancel in that window.
+    let start = Instant::now();
+    while calls(&server, "evalsha") == sent {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the attempt never ran"
+        );
+        tokio::time::sleep(ms(1)).await;
+    }
+    assert_eq!(
+        available(&server, name),
+        0,
+        "the too-late grant took the permit"
+    );
+    tokio::time::sleep(ms(25)).await;
+    cancel.cancel();
+    let out = acquire.await.unwrap();
+    assert!(out.is_none(), "not cancelled: {out:?}");
+    // Reported cancelled: per DESIGN.md the clean-up (the give-back) is done by now.
+    let left = available(&server, name);
+    proxy.set_delay_dir(Direction::Up, Duration::ZERO);
+    assert_eq!(
+        left, 1,
+        "the cancel was reported while the too-late grant's permit was still taken (the \
+         give-back task is not collected by the cancel)"
+    );
 }
