@@ -341,10 +341,11 @@ pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
 /// The longest read lease: Redisson's read renewal lease (`lockWatchdogTimeout`'s default).
 pub const READ_LEASE_CAP: Duration = Duration::from_secs(30);
 
-/// Refuses a read lease above `READ_LEASE_CAP`, and a lease (at acquire and `extend_for`) whose loss margin leaves the watchdog no
-/// room to renew before it declares the lock lost: the margin must be under ttl/3, the
-/// renewal period. The default node timeout (at most ttl/10) always fits. `what` completes
-/// "ttl … is too short".
+/// Refuses a read lease above `READ_LEASE_CAP`, and a lease (at acquire and `extend_for`) that
+/// leaves the watchdog no room to renew before it declares the lock lost: the loss margin must
+/// be under ttl/3, the renewal period, and drift + margin + a renewal's node timeout under
+/// 2·ttl/3. The default node timeout (at most ttl/10) and drift_factor (0.01) always fit.
+/// `what` completes "ttl … is too short".
 pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> Result<()> {
     let ttl = opts.ttl;
     if Kind::of(opts) == Kind::Read && ttl > READ_LEASE_CAP {
@@ -358,16 +359,31 @@ pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> 
         )));
     }
     let margin = loss_margin(opts, ttl);
-    if margin < ttl / 3 {
-        return Ok(());
+    let timeout = opts.effective_node_timeout();
+    if margin >= ttl / 3 {
+        return Err(Error::invalid(format!(
+            "ttl {ttl:?} is too short {}: its loss margin (2 × node timeout {timeout:?} = \
+             {margin:?}) must be under a third of it, or the watchdog could not renew it before \
+             declaring it lost; use a longer ttl or a shorter node timeout",
+            what()
+        )));
     }
-    Err(Error::invalid(format!(
-        "ttl {ttl:?} is too short {}: its loss margin (2 × node timeout {:?} = {margin:?}) \
-         must be under a third of it, or the watchdog could not renew it before declaring it \
-         lost; use a longer ttl or a shorter node timeout",
-        what(),
-        opts.effective_node_timeout()
-    )))
+    // The watchdog renews a third of the ttl in, and that renewal (up to a node timeout) must
+    // be confirmed before the loss margin of the validity (ttl - drift) begins. A large
+    // drift_factor (above about 0.6 by default) broke every renewed lock before its first
+    // renewal.
+    let drift = opts.drift();
+    if drift + margin + timeout >= ttl * 2 / 3 {
+        return Err(Error::invalid(format!(
+            "drift_factor {} leaves the ttl {ttl:?} too short {}: the validity (ttl - drift \
+             {drift:?}) must outlast the watchdog's first renewal (at a third of the ttl, up to \
+             the node timeout {timeout:?}) and then the loss margin {margin:?}; use a smaller \
+             drift_factor (the default is 0.01)",
+            opts.drift_factor,
+            what()
+        )));
+    }
+    Ok(())
 }
 
 /// Why an extend cannot go on: the lock was lost (the reason) or released.

@@ -329,6 +329,34 @@ async fn a_ttl_too_short_to_renew_is_refused_naming_it() {
     assert_eq!(get(&server, &key), None);
 }
 
+/// A drift_factor that leaves the validity too short for the watchdog's first renewal is
+/// refused at the acquire, naming it; one that leaves room is held through several renewals.
+/// Before, 0.6 (inside the documented [0, 1)) was accepted, and every renewed lock was lost
+/// before its first renewal ("confirmed only after the validity had ended"). Found by an audit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drift_factor_that_leaves_no_time_to_renew_is_refused_naming_it() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts().watchdog(true));
+    let ttl = Duration::from_secs(3);
+    let key = unique_key("drift-refused");
+    let err = m
+        .acquire_with(&key, &opts().watchdog(true).ttl(ttl).drift_factor(0.6))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err}");
+    assert!(err.to_string().contains("drift_factor 0.6"), "{err}");
+    assert_eq!(get(&server, &key), None);
+    let key = unique_key("drift-held");
+    let lock = m
+        .acquire_with(&key, &opts().watchdog(true).ttl(ttl).drift_factor(0.2))
+        .await
+        .unwrap();
+    // Past the ttl: only renewals keep it.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(lock.status(), LockStatus::Held);
+    assert!(lock.release().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_renewal_skipped_for_an_extend_in_flight_still_signals_loss_in_time() {
     let _serial = serial();

@@ -148,7 +148,14 @@ fn duration(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> P
     } else {
         match v.extract::<f64>() {
             Ok(f) => f,
-            Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => f64::INFINITY,
+            // An int too large for a float: past the bound either way, on its own side of 0.
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyOverflowError>(py) => {
+                if v.lt(0)? {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                }
+            }
             Err(_) => return Err(bad(py, ctx, name, v, expected)),
         }
     };

@@ -41,6 +41,8 @@ BAD_LOCK_OPTIONS: list[tuple[str, Any, str]] = [
     ("wait", "forever", "wait='forever'"),
     ("wait", False, "wait=False"),
     ("wait", 10**400, "too long"),  # only a float infinity means "block"
+    ("ttl", -(10**400), "must not be negative"),
+    ("wait", -(10**400), "must not be negative"),
     ("max_hold", math.inf, "max_hold=inf"),
     ("retry_delay", 0, "retry_delay=0"),
     ("retry_delay", -0.1, "retry_delay=-0.1"),

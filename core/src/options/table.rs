@@ -141,7 +141,9 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "",
         default: "0.01",
         range: "[0, 1)",
-        doc: "drift = ttl × factor + 2 ms",
+        doc: "drift = ttl × factor + 2 ms; an acquire whose validity (ttl - drift) cannot outlast the \
+              watchdog's first renewal and the loss margin (drift + 3 × node timeout under 2·ttl/3) is \
+              refused (the default always fits)",
     },
     OptionSpec {
         name: "watchdog",
