@@ -168,6 +168,9 @@ func TestAFractionOfAMillisecondIsRefused(t *testing.T) {
 	defer l.Release()
 	_, err = l.Extend(ctx, 2*time.Second+500*time.Microsecond)
 	invalidNaming(t, "Extend(ctx, 2.0005s)", err, "ttl=2.0005s: "+whole)
+	// Too long for the library, fraction or not: refused as too long.
+	_, err = l.Extend(ctx, math.MaxInt64)
+	invalidNaming(t, "Extend(ctx, math.MaxInt64)", err, "too long")
 }
 
 // ReleaseAll's and Shutdown's limits bound a wait: a fraction of a millisecond rounds up to a

@@ -729,8 +729,11 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		if ms, err = millis("ttl", ttl[0]); err != nil {
 			return 0, err
 		}
-		if err := wholeMillis("ttl", ttl[0]); err != nil {
-			return 0, err
+		// One the library refuses as too long is refused as that, fraction or not.
+		if ms <= maxMillis {
+			if err := wholeMillis("ttl", ttl[0]); err != nil {
+				return 0, err
+			}
 		}
 		if ms == 0 {
 			return 0, invalid("ttl=0s: must be greater than zero")

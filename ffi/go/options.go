@@ -112,6 +112,10 @@ func millis(name string, d time.Duration) (uint64, error) {
 	return uint64(d / time.Millisecond), nil
 }
 
+// maxMillis is the library's longest duration in milliseconds; it refuses a longer one as
+// "too long", naming the maximum.
+const maxMillis = 1<<31 - 1
+
 // wholeMillis refuses a fraction of a millisecond (in Node's words), which millis would drop
 // without a word: a lease of 100.5ms is not one of 100ms. Checked once the library has taken
 // the whole milliseconds, so that a duration it refuses anyway (too long) is refused as that.
