@@ -45,7 +45,20 @@ impl LockManager {
             .restart_guard
             .filter(|g| *g > crate::options::MAX_DURATION)
         {
-            return Err(Error::invalid(format!("restart_guard {g:?} is too long")));
+            return Err(Error::invalid(format!(
+                "restart_guard {g:?} is too long: the maximum is {}ms (about 24.8 days)",
+                crate::options::MAX_DURATION.as_millis()
+            )));
+        }
+        // 0 is off; a window under a millisecond is off in all but name (Go refused it as
+        // below the library's unit, Python and the CLI took it).
+        if let Some(g) = options
+            .restart_guard
+            .filter(|g| !g.is_zero() && *g < Duration::from_millis(1))
+        {
+            return Err(Error::invalid(format!(
+                "restart_guard {g:?} is too short: the minimum is 1ms (0 turns it off)"
+            )));
         }
         let (urls, from) = options.nodes_in_force()?;
         let root_cert = read_root_cert(&options, &urls)?;

@@ -197,10 +197,11 @@ def test_bad_manager_option(kwargs: dict[str, Any], shown: str) -> None:
         ferrolock.redlock("k", **kwargs)
 
 
-@pytest.mark.parametrize("name", ["retry_delay", "node_timeout"])
-def test_a_retry_delay_or_node_timeout_under_a_millisecond_is_refused(name: str) -> None:
-    # A retry delay of a nanosecond made a waiter send thousands of commands a second.
-    with pytest.raises(InvalidArgument, match=rf"^LockManager: {name} 500ns is too short: the minimum is 1ms"):
+@pytest.mark.parametrize("name", ["retry_delay", "node_timeout", "max_hold", "restart_guard"])
+def test_a_duration_under_a_millisecond_is_refused(name: str) -> None:
+    # A retry delay of a nanosecond made a waiter send thousands of commands a second; a
+    # max_hold that short lost the lock as it was granted; a guard that short was off.
+    with pytest.raises(InvalidArgument, match=rf"{name} 500ns is too short: the minimum is 1ms"):
         LockManager(["redis://127.0.0.1:1"], **{name: 5e-7})
     LockManager(["redis://127.0.0.1:1"], **{name: 0.001})
 

@@ -185,6 +185,8 @@ impl LockOptions {
         }
         if let Some(h) = self.max_hold {
             check_duration("max_hold", h)?;
+            // Below a millisecond the lock is lost as soon as it is granted (Go refused it).
+            check_at_least_a_millisecond("max_hold", h)?;
         }
         Ok(())
     }

@@ -161,7 +161,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "none",
         range: DURATION_RANGE,
-        doc: "the watchdog stops renewing and signals loss after this",
+        doc: "the watchdog stops renewing and signals loss after this (at least 1 ms)",
     },
     OptionSpec {
         name: "max_extensions",
@@ -197,7 +197,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "the longest lease asked for when N >= 3, off when N < 3",
         range: "0 (off) to 2^31-1 ms",
-        doc: "window after a node's (re)start in which its vote does not count; 0 = off; by default the manager's ttl, widened to any longer ttl an acquire, extend or `withLock` of this manager asks for (set it when other processes use longer ttls on the same keys)",
+        doc: "window after a node's (re)start in which its vote does not count; 0 = off, else at least 1 ms; by default the manager's ttl, widened to any longer ttl an acquire, extend or `withLock` of this manager asks for (set it when other processes use longer ttls on the same keys)",
     },
     OptionSpec {
         name: "tls_ca",
