@@ -1048,3 +1048,45 @@ async fn a_place_queued_again_after_a_neighbours_grant_goes_when_it_leaves() {
     wait_until("the place queued again is taken out", || t.all_queued(0)).await;
     assert!(lock.release().await.unwrap());
 }
+
+/// The head leaves (cancelled) a lock that was freed without a word: the next waiter is told
+/// and gets it, for a plain lock (on its own channel) and a reentrant one (Redisson's unlock
+/// message on Redisson's channel, where all its waiters listen). Before, a reentrant lock's
+/// dequeue published nothing, and the next waiter slept until its timer (found by a review:
+/// the head woken by a release and cancelled before its attempt landed).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_next_waiter_is_told_when_the_head_leaves_a_free_lock() {
+    let _serial = serial();
+    for reentrant in [false, true] {
+        let server = RedisServer::start();
+        let key = if reentrant {
+            "head-leaves-r"
+        } else {
+            "head-leaves"
+        };
+        let o = slow_poll(LONG).reentrant(reentrant);
+        let holder = manager(&[server.url()], o.clone());
+        let (a_m, b_m) = (
+            manager(&[server.url()], o.clone()),
+            manager(&[server.url()], o),
+        );
+        let _held = holder.acquire(key).await.unwrap();
+        let q = ferrolock::queue_key(key);
+        let a = tokio::spawn(async move { a_m.acquire(key).await });
+        wait_until("A queued", || server.cmd::<i64>(&["ZCARD", &q]) == 1).await;
+        let b = tokio::spawn(async move { b_m.acquire(key).await });
+        wait_until("B queued", || server.cmd::<i64>(&["ZCARD", &q]) == 2).await;
+        // Freed without a publish: nobody is told until the head leaves.
+        server.cmd::<i64>(&["DEL", key]);
+        a.abort();
+        assert!(a.await.unwrap_err().is_cancelled());
+        let got = tokio::time::timeout(Duration::from_secs(20), b).await;
+        let lock = got
+            .unwrap_or_else(|_| {
+                panic!("reentrant {reentrant}: B was never told (its timer is {LONG:?})")
+            })
+            .unwrap()
+            .unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+}

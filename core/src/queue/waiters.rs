@@ -826,10 +826,9 @@ impl Waiters {
         lease_end: Option<std::time::Instant>,
         skip_silent: bool,
     ) {
-        // Plain locks: the next head hears of it on its own channel. Reentrant waiters listen
-        // on Redisson's channel, where only Redisson's messages go: they re-check on their
-        // timers.
-        let dequeue = Dequeue::new(key, id, channel == release_channel(key));
+        // Plain locks: the next head hears of it on its own channel. A counted lock's waiters
+        // all listen on its channel (Redisson's), and hear its unlock message there.
+        let dequeue = Dequeue::new(key, id, channel == release_channel(key), channel);
         let dequeue = &dequeue;
         let nodes = self.cluster.nodes.iter();
         let nodes = nodes.filter(|node| !(skip_silent && node.is_silent()));

@@ -228,23 +228,27 @@ pub(crate) struct Dequeue<'a> {
     pub key: &'a str,
     pub names: KeyNames,
     pub id: &'a str,
-    /// The prefix of the waiters' own channels; '' (reentrant): nobody to tell.
+    /// The prefix of the waiters' own channels; '' (a counted lock): see `broadcast`.
     pub wake_prefix: String,
+    /// A counted lock's channel, where all its waiters listen ('' for a plain lock).
+    pub broadcast: &'a str,
 }
 
 impl<'a> Dequeue<'a> {
-    /// Takes waiter `id` out of `key`'s queue; on a plain lock's queue (`wake`), the next
-    /// head is told if the lock is free.
-    pub fn new(key: &'a str, id: &'a str, wake: bool) -> Dequeue<'a> {
+    /// Takes waiter `id` out of `key`'s queue; if the lock is free, the next head is told: a
+    /// plain lock's (`plain`) on its own channel, a counted lock's on `channel`, where they all
+    /// listen.
+    pub fn new(key: &'a str, id: &'a str, plain: bool, channel: &'a str) -> Dequeue<'a> {
         Dequeue {
             key,
             names: KeyNames::of(key),
             id,
-            wake_prefix: if wake {
+            wake_prefix: if plain {
                 super::waiter_channel_prefix(key)
             } else {
                 String::new()
             },
+            broadcast: if plain { "" } else { channel },
         }
     }
 
@@ -252,7 +256,10 @@ impl<'a> Dequeue<'a> {
         let mut inv = DEQUEUE.prepare_invoke();
         inv.key(self.key);
         self.names.add_to(&mut inv);
-        inv.arg(self.id).arg(&self.wake_prefix).arg(flag(sharded));
+        inv.arg(self.id)
+            .arg(&self.wake_prefix)
+            .arg(flag(sharded))
+            .arg(self.broadcast);
         inv
     }
 }
