@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use ferrolock::{HookPoint, LockManager, LockOptions};
-use ferrolock_testbed::{Cluster, RedisServer};
+use ferrolock_testbed::{Cluster, Proxy, RedisServer};
 
 const LONG: Duration = Duration::from_secs(60);
 /// The core's barging bound on one node (`BARGE_BOUND_ONE_NODE` in wakeup.rs).
@@ -296,6 +296,49 @@ async fn a_lost_pubsub_connection_is_resubscribed_and_the_waiter_re_checks() {
         .unwrap()
         .unwrap();
     assert_eq!(get(&server, "reconnect").as_deref(), Some(lock.token()));
+}
+
+/// The pub/sub connection of a waiting process, as the server sees it.
+fn pubsub_clients(server: &RedisServer) -> Vec<String> {
+    let list: String = server.cmd(&["CLIENT", "LIST", "TYPE", "pubsub"]);
+    list.lines()
+        .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A waiter's pub/sub link that goes silent without closing (every byte dropped, as on a
+/// half-open connection to a host that vanished) is noticed by a ping with no answer and
+/// replaced once the network is back: the new connection resubscribes, and the waiter
+/// re-checks (`a_lost_pubsub_connection_is_resubscribed_and_the_waiter_re_checks`). Before,
+/// nothing noticed it: every release published meanwhile was lost, and the old link stayed
+/// (found by a review). Silent for 5 s: longer than the ping's period (1 s) and its timeout
+/// (2 s) however slow the machine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_silent_pubsub_link_is_noticed_and_replaced() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let o = slow_poll(LONG);
+    let key = "silent-pubsub";
+    let holder = manager(&[server.url()], o.clone());
+    let waiter_m = manager(&[proxy.url()], o);
+    let channel = ferrolock::release_channel(key);
+    let _held = holder.acquire(key).await.unwrap();
+    let waiter = tokio::spawn(async move { waiter_m.acquire(key).await });
+    wait_for_subscribers(&server, &channel, 1).await;
+    let before = pubsub_clients(&server);
+    assert_eq!(before.len(), 1, "{before:?}");
+    proxy.blackhole();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    proxy.heal();
+    wait_until("a new pub/sub connection", || {
+        let now = pubsub_clients(&server);
+        !now.is_empty() && now != before
+    })
+    .await;
+    wait_for_subscribers(&server, &channel, 1).await;
+    waiter.abort();
 }
 
 #[tokio::test(flavor = "multi_thread")]

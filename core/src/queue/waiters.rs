@@ -1051,14 +1051,23 @@ async fn classic(
                 None => return Some(true),
             },
             _ = tokio::time::sleep(IDLE_CLOSE), if idle => return Some(false),
-            // Lingering queues end by themselves: look again now and then.
-            _ = tokio::time::sleep(LINGER), if !idle => {}
+            // Lingering queues end by themselves: look again now and then. And ping: a link
+            // that went silent without closing (a half-open connection to a host that
+            // vanished) would lose every release published meanwhile, for every key on the
+            // node. One with no answer within `OP_TIMEOUT` is lost: the reconnection
+            // resubscribes, and every waiter re-checks.
+            _ = tokio::time::sleep(LINGER), if !idle => {
+                let ping = async { sink.ping::<redis::Value>().await.map(|_| ()) };
+                if !op(ping, &mut stream, weak, node).await {
+                    return Some(true);
+                }
+            }
         }
     }
 }
 
-/// Runs a (un)subscribe, delivering messages that arrive meanwhile. False: the connection is
-/// unusable.
+/// Runs a (un)subscribe or a ping, delivering messages that arrive meanwhile. False: the
+/// connection is unusable.
 async fn op(
     fut: impl std::future::Future<Output = redis::RedisResult<()>>,
     stream: &mut PubSubStream,
