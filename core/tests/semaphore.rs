@@ -786,6 +786,24 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
     assert_eq!(available(&server, name), 1);
 }
 
+/// Holds the next attempt on `name` for `stall` before it is sent (a stalled client), once for
+/// each time the flag it returns is set (it starts set, and reads false once the stall ran).
+fn stall_next_attempt(name: &'static str, stall: Duration) -> Arc<AtomicBool> {
+    let stalls = Arc::new(AtomicBool::new(true));
+    ferrolock::__set_test_hook(Some(Arc::new({
+        let stalls = stalls.clone();
+        move |point, key| {
+            if point == HookPoint::SemaphoreSending
+                && key == name
+                && stalls.swap(false, Ordering::SeqCst)
+            {
+                std::thread::sleep(stall);
+            }
+        }
+    })));
+    stalls
+}
+
 /// A grant answered after the validity it would have had (a stalled client: the attempt held
 /// past the whole ttl before it is sent) is not a grant: its permits go back, and the acquire
 /// tries again within its wait (or says why it gave up). Before, it came back as a grant with
@@ -798,18 +816,7 @@ async fn a_grant_answered_after_its_validity_is_given_back() {
     let name = "sem:too-late";
     let ttl = Duration::from_secs(1);
     let m = manager(&[server.url()], opts().ttl(ttl));
-    let stalls = Arc::new(AtomicBool::new(true));
-    ferrolock::__set_test_hook(Some(Arc::new({
-        let stalls = stalls.clone();
-        move |point, key| {
-            if point == HookPoint::SemaphoreSending
-                && key == name
-                && stalls.swap(false, Ordering::SeqCst)
-            {
-                std::thread::sleep(Duration::from_millis(1300));
-            }
-        }
-    })));
+    let stalls = stall_next_attempt(name, Duration::from_millis(1300));
     // No wait: the one attempt was too late, and the error says so.
     let err = m
         .semaphore_with(name, 2, 1, &opts().ttl(ttl).wait(Some(Duration::ZERO)))
@@ -866,19 +873,7 @@ async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back(
     assert!(warm.release().await.unwrap());
     assert_eq!(available(&server, name), 1);
 
-    let stalls = Arc::new(AtomicBool::new(true));
-    ferrolock::__set_test_hook(Some(Arc::new({
-        let stalls = stalls.clone();
-        move |point, key| {
-            if point == HookPoint::SemaphoreSending
-                && key == name
-                && stalls.swap(false, Ordering::SeqCst)
-            {
-                // Past the whole validity before the attempt is sent: its grant is too late.
-                std::thread::sleep(Duration::from_millis(1200));
-            }
-        }
-    })));
+    let stalls = stall_next_attempt(name, Duration::from_millis(1200));
     // Requests take 70 ms to reach the node (within the 100 ms node timeout): the give-back
     // is in flight for 70 ms after the too-late grant's reply came back.
     proxy.set_delay_dir(Direction::Up, ms(70));
