@@ -863,7 +863,8 @@ async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back(
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let name = "sem:too-late-cancel";
-    let ttl = Duration::from_secs(1); // node timeout 100 ms
+    // Node timeout 200 ms: the give-back's 70 ms each way leaves room on a slow machine.
+    let ttl = Duration::from_secs(2);
     let m = manager(&[proxy.url()], opts().ttl(ttl));
     // Warm: connection open and scripts loaded while the link is fast.
     let warm = m
@@ -873,8 +874,8 @@ async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back(
     assert!(warm.release().await.unwrap());
     assert_eq!(available(&server, name), 1);
 
-    let stalls = stall_next_attempt(name, Duration::from_millis(1200));
-    // Requests take 70 ms to reach the node (within the 100 ms node timeout): the give-back
+    let stalls = stall_next_attempt(name, Duration::from_millis(2200));
+    // Requests take 70 ms to reach the node (within the 200 ms node timeout): the give-back
     // is in flight for 70 ms after the too-late grant's reply came back.
     proxy.set_delay_dir(Direction::Up, ms(70));
     let sent = calls(&server, "evalsha");
@@ -913,6 +914,10 @@ async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back(
     tokio::time::sleep(ms(25)).await;
     cancel.cancel();
     let out = acquire.await.unwrap();
+    assert!(
+        !stalls.load(Ordering::SeqCst),
+        "the attempt was never stalled"
+    );
     assert!(out.is_none(), "not cancelled: {out:?}");
     // Reported cancelled: per DESIGN.md the clean-up (the give-back) is done by now.
     let left = available(&server, name);
