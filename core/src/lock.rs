@@ -21,7 +21,7 @@ use crate::scripts::{
     Extend, Latch, Release, ReleaseRead, ReleaseReentrant, ReleaseWrite, SemaphoreRelease,
     redisson_channel,
 };
-use crate::shared::{BACKGROUND_WARNING_EVERY, Shared};
+use crate::shared::Shared;
 use crate::token::random_hex;
 use crate::watchdog::{Next, Watched};
 
@@ -943,7 +943,7 @@ where
                         "lock {:?}: release finished in the background: {}{}",
                         inner.key,
                         tally.describe_release(&shared.cluster.nodes),
-                        crate::throttle::left_out_note(left_out, BACKGROUND_WARNING_EVERY)
+                        shared.background_releases.left_out_note(left_out)
                     );
                 }
             }

@@ -25,7 +25,7 @@ pub(crate) struct Shared {
 }
 
 /// At most one "finished in the background" warning per this, per manager.
-pub(crate) const BACKGROUND_WARNING_EVERY: Duration = Duration::from_secs(10);
+const BACKGROUND_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 impl Shared {
     pub fn new(cluster: Cluster, defaults: LockOptions) -> Shared {

@@ -28,6 +28,18 @@ impl Throttle {
         }
     }
 
+    /// What to add to a message logged after `n` were left out ("" when none were).
+    pub fn left_out_note(&self, n: u64) -> String {
+        if n == 0 {
+            String::new()
+        } else {
+            format!(
+                " (and {n} more like it since the last one logged, at most one per {:?})",
+                self.every
+            )
+        }
+    }
+
     /// `Some(n)`: log this one, and say that `n` were left out since the last one logged.
     /// `None`: leave it out (counted).
     pub fn admit(&self, now: Instant) -> Option<u64> {
@@ -42,15 +54,6 @@ impl Throttle {
                 Some(std::mem::take(&mut s.left_out))
             }
         }
-    }
-}
-
-/// What to add to a message logged after `n` were left out ("" when none were).
-pub(crate) fn left_out_note(n: u64, every: Duration) -> String {
-    if n == 0 {
-        String::new()
-    } else {
-        format!(" (and {n} more like it since the last one logged, at most one per {every:?})")
     }
 }
 
@@ -69,7 +72,7 @@ mod tests {
         assert_eq!(t.admit(t0 + Duration::from_secs(10)), Some(9));
         assert_eq!(t.admit(t0 + Duration::from_secs(11)), None);
         assert_eq!(t.admit(t0 + Duration::from_secs(30)), Some(1));
-        assert_eq!(left_out_note(0, Duration::from_secs(10)), "");
-        assert!(left_out_note(9, Duration::from_secs(10)).contains("9 more"));
+        assert_eq!(t.left_out_note(0), "");
+        assert!(t.left_out_note(9).contains("9 more"));
     }
 }

@@ -828,7 +828,7 @@ impl Waiters {
     ) {
         // Plain locks: the next head hears of it on its own channel. A counted lock's waiters
         // all listen on its channel (Redisson's), and hear its unlock message there.
-        let dequeue = Dequeue::new(key, id, channel == release_channel(key), channel);
+        let dequeue = Dequeue::new(key, id, channel);
         let dequeue = &dequeue;
         let nodes = self.cluster.nodes.iter();
         let nodes = nodes.filter(|node| !(skip_silent && node.is_silent()));

@@ -235,10 +235,11 @@ pub(crate) struct Dequeue<'a> {
 }
 
 impl<'a> Dequeue<'a> {
-    /// Takes waiter `id` out of `key`'s queue; if the lock is free, the next head is told: a
-    /// plain lock's (`plain`) on its own channel, a counted lock's on `channel`, where they all
-    /// listen.
-    pub fn new(key: &'a str, id: &'a str, plain: bool, channel: &'a str) -> Dequeue<'a> {
+    /// Takes waiter `id` out of `key`'s queue, whose release channel is `channel`; if the lock
+    /// is free, the next head is told: a plain lock's on its own channel, a counted lock's on
+    /// `channel`, where they all listen.
+    pub fn new(key: &'a str, id: &'a str, channel: &'a str) -> Dequeue<'a> {
+        let plain = channel == super::release_channel(key);
         Dequeue {
             key,
             names: KeyNames::of(key),
