@@ -230,10 +230,22 @@ pub struct RunArgs {
 /// A number of permits: clap's own u32 parser said "not in 0..=4294967295" for -1, and 0 was
 /// then refused after all.
 fn parse_at_least_one(text: &str) -> Result<u32, String> {
-    match text.trim().parse::<i128>() {
+    let text = text.trim();
+    let too_large = || format!("must be at most {}", u32::MAX);
+    match text.parse::<i128>() {
         Ok(n) if n < 1 => Err("must be at least 1".into()),
-        Ok(n) => u32::try_from(n).map_err(|_| format!("must be at most {}", u32::MAX)),
-        Err(_) => Err("not a whole number".into()),
+        Ok(n) => u32::try_from(n).map_err(|_| too_large()),
+        // Digits beyond i128: a whole number still, just far out of range.
+        Err(_) => match text.strip_prefix(['-', '+']).unwrap_or(text) {
+            digits if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                Err(if text.starts_with('-') {
+                    "must be at least 1".into()
+                } else {
+                    too_large()
+                })
+            }
+            _ => Err("not a whole number".into()),
+        },
     }
 }
 

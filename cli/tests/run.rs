@@ -820,6 +820,18 @@ fn semaphore_bad_usage_exits_64() {
             &["--semaphore", "s", "--permits", "4294967296", "--", "true"][..],
             "must be at most 4294967295",
         ),
+        // Past what any integer type holds: still out of range, not "not a whole number".
+        (
+            &[
+                "--semaphore",
+                "s",
+                "--permits",
+                &"9".repeat(60),
+                "--",
+                "true",
+            ][..],
+            "must be at most 4294967295",
+        ),
         (
             &[
                 "--semaphore",

@@ -34,7 +34,7 @@ func (m *Manager) TryAcquirePermits(ctx context.Context, name string, permits in
 }
 
 func (m *Manager) acquirePermits(ctx context.Context, op, name string, permits int, opts []Option) (*Lock, error) {
-	k, rest, err := permitKind(permits, opts)
+	k, rest, err := permitKind(name, permits, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +45,7 @@ func (m *Manager) acquirePermits(ctx context.Context, op, name string, permits i
 // WithLock's rules: fn's ctx is cancelled when the permits are lost, they are released when
 // fn returns or panics, and a ctx done while waiting returns ctx.Err() with nothing taken.
 func (m *Manager) WithPermit(ctx context.Context, name string, permits int, fn func(context.Context, *Lock) error, opts ...Option) error {
-	k, rest, err := permitKind(permits, opts)
+	k, rest, err := permitKind(name, permits, opts)
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func WithPermit(ctx context.Context, name string, permits int, fn func(context.C
 }
 
 // permitKind is the acquire kind for permits and the Count in opts, and opts without Count.
-func permitKind(permits int, opts []Option) (kind, []Option, error) {
+func permitKind(name string, permits int, opts []Option) (kind, []Option, error) {
 	count := int64(1)
 	rest := make([]Option, 0, len(opts))
 	for _, o := range opts {
@@ -75,14 +75,14 @@ func permitKind(permits int, opts []Option) (kind, []Option, error) {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			count = rv.Int()
 		default:
-			return kind{}, nil, invalid("count = %v: want an integer (Count(k))", o.value)
+			return kind{}, nil, invalid("semaphore %q: count = %v: want an integer (Count(k))", name, o.value)
 		}
 	}
 	if permits < 0 || int64(permits) > math.MaxUint32 {
-		return kind{}, nil, invalid("permits %d: must be 1 to %d", permits, uint32(math.MaxUint32))
+		return kind{}, nil, invalid("semaphore %q: permits %d: must be 1 to %d", name, permits, uint32(math.MaxUint32))
 	}
 	if count < 0 || count > math.MaxUint32 {
-		return kind{}, nil, invalid("count %d: must be 1 to %d", count, uint32(math.MaxUint32))
+		return kind{}, nil, invalid("semaphore %q: count %d: must be 1 to %d", name, count, uint32(math.MaxUint32))
 	}
 	return permitsKind(uint32(permits), uint32(count)), rest, nil
 }

@@ -143,9 +143,9 @@ func TestPermitsBadInput(t *testing.T) {
 		want    string
 	}{
 		{name, 0, nil, "permits 0"},
-		{name, -1, nil, "permits -1"},
+		{name, -1, nil, fmt.Sprintf("semaphore %q: permits -1", name)},
 		{name, 2, []ferrolock.Option{ferrolock.Count(3)}, "count 3"},
-		{name, 2, []ferrolock.Option{ferrolock.Count(-2)}, "count -2"},
+		{name, 2, []ferrolock.Option{ferrolock.Count(-2)}, fmt.Sprintf("semaphore %q: count -2", name)},
 		{"a{b}", 2, nil, "a{b}"},
 		{"a}b", 2, nil, "a}b"},
 		{"", 2, nil, "empty"},

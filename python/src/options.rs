@@ -166,6 +166,16 @@ fn duration(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> P
         return Err(bad(py, ctx, name, v, "must not be negative"));
     }
     // Anything past the bound is refused by the core as "too long"; one past it is enough.
+    // Under a nanosecond: not the zero it would round to (the core would say "got 0").
+    if secs > 0.0 && secs < 1e-9 {
+        return Err(bad(
+            py,
+            ctx,
+            name,
+            v,
+            "shorter than a nanosecond, the smallest duration",
+        ));
+    }
     Ok(if secs > MAX_DURATION.as_secs_f64() {
         MAX_DURATION + Duration::from_millis(1)
     } else {

@@ -124,6 +124,8 @@ def test_bad_lock_option_as_manager_default(node: RedisNode, name: str, value: A
         ("ttl", "10", "ttl='10' (str): expected a number of seconds or a datetime.timedelta"),
         ("watchdog", 1, "watchdog=1 (int): expected True or False"),
         ("max_extensions", -1, "max_extensions=-1 (int): must not be negative"),
+        # Not the zero it would round to.
+        ("ttl", 1e-12, "ttl=1e-12 (float): shorter than a nanosecond, the smallest duration"),
     ],
 )
 def test_option_errors_read_name_equals_value_in_the_cores_words(
