@@ -79,7 +79,7 @@ test-c: redis ffi-lib check-header
 # use after free of what it hands out, or a double free, is caught). Any report fails the run.
 # Leaks are valgrind's part (above): LSan's exit-time check also counts buffers of library
 # threads still running at exit, and it cannot be suppressed precisely, as Rust frames carry
-# no frame pointers. fork_child and rw_semaphore_fork_child are left to the plain run
+# no frame pointers. fork_child, fork_during_done and rw_semaphore_fork_child are left to the plain run
 # (--except): each forks a child (no exec) while the library's threads run, and this
 # compiler's libasan (GCC 12) does nothing at a fork (no fork interceptor, no atfork handler,
 # no ASAN_OPTIONS flag for it), so an allocator mutex a parent thread held at the fork stays
@@ -101,7 +101,7 @@ test-c-sanitize: redis ffi-lib
 	mkdir -p target/ffi/bin
 	$(CC) $(FFI_CFLAGS) $(FFI_SANITIZE) ffi/tests/test_ferrolock.c -o target/ffi/bin/test_ferrolock_sanitize $(FFI_PC_FLAGS)
 	ASAN_OPTIONS=detect_leaks=0:halt_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_sanitize --except fork_child,rw_semaphore_fork_child
+	  timeout 600 ffi/tests/with-redis.sh target/ffi/bin/test_ferrolock_sanitize --except fork_child,fork_during_done,rw_semaphore_fork_child
 
 # The evidence for leaving fork_child out of the sanitizer run, without ferrolock: a child
 # forked among threads being created hangs in ASan's allocator (exit 1), never in a plain build.

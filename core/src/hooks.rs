@@ -14,6 +14,9 @@ pub enum Point {
     OnLostRegistering,
     /// The watchdog's scan, while it holds its registry (a fork now leaves it held).
     WatchdogScan,
+    /// A metrics snapshot (a scrape), while it holds the process's metrics registry (a fork
+    /// now leaves it held).
+    MetricsSnapshot,
     /// `Lock::extend_for`, holding the lock's operation guard (a renewal due now is skipped).
     Extending,
     /// `Lock::extend_for`, once a quorum confirmed and before the new validity is checked (a

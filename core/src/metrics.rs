@@ -1,4 +1,5 @@
-//! Metrics kept by the core, one registry per process (what a scraper of this process sees):
+//! Metrics kept by the core, one registry per process (what a scraper of this process sees; a
+//! forked child counts from zero):
 //! counters and histograms for acquire attempts, grants, failures by error code, wait time,
 //! hold time, renewals, renewal failures, losses by reason and hand-offs, labelled by key
 //! prefix and kind (`lock`, `read`, `write`, `semaphore`). Read as a snapshot ([`snapshot`],
@@ -18,6 +19,7 @@
 //! lock looks its label up once, at its
 //! grant; every later count goes to atomics it holds.
 
+use crate::per_process::PerProcess;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -158,7 +160,17 @@ pub const OVERFLOW_PREFIX: &str = "_other";
 /// Keyed by (prefix, kind label).
 type Registry = BTreeMap<(String, &'static str), Arc<Stats>>;
 
-static REGISTRY: Mutex<Registry> = Mutex::new(BTreeMap::new());
+/// Per process: a scrape thread may hold it when another thread forks, and a child that
+/// inherited it locked would hang on its first acquire (found by a review). A child counts
+/// from zero, as a process of its own.
+static REGISTRY: PerProcess<Mutex<Registry>> = PerProcess::new();
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY
+        .get_or_init(|| Mutex::new(BTreeMap::new()))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
 /// The separator's char code; 0: none (the whole key is the label).
 static SEPARATOR: AtomicU32 = AtomicU32::new(':' as u32);
 
@@ -179,7 +191,7 @@ pub fn prefix_of(key: &str) -> &str {
 /// The counts of `key`'s prefix in `kind` (`acquire::Kind::metric_label`), made on first use.
 pub(crate) fn stats(key: &str, kind: &'static str) -> Arc<Stats> {
     let prefix = prefix_of(key);
-    let mut reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    let mut reg = registry();
     counts_of(&mut reg, prefix, kind)
 }
 
@@ -253,7 +265,8 @@ impl HistogramSnapshot {
 
 /// Everything counted so far in this process, by (prefix, kind).
 pub fn snapshot_by_kind() -> KindSnapshot {
-    let reg = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    let reg = registry();
+    crate::hooks::run(crate::hooks::Point::MetricsSnapshot, "");
     reg.iter()
         .map(|((prefix, kind), s)| {
             let map = |m: &Mutex<BTreeMap<&'static str, u64>>| {

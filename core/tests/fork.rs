@@ -234,3 +234,59 @@ fn a_fork_while_the_watchdog_holds_its_registry_leaves_the_child_a_working_manag
     );
     assert!(block_on(lock.release()).unwrap());
 }
+
+/// A scrape (`metrics::snapshot`) holds the process's metrics registry, and every acquire
+/// looks its counts up there: a fork while another thread scraped left the child's copy
+/// locked, and its first acquire hung for good (found by a review: a Prometheus handler on
+/// one thread, workers forked from another). A child now counts from zero.
+#[test]
+fn a_fork_during_a_metrics_scrape_leaves_the_child_a_working_acquire() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("fork-mid-scrape");
+    let m = manager(&[server.url()], opts());
+    block_on(
+        block_on(m.acquire(&format!("{key}:parent")))
+            .unwrap()
+            .release(),
+    )
+    .unwrap();
+    let parent = std::process::id();
+    let scraping = Arc::new(AtomicBool::new(false));
+    {
+        let scraping = scraping.clone();
+        __set_test_hook(Some(Arc::new(move |point, _| {
+            if point == HookPoint::MetricsSnapshot
+                && std::process::id() == parent
+                && !scraping.swap(true, Ordering::SeqCst)
+            {
+                // Holds the registry while the test forks.
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+        })));
+    }
+    let scraper = std::thread::spawn(ferrolock::metrics::snapshot);
+    let start = Instant::now();
+    while !scraping.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the scrape never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let child = fork(|| {
+        let fresh = ferrolock::metrics::snapshot().is_empty();
+        fresh
+            && block_on(m.acquire(&format!("{key}:child")))
+                .is_ok_and(|l| block_on(l.release()).unwrap_or(false))
+    });
+    let result = wait(child, Duration::from_secs(30));
+    __set_test_hook(None);
+    let parents = scraper.join().unwrap();
+    assert_eq!(
+        result,
+        Some(0),
+        "the child hung on the metrics registry it inherited locked (or did not count from zero)"
+    );
+    assert!(!parents.is_empty(), "the parent's own counts are kept");
+}

@@ -198,7 +198,9 @@ int ferrolock_manager_semaphore_acquire_start(const struct ferrolock_manager *ma
 // `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
 // first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
 // `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
-// parameter does): never pass the address of a handle you still hold.
+// parameter does): never pass the address of a handle you still hold. In a forked child, an
+// acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its cancel does
+// nothing): it is the parent's.
 int ferrolock_acquisition_result(const struct ferrolock_acquisition *acquisition,
                                  struct ferrolock_lock **lock_out,
                                  struct ferrolock_error **err);
@@ -214,7 +216,8 @@ void ferrolock_acquisition_cancel(const struct ferrolock_acquisition *acquisitio
 // Frees the acquisition: cancels it if under way, releases a lock it got that was not taken
 // with `ferrolock_acquisition_result`, and waits for a `done` call already running; `done` is
 // never called once this has returned (unless this is called from inside `done`). NULL is
-// ignored.
+// ignored. In a forked child, an acquisition inherited from the parent is left alone: its
+// free returns at once, waits for nothing and releases nothing.
 void ferrolock_acquisition_free(struct ferrolock_acquisition *acquisition);
 
 // A new, untriggered token.
@@ -326,7 +329,9 @@ void ferrolock_lock_free_collected(struct ferrolock_lock *lock);
 // inherited from the parent is the parent's: in the child it is never held
 // (`ferrolock_lock_is_held` false), `ferrolock_lock_release`, `_extend` and `_check` give
 // `FERROLOCK_ERR_NOT_HELD` ("... a forked child cannot use, extend or release its parent's
-// locks"), it is never renewed or signalled, and its free releases nothing.
+// locks"), it is never renewed or signalled, and its free releases nothing. So is an
+// acquisition inherited under way: in the child it never completes, its result is
+// `FERROLOCK_ERR_NOT_HELD`, and its free returns at once.
 int ferrolock_manager_new(const struct ferrolock_options *opts,
                           struct ferrolock_manager **manager_out,
                           struct ferrolock_error **err);

@@ -5,6 +5,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
+use ferrolock::ErrorKind;
 use ferrolock::host::{self, Cancel};
 
 use crate::ctext::{handle, out};
@@ -35,6 +36,27 @@ const _: () = assert!(FERROLOCK_NO_OWNER == host::NO_OWNER);
 /// outcome until taken, and the caller's `done` with the guarantees the header gives.
 pub struct ferrolock_acquisition {
     state: Arc<State>,
+    /// The process that started it: in a forked child its task and `done` are the parent's
+    /// (a `done` running at the fork never finishes there), so the child never waits on,
+    /// locks or frees its state.
+    pid: u32,
+}
+
+impl ferrolock_acquisition {
+    fn inherited(&self) -> bool {
+        self.pid != host::pid()
+    }
+
+    fn inherited_error(&self) -> Failure {
+        Failure::from(ferrolock::Error::new(
+            ErrorKind::NotHeld,
+            format!(
+                "this acquisition belongs to process {}, which started it; a forked child \
+                 cannot use its parent's acquisitions",
+                self.pid
+            ),
+        ))
+    }
 }
 
 struct State {
@@ -226,7 +248,12 @@ fn start(
         // Written before the acquire starts: `done` may run (and read the slot, or free the
         // acquisition) before `acquire_start` has returned.
         // SAFETY: checked non-NULL above.
-        unsafe { *slot = Box::into_raw(Box::new(ferrolock_acquisition { state })) };
+        unsafe {
+            *slot = Box::into_raw(Box::new(ferrolock_acquisition {
+                state,
+                pid: host::pid(),
+            }))
+        };
         // `done` runs on a library thread that may block (the host's rule).
         r.manager
             .acquire_start(&r.key, r.owner, &r.opts, cancel, move |out| {
@@ -242,7 +269,9 @@ fn start(
 /// `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
 /// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
 /// `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
-/// parameter does): never pass the address of a handle you still hold.
+/// parameter does): never pass the address of a handle you still hold. In a forked child, an
+/// acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its cancel does
+/// nothing): it is the parent's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_result(
     acquisition: *const ferrolock_acquisition,
@@ -255,6 +284,9 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
         // SAFETY: checked non-NULL above.
         unsafe { *slot = std::ptr::null_mut() };
         let acquisition = handle(acquisition, "acquisition")?;
+        if acquisition.inherited() {
+            return Err(acquisition.inherited_error());
+        }
         match acquisition.state.take() {
             None => {
                 pending = true;
@@ -280,7 +312,9 @@ pub unsafe extern "C" fn ferrolock_acquisition_result(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_cancel(acquisition: *const ferrolock_acquisition) {
     guard((), || {
-        if let Some(a) = crate::ctext::optional(acquisition) {
+        if let Some(a) = crate::ctext::optional(acquisition)
+            && !a.inherited()
+        {
             a.state.cancel.cancel();
         }
     })
@@ -289,7 +323,8 @@ pub unsafe extern "C" fn ferrolock_acquisition_cancel(acquisition: *const ferrol
 /// Frees the acquisition: cancels it if under way, releases a lock it got that was not taken
 /// with `ferrolock_acquisition_result`, and waits for a `done` call already running; `done` is
 /// never called once this has returned (unless this is called from inside `done`). NULL is
-/// ignored.
+/// ignored. In a forked child, an acquisition inherited from the parent is left alone: its
+/// free returns at once, waits for nothing and releases nothing.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_free(acquisition: *mut ferrolock_acquisition) {
     guard((), || {
@@ -298,6 +333,12 @@ pub unsafe extern "C" fn ferrolock_acquisition_free(acquisition: *mut ferrolock_
         }
         // SAFETY: made by `ferrolock_manager_acquire_start`, freed once.
         let acquisition = unsafe { Box::from_raw(acquisition) };
+        if acquisition.inherited() {
+            // The parent's: its mutexes may be held for good here, and dropping it would
+            // release a lock the parent holds. Leaked, as every inherited registry is.
+            std::mem::forget(acquisition);
+            return;
+        }
         let state = &acquisition.state;
         state.cancel.cancel();
         state.done.disarm();

@@ -30,7 +30,9 @@ pub struct ferrolock_manager {
 /// inherited from the parent is the parent's: in the child it is never held
 /// (`ferrolock_lock_is_held` false), `ferrolock_lock_release`, `_extend` and `_check` give
 /// `FERROLOCK_ERR_NOT_HELD` ("... a forked child cannot use, extend or release its parent's
-/// locks"), it is never renewed or signalled, and its free releases nothing.
+/// locks"), it is never renewed or signalled, and its free releases nothing. So is an
+/// acquisition inherited under way: in the child it never completes, its result is
+/// `FERROLOCK_ERR_NOT_HELD`, and its free returns at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_manager_new(
     opts: *const ferrolock_options,

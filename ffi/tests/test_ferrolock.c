@@ -1539,6 +1539,57 @@ static void test_fork_child(void) {
   ferrolock_manager_free(m);
 }
 
+/* A child forked while the parent's `done` callback runs: the callback's thread was not
+ * copied, so it never finishes in the child. The inherited acquisition is the parent's: its
+ * result is NOT_HELD and its free returns at once. Before, the free waited for that
+ * callback for ever (found by a review). */
+static volatile int fork_done_state; /* 1: running, 2: let it return, 3: returned */
+
+static void slow_done(void *userdata) {
+  (void)userdata;
+  fork_done_state = 1;
+  while (fork_done_state == 1) sleep_ms(5);
+  fork_done_state = 3;
+}
+
+static int forked_during_done(ferrolock_acquisition *a) {
+  ferrolock_lock *got = NULL;
+  ferrolock_error *e = NULL;
+  int st = ferrolock_acquisition_result(a, &got, &e);
+  int refused = st == FERROLOCK_ERR_NOT_HELD && got == NULL && e && strstr(e->message, "forked child");
+  ferrolock_error_free(e);
+  if (!refused) return 30;
+  ferrolock_acquisition_cancel(a);
+  ferrolock_acquisition_free(a); /* must not wait for the parent's callback */
+  return 0;
+}
+
+static void test_fork_during_done(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  const char *k = fresh_key("fork-done");
+  ferrolock_acquisition *a = NULL;
+  fork_done_state = 0;
+  EXPECT(ferrolock_manager_acquire_start(m, k, NULL, FERROLOCK_NO_OWNER, slow_done, NULL, &a, &err), FERROLOCK_OK, NULL);
+  double give_up = now_ms() + 30000;
+  while (fork_done_state != 1 && now_ms() < give_up) sleep_ms(5);
+  CHECK(fork_done_state == 1, "done was never called");
+  fflush(stdout);
+  pid_t child = fork();
+  CHECK(child >= 0);
+  if (child == 0) _exit(forked_during_done(a));
+  int status = child_status(child, 60);
+  fork_done_state = 2;
+  CHECK(status == 0, "child status %d (-1: hung in the free of its inherited acquisition)", status);
+  ferrolock_lock *got = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &got, &err), FERROLOCK_OK, NULL);
+  CHECK(got && ferrolock_lock_is_held(got), "the parent's acquire was not granted");
+  ferrolock_acquisition_free(a);
+  CHECK(fork_done_state == 3, "free returned before the parent's done did");
+  EXPECT(ferrolock_lock_release(got, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(got);
+  ferrolock_manager_free(m);
+}
+
 /* The end of a scope (ferrolock_lock_end_scope, Go's WithLock): the rule every binding
  * shares. Released: OK. Gone at the release after a body that succeeded: LOCK_LOST, not tied
  * to the body; after a failed body: OK (the body's error stands; a warning is logged). Lost
@@ -2370,6 +2421,7 @@ static const test_t tests[] = {
     {"release_all", test_release_all},
     {"shutdown", test_shutdown},
     {"fork_child", test_fork_child},
+    {"fork_during_done", test_fork_during_done},
     {"freed_then_shutdown", test_freed_then_shutdown},
     {"version", test_version},
     {"read_write", test_read_write},

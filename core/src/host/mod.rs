@@ -40,3 +40,9 @@ pub use exit::{exit, is_exiting};
 pub use lock::Lock;
 pub use manager::{CLOSE_LIMIT, Kind, Manager, NO_OWNER};
 pub use shared::{shared, shared_count};
+
+/// The current process id, correct in a forked child: a binding's handles record it, so that
+/// a child can tell what it inherited and leave it alone (see the module's "Fork").
+pub fn pid() -> u32 {
+    crate::runtime::pid()
+}
