@@ -44,6 +44,13 @@ fn _panic_for_test() {
     panic!("_panic_for_test was called");
 }
 
+/// The library's threads now in (or entering) Python in this process: what the exit waits
+/// for. For the fork test (a child must not count its parent's). Not part of the API.
+#[pyfunction]
+fn _background_calls_for_test() -> u64 {
+    bridge::background_calls()
+}
+
 #[pymodule]
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
@@ -66,5 +73,6 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(_background_calls_for_test, m)?)?;
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use ferrolock::host::log::{self, LogLevel, LogRecord};
 use pyo3::prelude::*;
@@ -13,7 +13,10 @@ use pyo3::sync::PyOnceLock;
 use crate::bridge::SHUTTING_DOWN;
 
 static QUEUE: Mutex<VecDeque<(i32, String)>> = Mutex::new(VecDeque::new());
-static DRAINING: AtomicBool = AtomicBool::new(false);
+/// The process whose drain is scheduled or running (0: none). A pid, not a flag: a child
+/// forked while its parent's drain ran (its thread not copied) would otherwise see a drain
+/// that never ends, and hand `logging` nothing for good.
+static DRAINING: AtomicU32 = AtomicU32::new(0);
 /// Beyond this many undelivered records, new ones are dropped.
 const CAPACITY: usize = 1000;
 
@@ -79,8 +82,16 @@ fn enqueue(r: &LogRecord<'_>) {
 }
 
 fn schedule_drain() {
-    if !DRAINING.swap(true, Ordering::AcqRel) {
-        ferrolock::runtime::handle().spawn_blocking(drain);
+    let me = ferrolock::host::pid();
+    let mut seen = DRAINING.load(Ordering::Acquire);
+    while seen != me {
+        match DRAINING.compare_exchange(seen, me, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {
+                ferrolock::runtime::handle().spawn_blocking(drain);
+                return;
+            }
+            Err(now) => seen = now,
+        }
     }
 }
 
@@ -101,7 +112,7 @@ fn drain() {
             }
         });
     }
-    DRAINING.store(false, Ordering::Release);
+    DRAINING.store(0, Ordering::Release);
     let pending = QUEUE.try_lock().map(|q| !q.is_empty()).unwrap_or(false);
     if pending && !SHUTTING_DOWN.load(Ordering::Acquire) {
         schedule_drain();

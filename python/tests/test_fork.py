@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import multiprocessing
 import os
 import sys
+import threading
 import time
 import traceback
 
@@ -206,3 +208,51 @@ def test_multiprocessing_fork_pool_with_shared_redlock_manager(node: RedisNode, 
         done = pool.map(_count, [(node.url, key, 20)] * 3)
     assert sum(done) == 60
     assert int(node.client().get(key + ":n")) == 60
+
+
+def test_a_child_forked_while_the_parent_hands_a_record_to_logging_still_logs(
+    node: RedisNode, key: str
+) -> None:
+    # The core's records reach `logging` from one drain at a time, run on a library thread.
+    # A child forked while the parent's drain ran (its thread not copied) saw a drain that
+    # never ended and never scheduled one of its own: every record it made was dropped; and
+    # its exit waited 2 s for that drain's thread (found by a review). The parent's drain is
+    # held in a handler across the fork.
+    parent_pid = os.getpid()
+    in_handler = threading.Event()
+    let_go = threading.Event()
+    seen: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+            if os.getpid() == parent_pid and not let_go.is_set():
+                in_handler.set()
+                let_go.wait(30)
+
+    handler = Handler(level=logging.WARNING)
+    logger = logging.getLogger("ferrolock")
+    logger.addHandler(handler)
+    m = LockManager([node.url], ttl=30)
+    try:
+        m.acquire(key + ":parent")  # not kept: released with a warning
+        assert in_handler.wait(20), "the parent's warning never reached logging"
+
+        # The drain is counted as a thread in Python, which the exit waits for (2 s at most).
+        assert ferrolock._ferrolock._background_calls_for_test() >= 1
+
+        def child() -> None:
+            # That thread was not copied: the child's exit must not wait for it.
+            assert ferrolock._ferrolock._background_calls_for_test() == 0
+            seen.clear()
+            m.acquire(key + ":child")  # not kept either
+            deadline = time.monotonic() + 20
+            while not any(key + ":child" in s for s in seen):
+                assert time.monotonic() < deadline, f"the child's warning never reached logging: {seen}"
+                time.sleep(0.05)
+
+        assert _in_child(child) == 0
+    finally:
+        let_go.set()
+        logger.removeHandler(handler)
+        m.close()
