@@ -95,10 +95,16 @@ unsafe impl<T: Send> Send for PerProcess<T> {}
 /// wait for). A forked child starts from zero: the threads doing the parent's work were not
 /// copied, so that work never ends in the child, and a child waiting for it would wait for
 /// its whole limit.
-pub(crate) struct ProcessCount(PerProcess<std::sync::atomic::AtomicUsize>);
+pub struct ProcessCount(PerProcess<std::sync::atomic::AtomicUsize>);
+
+impl Default for ProcessCount {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 
 impl ProcessCount {
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         ProcessCount(PerProcess::new())
     }
 
@@ -107,20 +113,25 @@ impl ProcessCount {
     }
 
     /// Counts one in; returns the process it was counted in, for [`leave`](Self::leave).
-    pub(crate) fn enter(&self) -> u32 {
+    pub fn enter(&self) -> u32 {
         self.count().fetch_add(1, Ordering::SeqCst);
         pid()
     }
 
     /// Counts one out, if it was counted in this process.
-    pub(crate) fn leave(&self, counted_in: u32) {
+    pub fn leave(&self, counted_in: u32) {
         if counted_in == pid() {
             self.count().fetch_sub(1, Ordering::SeqCst);
         }
     }
 
-    pub(crate) fn is_zero(&self) -> bool {
-        self.count().load(Ordering::SeqCst) == 0
+    pub fn is_zero(&self) -> bool {
+        self.get() == 0
+    }
+
+    /// How many are counted in this process.
+    pub fn get(&self) -> usize {
+        self.count().load(Ordering::SeqCst)
     }
 }
 

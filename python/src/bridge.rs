@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use ferrolock::host::{Cancel, Check};
+use ferrolock::host::{Cancel, Check, ProcessCount};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -27,38 +27,10 @@ use crate::lock::PyLock;
 /// (During finalization CPython ends any thread that takes the GIL with `pthread_exit`, whose
 /// forced unwind through Rust frames aborts the process.)
 pub static SHUTTING_DOWN: AtomicBool = AtomicBool::new(false);
-/// Background threads attached to (or about to attach to) the interpreter.
-static IN_FLIGHT: ProcessCount = ProcessCount(AtomicU64::new(0));
-
-/// A count that belongs to one process: the pid in the high half, the count in the low. A
-/// child forked while a parent's thread was counted (not copied: it never leaves) reads zero,
-/// so its exit does not wait for it (found by a review: 2 s at every such child's exit).
-struct ProcessCount(AtomicU64);
-
-impl ProcessCount {
-    fn add(&self, delta: i64) {
-        let me = u64::from(ferrolock::host::pid()) << 32;
-        let _ = self
-            .0
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
-                let count = if v & !0xffff_ffff == me {
-                    v & 0xffff_ffff
-                } else {
-                    0
-                };
-                Some(me | (count as i64 + delta).max(0) as u64)
-            });
-    }
-
-    fn get(&self) -> u64 {
-        let v = self.0.load(Ordering::SeqCst);
-        if v >> 32 == u64::from(ferrolock::host::pid()) {
-            v & 0xffff_ffff
-        } else {
-            0
-        }
-    }
-}
+/// Background threads attached to (or about to attach to) the interpreter, per process: a
+/// child forked while a parent's thread was counted (not copied: it never leaves) counts
+/// zero, so its exit does not wait for it (found by a review: 2 s at every such child's exit).
+static IN_FLIGHT: ProcessCount = ProcessCount::new();
 /// The thread that ran `shutdown` (the main thread, at exit): it may still wait afterwards.
 static SHUTDOWN_THREAD: AtomicU64 = AtomicU64::new(0);
 
@@ -73,15 +45,15 @@ pub fn attach_if_alive<F>(f: F)
 where
     F: for<'py> FnOnce(Python<'py>),
 {
-    IN_FLIGHT.add(1);
+    let counted_in = IN_FLIGHT.enter();
     if !SHUTTING_DOWN.load(Ordering::SeqCst) {
         Python::try_attach(f);
     }
-    IN_FLIGHT.add(-1);
+    IN_FLIGHT.leave(counted_in);
 }
 
 /// Background threads of this process attached to (or about to attach to) the interpreter.
-pub fn background_calls() -> u64 {
+pub fn background_calls() -> usize {
     IN_FLIGHT.get()
 }
 

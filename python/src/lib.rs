@@ -47,7 +47,7 @@ fn _panic_for_test() {
 /// The library's threads now in (or entering) Python in this process: what the exit waits
 /// for. For the fork test (a child must not count its parent's). Not part of the API.
 #[pyfunction]
-fn _background_calls_for_test() -> u64 {
+fn _background_calls_for_test() -> usize {
     bridge::background_calls()
 }
 

@@ -34,6 +34,8 @@ pub mod panic_hook;
 pub mod scope;
 mod shared;
 
+/// A count per process, for a binding's own "in progress" counts (see `pid`).
+pub use crate::per_process::ProcessCount;
 pub use call::{Call, start};
 pub use cancel::{CHECK_EVERY, Cancel, Check, block_on, until_cancelled};
 pub use exit::{exit, is_exiting};
