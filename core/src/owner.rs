@@ -1,4 +1,4 @@
-//! Who holds a reentrant lock: the manager's client uuid and, per (key, owner), the random
+//! Who holds a reentrant lock: the manager's client uuid and, per (key, owner, kind), the random
 //! owner id of the outermost acquisition that is still live.
 //!
 //! The hash field of a reentrant lock is `"<client uuid>:<owner id>"` (Redisson's layout). The
@@ -20,6 +20,11 @@ pub(crate) struct Holder {
     pub owner: Option<u64>,
     /// The random id in the hash field.
     pub owner_id: u64,
+    /// A read-write lock's hold (read or write), not a reentrant lock's: an owner's
+    /// acquisitions of the two kinds on one key are apart, so that neither re-enters the
+    /// other (a reentrant "re-entry" of a read hold was an exclusive lock beside other
+    /// readers, and its release deleted their holds: found by a review).
+    pub rw: bool,
 }
 
 /// The reentrant acquisitions of one manager, per process: a forked child starts afresh
@@ -32,7 +37,8 @@ pub(crate) struct Owners {
 
 struct State {
     client_id: String,
-    held: HashMap<(String, u64), Held>,
+    /// By (key, owner, read-write kind).
+    held: HashMap<(String, u64, bool), Held>,
 }
 
 struct Held {
@@ -65,11 +71,12 @@ impl Owners {
         format!("{}:{owner_id}", self.state().client_id)
     }
 
-    /// The live acquisition of `key` by `owner`: its owner id and fence.
-    pub fn lookup(&self, key: &str, owner: u64) -> Option<(u64, Option<u64>)> {
+    /// The live acquisition of `key` by `owner`, of a read-write lock (`rw`) or a reentrant
+    /// one: its owner id and fence.
+    pub fn lookup(&self, key: &str, owner: u64, rw: bool) -> Option<(u64, Option<u64>)> {
         let s = self.state();
         s.held
-            .get(&(key.to_string(), owner))
+            .get(&(key.to_string(), owner, rw))
             .filter(|h| h.live > 0)
             .map(|h| (h.owner_id, h.fence))
     }
@@ -80,11 +87,14 @@ impl Owners {
     pub fn granted(&self, key: &str, holder: Holder, fence: Option<u64>) {
         let Some(owner) = holder.owner else { return };
         let mut s = self.state();
-        let entry = s.held.entry((key.to_string(), owner)).or_insert(Held {
-            owner_id: holder.owner_id,
-            live: 0,
-            fence,
-        });
+        let entry = s
+            .held
+            .entry((key.to_string(), owner, holder.rw))
+            .or_insert(Held {
+                owner_id: holder.owner_id,
+                live: 0,
+                fence,
+            });
         if entry.owner_id != holder.owner_id {
             *entry = Held {
                 owner_id: holder.owner_id,
@@ -100,7 +110,7 @@ impl Owners {
     pub fn released(&self, key: &str, holder: Holder) {
         let Some(owner) = holder.owner else { return };
         let mut s = self.state();
-        let k = (key.to_string(), owner);
+        let k = (key.to_string(), owner, holder.rw);
         if let Some(h) = s.held.get_mut(&k)
             && h.owner_id == holder.owner_id
         {
@@ -166,25 +176,28 @@ mod tests {
         let h = Holder {
             owner: Some(7),
             owner_id: 42,
+            rw: false,
         };
-        assert_eq!(o.lookup("k", 7), None);
+        assert_eq!(o.lookup("k", 7, false), None);
         o.granted("k", h, Some(3));
         o.granted("k", h, Some(3));
-        assert_eq!(o.lookup("k", 7), Some((42, Some(3))));
-        assert_eq!(o.lookup("k", 8), None, "another owner");
+        assert_eq!(o.lookup("k", 7, false), Some((42, Some(3))));
+        assert_eq!(o.lookup("k", 8, false), None, "another owner");
+        assert_eq!(o.lookup("k", 7, true), None, "a read-write lock's");
         o.released("k", h);
-        assert_eq!(o.lookup("k", 7), Some((42, Some(3))));
+        assert_eq!(o.lookup("k", 7, false), Some((42, Some(3))));
         // A stale handle of an earlier acquisition does not count.
         o.released(
             "k",
             Holder {
                 owner: Some(7),
                 owner_id: 1,
+                rw: false,
             },
         );
-        assert_eq!(o.lookup("k", 7), Some((42, Some(3))));
+        assert_eq!(o.lookup("k", 7, false), Some((42, Some(3))));
         o.released("k", h);
-        assert_eq!(o.lookup("k", 7), None);
+        assert_eq!(o.lookup("k", 7, false), None);
         assert!(o.field(42).ends_with(":42"));
         assert_eq!(o.field(42).len(), 36 + 3);
     }

@@ -175,6 +175,77 @@ async fn reentry_downgrade_and_upgrade_refused() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
 }
 
+/// An owner's read or write hold and its reentrant lock on the same key are apart: the
+/// reentrant acquire finds the key held by someone else (the README's rule for a key of the
+/// other kind), and a read-write acquire under an owner's reentrant lock likewise. Before, the
+/// reentrant acquire was planned as a re-entry of the read hold (the owner table knew the key
+/// and owner, not the kind) and granted: an exclusive lock beside another owner's reader,
+/// whose release deleted the whole hash with that reader's hold in it, letting a writer in
+/// beside a live reader (found by a review; Python's `with m.read_lock(k): with m.lock(k,
+/// reentrant=True)` reached it).
+#[tokio::test]
+async fn an_owners_read_write_and_reentrant_holds_of_one_key_never_re_enter_each_other() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let other = manager(&[server.url()], opts());
+    let now = || opts().wait(Some(Duration::ZERO));
+    let key = "rw:kinds";
+    for downgraded in [false, true] {
+        let write = if downgraded {
+            Some(m.write_lock_owned(key, 9, &now()).await.unwrap())
+        } else {
+            None
+        };
+        let read = m.read_lock_owned(key, 9, &now()).await.unwrap();
+        let exclusive = m
+            .acquire_owned(key, 9, &now().reentrant(true))
+            .await
+            .map(|l| l.token().to_string());
+        assert_eq!(
+            exclusive.as_ref().map_err(|e| e.kind()),
+            Err(ErrorKind::NotAcquired),
+            "downgraded={downgraded}: a reentrant lock granted on a read-write lock's key: {:?}",
+            hash(&server, key)
+        );
+        if let Some(w) = write {
+            assert!(w.release().await.unwrap());
+        }
+        let reader2 = other.read_lock_with(key, &now()).await.unwrap();
+        assert!(read.release().await.unwrap());
+        // The other owner's read hold is intact, and excludes a writer.
+        assert_eq!(
+            hash(&server, key).get(reader2.token()).map(String::as_str),
+            Some("1")
+        );
+        let writer = other.write_lock_with(key, &now()).await;
+        assert_eq!(
+            writer.map(|_| ()).map_err(|e| e.kind()),
+            Err(ErrorKind::NotAcquired)
+        );
+        assert!(reader2.release().await.unwrap());
+        assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+    }
+    // The other way round: a read or write acquire under the owner's reentrant lock.
+    let reentrant = m
+        .acquire_owned(key, 9, &now().reentrant(true))
+        .await
+        .unwrap();
+    for side in ["read", "write"] {
+        let got = if side == "read" {
+            m.read_lock_owned(key, 9, &now()).await
+        } else {
+            m.write_lock_owned(key, 9, &now()).await
+        };
+        assert_eq!(
+            got.map(|_| ()).map_err(|e| e.kind()),
+            Err(ErrorKind::NotAcquired),
+            "a {side} hold under the owner's reentrant lock"
+        );
+    }
+    assert!(reentrant.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
+
 /// A read ttl above Redisson's 30 s read lease is refused, naming it; fencing is for
 /// writers, whose grants carry increasing fences.
 #[tokio::test]

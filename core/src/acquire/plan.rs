@@ -33,13 +33,18 @@ pub(super) fn plan(
         };
     }
     let owners = &shared.owners;
+    let rw = opts.rw.is_some();
     if let Some(o) = owner
-        && let Some((owner_id, fence)) = owners.lookup(key, o)
+        && let Some((owner_id, fence)) = owners.lookup(key, o, rw)
         && stale != Some(owner_id)
     {
         return Plan {
             token: owners.field(owner_id),
-            holder: Some(Holder { owner, owner_id }),
+            holder: Some(Holder {
+                owner,
+                owner_id,
+                rw,
+            }),
             reentry: true,
             fence,
         };
@@ -47,7 +52,11 @@ pub(super) fn plan(
     let owner_id = new_owner_id();
     Plan {
         token: owners.field(owner_id),
-        holder: Some(Holder { owner, owner_id }),
+        holder: Some(Holder {
+            owner,
+            owner_id,
+            rw,
+        }),
         reentry: false,
         fence: None,
     }
