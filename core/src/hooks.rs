@@ -31,6 +31,9 @@ pub enum Point {
     /// A queued acquire attempt's request to one node, before it is sent (as above, for the
     /// lock kinds).
     QueuedSending,
+    /// A semaphore grant on a Redis Cluster, before the restart guard's check of its primary
+    /// (an acquire cancelled now has a grant and no `Lock` yet).
+    SemaphoreConfirming,
 }
 
 /// Called with the point and the lock's key (empty where there is none).

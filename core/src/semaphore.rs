@@ -321,6 +321,7 @@ async fn attempt(
         place,
         timeout,
         request: Some(request),
+        unclaimed: false,
     };
     let reply = match pending.request.as_mut() {
         Some(request) => request.await,
@@ -340,20 +341,30 @@ async fn attempt(
         pending.give_back();
     }
     let (granted, at) = reply?;
+    // Until the caller has it, a grant dropped (a cancel during the primary check below) goes
+    // back: no `Lock` exists yet to release or renew it (found by a review).
+    pending.unclaimed = granted == 1;
     if granted == 1 && node.guards_slots() {
         // A grant counts only once the primary that made it is known not to be one that has
         // just taken the slot over (it may have lost the pool's writes): held back, it goes
         // back at once. A refusal took nothing, so it needs no probe.
+        if let Some(hook) = crate::hooks::off_thread(crate::hooks::Point::SemaphoreConfirming, name)
+        {
+            let _ = hook.await;
+        }
         let deadline = Instant::now() + timeout;
         if let Err(e) = Box::pin(node.confirm_primary(name, deadline, timeout)).await {
+            pending.unclaimed = false;
             pending.give_back();
             return Err(e);
         }
     }
     if granted == 1 && Instant::now() >= deadline {
+        pending.unclaimed = false;
         pending.give_back_now().await;
         return Ok(Answer::TooLate);
     }
+    pending.unclaimed = false;
     Ok(if granted == 1 {
         Answer::Granted
     } else {
@@ -375,6 +386,8 @@ struct GiveBack<'a> {
     place: Option<&'a QueueArgs>,
     timeout: Duration,
     request: Option<JoinHandle<std::result::Result<(i64, i64), NodeError>>>,
+    /// A grant answered and not yet handed to the caller: dropped now, its ids go back.
+    unclaimed: bool,
 }
 
 impl GiveBack<'_> {
@@ -458,6 +471,8 @@ impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
         if let Some(request) = self.request.take() {
             self.spawn_release(Some(request));
+        } else if self.unclaimed {
+            self.give_back();
         }
     }
 }

@@ -928,3 +928,73 @@ async fn a_cancel_during_a_too_late_give_back_reports_once_the_permits_are_back(
          give-back task is not collected by the cancel)"
     );
 }
+
+/// A semaphore acquire cancelled while its grant waits for the restart guard's primary check
+/// (a Redis Cluster, `restart_guard` on) gives its permits back: no `Lock` exists yet to
+/// release or renew them. Before, the attempt had already dropped its request, so its drop
+/// returned nothing and the permits stayed taken for their whole lease (found by a review).
+/// A hook holds the attempt at that check until the cancel has landed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquire_cancelled_during_the_primary_check_gives_its_permits_back() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = ferrolock_testbed::RedisCluster::start_with(ferrolock_testbed::ClusterOptions {
+        primaries: 1,
+        ..Default::default()
+    });
+    let node = &cluster.nodes[0];
+    let o = opts()
+        .ttl(Duration::from_secs(60))
+        .wait(Some(Duration::ZERO));
+    let m = guarded_manager_once_up(node, cluster.url(), Duration::from_secs(1), o.clone()).await;
+    let name = "sem-cancel-primary-check";
+    let zset = timeout_key(name);
+    let (reached, go) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    {
+        let (reached, go) = (reached.clone(), go.clone());
+        ferrolock::__set_test_hook(Some(Arc::new(move |point, _| {
+            if point == HookPoint::SemaphoreConfirming && !reached.swap(true, Ordering::SeqCst) {
+                hold_until(&go);
+            }
+        })));
+    }
+    let cancel = Cancel::new();
+    let acquire = {
+        let (m, o, cancel) = (m.clone(), o.clone(), cancel.clone());
+        tokio::spawn(
+            async move { until_cancelled(m.semaphore_with(name, 1, 1, &o), &cancel).await },
+        )
+    };
+    let start = Instant::now();
+    while !reached.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no grant reached the primary check"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(
+        node.cmd::<i64>(&["ZCARD", &zset]),
+        1,
+        "the grant is on the node"
+    );
+    cancel.cancel();
+    let outcome = acquire.await.unwrap();
+    go.store(true, Ordering::SeqCst);
+    assert!(
+        outcome.is_none(),
+        "the acquire finished before it was cancelled: {:?}",
+        outcome.map(|r| r.map(|l| l.is_held()))
+    );
+    // A cancelled acquire reports once what it took is back.
+    assert_eq!(
+        node.cmd::<i64>(&["ZCARD", &zset]),
+        0,
+        "the cancelled acquire's grant was never given back (lease 60 s)"
+    );
+    let again = m.semaphore_with(name, 1, 1, &o).await.unwrap();
+    assert!(again.release().await.unwrap());
+}
