@@ -338,6 +338,15 @@ pub(crate) fn loss_margin(opts: &LockOptions, ttl: Duration) -> Duration {
     opts.clone().ttl(ttl).effective_node_timeout() * 2
 }
 
+/// The last moment a grant whose validity ends at `deadline` may be heard and still count:
+/// one heard later would be declared lost as soon as it was handed out (its loss margin
+/// reached), so it is treated as too late, given back, and tried again within the wait.
+pub(crate) fn grant_cutoff(opts: &LockOptions, deadline: Instant) -> Instant {
+    deadline
+        .checked_sub(loss_margin(opts, opts.ttl))
+        .unwrap_or(deadline)
+}
+
 /// The longest read lease: Redisson's read renewal lease (`lockWatchdogTimeout`'s default).
 pub const READ_LEASE_CAP: Duration = Duration::from_secs(30);
 

@@ -215,8 +215,10 @@ async fn acquire_loop(
                 None if too_late => Error::new(
                     ErrorKind::NotAcquired,
                     format!(
-                        "{what}: granted, but the acquire took longer than the validity (ttl \
+                        "{what}: granted, but the acquire took too long: less than its loss \
+                         margin ({:?}, twice the node timeout) was left of the validity (ttl \
                          {:?} minus drift {:?}), so the permits were given back",
+                        crate::lock::loss_margin(opts, opts.ttl),
                         opts.ttl,
                         opts.drift()
                     ),
@@ -359,7 +361,7 @@ async fn attempt(
             return Err(e);
         }
     }
-    if granted == 1 && Instant::now() >= deadline {
+    if granted == 1 && Instant::now() >= crate::lock::grant_cutoff(opts, deadline) {
         pending.unclaimed = false;
         pending.give_back_now().await;
         return Ok(Answer::TooLate);

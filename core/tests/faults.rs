@@ -64,6 +64,50 @@ async fn a_grant_that_arrives_after_the_validity_is_not_a_grant() {
         .unwrap();
 }
 
+/// A grant heard after its loss margin began (less than 2 × node timeout of its validity
+/// left) but before its deadline is not a grant either: handed out, it would have been
+/// declared lost at once, and the loss signalled only at the watchdog's next look, which may
+/// come after the deadline (found by a review). It is given back, as a late grant is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grant_heard_inside_its_loss_margin_is_not_a_grant() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = Cluster::start(1);
+    // ttl 6 s, node timeout 900 ms: the validity ends 5.94 s after the attempt starts, the loss
+    // margin (1.8 s) begins at 4.14 s. The client stalls 4.6 s after the answer: heard inside
+    // the margin, with more than a second to spare on either side.
+    let o = opts()
+        .ttl(Duration::from_secs(6))
+        .node_timeout(ms(900))
+        .wait(Some(Duration::ZERO));
+    let m = manager(&cluster.urls(), o.clone());
+    let heard = Arc::new(std::sync::Mutex::new(None));
+    let flag = heard.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::Answered && key == "margin" && flag.lock().unwrap().is_none() {
+            std::thread::sleep(ms(4600));
+            *flag.lock().unwrap() = Some(std::time::Instant::now());
+        }
+    })));
+    let asked = std::time::Instant::now();
+    let err = m
+        .acquire("margin")
+        .await
+        .map(|l| format!("granted, validity {:?}", l.validity()))
+        .expect_err("a grant heard inside its loss margin must not be handed out");
+    let heard = heard.lock().unwrap().expect("the stall was not in place");
+    // The attempt started after `asked`: its deadline is later than this.
+    assert!(
+        heard < asked + ms(5940),
+        "the grant was heard after its deadline ({:?} after the call): not the case under test",
+        heard - asked
+    );
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(err.message().contains("loss margin"), "{err}");
+    // Given back, not left to expire: the next acquire is granted at once.
+    m.acquire("margin").await.unwrap().release().await.unwrap();
+}
+
 /// An extend whose node timeout could outlast its new validity (a confirmation arriving after
 /// the deadline it would set) is refused before anything is sent: with the loss margin
 /// (2 × node timeout) under a third of the ttl, every answer that counts arrives in time.

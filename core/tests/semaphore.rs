@@ -825,7 +825,7 @@ async fn a_grant_answered_after_its_validity_is_given_back() {
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
     assert!(
-        err.to_string().contains("took longer than the validity"),
+        err.to_string().contains("the acquire took too long"),
         "{err}"
     );
     // The fault happened (the stall) and its permit went back.

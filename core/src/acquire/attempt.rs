@@ -320,7 +320,10 @@ pub(super) async fn attempt(
             }
         }
     }
-    if tally.won() && spoiled.is_none() && Instant::now() >= deadline {
+    if tally.won()
+        && spoiled.is_none()
+        && Instant::now() >= crate::lock::grant_cutoff(opts, deadline)
+    {
         spoiled = Some(Spoiled::TooLate);
     }
     let won = tally.won() && spoiled.is_none();

@@ -40,7 +40,10 @@ pub(super) fn not_acquired_error(
     let waited = waited(opts.wait);
     let why = match spoiled {
         Some(Spoiled::TooLate) => format!(
-            "a quorum granted it but the acquire took longer than the validity (ttl {:?} minus drift {:?}), so it was released",
+            "a quorum granted it but the acquire took too long: less than its loss margin \
+             ({:?}, twice the node timeout) was left of the validity (ttl {:?} minus drift {:?}), \
+             so it was released",
+            crate::lock::loss_margin(opts, opts.ttl),
             opts.ttl,
             opts.drift()
         ),
