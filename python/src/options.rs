@@ -14,7 +14,8 @@ use ferrolock::{OptionSpec, OptionValue as Value, option_spec};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple, PyType,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMemoryView, PyString, PyTuple,
+    PyType,
 };
 
 use crate::errors::invalid;
@@ -98,10 +99,20 @@ fn written_nodes(py: Python<'_>, value: &Bound<'_, PyAny>) -> String {
         true => ("(", ")"),
         false => ("[", "]"),
     };
+    let plain = value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>();
+    // Another sequence (a deque, a UserList) as its type around a list: `deque([...])`.
+    let other = !plain
+        && !is_text(value)
+        && !value.is_instance_of::<PyMemoryView>()
+        && is_sequence(py, value).unwrap_or(false);
     match value.try_iter() {
-        Ok(items) if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() => {
+        Ok(items) if plain || other => {
             let shown: Vec<String> = items.map(|i| i.map_or("?".into(), |i| url(&i))).collect();
-            format!("{open}{}{close}", shown.join(", "))
+            let listed = format!("{open}{}{close}", shown.join(", "));
+            match other {
+                true => format!("{}({listed})", type_name(value)),
+                false => listed,
+            }
         }
         _ => url(value),
     }
@@ -190,8 +201,15 @@ fn boolean(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) -> Py
     v.extract()
 }
 
+/// Whether `v` is a `collections.abc.Sequence` (registered ones included: a deque).
+fn is_sequence(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<bool> {
+    static SEQUENCE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    v.is_instance(SEQUENCE.import(py, "collections.abc", "Sequence")?)
+}
+
 fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    let why = "expected a list of node URLs (redis://, rediss://, unix://, redis+cluster://, ...) or one comma-separated string";
+    let why = "expected a list (or any sequence) of node URLs (redis://, rediss://, unix://, redis+cluster://, ...) or one comma-separated string";
+    let not_text = "bytes are not text: pass the node URLs as str (decode them), a list of them or one comma-separated string";
     // The core reads an empty list as "the default nodes"; written out, it is a mistake.
     let empty =
         "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
@@ -205,7 +223,16 @@ fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Val
         }
         return Ok(Value::Text(s.to_string()));
     }
-    if !(v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>()) {
+    // Bytes are a sequence too (of ints), and a URL written as bytes is no URL: said so.
+    if v.is_instance_of::<PyBytes>()
+        || v.is_instance_of::<PyByteArray>()
+        || v.is_instance_of::<PyMemoryView>()
+    {
+        return Err(bad(py, ctx, "nodes", v, not_text));
+    }
+    // Any sequence, as the stub declares (`Sequence[str]`): a list, a tuple, a deque, a
+    // UserList... A set or a dict (no order, or no URLs) is not one.
+    if !(v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() || is_sequence(py, v)?) {
         return Err(bad(py, ctx, "nodes", v, why));
     }
     let mut out = Vec::new();

@@ -364,6 +364,31 @@ def test_nodes_from_environment(node: RedisNode, key: str, monkeypatch: pytest.M
     m.close()
 
 
+def test_nodes_takes_any_sequence_of_str_as_the_stub_declares(node: RedisNode, key: str) -> None:
+    # The stub says `nodes: str | Sequence[str] | None`: what mypy lets through works.
+    import collections
+
+    for nodes in (collections.UserList([node.url]), collections.deque([node.url]), (node.url,)):
+        m = LockManager(nodes)
+        assert m.nodes == [node.url], nodes
+        with m.lock(key) as lock:
+            assert node.client().get(key) == lock.token
+        m.close()
+        with redlock(key, nodes=nodes) as lock:
+            assert node.client().get(key) == lock.token
+    # A wrong item in one is named, inside its type.
+    with pytest.raises(InvalidArgument, match=r"^LockManager: nodes=deque\(\['redis://[^']*', 5\]\) \(deque\): expected a list"):
+        LockManager(collections.deque([node.url, 5]))  # type: ignore[list-item]
+    # Bytes are a sequence too (of ints): refused, saying why.
+    for raw in (node.url.encode(), bytearray(node.url.encode()), memoryview(node.url.encode())):
+        with pytest.raises(InvalidArgument, match=r"^LockManager: nodes=<\w+> \(\w+\): bytes are not text: pass the node URLs as str"):
+            LockManager(raw)  # type: ignore[arg-type]
+    # Not a sequence: a set has no order, a dict's keys are no list.
+    for unordered in ({node.url}, {node.url: 1}):
+        with pytest.raises(InvalidArgument, match=r"expected a list \(or any sequence\) of node URLs"):
+            LockManager(unordered)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("blank", ["", "  "])
 def test_a_blank_ferrolock_nodes_is_refused_by_name(key: str, monkeypatch: pytest.MonkeyPatch, blank: str) -> None:
     # Set but empty (FERROLOCK_NODES=$REDIS_URL with REDIS_URL unset) is not "unset": the

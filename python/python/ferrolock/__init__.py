@@ -182,9 +182,9 @@ class LockManager:
     lock (and thread, and task) of the manager. One node is a single-instance lock, N nodes
     are Redlock (quorum N/2+1).
 
-    ``nodes`` is a list of URLs (``redis://``, ``rediss://``, ``unix://``,
-    ``redis+cluster://``, ``rediss+cluster://``) or one
-    comma-separated string; left out, ``FERROLOCK_NODES``, else ``redis://127.0.0.1:6379``.
+    ``nodes`` is a list (or any other sequence: a tuple, a deque) of URLs (``redis://``,
+    ``rediss://``, ``unix://``, ``redis+cluster://``, ``rediss+cluster://``) or one
+    comma-separated string (not bytes); left out, ``FERROLOCK_NODES``, else ``redis://127.0.0.1:6379``.
     Other keyword options (``tls_ca``, ``restart_guard``, ``sharded_pubsub``, and any lock option such as ``ttl``
     or ``wait``) set this manager's defaults; every lock may override the lock options.
     Durations are seconds (int/float) or ``datetime.timedelta``.
