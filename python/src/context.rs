@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
 use ferrolock::{Error, ErrorKind, LockOptions};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyWeakrefMethods, PyWeakrefReference};
 
 use crate::bridge;
 use crate::errors::{injected_class, to_py};
@@ -29,6 +30,11 @@ struct State {
     generation: u64,
     /// `PyThread_get_thread_ident()` of the thread that entered.
     thread: u64,
+    /// A weak reference to that thread's token (`ferrolock._owner.thread_token`), dead once
+    /// the thread has ended: its ident may then be another thread's, which the block's loss
+    /// must not be raised into (found by a review: a block entered by hand in a thread that
+    /// ended inside it). None if the token could not be made (the ident alone is checked).
+    alive: Option<Py<PyWeakrefReference>>,
     /// A coroutine's frame running the `with` statement (its address), else 0. A coroutine
     /// suspended at an `await` is not running: the thread's event loop runs other tasks, into
     /// which the loss must not be raised, so it waits until this frame is on the thread's
@@ -58,16 +64,23 @@ impl Shared {
         // (The core logs the loss itself, as a warning on the "ferrolock" logger.)
         let wanted =
             |st: &State| st.generation == generation && st.in_body && interrupt && !st.injected;
-        let (thread, frame) = {
+        let (thread, frame, alive) = {
             let st = self.state();
             if !wanted(&st) {
                 return false;
             }
-            (st.thread, st.frame)
+            (
+                st.thread,
+                st.frame,
+                st.alive.as_ref().map(|a| a.clone_ref(py)),
+            )
         };
         // Outside the state's mutex: walking the frames allocates, and a collection may run a
         // finalizer that exits this very block.
+        let gone = alive.is_some_and(|a| a.bind(py).upgrade().is_none());
         let running = match frame {
+            // The entering thread has ended: another thread may have its ident now.
+            _ if gone => None,
             0 => Some(true),
             frame => running_on(py, thread, frame),
         };
@@ -218,6 +231,16 @@ pub struct PyLockContext {
     shared: Arc<Shared>,
 }
 
+/// A weak reference to the calling thread's token (see `State::alive`).
+fn thread_token(py: Python<'_>) -> Option<Py<PyWeakrefReference>> {
+    static THREAD_TOKEN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let token = THREAD_TOKEN
+        .import(py, "ferrolock._owner", "thread_token")
+        .and_then(|f| f.call0())
+        .ok()?;
+    PyWeakrefReference::new(&token).ok().map(Bound::unbind)
+}
+
 fn thread_ident() -> u64 {
     // SAFETY: no preconditions.
     unsafe { pyo3::ffi::PyThread_get_thread_ident() as u64 }
@@ -250,11 +273,13 @@ impl PyLockContext {
                 return Err(e);
             }
         };
+        let alive = thread_token(py);
         let generation = {
             let mut st = self.shared.state();
             st.generation += 1;
             st.lock = Some(lock.clone_ref(py));
             st.thread = thread_ident();
+            st.alive = alive;
             st.frame = coroutine_frame(py);
             st.in_body = true;
             st.injected = false;

@@ -525,3 +525,72 @@ def test_after_wait_lost_close_release_all_or_acquire(node: RedisNode, key: str,
     assert not errors, errors
     assert seen["reason"], seen
     _check_what_was_left(m, r, key, action, seen)
+
+
+def test_a_loss_is_not_raised_into_a_new_thread_that_has_the_entering_threads_ident(node: RedisNode, key: str) -> None:
+    """A `with` block entered by hand (ExitStack) in thread A, which ends with the block still
+    open. Thread B, started after, gets A's ident (glibc hands a new thread the stack, and so
+    the pthread_t, of one that ended). B never touches ferrolock: the lock's loss must not be
+    raised into it (it was: the loss went to the entering thread's ident). The holder hears of
+    the loss when it exits the block."""
+    m = LockManager([node.url], ttl=1.0)
+    stack = contextlib.ExitStack()
+    idents: dict[str, int] = {}
+    locks: list[Any] = []
+    outcome: dict[str, str] = {}
+    misses = threading.Event()
+
+    def a() -> None:
+        idents["a"] = threading.get_ident()
+        locks.append(stack.enter_context(m.lock(key)))
+
+    def b() -> None:
+        if threading.get_ident() != idents["a"]:
+            misses.wait()  # not A's ident: kept alive (its stack in use) while another starts
+            return
+        idents["b"] = threading.get_ident()
+        try:
+            # Unrelated work, in Python (where an injected exception lands), until the loss is
+            # declared and well after: the injection, when there was one, came within ms.
+            deadline = time.monotonic() + 30
+            while not locks[0].lost and time.monotonic() < deadline:
+                time.sleep(0.01)
+            outcome["lost"] = str(locks[0].lost)
+            for _ in range(200):
+                time.sleep(0.01)
+            outcome["b"] = "finished"
+        except BaseException as e:  # noqa: BLE001 - what reached B is what the test checks
+            outcome["b"] = repr(e)
+
+    # A stack size nothing else uses, so that no other thread (the suite's, the core's runtime
+    # threads) takes A's cached stack before B does: glibc then hands B that stack, and with it
+    # A's ident.
+    old_size = threading.stack_size(12 * 1024 * 1024)
+    started: list[threading.Thread] = []
+    try:
+        ta = threading.Thread(target=a)
+        ta.start()
+        ta.join()
+        assert locks and locks[0].locked()
+        time.sleep(0.2)  # until the kernel has marked A's stack free (CLONE_CHILD_CLEARTID)
+        for _ in range(200):
+            tb = threading.Thread(target=b)
+            tb.start()
+            started.append(tb)
+            time.sleep(0.02)
+            if "b" in idents:
+                break
+    finally:
+        threading.stack_size(old_size)
+        misses.set()
+    if "b" not in idents:
+        stack.close()
+        m.close()
+        pytest.fail("no new thread got the ended thread's ident: the case cannot be set up here")
+    node.client().delete(key)  # lost at the watchdog's next renewal (a third of the ttl)
+    for t in started:
+        t.join()
+    with pytest.raises(LockLost):
+        stack.close()
+    m.close()
+    assert outcome == {"lost": "True", "b": "finished"}, outcome

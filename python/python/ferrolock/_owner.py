@@ -18,6 +18,23 @@ _thread = threading.local()
 _tasks: weakref.WeakKeyDictionary[asyncio.Task[object], int] = weakref.WeakKeyDictionary()
 
 
+class _ThreadToken:
+    """Lives as long as its thread: held only by the thread's ``threading.local`` storage,
+    which CPython clears when the thread ends. A weak reference to it tells whether a thread
+    is still the one it was (its ident is reused by the next thread to start, as a rule)."""
+
+    __slots__ = ("__weakref__",)
+
+
+def thread_token() -> _ThreadToken:
+    """The calling thread's token (see ``_ThreadToken``)."""
+    try:
+        return _thread.token  # type: ignore[no-any-return]
+    except AttributeError:
+        token = _thread.token = _ThreadToken()
+        return token
+
+
 def thread_owner() -> int:
     """The owner id of the calling thread."""
     try:
