@@ -1,7 +1,9 @@
 //! `ferrolock._ferrolock._Manager`: a `ferrolock::host::Manager` and the default of the
 //! Python-only `interrupt` option. `ferrolock.LockManager` wraps it.
 
-use std::time::Duration;
+use std::cell::RefCell;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use ferrolock::host;
 use ferrolock::{ErrorKind, LockOptions};
@@ -24,6 +26,64 @@ pub struct PyManager {
 /// The timeout of `close()` (and of the `with LockManager` exit).
 const CLOSE_LIMIT: Duration = Duration::from_secs(5);
 
+thread_local! {
+    /// The host managers (`host::Manager::id`) this thread is inside a blocking acquire of,
+    /// innermost last. Python runs signal handlers on the waiting thread, inside the acquire
+    /// (`bridge::blocking`): a `close()` there must not wait for that very acquire.
+    static ACQUIRING_ON: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// The closes such a handler started on threads of their own, by manager: the acquire
+    /// joins them before it raises (see `PyManager::close`).
+    static CLOSING_UNDER: RefCell<Vec<(usize, JoinHandle<()>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks the calling thread as inside a blocking acquire of manager `id` while it lives.
+struct InAcquire(usize);
+
+impl InAcquire {
+    fn enter(id: usize) -> InAcquire {
+        ACQUIRING_ON.with(|v| v.borrow_mut().push(id));
+        InAcquire(id)
+    }
+}
+
+impl Drop for InAcquire {
+    fn drop(&mut self) {
+        ACQUIRING_ON.with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some(i) = v.iter().rposition(|&id| id == self.0) {
+                v.remove(i);
+            }
+        });
+    }
+}
+
+fn in_acquire_of(id: usize) -> bool {
+    ACQUIRING_ON.with(|v| v.borrow().contains(&id))
+}
+
+/// Once the calling thread has left its last blocking acquire of manager `id`: waits (GIL
+/// released) for the closes of it that a signal handler started meanwhile, so that they have
+/// released what they release, and taken back what the ended acquire had taken, before its
+/// `NotAcquired` is raised. Each close is bounded by `CLOSE_LIMIT`.
+fn join_closes_under(py: Python<'_>, id: usize) {
+    if in_acquire_of(id) {
+        return;
+    }
+    let mine: Vec<JoinHandle<()>> = CLOSING_UNDER.with(|v| {
+        let mut v = v.borrow_mut();
+        let (mine, rest) = v.drain(..).partition(|(m, _)| *m == id);
+        *v = rest;
+        mine.into_iter().map(|(_, h)| h).collect()
+    });
+    if !mine.is_empty() {
+        bridge::detached(py, || {
+            for h in mine {
+                let _ = h.join();
+            }
+        });
+    }
+}
+
 impl PyManager {
     pub(crate) fn args(
         &self,
@@ -34,8 +94,6 @@ impl PyManager {
         lock_args(py, key, self.host.defaults(), self.interrupt, options)
     }
 
-    /// Blocking acquire with the GIL released; Ctrl-C stops the wait (nothing is left
-    /// behind) and raises `KeyboardInterrupt`.
     /// The host manager's identity: one for every `PyManager` around the same shared
     /// manager (each `redlock()` call makes one).
     pub(crate) fn id(&self) -> usize {
@@ -47,6 +105,9 @@ impl PyManager {
         self.host.servers()
     }
 
+    /// Blocking acquire with the GIL released; Ctrl-C stops the wait (nothing is left
+    /// behind) and raises `KeyboardInterrupt`. A `close()` of this manager by a signal handler
+    /// meanwhile ends it with `NotAcquired`, raised once that close is done.
     pub(crate) fn acquire_blocking(
         &self,
         py: Python<'_>,
@@ -55,10 +116,13 @@ impl PyManager {
         owner: u64,
     ) -> PyResult<PyLock> {
         let m = &self.host;
+        let inside = InAcquire::enter(m.id());
         let out = bridge::blocking(py, |cancel, check| {
             m.acquire_blocking(key, owner, &opts, cancel, check)
-        })?;
-        match out {
+        });
+        drop(inside);
+        join_closes_under(py, m.id());
+        match out? {
             Ok(lock) => Ok(PyLock::new(lock)),
             Err(e) => {
                 let err = to_py(py, &e, Some(key));
@@ -251,8 +315,36 @@ impl PyManager {
 
     /// `host::Manager::close`: ends the waits on this manager (`NotAcquired`), releases the
     /// locks still held, then later acquires raise `InvalidArgument`. Idempotent.
+    ///
+    /// Called by a signal handler that runs inside a blocking acquire of this manager on the
+    /// same thread (`bridge::blocking`), it returns once the manager is closed: the host's
+    /// close waits for the acquires in progress, and that one cannot end before the handler
+    /// returns (it waited out its whole limit, found by a review). The close then runs on a
+    /// thread of its own, which that acquire joins before it raises its `NotAcquired`.
     fn close(&self, py: Python<'_>) {
-        bridge::detached(py, || self.host.close(CLOSE_LIMIT));
+        let id = self.host.id();
+        if !in_acquire_of(id) || self.host.is_closed() {
+            bridge::detached(py, || self.host.close(CLOSE_LIMIT));
+            return;
+        }
+        let host = self.host.clone();
+        let spawned = std::thread::Builder::new()
+            .name("ferrolock-close".into())
+            .spawn(move || host.close(CLOSE_LIMIT));
+        let Ok(handle) = spawned else {
+            // No thread to be had: close here, waiting out the limit as before.
+            bridge::detached(py, || self.host.close(CLOSE_LIMIT));
+            return;
+        };
+        CLOSING_UNDER.with(|v| v.borrow_mut().push((id, handle)));
+        // The closed flag is its first step: from then on acquires are refused, and this
+        // thread's own acquire ends as soon as the handler returns.
+        bridge::detached(py, || {
+            let until = Instant::now() + CLOSE_LIMIT;
+            while !self.host.is_closed() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
     }
 
     fn __repr__(&self) -> String {

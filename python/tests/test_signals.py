@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import ferrolock
+from ferrolock import LockManager, NotAcquired
+
 from conftest import Child, RedisNode
 
 WAITER = r"""
@@ -124,3 +127,59 @@ def test_ctrl_c_inside_a_held_with_block_releases_and_propagates(node: RedisNode
         assert not r.exists(key)
     finally:
         child.kill()
+
+
+def _queue_keys(node: RedisNode, key: str) -> list[str]:
+    """The key's queue keys on node (DESIGN.md, "Waiter queue")."""
+    return sorted(node.client().scan_iter(match=f"ferrolock:queue*:{{{key}}}"))
+
+
+def test_close_from_a_signal_handler_inside_a_blocked_acquire_does_not_wait_for_it(node: RedisNode, key: str) -> None:
+    """A common shutdown: a signal handler closes the manager. Python runs the handler on the
+    main thread *inside* its blocked acquire; close() waits for the acquires in progress, one
+    of which is that very one, which cannot go on before the handler returns: close() sat out
+    its whole 5 s limit (found by a review). It returns once the manager is closed; the
+    acquire then ends with NotAcquired ("closed"), raised once the close is done."""
+    r = node.client()
+    holder = LockManager([node.url], ttl=60)
+    held = holder.acquire(key)
+    m = LockManager([node.url])
+    other = m.acquire(key + ":other")  # a lock of the manager, which close() releases
+    seen: dict[str, object] = {}
+    give_up = time.monotonic() + 30
+
+    def handler(*_: object) -> None:
+        if not _queue_keys(node, key) and time.monotonic() < give_up:
+            signal.setitimer(signal.ITIMER_REAL, 0.05)  # the acquire is not waiting yet
+            return
+        seen["queued"] = bool(_queue_keys(node, key))
+        m.close()
+        # Observed while this thread's acquire is still in progress (the handler runs inside
+        # it): a close that waited for it would by now have run out its limit and released
+        # `other`. This one has only closed the manager.
+        seen["closed"] = m.closed
+        seen["other's key when close() returned"] = r.get(key + ":other")
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(NotAcquired, match="closed"):
+            m.acquire(key)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    try:
+        assert seen["queued"], "the acquire never queued: the signal did not land inside it"
+        assert seen["closed"] is True
+        assert seen["other's key when close() returned"] == other.token, seen
+        # The acquire raised once the close was done: the manager's lock released (its holder
+        # told), the ended acquire's queue entry gone, the holder's key untouched.
+        assert not r.exists(key + ":other")
+        assert other.lost
+        assert _queue_keys(node, key) == []
+        assert r.get(key) == held.token
+        with pytest.raises(ferrolock.InvalidArgument, match="closed"):
+            m.acquire(key)
+    finally:
+        held.release()
+        holder.close()

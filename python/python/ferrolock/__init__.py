@@ -272,7 +272,9 @@ class LockManager:
         """Ends the acquires waiting on this manager (``NotAcquired``, "its manager
         was closed"; nothing of them is left on any node that answers), releases the locks
         still held (see :meth:`release_all`) and closes the connections. Later acquires raise
-        ``InvalidArgument``. Idempotent."""
+        ``InvalidArgument``. Idempotent. From a signal handler that interrupted a blocking
+        acquire of this manager on its thread, it returns once the manager is closed, and that
+        acquire raises ``NotAcquired`` once the close is done."""
         self._manager.close()
 
     def __enter__(self) -> LockManager:
