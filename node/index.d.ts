@@ -117,6 +117,10 @@ export declare class Lock {
    * QuorumUnreachableError when too few nodes answered (they keep the key until its ttl).
    */
   release(): Promise<boolean>;
+  /**
+   * `await using`: releases the lock (as `release()`) unless it is released already or a
+   * release of it already ran (a lost lock stays 'lost'): disposing again is a no-op.
+   */
   [Symbol.asyncDispose](): Promise<void>;
 }
 

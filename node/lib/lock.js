@@ -9,6 +9,8 @@ const MAKE = Symbol('ferrolock.Lock');
 class Lock {
   #native;
   #controller = null;
+  /** A release (or dispose) of this lock has run: a later dispose has nothing left to do. */
+  #releaseRan = false;
   constructor(native, make) {
     if (make !== MAKE) {
       throw new TypeError('a Lock is made by LockManager.acquire, tryAcquire or withLock, not by new Lock()');
@@ -90,10 +92,20 @@ class Lock {
       return await this.#native.release();
     } catch (e) {
       throw fromNative(e, this.key);
+    } finally {
+      this.#releaseRan = true;
     }
   }
+  /**
+   * Releases the lock unless a release (or dispose) already ran: a lost lock's status stays
+   * 'lost' once released, and a second release of it rejects with NotHeldError, which a
+   * repeated dispose (an explicit `release()` in an `await using` scope) must not. A lock
+   * still 'held' after a failed release is released again.
+   */
   async [Symbol.asyncDispose]() {
-    if (this.status !== 'released') await this.release();
+    const status = this.status;
+    if (status === 'released' || (status === 'lost' && this.#releaseRan)) return;
+    await this.release();
   }
 }
 

@@ -390,6 +390,39 @@ test('close() releasing a lock still in use aborts its signal with a LockLostErr
   await lock[Symbol.asyncDispose]();
 });
 
+test('a lost lock disposed (or released) once is a no-op to dispose again, as a released one', T, async () => {
+  const m = new LockManager({ nodes: [one.url], ttl: 1000 });
+  try {
+    for (const first of ['dispose', 'release']) {
+      const key = `dispose-twice:${first}`;
+      const lock = await m.acquire(key);
+      one.cli('DEL', key);
+      // The watchdog finds the token gone at its next renewal (a third of the ttl).
+      const until = Date.now() + 20_000;
+      while (lock.status !== 'lost' && Date.now() < until) await sleep(20);
+      assert.equal(lock.status, 'lost');
+      // The first dispose (or an explicit release, as in an `await using` scope) releases
+      // what is left of it, as before.
+      if (first === 'dispose') await lock[Symbol.asyncDispose]();
+      else assert.equal(await lock.release(), false);
+      // Before: NotHeldError 'already released'.
+      await lock[Symbol.asyncDispose]();
+      await lock[Symbol.asyncDispose]();
+      assert.equal(lock.status, 'lost');
+      // An explicit second release still says so.
+      await assert.rejects(lock.release(), (e) => e.code === 'NOT_HELD');
+    }
+    // A released lock, as before.
+    const lock = await m.acquire('dispose-twice:released');
+    await lock[Symbol.asyncDispose]();
+    await lock[Symbol.asyncDispose]();
+    assert.equal(lock.status, 'released');
+    assert.ok(!one.exists('dispose-twice:released'));
+  } finally {
+    await m.close();
+  }
+});
+
 test('FERROLOCK_NODES set but empty is refused by name, by withLock and by a LockManager', T, async () => {
   const script = `
     const { withLock, LockManager } = require('.');
