@@ -39,10 +39,23 @@ enum Counted {
 }
 
 async fn take(m: &LockManager, kind: Counted, key: &str, owner: u64) -> ferrolock::Result<Lock> {
+    take_with(m, kind, key, owner, &o()).await
+}
+
+async fn take_with(
+    m: &LockManager,
+    kind: Counted,
+    key: &str,
+    owner: u64,
+    o: &LockOptions,
+) -> ferrolock::Result<Lock> {
     match kind {
-        Counted::Read => m.read_lock_owned(key, owner, &o()).await,
-        Counted::Write => m.write_lock_owned(key, owner, &o()).await,
-        Counted::Reentrant => m.acquire_owned(key, owner, &o().reentrant(true)).await,
+        Counted::Read => m.read_lock_owned(key, owner, o).await,
+        Counted::Write => m.write_lock_owned(key, owner, o).await,
+        Counted::Reentrant => {
+            m.acquire_owned(key, owner, &o.clone().reentrant(true))
+                .await
+        }
     }
 }
 
@@ -71,6 +84,10 @@ struct Three {
 
 impl Three {
     async fn with_outer(kind: Counted, key: &str) -> (Three, Lock) {
+        Three::with_outer_using(kind, key, o()).await
+    }
+
+    async fn with_outer_using(kind: Counted, key: &str, o: LockOptions) -> (Three, Lock) {
         let servers = [
             RedisServer::start(),
             RedisServer::start(),
@@ -78,8 +95,8 @@ impl Three {
         ];
         let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
         let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-        let m = manager(&urls, o());
-        let outer = take(&m, kind, key, 9).await.unwrap();
+        let m = manager(&urls, o.clone());
+        let outer = take_with(&m, kind, key, 9, &o).await.unwrap();
         settle(&servers, key, [1, 1, 1]).await;
         (
             Three {
@@ -170,10 +187,15 @@ async fn settle(servers: &[RedisServer], key: &str, want: [u32; 3]) {
         if seen == want {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: counts {seen:?}, not {want:?}"
-        );
+        if Instant::now() >= deadline {
+            // Which holds' marks each node still has: a release that never ran there, or a
+            // count added after its undo.
+            let marks: Vec<Vec<String>> = servers
+                .iter()
+                .map(|s| s.cmd(&["KEYS", "ferrolock:hold:*"]))
+                .collect();
+            panic!("{key}: counts {seen:?}, not {want:?}; hold marks by node: {marks:?}");
+        }
         tokio::time::sleep(ms(20)).await;
     }
 }
@@ -314,14 +336,18 @@ async fn a_read_release_keeps_the_longest_hold_key() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_re_entry_is_undone_where_its_outcome_is_unknown() {
     let _serial = serial();
+    // A node timeout a loaded machine meets: the outer's release after the links' reset
+    // reconnects first, and a release that missed its node timeout there would leave its
+    // count to the ttl (a background release, correct, but not what this test looks at).
+    let slow = o().node_timeout(Duration::from_secs(1));
     for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
         let key = format!("marks:unknown-re-entry:{kind:?}");
-        let (bed, outer) = Three::with_outer(kind, &key).await;
+        let (bed, outer) = Three::with_outer_using(kind, &key, slow.clone()).await;
         let (servers, proxies) = (&bed.servers, &bed.proxies);
         let sent: Vec<u64> = servers.iter().map(|s| calls(s, "evalsha")).collect();
         proxies[1].hold(Direction::Down);
         proxies[2].hold(Direction::Down);
-        let inner = take(&bed.m, kind, &key, 9).await;
+        let inner = take_with(&bed.m, kind, &key, 9, &slow).await;
         assert!(inner.is_err(), "{kind:?}: granted on one node of three");
         // The fault happened: the re-entry ran on the two nodes whose replies were held.
         for i in [1, 2] {
