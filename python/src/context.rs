@@ -45,6 +45,9 @@ struct State {
     in_body: bool,
     /// An exception is pending in (or was raised into) the entering thread.
     injected: bool,
+    /// The lock of the `async with` block in its body (its `HeldBlock` reads it): kept here,
+    /// with the context, so that a block never exited does not keep its lock alive.
+    async_lock: Option<Py<PyLock>>,
 }
 
 #[derive(Default)]
@@ -147,9 +150,13 @@ fn running_on(py: Python<'_>, thread: u64, frame: usize) -> Option<bool> {
     Some(false)
 }
 
-/// The `with` blocks of plain locks being run, weakly. A plain-lock acquire by the owner
-/// (thread) inside one, on its manager and key, would wait for itself (for ever with the
-/// watchdog on): it is refused at once, as Node's `withLock` refuses one from its own scope.
+/// The `with` and `async with` blocks of plain locks being run, weakly. An acquire that would
+/// wait for one of them is refused at once, as Node's `withLock` refuses one from its own
+/// scope: a plain-lock acquire by the owner (thread) inside a `with` block of the key (for
+/// ever with the watchdog on); a blocking acquire on the thread of an event loop whose `async
+/// with` block holds the key (the loop, stopped, can never run the block to its exit); an
+/// awaited acquire on a thread inside a `with` block of the key (the block cannot exit before
+/// that loop returns). Found by a review: the last two hung for good.
 static HELD_BLOCKS: Mutex<Vec<HeldBlock>> = Mutex::new(Vec::new());
 
 struct HeldBlock {
@@ -159,9 +166,30 @@ struct HeldBlock {
     servers: String,
     key: String,
     reentrant: bool,
-    /// The thread's owner id (`ferrolock._owner`): unlike its ident, never reused.
+    /// The thread's owner id (`ferrolock._owner`): unlike its ident, never reused (an `async
+    /// with` block's: its task's).
     owner: u64,
+    /// The thread the block runs on (an `async with` block's: its event loop's).
+    thread: u64,
+    /// An `async with` block.
+    asynchronous: bool,
     shared: Weak<Shared>,
+}
+
+impl HeldBlock {
+    /// In its body, with its lock still held (a block whose lock was released early, lost or
+    /// ran past its validity holds nothing to wait for).
+    fn holds(&self) -> bool {
+        self.shared.upgrade().is_some_and(|s| {
+            let st = s.state();
+            let lock = if self.asynchronous {
+                st.async_lock.as_ref()
+            } else {
+                st.lock.as_ref().filter(|_| st.in_body)
+            };
+            lock.is_some_and(|l| l.get().lock.core().is_held())
+        })
+    }
 }
 
 fn held_blocks() -> MutexGuard<'static, Vec<HeldBlock>> {
@@ -186,29 +214,57 @@ pub(crate) fn refuse_waiting_for_itself(
     owner: u64,
 ) -> PyResult<()> {
     let (servers, manager) = (manager.servers(), manager.id());
-    let waits_for_itself = held_blocks().iter().any(|b| {
-        b.servers == servers
-            && b.key == key
-            && b.owner == owner
-            && !(b.reentrant && reentrant && b.manager == manager)
-            && b.shared.upgrade().is_some_and(|s| {
-                let st = s.state();
-                st.in_body
-                    && st
-                        .lock
-                        .as_ref()
-                        .is_some_and(|l| l.get().lock.core().is_held())
-            })
+    let here = thread_ident();
+    let (mut own_block, mut loops_block) = (false, false);
+    for b in held_blocks().iter() {
+        if b.servers != servers || b.key != key || !b.holds() {
+            continue;
+        }
+        if b.asynchronous {
+            loops_block |= b.thread == here;
+        } else {
+            own_block |= b.owner == owner && !(b.reentrant && reentrant && b.manager == manager);
+        }
+    }
+    let why = if loops_block {
+        "this thread runs the event loop of an `async with` block that holds it (on the same \
+         servers): blocking here stops that loop, so the block could never release it; await \
+         the acquire instead (`async with`, `await manager.acquire_async(...)`)"
+    } else if own_block {
+        "this thread is inside a `with` block that holds it (on the same servers), so waiting \
+         would deadlock; pass reentrant=True to both, with the same manager or connection \
+         options, to re-enter"
+    } else {
+        return Ok(());
+    };
+    let err = Error::new(
+        ErrorKind::NotAcquired,
+        format!("lock {key:?} not acquired: {why}"),
+    );
+    Err(to_py(py, &err, Some(key)))
+}
+
+/// Refuses an awaited plain-lock acquire of `key` on `manager` on a thread inside a `with`
+/// block that holds that key on the same servers: the event loop runs inside that block,
+/// which cannot exit before the loop returns, so the wait would never end.
+pub(crate) fn refuse_awaiting_an_enclosing_block(
+    py: Python<'_>,
+    manager: &PyManager,
+    key: &str,
+) -> PyResult<()> {
+    let (servers, here) = (manager.servers(), thread_ident());
+    let inside = held_blocks().iter().any(|b| {
+        !b.asynchronous && b.thread == here && b.servers == servers && b.key == key && b.holds()
     });
-    if !waits_for_itself {
+    if !inside {
         return Ok(());
     }
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(
             "lock {key:?} not acquired: this thread is inside a `with` block that holds it (on \
-             the same servers), so waiting would deadlock; pass reentrant=True to both, with the \
-             same manager or connection options, to re-enter"
+             the same servers) and runs this event loop inside it, so the block cannot release \
+             it before this wait ends: waiting would deadlock"
         ),
     );
     Err(to_py(py, &err, Some(key)))
@@ -294,6 +350,8 @@ impl PyLockContext {
                 key: self.key.clone(),
                 reentrant: self.opts.reentrant,
                 owner,
+                thread: thread_ident(),
+                asynchronous: false,
                 shared,
             });
         }
@@ -479,9 +537,38 @@ impl PyLockContext {
 
     /// A coroutine acquiring this context's lock for `owner` (used by `__aenter__`).
     fn _acquire_async<'py>(&self, py: Python<'py>, owner: u64) -> PyResult<Bound<'py, PyAny>> {
+        if self.plain {
+            refuse_awaiting_an_enclosing_block(py, self.manager.get(), &self.key)?;
+        }
         self.manager
             .get()
             .acquire_future(py, self.key.clone(), self.opts.clone(), owner)
+    }
+
+    /// `__aenter__` got `lock` for the task `owner` (None: `__aexit__` leaves the body):
+    /// recorded so that a blocking acquire of the key on this event loop's thread is refused.
+    fn _async_body(&self, py: Python<'_>, lock: Option<Py<PyLock>>, owner: u64) {
+        if !self.plain {
+            return;
+        }
+        let shared = Arc::downgrade(&self.shared);
+        forget_block(&shared);
+        let entering = lock.is_some();
+        let old = std::mem::replace(&mut self.shared.state().async_lock, lock);
+        drop(old);
+        if entering {
+            held_blocks().push(HeldBlock {
+                manager: self.manager.get().id(),
+                servers: self.manager.get().servers().to_string(),
+                key: self.key.clone(),
+                reentrant: self.opts.reentrant,
+                owner,
+                thread: thread_ident(),
+                asynchronous: true,
+                shared,
+            });
+        }
+        let _ = py;
     }
 
     fn __repr__(&self) -> String {

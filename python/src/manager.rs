@@ -265,6 +265,7 @@ impl PyManager {
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = key_str(py, key)?;
         let args = self.args(py, &key, options)?;
+        crate::context::refuse_awaiting_an_enclosing_block(py, self, &key)?;
         self.acquire_future(py, key, args.opts, owner)
     }
 

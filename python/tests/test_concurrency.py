@@ -432,3 +432,47 @@ def test_an_async_acquire_cancelled_as_it_is_granted_leaves_the_key_free(cluster
     finally:
         for m in (holder, waiter, other):
             m.close()
+
+
+def test_a_blocking_acquire_of_a_key_its_event_loops_async_with_holds_is_refused(
+    node: RedisNode, key: str
+) -> None:
+    # The event loop's thread blocking in `with m.lock(key)` while a task of that loop, in
+    # `async with m.lock(key)`, holds the key: the loop can never run that block to its exit,
+    # and the watchdog keeps the lock, so the wait never ended (found by a review). Refused
+    # at once, as is the other way round: an awaited acquire inside a `with` block of the key
+    # whose thread runs the loop.
+    m = LockManager([node.url])
+    refused: list[str] = []
+
+    async def blocking_inside_async() -> None:
+        async with m.lock(key):
+            # wait=2: without the refusal, each would wait that long and fail unlike this.
+            for call in (lambda: m.lock(key, wait=2).__enter__(), lambda: m.acquire(key, wait=2)):
+                with pytest.raises(ferrolock.NotAcquired) as info:
+                    call()
+                refused.append(str(info.value))
+
+    async def awaited_inside_sync() -> None:
+        for call in (lambda: m.lock(key, wait=2).__aenter__(), lambda: m.acquire_async(key, wait=2)):
+            with pytest.raises(ferrolock.NotAcquired) as info:
+                await call()
+            refused.append(str(info.value))
+
+    try:
+        asyncio.run(blocking_inside_async())
+        with m.lock(key):
+            asyncio.run(awaited_inside_sync())
+        # Left, the blocks refuse nothing: each way round works in turn.
+        asyncio.run(_take_and_release(m, key))
+        with m.lock(key):
+            pass
+    finally:
+        m.close()
+    assert len(refused) == 4, refused
+    assert all("event loop" in r or "runs this event loop" in r for r in refused), refused
+
+
+async def _take_and_release(m: LockManager, key: str) -> None:
+    async with m.lock(key):
+        pass

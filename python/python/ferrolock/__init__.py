@@ -144,6 +144,7 @@ class LockContext(_LockContextBase):
             self._ause = None
             raise
         task = asyncio.current_task()
+        self._async_body(lock, _owner.task_owner())
         use.lock, use.task, use.loop = lock, task, asyncio.get_running_loop()
         use.cancelling = task.cancelling() if task is not None else 0
         use.in_body = True
@@ -157,6 +158,7 @@ class LockContext(_LockContextBase):
         tb: TracebackType | None,
     ) -> bool:
         use, self._ause = self._ause, None
+        self._async_body(None, 0)
         if use is None or use.lock is None:
             return False
         use.in_body = False
