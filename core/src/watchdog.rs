@@ -27,6 +27,9 @@ use crate::scripts::Extend;
 const IDLE: Duration = Duration::from_secs(1);
 /// Time allowed per renewal in a batch, on top of the node timeout.
 const PER_RENEWAL: Duration = Duration::from_micros(50);
+/// How much longer than its parts' own deadline a cluster's renewal tick may run before it is
+/// cut whole (its connection, or the map read, being what is slow then).
+const CLUSTER_SLACK: Duration = Duration::from_millis(100);
 
 /// What the watchdog keeps alive: a held lock (`lock.rs`), which decides for itself when it
 /// is due, lost or renewed; the watchdog batches the renewals and runs the clock.
@@ -320,9 +323,17 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
     let per_node: Vec<Result<Vec<Value>, NodeError>> =
         futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
             let batch = &batch;
-            node.run(timeout, voting, move |mut conn| async move {
+            // A cluster bounds each primary's part by `timeout` itself (`renew_on_cluster`),
+            // so that one slow primary fails only its own locks: the whole is cut later.
+            let limit = if node.is_cluster() {
+                timeout + CLUSTER_SLACK
+            } else {
+                timeout
+            };
+            node.run(limit, voting, move |mut conn| async move {
                 if let Conn::Cluster(cluster, _) = &conn {
-                    return renew_on_cluster(core, i, cluster, batch).await;
+                    let deadline = Instant::now() + timeout;
+                    return renew_on_cluster(core, i, cluster, batch, deadline).await;
                 }
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
@@ -348,6 +359,10 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
                 Ok(replies) => match replies.get(i) {
                     Some(Value::Int(1)) => Answer::Yes(0),
                     Some(Value::Int(_)) => Answer::No,
+                    // A cluster's entry whose primary did not answer in time.
+                    Some(Value::Nil) => Answer::Failed(NodeError::Unreachable(format!(
+                        "no reply within {timeout:?}"
+                    ))),
                     Some(other) => Answer::Failed(NodeError::Redis(format!(
                         "unexpected renewal reply {other:?}"
                     ))),
@@ -372,12 +387,17 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
 /// pipeline that failed whole, is renewed alone, as a routed command that redis-rs redirects
 /// and retries; a pipeline of several slots that failed whole is sent again as two halves. A
 /// redirect also drops the map, so the next tick regroups on a fresh one. A failed renewal's
-/// reply is its error text, which `settle` reports as the failure.
+/// reply is its error text, which `settle` reports as the failure. Every part ends by
+/// `deadline` on its own: an entry whose primary (or redirected renewal) has not answered by
+/// then is left `Nil`, no reply, and the other primaries' answers stand. Before, the tick was
+/// cut whole, and one hung primary (or one slot of read locks waiting out a migration) lost
+/// every lock of the manager on the cluster (found by a review).
 async fn renew_on_cluster(
     core: &Core,
     node: usize,
     conn: &ClusterConnection,
     batch: &[Renewal],
+    deadline: Instant,
 ) -> redis::RedisResult<Vec<Value>> {
     let counts = &core.cluster_renewals;
     counts.ticks.fetch_add(1, Ordering::Relaxed);
@@ -411,11 +431,17 @@ async fn renew_on_cluster(
             let slot = key_slot(batch[entries[0]].lock.key());
             async move {
                 let n = entries.len();
-                let replies = send_to_primary_of(&mut conn, pipe, n, slot).await;
+                let replies =
+                    tokio::time::timeout_at(deadline, send_to_primary_of(&mut conn, pipe, n, slot))
+                        .await;
                 (entries, replies)
             }
         });
         for (entries, answer) in futures::future::join_all(sent).await {
+            let Ok(answer) = answer else {
+                // Out of time: its entries stay `Nil` (no reply), the others' stand.
+                continue;
+            };
             match answer {
                 Ok(values) if values.len() == entries.len() => {
                     for (i, value) in entries.into_iter().zip(values) {
@@ -494,14 +520,16 @@ async fn renew_on_cluster(
         async move {
             let mut out = Vec::with_capacity(entries.len());
             for i in entries {
-                let value = match extend(&batch[i])
-                    .invocation()
-                    .invoke_async::<i64>(&mut conn)
-                    .await
-                {
-                    Ok(n) => Value::Int(n),
-                    Err(e) => Value::SimpleString(e.to_string()),
-                };
+                let renewal = extend(&batch[i]).invocation();
+                let value =
+                    match tokio::time::timeout_at(deadline, renewal.invoke_async::<i64>(&mut conn))
+                        .await
+                    {
+                        Ok(Ok(n)) => Value::Int(n),
+                        Ok(Err(e)) => Value::SimpleString(e.to_string()),
+                        // Out of time: this one and the slot's rest stay `Nil` (no reply).
+                        Err(_) => break,
+                    };
                 out.push((i, value));
             }
             out

@@ -1196,7 +1196,9 @@ async fn rwlock_names_without_a_slot_for_their_hold_keys_are_refused_and_the_res
 
 /// One hung primary (SIGSTOPped: connections accepted, nothing answered, as behind a
 /// black-holed link) must not cost the locks of the other primaries: they keep being renewed,
-/// and a new manager still acquires their keys.
+/// and a new manager still acquires their keys. The manager holds a lock on the hung primary
+/// too: before, its renewal pipeline, never answered, cut the whole cluster's tick, and every
+/// lock was lost with it (found by a review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_primary_leaves_the_other_primaries_locks_alone() {
     let _serial = serial();
@@ -1215,6 +1217,7 @@ async fn a_hung_primary_leaves_the_other_primaries_locks_alone() {
     // moment of a loaded machine is retried well before the lock's deadline.
     let ttl = Duration::from_secs(6);
     let m = manager(std::slice::from_ref(&url), LockOptions::default().ttl(ttl));
+    let on_hung = m.acquire(&keys[2]).await.unwrap();
     let mut held = Vec::new();
     for k in &healthy {
         held.push(m.acquire(k).await.unwrap());
@@ -1244,8 +1247,60 @@ async fn a_hung_primary_leaves_the_other_primaries_locks_alone() {
         .await
         .unwrap_or_else(|e| panic!("a healthy primary's key, with another primary hung: {e}"));
     assert!(lock.release().await.unwrap());
+    // The fault happened: the hung primary's own lock could not be renewed.
+    assert!(
+        !on_hung.is_held(),
+        "the lock on the hung primary was renewed"
+    );
     hung.resume();
+    drop(on_hung);
     for lock in held {
         assert!(lock.release().await.unwrap());
     }
+}
+
+/// A slot of read locks waiting out a migration (every read renewal there answered TRYAGAIN,
+/// retried by redis-rs one renewal after another) must not cost a lock on another primary:
+/// before, the cluster's whole renewal tick was cut at the node timeout, and a plain lock on
+/// a third primary, in a slot nobody touched, was lost with the read locks (found by a
+/// review). The defaults: ttl 10 s, node timeout 200 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrating_slot_of_read_locks_costs_no_lock_on_another_primary() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let ttl = Duration::from_secs(10);
+    let m = manager(&[cluster.url()], LockOptions::default());
+    let tag = "{slow-slot}";
+    let source = owner(&cluster, tag);
+    let primaries = cluster.primaries();
+    let target = primaries
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let elsewhere = primaries
+        .iter()
+        .find(|p| p.port() != source.port() && p.port() != target.port())
+        .unwrap();
+    let far_key = (0..)
+        .map(|i| format!("far:{i}"))
+        .find(|k| owner(&cluster, k).port() == elsewhere.port())
+        .unwrap();
+    let far = m.acquire(&far_key).await.unwrap();
+    let mut readers = Vec::new();
+    for i in 0..10 {
+        readers.push(m.read_lock(&format!("{tag}r{i}")).await.unwrap());
+    }
+    mark_migrating(source, target, tag);
+    tokio::time::sleep(ttl + Duration::from_secs(2)).await;
+    let far_status = far.status();
+    let readers_held = readers.iter().filter(|r| r.is_held()).count();
+    let slot = ferrolock_testbed::key_slot(tag).to_string();
+    for node in [target, source] {
+        let _: String = node.cmd(&["CLUSTER", "SETSLOT", &slot, "STABLE"]);
+    }
+    assert!(
+        far.is_held(),
+        "a lock on another primary was lost while a slot of read locks migrated ({readers_held} \
+         of 10 read locks still held): {far_status:?}"
+    );
 }
