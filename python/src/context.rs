@@ -303,6 +303,23 @@ fn thread_ident() -> u64 {
 }
 
 impl PyLockContext {
+    /// Records this context's block, in its body on this thread, in `HELD_BLOCKS` (replacing
+    /// any earlier entry of it).
+    fn record_block(&self, owner: u64, asynchronous: bool) {
+        let shared = Arc::downgrade(&self.shared);
+        forget_block(&shared);
+        held_blocks().push(HeldBlock {
+            manager: self.manager.get().id(),
+            servers: self.manager.get().servers().to_string(),
+            key: self.key.clone(),
+            reentrant: self.opts.reentrant,
+            owner,
+            thread: thread_ident(),
+            asynchronous,
+            shared,
+        });
+    }
+
     fn enter(&self, py: Python<'_>, entered_async: bool) -> PyResult<Py<PyLock>> {
         {
             let mut st = self.shared.state();
@@ -342,18 +359,7 @@ impl PyLockContext {
             st.generation
         };
         if self.plain {
-            let shared = Arc::downgrade(&self.shared);
-            forget_block(&shared);
-            held_blocks().push(HeldBlock {
-                manager: self.manager.get().id(),
-                servers: self.manager.get().servers().to_string(),
-                key: self.key.clone(),
-                reentrant: self.opts.reentrant,
-                owner,
-                thread: thread_ident(),
-                asynchronous: false,
-                shared,
-            });
+            self.record_block(owner, false);
         }
         // Weakly: the core lock keeps this callback, out of sight of Python's garbage
         // collector, and `shared` holds the lock; a strong reference would keep a context
@@ -547,28 +553,17 @@ impl PyLockContext {
 
     /// `__aenter__` got `lock` for the task `owner` (None: `__aexit__` leaves the body):
     /// recorded so that a blocking acquire of the key on this event loop's thread is refused.
-    fn _async_body(&self, py: Python<'_>, lock: Option<Py<PyLock>>, owner: u64) {
+    fn _async_body(&self, lock: Option<Py<PyLock>>, owner: u64) {
         if !self.plain {
             return;
         }
-        let shared = Arc::downgrade(&self.shared);
-        forget_block(&shared);
+        forget_block(&Arc::downgrade(&self.shared));
         let entering = lock.is_some();
         let old = std::mem::replace(&mut self.shared.state().async_lock, lock);
         drop(old);
         if entering {
-            held_blocks().push(HeldBlock {
-                manager: self.manager.get().id(),
-                servers: self.manager.get().servers().to_string(),
-                key: self.key.clone(),
-                reentrant: self.opts.reentrant,
-                owner,
-                thread: thread_ident(),
-                asynchronous: true,
-                shared,
-            });
+            self.record_block(owner, true);
         }
-        let _ = py;
     }
 
     fn __repr__(&self) -> String {
