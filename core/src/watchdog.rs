@@ -330,9 +330,11 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
             } else {
                 timeout
             };
+            // From the tick's start, as the whole's limit is: a slow connection leaves the
+            // parts less time, never more than the whole.
+            let deadline = start + timeout;
             node.run(limit, voting, move |mut conn| async move {
                 if let Conn::Cluster(cluster, _) = &conn {
-                    let deadline = Instant::now() + timeout;
                     return renew_on_cluster(core, i, cluster, batch, deadline).await;
                 }
                 let mut pipe = redis::pipe();

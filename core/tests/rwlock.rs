@@ -175,11 +175,11 @@ async fn reentry_downgrade_and_upgrade_refused() {
     assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
 }
 
-/// An owner's read or write hold and its reentrant lock on the same key are apart: the
-/// reentrant acquire finds the key held by someone else (the README's rule for a key of the
-/// other kind), and a read-write acquire under an owner's reentrant lock likewise. Before, the
-/// reentrant acquire was planned as a re-entry of the read hold (the owner table knew the key
-/// and owner, not the kind) and granted: an exclusive lock beside another owner's reader,
+/// An owner's read or write hold and its reentrant lock on the same key are apart, and the
+/// owner asking for the other kind is refused at once (it would wait for itself, and, queued
+/// as a writer is, hold up every new reader meanwhile), as a read->write upgrade is. Before,
+/// the reentrant acquire was planned as a re-entry of the read hold (the owner table knew the
+/// key and owner, not the kind) and granted: an exclusive lock beside another owner's reader,
 /// whose release deleted the whole hash with that reader's hold in it, letting a writer in
 /// beside a live reader (found by a review; Python's `with m.read_lock(k): with m.lock(k,
 /// reentrant=True)` reached it).
@@ -189,7 +189,17 @@ async fn an_owners_read_write_and_reentrant_holds_of_one_key_never_re_enter_each
     let m = manager(&[server.url()], opts());
     let other = manager(&[server.url()], opts());
     let now = || opts().wait(Some(Duration::ZERO));
+    // A wait: without the refusal, the acquire would wait it out and fail as NotAcquired.
+    let waits = || opts().wait(Some(Duration::from_secs(2)));
     let key = "rw:kinds";
+    let refused = |r: ferrolock::Result<ferrolock::Lock>, what: &str| {
+        let err = r.map(|l| l.token().to_string()).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{what}: {err}");
+        assert!(
+            err.message().contains("would wait for itself"),
+            "{what}: {err}"
+        );
+    };
     for downgraded in [false, true] {
         let write = if downgraded {
             Some(m.write_lock_owned(key, 9, &now()).await.unwrap())
@@ -197,19 +207,14 @@ async fn an_owners_read_write_and_reentrant_holds_of_one_key_never_re_enter_each
             None
         };
         let read = m.read_lock_owned(key, 9, &now()).await.unwrap();
-        let exclusive = m
-            .acquire_owned(key, 9, &now().reentrant(true))
-            .await
-            .map(|l| l.token().to_string());
-        assert_eq!(
-            exclusive.as_ref().map_err(|e| e.kind()),
-            Err(ErrorKind::NotAcquired),
-            "downgraded={downgraded}: a reentrant lock granted on a read-write lock's key: {:?}",
-            hash(&server, key)
+        refused(
+            m.acquire_owned(key, 9, &waits().reentrant(true)).await,
+            &format!("downgraded={downgraded}: a reentrant lock over the owner's read lock"),
         );
         if let Some(w) = write {
             assert!(w.release().await.unwrap());
         }
+        // Nothing of the refused acquire holds up another reader.
         let reader2 = other.read_lock_with(key, &now()).await.unwrap();
         assert!(read.release().await.unwrap());
         // The other owner's read hold is intact, and excludes a writer.
@@ -230,19 +235,24 @@ async fn an_owners_read_write_and_reentrant_holds_of_one_key_never_re_enter_each
         .acquire_owned(key, 9, &now().reentrant(true))
         .await
         .unwrap();
-    for side in ["read", "write"] {
-        let got = if side == "read" {
-            m.read_lock_owned(key, 9, &now()).await
-        } else {
-            m.write_lock_owned(key, 9, &now()).await
-        };
-        assert_eq!(
-            got.map(|_| ()).map_err(|e| e.kind()),
-            Err(ErrorKind::NotAcquired),
-            "a {side} hold under the owner's reentrant lock"
-        );
-    }
+    refused(
+        m.read_lock_owned(key, 9, &waits()).await,
+        "a read lock over the owner's reentrant lock",
+    );
+    refused(
+        m.write_lock_owned(key, 9, &waits()).await,
+        "a write lock over the owner's reentrant lock",
+    );
+    // Another owner is not refused: it waits as for any holder (here: not at all).
+    let busy = other.read_lock_owned(key, 9, &now()).await;
+    assert_eq!(
+        busy.map(|_| ()).map_err(|e| e.kind()),
+        Err(ErrorKind::NotAcquired)
+    );
     assert!(reentrant.release().await.unwrap());
+    // Released, the owner takes the other kind.
+    let read = m.read_lock_owned(key, 9, &now()).await.unwrap();
+    assert!(read.release().await.unwrap());
     assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
 }
 

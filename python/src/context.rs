@@ -171,6 +171,9 @@ struct HeldBlock {
     owner: u64,
     /// The thread the block runs on (an `async with` block's: its event loop's).
     thread: u64,
+    /// The frame that entered a `with` block (its address; 0 for `async with`): code running
+    /// with it on the stack runs inside the block.
+    frame: usize,
     /// An `async with` block.
     asynchronous: bool,
     shared: Weak<Shared>,
@@ -253,10 +256,16 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
     key: &str,
 ) -> PyResult<()> {
     let (servers, here) = (manager.servers(), thread_ident());
-    let inside = held_blocks().iter().any(|b| {
-        !b.asynchronous && b.thread == here && b.servers == servers && b.key == key && b.holds()
-    });
-    if !inside {
+    let enclosing: Vec<usize> = held_blocks()
+        .iter()
+        .filter(|b| {
+            !b.asynchronous && b.thread == here && b.servers == servers && b.key == key && b.holds()
+        })
+        .map(|b| b.frame)
+        .collect();
+    // Only a block whose frame is on this stack runs the loop inside it: a `with` block in
+    // another task's coroutine, suspended at an `await`, exits in its turn.
+    if enclosing.is_empty() || !on_this_stack(py, &enclosing) {
         return Ok(());
     }
     let err = Error::new(
@@ -268,6 +277,27 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
         ),
     );
     Err(to_py(py, &err, Some(key)))
+}
+
+/// Whether one of `frames` (addresses) is the running frame or one of its callers.
+fn on_this_stack(py: Python<'_>, frames: &[usize]) -> bool {
+    // SAFETY: GIL held; a borrowed reference to the running frame, used within this call.
+    let frame = unsafe { pyo3::ffi::PyEval_GetFrame() };
+    if frame.is_null() {
+        return false;
+    }
+    // SAFETY: a live frame object, borrowed for this call.
+    let mut f = unsafe { Bound::<PyAny>::from_borrowed_ptr(py, frame.cast()) };
+    while !f.is_none() {
+        if frames.contains(&(f.as_ptr() as usize)) {
+            return true;
+        }
+        match f.getattr("f_back") {
+            Ok(back) => f = back,
+            Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Base class of `ferrolock.LockContext`: `with manager.lock(key) as lock:`.
@@ -308,7 +338,14 @@ impl PyLockContext {
     fn record_block(&self, owner: u64, asynchronous: bool) {
         let shared = Arc::downgrade(&self.shared);
         forget_block(&shared);
+        // SAFETY: GIL held (the caller's); only the address is kept.
+        let frame = if asynchronous {
+            0
+        } else {
+            unsafe { pyo3::ffi::PyEval_GetFrame() as usize }
+        };
         held_blocks().push(HeldBlock {
+            frame,
             manager: self.manager.get().id(),
             servers: self.manager.get().servers().to_string(),
             key: self.key.clone(),

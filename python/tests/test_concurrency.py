@@ -476,3 +476,32 @@ def test_a_blocking_acquire_of_a_key_its_event_loops_async_with_holds_is_refused
 async def _take_and_release(m: LockManager, key: str) -> None:
     async with m.lock(key):
         pass
+
+
+def test_an_awaited_acquire_beside_a_with_block_in_another_task_waits_for_it(
+    node: RedisNode, key: str
+) -> None:
+    # A `with` block inside a coroutine, across an `await`, exits in its turn: another task
+    # awaiting the key waits for it and is granted (the refusal above is for a block whose
+    # frame runs the loop; a review found this case refused by its first version).
+    m = LockManager([node.url])
+
+    async def holder(entered: asyncio.Event) -> None:
+        with m.lock(key, wait=0):
+            entered.set()
+            await asyncio.sleep(0.3)
+
+    async def waiter(entered: asyncio.Event) -> str:
+        await entered.wait()
+        async with m.lock(key, wait=30):
+            return "granted"
+
+    async def main() -> str:
+        entered = asyncio.Event()
+        _, got = await asyncio.gather(holder(entered), waiter(entered))
+        return got
+
+    try:
+        assert asyncio.run(main()) == "granted"
+    finally:
+        m.close()

@@ -81,12 +81,40 @@ pub(crate) async fn acquire(
     let kind = Kind::of(opts);
     if kind.counted() {
         check_redisson_channel(shared, key, kind)?;
+        refuse_the_other_kind_of_own_hold(shared, key, owner, kind)?;
     }
     let stats = crate::metrics::stats(key, kind.metric_label());
     let started = Instant::now();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
     stats.acquired(started.elapsed(), &result);
     result
+}
+
+/// An owner's read-write hold and its reentrant lock on one key never re-enter each other
+/// (`owner.rs`): each finds the key held by someone else, which is the owner itself, so it
+/// would wait for itself (for ever with the watchdog on), and meanwhile, queued as a writer
+/// is, hold up every new reader of the key (found by a review). Refused at once instead, as a
+/// read->write upgrade is.
+fn refuse_the_other_kind_of_own_hold(
+    shared: &Shared,
+    key: &str,
+    owner: Option<u64>,
+    kind: Kind,
+) -> Result<()> {
+    let rw = matches!(kind, Kind::Read | Kind::Write);
+    let Some(o) = owner else { return Ok(()) };
+    if shared.owners.lookup(key, o, !rw).is_none() {
+        return Ok(());
+    }
+    let (held, asked) = if rw {
+        ("a reentrant lock", "a read or write lock")
+    } else {
+        ("a read or write lock", "a reentrant lock")
+    };
+    Err(crate::error::Error::invalid(format!(
+        "lock {key:?}: this owner holds {held} of this key, so {asked} of it would wait for \
+         itself; release the one it holds first"
+    )))
 }
 
 async fn acquire_loop(
