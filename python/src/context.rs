@@ -265,7 +265,10 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
         .collect();
     // Only a block whose frame is on this stack runs the loop inside it: a `with` block in
     // another task's coroutine, suspended at an `await`, exits in its turn.
-    if enclosing.is_empty() || !on_this_stack(py, &enclosing) {
+    if !enclosing
+        .iter()
+        .any(|&frame| running_on(py, here, frame) == Some(true))
+    {
         return Ok(());
     }
     let err = Error::new(
@@ -277,27 +280,6 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
         ),
     );
     Err(to_py(py, &err, Some(key)))
-}
-
-/// Whether one of `frames` (addresses) is the running frame or one of its callers.
-fn on_this_stack(py: Python<'_>, frames: &[usize]) -> bool {
-    // SAFETY: GIL held; a borrowed reference to the running frame, used within this call.
-    let frame = unsafe { pyo3::ffi::PyEval_GetFrame() };
-    if frame.is_null() {
-        return false;
-    }
-    // SAFETY: a live frame object, borrowed for this call.
-    let mut f = unsafe { Bound::<PyAny>::from_borrowed_ptr(py, frame.cast()) };
-    while !f.is_none() {
-        if frames.contains(&(f.as_ptr() as usize)) {
-            return true;
-        }
-        match f.getattr("f_back") {
-            Ok(back) => f = back,
-            Err(_) => return false,
-        }
-    }
-    false
 }
 
 /// Base class of `ferrolock.LockContext`: `with manager.lock(key) as lock:`.
