@@ -13,7 +13,9 @@ use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo};
 
 use crate::cluster_guard::SlotGuard;
-use crate::node_cluster::{ClusterUrl, SlotMap, key_slot, pubsub_kind, refuse_cluster_server};
+use crate::node_cluster::{
+    ClusterUrl, Seen, SlotMap, key_slot, pubsub_kind, refuse_cluster_server,
+};
 pub(crate) use crate::node_cluster::{Conn, Pubsub};
 
 use crate::error::{Error, ErrorKind, Result};
@@ -341,7 +343,7 @@ impl Node {
                     _ => None,
                 }
             }
-            Conn::Cluster(conn, _) => {
+            Conn::Cluster(conn, ..) => {
                 let loads = crate::scripts::sources().map(|source| {
                     let mut conn = conn.clone();
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
@@ -410,7 +412,7 @@ impl Node {
         let probe = self
             .run_bounded(deadline, timeout, false, move |conn| async move {
                 match conn {
-                    Conn::Cluster(mut c, _) => crate::cluster_guard::probe(&mut c, slot).await,
+                    Conn::Cluster(mut c, ..) => crate::cluster_guard::probe(&mut c, slot).await,
                     Conn::Server(_) => Err(not_a_cluster()),
                 }
             })
@@ -424,7 +426,7 @@ impl Node {
             let topology = self
                 .run_bounded(deadline, timeout, false, move |conn| async move {
                     match conn {
-                        Conn::Cluster(mut c, _) => {
+                        Conn::Cluster(mut c, ..) => {
                             crate::cluster_guard::read_topology(&mut c, slot).await
                         }
                         Conn::Server(_) => Err(not_a_cluster()),
@@ -621,33 +623,35 @@ impl Node {
                     tokio::time::timeout(timeout, pubsub_kind(&mut conn, self.sharded_wanted))
                         .await
                         .unwrap_or(Pubsub::Classic);
-                if self.guards_slots() {
-                    // The topology to compare later ones with (and, on a reconnection, to
-                    // compare with the one seen before).
-                    self.round_trips.fetch_add(1, Ordering::Relaxed);
-                    match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
-                        Ok(Ok(topology)) => {
-                            let probes = tokio::time::timeout(
-                                timeout,
-                                crate::cluster_guard::probe_primaries(&conn, &topology),
-                            )
-                            .await
-                            .unwrap_or_default();
-                            self.round_trips
-                                .fetch_add(probes.len() as u64, Ordering::Relaxed);
-                            self.observe_topology(topology);
-                            self.observe_probes(&probes);
-                        }
-                        Ok(Err(e)) => return Err(self.classify(&e)),
-                        Err(_) => {
-                            return Err(NodeError::Unreachable(format!(
-                                "CLUSTER SLOTS: no reply within {:?}",
-                                to_the_ms(timeout)
-                            )));
-                        }
+                // The topology this connection routes by, to tell later whether it changed
+                // (`Conn::suspect_topology`); with the restart guard on, also the one to
+                // compare later ones with (and, on a reconnection, the one seen before).
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let seen = match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
+                    Ok(Ok(topology)) => topology,
+                    Ok(Err(e)) if self.guards_slots() => return Err(self.classify(&e)),
+                    Err(_) if self.guards_slots() => {
+                        return Err(NodeError::Unreachable(format!(
+                            "CLUSTER SLOTS: no reply within {:?}",
+                            to_the_ms(timeout)
+                        )));
                     }
+                    // Unknown: the first look after a request times out finds it changed.
+                    _ => SlotMap::default(),
+                };
+                if self.guards_slots() {
+                    let probes = tokio::time::timeout(
+                        timeout,
+                        crate::cluster_guard::probe_primaries(&conn, &seen),
+                    )
+                    .await
+                    .unwrap_or_default();
+                    self.round_trips
+                        .fetch_add(probes.len() as u64, Ordering::Relaxed);
+                    self.observe_topology(seen.clone());
+                    self.observe_probes(&probes);
                 }
-                Conn::Cluster(conn, kind)
+                Conn::Cluster(conn, kind, Arc::new(Seen::new(seen, cluster.clone())))
             }
             None => {
                 let config = AsyncConnectionConfig::new()
@@ -683,7 +687,11 @@ impl Node {
     }
 
     fn current(&self) -> Option<(Conn, u64)> {
-        let slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
+        // A cluster's topology changed under it (`Watch::suspect`): a new one.
+        if slot.as_ref().is_some_and(|s| s.conn.is_stale()) {
+            *slot = None;
+        }
         slot.as_ref().map(|s| (s.conn.clone(), s.generation))
     }
 
@@ -770,6 +778,7 @@ impl Node {
                     None => Box::pin(self.connection(timeout)).await?,
                 };
                 let _awaiting = self.begin_request(voting, sent)?;
+                let watch = conn.watch();
                 let reply = tokio::time::timeout_at(deadline, f(conn));
                 let mut reply = std::pin::pin!(reply);
                 let mut first = None;
@@ -790,6 +799,9 @@ impl Node {
                     _ => reply.await,
                 };
                 let Ok(reply) = done else {
+                    if let Some(w) = watch {
+                        w.suspect(timeout);
+                    }
                     return Err(timed_out(timeout));
                 };
                 if self.resend(&reply, generation, deadline, &mut sent) {
@@ -849,6 +861,7 @@ impl Node {
             return Box::pin(self.run_until(deadline, timeout, voting, f, 0)).await;
         };
         let awaiting = self.begin_request(voting, 0)?;
+        let watch = conn.watch();
         let reply = f(conn);
         let mut reply = std::pin::pin!(reply);
         let reply = std::future::poll_fn(|cx| match reply.as_mut().poll(cx) {
@@ -860,7 +873,12 @@ impl Node {
         drop(awaiting);
         let mut sent = 0;
         match reply {
-            None => Err(self.timed_out(timeout)),
+            None => {
+                if let Some(w) = watch {
+                    w.suspect(timeout);
+                }
+                Err(self.timed_out(timeout))
+            }
             Some(reply) if self.resend(&reply, generation, deadline, &mut sent) => {
                 Box::pin(self.run_until(deadline, timeout, voting, f, sent)).await
             }
@@ -1055,7 +1073,9 @@ impl ThreadConnections {
                 }
             }
         }
-        self.0.retain(|c| c.node.strong_count() > 0);
+        // A cluster's topology changed under it (`Watch::suspect`): a new one.
+        self.0
+            .retain(|c| c.node.strong_count() > 0 && !c.conn.is_stale());
         self.0
             .iter()
             .find(|c| std::ptr::eq(c.node.as_ptr(), Arc::as_ptr(&node.alive)))

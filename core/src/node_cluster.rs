@@ -3,11 +3,15 @@
 //! module cares which a node is.
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, ResponsePolicy, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -24,8 +28,33 @@ const FIRST_PRIMARY_TO_ANSWER: RoutingInfo = RoutingInfo::MultiNode((
 #[derive(Clone)]
 pub(crate) enum Conn {
     Server(MultiplexedConnection),
-    Cluster(ClusterConnection, Pubsub),
+    Cluster(ClusterConnection, Pubsub, Arc<Seen>),
 }
+
+/// The slot map a cluster connection was opened on, and whether a later look found the
+/// cluster's map changed since (see `Conn::suspect_topology`).
+#[derive(Default)]
+pub(crate) struct Seen {
+    map: SlotMap,
+    /// To look with: a new connection (see `Watch::suspect`). `None`: never looked.
+    client: Option<ClusterClient>,
+    stale: AtomicBool,
+    checking: AtomicBool,
+}
+
+impl Seen {
+    pub fn new(map: SlotMap, client: ClusterClient) -> Seen {
+        Seen {
+            map,
+            client: Some(client),
+            ..Seen::default()
+        }
+    }
+}
+
+/// The least time between two looks at one connection's slot map (`suspect_topology`): a
+/// primary that hangs makes every request of its slots time out, and each would ask.
+const RECHECK: Duration = Duration::from_secs(1);
 
 /// How a node's release wake-ups travel. The scripts publish as the connection they run on
 /// says; the waiters subscribe to the same kind (`queue/waiters.rs`).
@@ -41,9 +70,78 @@ pub(crate) enum Pubsub {
 impl Conn {
     /// Whether the scripts sent on this connection publish with SPUBLISH.
     pub fn sharded(&self) -> bool {
-        matches!(self, Conn::Cluster(_, Pubsub::Sharded))
+        matches!(self, Conn::Cluster(_, Pubsub::Sharded, _))
+    }
+
+    /// Whether this cluster connection routes by a slot map found out of date: its node
+    /// opens a new one for its next request.
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Conn::Cluster(_, _, seen) if seen.stale.load(Ordering::Relaxed))
+    }
+
+    /// A cluster connection's look-out for a changed slot map (`Watch::suspect`); `None` for
+    /// a standalone server's.
+    pub fn watch(&self) -> Option<Watch> {
+        match self {
+            Conn::Cluster(_, _, seen) => Some(Watch { seen: seen.clone() }),
+            Conn::Server(_) => None,
+        }
     }
 }
+
+/// What a cluster connection was opened on.
+pub(crate) struct Watch {
+    seen: Arc<Seen>,
+}
+
+impl Watch {
+    /// A request on this connection got no reply within `timeout`. That may be a primary
+    /// that hangs (a frozen VM, a link dropping every packet) and has since been failed
+    /// over: redis-rs reads the slot map again on a redirect or a dropped connection, and a
+    /// hung primary sends neither, so the connection would send its slots to it for as long
+    /// as it hangs, and a held lock there was lost (found by a review; a new connection
+    /// followed the failover). So the map is read again, in the background and at most once
+    /// a `RECHECK` per connection, and when it differs from the one the connection was
+    /// opened on, the connection is marked stale: its node opens a new one. A primary that
+    /// hangs without a failover leaves the map as it was, and its requests stay queued on the
+    /// same connection, in order (see `Node::run`).
+    ///
+    /// The map is read on a connection of its own: the one that timed out may be waiting
+    /// for the hung primary itself (when redis-rs reads the topology from it, say), and a
+    /// question asked on it waited too. The look runs on the current runtime (a blocking
+    /// caller's runs while the caller waits in it).
+    pub fn suspect(self, timeout: Duration) {
+        let seen = self.seen;
+        let Some(client) = seen.client.clone() else {
+            return;
+        };
+        if seen.stale.load(Ordering::Relaxed) || seen.checking.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tokio::spawn(async move {
+            let started = tokio::time::Instant::now();
+            // Connecting leaves out a primary that hangs after the connect timeout (see
+            // `node::cluster_builder`); then one question.
+            let look = async {
+                let mut conn = client.get_async_connection().await?;
+                SlotMap::read(&mut conn).await
+            };
+            if let Ok(Ok(now)) = tokio::time::timeout(LOOK * timeout, look).await
+                && !now.ranges.is_empty()
+                && now != seen.map
+            {
+                tracing::debug!("the cluster's slot map changed: reconnecting");
+                seen.stale.store(true, Ordering::Relaxed);
+            }
+            tokio::time::sleep_until(started + RECHECK).await;
+            seen.checking.store(false, Ordering::Release);
+        });
+    }
+}
+
+/// How many node timeouts a look at the slot map may take (`Watch::suspect`): a connection
+/// to every node (one that hangs costs a connect timeout), then a question.
+const LOOK: u32 = 3;
 
 /// Sharded pub/sub when `wanted` and the cluster knows it: Redis answers `PUBSUB
 /// SHARDNUMSUB` from 7.0 on, which is also how Redisson's shardedSubscriptionMode AUTO
@@ -68,7 +166,7 @@ impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Server(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c, _) => c.req_packed_command(cmd),
+            Conn::Cluster(c, ..) => c.req_packed_command(cmd),
         }
     }
 
@@ -82,14 +180,14 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Server(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c, _) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c, ..) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Server(c) => c.get_db(),
-            Conn::Cluster(c, _) => c.get_db(),
+            Conn::Cluster(c, ..) => c.get_db(),
         }
     }
 }

@@ -334,8 +334,15 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
             // parts less time, never more than the whole.
             let deadline = start + timeout;
             node.run(limit, voting, move |mut conn| async move {
-                if let Conn::Cluster(cluster, _) = &conn {
-                    return renew_on_cluster(core, i, cluster, batch, deadline).await;
+                if let Conn::Cluster(cluster, ..) = &conn {
+                    let replies = renew_on_cluster(core, i, cluster, batch, deadline).await;
+                    // Some primary did not answer in time: one that hangs may have failed over.
+                    if let (Ok(replies), Some(watch)) = (&replies, conn.watch())
+                        && replies.contains(&Value::Nil)
+                    {
+                        watch.suspect(timeout);
+                    }
+                    return replies;
                 }
                 let mut pipe = redis::pipe();
                 pipe.ignore_errors();
@@ -517,8 +524,11 @@ async fn renew_on_cluster(
     }
     let each = by_slot.into_values().map(|entries| {
         // Renewals publish nothing: the pub/sub kind does not matter here.
-        let mut conn =
-            crate::node::Conn::Cluster(conn.clone(), crate::node_cluster::Pubsub::Classic);
+        let mut conn = crate::node::Conn::Cluster(
+            conn.clone(),
+            crate::node_cluster::Pubsub::Classic,
+            Default::default(),
+        );
         async move {
             let mut out = Vec::with_capacity(entries.len());
             for i in entries {

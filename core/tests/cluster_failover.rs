@@ -985,3 +985,105 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     settles(a, &key, None).await;
     eprintln!("after the fail-back the holder still held for {still:?}");
 }
+
+/// A primary that hangs (a frozen VM, a link that drops every packet) and is failed over by
+/// its replica (`TAKEOVER`): a manager connected before the failover follows it, as a new
+/// manager does, instead of sending the shard's slots to the hung primary until it answers.
+/// redis-rs refreshes its slot map on a redirect or a dropped connection, and a hung primary
+/// gives neither (found by a review: every acquire and renewal of the shard failed for as long
+/// as the primary hung, and a held lock of the shard was lost at the end of its ttl).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        require_full_coverage: false,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    // A is not the seed: the seed stays reachable while A hangs.
+    let key = (0..)
+        .map(|i| format!("hung:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let a = cluster.primary_for_key(&key);
+    let a2 = cluster.replicas_of(a)[0];
+    let a2_port = a2.port();
+    let old = manager(
+        std::slice::from_ref(&url),
+        opts().wait(Some(Duration::from_secs(20))),
+    );
+    // Connected, with A's range routed to A.
+    let l = old.try_acquire(&key).await.unwrap();
+    assert!(l.release().await.unwrap());
+    // A lock held through it all, renewed by the watchdog: on A, then on A'.
+    let held_key = (0..)
+        .map(|i| format!("hung:held:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == a.port())
+        .unwrap();
+    let ttl = Duration::from_secs(6);
+    let holder = manager(std::slice::from_ref(&url), opts().watchdog(true).ttl(ttl));
+    let held = holder.try_acquire(&held_key).await.unwrap();
+    let held_since = Instant::now();
+    // A' has it before A hangs.
+    tokio::task::block_in_place(|| cluster.wait_replicas_synced());
+
+    a.pause();
+    // The hang is seen: a try on A's range gets no answer.
+    let e = old
+        .try_acquire(&key)
+        .await
+        .expect_err("a paused primary granted");
+    assert!(
+        e.to_string().contains("no reply") || e.to_string().contains("timed out"),
+        "{e}"
+    );
+    tokio::task::block_in_place(|| cluster.failover(a2, Some("TAKEOVER")));
+    assert_eq!(role(a2), "master");
+    assert_eq!(cluster.primary_for_key(&key).port(), a2_port);
+    // A new manager follows the failover (the fault is what the test says it is).
+    let fresh = manager(
+        std::slice::from_ref(&url),
+        opts().wait(Some(Duration::from_secs(20))),
+    );
+    let l = fresh.acquire(&key).await.unwrap();
+    assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
+    assert!(l.release().await.unwrap());
+
+    // The manager connected before it does too, while A still hangs: its next tries may
+    // still go to A (each gives up after the node timeout), then they go to A'.
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let l = loop {
+        match old.try_acquire(&key).await {
+            Ok(l) => break l,
+            Err(e) => failed.push(e.to_string()),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the manager connected before the failover still fails: {} tries, last {:?}",
+            failed.len(),
+            failed.last()
+        );
+        tokio::time::sleep(ms(100)).await;
+    };
+    eprintln!(
+        "followed the failover after {} failed tries in {:?}",
+        failed.len(),
+        started.elapsed()
+    );
+    assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
+    assert!(l.release().await.unwrap());
+    assert_eq!(get(a2, &key), None);
+    // The held lock outlives two ttls, renewed on A' while A hangs.
+    tokio::time::sleep_until((held_since + 2 * ttl).into()).await;
+    assert!(held.is_held(), "the held lock was lost: {:?}", held.check());
+    assert_eq!(get(a2, &held_key).as_deref(), Some(held.token()));
+    assert!(pttl(a2, &held_key) > 0);
+    assert!(held.release().await.unwrap());
+    assert_eq!(role(a2), "master", "A' lost its slots while A hung");
+    a.resume();
+}
