@@ -1426,29 +1426,30 @@ impl Watched for LockInner {
         start: Instant,
         nodes: &[Node],
     ) -> Option<Instant> {
-        let next = self.settle_renewal(lease, tally, start, nodes);
-        self.state().renewing = false;
-        next
+        self.settle_renewal(lease, tally, start, nodes);
+        // The renewal's next event (the next renewal, or a failed one's retry) only now that
+        // it no longer counts as in flight: `next_event` leaves a renewal in flight out, so
+        // asked from `settle_renewal` it said only the loss deadline, and with a ttl under
+        // the idle wake-up beside its loss margin, a failed renewal was never retried (the
+        // lock was declared lost at that deadline) and a renewed one was renewed next only
+        // there (found by a review).
+        let mut s = self.state();
+        s.renewing = false;
+        (s.status == LockStatus::Held).then(|| self.next_event(&s))
     }
 }
 
 impl LockInner {
-    fn settle_renewal(
-        &self,
-        lease: &LockOptions,
-        tally: &Tally,
-        start: Instant,
-        nodes: &[Node],
-    ) -> Option<Instant> {
+    fn settle_renewal(&self, lease: &LockOptions, tally: &Tally, start: Instant, nodes: &[Node]) {
         let lock = self;
         if tally.won() {
             match lock.renewed(start, lease.ttl, lease.drift()) {
                 Renewed::Until(_) => {
                     lock.stats.renewals.fetch_add(1, Ordering::Relaxed);
-                    return None;
+                    return;
                 }
                 // Released or lost meanwhile: nothing left to renew or to report.
-                Renewed::NotHeld => return None,
+                Renewed::NotHeld => return,
                 Renewed::TooLate => {}
             }
         }
@@ -1462,7 +1463,7 @@ impl LockInner {
                 missing_on: tally.no(),
                 nodes: n,
             }));
-            return None;
+            return;
         }
         let failure = if tally.won() {
             LossReason::RenewalTooSlow { key }
@@ -1476,6 +1477,5 @@ impl LockInner {
         let mut s = lock.state();
         s.last_failure = Some(failure);
         s.retry_at = Some(Instant::now() + retry_pause(lease));
-        Some(lock.next_event(&s))
     }
 }

@@ -462,3 +462,52 @@ async fn a_held_lock_is_renewed_every_third_of_its_ttl_not_more_often() {
     );
     assert!(lock.release().await.unwrap());
 }
+
+/// A renewal that fails (its node paused past the node timeout) is tried again after its retry
+/// pause, within the validity left, and the retry keeps the lock. The failed renewal asked the
+/// watchdog to wake for the retry while it still counted as in flight, which left the retry
+/// out of the wake-up: with a ttl under the watchdog's idle wake-up (1 s) beside its loss
+/// margin, nothing woke the watchdog before the loss deadline, and a lock whose node was back
+/// well in time was declared lost without a single retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_renewal_is_retried_before_the_loss_deadline() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = unique_key("retried-renewal");
+    let counts = || {
+        ferrolock::metrics::snapshot()
+            .get(ferrolock::metrics::prefix_of(&key))
+            .map_or((0, 0), |p| (p.renewals, p.renewal_failures))
+    };
+    // ttl 1.5 s, default node timeout 150 ms: the first renewal at 500 ms, a retry 150 ms after
+    // a failure, the loss deadline (deadline - 2 × node timeout) at about 1.18 s: room for
+    // two retries after the first renewal times out.
+    let m = manager(&[server.url()], opts().watchdog(true).ttl(ms(1500)));
+    let lock = m.acquire(&key).await.unwrap();
+    tokio::task::block_in_place(|| server.pause());
+    // Resumed once the first renewal has failed (a deadline bounds the wait, not a speed).
+    while counts().1 == 0 {
+        assert!(
+            Instant::now() < lock.deadline(),
+            "no failed renewal before the deadline: {:?}",
+            lock.status()
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    tokio::task::block_in_place(|| server.resume());
+    assert_eq!(counts().0, 0, "renewed while the node was paused?");
+    // The node answers again long before the loss deadline: a retry renews the lock.
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        assert_eq!(
+            lock.status(),
+            LockStatus::Held,
+            "lost after {:?} renewals and {:?} failures",
+            counts().0,
+            counts().1
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert!(counts().0 >= 1, "held without a renewal?");
+    assert!(lock.release().await.unwrap());
+}
