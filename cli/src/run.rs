@@ -250,7 +250,9 @@ fn parse_at_least_one(text: &str) -> Result<u32, String> {
 }
 
 fn parse_positive(text: &str) -> Result<Duration, Error> {
-    let d = ferrolock::parse_duration(text)?;
+    // A bare `0` is refused as the zero it is (as `0s` is), not for its missing unit: with
+    // one added it would only be refused again.
+    let d = parse_or_zero(text)?;
     if d.is_zero() {
         return Err(Error::new(
             ErrorKind::InvalidArgument,
@@ -930,6 +932,21 @@ fn signal_name(sig: libc::c_int) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bare_zero_for_a_positive_duration_is_refused_as_zero_not_for_its_unit() {
+        for text in ["0", " 0 ", "0s", "0ms"] {
+            let err = parse_positive(text).unwrap_err().to_string();
+            assert!(err.contains("must be greater than zero"), "{text:?}: {err}");
+        }
+        assert!(
+            parse_positive("10")
+                .unwrap_err()
+                .to_string()
+                .contains("missing unit")
+        );
+        assert_eq!(parse_positive("1.5s").unwrap(), Duration::from_millis(1500));
+    }
 
     #[test]
     fn held_lines_escape_one_to_one_and_compare_servers_as_written() {
