@@ -249,6 +249,12 @@ fn parse_at_least_one(text: &str) -> Result<u32, String> {
     }
 }
 
+/// A countdown as a message shows it: whole milliseconds (`9.895s`, `5s`), not the
+/// nanoseconds of the instant it was computed at (`9.895963407s`).
+fn whole_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn parse_positive(text: &str) -> Result<Duration, Error> {
     // A bare `0` is refused as the zero it is (as `0s` is), not for its missing unit: with
     // one added it would only be refused again.
@@ -801,10 +807,11 @@ async fn supervise(
                     let now = Instant::now();
                     let grace = kill_after(now);
                     errln!(
-                        "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?}",
+                        "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): SIGTERM now, SIGKILL in {:?}",
                         args.held(),
                         program(args),
-                        child.pgid
+                        child.pgid,
+                        whole_ms(grace)
                     );
                     child.signal_group(libc::SIGTERM);
                     loss = Some("its validity ended while ferrolock was stopped".to_string());
@@ -822,9 +829,10 @@ async fn supervise(
                 let now = Instant::now();
                 let grace = kill_after(now);
                 errln!(
-                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {grace:?} (when its validity ends, unless --grace)",
+                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {:?} (when its validity ends, unless --grace)",
                     program(args),
-                    child.pgid
+                    child.pgid,
+                    whole_ms(grace)
                 );
                 child.signal_group(libc::SIGTERM);
                 loss = Some(reason.to_string());

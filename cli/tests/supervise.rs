@@ -1132,6 +1132,17 @@ fn no_watchdog_with_max_hold_stops_command_before_the_validity_ends_as_the_help_
         err.contains("running out") && err.contains("SIGTERM now"),
         "{err}"
     );
+    // The countdown in whole milliseconds ("SIGKILL in 1.32s"), not in nanoseconds.
+    let countdown = err
+        .split("SIGKILL in ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no countdown in {err}"));
+    let decimals = countdown
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == 'µ')
+        .split_once('.')
+        .map_or(0, |(_, fraction)| fraction.len());
+    assert!(decimals <= 3, "{countdown:?} in {err}");
 }
 
 /// The state letter of `/proc/<pid>/stat` (`T`: stopped), or ' ' once it is gone.
