@@ -141,6 +141,9 @@ pub fn inspect(args: InspectArgs) -> u8 {
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
 }
 
+/// The kind of a key of a type no lock has (a list, a set, a zset, a stream).
+const NOT_A_LOCK: &str = "not a lock";
+
 /// What the key is, for `inspect`'s title, from the layouts the nodes found there: a
 /// semaphore (or a number that may be one) or a read-write lock is not called a lock.
 fn noun(nodes: &[Json]) -> &'static str {
@@ -148,13 +151,18 @@ fn noun(nodes: &[Json]) -> &'static str {
         .iter()
         .filter_map(|n| n["holder"]["kind"].as_str())
         .collect();
-    ["semaphore", "semaphore or counter", "read-write"]
-        .into_iter()
-        .find(|k| kinds.contains(k))
-        .map_or("lock", |k| match k {
-            "read-write" => "read-write lock",
-            k => k,
-        })
+    [
+        "semaphore",
+        "semaphore or counter",
+        "read-write",
+        NOT_A_LOCK,
+    ]
+    .into_iter()
+    .find(|k| kinds.contains(k))
+    .map_or("lock", |k| match k {
+        "read-write" => "read-write lock",
+        k => k,
+    })
 }
 
 /// The server that holds `key` for one node URL: the server itself, or the cluster primary
@@ -204,7 +212,10 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
             }
             json!({ "owners": owners })
         }
-        _ => Json::Null,
+        // A list, a set, ...: what an acquire refuses ("the key holds a list, not a lock"),
+        // not a lock of any layout, leaked or not.
+        "none" => Json::Null,
+        _ => json!({ "kind": NOT_A_LOCK }),
     };
     let fence = text_of(&q(redis::cmd("GET").arg(fence_key(key)), c)?);
     let waiters = q(
@@ -339,6 +350,7 @@ fn node_text(n: &Json) -> String {
             Some(-1) if layout.is_some_and(|l| l.starts_with("semaphore")) => {
                 s.push_str("  ttl: none (a semaphore counter never expires)\n")
             }
+            Some(-1) if layout == Some(NOT_A_LOCK) => s.push_str("  ttl: none\n"),
             Some(-1) => s.push_str("  ttl: NONE (the key never expires: a leaked lock)\n"),
             Some(ms) => s.push_str(&format!("  ttl: {ms} ms\n")),
             None => {}

@@ -580,6 +580,7 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     server.cmd::<()>(&["HSET", "redisson", field, "2"]);
     server.cmd::<()>(&["PEXPIRE", "redisson", "30000"]);
     server.cmd::<()>(&["SET", "not-a-lock", "hello"]);
+    server.cmd::<()>(&["RPUSH", "a-list", "x"]);
     server.cmd::<()>(&["SET", "ferrolock:fence:{plain}", "7"]);
     // A release's latch (issue 29 item 1): a short-lived record, never a lock.
     let latch = ferrolock::latch_key("plain", token);
@@ -613,6 +614,19 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
         !text.contains("held for"),
         "a redis-py token has no time: {text}"
     );
+
+    // A list is no lock (an acquire says so): not one that leaked.
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "a-list"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("not a lock \"a-list\"\n"), "{text}");
+    assert!(
+        text.contains("type: list") && text.contains("kind: not a lock"),
+        "{text}"
+    );
+    assert!(!text.contains("leaked"), "{text}");
 
     let mut cmd = ferrolock();
     cmd.args(["inspect", "--nodes", &url, "renewed"]);
