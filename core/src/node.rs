@@ -1406,6 +1406,7 @@ fn check_query(url: &str, display: &str) -> Result<()> {
         &["protocol"]
     };
     let mut after_password = false;
+    let mut seen: Vec<&str> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let name = pair.split('=').next().unwrap_or(pair);
         if after_password && !known.contains(&name) {
@@ -1440,6 +1441,14 @@ fn check_query(url: &str, display: &str) -> Result<()> {
                 }
             )));
         }
+        // `?db=1&db=2`: redis-rs would read one of them and drop the other without a word.
+        if seen.contains(&name) {
+            return Err(Error::invalid(format!(
+                "malformed node URL {display:?}: parameter {name:?} is given more than once \
+                 (only one of them would be used)"
+            )));
+        }
+        seen.push(name);
     }
     Ok(())
 }
@@ -1562,6 +1571,13 @@ mod tests {
             ("redis://127.0.0.1:6379?password=hunter2", "password"),
             ("redis://127.0.0.1:6379/?db=2", "db"),
             ("unix:///tmp/r.sock?passwd=hunter2&pass=hunter2", "passwd"),
+            // Given twice: one of them would be dropped without a word.
+            ("unix:///tmp/r.sock?db=1&db=2", "db"),
+            ("unix:///tmp/r.sock?pass=hunter2&pass=hunter2", "pass"),
+            (
+                "redis://127.0.0.1:6379?protocol=resp3&protocol=resp2",
+                "protocol",
+            ),
         ] {
             let Err(err) = open(url) else {
                 panic!("{url} accepted")
