@@ -13,13 +13,25 @@ const root = path.resolve(__dirname, '..');
 const { platform } = require('./platform');
 const packageName = `ferrolock-${platform}`;
 
+// What was loaded, checked for the addon's shape: another file (a path set by mistake, another
+// package's addon) failed later, far from its cause ("native.optionTable is not a function").
+function checked(addon, from) {
+  if (addon === null || typeof addon !== 'object' || typeof addon.optionTable !== 'function' ||
+      typeof addon.NativeManager !== 'function') {
+    throw new Error(
+      `ferrolock: ${from} is not ferrolock's native addon (a ferrolock.${platform}.node)`,
+    );
+  }
+  return addon;
+}
+
 function load() {
   const explicit = process.env.FERROLOCK_NATIVE_PATH;
   if (explicit) {
     if (!fs.existsSync(explicit)) {
       throw new Error(`ferrolock: FERROLOCK_NATIVE_PATH='${explicit}' does not exist`);
     }
-    return require(path.resolve(explicit));
+    return checked(require(path.resolve(explicit)), `FERROLOCK_NATIVE_PATH='${explicit}'`);
   }
   let fromPackage;
   try {
@@ -27,9 +39,9 @@ function load() {
   } catch (e) {
     if (e.code !== 'MODULE_NOT_FOUND') throw e;
   }
-  if (fromPackage) return require(fromPackage);
+  if (fromPackage) return checked(require(fromPackage), `the package ${packageName} (${fromPackage})`);
   const local = path.join(root, `ferrolock.${platform}.node`);
-  if (fs.existsSync(local)) return require(local);
+  if (fs.existsSync(local)) return checked(require(local), local);
   throw new Error(
     `ferrolock: no native addon for ${platform}: the package ${packageName} is not installed ` +
       `(npm installs it with ferrolock unless optional dependencies are omitted), no local build ` +

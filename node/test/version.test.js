@@ -20,3 +20,24 @@ test('version is the workspace version, in CommonJS and ESM', async () => {
   assert.equal(esm.version, want);
   assert.equal(esm.default.version, want);
 });
+
+// FERROLOCK_NATIVE_PATH naming a file that is not the addon is said so at require, naming the
+// variable and the path (it failed later with "native.optionTable is not a function").
+test('FERROLOCK_NATIVE_PATH to something other than the addon is named at require', () => {
+  const { spawnSync } = require('node:child_process');
+  const os = require('node:os');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ferrolock-native-'));
+  const notAddon = path.join(dir, 'other.js');
+  fs.writeFileSync(notAddon, 'module.exports = { hello: 1 };\n');
+  try {
+    const out = spawnSync(process.execPath, ['-e', "require(process.argv[1])", path.join(__dirname, '..')], {
+      env: { ...process.env, FERROLOCK_NATIVE_PATH: notAddon },
+      encoding: 'utf8',
+    });
+    assert.notEqual(out.status, 0);
+    assert.match(out.stderr, /FERROLOCK_NATIVE_PATH='[^']*other\.js' is not ferrolock's native addon/);
+    assert.doesNotMatch(out.stderr, /is not a function/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
