@@ -165,9 +165,16 @@ impl Node {
         };
         let info = url.into_connection_info().map_err(|e| {
             // A list's comma cuts only before a scheme (`split_nodes`): say so when one stayed.
-            let comma = match url.contains(',') {
-                true => "; in a list, each URL starts with its scheme",
-                false => "",
+            let comma = if url.contains(',') {
+                "; in a list, each URL starts with its scheme"
+            } else if url
+                .split_once("://")
+                .is_some_and(|(_, rest)| rest.contains("://"))
+            {
+                // `redis://a:1;redis://b:1`, `redis://a:1 redis://b:1`: two URLs run together.
+                "; node URLs are separated by commas"
+            } else {
+                ""
             };
             let why = bad_part(url)
                 .unwrap_or_else(|| e.detail().unwrap_or("cannot parse").to_string());
@@ -1684,6 +1691,15 @@ mod tests {
             (
                 "unix:///tmp/r.sock?pass=hunter2&db=abc",
                 "database \"abc\" is not a number",
+            ),
+            // Two URLs run together (a list written with ';' or ' '): the list's separator said.
+            (
+                "redis://127.0.0.1:6379;redis://127.0.0.1:6380",
+                "node URLs are separated by commas",
+            ),
+            (
+                "redis://:hunter2@127.0.0.1:6379 redis://127.0.0.1:6380",
+                "node URLs are separated by commas",
             ),
             ("redis://h:1/0\0", "a control character"),
             ("redis://:hun\u{1}ter2@h:1", "a control character"),
