@@ -210,7 +210,8 @@ fn is_sequence(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<bool> {
 fn node_urls(py: Python<'_>, ctx: Ctx<'_>, v: &Bound<'_, PyAny>) -> PyResult<Value> {
     let why = "expected a list (or any sequence) of node URLs (redis://, rediss://, unix://, redis+cluster://, ...) or one comma-separated string";
     let not_text = "bytes are not text: pass the node URLs as str (decode them), a list of them or one comma-separated string";
-    // The core reads an empty list as "the default nodes"; written out, it is a mistake.
+    // An empty list written out is a mistake (the core refuses it too); leaving `nodes` out
+    // is how the default nodes are asked for.
     let empty =
         "no node URL given (leave nodes out to use FERROLOCK_NODES or redis://127.0.0.1:6379)";
     let not_utf8 = "a node URL that is not valid UTF-8 (a lone surrogate)";
