@@ -101,10 +101,11 @@ impl Watch {
     /// hung primary sends neither, so the connection would send its slots to it for as long
     /// as it hangs, and a held lock there was lost (found by a review; a new connection
     /// followed the failover). So the map is read again, in the background and at most once
-    /// a `RECHECK` per connection, and when it differs from the one the connection was
-    /// opened on, the connection is marked stale: its node opens a new one. A primary that
-    /// hangs without a failover leaves the map as it was, and its requests stay queued on the
-    /// same connection, in order (see `Node::run`).
+    /// a `RECHECK` per connection, and when a primary of the map the connection was opened
+    /// on is no primary in it, the connection is marked stale: its node opens a new one. A
+    /// primary that hangs without a failover leaves the primaries as they were, and its
+    /// requests stay queued on the same connection, in order (see `Node::run`); so does a
+    /// slot moved between primaries meanwhile (redis-rs follows it).
     ///
     /// The map is read on a connection of its own: the one that timed out may be waiting
     /// for the hung primary itself (when redis-rs reads the topology from it, say), and a
@@ -118,7 +119,11 @@ impl Watch {
         if seen.stale.load(Ordering::Relaxed) || seen.checking.swap(true, Ordering::AcqRel) {
             return;
         }
-        tokio::spawn(async move {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            seen.checking.store(false, Ordering::Release);
+            return;
+        };
+        runtime.spawn(async move {
             let started = tokio::time::Instant::now();
             // Connecting leaves out a primary that hangs after the connect timeout (see
             // `node::cluster_builder`); then one question.
@@ -127,8 +132,7 @@ impl Watch {
                 SlotMap::read(&mut conn).await
             };
             if let Ok(Ok(now)) = tokio::time::timeout(LOOK * timeout, look).await
-                && !now.ranges.is_empty()
-                && now != seen.map
+                && seen.map.lost_a_primary_in(&now)
             {
                 tracing::debug!("the cluster's slot map changed: reconnecting");
                 seen.stale.store(true, Ordering::Relaxed);
@@ -313,6 +317,20 @@ impl SlotMap {
         (slot <= range.last).then_some(range)
     }
 
+    /// Whether a primary of this map is none in `now` (a failover: its replica took its
+    /// slots), or this map is unknown (empty) and `now` is not. Slots that moved between
+    /// primaries do not count: redis-rs follows them (MOVED).
+    pub fn lost_a_primary_in(&self, now: &SlotMap) -> bool {
+        if now.ranges.is_empty() {
+            return false;
+        }
+        self.ranges.is_empty()
+            || self
+                .ranges
+                .iter()
+                .any(|r| !now.ranges.iter().any(|n| n.primary == r.primary))
+    }
+
     /// The primary serving `slot`, as last read.
     pub fn primary_of(&self, slot: u16) -> Option<&str> {
         self.range_of(slot).map(|r| r.primary.as_str())
@@ -483,6 +501,34 @@ mod tests {
                 "{key:?}"
             );
         }
+    }
+
+    #[test]
+    fn only_a_primary_gone_from_the_map_is_a_lost_primary() {
+        let map = |ranges: &[(u16, u16, &str)]| SlotMap {
+            ranges: ranges
+                .iter()
+                .map(|&(first, last, primary)| SlotRange {
+                    first,
+                    last,
+                    primary: primary.into(),
+                })
+                .collect(),
+        };
+        let before = map(&[(0, 8191, "a"), (8192, 16383, "b")]);
+        // A failover: a's replica took its slots.
+        assert!(before.lost_a_primary_in(&map(&[(0, 8191, "a2"), (8192, 16383, "b")])));
+        // Slots moved between the same primaries, or to a new one: redis-rs follows them.
+        assert!(!before.lost_a_primary_in(&map(&[(0, 4095, "a"), (4096, 16383, "b")])));
+        assert!(!before.lost_a_primary_in(&map(&[
+            (0, 8191, "a"),
+            (8192, 12000, "b"),
+            (12001, 16383, "c")
+        ])));
+        assert!(!before.lost_a_primary_in(&before));
+        // Nothing read now tells nothing; nothing read before, anything now does.
+        assert!(!before.lost_a_primary_in(&SlotMap::default()));
+        assert!(SlotMap::default().lost_a_primary_in(&before));
     }
 
     #[test]
