@@ -186,6 +186,9 @@ pub(crate) struct LockInner {
     on_lost: Mutex<Vec<LossCallback>>,
     /// Serializes extend, renewal and release, so a release never races a renewal in flight.
     pub op: Arc<tokio::sync::Mutex<()>>,
+    /// With several nodes: the grant's acquire requests that may still be sent again; the
+    /// release on a node waits for that node's (see `acquire::Sending`).
+    sending: Option<Arc<crate::acquire::Sending>>,
 }
 
 impl LockInner {
@@ -451,6 +454,7 @@ impl Lock {
         fence: Option<u64>,
         holder: Option<Holder>,
         stats: Arc<crate::metrics::Stats>,
+        sending: Option<Arc<crate::acquire::Sending>>,
     ) -> Lock {
         let next_renewal = acquired_at + opts.ttl / 3;
         let ttl = opts.ttl;
@@ -481,6 +485,7 @@ impl Lock {
             }),
             on_lost: Mutex::new(Vec::new()),
             op: Arc::new(tokio::sync::Mutex::new(())),
+            sending,
         });
         // A lock with nothing to renew or to cut short is registered by `lost()` if ever.
         if inner.opts.watchdog || inner.opts.max_hold.is_some() {
@@ -895,6 +900,7 @@ impl Drop for FinishRelease {
                         &inner.hold,
                         &inner.opts,
                         None,
+                        inner.sending.as_deref(),
                     )
                     .await;
                 } else {
@@ -995,8 +1001,16 @@ impl LockInner {
         self.finish(LockStatus::Released);
         let shared = &self.shared;
         if self.releases_inline() {
-            let tally =
-                release_everywhere(shared, key, &self.token, &self.hold, &self.opts, None).await;
+            let tally = release_everywhere(
+                shared,
+                key,
+                &self.token,
+                &self.hold,
+                &self.opts,
+                None,
+                self.sending.as_deref(),
+            )
+            .await;
             return self.release_result(&tally);
         }
         // From here until every node has answered, `Releasing` owns the requests: no await
@@ -1136,6 +1150,7 @@ pub(crate) async fn release_everywhere(
     hold: &str,
     opts: &LockOptions,
     only: Option<&[bool]>,
+    sending: Option<&crate::acquire::Sending>,
 ) -> Tally {
     let how = How::new(shared, key, opts);
     // Reentrant: Redisson's channel (only its unlock publishes there).
@@ -1156,7 +1171,10 @@ pub(crate) async fn release_everywhere(
                 if !wanted {
                     return Ok(None);
                 }
-                release_on(shared, i, key, token, hold, how, redisson, deadline).await
+                release_on(
+                    shared, i, key, token, hold, how, redisson, deadline, sending,
+                )
+                .await
             }
         },
     )
@@ -1180,7 +1198,19 @@ async fn release_owned(
         String::new()
     };
     let (shared, key, token) = (&inner.shared, &inner.key, &inner.token);
-    release_on(shared, i, key, token, &inner.hold, how, &redisson, deadline).await
+    let sending = inner.sending.as_deref();
+    release_on(
+        shared,
+        i,
+        key,
+        token,
+        &inner.hold,
+        how,
+        &redisson,
+        deadline,
+        sending,
+    )
+    .await
 }
 
 /// Node `i`'s release: Some = released, None = not ours (expired or taken).
@@ -1194,7 +1224,13 @@ async fn release_on(
     how: How,
     redisson: &str,
     deadline: Instant,
+    sending: Option<&crate::acquire::Sending>,
 ) -> std::result::Result<Option<i64>, NodeError> {
+    if let Some(sending) = sending {
+        // After this node's acquire can no longer be sent again: a re-send that ran after this
+        // release would grant the key afresh to a lock already released (see `Sending`).
+        sending.settled(i).await;
+    }
     // A reentrant release's call id, drawn once so that every re-send carries it (a plain
     // release's latch is named by its token, unique per grant).
     let call = if how.kind.counted() || how.kind == Kind::Permits {

@@ -166,6 +166,7 @@ async fn acquire_loop(
                     None,
                     None,
                     stats.clone(),
+                    None,
                 ));
             }
             Ok(Answer::Refused(earliest)) => (

@@ -48,6 +48,48 @@ pub(super) struct Req {
     /// A counted grant's hold id (see `scripts::hold_key`), new to this attempt and the same
     /// on its re-sends; the lock keeps it for its release and renewals. Empty otherwise.
     pub(super) call: String,
+    /// With several nodes: which nodes' requests of this attempt may still be sent (again).
+    /// A won grant's release waits for it on each node (see `Sending`).
+    pub(super) sending: Option<Arc<Sending>>,
+}
+
+/// Which nodes' acquire requests of one attempt may still go out: a request whose connection
+/// dropped is sent again on a new connection (`Node::resend`), and so is every other request
+/// that was in flight on the old one, in no set order. A release sent while a slower node's
+/// acquire was still in flight there ran after it on the old connection, but its re-send
+/// could run before the acquire's, which then found the key free and granted it afresh to a
+/// lock already released: nobody released or renewed that grant, and it held the node for its
+/// whole ttl (found by a review). So a won grant's release on a node goes out only once that
+/// node's acquire has its answer (or was dropped: then it is never sent again), as a lost
+/// attempt's undo does (`undo_late`).
+pub(crate) struct Sending(watch::Sender<Vec<bool>>);
+
+impl Sending {
+    fn new(n: usize) -> Arc<Sending> {
+        Arc::new(Sending(watch::Sender::new(vec![true; n])))
+    }
+
+    fn done(&self, i: usize) {
+        self.0
+            .send_if_modified(|v| std::mem::replace(&mut v[i], false));
+    }
+
+    /// Once node `i`'s acquire request can no longer be sent (again).
+    pub(crate) async fn settled(&self, i: usize) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|v| !v.get(i).copied().unwrap_or(false)).await;
+    }
+}
+
+/// Marks node `i`'s request done when its future ends, answered or dropped.
+struct Settle(Option<Arc<Sending>>, usize);
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        if let Some(s) = &self.0 {
+            s.done(self.1);
+        }
+    }
 }
 
 impl Req {
@@ -100,6 +142,8 @@ impl Req {
             } else {
                 String::new()
             },
+            sending: (shared.cluster.nodes.len() > 1)
+                .then(|| Sending::new(shared.cluster.nodes.len())),
         }
     }
 
@@ -247,7 +291,12 @@ pub(super) async fn attempt(
         let requests =
             run.requests
                 .insert(FanOut::start_owned(n, quorum, timeout, |i, deadline| {
-                    ask(shared.clone(), req.clone(), i, deadline)
+                    let settle = Settle(req.sending.clone(), i);
+                    let ask = ask(shared.clone(), req.clone(), i, deadline);
+                    async move {
+                        let _settle = settle;
+                        ask.await
+                    }
                 }));
         let woken = req.queue.as_ref().and_then(|q| q.woken.clone());
         until_decided_or_refuser_woke(requests, woken, &shared.cluster.nodes).await;

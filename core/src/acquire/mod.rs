@@ -42,6 +42,7 @@ use crate::node::{NodeError, node_error};
 use crate::options::LockOptions;
 use crate::queue::{Ticket, WakeSources};
 use crate::shared::Shared;
+pub(crate) use attempt::Sending;
 use attempt::{Req, Spoiled, run_attempt};
 use checks::check_redisson_channel;
 pub use checks::check_request;
@@ -179,9 +180,14 @@ async fn acquire_loop(
             }
             // The key and token move into the lock, unless requests still in flight
             // hold them.
-            let (key, token, hold) = match Arc::try_unwrap(req) {
-                Ok(r) => (r.key, r.token, r.call),
-                Err(r) => (r.key.clone(), r.token.clone(), r.call.clone()),
+            let (key, token, hold, sending) = match Arc::try_unwrap(req) {
+                Ok(r) => (r.key, r.token, r.call, r.sending),
+                Err(r) => (
+                    r.key.clone(),
+                    r.token.clone(),
+                    r.call.clone(),
+                    r.sending.clone(),
+                ),
             };
             if ticket.is_some() {
                 // Granted after waiting for a release.
@@ -198,6 +204,7 @@ async fn acquire_loop(
                 fence,
                 plan.holder,
                 stats.clone(),
+                sending,
             ));
         }
         // A failed attempt has been undone already (in the background where a node had not
