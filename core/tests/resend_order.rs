@@ -106,3 +106,47 @@ async fn a_release_and_an_acquire_re_sent_together_leave_no_grant_reentrant() {
     let _s = serial();
     rounds(true).await;
 }
+
+/// A semaphore's acquire and release, each with its reply cut off after it ran on the node
+/// (standalone: `Node::resend` sends it again): the permits are taken once and given back once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_semaphore_request_resent_after_its_connection_dropped_runs_once() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let name = "sem-resend";
+    let zset = format!("{{{name}}}:timeout");
+    let o = opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(5))
+        .wait(Some(Duration::ZERO));
+    let m = manager(&[proxy.url()], o.clone());
+    let held = |s: &RedisServer| s.cmd::<i64>(&["ZCARD", &zset]);
+    let available = |s: &RedisServer| s.cmd::<Option<i64>>(&["GET", name]);
+    for _ in 0..3 {
+        let warm = m.semaphore_with(name, 5, 1, &o).await.unwrap();
+        assert!(warm.release().await.unwrap());
+        proxy.hold(Direction::Down);
+        let task = tokio::spawn({
+            let (m, o) = (m.clone(), o.clone());
+            async move { m.semaphore_with(name, 5, 2, &o).await }
+        });
+        until("the acquire never ran", || held(&server) == 2).await;
+        assert!(!task.is_finished());
+        proxy.reset();
+        let lock = task.await.unwrap().expect("a grant that ran is a grant");
+        assert_eq!((available(&server), held(&server)), (Some(3), 2));
+        let warm = m.semaphore_with(name, 5, 1, &o).await.unwrap();
+        assert!(warm.release().await.unwrap());
+        proxy.hold(Direction::Down);
+        let task = tokio::spawn(async move { lock.release().await });
+        until("the release never ran", || held(&server) == 0).await;
+        assert!(!task.is_finished());
+        proxy.reset();
+        assert!(
+            task.await.unwrap().unwrap(),
+            "a release that ran reported none back"
+        );
+        assert_eq!((available(&server), held(&server)), (Some(5), 0));
+    }
+}
