@@ -1024,7 +1024,9 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
         .map(|i| format!("hung:held:{i}"))
         .find(|k| cluster.primary_for_key(k).port() == a.port())
         .unwrap();
-    let ttl = Duration::from_secs(6);
+    // Long enough for the failover of a loaded machine to end within it: A' must still hold
+    // the key (replicated from A) when the holder's renewals start going there.
+    let ttl = Duration::from_secs(20);
     let holder = manager(std::slice::from_ref(&url), opts().watchdog(true).ttl(ttl));
     let held = holder.try_acquire(&held_key).await.unwrap();
     let held_since = Instant::now();
@@ -1078,11 +1080,27 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
     assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
     assert!(l.release().await.unwrap());
     assert_eq!(get(a2, &key), None);
-    // The held lock outlives two ttls, renewed on A' while A hangs.
-    tokio::time::sleep_until((held_since + 2 * ttl).into()).await;
-    assert!(held.is_held(), "the held lock was lost: {:?}", held.check());
+    // The held lock is renewed on A' while A hangs: its expiry there goes up (a renewal
+    // comes every ttl/3; without one, the key expires there and the lock is lost).
+    let after_failover = pttl(a2, &held_key);
+    assert!(
+        after_failover > 0,
+        "A' lost the key before the holder could renew it ({after_failover}): {:?} since it was taken",
+        held_since.elapsed()
+    );
+    loop {
+        assert!(held.is_held(), "the held lock was lost: {:?}", held.check());
+        let left = pttl(a2, &held_key);
+        if left > after_failover + 500 {
+            break;
+        }
+        assert!(
+            left > 0 && held_since.elapsed() < 3 * ttl,
+            "no renewal reached A' (pttl {left} ms, {after_failover} ms after the failover)"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
     assert_eq!(get(a2, &held_key).as_deref(), Some(held.token()));
-    assert!(pttl(a2, &held_key) > 0);
     assert!(held.release().await.unwrap());
     assert_eq!(role(a2), "master", "A' lost its slots while A hung");
     a.resume();
