@@ -51,8 +51,29 @@ fn _background_calls_for_test() -> usize {
     bridge::background_calls()
 }
 
+/// Refuses a subinterpreter. The extension's state is per process, and its threads come back
+/// into Python through the GIL-state API, which attaches them to the main interpreter: in a
+/// subinterpreter a loss callback, an asyncio result or a log record would run that
+/// interpreter's objects under the main one's thread state (a `with` block's loss was raised
+/// into the main interpreter's code), and a process whose subinterpreter was still alive at
+/// exit hung there. PyO3 checks the interpreter only for a module it builds itself, not for
+/// this multi-phase one, so the init checks: the main interpreter's id is 0.
+fn refuse_subinterpreter() -> PyResult<()> {
+    // SAFETY: module init runs attached to the importing interpreter.
+    let id = unsafe { pyo3::ffi::PyInterpreterState_GetID(pyo3::ffi::PyInterpreterState_Get()) };
+    if id == 0 {
+        return Ok(());
+    }
+    Err(pyo3::exceptions::PyImportError::new_err(format!(
+        "ferrolock cannot be imported in a subinterpreter (this is interpreter {id}): its runtime, \
+         registries and background threads belong to the main interpreter; use it from the main \
+         interpreter, or from a process of its own"
+    )))
+}
+
 #[pymodule]
 fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    refuse_subinterpreter()?;
     log::install();
     ferrolock::host::panic_hook::install_for_module();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -345,5 +346,54 @@ def test_an_uncaught_exception_ending_the_process_releases_its_locks(
         assert "Traceback" in err and "RuntimeError: caller bug" in err, err
         for s in suffixes:
             assert not r.exists(key + s), f"{s} was left to its ttl by the uncaught exception"
+    finally:
+        child.kill()
+
+
+SUBINTERPRETER = r"""
+import sys
+try:
+    import _interpreters as interpreters  # 3.13+
+except ImportError:
+    import _xxsubinterpreters as interpreters  # 3.11, 3.12
+import ferrolock
+url, key = sys.argv[1], sys.argv[2]
+m = ferrolock.LockManager([url], ttl=30)
+held = m.acquire(key + ":main")
+sub = interpreters.create()
+interpreters.run_string(sub, f'''
+try:
+    import ferrolock
+except ImportError as e:
+    print("refused:", e, flush=True)
+else:
+    m = ferrolock.LockManager([{url!r}], ttl=30)
+    with m.lock({key!r} + ":sub"):
+        pass
+    print("used in the subinterpreter", flush=True)
+''')
+# The subinterpreter is left alive, as a program that embeds several may leave it.
+print("main exits", flush=True)
+"""
+
+
+def test_a_subinterpreter_is_refused_and_the_process_still_exits(node: RedisNode, key: str) -> None:
+    # The extension's state is per process (its runtime, its registries, the threads that
+    # attach to "the" interpreter through the GIL-state API, which is the main one): a
+    # subinterpreter that imported it got the main interpreter's objects and callbacks (a
+    # `with` block's loss was raised into the main interpreter's code) and a process whose
+    # subinterpreter was still alive at exit hung there for ever (found by a review). It is
+    # refused at import, as PyO3 refuses a second interpreter; the main one goes on as before.
+    pytest.importorskip("_xxsubinterpreters" if sys.version_info < (3, 13) else "_interpreters")
+    child = Child(SUBINTERPRETER, node.url, key)
+    try:
+        child.expect("main exits")
+        assert child.wait(30) == 0, "".join(child.err)
+        out = child.out + child.rest()
+        assert any(line.startswith("refused:") and "subinterpreter" in line for line in out), out
+        assert "used in the subinterpreter" not in out
+        assert "main exits" in out
+        assert not node.client().exists(key + ":main"), "the main interpreter's lock was left to its ttl"
+        assert not node.client().exists(key + ":sub")
     finally:
         child.kill()
