@@ -11,6 +11,8 @@ class Lock {
   #controller = null;
   /** A release (or dispose) of this lock has run: a later dispose has nothing left to do. */
   #releaseRan = false;
+  /** The release of this lock on its way, if any: a dispose meanwhile waits for it. */
+  #releasing = null;
   constructor(native, make) {
     if (make !== MAKE) {
       throw new TypeError('a Lock is made by LockManager.acquire, tryAcquire or withLock, not by new Lock()');
@@ -88,6 +90,15 @@ class Lock {
   }
   /** Resolves to true once released on a quorum, false if the token was already gone. */
   async release() {
+    const releasing = this.#release();
+    this.#releasing = releasing;
+    try {
+      return await releasing;
+    } finally {
+      if (this.#releasing === releasing) this.#releasing = null;
+    }
+  }
+  async #release() {
     try {
       return await this.#native.release();
     } catch (e) {
@@ -103,6 +114,10 @@ class Lock {
    * still 'held' after a failed release is released again.
    */
   async [Symbol.asyncDispose]() {
+    // A release still on its way (an early `release()` not awaited, as a signal listener's, or
+    // a second dispose at once): its outcome decides, as if it had been awaited. Before, this
+    // released again and rejected with NotHeldError.
+    if (this.#releasing !== null) await this.#releasing.catch(() => {});
     const status = this.status;
     if (status === 'released' || (status === 'lost' && this.#releaseRan)) return;
     await this.release();

@@ -390,6 +390,29 @@ test('close() releasing a lock still in use aborts its signal with a LockLostErr
   await lock[Symbol.asyncDispose]();
 });
 
+test('a dispose while a release of the lock is in flight (an early release not awaited, as from a signal listener) is a no-op, and so is a second dispose at once', T, async () => {
+  const m = new LockManager({ nodes: [one.url], ttl: 60_000 });
+  try {
+    // An early release the scope did not await (a listener cannot): the scope's end disposes
+    // while that release is still on its way.
+    const early = await m.acquire('dispose-in-flight:early');
+    const released = early.release();
+    await early[Symbol.asyncDispose]();
+    assert.equal(await released, true);
+    assert.equal(early.status, 'released');
+    assert.ok(!one.exists('dispose-in-flight:early'));
+    // Two disposes at once (a lock put twice on a DisposableStack): one release.
+    const twice = await m.acquire('dispose-in-flight:twice');
+    await Promise.all([twice[Symbol.asyncDispose](), twice[Symbol.asyncDispose]()]);
+    assert.equal(twice.status, 'released');
+    assert.ok(!one.exists('dispose-in-flight:twice'));
+    // An explicit second release still says so.
+    await assert.rejects(twice.release(), (e) => e.code === 'NOT_HELD');
+  } finally {
+    await m.close();
+  }
+});
+
 test('a lost lock disposed (or released) once is a no-op to dispose again, as a released one', T, async () => {
   const m = new LockManager({ nodes: [one.url], ttl: 1000 });
   try {
