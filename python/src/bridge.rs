@@ -47,9 +47,65 @@ where
 {
     let counted_in = IN_FLIGHT.enter();
     if !SHUTTING_DOWN.load(Ordering::SeqCst) {
-        Python::try_attach(f);
+        // SAFETY: reads this thread's GIL-state slot; callable without the GIL.
+        let fresh = unsafe { pyo3::ffi::PyGILState_GetThisThreadState() }.is_null();
+        Python::try_attach(|py| {
+            if fresh {
+                KEPT_STATE.with(KeptState::keep);
+            }
+            f(py)
+        });
     }
     IN_FLIGHT.leave(counted_in);
+}
+
+/// A library thread keeps the Python thread state its first attach made, until the thread
+/// ends. Attaching from a thread without one (`PyGILState_Ensure`) creates a thread state
+/// and the matching release deletes it, each under the runtime's thread-list lock, which is
+/// taken without the GIL; CPython 3.11's `os.fork()` takes that lock in the child before it
+/// resets it, so a child forked while a library thread held it (once per asyncio result, log
+/// record or loss callback) hung for ever inside `os.fork()` (found by a review: about one
+/// fork in 600 beside two tasks acquiring in a loop). Kept, the lock is taken once when a
+/// library thread first attaches and once when it ends.
+struct KeptState(std::cell::Cell<bool>);
+
+thread_local! {
+    static KEPT_STATE: KeptState = const { KeptState(std::cell::Cell::new(false)) };
+}
+
+impl KeptState {
+    /// Called attached, by an attach that made this thread's state (a library thread, never
+    /// a Python thread, whose state Python deletes itself): one more `PyGILState_Ensure`, so
+    /// the attach's own release leaves the thread state in place.
+    fn keep(&self) {
+        if !self.0.replace(true) {
+            // SAFETY: the thread is attached (inside `try_attach`); this only raises the
+            // thread state's GIL-state count, undone in `drop`.
+            unsafe { pyo3::ffi::PyGILState_Ensure() };
+        }
+    }
+}
+
+impl Drop for KeptState {
+    /// The thread ends: deletes its thread state, unless the interpreter is exiting (then it
+    /// is finalization's to delete, and the thread must not attach).
+    fn drop(&mut self) {
+        if !self.0.get() || SHUTTING_DOWN.load(Ordering::SeqCst) {
+            return;
+        }
+        let counted_in = IN_FLIGHT.enter();
+        if !SHUTTING_DOWN.load(Ordering::SeqCst) {
+            // SAFETY: the kept `PyGILState_Ensure` is still counted: attach with it, undo this
+            // attach without releasing the GIL, then undo the kept one, which deletes the
+            // thread state and releases the GIL.
+            unsafe {
+                pyo3::ffi::PyGILState_Ensure();
+                pyo3::ffi::PyGILState_Release(pyo3::ffi::PyGILState_STATE::PyGILState_LOCKED);
+                pyo3::ffi::PyGILState_Release(pyo3::ffi::PyGILState_STATE::PyGILState_UNLOCKED);
+            }
+        }
+        IN_FLIGHT.leave(counted_in);
+    }
 }
 
 /// Background threads of this process attached to (or about to attach to) the interpreter.

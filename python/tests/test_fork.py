@@ -256,3 +256,46 @@ def test_a_child_forked_while_the_parent_hands_a_record_to_logging_still_logs(
         let_go.set()
         logger.removeHandler(handler)
         m.close()
+
+
+def test_a_library_thread_keeps_its_python_thread_state_between_calls(node: RedisNode, key: str) -> None:
+    # A library thread (the blocking pool's: asyncio results, loss callbacks, log records)
+    # came into Python with a thread state made for that one call and deleted after it, each
+    # under CPython's thread-list lock, taken without the GIL. CPython 3.11's os.fork() takes
+    # that lock in the child before resetting it: a fork while a library thread held it hung
+    # the child for ever inside os.fork() (found by a review: about one fork in 600 beside two
+    # tasks acquiring in a loop). Now a library thread keeps its thread state until it ends.
+    # Seen from Python: a threading.local() set on such a thread is still there at its next
+    # call (a new thread state starts with none). The records come one at a time, so a thread
+    # of the pool takes more than one.
+    local = threading.local()
+    seen: list[tuple[int, int]] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if key in record.getMessage():
+                local.calls = getattr(local, "calls", 0) + 1
+                seen.append((threading.get_ident(), local.calls))
+
+    handler = Handler(level=logging.WARNING)
+    logger = logging.getLogger("ferrolock")
+    logger.addHandler(handler)
+    m = LockManager([node.url], ttl=30)
+    try:
+        for i in range(8):
+            m.acquire(f"{key}:{i}")  # not kept: released with a warning, on a library thread
+            deadline = time.monotonic() + 20
+            while len(seen) <= i:
+                assert time.monotonic() < deadline, f"warning {i} never reached logging: {seen}"
+                time.sleep(0.01)
+        threads = [ident for ident, _ in seen]
+        again = [ident for ident in set(threads) if threads.count(ident) > 1]
+        assert again, f"no library thread handled two records: {seen}"
+        for ident in again:
+            calls = [n for t, n in seen if t == ident]
+            assert calls == list(range(1, len(calls) + 1)), (
+                f"thread {ident} came back with a new thread state each time: {seen}"
+            )
+    finally:
+        logger.removeHandler(handler)
+        m.close()
