@@ -631,7 +631,7 @@ impl Node {
                         .await
                         .unwrap_or(Pubsub::Classic);
                 // The topology this connection routes by, to tell later whether it changed
-                // (`Conn::suspect_topology`); with the restart guard on, also the one to
+                // (`Watch::suspect`); with the restart guard on, also the one to
                 // compare later ones with (and, on a reconnection, the one seen before).
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
                 let seen = match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
@@ -658,7 +658,10 @@ impl Node {
                     self.observe_topology(seen.clone());
                     self.observe_probes(&probes);
                 }
-                Conn::Cluster(conn, kind, Arc::new(Seen::new(seen, cluster.clone())))
+                {
+                    let seen = Seen::new(seen, cluster.clone(), conn.clone());
+                    Conn::Cluster(conn, kind, Arc::new(seen))
+                }
             }
             None => {
                 let config = AsyncConnectionConfig::new()

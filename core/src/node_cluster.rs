@@ -32,27 +32,30 @@ pub(crate) enum Conn {
 }
 
 /// The slot map a cluster connection was opened on, and whether a later look found the
-/// cluster's map changed since (see `Conn::suspect_topology`).
+/// cluster's map changed since (see `Watch::suspect`).
 #[derive(Default)]
 pub(crate) struct Seen {
     map: SlotMap,
     /// To look with: a new connection (see `Watch::suspect`). `None`: never looked.
     client: Option<ClusterClient>,
+    /// The connection itself, to ask whether it still answers at all (`Watch::suspect`).
+    conn: Option<ClusterConnection>,
     stale: AtomicBool,
     checking: AtomicBool,
 }
 
 impl Seen {
-    pub fn new(map: SlotMap, client: ClusterClient) -> Seen {
+    pub fn new(map: SlotMap, client: ClusterClient, conn: ClusterConnection) -> Seen {
         Seen {
             map,
             client: Some(client),
+            conn: Some(conn),
             ..Seen::default()
         }
     }
 }
 
-/// The least time between two looks at one connection's slot map (`suspect_topology`): a
+/// The least time between two looks at one connection's slot map (`Watch::suspect`): a
 /// primary that hangs makes every request of its slots time out, and each would ask.
 const RECHECK: Duration = Duration::from_secs(1);
 
@@ -105,7 +108,11 @@ impl Watch {
     /// on is no primary in it, the connection is marked stale: its node opens a new one. A
     /// primary that hangs without a failover leaves the primaries as they were, and its
     /// requests stay queued on the same connection, in order (see `Node::run`); so does a
-    /// slot moved between primaries meanwhile (redis-rs follows it).
+    /// slot moved between primaries meanwhile (redis-rs follows it), unless the connection
+    /// answers nothing at all: redis-rs follows a redirect by checking every node of its new
+    /// map, a hung primary too, and holds every request back until that check ends, so a
+    /// connection that does not answer the question the new one answered, within as long as
+    /// the look may take (`answers`), is marked stale too.
     ///
     /// The map is read on a connection of its own: the one that timed out may be waiting
     /// for the hung primary itself (when redis-rs reads the topology from it, say), and a
@@ -131,16 +138,36 @@ impl Watch {
                 let mut conn = client.get_async_connection().await?;
                 SlotMap::read(&mut conn).await
             };
-            if let Ok(Ok(now)) = tokio::time::timeout(LOOK * timeout, look).await
-                && seen.map.lost_a_primary_in(&now)
-            {
-                tracing::debug!("the cluster's slot map changed: reconnecting");
-                seen.stale.store(true, Ordering::Relaxed);
+            if let Ok(Ok(now)) = tokio::time::timeout(LOOK * timeout, look).await {
+                if seen.map.lost_a_primary_in(&now) {
+                    tracing::debug!("the cluster's slot map changed: reconnecting");
+                    seen.stale.store(true, Ordering::Relaxed);
+                } else if let Some(old) = &seen.conn
+                    && !answers(old, LOOK * timeout).await
+                {
+                    // The cluster answers a new connection, and this one nothing: a redirect
+                    // (a slot moved) has redis-rs read its map again and check every node of
+                    // it, a hung primary too, with no reply timeout, and every request of the
+                    // connection, to every primary, waits behind that check for as long as
+                    // the primary hangs (found by a review).
+                    tracing::debug!("the cluster connection answers nothing: reconnecting");
+                    seen.stale.store(true, Ordering::Relaxed);
+                }
             }
             tokio::time::sleep_until(started + RECHECK).await;
             seen.checking.store(false, Ordering::Release);
         });
     }
+}
+
+/// Whether `conn` answers at all within `timeout`: the slot map asked of every primary, the
+/// first answer enough (one hung primary is not a connection that answers nothing; nor is an
+/// error reply). As long as a whole look may take: a wedged connection never answers, and a
+/// merely slow one is not to be replaced (a reconnection costs a loaded cluster more).
+async fn answers(conn: &ClusterConnection, timeout: Duration) -> bool {
+    tokio::time::timeout(timeout, SlotMap::read(&mut conn.clone()))
+        .await
+        .is_ok()
 }
 
 /// How many node timeouts a look at the slot map may take (`Watch::suspect`): a connection

@@ -1105,3 +1105,87 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
     assert_eq!(role(a2), "master", "A' lost its slots while A hung");
     a.resume();
 }
+
+/// A slot moved between two live primaries while a third primary hangs (no failover): the
+/// manager's next request of the moved slot meets MOVED, redis-rs reads its slot map again and
+/// checks every node of it (a PING without a reply timeout), and waits for the hung primary
+/// for as long as it hangs, with every request of the connection held behind it. The look at
+/// the slot map (`Watch::suspect`) finds the same primaries and keeps the connection: every
+/// key of the cluster fails, the healthy primaries' too, until the hung one answers. A
+/// manager connected afterwards serves them at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_served() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        // A is never marked failed: no failover while it hangs.
+        node_timeout_ms: 120_000,
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    // The seed (nodes[0]) is C, which answers throughout; A hangs, B gives a slot to C.
+    let (c, a, b) = (&cluster.nodes[0], &cluster.nodes[1], &cluster.nodes[2]);
+    let on = |node: &RedisServer, prefix: &str| {
+        (0..)
+            .map(|i| format!("{prefix}:{i}"))
+            .find(|k| cluster.primary_for_key(k).port() == node.port())
+            .unwrap()
+    };
+    let (key_b, key_c) = (on(b, "moved"), on(c, "healthy"));
+    let slot = key_slot(&key_b).to_string();
+    let c_id: String = c.cmd(&["CLUSTER", "MYID"]);
+    let o = opts()
+        .node_timeout(Duration::from_secs(1))
+        .wait(Some(Duration::ZERO));
+    let old = manager(std::slice::from_ref(&url), o.clone());
+    // Connected, every primary answering.
+    let l = old.try_acquire(&key_c).await.unwrap();
+    assert!(l.release().await.unwrap());
+
+    a.pause();
+    // The slot moves from B to C (it holds no key): B answers MOVED for it from now on.
+    let ok: String = c.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &c_id]);
+    assert_eq!(ok, "OK");
+    let ok: String = b.cmd(&["CLUSTER", "SETSLOT", &slot, "NODE", &c_id]);
+    assert_eq!(ok, "OK");
+    // The old manager's request of the moved slot: MOVED, and redis-rs reads its map again.
+    let first = old.try_acquire(&key_b).await;
+    eprintln!(
+        "the moved slot's first try: {:?}",
+        first.as_ref().map(|l| l.token().to_string())
+    );
+    if let Ok(l) = first {
+        assert!(l.release().await.unwrap());
+    }
+    // A new manager serves C's key (the fault is what the test says it is).
+    let fresh = manager(std::slice::from_ref(&url), o.clone());
+    let l = fresh.try_acquire(&key_c).await.expect("a new manager");
+    assert!(l.release().await.unwrap());
+
+    // The old manager serves C's key too, in time, while A still hangs.
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let l = loop {
+        match old.try_acquire(&key_c).await {
+            Ok(l) => break l,
+            Err(e) => failed.push(e.to_string()),
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            a.resume();
+            panic!(
+                "the manager connected before still fails C's key while A hangs: {} tries \
+                 in {:?}, last {:?}",
+                failed.len(),
+                started.elapsed(),
+                failed.last()
+            );
+        }
+        tokio::time::sleep(ms(100)).await;
+    };
+    eprintln!(
+        "served C's key after {} failed tries in {:?}",
+        failed.len(),
+        started.elapsed()
+    );
+    assert!(l.release().await.unwrap());
+    a.resume();
+}
