@@ -266,6 +266,7 @@ mod tests {
 
     fn map(ranges: &[(u16, u16, &str)]) -> SlotMap {
         SlotMap {
+            addrs: Vec::new(),
             ranges: ranges
                 .iter()
                 .map(|&(first, last, primary)| SlotRange {

@@ -118,6 +118,9 @@ struct NodeLocal {
     alias: Mutex<Option<(Instant, String)>>,
     /// A cluster's restart guard, per slot range.
     slots: Mutex<SlotGuard>,
+    /// A cluster's primaries (`host:port`) as the last connection's slot map named them:
+    /// seeds for the next connection beside the URL's (see `cluster_client`).
+    known: Mutex<Vec<String>>,
 }
 
 #[derive(Default)]
@@ -557,6 +560,35 @@ impl Node {
         Some(connect.await)
     }
 
+    /// A cluster client seeded by the `known` primaries (`host:port`, from a slot map) that
+    /// are not the URL's seeds, with the URL's credentials, and the connect timeout after
+    /// which it is tried beside the URL's (see `node_cluster::connect`). `None` when there is
+    /// none (or for a standalone node).
+    fn cluster_client(&self, known: &[String]) -> Option<(ClusterClient, Duration)> {
+        let settings = self.pubsub.as_ref()?;
+        let base = settings.seeds.first()?;
+        // The seeds are `scheme://[userinfo@]host:port` (`ClusterUrl::parse`).
+        let cut = match base.rfind('@') {
+            Some(at) => at + 1,
+            None => base.find("://")? + 3,
+        };
+        let mut seeds: Vec<String> = Vec::new();
+        for addr in known {
+            let seed = format!("{}{addr}", &base[..cut]);
+            if !settings.seeds.contains(&seed) && !seeds.contains(&seed) {
+                seeds.push(seed);
+            }
+        }
+        if seeds.is_empty() {
+            return None;
+        }
+        let mut builder = cluster_builder(&seeds, settings.connect_timeout);
+        if let Some(certs) = &settings.certs {
+            builder = builder.certs(certs.clone());
+        }
+        Some((builder.build().ok()?, settings.connect_timeout))
+    }
+
     /// `text` with this node's password replaced by `***`.
     pub(crate) fn scrub(&self, text: &str) -> String {
         scrub(text, self.password.as_deref())
@@ -616,7 +648,15 @@ impl Node {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
             Some(cluster) => {
-                let mut conn = tokio::time::timeout(timeout, cluster.get_async_connection())
+                let known = self
+                    .local()
+                    .known
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone();
+                let fallback = self.cluster_client(&known);
+                let connect = crate::node_cluster::connect(cluster, fallback.as_ref());
+                let mut conn = tokio::time::timeout(timeout, connect)
                     .await
                     .map_err(|_| {
                         NodeError::Unreachable(format!(
@@ -659,7 +699,12 @@ impl Node {
                     self.observe_probes(&probes);
                 }
                 {
-                    let seen = Seen::new(seen, cluster.clone(), conn.clone());
+                    if !seen.addrs.is_empty() {
+                        *self.local().known.lock().unwrap_or_else(|p| p.into_inner()) =
+                            seen.addrs.clone();
+                    }
+                    let fallback = self.cluster_client(&seen.addrs);
+                    let seen = Seen::new(seen, cluster.clone(), fallback, conn.clone());
                     Conn::Cluster(conn, kind, Arc::new(seen))
                 }
             }

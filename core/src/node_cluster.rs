@@ -2,6 +2,7 @@
 //! is sent on (a standalone server's or the cluster's routed one), so nothing outside the node
 //! module cares which a node is.
 
+use futures::FutureExt;
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -38,6 +39,9 @@ pub(crate) struct Seen {
     map: SlotMap,
     /// To look with: a new connection (see `Watch::suspect`). `None`: never looked.
     client: Option<ClusterClient>,
+    /// Seeded by the primaries of `map` that are not the URL's seeds, and after how long it
+    /// is tried too (see `connect`).
+    fallback: Option<(ClusterClient, Duration)>,
     /// The connection itself, to ask whether it still answers at all (`Watch::suspect`).
     conn: Option<ClusterConnection>,
     stale: AtomicBool,
@@ -45,14 +49,46 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
-    pub fn new(map: SlotMap, client: ClusterClient, conn: ClusterConnection) -> Seen {
+    pub fn new(
+        map: SlotMap,
+        client: ClusterClient,
+        fallback: Option<(ClusterClient, Duration)>,
+        conn: ClusterConnection,
+    ) -> Seen {
         Seen {
             map,
             client: Some(client),
+            fallback,
             conn: Some(conn),
             ..Seen::default()
         }
     }
+}
+
+/// A new connection through `client` (the URL's seeds), or through `fallback`'s client (the
+/// primaries a slot map named), tried too once `fallback`'s wait has passed: the first to
+/// connect. The URL names one node as a rule, and when that node is a
+/// primary that hangs, it could neither look at the slot map again nor reconnect through
+/// it, and the manager never followed a failover away from it (found by a review). Not one
+/// client seeded by both: redis-rs waits for every seed to connect (a hung one until its
+/// connect timeout) before it reads the map, and connects to the hung one again after.
+pub(crate) async fn connect(
+    client: &ClusterClient,
+    fallback: Option<&(ClusterClient, Duration)>,
+) -> RedisResult<ClusterConnection> {
+    let Some((other, wait)) = fallback else {
+        return client.get_async_connection().await;
+    };
+    // The second once the wait (the connect timeout) has passed: a seed that hangs has
+    // failed the first by then.
+    let first = client.get_async_connection();
+    let second = async {
+        tokio::time::sleep(*wait).await;
+        other.get_async_connection().await
+    };
+    futures::future::select_ok([first.boxed(), second.boxed()])
+        .await
+        .map(|(conn, _)| conn)
 }
 
 /// The least time between two looks at one connection's slot map (`Watch::suspect`): a
@@ -135,7 +171,7 @@ impl Watch {
             // Connecting leaves out a primary that hangs after the connect timeout (see
             // `node::cluster_builder`); then one question.
             let look = async {
-                let mut conn = client.get_async_connection().await?;
+                let mut conn = connect(&client, seen.fallback.as_ref()).await?;
                 SlotMap::read(&mut conn).await
             };
             if let Ok(Ok(now)) = tokio::time::timeout(LOOK * timeout, look).await {
@@ -259,6 +295,9 @@ pub(crate) fn key_slot(name: &str) -> u16 {
 pub(crate) struct SlotMap {
     /// Sorted by first slot.
     pub(crate) ranges: Vec<SlotRange>,
+    /// Each primary's `host:port`, as the map gives it: seeds for a later connection, when
+    /// the URL's own seeds hang or are gone (`Node::open_connection`).
+    pub(crate) addrs: Vec<String>,
 }
 
 /// One range of `CLUSTER SLOTS`: its primary by node id (or `host:port` when no id is given).
@@ -303,6 +342,7 @@ impl SlotMap {
             _ => None,
         };
         let mut ranges = Vec::new();
+        let mut addrs: Vec<String> = Vec::new();
         if let Value::Array(entries) = reply {
             for entry in entries {
                 let Value::Array(fields) = entry else {
@@ -313,6 +353,24 @@ impl SlotMap {
                 else {
                     continue;
                 };
+                // An endpoint Redis does not know is "" or "?".
+                let addr = match (
+                    primary.first().and_then(text),
+                    primary.get(1).and_then(text),
+                ) {
+                    (Some(host), Some(port)) if !host.is_empty() && host != "?" => {
+                        Some(match host.contains(':') {
+                            true => format!("[{host}]:{port}"),
+                            false => format!("{host}:{port}"),
+                        })
+                    }
+                    _ => None,
+                };
+                if let Some(addr) = addr
+                    && !addrs.contains(&addr)
+                {
+                    addrs.push(addr);
+                }
                 // The node id when given (Redis 4+), else host:port.
                 let primary = primary.get(2).and_then(text).or_else(|| {
                     let host = primary.first().and_then(text)?;
@@ -331,7 +389,7 @@ impl SlotMap {
             }
         }
         ranges.sort_by_key(|r| r.first);
-        SlotMap { ranges }
+        SlotMap { ranges, addrs }
     }
 
     /// The range holding `slot`, as last read.
@@ -533,6 +591,7 @@ mod tests {
     #[test]
     fn only_a_primary_gone_from_the_map_is_a_lost_primary() {
         let map = |ranges: &[(u16, u16, &str)]| SlotMap {
+            addrs: Vec::new(),
             ranges: ranges
                 .iter()
                 .map(|&(first, last, primary)| SlotRange {
@@ -590,7 +649,17 @@ mod tests {
         assert_eq!(map.primary_of(10923), None, "a slot nobody serves");
         assert_eq!(map.primary_of(16383), Some("c"));
         assert_eq!(map.range_of(7).unwrap().last, 5460);
+        // Each primary's address once, in reply order; no replica's.
+        assert_eq!(map.addrs, ["h:2", "h:1", "h:3"]);
         assert_eq!(SlotMap::parse(&Value::Nil).primary_of(7), None);
+        // An IPv6 host in brackets; an endpoint Redis does not know ("", "?") left out.
+        let map = SlotMap::parse(&Value::Array(vec![
+            Value::Array(vec![Value::Int(0), Value::Int(1), node("::1", 7, "a")]),
+            Value::Array(vec![Value::Int(2), Value::Int(3), node("?", 8, "b")]),
+            Value::Array(vec![Value::Int(4), Value::Int(5), node("", 9, "c")]),
+        ]));
+        assert_eq!(map.addrs, ["[::1]:7"]);
+        assert_eq!(map.primary_of(4), Some("c"));
     }
 
     #[test]

@@ -1189,3 +1189,67 @@ async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_s
     assert!(l.release().await.unwrap());
     a.resume();
 }
+
+/// As `a_manager_follows_a_failover_away_from_a_hung_primary`, with the hung primary the URL's
+/// only seed (`redis+cluster://host:port` names one node, as most URLs do): the manager's
+/// connection still reaches the other primaries, and follows the failover all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        require_full_coverage: false,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    // A is the seed.
+    let a = &cluster.nodes[0];
+    let key = (0..)
+        .map(|i| format!("hung-seed:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == a.port())
+        .unwrap();
+    let a2 = cluster.replicas_of(a)[0];
+    let a2_port = a2.port();
+    let old = manager(
+        std::slice::from_ref(&url),
+        opts().wait(Some(Duration::ZERO)),
+    );
+    let l = old.try_acquire(&key).await.unwrap();
+    assert!(l.release().await.unwrap());
+
+    a.pause();
+    tokio::task::block_in_place(|| cluster.failover(a2, Some("TAKEOVER")));
+    assert_eq!(role(a2), "master");
+    assert_eq!(cluster.primary_for_key(&key).port(), a2_port);
+
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    let l = loop {
+        match old.try_acquire(&key).await {
+            Ok(l) => break l,
+            Err(e) => failed.push(e.to_string()),
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            a.resume();
+            panic!(
+                "the manager still sends the hung seed's slots to it after the failover: {} \
+                 tries in {:?}, last {:?}",
+                failed.len(),
+                started.elapsed(),
+                failed.last()
+            );
+        }
+        tokio::time::sleep(ms(100)).await;
+    };
+    eprintln!(
+        "followed the failover after {} failed tries in {:?}",
+        failed.len(),
+        started.elapsed()
+    );
+    assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
+    assert!(l.release().await.unwrap());
+    a.resume();
+}
