@@ -986,6 +986,36 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     eprintln!("after the fail-back the holder still held for {still:?}");
 }
 
+/// Tries `key` every 100 ms (each try a fresh attempt) until `m` is granted it, for at most
+/// 20 s; then panics with `what`, how many tries failed and the last error. A manager that
+/// follows a change of the cluster fails a few tries first (each gives up after the node
+/// timeout), then is granted.
+async fn granted_within_20s(m: &LockManager, key: &str, what: &str) -> ferrolock::Lock {
+    let started = Instant::now();
+    let mut failed = Vec::new();
+    loop {
+        match m.try_acquire(key).await {
+            Ok(l) => {
+                eprintln!(
+                    "{key:?} granted after {} failed tries in {:?}",
+                    failed.len(),
+                    started.elapsed()
+                );
+                return l;
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{what}: {} tries in {:?}, last {:?}",
+            failed.len(),
+            started.elapsed(),
+            failed.last()
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+}
+
 /// A primary that hangs (a frozen VM, a link that drops every packet) and is failed over by
 /// its replica (`TAKEOVER`): a manager connected before the failover follows it, as a new
 /// manager does, instead of sending the shard's slots to the hung primary until it answers.
@@ -1057,26 +1087,12 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
 
     // The manager connected before it does too, while A still hangs: its next tries may
     // still go to A (each gives up after the node timeout), then they go to A'.
-    let started = Instant::now();
-    let mut failed = Vec::new();
-    let l = loop {
-        match old.try_acquire(&key).await {
-            Ok(l) => break l,
-            Err(e) => failed.push(e.to_string()),
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the manager connected before the failover still fails: {} tries, last {:?}",
-            failed.len(),
-            failed.last()
-        );
-        tokio::time::sleep(ms(100)).await;
-    };
-    eprintln!(
-        "followed the failover after {} failed tries in {:?}",
-        failed.len(),
-        started.elapsed()
-    );
+    let l = granted_within_20s(
+        &old,
+        &key,
+        "the manager connected before the failover still fails",
+    )
+    .await;
     assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
     assert!(l.release().await.unwrap());
     assert_eq!(get(a2, &key), None);
@@ -1162,30 +1178,12 @@ async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_s
     assert!(l.release().await.unwrap());
 
     // The old manager serves C's key too, in time, while A still hangs.
-    let started = Instant::now();
-    let mut failed = Vec::new();
-    let l = loop {
-        match old.try_acquire(&key_c).await {
-            Ok(l) => break l,
-            Err(e) => failed.push(e.to_string()),
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            a.resume();
-            panic!(
-                "the manager connected before still fails C's key while A hangs: {} tries \
-                 in {:?}, last {:?}",
-                failed.len(),
-                started.elapsed(),
-                failed.last()
-            );
-        }
-        tokio::time::sleep(ms(100)).await;
-    };
-    eprintln!(
-        "served C's key after {} failed tries in {:?}",
-        failed.len(),
-        started.elapsed()
-    );
+    let l = granted_within_20s(
+        &old,
+        &key_c,
+        "the manager connected before still fails C's key while A hangs",
+    )
+    .await;
     assert!(l.release().await.unwrap());
     a.resume();
 }
@@ -1225,30 +1223,12 @@ async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
     assert_eq!(role(a2), "master");
     assert_eq!(cluster.primary_for_key(&key).port(), a2_port);
 
-    let started = Instant::now();
-    let mut failed = Vec::new();
-    let l = loop {
-        match old.try_acquire(&key).await {
-            Ok(l) => break l,
-            Err(e) => failed.push(e.to_string()),
-        }
-        if started.elapsed() > Duration::from_secs(20) {
-            a.resume();
-            panic!(
-                "the manager still sends the hung seed's slots to it after the failover: {} \
-                 tries in {:?}, last {:?}",
-                failed.len(),
-                started.elapsed(),
-                failed.last()
-            );
-        }
-        tokio::time::sleep(ms(100)).await;
-    };
-    eprintln!(
-        "followed the failover after {} failed tries in {:?}",
-        failed.len(),
-        started.elapsed()
-    );
+    let l = granted_within_20s(
+        &old,
+        &key,
+        "the manager still sends the hung seed's slots to it after the failover",
+    )
+    .await;
     assert_eq!(get(a2, &key).as_deref(), Some(l.token()));
     assert!(l.release().await.unwrap());
     a.resume();
