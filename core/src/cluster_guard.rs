@@ -262,20 +262,9 @@ pub(crate) async fn read_topology(conn: &mut ClusterConnection, slot: u16) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node_cluster::SlotRange;
 
     fn map(ranges: &[(u16, u16, &str)]) -> SlotMap {
-        SlotMap {
-            addrs: Vec::new(),
-            ranges: ranges
-                .iter()
-                .map(|&(first, last, primary)| SlotRange {
-                    first,
-                    last,
-                    primary: primary.into(),
-                })
-                .collect(),
-        }
+        SlotMap::of(ranges)
     }
 
     const W: Duration = Duration::from_secs(10);

@@ -416,6 +416,22 @@ impl SlotMap {
                 .any(|r| !now.ranges.iter().any(|n| n.primary == r.primary))
     }
 
+    /// A map of `(first, last, primary)` ranges, for tests.
+    #[cfg(test)]
+    pub(crate) fn of(ranges: &[(u16, u16, &str)]) -> SlotMap {
+        SlotMap {
+            addrs: Vec::new(),
+            ranges: ranges
+                .iter()
+                .map(|&(first, last, primary)| SlotRange {
+                    first,
+                    last,
+                    primary: primary.into(),
+                })
+                .collect(),
+        }
+    }
+
     /// The primary serving `slot`, as last read.
     pub fn primary_of(&self, slot: u16) -> Option<&str> {
         self.range_of(slot).map(|r| r.primary.as_str())
@@ -590,17 +606,7 @@ mod tests {
 
     #[test]
     fn only_a_primary_gone_from_the_map_is_a_lost_primary() {
-        let map = |ranges: &[(u16, u16, &str)]| SlotMap {
-            addrs: Vec::new(),
-            ranges: ranges
-                .iter()
-                .map(|&(first, last, primary)| SlotRange {
-                    first,
-                    last,
-                    primary: primary.into(),
-                })
-                .collect(),
-        };
+        let map = SlotMap::of;
         let before = map(&[(0, 8191, "a"), (8192, 16383, "b")]);
         // A failover: a's replica took its slots.
         assert!(before.lost_a_primary_in(&map(&[(0, 8191, "a2"), (8192, 16383, "b")])));
