@@ -303,3 +303,19 @@ def test_exception_codes_are_the_cores_error_table() -> None:
     assert numbers == list(range(1, len(core) + 1)), "numbers are stable, dense, and never 0"
     for cls in classes.values():
         assert cls.__name__ in ferrolock.__all__
+
+
+def test_a_closed_manager_names_the_key_it_was_asked_for(node: RedisNode, key: str) -> None:
+    m = LockManager([node.url])
+    m.close()
+    expected = re.escape(f"lock {key!r}: this LockManager is closed").replace("'", '"')
+    with pytest.raises(InvalidArgument, match=expected):
+        m.acquire(key)
+    with pytest.raises(InvalidArgument, match=expected):
+        m.lock(key).__enter__()
+    with pytest.raises(InvalidArgument, match=expected):
+        m.read_lock(key).__enter__()
+    with pytest.raises(InvalidArgument, match=expected):
+        m.semaphore(key, 2).__enter__()
+    with pytest.raises(InvalidArgument, match=expected):
+        asyncio.run(m.acquire_async(key))
