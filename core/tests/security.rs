@@ -407,3 +407,88 @@ async fn semaphore_and_read_write_lock_users_with_the_documented_acl() {
     assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
     assert!(err.message().to_lowercase().contains("noperm"), "{err}");
 }
+
+/// What a lock user needs besides its keys' patterns: docs/reentrancy-and-waiters.md's list
+/// ("Redis permissions") and DESIGN.md's, for plain, reentrant and fenced locks and their
+/// waiters.
+const LOCK_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* -@all \
+     +get +set +del +exists +type +pexpire +pttl +info +eval +evalsha +script|load +publish \
+     +subscribe +unsubscribe +hexists +hincrby +zadd +zrem +zrange +zrangebyscore \
+     +zremrangebyscore +zscore +time +incr";
+
+/// The ids of the connections subscribed to a channel.
+fn subscribers(server: &RedisServer) -> Vec<String> {
+    let list: String = server.cmd(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .any(|f| f.starts_with("sub=") && f != "sub=0")
+        })
+        .filter_map(|l| l.split_whitespace().find_map(|f| f.strip_prefix("id=")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// PINGs the server got, refused by the ACL or not.
+fn pings(server: &RedisServer) -> u64 {
+    let info: String = server.cmd(&["INFO", "commandstats"]);
+    let Some(stats) = info.lines().find_map(|l| l.strip_prefix("cmdstat_ping:")) else {
+        return 0;
+    };
+    stats
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| *k == "calls" || *k == "rejected_calls")
+        .map(|(_, v)| v.parse::<u64>().unwrap())
+        .sum()
+}
+
+/// A waiter of a user with only the documented ACL (no `ping`) keeps its pub/sub connection
+/// while it waits, and is woken by the release: the ping that checks a quiet link every second
+/// is refused (NOPERM), and that reply is an answer, so the link counts as alive (taken for a
+/// dead link, it would be dropped and opened again after every second of quiet).
+#[tokio::test]
+async fn a_waiter_with_the_documented_lock_acl_keeps_its_pubsub_connection() {
+    let server = RedisServer::start_with(ServerOptions {
+        acl_users: vec![format!(
+            "user locker on >{SECRET} ~wait:* {LOCK_USER_RULES}"
+        )],
+        ..Default::default()
+    });
+    let holder = user_manager(&server, "locker");
+    let held = holder.acquire("wait:k").await.unwrap();
+    let m = user_manager(&server, "locker");
+    let waiter = tokio::spawn(async move { m.acquire("wait:k").await });
+    await_one_queued(&server, "wait:k").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while subscribers(&server).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nobody subscribed within 30 s"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    let subscribed = subscribers(&server);
+    // Three pings after the subscription (one per second of quiet); a failure bound of 60 s.
+    let first = pings(&server);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while pings(&server) < first + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than 3 pings in 60 s"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert_eq!(
+        subscribers(&server),
+        subscribed,
+        "the waiter's pub/sub connection was replaced"
+    );
+    assert!(held.release().await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(next.release().await.unwrap());
+}
