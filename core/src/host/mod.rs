@@ -4,7 +4,7 @@
 //!
 //! - [`Manager`]: the core manager plus the locks it handed out (`release_all`, `close`),
 //!   acquires taking the binding's reentrancy owner as an opaque `u64`; [`shared`]: one
-//!   manager per distinct connection options (`redlock()`, `withLock`, C's default manager).
+//!   manager per distinct connection options (Python's `redlock()`, Node's `withLock`).
 //! - Three ways to call: `async` (a binding with an event loop of its own drives the future,
 //!   or spawns it on `ferrolock::runtime::handle()`); blocking on the caller's thread,
 //!   interruptible from any thread by a [`Cancel`] and by the binding's own [`Check`]

@@ -1,5 +1,5 @@
 //! One manager per distinct connection options, shared by every call that gives the same
-//! ones: Python's `redlock()`, Node's `withLock`, C's default manager. A loop of such calls
+//! ones: Python's `redlock()` and Node's `withLock`. A loop of such calls
 //! opens its connections once.
 
 use std::collections::HashMap;
