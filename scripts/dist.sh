@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # make dist: every release artifact into dist/, built on Linux x86_64 for the oldest
 # systems the tools reach (glibc 2.17), each checked by its ecosystem's lints.
-#   dist/ferrolock-V-cp311-abi3-manylinux_2_17_x86_64.whl + ferrolock-V.tar.gz (sdist)
+#   dist/ferrolock-V-cp311-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl + ferrolock-V.tar.gz (sdist)
 #   dist/libferrolock-V-x86_64-linux-gnu.tar.gz   header, .a, versioned .so + links, .pc, LICENSE
 #   dist/ferrolock-V-{x86_64,aarch64}-linux-musl.tar.gz   the static CLI
 #   dist/ferrolock-V.tgz + ferrolock-linux-x64-gnu-V.tgz   npm main + platform packages
 #   dist/SHA256SUMS
-# Tools go into .dist-venv (Python) and node/node_modules (npm), never globally.
+# Tools go into .dist-venv (Python) and .dist-venv/npm (npm), never globally.
 # Refuses while the repository URL is the placeholder (scripts/repository.sh release);
 # REPO_URL=https://... overrides it for a test run. ONLY=python,c,cli,node builds a subset.
 set -euo pipefail
