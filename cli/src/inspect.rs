@@ -435,6 +435,11 @@ fn text_of(v: &Value) -> String {
     }
 }
 
+/// Bytes read from Redis as text, if they are UTF-8 (every lock's names and values are).
+fn utf8(b: &[u8]) -> Option<&str> {
+    std::str::from_utf8(b).ok()
+}
+
 fn pairs(v: &Value) -> Vec<(String, String)> {
     match v {
         Value::Array(items) => items
@@ -584,7 +589,10 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
     loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+        // Names and values as bytes: a database holds binary ones too (a compressed or
+        // pickled value, a binary hash field), and one that is not UTF-8 is no lock; read as
+        // text, the first of them failed the whole node.
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
             .arg(pattern)
@@ -592,17 +600,18 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
             .arg(SCAN_COUNT)
             .query(c)
             .map_err(reply_error)?;
-        for key in keys {
+        for raw in keys {
+            let key = String::from_utf8_lossy(&raw).into_owned();
             if key.starts_with("ferrolock:") || is_read_hold_key(&key) {
                 continue;
             }
-            let kind: String = redis::cmd("TYPE").arg(&key).query(c).map_err(reply_error)?;
+            let kind: String = redis::cmd("TYPE").arg(&raw).query(c).map_err(reply_error)?;
             let mut held = None;
             let looks = match kind.as_str() {
                 "string" => {
-                    let v: Option<String> =
-                        redis::cmd("GET").arg(&key).query(c).map_err(reply_error)?;
-                    let v = v.unwrap_or_default();
+                    let v: Option<Vec<u8>> =
+                        redis::cmd("GET").arg(&raw).query(c).map_err(reply_error)?;
+                    let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
                     held = held_ms(&v);
                     if v.parse::<u64>().is_ok() {
                         let holders: u64 = redis::cmd("ZCARD")
@@ -619,19 +628,19 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     }
                 }
                 "hash" => {
-                    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-                        .arg(&key)
+                    let fields: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                        .arg(&raw)
                         .query(c)
                         .map_err(reply_error)?;
-                    if fields.iter().any(|(f, _)| f == "mode") {
+                    if fields.iter().any(|(f, _)| f == b"mode") {
                         Some(READ_WRITE)
                     } else {
                         (!fields.is_empty()
                             && fields.iter().all(|(f, v)| {
-                                v.parse::<i64>().is_ok()
-                                    && f.rsplit_once(':').is_some_and(|(uuid, id)| {
-                                        uuid.len() >= 32 && id.parse::<i64>().is_ok()
-                                    })
+                                utf8(v).is_some_and(|v| v.parse::<i64>().is_ok())
+                                    && utf8(f).and_then(|f| f.rsplit_once(':')).is_some_and(
+                                        |(uuid, id)| uuid.len() >= 32 && id.parse::<i64>().is_ok(),
+                                    )
                             }))
                         .then_some("reentrant (Redisson RLock layout)")
                     }
@@ -639,7 +648,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                 _ => None,
             };
             if let Some(kind) = looks {
-                let pttl_ms: i64 = redis::cmd("PTTL").arg(&key).query(c).map_err(reply_error)?;
+                let pttl_ms: i64 = redis::cmd("PTTL").arg(&raw).query(c).map_err(reply_error)?;
                 found.push(Found {
                     key,
                     kind,

@@ -701,6 +701,66 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     );
 }
 
+/// A database holds binary names and values too (a compressed or pickled value, a binary hash
+/// field): none is a lock, and `scan` lists the locks beside them instead of failing the node.
+#[test]
+fn scan_lists_the_locks_beside_binary_keys_and_values() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = "0123456789abcdef0123456789abcdef";
+    server.cmd::<()>(&["SET", "plain", token, "PX", "60000"]);
+    let binary: &[u8] = b"\x78\x9c\xff\xfe";
+    let mut c = server.client();
+    let mut set = |args: &[&[u8]]| {
+        let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+        for a in &args[1..] {
+            cmd.arg(*a);
+        }
+        cmd.query::<()>(&mut c).expect("write the binary keys");
+    };
+    set(&[b"SET", b"blob", binary]);
+    set(&[b"HSET", b"blobs", binary, binary]);
+    // A binary name holding a lock's token with no ttl: a leak, listed under its name as text.
+    set(&[b"SET", b"bin\xffname", token.as_bytes()]);
+
+    for json in [false, true] {
+        let mut cmd = ferrolock();
+        cmd.args(["scan", "--nodes", &url]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "json {json}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !json {
+            assert!(text.contains("\"plain\""), "{text}");
+            assert!(!text.contains("blob"), "{text}");
+            continue;
+        }
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+        let mut keys: Vec<&str> = json["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["key"].as_str().unwrap())
+            .collect();
+        keys.sort();
+        assert_eq!(keys, ["bin\u{FFFD}name", "plain"], "{json}");
+        let leaked = json["locks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["key"] == "bin\u{FFFD}name")
+            .unwrap();
+        assert_eq!(leaked["leaked"], true, "{json}");
+    }
+}
+
 #[test]
 fn stats_prints_the_counts_of_the_run() {
     let server = RedisServer::start();
