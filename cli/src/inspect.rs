@@ -301,13 +301,16 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
 /// zset) a semaphore with no holders cannot be told from any other counter, and says so.
 /// Leases are measured with the server's TIME, as the semaphore's scripts do.
 fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, String> {
-    let ids: Vec<(Vec<u8>, f64)> = redis::cmd("ZRANGE")
-        .arg(semaphore_timeout_key(key))
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(c)
-        .map_err(reply_error)?;
+    let ids: Vec<(Vec<u8>, f64)> = match permit_ids_key(key) {
+        Some(ids) => redis::cmd("ZRANGE")
+            .arg(ids)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(c)
+            .map_err(reply_error)?,
+        None => Vec::new(),
+    };
     if ids.is_empty() {
         return Ok(json!({
             "kind": "semaphore or counter",
@@ -326,6 +329,13 @@ fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, Stri
         })
         .collect();
     Ok(json!({ "kind": "semaphore", "available": available, "permits": permits }))
+}
+
+/// The zset of permit ids of a semaphore named `key`, `None` for a name with a brace, which
+/// no semaphore has (the core refuses it): there `{name}:timeout` hashes to another Redis
+/// Cluster slot than the number at `key`, which a cluster primary answers with MOVED.
+fn permit_ids_key(key: &str) -> Option<String> {
+    (!key.contains(['{', '}'])).then(|| semaphore_timeout_key(key))
 }
 
 /// The server's clock (TIME) in epoch ms.
@@ -614,10 +624,12 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
                     held = held_ms(&v);
                     if v.parse::<u64>().is_ok() {
-                        let holders: u64 = redis::cmd("ZCARD")
-                            .arg(semaphore_timeout_key(&key))
-                            .query(c)
-                            .map_err(reply_error)?;
+                        let holders: u64 = match permit_ids_key(&key) {
+                            Some(ids) => {
+                                redis::cmd("ZCARD").arg(ids).query(c).map_err(reply_error)?
+                            }
+                            None => 0,
+                        };
                         (holders > 0)
                             .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
                     } else if held.is_some() {

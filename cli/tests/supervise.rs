@@ -1035,6 +1035,48 @@ fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
     assert_eq!(before, changes(), "inspect/scan wrote");
 }
 
+/// A number at a key with a hash tag (a counter, `{user7}:visits`) is no semaphore: a
+/// semaphore's name has no brace. On a Redis Cluster its `{name}:timeout` is in another slot,
+/// often on another primary: `scan` and `inspect` must not ask for it there (MOVED).
+#[test]
+fn scan_and_inspect_on_a_cluster_read_a_tagged_counter_in_its_own_slot() {
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let port = |k: &str| cluster.primary_for_key(k).port();
+    let counter = (0..)
+        .map(|i| format!("{{user{i}}}:visits"))
+        .find(|k| port(k) != port(&ferrolock::semaphore_timeout_key(k)))
+        .unwrap();
+    let primary = cluster.primary_for_key(&counter);
+    primary.cmd::<()>(&["SET", &counter, "17"]);
+    // A lock beside it, in the same slot, which `scan` lists.
+    let lock = counter.replace(":visits", ":lock");
+    let token = "0123456789abcdef0123456789abcdef";
+    primary.cmd::<()>(&["SET", &lock, token, "PX", "60000"]);
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &url]);
+    let out = output(cmd);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    assert_eq!(out.status.code(), Some(0), "{json}");
+    let locks = json["locks"].as_array().unwrap();
+    assert!(locks.iter().all(|l| l["error"].is_null()), "{json}");
+    let keys: Vec<&str> = locks.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, [lock.as_str()], "{json}");
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, &counter]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("permits available: 17"), "{text}");
+}
+
 /// `run --read` and `--write` stop COMMAND and exit 70 when their hold is lost, as `run`
 /// does for a lock: the read-write lock's hash is deleted under them.
 #[test]
