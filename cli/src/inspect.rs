@@ -195,7 +195,7 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
                 Err(_) => json!({ "token": token, "held_ms": held_ms(&token) }),
             }
         }
-        "hash" if hash_field(c, key, "mode")?.is_some() => read_write(c, key)?,
+        "hash" if is_read_write(&hash_fields(c, key)?) => read_write(c, key)?,
         "hash" => {
             let fields = q(redis::cmd("HGETALL").arg(key), c)?;
             let mut owners = serde_json::Map::new();
@@ -254,13 +254,26 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
     }))
 }
 
-/// The value of one hash field, if set.
-fn hash_field(c: &mut Connection, key: &str, field: &str) -> Result<Option<String>, String> {
-    redis::cmd("HGET")
-        .arg(key)
-        .arg(field)
-        .query(c)
-        .map_err(reply_error)
+/// A hash's fields and values, as bytes.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The fields of the hash at `key`.
+fn hash_fields(c: &mut Connection, key: &str) -> Result<Fields, String> {
+    redis::cmd("HGETALL").arg(key).query(c).map_err(reply_error)
+}
+
+/// Whether a hash is laid out as a read-write lock (Redisson's RReadWriteLock): `mode` `read`
+/// or `write`, beside hold counts. Not any hash with a `mode` field: a user's settings hash
+/// without a ttl was listed as a leaked read-write lock.
+fn is_read_write(fields: &Fields) -> bool {
+    let mode = fields
+        .iter()
+        .find(|(f, _)| f == b"mode")
+        .is_some_and(|(_, v)| v == b"read" || v == b"write");
+    mode && fields
+        .iter()
+        .filter(|(f, _)| f != b"mode")
+        .all(|(_, v)| utf8(v).is_some_and(|v| v.parse::<i64>().is_ok()))
 }
 
 /// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
@@ -580,8 +593,8 @@ fn held_text(ms: u64) -> String {
 
 /// Keys that look like locks: a string holding a ferrolock token (time-random) or a
 /// 32-hex-digit token (redis-py, node-redlock), or a hash whose fields are `<uuid>:<thread id>` with counts (Redisson's RLock
-/// layout, ferrolock's reentrant lock), a read-write lock's hash (a `mode` field: Redisson's
-/// RReadWriteLock layout), or a number whose `{name}:timeout` zset of permit ids exists (a
+/// layout, ferrolock's reentrant lock), a read-write lock's hash (`mode` `read` or `write` beside hold
+/// counts: Redisson's RReadWriteLock layout), or a number whose `{name}:timeout` zset of permit ids exists (a
 /// semaphore's counter with holders; without holders one cannot be told from any other counter,
 /// so it is not listed). ferrolock's own names (`ferrolock:*`: queues, fence counters, request
 /// latches) and the read holds' own keys (`…:rwlock_timeout:<n>`, parts of their lock) are
@@ -640,11 +653,11 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     }
                 }
                 "hash" => {
-                    let fields: Vec<(Vec<u8>, Vec<u8>)> = redis::cmd("HGETALL")
+                    let fields: Fields = redis::cmd("HGETALL")
                         .arg(&raw)
                         .query(c)
                         .map_err(reply_error)?;
-                    if fields.iter().any(|(f, _)| f == b"mode") {
+                    if is_read_write(&fields) {
                         Some(READ_WRITE)
                     } else {
                         (!fields.is_empty()

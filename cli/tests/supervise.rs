@@ -761,6 +761,42 @@ fn scan_lists_the_locks_beside_binary_keys_and_values() {
     }
 }
 
+/// A hash is a read-write lock when it is laid out as one (`mode` read or write, beside hold
+/// counts), not for having a `mode` field: a user's settings hash without a ttl is no leaked
+/// lock, and `inspect` does not call it a read-write lock.
+#[test]
+fn a_hash_with_a_mode_field_is_no_read_write_lock_unless_laid_out_as_one() {
+    let server = RedisServer::start();
+    let url = server.url();
+    server.cmd::<()>(&["HSET", "settings:1", "mode", "dark", "theme", "solarized"]);
+    let writer = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f:42:write";
+    server.cmd::<()>(&["HSET", "rw-leaked", "mode", "write", writer, "1"]);
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &url]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let locks = json["locks"].as_array().unwrap();
+    let keys: Vec<&str> = locks.iter().map(|l| l["key"].as_str().unwrap()).collect();
+    assert_eq!(keys, ["rw-leaked"], "{json}");
+    assert_eq!(locks[0]["leaked"], true, "{json}");
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &url, "settings:1"]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+    assert_ne!(json["nodes"][0]["holder"]["kind"], "read-write", "{json}");
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "rw-leaked"]);
+    let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    assert!(
+        text.starts_with("read-write lock \"rw-leaked\"\n"),
+        "{text}"
+    );
+}
+
 #[test]
 fn stats_prints_the_counts_of_the_run() {
     let server = RedisServer::start();
