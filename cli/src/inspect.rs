@@ -217,23 +217,31 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
         "none" => Json::Null,
         _ => json!({ "kind": NOT_A_LOCK }),
     };
-    let fence = text_of(&q(redis::cmd("GET").arg(fence_key(key)), c)?);
-    let waiters = q(
-        redis::cmd("ZRANGE")
-            .arg(queue_key(key))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES"),
-        c,
-    )?;
-    let leases = q(
-        redis::cmd("ZRANGE")
-            .arg(queue_lease_key(key))
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES"),
-        c,
-    )?;
+    // ferrolock keeps a fence counter and a queue only for a key its derived names share a
+    // slot with (the core refuses `job}3`): another client's lock under such a key has none,
+    // and asking for them in another slot failed the node on a Redis Cluster (MOVED).
+    let (fence, waiters, leases) = if has_slot_tag(key) {
+        let fence = text_of(&q(redis::cmd("GET").arg(fence_key(key)), c)?);
+        let waiters = q(
+            redis::cmd("ZRANGE")
+                .arg(queue_key(key))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+            c,
+        )?;
+        let leases = q(
+            redis::cmd("ZRANGE")
+                .arg(queue_lease_key(key))
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+            c,
+        )?;
+        (fence, waiters, leases)
+    } else {
+        (String::new(), Value::Nil, Value::Nil)
+    };
     let lease_of = pairs(&leases);
     let queue: Vec<Json> = pairs(&waiters)
         .into_iter()
@@ -252,6 +260,15 @@ fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
         "fence": if fence.is_empty() { Json::Null } else { json!(fence) },
         "waiters": queue,
     }))
+}
+
+/// Whether names derived from `key` (its fence counter, its queue) share its Redis Cluster
+/// slot, the core's rule for the keys it locks: it contains no `}`, or has a hash tag.
+fn has_slot_tag(key: &str) -> bool {
+    let tag = key
+        .find('{')
+        .is_some_and(|open| key[open + 1..].find('}').is_some_and(|len| len > 0));
+    !key.contains('}') || tag
 }
 
 /// A hash's fields and values, as bytes.

@@ -1113,6 +1113,38 @@ fn scan_and_inspect_on_a_cluster_read_a_tagged_counter_in_its_own_slot() {
     assert!(text.contains("permits available: 17"), "{text}");
 }
 
+/// Another client's lock under a key with a `}` and no hash tag (a redis-py lock `job}3`, a name
+/// ferrolock refuses for its own locks) has no fence counter or queue of ferrolock's, whose
+/// names would hash to another slot: on a Redis Cluster, `inspect` shows it without asking
+/// another slot for them (MOVED).
+#[test]
+fn inspect_on_a_cluster_shows_a_lock_whose_key_has_a_brace_and_no_tag() {
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let port = |k: &str| cluster.primary_for_key(k).port();
+    let key = (0..)
+        .map(|i| format!("job}}{i}"))
+        .find(|k| port(k) != port(&ferrolock::fence_key(k)))
+        .unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    cluster
+        .primary_for_key(&key)
+        .cmd::<()>(&["SET", &key, token, "PX", "60000"]);
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, &key]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains(&format!("holder token: {token}")), "{text}");
+    assert!(text.contains("waiters: none"), "{text}");
+}
+
 /// `run --read` and `--write` stop COMMAND and exit 70 when their hold is lost, as `run`
 /// does for a lock: the read-write lock's hash is deleted under them.
 #[test]
