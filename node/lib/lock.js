@@ -114,11 +114,16 @@ class Lock {
    * still 'held' after a failed release is released again.
    */
   async [Symbol.asyncDispose]() {
+    // Read first: a loss this read finds aborts `signal`, and a listener may release the lock
+    // right there, before the check below.
+    let status = this.status;
     // A release still on its way (an early `release()` not awaited, as a signal listener's, or
     // a second dispose at once): its outcome decides, as if it had been awaited. Before, this
     // released again and rejected with NotHeldError.
-    if (this.#releasing !== null) await this.#releasing.catch(() => {});
-    const status = this.status;
+    if (this.#releasing !== null) {
+      await this.#releasing.catch(() => {});
+      status = this.status;
+    }
     if (status === 'released' || (status === 'lost' && this.#releaseRan)) return;
     await this.release();
   }

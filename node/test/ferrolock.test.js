@@ -413,6 +413,37 @@ test('a dispose while a release of the lock is in flight (an early release not a
   }
 });
 
+test("a dispose that finds the loss itself, whose signal listener then releases the lock, is a no-op after that release", T, async () => {
+  const key = 'dispose-finds-loss';
+  const m = new LockManager({ nodes: [one.url] });
+  try {
+    // Watchdog off: the loss is declared by whichever call first reads the lock past its loss
+    // margin, on this thread, so no loss result has reached this thread before the dispose.
+    const lock = await m.acquire(key, { ttl: 300, watchdog: false });
+    let early = null;
+    const { signal } = lock;
+    signal.addEventListener('abort', () => {
+      early = lock.release().then((r) => r, (e) => e);
+    });
+    // `validity` reads the lock (0 once lost) without going through the signal: no listener
+    // runs, and nothing is awaited, until the dispose below.
+    const until = Date.now() + 20_000;
+    while (lock.validity > 0 && Date.now() < until);
+    assert.equal(lock.validity, 0, 'the lock was never lost');
+    assert.equal(signal.aborted, false);
+    const disposed = await lock[Symbol.asyncDispose]().then(() => 'ok', (e) => e);
+    assert.ok(early !== null, "the dispose did not abort the lock's signal");
+    const released = await early;
+    // Before: the dispose released a second time and rejected with NotHeldError.
+    assert.equal(disposed, 'ok', `the dispose: ${disposed}`);
+    assert.equal(typeof released, 'boolean', `the listener's release: ${released}`);
+    assert.equal(lock.status, 'lost');
+    assert.ok(signal.reason instanceof LockLostError, String(signal.reason));
+  } finally {
+    await m.close();
+  }
+});
+
 test('a lost lock disposed (or released) once is a no-op to dispose again, as a released one', T, async () => {
   const m = new LockManager({ nodes: [one.url], ttl: 1000 });
   try {
