@@ -67,15 +67,16 @@ function inJsNames(message) {
   return message.replace(/"(?:[^"\\]|\\.)*"|(?<![\w/.:@-])[a-z]+(?:_[a-z]+)+(?![\w/.:@-])/g, (m) => jsNames.get(m) ?? m);
 }
 
-/** An error thrown by the native addon, as the LockError of its kind. */
-function fromNative(e, key) {
+/** An error thrown by the native addon, as the LockError of its kind. `subject` names what
+ * `key` is ('lock', or 'semaphore' for a semaphore's name). */
+function fromNative(e, key, subject = 'lock') {
   if (e instanceof Error && typeof e.message === 'string') {
     const at = e.message.indexOf(SEP);
     if (at > 0) {
       const code = e.message.slice(0, at);
       let message = inJsNames(e.message.slice(at + 1));
       // The core's option errors name the option, not the key the caller was locking.
-      if (key !== undefined && !message.includes(JSON.stringify(key))) message = `lock ${JSON.stringify(key)}: ${message}`;
+      if (key !== undefined && !message.includes(JSON.stringify(key))) message = `${subject} ${JSON.stringify(key)}: ${message}`;
       return fromCode(code, message, key);
     }
   }

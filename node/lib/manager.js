@@ -128,7 +128,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   try {
     inner = await nm.acquire(key, opts, owner, token, kind, sem?.permits, sem?.count);
   } catch (e) {
-    const err = fromNative(e, key);
+    const err = fromNative(e, key, kind === 'semaphore' ? 'semaphore' : 'lock');
     if (err instanceof AbortError && signal) throw abortError(key, signal);
     throw err;
   } finally {
@@ -209,7 +209,7 @@ class LockManager {
       extra: sem ? ['permits', 'count'] : [],
       subject: sem ? 'semaphore' : 'lock',
     });
-    const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock) : null;
+    const opts = conv.lock.length ? lockOptions(this.#native, key, conv.lock, sem ? 'semaphore' : 'lock') : null;
     return (await acquireNative(this.#native, key, opts, conv.reentrant, conv.signal, kind, sem)).lock;
   }
   /** Releases the locks this manager handed out that are still held, then closes it. */
@@ -225,11 +225,11 @@ class LockManager {
   }
 }
 
-function lockOptions(nm, key, entries) {
+function lockOptions(nm, key, entries, subject) {
   try {
     return nm.lockOptions(key, entries);
   } catch (e) {
-    throw fromNative(e, key);
+    throw fromNative(e, key, subject);
   }
 }
 
@@ -301,7 +301,7 @@ function withLockOptions(options, key, extra = [], subject = 'lock') {
   if (found === undefined) {
     const conv = convert(options, key, { manager: true, lock: true, extra, subject });
     const nm = sharedManager(conv.manager);
-    found = { nm, opts: conv.lock.length ? lockOptions(nm, key, conv.lock) : null, reentrant: conv.reentrant };
+    found = { nm, opts: conv.lock.length ? lockOptions(nm, key, conv.lock, subject) : null, reentrant: conv.reentrant };
     if (id !== null) {
       if (prepared.size >= PREPARED_MAX) prepared.clear();
       prepared.set(id, found);
@@ -345,7 +345,7 @@ async function withPermit(name, options, fn) {
 async function withKind(key, fn, options, kind, sem = null) {
   checkKey(key);
   if (typeof fn !== 'function') {
-    throw new InvalidArgumentError(`lock ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
+    throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
   }
   const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
@@ -372,7 +372,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   try {
     end = await lock._native.endScope(failed, stopped);
   } catch (e) {
-    throw fromNative(e, key);
+    throw fromNative(e, key, sem ? 'semaphore' : 'lock');
   }
   if (end === null) {
     if (failed) throw error;

@@ -130,7 +130,16 @@ test('bad permits, counts, names and node lists are refused naming the value', T
     await assert.rejects(withPermit(name, { permits: 2 }, () => {}), (e) => e.code === 'INVALID_ARGUMENT' && /^semaphore name must be a non-empty string/.test(e.message));
   }
   await assert.rejects(m.acquirePermit('sem:{brace}', { permits: 2 }), (e) => e instanceof InvalidArgumentError && e.message.includes('"sem:{brace}"'));
-  await assert.rejects(withPermit('sem:bad', { permits: 2 }, 'not a function'), /withPermit needs a callback function/);
+  // What the core refuses of a semaphore's options names the semaphore too (it said `lock "sem:bad"`).
+  for (const options of [{ permits: 2, ttl: 50 }, { permits: 2, retryDelay: 0 }, { permits: 2, driftFactor: 2 }]) {
+    const named = (e) => {
+      assert.match(e.message, /^semaphore "sem:bad": /);
+      return e instanceof InvalidArgumentError;
+    };
+    await assert.rejects(m.acquirePermit('sem:bad', options), named, JSON.stringify(options));
+    await assert.rejects(withPermit('sem:bad', { ...options, nodes: [server.url] }, () => {}), named, JSON.stringify(options));
+  }
+  await assert.rejects(withPermit('sem:bad', { permits: 2 }, 'not a function'), (e) => /^semaphore "sem:bad": withPermit needs a callback function/.test(e.message));
   const three = new LockManager({ nodes: [server.url, 'redis://127.0.0.1:1', 'redis://127.0.0.1:2'] });
   await assert.rejects(three.acquirePermit('sem:three', { permits: 2 }), (e) => e instanceof InvalidArgumentError && /3 nodes/.test(e.message) && /one node/.test(e.message));
   assert.equal(server.exists('sem:three'), false);
