@@ -113,7 +113,8 @@ function entry(key, row, v, subject = 'lock') {
       return e;
     case 'urls':
       if (typeof v === 'string') e.text = v;
-      else if (Array.isArray(v) && v.every((u) => typeof u === 'string')) e.list = [...v];
+      // Spread first: `every` skips a hole, which the addon would meet as undefined.
+      else if (Array.isArray(v) && [...v].every((u) => typeof u === 'string')) e.list = [...v];
       else throw bad(key, row.name, v, 'expected an array of node URLs (or a comma-separated string)', subject);
       return e;
     case 'optionalPath':

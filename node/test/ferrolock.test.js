@@ -330,6 +330,8 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     // Half a signal (no removeEventListener) would fail after the grant and drop the lock.
     [['k', async () => 1, { nodes, signal: { aborted: false, addEventListener() {} } }], /signal=.*expected an AbortSignal/],
     [['k', async () => 1, { nodes: [] }], /nodes=\[\]: no node URL/],
+    // A hole is not a URL (it reached the addon, which threw a plain Error naming no option).
+    [['k', async () => 1, { nodes: [, nodes[0]] }], /nodes=\[null,".*"\] \(array\): expected an array of node URLs/],
     // ttl in ms: 10 meant as seconds is refused at once, and so is a node timeout the ttl
     // cannot renew with (its loss margin, 2 × node timeout, not under ttl/3).
     [['k', async () => 1, { nodes, ttl: 10 }], /ttl 10ms is too short/],
@@ -339,6 +341,7 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     await assert.rejects(withLock(...args), (e) => e instanceof InvalidArgumentError && e.code === 'INVALID_ARGUMENT' && re.test(e.message), String(args[2] && JSON.stringify(args[2])));
   }
   assert.throws(() => new LockManager({ nodes, ttl: 2.5 }), /ttl=2\.5/);
+  assert.throws(() => new LockManager({ nodes: [nodes[0], , nodes[0]] }), (e) => e instanceof InvalidArgumentError && /^LockManager: invalid nodes=\[".*",null,".*"\]/.test(e.message));
   // A lone surrogate would reach Redis as U+FFFD: 'k\ud800' and 'k\udc00' would be one lock.
   await assert.rejects(withLock('k\ud800', async () => 1, { nodes }), (e) => e.code === 'INVALID_ARGUMENT' && /"k\\ud800" is not valid Unicode/.test(e.message));
   const m = new LockManager({ nodes });
