@@ -234,10 +234,11 @@ function lockOptions(nm, key, entries, subject) {
 }
 
 // Shared managers per distinct connection options (the registry itself is the native
-// host layer's; this only saves re-converting the same options).
+// host layer's; this only saves re-converting the same options). `env`: what the options
+// leave to the environment (see fromEnv).
 const sharedCache = new Map();
-function sharedManager(entries) {
-  const id = JSON.stringify(entries);
+function sharedManager(entries, env) {
+  const id = JSON.stringify(entries) + env;
   let nm = sharedCache.get(id);
   if (!nm) {
     try {
@@ -294,17 +295,27 @@ function contentKey(options) {
   return k;
 }
 
+/** The variables that stand for what `options` leave out (FERROLOCK_NODES, FERROLOCK_TLS_CA), as
+ * they are now: the core reads them at each call (Python's redlock() follows a change), so a
+ * conversion made under other values is not this one. */
+function fromEnv(options) {
+  const nodes = options?.nodes == null ? (process.env.FERROLOCK_NODES ?? '') : '';
+  const ca = options?.tlsCa == null ? (process.env.FERROLOCK_TLS_CA ?? '') : '';
+  return `\u0000${nodes.length}:${nodes};${ca.length}:${ca}`;
+}
+
 function withLockOptions(options, key, extra = [], subject = 'lock') {
   const plain = options === undefined || options === null || !notOptions(options);
+  const env = plain ? fromEnv(options) : '';
   const id = plain ? (options == null ? '' : contentKey(options)) : null;
-  let found = id === null ? undefined : prepared.get(id);
+  let found = id === null ? undefined : prepared.get(id + env);
   if (found === undefined) {
     const conv = convert(options, key, { manager: true, lock: true, extra, subject });
-    const nm = sharedManager(conv.manager);
+    const nm = sharedManager(conv.manager, env);
     found = { nm, opts: conv.lock.length ? lockOptions(nm, key, conv.lock, subject) : null, reentrant: conv.reentrant };
     if (id !== null) {
       if (prepared.size >= PREPARED_MAX) prepared.clear();
-      prepared.set(id, found);
+      prepared.set(id + env, found);
     }
   }
   return found;

@@ -692,6 +692,26 @@ test('withLock options converted once: equal content shares a manager, a changed
   assert.ok(!one.exists('conv:k'));
 });
 
+test('withLock without nodes locks on FERROLOCK_NODES as it is at each call, as the core reads it', T, async () => {
+  const before = process.env.FERROLOCK_NODES;
+  const other = three[0];
+  const where = () => ({ one: one.exists('env:k'), other: other.exists('env:k') });
+  try {
+    for (const options of [undefined, {}, { ttl: 5_000 }]) {
+      process.env.FERROLOCK_NODES = one.url;
+      assert.deepEqual(await withLock('env:k', async () => where(), options), { one: true, other: false }, JSON.stringify(options));
+      // Before: the options' first conversion (and its manager) was kept, and with it the
+      // nodes the variable named then.
+      process.env.FERROLOCK_NODES = other.url;
+      assert.deepEqual(await withLock('env:k', async () => where(), options), { one: false, other: true }, JSON.stringify(options));
+    }
+  } finally {
+    if (before === undefined) delete process.env.FERROLOCK_NODES;
+    else process.env.FERROLOCK_NODES = before;
+  }
+  assert.deepEqual(where(), { one: false, other: false });
+});
+
 test('one dead node of three fails no acquire (a majority answering is enough), two do', T, async () => {
   const own = await servers(3);
   const net = require('node:net');
