@@ -157,7 +157,7 @@ export declare class LockManager {
   /**
    * Ends the acquires waiting on this manager (they reject with NotAcquiredError, "its
    * manager was closed", leaving nothing on any node that answers), releases the locks it
-   * handed out that are still held, then closes.
+   * handed out that are still held, then closes. A later call settles with the first.
    */
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -144,6 +144,8 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
 /** Hands out locks on a fixed set of nodes. Reusable; close() when done. */
 class LockManager {
   #native;
+  /** The first close()'s promise: a later close() resolves with it, not before it is done. */
+  #closing = null;
   constructor(options) {
     const conv = convert(options, undefined, { manager: true, lock: false });
     if (conv.signal) throw new InvalidArgumentError('LockManager: signal is an option of acquire, not of a manager');
@@ -214,6 +216,10 @@ class LockManager {
   }
   /** Releases the locks this manager handed out that are still held, then closes it. */
   async close() {
+    this.#closing ??= this.#close();
+    return this.#closing;
+  }
+  async #close() {
     try {
       await this.#native.close();
     } catch (e) {

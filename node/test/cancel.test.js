@@ -105,3 +105,28 @@ test('close ends the waits on the manager and leaves no queue entry', T, async (
     await Promise.all([holder, waiter, other].map((m) => m.close()));
   }
 });
+
+// A second close() (a shutdown handler's beside the main flow's, or `await using` after an
+// explicit close) resolves once the first is done: what it promises, the locks released and
+// the background work on the slow node waited for, is the first one's work.
+test('a second close() resolves only once the first one has finished', T, async () => {
+  const srv = three;
+  const nodes = srv.map((s) => s.url);
+  const m = new LockManager({ nodes, restartGuard: 0, ttl: 30_000, nodeTimeout: 2_000 });
+  const key = `close-twice:${process.pid}`;
+  await m.acquire(key);
+  // The fault: one node answers nothing, so the first close waits for its part of the release
+  // (until that node's timeout).
+  srv[2].pause();
+  try {
+    let first = 'pending';
+    const closing = m.close().then(() => { first = 'done'; }, (e) => { first = e; });
+    await m.close();
+    // Before: the second resolved at once, while the first was still releasing.
+    assert.equal(first, 'done', 'the second close() resolved before the first one finished');
+    await closing;
+    assert.deepEqual(srv.slice(0, 2).map((s) => s.exists(key)), [false, false]);
+  } finally {
+    srv[2].resume();
+  }
+});
