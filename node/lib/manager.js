@@ -93,8 +93,16 @@ const SCOPE_NAMES = { null: 'withLock', read: 'withReadLock', write: 'withWriteL
  * lock, 'read' or 'write' for a side of the read-write lock `key`, 'semaphore' for
  * `sem.count` permits of the semaphore `key`, a pool of `sem.permits`. */
 async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem = null) {
+  const found = enclosing(nm, key);
+  if (kind === 'semaphore' && found && found.kind !== 'semaphore') {
+    // A semaphore waits for a lock of its name (the read-write lock's too): here, for ever.
+    throw new NotAcquiredError(
+      `semaphore ${JSON.stringify(key)} not acquired: this async context holds it as a lock (an enclosing ${SCOPE_NAMES[found.kind]}), which a semaphore waits for, so waiting would deadlock`,
+      { key },
+    );
+  }
   // A semaphore never re-enters: each acquire is a holder of its own, also inside a scope.
-  const held = kind === 'semaphore' ? undefined : enclosing(nm, key);
+  const held = kind === 'semaphore' ? undefined : found;
   let owner = null;
   if (held && held.manager !== managerId(nm)) {
     // The same servers through other options: another owner, which only waits for itself.

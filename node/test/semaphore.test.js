@@ -10,7 +10,7 @@ const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
 const { PKG, runNode, startWorker } = require('./child');
-const { LockManager, withPermit, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
+const { LockManager, withLock, withPermit, withReadLock, withWriteLock, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
 // A node timeout for a loaded 2-CPU machine: the default (200 ms with the default ttl) is a
@@ -76,6 +76,21 @@ test('holders hold together up to the pool, and a count above one takes that man
   assert.equal(free(name), 3);
   assert.equal(taken(name), 0);
   await m.close();
+});
+
+// A semaphore waits for a lock (or a read-write hold) of its name: inside the scope that holds
+// it, it could only wait for that scope, for ever. Permits inside permits of the name stay a
+// holder of their own (above).
+test('withPermit inside a withLock, withReadLock or withWriteLock scope holding its name is refused at once', T, async () => {
+  const nodes = [server.url];
+  const name = 'sem:in-lock';
+  for (const [outer, scope] of [[withLock, 'withLock'], [withReadLock, 'withReadLock'], [withWriteLock, 'withWriteLock']]) {
+    const inner = await outer(name, async () => withPermit(name, { ...SLOW, permits: 2, nodes, wait: 2_000 }, () => 'granted').catch((e) => e), { ...SLOW, nodes });
+    // Before: it waited (for ever without a wait), then "not acquired within wait=2s".
+    assert.ok(inner instanceof NotAcquiredError, String(inner));
+    assert.match(inner.message, new RegExp(`^semaphore "sem:in-lock" not acquired: this async context holds it as a lock \\(an enclosing ${scope}\\)`));
+  }
+  assert.equal(server.exists(name), false);
 });
 
 test('a different pool size is refused naming both sizes', T, async () => {
