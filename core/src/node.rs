@@ -533,52 +533,86 @@ impl Node {
     }
 
     /// A cluster's connection for the waiters' sharded subscriptions (RESP3: their messages
-    /// come as push messages, handed to `pushes`), and whether the cluster knows sharded
-    /// pub/sub. redis-rs routes each SSUBSCRIBE to the primary of its channel's slot and
-    /// subscribes again after a reconnect. `None` for a standalone server. Open it on the
+    /// come as push messages, on the receiver returned with it), and whether the cluster knows
+    /// sharded pub/sub. redis-rs routes each SSUBSCRIBE to the primary of its channel's slot
+    /// and subscribes again after a reconnect. `None` for a standalone server. Open it on the
     /// manager's runtime.
+    ///
+    /// Through the URL's seeds and, once the connect timeout has passed, the primaries of the
+    /// last slot map read too, as the command connection (`node_cluster::connect`): the URL
+    /// names one node as a rule, and with that node dead or hung the waiters of every shard
+    /// were never subscribed again, and slept until their timers (found by a review). Each
+    /// client has its own push channel, so the one that loses the race tells nothing.
     ///
     /// Never the command connection: redis-rs 1.8 takes a `sunsubscribe` push the server sends
     /// by itself (a lost slot) for the reply to the request in flight on that node, which on
     /// the command connection would hand a lock request the wrong reply.
-    pub(crate) async fn sharded_pubsub(
-        &self,
-        pushes: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
-    ) -> Option<redis::RedisResult<(redis::cluster_async::ClusterConnection, Pubsub)>> {
+    pub(crate) async fn sharded_pubsub(&self) -> Option<redis::RedisResult<ShardedPubsub>> {
         let settings = self.pubsub.as_ref()?;
-        let connect = async {
-            let mut builder = cluster_builder(&settings.seeds, settings.connect_timeout)
+        let open = |seeds: &[String]| {
+            let (pushes, received) = tokio::sync::mpsc::unbounded_channel();
+            let mut builder = cluster_builder(seeds, settings.connect_timeout)
                 .use_protocol(redis::ProtocolVersion::RESP3)
                 .push_sender(pushes);
             if let Some(certs) = &settings.certs {
                 builder = builder.certs(certs.clone());
             }
-            let mut conn = builder.build()?.get_async_connection().await?;
+            async move {
+                let conn = builder.build()?.get_async_connection().await?;
+                Ok::<_, redis::RedisError>((conn, received))
+            }
+        };
+        let known = self
+            .local()
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let others = self.fallback_seeds(&known);
+        let fallback = (!others.is_empty()).then(|| (open(&others), settings.connect_timeout));
+        let connect = async {
+            let (mut conn, pushes) =
+                crate::node_cluster::first_to_connect(open(&settings.seeds), fallback).await?;
             let kind = pubsub_kind(&mut conn, self.sharded_wanted).await;
-            Ok((conn, kind))
+            Ok((conn, kind, pushes))
         };
         Some(connect.await)
     }
 
-    /// A cluster client seeded by the `known` primaries (`host:port`, from a slot map) that
-    /// are not the URL's seeds, with the URL's credentials, and the connect timeout after
-    /// which it is tried beside the URL's (see `node_cluster::connect`). `None` when there is
-    /// none (or for a standalone node).
-    fn cluster_client(&self, known: &[String]) -> Option<(ClusterClient, Duration)> {
-        let settings = self.pubsub.as_ref()?;
-        let base = settings.seeds.first()?;
+    /// The `known` primaries (`host:port`, from a slot map) that are not the URL's seeds, as
+    /// seeds with the URL's credentials (see `node_cluster::connect`). Empty for a standalone
+    /// node.
+    fn fallback_seeds(&self, known: &[String]) -> Vec<String> {
+        let mut seeds: Vec<String> = Vec::new();
+        let Some(settings) = self.pubsub.as_ref() else {
+            return seeds;
+        };
+        let Some(base) = settings.seeds.first() else {
+            return seeds;
+        };
         // The seeds are `scheme://[userinfo@]host:port` (`ClusterUrl::parse`).
         let cut = match base.rfind('@') {
             Some(at) => at + 1,
-            None => base.find("://")? + 3,
+            None => match base.find("://") {
+                Some(scheme) => scheme + 3,
+                None => return seeds,
+            },
         };
-        let mut seeds: Vec<String> = Vec::new();
         for addr in known {
             let seed = format!("{}{addr}", &base[..cut]);
             if !settings.seeds.contains(&seed) && !seeds.contains(&seed) {
                 seeds.push(seed);
             }
         }
+        seeds
+    }
+
+    /// A cluster client seeded by `fallback_seeds(known)`, and the connect timeout after
+    /// which it is tried beside the URL's (see `node_cluster::connect`). `None` when there is
+    /// none (or for a standalone node).
+    fn cluster_client(&self, known: &[String]) -> Option<(ClusterClient, Duration)> {
+        let settings = self.pubsub.as_ref()?;
+        let seeds = self.fallback_seeds(known);
         if seeds.is_empty() {
             return None;
         }
@@ -1052,6 +1086,14 @@ fn cluster_builder(seeds: &[String], connect_timeout: Duration) -> ClusterClient
         .max_retry_wait(50)
         .retry_wait_formula(10, 2)
 }
+
+/// A waiters' sharded pub/sub connection, the kind of pub/sub its cluster knows, and its push
+/// messages (see `Node::sharded_pubsub`).
+pub(crate) type ShardedPubsub = (
+    redis::cluster_async::ClusterConnection,
+    Pubsub,
+    tokio::sync::mpsc::UnboundedReceiver<redis::PushInfo>,
+);
 
 /// What a cluster node's sharded pub/sub connections are built from.
 struct ClusterPubsub {

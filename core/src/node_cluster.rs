@@ -76,15 +76,24 @@ pub(crate) async fn connect(
     client: &ClusterClient,
     fallback: Option<&(ClusterClient, Duration)>,
 ) -> RedisResult<ClusterConnection> {
-    let Some((other, wait)) = fallback else {
-        return client.get_async_connection().await;
+    let fallback = fallback.map(|(other, wait)| (other.get_async_connection(), *wait));
+    first_to_connect(client.get_async_connection(), fallback).await
+}
+
+/// `first`, and `second`'s connection started once its wait has passed: the first to connect
+/// (see `connect`).
+pub(crate) async fn first_to_connect<T>(
+    first: impl Future<Output = RedisResult<T>> + Send,
+    second: Option<(impl Future<Output = RedisResult<T>> + Send, Duration)>,
+) -> RedisResult<T> {
+    let Some((other, wait)) = second else {
+        return first.await;
     };
     // The second once the wait (the connect timeout) has passed: a seed that hangs has
     // failed the first by then.
-    let first = client.get_async_connection();
     let second = async {
-        tokio::time::sleep(*wait).await;
-        other.get_async_connection().await
+        tokio::time::sleep(wait).await;
+        other.await
     };
     futures::future::select_ok([first.boxed(), second.boxed()])
         .await

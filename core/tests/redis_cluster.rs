@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::*;
 use ferrolock::{ErrorKind, LockManager, LockOptions, ManagerOptions};
-use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot};
+use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer, key_slot, role};
 
 fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster.primary_for_key(key)
@@ -1303,4 +1303,72 @@ async fn a_migrating_slot_of_read_locks_costs_no_lock_on_another_primary() {
         "a lock on another primary was lost while a slot of read locks migrated ({readers_held} \
          of 10 read locks still held): {far_status:?}"
     );
+}
+
+/// The URL's only seed dies and its replica takes over: a waiter on a key of another shard,
+/// in a manager connected before, still subscribes (through the primaries its manager last
+/// saw, as its lock requests go) and is woken by the release long before its 30 s
+/// `retry_delay` (15 s at the least) or the 120 s ttl. Before, the waiters' sharded
+/// connection was seeded by the URL alone: it failed for as long as the seed was down, and
+/// every waiter of the cluster slept until its timer (found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_subscribes_and_is_woken_after_its_seed_died() {
+    let _serial = serial();
+    let mut cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        require_full_coverage: false,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    let seed_port = cluster.nodes[0].port();
+    let key = (0..)
+        .map(|i| format!("dead-seed:{i}"))
+        .find(|k| owner(&cluster, k).port() != seed_port)
+        .unwrap();
+    let primary_port = owner(&cluster, &key).port();
+    let holder = manager(
+        std::slice::from_ref(&url),
+        opts().ttl(Duration::from_secs(120)),
+    );
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .ttl(Duration::from_secs(120))
+            .retry_delay(Duration::from_secs(30)),
+    );
+    // Both connect while the seed lives.
+    for m in [&holder, &waiting] {
+        let l = m.try_acquire(&key).await.unwrap();
+        assert!(l.release().await.unwrap());
+    }
+    let replica_port = cluster.replicas_of(&cluster.nodes[0])[0].port();
+    cluster.nodes[0].kill();
+    assert!(!cluster.nodes[0].is_running());
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| n.port() == replica_port)
+        .unwrap();
+    tokio::task::block_in_place(|| cluster.failover(replica, Some("TAKEOVER")));
+    assert_eq!(role(replica), "master");
+
+    let held = holder.acquire(&key).await.unwrap();
+    let k = key.clone();
+    let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
+    let primary = owner(&cluster, &key);
+    assert_eq!(primary.port(), primary_port);
+    await_shard_channel(primary, &key, false).await;
+    let released = std::time::Instant::now();
+    assert!(held.release().await.unwrap());
+    let (lock, _m) = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken after its seed died")
+        .unwrap()
+        .unwrap();
+    eprintln!("granted {:?} after the release", released.elapsed());
+    assert_eq!(get(primary, &key).as_deref(), Some(lock.token()));
+    assert!(lock.release().await.unwrap());
 }

@@ -946,13 +946,12 @@ async fn connect(weak: &Weak<Waiters>, node: usize) -> Option<Result<Session, St
     let waiters = weak.upgrade()?;
     let n = &waiters.cluster.nodes[node];
     if n.may_shard() {
-        let (tx, rx) = mpsc::unbounded_channel();
-        match tokio::time::timeout(CONNECT_TIMEOUT, n.sharded_pubsub(tx)).await {
-            Ok(Some(Ok((conn, Pubsub::Sharded)))) => {
-                return Some(Ok(Session::Sharded(conn, rx)));
+        match tokio::time::timeout(CONNECT_TIMEOUT, n.sharded_pubsub()).await {
+            Ok(Some(Ok((conn, Pubsub::Sharded, pushes)))) => {
+                return Some(Ok(Session::Sharded(conn, pushes)));
             }
             // Before Redis 7.0: classic pub/sub, as the scripts publish then.
-            Ok(Some(Ok((_, Pubsub::Classic)))) | Ok(None) => {}
+            Ok(Some(Ok((_, Pubsub::Classic, _)))) | Ok(None) => {}
             Ok(Some(Err(e))) => return Some(Err(e.to_string())),
             Err(_) => {
                 return Some(Err(format!("no connection within {CONNECT_TIMEOUT:?}")));
