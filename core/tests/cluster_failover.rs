@@ -1233,3 +1233,72 @@ async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
     assert!(l.release().await.unwrap());
     a.resume();
 }
+
+/// A waiter's sharded subscription is on a primary that hangs, and its replica takes over:
+/// the waiter subscribes again on the new primary, and the release there wakes it long before
+/// its 30 s `retry_delay` (15 s at the least) or the 120 s ttl. A hung primary sends neither a
+/// `sunsubscribe` nor a dropped connection: before, the subscription stayed on it for as long
+/// as it hung, and every release of its slots was published to nobody (found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_a_failover_away_from_the_hung_primary_it_listened_on() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        require_full_coverage: false,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    // A is not the seed: the seed stays reachable while A hangs.
+    let key = (0..)
+        .map(|i| format!("hung-waiter:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let a = cluster.primary_for_key(&key);
+    let a2 = cluster.replicas_of(a)[0];
+    let long = opts().ttl(Duration::from_secs(120));
+    let holder = manager(std::slice::from_ref(&url), long.clone());
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        long.retry_delay(Duration::from_secs(30)),
+    );
+    let held = holder.acquire(&key).await.unwrap();
+    let (w, k) = (waiting.clone(), key.clone());
+    let waiter = tokio::spawn(async move { w.acquire(&k).await });
+    let prefix = ferrolock::__wire::waiter_channel_prefix(&key);
+    subscribed(a, &prefix).await;
+    // The key and the waiter's place in the queue reach A' before A hangs.
+    await_one_queued(a, &key).await;
+    let acked: i64 = a.cmd(&["WAIT", "1", "10000"]);
+    assert_eq!(acked, 1, "A' has A's writes");
+
+    a.pause();
+    tokio::task::block_in_place(|| cluster.failover(a2, Some("TAKEOVER")));
+    assert_eq!(role(a2), "master");
+    assert_eq!(cluster.primary_for_key(&key).port(), a2.port());
+    // Both managers' lock requests follow the failover (a try on A's range gives up after the
+    // node timeout and has the slot map read again).
+    let other = (0..)
+        .map(|i| format!("hung-waiter:other:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == a2.port())
+        .unwrap();
+    for m in [&holder, &waiting] {
+        let l = granted_within_20s(m, &other, "a try after the failover").await;
+        assert!(l.release().await.unwrap());
+    }
+    // The waiter listens on A' now.
+    subscribed(a2, &prefix).await;
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was not woken on the new primary")
+        .unwrap()
+        .unwrap();
+    eprintln!("granted {:?} after the release", released.elapsed());
+    assert_eq!(get(a2, &key).as_deref(), Some(lock.token()));
+    assert!(lock.release().await.unwrap());
+    a.resume();
+}

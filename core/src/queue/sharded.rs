@@ -9,14 +9,21 @@
 //! waiters is subscribed again (redis-rs routes it to the slot's new primary), and that
 //! confirmation, like any resubscription, wakes the head to re-check: a release published
 //! while nobody listened is not missed.
+//!
+//! A primary that hangs says nothing: no `sunsubscribe`, no dropped connection. So the primary
+//! of each slot we listen in is pinged, as the classic connection is, and one that does not
+//! answer ends the connection: the next one reads the slot map afresh, and follows a failover.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Weak;
 
 use futures::future::join_all;
 use redis::cluster_async::ClusterConnection;
-use redis::{PushInfo, PushKind, Value};
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
+
+use crate::node_cluster::key_slot;
 
 use super::waiters::{IDLE_CLOSE, LINGER, OP_TIMEOUT, OnServer, Plan, Waiters};
 
@@ -59,8 +66,14 @@ pub(super) async fn run(
                 None => return Some(true),
             },
             _ = tokio::time::sleep(IDLE_CLOSE), if idle => return Some(false),
-            // Lingering queues end by themselves: look again now and then.
-            _ = tokio::time::sleep(LINGER), if !idle => {}
+            // Lingering queues end by themselves: look again now and then. And ping: a
+            // primary that hangs and is failed over keeps our subscriptions for as long as it
+            // hangs, while its replica publishes every release to nobody (found by a review).
+            _ = tokio::time::sleep(LINGER), if !idle => {
+                if !shard.ping(&conn, &mut pushes).await {
+                    return Some(true);
+                }
+            }
         }
     }
 }
@@ -100,6 +113,37 @@ impl Shard<'_> {
                 }
             }
         }));
+        self.all_within(pushes, each, "sharded (un)subscribe").await
+    }
+
+    /// PINGs the primary of each slot we listen in (as redis-rs routes it), handling the
+    /// pushes that arrive meanwhile. False: one did not answer, or the connection is unusable.
+    async fn ping(
+        &mut self,
+        conn: &ClusterConnection,
+        pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+    ) -> bool {
+        let slots: HashSet<u16> = self.on_server.channels().map(key_slot).collect();
+        let each = join_all(slots.into_iter().map(|slot| {
+            let mut conn = conn.clone();
+            let to = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+            async move {
+                conn.route_command(redis::cmd("PING"), RoutingInfo::SingleNode(to))
+                    .await
+                    .map(drop)
+            }
+        }));
+        self.all_within(pushes, each, "sharded pub/sub ping").await
+    }
+
+    /// Waits for `each` within `OP_TIMEOUT`, handling the pushes that arrive meanwhile.
+    /// False: one of them failed or did not end in time, or the connection is unusable.
+    async fn all_within(
+        &mut self,
+        pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
+        each: impl Future<Output = Vec<RedisResult<()>>>,
+        what: &str,
+    ) -> bool {
         tokio::pin!(each);
         let timeout = tokio::time::sleep(OP_TIMEOUT);
         tokio::pin!(timeout);
@@ -109,7 +153,7 @@ impl Shard<'_> {
                     let failed = results.into_iter().find_map(|r| r.err());
                     if let (Some(e), Some(s)) = (&failed, self.weak.upgrade()) {
                         let n = &s.cluster.nodes[self.node];
-                        tracing::debug!(node = %n.name(), "sharded (un)subscribe failed: {}", n.scrub(&e.to_string()));
+                        tracing::debug!(node = %n.name(), "{what} failed: {}", n.scrub(&e.to_string()));
                     }
                     return failed.is_none();
                 }
@@ -117,7 +161,13 @@ impl Shard<'_> {
                     Some(p) => if !self.push(p) { return false },
                     None => return false,
                 },
-                _ = &mut timeout => return false,
+                _ = &mut timeout => {
+                    if let Some(s) = self.weak.upgrade() {
+                        let n = &s.cluster.nodes[self.node];
+                        tracing::debug!(node = %n.name(), "{what}: no answer within {OP_TIMEOUT:?}");
+                    }
+                    return false;
+                }
             }
         }
     }

@@ -1000,6 +1000,10 @@ impl OnServer {
         self.0.contains(channel)
     }
 
+    pub(super) fn channels(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(String::as_str)
+    }
+
     /// Unsubscribed (by us, or by the server when a slot moves).
     pub(super) fn removed(&mut self, channels: &[String]) {
         for c in channels {
