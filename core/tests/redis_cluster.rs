@@ -1372,3 +1372,77 @@ async fn a_waiter_subscribes_and_is_woken_after_its_seed_died() {
     assert_eq!(get(primary, &key).as_deref(), Some(lock.token()));
     assert!(lock.release().await.unwrap());
 }
+
+/// A primary dies (no replica takes over) while a manager waits on keys of two shards: the
+/// waiters' connection cannot subscribe the dead shard's channel, and tries again and again.
+/// A release on the live shard published while the connection was between two tries (nobody
+/// subscribed) still wakes its waiter: every try that subscribes the live shard's channel
+/// has its waiter re-check. Before, a try that failed for the dead shard confirmed nothing,
+/// and that waiter slept until its 30 s `retry_delay` (15 s at the least; found by a review).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_between_two_tries_to_subscribe_a_dead_shard_is_not_missed() {
+    let _serial = serial();
+    let mut cluster = RedisCluster::start_with(ClusterOptions {
+        require_full_coverage: false,
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    let seed_port = cluster.nodes[0].port();
+    let keys = cluster.key_per_primary("dead-shard");
+    let live_key = keys
+        .iter()
+        .find(|k| owner(&cluster, k).port() == seed_port)
+        .unwrap()
+        .clone();
+    let dead_key = keys
+        .iter()
+        .find(|k| owner(&cluster, k).port() != seed_port)
+        .unwrap()
+        .clone();
+    let dead = cluster
+        .nodes
+        .iter()
+        .position(|n| n.port() == owner(&cluster, &dead_key).port())
+        .unwrap();
+    let holder = manager(
+        std::slice::from_ref(&url),
+        opts().ttl(Duration::from_secs(120)),
+    );
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .ttl(Duration::from_secs(120))
+            .retry_delay(Duration::from_secs(30)),
+    );
+    let held = holder.acquire(&live_key).await.unwrap();
+    let _held_dead = holder.acquire(&dead_key).await.unwrap();
+    let (w, k) = (waiting.clone(), dead_key.clone());
+    let _dead_waiter = tokio::spawn(async move { w.acquire(&k).await });
+    let (w, k) = (waiting.clone(), live_key.clone());
+    let waiter = tokio::spawn(async move { w.acquire(&k).await });
+    await_shard_channel(&cluster.nodes[dead], &dead_key, false).await;
+    let channel = await_shard_channel(owner(&cluster, &live_key), &live_key, false).await;
+
+    cluster.nodes[dead].kill();
+    let live = owner(&cluster, &live_key);
+    // Between two tries: nobody listens on the live shard's channel.
+    let started = std::time::Instant::now();
+    loop {
+        let n: redis::Value = live.cmd(&["PUBSUB", "SHARDNUMSUB", &channel]);
+        if count_of(&n) == 0 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{channel} never left"
+        );
+        tokio::time::sleep(ms(1)).await;
+    }
+    assert!(held.release().await.unwrap());
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the release between two tries was missed")
+        .unwrap()
+        .unwrap();
+    assert_eq!(get(live, &live_key).as_deref(), Some(lock.token()));
+}

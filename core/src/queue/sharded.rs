@@ -45,16 +45,20 @@ pub(super) async fn run(
     loop {
         let Plan { add, remove, idle } = shard.on_server.plan(weak, node)?;
         if !remove.is_empty() {
-            if !shard.change(&conn, &mut pushes, &remove, false).await {
+            if !shard.change(&conn, &mut pushes, &remove, false).await.1 {
                 return Some(true);
             }
             shard.on_server.removed(&remove);
         }
         if !add.is_empty() {
-            if !shard.change(&conn, &mut pushes, &add, true).await {
+            let (done, all) = shard.change(&conn, &mut pushes, &add, true).await;
+            // Confirmed also when another channel failed (its shard down) and the connection
+            // starts over: a release published on a live shard between two tries, while
+            // nobody listened, would otherwise tell its waiter nothing (found by a review).
+            shard.on_server.added(weak, node, &done);
+            if !all {
                 return Some(true);
             }
-            shard.on_server.added(weak, node, &add);
         }
         if !add.is_empty() || !remove.is_empty() {
             continue;
@@ -92,28 +96,38 @@ struct Shard<'a> {
 impl Shard<'_> {
     /// SSUBSCRIBEs (`subscribe`) or SUNSUBSCRIBEs `channels`, one command each (redis-rs
     /// routes a command by its first channel, and the channels are in different slots),
-    /// handling the pushes that arrive meanwhile. False: the connection is unusable.
+    /// handling the pushes that arrive meanwhile. Returns the channels done, and whether all
+    /// were (false: the connection is unusable).
     async fn change(
         &mut self,
         conn: &ClusterConnection,
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
         channels: &[String],
         subscribe: bool,
-    ) -> bool {
+    ) -> (Vec<String>, bool) {
         for c in channels {
             *self.ours.entry((c.clone(), subscribe)).or_default() += 1;
         }
+        let done = std::sync::Mutex::new(Vec::new());
         let each = join_all(channels.iter().map(|c| {
             let mut conn = conn.clone();
+            let done = &done;
             async move {
-                if subscribe {
+                let result = if subscribe {
                     conn.ssubscribe(c).await
                 } else {
                     conn.sunsubscribe(c).await
+                };
+                if result.is_ok() {
+                    done.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(c.clone());
                 }
+                result
             }
         }));
-        self.all_within(pushes, each, "sharded (un)subscribe").await
+        let all = self.all_within(pushes, each, "sharded (un)subscribe").await;
+        (done.into_inner().unwrap_or_else(|p| p.into_inner()), all)
     }
 
     /// PINGs the primary of each slot we listen in (as redis-rs routes it), handling the
