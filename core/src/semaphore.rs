@@ -238,9 +238,14 @@ async fn acquire_loop(
             continue;
         }
         // Re-check at the earliest lease end the script answered (a lease that ends
-        // publishes nothing), or at the retry delay when no lease is held or the node was
-        // unreachable; a publish on the channel wakes us first.
-        let mut at = now + hint.unwrap_or(opts.retry_delay);
+        // publishes nothing), and at the latest after the retry delay (jittered, as a lock
+        // waiter's): our place in the server queue lasts a few retry delays
+        // (`queue::lease`) unless an attempt renews it. Asleep until a lease end a ttl away,
+        // a waiter lost its place after about a second, and a first try or a later waiter
+        // took the permits ahead of it (found by a review). A publish on the channel wakes
+        // us first.
+        let pause = crate::acquire::jitter(opts.retry_delay);
+        let mut at = now + hint.map_or(pause, |h| h.min(pause));
         if let Some(end) = give_up_at {
             at = at.min(end);
         }

@@ -520,6 +520,83 @@ async fn waiters_are_granted_in_queue_order_and_a_first_try_waits_its_turn() {
     drop(holder_m);
 }
 
+/// The server's clock in milliseconds (queue leases are scored with it).
+fn server_ms(server: &RedisServer) -> i64 {
+    let (secs, micros): (i64, i64) = server.cmd(&["TIME"]);
+    secs * 1000 + micros / 1000
+}
+
+/// A waiter whose earliest lease end is far away (the holder's lease: 120 s) keeps its place
+/// in the server queue while it waits: it re-checks within its place's lease (3 × its retry
+/// delay + 4 × its node timeout), so a first try well past that lease still waits its turn.
+/// Before, it slept until the lease end, its place lapsed, and the first try took the permit
+/// ahead of it. Retry delay 2 s: a place lasts 6.8 s, re-checks come at most 3 s apart.
+#[tokio::test]
+async fn a_waiter_keeps_its_queue_place_while_the_earliest_lease_end_is_far_away() {
+    let server = RedisServer::start();
+    let name = "sem:keep-place";
+    let leases = ferrolock::__wire::KeyNames::of(name).leases;
+    let place = || -> Option<i64> {
+        let held: Vec<(String, i64)> = server.cmd(&["ZRANGE", &leases, "0", "-1", "WITHSCORES"]);
+        held.first().map(|(_, end)| *end)
+    };
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 1, 1, &opts().ttl(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let o = opts().retry_delay(Duration::from_secs(2));
+    let m = manager(&[server.url()], o.clone());
+    let waiter = tokio::spawn({
+        let m = m.clone();
+        async move { m.semaphore_with(name, 1, 1, &o).await }
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    let first_lease_end = loop {
+        if let Some(lease_end) = place() {
+            break lease_end;
+        }
+        assert!(Instant::now() < end, "the waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    };
+    // 3 s past the lease of the place as first queued, by the server's clock.
+    while server_ms(&server) < first_lease_end + 3_000 {
+        tokio::time::sleep(ms(50)).await;
+    }
+    assert!(!waiter.is_finished(), "granted while the permit was held");
+    let now = server_ms(&server);
+    assert!(
+        place().is_some_and(|lease_end| lease_end > now),
+        "the waiter's queue place lapsed while it waited (its lease end {:?}, now {now})",
+        place()
+    );
+    // Freed behind everyone's back, in one step (no publish): only the queue can refuse a
+    // first try.
+    let _: () = server.cmd(&[
+        "EVAL",
+        "redis.call('DEL', KEYS[2]); redis.call('SET', KEYS[1], '1')",
+        "2",
+        name,
+        &timeout_key(name),
+    ]);
+    std::mem::forget(holder);
+    let barger = manager(&[server.url()], opts());
+    let err = barger
+        .semaphore_with(name, 1, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .expect_err("a first try took the permit ahead of the queued waiter");
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    let _: i64 = server.cmd(&["PUBLISH", &format!("redisson_sc:{{{name}}}"), "1"]);
+    let lock = tokio::time::timeout(Duration::from_secs(60), waiter)
+        .await
+        .expect("the waiter was never granted")
+        .unwrap()
+        .unwrap();
+    assert!(lock.release().await.unwrap());
+    assert_eq!(available(&server, name), 1);
+    drop(holder_m);
+}
+
 /// A release of k permits wakes up to k waiters: three queued waiters of one permit each (in
 /// three managers, their own re-checks 120 s away) are all granted after one release of 3,
 /// and hold together (so no waiter needed a later release or a re-check of its own).
@@ -716,8 +793,9 @@ async fn a_cancelled_waiters_attempt_in_flight_leaves_no_queue_place() {
         .semaphore_with(name, 1, 1, &opts().ttl(Duration::from_secs(120)))
         .await
         .unwrap();
-    // Re-checks only when woken (the holder's lease ends in 120 s): a queue lease of 38 s
-    // (3 × retry + 4 × node timeout), so a place left behind cannot pass the check below by expiring.
+    // Re-checks when woken or after its retry delay (10 s; the holder's lease ends in 120 s):
+    // a queue lease of 38 s (3 × retry + 4 × node timeout), so a place left behind cannot pass
+    // the check below by expiring.
     // (A ttl of 30 s: a 2 s node timeout's loss margin must be under a third of it.)
     let o = opts()
         .retry_delay(Duration::from_secs(10))
