@@ -128,6 +128,9 @@ async fn acquire_loop(
     // release, a reclaim) move its epoch.
     let mut ticket: Option<Ticket> = None;
     let mut migrating_streak = 0;
+    // Attempts in a row the node did not answer: as a lock's acquire, one whose wait is
+    // unbounded gives up after `UNREACHABLE_ATTEMPTS` of them (before, it retried for ever).
+    let mut unreachable_streak = 0;
     loop {
         let seen = ticket.as_ref().map(Ticket::epochs);
         stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -193,8 +196,14 @@ async fn acquire_loop(
             }
             Err(e) => (None, Some(e), false, false),
         };
+        unreachable_streak = match &failed {
+            Some(e) if e.is_unreachable() => unreachable_streak + 1,
+            _ => 0,
+        };
         let now = Instant::now();
-        if give_up_at.is_some_and(|end| now >= end) {
+        if give_up_at.is_some_and(|end| now >= end)
+            || unreachable_streak >= crate::acquire::UNREACHABLE_ATTEMPTS
+        {
             // Worded as a lock's give-up is.
             let waited = crate::acquire::give_up::waited(opts.wait);
             let what = format!(

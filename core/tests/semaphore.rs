@@ -257,6 +257,40 @@ async fn a_dead_node_is_named_not_called_a_taken_pool() {
     }
 }
 
+/// Without a wait (block until acquired), an acquire whose node does not answer ends after
+/// three attempts in a row with `QuorumUnreachable` naming the node, as a lock's does (the
+/// README's "acquire fails fast"; C's and Go's "waits as the lock's acquire"). Before, it
+/// retried for ever. The bound is a failure bound: three attempts on a dead port take well
+/// under a second.
+#[tokio::test]
+async fn an_unbounded_wait_on_a_dead_node_fails_fast_as_a_locks_does() {
+    let mut server = RedisServer::start();
+    let url = format!("redis://:hunter2@127.0.0.1:{}", server.port());
+    server.kill();
+    assert!(!server.is_running());
+    let m = manager(&[url], opts());
+    assert_eq!(opts().wait, None, "the wait is unbounded");
+    let lock = tokio::time::timeout(
+        Duration::from_secs(60),
+        m.acquire_with("lock:dead", &opts()),
+    )
+    .await
+    .expect("the lock's acquire waited for ever")
+    .unwrap_err();
+    assert_eq!(lock.kind(), ErrorKind::QuorumUnreachable, "{lock}");
+    let e = tokio::time::timeout(
+        Duration::from_secs(60),
+        m.semaphore_with("sem:dead-unbounded", 2, 1, &opts()),
+    )
+    .await
+    .expect("the semaphore's acquire on a dead node waited for ever")
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::QuorumUnreachable, "{e}");
+    let shown = format!("redis://:***@127.0.0.1:{} did not answer", server.port());
+    assert!(e.message().contains(&shown), "{e}");
+    assert!(!e.message().contains("hunter2"), "{e}");
+}
+
 /// A name held as a plain lock is held by someone else: a semaphore waits for it, never
 /// takes it over (the lock's holder would lose it unheard).
 #[tokio::test]

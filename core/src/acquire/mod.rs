@@ -55,7 +55,7 @@ use reply::{wake_hint, without_ttl};
 /// After this many attempts in a row that found a majority of nodes unreachable, acquire
 /// gives up with `QuorumUnreachable` instead of waiting out its budget: a dead cluster should
 /// answer in well under a second, not block forever.
-const UNREACHABLE_ATTEMPTS: u32 = 3;
+pub(crate) const UNREACHABLE_ATTEMPTS: u32 = 3;
 
 /// After an attempt that met a migrating slot (MOVED, ASK or TRYAGAIN past redis-rs's own
 /// retries: nothing ran), the next one comes this soon, doubled each time in a row up to
