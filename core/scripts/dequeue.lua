@@ -7,13 +7,22 @@
 -- waiter listens (Redisson's, '' for a plain lock).
 -- A counted lock's waiters have no channel of their own: when the head leaves a free lock, the
 -- next one was told "not your turn" at the release and would sleep on its timer, so all hear
--- Redisson's unlock message ('0') and re-check.
+-- Redisson's unlock message ('0') and re-check. A read-write lock that readers hold is open to
+-- a reader at the head too: a reader queued behind a writer that left waited for its own
+-- re-check, up to the hash's PTTL.
 if ARGV[3] == '1' then
   PUBLISH = 'SPUBLISH'
 end
 dequeue(ARGV[1])
-if redis.call('EXISTS', KEYS[1]) == 0 and wake_head(ARGV[2], '?') == 0 and ARGV[4] ~= ''
-    and queue_head() then
-  redis.call(PUBLISH, ARGV[4], '0')
+local free = redis.call('EXISTS', KEYS[1]) == 0
+if free and wake_head(ARGV[2], '?') == 1 then
+  return 1
+end
+if ARGV[4] ~= '' then
+  local head = queue_head()
+  if head and (free or (string.sub(head, 1, 1) == 'r'
+      and redis.pcall('HGET', KEYS[1], 'mode') == 'read')) then
+    redis.call(PUBLISH, ARGV[4], '0')
+  end
 end
 return 1

@@ -339,6 +339,60 @@ async fn a_queued_writer_goes_before_later_readers() {
     assert_eq!((w, b), (0, 1), "the later reader went before the writer");
 }
 
+/// A reader queued behind a writer, on a key other readers hold, is told when that writer
+/// leaves the queue without the lock (cancelled here; a wait that ran out leaves the same
+/// way): the key is open to it at once. Its own re-checks are far away (its retry delay and
+/// the hash's PTTL, its busy hint, both 120 s), so only a wake-up brings it in within the
+/// bound. Before, the writer's dequeue told the waiters only of a free key, and the reader
+/// waited for its re-check, or for the end of its wait.
+#[tokio::test]
+async fn a_reader_queued_behind_a_writer_that_left_is_woken_while_readers_hold() {
+    let server = RedisServer::start();
+    let key = "rw:writer-left";
+    let slow = opts().retry_delay(Duration::from_secs(120));
+    let m1 = manager(&[server.url()], opts());
+    let (mw, mr) = (
+        Arc::new(manager(&[server.url()], slow.clone())),
+        Arc::new(manager(&[server.url()], slow.clone())),
+    );
+    let a = m1
+        .read_lock_with(key, &opts().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let _: i64 = server.cmd(&["PEXPIRE", key, "120000"]);
+    let writer = tokio::spawn({
+        let mw = mw.clone();
+        async move { mw.write_lock(key).await }
+    });
+    until("the writer is queued", Duration::from_secs(30), || {
+        queued(&server, key) == 1
+    })
+    .await;
+    // Past the barging bound (server clock): the reader waits for the queued writer.
+    tokio::time::sleep(ms(50)).await;
+    let reader = tokio::spawn({
+        let mr = mr.clone();
+        async move { mr.read_lock(key).await }
+    });
+    until(
+        "the reader is queued behind the writer",
+        Duration::from_secs(30),
+        || queued(&server, key) == 2,
+    )
+    .await;
+    assert!(!reader.is_finished(), "the reader went ahead of the writer");
+    writer.abort();
+    assert!(writer.await.unwrap_err().is_cancelled());
+    let b = tokio::time::timeout(Duration::from_secs(60), reader)
+        .await
+        .expect("the reader was not woken when the writer ahead of it left")
+        .unwrap()
+        .unwrap();
+    assert!(a.is_held() && b.is_held());
+    assert!(b.release().await.unwrap());
+    assert!(a.release().await.unwrap());
+}
+
 /// A write release lets every waiting reader in at once (not one per release): four readers
 /// of two managers, queued behind a writer, all hold together afterwards. A long retry
 /// delay: only the wake-ups can bring them in.
