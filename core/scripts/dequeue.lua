@@ -9,7 +9,7 @@
 -- next one was told "not your turn" at the release and would sleep on its timer, so all hear
 -- Redisson's unlock message ('0') and re-check. A read-write lock that readers hold is open to
 -- a reader at the head too: a reader queued behind a writer that left waited for its own
--- re-check, up to the hash's PTTL.
+-- re-check, up to the hash's PTTL; and a semaphore with free permits to whoever is next.
 if ARGV[3] == '1' then
   PUBLISH = 'SPUBLISH'
 end
@@ -23,6 +23,13 @@ if ARGV[4] ~= '' then
   if head and (free or (string.sub(head, 1, 1) == 'r'
       and redis.pcall('HGET', KEYS[1], 'mode') == 'read')) then
     redis.call(PUBLISH, ARGV[4], '0')
+  elseif head and string.sub(ARGV[4], 1, 12) == 'redisson_sc:' then
+    -- A semaphore's counter never goes: with permits free, the counter's value, as a reclaim
+    -- publishes it (Redisson's waiters wake up to that many).
+    local available = tonumber(redis.pcall('GET', KEYS[1]))
+    if available and available > 0 then
+      redis.call(PUBLISH, ARGV[4], available)
+    end
   end
 end
 return 1

@@ -631,6 +631,61 @@ async fn a_waiter_keeps_its_queue_place_while_the_earliest_lease_end_is_far_away
     drop(holder_m);
 }
 
+/// When the waiter at the head of the queue leaves (cancelled here; a wait that ran out leaves
+/// the same way) while permits are free, the next waiter is told, as it would be told by a
+/// release: it may have been refused for the head's turn, and its own re-checks are far away
+/// (its retry delay, 240 s; the holder's lease end, 120 s). The permit is freed with no
+/// publish (behind everyone's back), so only the head's leaving can wake it. Before, the
+/// dequeue woke the waiters only when the name's key was gone, which a semaphore's counter
+/// never is, and the next waiter slept on with a permit free.
+#[tokio::test]
+async fn the_next_waiter_is_told_when_the_head_leaves_with_permits_free() {
+    let server = RedisServer::start();
+    let name = "sem:head-left";
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<i64>(&["ZCARD", &queue]);
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 1, 1, &opts().ttl(Duration::from_secs(120)))
+        .await
+        .unwrap();
+    let slow = opts().retry_delay(Duration::from_secs(240));
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let m = manager(&[server.url()], slow.clone());
+        let o = slow.clone();
+        waiters.push(tokio::spawn(async move {
+            m.semaphore_with(name, 1, 1, &o).await
+        }));
+        let end = Instant::now() + Duration::from_secs(30);
+        while queued() < i + 1 {
+            assert!(Instant::now() < end, "waiter {i} never queued");
+            tokio::time::sleep(ms(10)).await;
+        }
+    }
+    let (head, next) = (waiters.remove(0), waiters.remove(0));
+    // Freed behind everyone's back, in one step (no publish): no waiter re-checks.
+    let _: () = server.cmd(&[
+        "EVAL",
+        "redis.call('DEL', KEYS[2]); redis.call('SET', KEYS[1], '1')",
+        "2",
+        name,
+        &timeout_key(name),
+    ]);
+    std::mem::forget(holder);
+    assert!(!next.is_finished(), "granted while the permit was held");
+    head.abort();
+    assert!(head.await.unwrap_err().is_cancelled());
+    let lock = tokio::time::timeout(Duration::from_secs(60), next)
+        .await
+        .expect("the next waiter was not told that the head left with a permit free")
+        .unwrap()
+        .unwrap();
+    assert!(lock.release().await.unwrap());
+    assert_eq!(available(&server, name), 1);
+    drop(holder_m);
+}
+
 /// A release of k permits wakes up to k waiters: three queued waiters of one permit each (in
 /// three managers, their own re-checks 120 s away) are all granted after one release of 3,
 /// and hold together (so no waiter needed a later release or a re-check of its own).
