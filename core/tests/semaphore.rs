@@ -753,9 +753,12 @@ async fn an_attempt_left_with_no_answer_gives_its_permits_back() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
     let name = "sem:unanswered";
+    // A node timeout of a second: three unanswered attempts in a row end the acquire
+    // (`UNREACHABLE_ATTEMPTS`), so the link must be released before the third times out;
+    // this leaves the test two seconds of margin on a slow machine.
     let o = opts()
         .ttl(Duration::from_secs(60))
-        .node_timeout(ms(300))
+        .node_timeout(Duration::from_secs(1))
         .wait(Some(Duration::from_secs(20)));
     let m = manager(&[proxy.url()], o.clone());
     // The connection is open before the fault: the fault is for the attempt.
