@@ -2,7 +2,8 @@
 -- sent by `semaphore.rs`). Expired ids are reclaimed first, with the server's TIME (never the
 -- client's clock); a reclaim publishes the counter's new value, as Redisson's does.
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
--- acquire on a name sets the counter to ARGV[1], as trySetPermits does.
+-- acquire on a name sets the counter to ARGV[1], as trySetPermits does (less the ids still
+-- held, if the counter alone went).
 -- Prepended with queue.lua: waiters take turns (DESIGN.md, "Semaphore"). A queued waiter of
 -- rank r (0 = the head) may take `count` permits when at least count + r are free (one left for
 -- each waiter ahead of it); a first try (not queued) only when nobody waits, or while the head
@@ -49,8 +50,16 @@ if stored_value and available == nil then
   return {0, -2}
 end
 if available == nil then
-  redis.call('SET', KEYS[1], permits)
-  available = permits
+  -- No counter: a new pool, or one whose counter went while holders' ids stayed (an
+  -- operator's DEL, an eviction). The free permits are those the ids do not hold; a full pool
+  -- beside them would let holders exceed the permits.
+  local taken = redis.call('ZCARD', KEYS[2])
+  if taken > permits then
+    return redis.error_reply('SEMAPHORE_SIZE semaphore ' .. KEYS[1] .. ' has ' .. taken ..
+      ' permits, asked for ' .. permits)
+  end
+  available = permits - taken
+  redis.call('SET', KEYS[1], available)
 else
   local stored = available + redis.call('ZCARD', KEYS[2])
   if stored ~= permits then

@@ -19,7 +19,11 @@ for i = 4, #ARGV, 500 do
   removed = removed + redis.call('ZREM', KEYS[2], unpack(ARGV, i, math.min(i + 499, #ARGV)))
 end
 if removed > 0 then
-  redis.call('INCRBY', KEYS[1], removed)
+  -- No counter (it went while ids stayed): the next acquire rebuilds it from the ids left; an
+  -- INCRBY here would make a pool of this holder's count alone.
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('INCRBY', KEYS[1], removed)
+  end
   redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[1], removed)
 end
 redis.call('SET', KEYS[3], removed, 'PX', ARGV[2])

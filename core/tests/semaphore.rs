@@ -115,6 +115,45 @@ async fn a_count_above_one_takes_and_returns_that_many() {
     assert_eq!((available(&server, name), held_ids(&server, name)), (3, 0));
 }
 
+/// A counter gone while holders' ids stay (an operator's `DEL`, an eviction under an
+/// `allkeys-*` policy): the pool is rebuilt from what the ids do not hold. The first acquire
+/// used to set a full pool beside them (holders above the permits), and a release before it
+/// made a counter of its own count only, after which every acquire was refused for a pool
+/// size that was never asked for.
+#[tokio::test]
+async fn a_counter_gone_beside_live_holders_is_rebuilt_from_them() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:counter-gone";
+    let try_now = opts().wait(Some(Duration::ZERO));
+    let two = m.semaphore_with(name, 3, 2, &opts()).await.unwrap();
+    server.cmd::<i64>(&["DEL", name]);
+    assert_eq!(held_ids(&server, name), 2, "the holder's ids stayed");
+    let refused = m.semaphore_with(name, 3, 2, &try_now).await;
+    assert!(
+        refused.is_err(),
+        "2 permits granted while 2 of 3 were held: {refused:?}"
+    );
+    let one = m.semaphore_with(name, 3, 1, &try_now).await.unwrap();
+    assert_eq!((available(&server, name), held_ids(&server, name)), (0, 3));
+    assert!(two.release().await.unwrap());
+    assert!(one.release().await.unwrap());
+    assert_eq!((available(&server, name), held_ids(&server, name)), (3, 0));
+
+    // The counter gone, then a release before any acquire.
+    let two = m.semaphore_with(name, 3, 2, &opts()).await.unwrap();
+    let one = m.semaphore_with(name, 3, 1, &try_now).await.unwrap();
+    server.cmd::<i64>(&["DEL", name]);
+    assert!(one.release().await.unwrap());
+    let again = m
+        .semaphore_with(name, 3, 1, &try_now)
+        .await
+        .expect("the released permit, in a pool of 3 with 2 held");
+    assert!(again.release().await.unwrap());
+    assert!(two.release().await.unwrap());
+    assert_eq!((available(&server, name), held_ids(&server, name)), (3, 0));
+}
+
 /// Bad input is refused before any request, naming what is wrong; a different stored pool
 /// size is the script's refusal, naming both sizes.
 #[tokio::test]
