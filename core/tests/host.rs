@@ -245,6 +245,38 @@ fn permits_are_taken_through_the_host_up_to_the_pool() {
     });
 }
 
+/// An acquire on a closed manager names what it was asked for: a semaphore's name as a
+/// semaphore's (as every other semaphore error does), a lock's key as a lock's.
+#[test]
+fn an_acquire_on_a_closed_manager_names_a_semaphore_as_one() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let m = host_manager(&[server.url()], opts().wait(Some(Duration::ZERO)));
+        m.close(Duration::from_secs(5));
+        let never = Cancel::new();
+        let permits = host::Kind::Permits {
+            permits: 2,
+            count: 1,
+        }
+        .options(m.defaults().clone());
+        let err = m
+            .acquire_blocking("sem:closed", 1, &permits, &never, None)
+            .expect_err("granted by a closed manager");
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{err:?}");
+        assert_eq!(
+            err.message(),
+            "semaphore \"sem:closed\": this LockManager is closed"
+        );
+        let err = m
+            .acquire_blocking("lock:closed", 1, m.defaults(), &never, None)
+            .expect_err("granted by a closed manager");
+        assert_eq!(
+            err.message(),
+            "lock \"lock:closed\": this LockManager is closed"
+        );
+    });
+}
+
 /// A lock of `m` on a fresh key.
 fn take(m: &host::Manager, name: &str) -> host::Lock {
     let lock = m.acquire_blocking(&unique_key(name), 1, m.defaults(), &Cancel::new(), None);

@@ -270,9 +270,15 @@ impl Manager {
         // Counted before the closed check, which `core` makes: `close` sets the flag, then
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
-        let core = self
-            .core()
-            .map_err(|_| Error::invalid(format!("lock {key:?}: this LockManager is closed")))?;
+        // Named as what was asked for: a semaphore's errors say `semaphore "name"`.
+        let core = self.core().map_err(|_| {
+            let what = if opts.permits.is_some() {
+                "semaphore"
+            } else {
+                "lock"
+            };
+            Error::invalid(format!("{what} {key:?}: this LockManager is closed"))
+        })?;
         let owned = (owner != NO_OWNER).then_some(owner);
         let acquire = async {
             if let Some(p) = opts.permits {
