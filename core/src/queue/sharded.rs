@@ -42,6 +42,10 @@ pub(super) async fn run(
         on_server: OnServer::default(),
         ours: HashMap::new(),
     };
+    // When to ping next: a deadline kept across the loop's turns, not a timer started afresh
+    // at each (every push and every signal starts a turn, so a connection told something
+    // more often than once a `LINGER` never pinged, and stayed on a primary that hung).
+    let mut ping_at = tokio::time::Instant::now() + LINGER;
     loop {
         let Plan { add, remove, idle } = shard.on_server.plan(weak, node)?;
         if !remove.is_empty() {
@@ -73,10 +77,11 @@ pub(super) async fn run(
             // Lingering queues end by themselves: look again now and then. And ping: a
             // primary that hangs and is failed over keeps our subscriptions for as long as it
             // hangs, while its replica publishes every release to nobody (found by a review).
-            _ = tokio::time::sleep(LINGER), if !idle => {
+            _ = tokio::time::sleep_until(ping_at), if !idle => {
                 if !shard.ping(&conn, &mut pushes).await {
                     return Some(true);
                 }
+                ping_at = tokio::time::Instant::now() + LINGER;
             }
         }
     }
