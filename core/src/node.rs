@@ -532,6 +532,15 @@ impl Node {
         self.is_cluster() && self.sharded_wanted
     }
 
+    /// How long `sharded_pubsub` waits on the URL's seeds before it tries the primaries last
+    /// seen beside them (the connect timeout; zero for a standalone node): a bound on the
+    /// whole connect must leave the fallback its own time after it.
+    pub(crate) fn pubsub_fallback_wait(&self) -> Duration {
+        self.pubsub
+            .as_ref()
+            .map_or(Duration::ZERO, |s| s.connect_timeout)
+    }
+
     /// A cluster's connection for the waiters' sharded subscriptions (RESP3: their messages
     /// come as push messages, on the receiver returned with it), and whether the cluster knows
     /// sharded pub/sub. redis-rs routes each SSUBSCRIBE to the primary of its channel's slot

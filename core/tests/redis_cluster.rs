@@ -1313,6 +1313,19 @@ async fn a_migrating_slot_of_read_locks_costs_no_lock_on_another_primary() {
 /// every waiter of the cluster slept until its timer (found by a review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_subscribes_and_is_woken_after_its_seed_died() {
+    waiter_woken_after_its_seed_died(None).await;
+}
+
+/// As above with a node timeout of 5 s: its connect timeout (2.5 s), after which the waiters'
+/// connection also tries the primaries last seen, is longer than the waiters' own bound on a
+/// connect (2 s). Before, that bound cut every try before the fallback started, so the
+/// waiters were never subscribed while the seed was down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_with_a_long_node_timeout_subscribes_after_its_seed_died() {
+    waiter_woken_after_its_seed_died(Some(Duration::from_secs(5))).await;
+}
+
+async fn waiter_woken_after_its_seed_died(node_timeout: Option<Duration>) {
     let _serial = serial();
     let mut cluster = RedisCluster::start_with(ClusterOptions {
         replicas: 1,
@@ -1333,12 +1346,13 @@ async fn a_waiter_subscribes_and_is_woken_after_its_seed_died() {
         std::slice::from_ref(&url),
         opts().ttl(Duration::from_secs(120)),
     );
-    let waiting = manager(
-        std::slice::from_ref(&url),
-        opts()
-            .ttl(Duration::from_secs(120))
-            .retry_delay(Duration::from_secs(30)),
-    );
+    let mut waiting_opts = opts()
+        .ttl(Duration::from_secs(120))
+        .retry_delay(Duration::from_secs(30));
+    if let Some(t) = node_timeout {
+        waiting_opts = waiting_opts.node_timeout(t);
+    }
+    let waiting = manager(std::slice::from_ref(&url), waiting_opts);
     // Both connect while the seed lives.
     for m in [&holder, &waiting] {
         let l = m.try_acquire(&key).await.unwrap();

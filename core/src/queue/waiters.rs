@@ -946,7 +946,12 @@ async fn connect(weak: &Weak<Waiters>, node: usize) -> Option<Result<Session, St
     let waiters = weak.upgrade()?;
     let n = &waiters.cluster.nodes[node];
     if n.may_shard() {
-        match tokio::time::timeout(CONNECT_TIMEOUT, n.sharded_pubsub()).await {
+        // The fallback through the primaries last seen starts after the connect timeout:
+        // bounded by `CONNECT_TIMEOUT` alone, a node timeout of 4 s or more (a connect
+        // timeout of 2 s or more) cut every try before it, and while the URL's seed was down
+        // the waiters were never subscribed.
+        let bound = CONNECT_TIMEOUT + n.pubsub_fallback_wait();
+        match tokio::time::timeout(bound, n.sharded_pubsub()).await {
             Ok(Some(Ok((conn, Pubsub::Sharded, pushes)))) => {
                 return Some(Ok(Session::Sharded(conn, pushes)));
             }
@@ -954,7 +959,7 @@ async fn connect(weak: &Weak<Waiters>, node: usize) -> Option<Result<Session, St
             Ok(Some(Ok((_, Pubsub::Classic, _)))) | Ok(None) => {}
             Ok(Some(Err(e))) => return Some(Err(e.to_string())),
             Err(_) => {
-                return Some(Err(format!("no connection within {CONNECT_TIMEOUT:?}")));
+                return Some(Err(format!("no connection within {bound:?}")));
             }
         }
     }
