@@ -24,8 +24,10 @@ if ARGV[4] ~= '' then
       and redis.pcall('HGET', KEYS[1], 'mode') == 'read')) then
     redis.call(PUBLISH, ARGV[4], '0')
   elseif head and string.sub(ARGV[4], 1, 12) == 'redisson_sc:' then
-    -- A semaphore's counter never goes: with permits free, the counter's value, as a reclaim
-    -- publishes it (Redisson's waiters wake up to that many).
+    -- A semaphore's counter stays (it goes only when an operator or an eviction takes it;
+    -- then the branch above tells every waiter, and the next acquire rebuilds it): with
+    -- permits free, the counter's value, as a reclaim publishes it (Redisson's waiters wake
+    -- up to that many).
     local available = tonumber(redis.pcall('GET', KEYS[1]))
     if available and available > 0 then
       redis.call(PUBLISH, ARGV[4], available)
