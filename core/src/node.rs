@@ -793,6 +793,15 @@ impl Node {
         slot.as_ref().map(|s| (s.conn.clone(), s.generation))
     }
 
+    /// What the current cluster connection knows of the cluster (its slot map): `None` with
+    /// no connection open, or for a standalone server.
+    pub(crate) fn seen(&self) -> Option<Arc<Seen>> {
+        match self.current()? {
+            (Conn::Cluster(_, _, seen), _) => Some(seen),
+            _ => None,
+        }
+    }
+
     fn local(&self) -> &NodeLocal {
         self.local.get_or_init(NodeLocal::default)
     }

@@ -49,6 +49,11 @@ pub(crate) struct Seen {
 }
 
 impl Seen {
+    /// The slot map the connection was opened on.
+    pub fn map(&self) -> &SlotMap {
+        &self.map
+    }
+
     pub fn new(
         map: SlotMap,
         client: ClusterClient,

@@ -142,7 +142,23 @@ impl Shard<'_> {
         conn: &ClusterConnection,
         pushes: &mut mpsc::UnboundedReceiver<PushInfo>,
     ) -> bool {
-        let slots: HashSet<u16> = self.on_server.channels().map(key_slot).collect();
+        let mut slots: HashSet<u16> = self.on_server.channels().map(key_slot).collect();
+        // One slot per primary, as the command connection's slot map places them: waiters on
+        // many keys made a PING per slot, every second, on the same few primaries (found by a
+        // review). A map out of date (slots moved since it was read) may leave a primary
+        // unpinged until the command connection reads the map again.
+        let seen = self
+            .weak
+            .upgrade()
+            .and_then(|w| w.cluster.nodes[self.node].seen());
+        if let Some(seen) = seen {
+            let mut primaries = HashSet::new();
+            slots.retain(|&s| {
+                seen.map()
+                    .primary_of(s)
+                    .is_none_or(|p| primaries.insert(p.to_owned()))
+            });
+        }
         let each = join_all(slots.into_iter().map(|slot| {
             let mut conn = conn.clone();
             let to = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
