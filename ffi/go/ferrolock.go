@@ -140,6 +140,15 @@ func (m *Manager) Close() error {
 
 var errClosed = invalid("the manager is closed")
 
+// closedFor is errClosed naming what was asked for, as the other bindings' errors do.
+func closedFor(key string, k kind) error {
+	noun := "lock"
+	if k.permits > 0 {
+		noun = "semaphore"
+	}
+	return invalid("%s %q: the manager is closed", noun, key)
+}
+
 // refused is op's error for an argument that would otherwise panic deep inside it, naming
 // it: a nil *Manager or *Lock receiver (the result of a constructor whose error went
 // unchecked), a nil ctx, a nil fn (which WithLock would call only once the key is held).
@@ -348,7 +357,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 			C.ferrolock_options_free(o)
 		}
 		if tryStatus == -2 {
-			return nil, errClosed
+			return nil, closedFor(key, k)
 		}
 		if err := take(tryStatus, tryErr); err != nil {
 			return nil, err
@@ -375,7 +384,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	}
 	if status == -2 {
 		deleteHandle(handle)
-		return nil, errClosed
+		return nil, closedFor(key, k)
 	}
 	if err := take(status, cerr); err != nil {
 		deleteHandle(handle)

@@ -439,8 +439,11 @@ func TestBadInputs(t *testing.T) {
 	}
 	closed, _ := ferrolock.NewManager()
 	closed.Close()
-	if _, err := closed.Acquire(ctx, "k"); !errors.Is(err, ferrolock.ErrInvalidArgument) {
+	if _, err := closed.Acquire(ctx, "k"); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), `lock "k": the manager is closed`) {
 		t.Errorf("closed manager: %v", err)
+	}
+	if _, err := closed.AcquirePermits(ctx, "s", 2); !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), `semaphore "s": the manager is closed`) {
+		t.Errorf("closed manager, a semaphore: %v", err)
 	}
 }
 
