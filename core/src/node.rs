@@ -571,13 +571,7 @@ impl Node {
                 Ok::<_, redis::RedisError>((conn, received))
             }
         };
-        let known = self
-            .local()
-            .known
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let others = self.fallback_seeds(&known);
+        let others = self.fallback_seeds(&self.known_primaries());
         let fallback = (!others.is_empty()).then(|| (open(&others), settings.connect_timeout));
         let connect = async {
             let (mut conn, pushes) =
@@ -586,6 +580,15 @@ impl Node {
             Ok((conn, kind, pushes))
         };
         Some(connect.await)
+    }
+
+    /// The primaries (`host:port`) of the last slot map read, for `fallback_seeds`.
+    fn known_primaries(&self) -> Vec<String> {
+        self.local()
+            .known
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The `known` primaries (`host:port`, from a slot map) that are not the URL's seeds, as
@@ -691,13 +694,7 @@ impl Node {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
             Some(cluster) => {
-                let known = self
-                    .local()
-                    .known
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone();
-                let fallback = self.cluster_client(&known);
+                let fallback = self.cluster_client(&self.known_primaries());
                 let connect = crate::node_cluster::connect(cluster, fallback.as_ref());
                 let mut conn = tokio::time::timeout(timeout, connect)
                     .await

@@ -639,14 +639,7 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
     // have restarted just before): the first probes wait until every node is older than that.
     let window = Duration::from_secs(10);
     let born = Instant::now();
-    let mut cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let mut cluster = takeover_cluster();
     let url = cluster.url();
     let key = (0..)
         .map(|i| format!("lossy:{i}"))
@@ -834,14 +827,7 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
     let ttl = Duration::from_secs(40);
     let window = ttl;
     let born = Instant::now();
-    let cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let cluster = takeover_cluster();
     let url = cluster.url();
     // A is not the seed: the seed stays reachable while A is paused.
     let key = (0..)
@@ -1025,14 +1011,7 @@ async fn granted_within_20s(m: &LockManager, key: &str, what: &str) -> ferrolock
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
     let _serial = serial();
-    let cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let cluster = takeover_cluster();
     let url = cluster.url();
     // A is not the seed: the seed stays reachable while A hangs.
     let key = (0..)
@@ -1194,14 +1173,7 @@ async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_s
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
     let _serial = serial();
-    let cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let cluster = takeover_cluster();
     let url = cluster.url();
     // A is the seed.
     let a = &cluster.nodes[0];
@@ -1241,19 +1213,26 @@ async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
 /// as it hung, and every release of its slots was published to nobody (found by a review).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_follows_a_failover_away_from_the_hung_primary_it_listened_on() {
+    waiter_follows_a_failover_away_from_a_hung_primary("hung-waiter", false).await;
+}
+
+/// As above, while the waiters' connection is busy: another waiter of the same manager, on a
+/// live primary, is told something every 200 ms (here a publish on its channel; a busy lock's
+/// releases, or waiters coming and going, do the same). The primaries are pinged every second
+/// all the same: before, each message restarted the ping's one-second timer, so a connection
+/// never quiet for a second never pinged, and the waiter stayed on the hung primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_waiters_connection_still_follows_a_failover_away_from_a_hung_primary() {
+    waiter_follows_a_failover_away_from_a_hung_primary("hung-busy", true).await;
+}
+
+async fn waiter_follows_a_failover_away_from_a_hung_primary(name: &str, busy: bool) {
     let _serial = serial();
-    let cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let cluster = takeover_cluster();
     let url = cluster.url();
     // A is not the seed: the seed stays reachable while A hangs.
     let key = (0..)
-        .map(|i| format!("hung-waiter:{i}"))
+        .map(|i| format!("{name}:{i}"))
         .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
         .unwrap();
     let a = cluster.primary_for_key(&key);
@@ -1269,6 +1248,37 @@ async fn a_waiter_follows_a_failover_away_from_the_hung_primary_it_listened_on()
     let waiter = tokio::spawn(async move { w.acquire(&k).await });
     let prefix = ferrolock::__wire::waiter_channel_prefix(&key);
     subscribed(a, &prefix).await;
+    // The busy waiter, on a primary that stays up, and a message on its channel every 200 ms
+    // from before the hang to the end.
+    let busy = if busy {
+        let busy = (0..)
+            .map(|i| format!("{name}:live:{i}"))
+            .find(|k| cluster.primary_for_key(k).port() != a.port())
+            .unwrap();
+        let b = cluster.primary_for_key(&busy);
+        let held_busy = holder.acquire(&busy).await.unwrap();
+        let (w, k) = (waiting.clone(), busy.clone());
+        let busy_waiter = tokio::spawn(async move { w.acquire(&k).await });
+        let busy_prefix = ferrolock::__wire::waiter_channel_prefix(&busy);
+        subscribed(b, &busy_prefix).await;
+        let channels: Vec<String> = b.cmd(&["PUBSUB", "SHARDCHANNELS", &format!("{busy_prefix}*")]);
+        let stop = Arc::new(AtomicBool::new(false));
+        let chatter = {
+            let (stop, port, channel) = (stop.clone(), b.port(), channels[0].clone());
+            std::thread::spawn(move || {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+                let mut c = client.get_connection().unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    let _: redis::RedisResult<i64> =
+                        redis::cmd("SPUBLISH").arg(&channel).arg("?").query(&mut c);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        };
+        Some((held_busy, busy_waiter, stop, chatter))
+    } else {
+        None
+    };
     // The key and the waiter's place in the queue reach A' before A hangs.
     await_one_queued(a, &key).await;
     let acked: i64 = a.cmd(&["WAIT", "1", "10000"]);
@@ -1281,14 +1291,14 @@ async fn a_waiter_follows_a_failover_away_from_the_hung_primary_it_listened_on()
     // Both managers' lock requests follow the failover (a try on A's range gives up after the
     // node timeout and has the slot map read again).
     let other = (0..)
-        .map(|i| format!("hung-waiter:other:{i}"))
+        .map(|i| format!("{name}:other:{i}"))
         .find(|k| cluster.primary_for_key(k).port() == a2.port())
         .unwrap();
     for m in [&holder, &waiting] {
         let l = granted_within_20s(m, &other, "a try after the failover").await;
         assert!(l.release().await.unwrap());
     }
-    // The waiter listens on A' now.
+    // The waiter listens on A' now (busy: though its connection was never quiet for a second).
     subscribed(a2, &prefix).await;
     let released = Instant::now();
     assert!(held.release().await.unwrap());
@@ -1300,108 +1310,16 @@ async fn a_waiter_follows_a_failover_away_from_the_hung_primary_it_listened_on()
     eprintln!("granted {:?} after the release", released.elapsed());
     assert_eq!(get(a2, &key).as_deref(), Some(lock.token()));
     assert!(lock.release().await.unwrap());
-    a.resume();
-}
-
-/// As above, while the waiters' connection is busy: another waiter of the same manager, on a
-/// live primary, is told something every 200 ms (here a publish on its channel; a busy lock's
-/// releases, or waiters coming and going, do the same). The primaries are pinged every second
-/// all the same: before, each message restarted the ping's one-second timer, so a connection
-/// never quiet for a second never pinged, and the waiter stayed on the hung primary.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_busy_waiters_connection_still_follows_a_failover_away_from_a_hung_primary() {
-    let _serial = serial();
-    let cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
-    let url = cluster.url();
-    // A is not the seed: the seed stays reachable while A hangs.
-    let key = (0..)
-        .map(|i| format!("hung-busy:{i}"))
-        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
-        .unwrap();
-    let a = cluster.primary_for_key(&key);
-    let a2 = cluster.replicas_of(a)[0];
-    // The busy waiter's key, on a primary that stays up.
-    let busy = (0..)
-        .map(|i| format!("hung-busy:live:{i}"))
-        .find(|k| cluster.primary_for_key(k).port() != a.port())
-        .unwrap();
-    let b = cluster.primary_for_key(&busy);
-    let long = opts().ttl(Duration::from_secs(120));
-    let holder = manager(std::slice::from_ref(&url), long.clone());
-    let waiting = manager(
-        std::slice::from_ref(&url),
-        long.retry_delay(Duration::from_secs(30)),
-    );
-    let held = holder.acquire(&key).await.unwrap();
-    let held_busy = holder.acquire(&busy).await.unwrap();
-    let (w, k) = (waiting.clone(), key.clone());
-    let waiter = tokio::spawn(async move { w.acquire(&k).await });
-    let (w, k) = (waiting.clone(), busy.clone());
-    let busy_waiter = tokio::spawn(async move { w.acquire(&k).await });
-    let prefix = ferrolock::__wire::waiter_channel_prefix(&key);
-    subscribed(a, &prefix).await;
-    let busy_prefix = ferrolock::__wire::waiter_channel_prefix(&busy);
-    subscribed(b, &busy_prefix).await;
-    let busy_channel = {
-        let channels: Vec<String> = b.cmd(&["PUBSUB", "SHARDCHANNELS", &format!("{busy_prefix}*")]);
-        channels[0].clone()
-    };
-    await_one_queued(a, &key).await;
-    let acked: i64 = a.cmd(&["WAIT", "1", "10000"]);
-    assert_eq!(acked, 1, "A' has A's writes");
-
-    // A message on the busy waiter's channel every 200 ms, from now to the end.
-    let stop = Arc::new(AtomicBool::new(false));
-    let chatter = {
-        let (stop, port, channel) = (stop.clone(), b.port(), busy_channel.clone());
-        std::thread::spawn(move || {
-            let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
-            let mut c = client.get_connection().unwrap();
-            while !stop.load(Ordering::Relaxed) {
-                let _: redis::RedisResult<i64> =
-                    redis::cmd("SPUBLISH").arg(&channel).arg("?").query(&mut c);
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        })
-    };
-
-    a.pause();
-    tokio::task::block_in_place(|| cluster.failover(a2, Some("TAKEOVER")));
-    assert_eq!(role(a2), "master");
-    assert_eq!(cluster.primary_for_key(&key).port(), a2.port());
-    let other = (0..)
-        .map(|i| format!("hung-busy:other:{i}"))
-        .find(|k| cluster.primary_for_key(k).port() == a2.port())
-        .unwrap();
-    for m in [&holder, &waiting] {
-        let l = granted_within_20s(m, &other, "a try after the failover").await;
-        assert!(l.release().await.unwrap());
+    if let Some((held_busy, busy_waiter, stop, chatter)) = busy {
+        stop.store(true, Ordering::Relaxed);
+        chatter.join().unwrap();
+        assert!(held_busy.release().await.unwrap());
+        let busy_lock = tokio::time::timeout(Duration::from_secs(10), busy_waiter)
+            .await
+            .expect("the busy waiter was not woken")
+            .unwrap()
+            .unwrap();
+        assert!(busy_lock.release().await.unwrap());
     }
-    // The waiter listens on A' now, though its connection was never quiet for a second.
-    subscribed(a2, &prefix).await;
-    assert!(held.release().await.unwrap());
-    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("the waiter was not woken on the new primary")
-        .unwrap()
-        .unwrap();
-    assert_eq!(get(a2, &key).as_deref(), Some(lock.token()));
-    assert!(lock.release().await.unwrap());
-    stop.store(true, Ordering::Relaxed);
-    chatter.join().unwrap();
-    assert!(held_busy.release().await.unwrap());
-    let busy_lock = tokio::time::timeout(Duration::from_secs(10), busy_waiter)
-        .await
-        .expect("the busy waiter was not woken")
-        .unwrap()
-        .unwrap();
-    assert!(busy_lock.release().await.unwrap());
     a.resume();
 }

@@ -1327,14 +1327,7 @@ async fn a_waiter_with_a_long_node_timeout_subscribes_after_its_seed_died() {
 
 async fn waiter_woken_after_its_seed_died(node_timeout: Option<Duration>) {
     let _serial = serial();
-    let mut cluster = RedisCluster::start_with(ClusterOptions {
-        replicas: 1,
-        require_full_coverage: false,
-        extra_args: ["--cluster-replica-validity-factor", "0"]
-            .map(String::from)
-            .to_vec(),
-        ..ClusterOptions::default()
-    });
+    let mut cluster = takeover_cluster();
     let url = cluster.url();
     let seed_port = cluster.nodes[0].port();
     let key = (0..)

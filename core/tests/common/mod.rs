@@ -7,7 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use ferrolock::{LockManager, LockOptions, ManagerOptions};
-use ferrolock_testbed::RedisServer;
+use ferrolock_testbed::{ClusterOptions, RedisCluster, RedisServer};
 
 /// Tests that pause or kill servers or measure deadlines take this, so a loaded 2-core
 /// machine runs them one at a time.
@@ -194,4 +194,18 @@ pub async fn await_one_queued(server: &RedisServer, name: &str) {
         );
         tokio::time::sleep(ms(20)).await;
     }
+}
+
+/// A cluster whose replicas can take over at once (`CLUSTER FAILOVER TAKEOVER`), however long
+/// they were cut off (`cluster-replica-validity-factor 0`), and that serves the slots it still
+/// covers while a primary is down: one replica per primary.
+pub fn takeover_cluster() -> RedisCluster {
+    RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        require_full_coverage: false,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    })
 }
