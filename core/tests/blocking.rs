@@ -108,9 +108,16 @@ fn each_blocking_thread_has_its_own_connection_closed_when_the_thread_ends() {
 fn an_acquire_dropped_mid_request_on_a_blocking_thread_is_undone_after_its_request() {
     let _serial = serial();
     let server = RedisServer::start();
+    // The node timeout gives `written_to` (a read of /proc/net/tcp every millisecond) time
+    // to see the request written before the acquire gives up, on a loaded machine too: with
+    // 300 ms it once did not, and the acquire ended first.
+    let node_timeout = ms(3_000);
     let m = manager(
         &[server.url()],
-        opts().node_timeout(ms(300)).wait(Some(Duration::ZERO)),
+        opts()
+            .ttl(Duration::from_secs(60))
+            .node_timeout(node_timeout)
+            .wait(Some(Duration::ZERO)),
     );
     let key = unique_key("blocking-dropped");
     // This thread's connection is open before the fault.
@@ -137,7 +144,7 @@ fn an_acquire_dropped_mid_request_on_a_blocking_thread_is_undone_after_its_reque
         "the acquire should have been dropped once written: {outcome:?}"
     );
     assert!(
-        took >= ms(300),
+        took >= node_timeout,
         "block_on returned before the undo had its node timeout: {took:?}"
     );
     // The paused node then executes what it had received: the SET, then the undo.

@@ -675,8 +675,9 @@ async fn a_waiter_keeps_its_queue_place_while_the_earliest_lease_end_is_far_away
 /// release: it may have been refused for the head's turn, and its own re-checks are far away
 /// (its retry delay, 240 s; the holder's lease end, 120 s). The permit is freed with no
 /// publish (behind everyone's back), so only the head's leaving can wake it. Before, the
-/// dequeue woke the waiters only when the name's key was gone, which a semaphore's counter
-/// never is, and the next waiter slept on with a permit free.
+/// dequeue woke the waiters only when the name's key was gone, which a semaphore's counter is
+/// not while it is in use (only an operator's `DEL` or an eviction takes it), and the next
+/// waiter slept on with a permit free.
 #[tokio::test]
 async fn the_next_waiter_is_told_when_the_head_leaves_with_permits_free() {
     let server = RedisServer::start();
