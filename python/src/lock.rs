@@ -21,11 +21,12 @@ pub struct PyLock {
     pub(crate) lock: host::Lock,
 }
 
-pub(crate) fn current_owner(py: Python<'_>) -> PyResult<u64> {
-    static CURRENT_OWNER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    CURRENT_OWNER
-        .import(py, "ferrolock._owner", "current_owner")?
-        .call0()?
+/// Whether the calling thread, or its running asyncio task, is `owner`.
+pub(crate) fn is_current_owner(py: Python<'_>, owner: u64) -> PyResult<bool> {
+    static IS_CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    IS_CURRENT
+        .import(py, "ferrolock._owner", "is_current")?
+        .call1((owner,))?
         .extract()
 }
 
@@ -161,9 +162,10 @@ impl PyLock {
     }
 
     /// `locked()`, and the caller is the thread (sync code) or asyncio task (async code)
-    /// that acquired it.
+    /// that acquired it. Code in a task runs on a thread too: a lock its sync `with` took is
+    /// the thread's, not the task's.
     fn owned(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.locked() && current_owner(py)? == self.lock.owner())
+        Ok(self.locked() && is_current_owner(py, self.lock.owner())?)
     }
 
     /// Returns None while held; raises `LockLost` (with the reason) once lost, `NotHeld`

@@ -501,6 +501,27 @@ def test_owned_is_false_in_another_thread(manager: LockManager, key: str) -> Non
     lock.release()
 
 
+def test_owned_is_true_in_a_sync_block_run_by_a_coroutine(manager: LockManager, key: str) -> None:
+    # Sync code's owner is the thread even inside a coroutine (an async web handler's `with`):
+    # owned() there compared the lock's thread owner with the running task's and said False.
+    async def main() -> tuple[bool, bool, bool, bool]:
+        with manager.lock(key) as lock:
+            in_block = lock.owned()
+        handle = manager.acquire(key)
+        by_acquire = handle.owned()
+        handle.release()
+        async with manager.lock(key) as lock:
+            in_async_block = lock.owned()
+
+            async def peek() -> bool:
+                return lock.owned()
+
+            other_task = await asyncio.create_task(peek())
+        return in_block, by_acquire, in_async_block, other_task
+
+    assert asyncio.run(main()) == (True, True, True, False)
+
+
 def test_exceptions_pickle_with_their_key() -> None:
     e = ferrolock.LockLost("lock 'k' lost: because", "k")
     e2 = pickle.loads(pickle.dumps(e))

@@ -58,6 +58,8 @@ def task_owner() -> int:
     return owner
 
 
-def current_owner() -> int:
-    """The task's owner inside a running event loop, else the thread's."""
-    return task_owner()
+def is_current(owner: int) -> bool:
+    """Whether the caller is `owner`: its thread, or its asyncio task. Both count inside a
+    task, as both take locks there: sync code (`with`, `acquire()`) for the thread, async
+    code for the task."""
+    return owner == thread_owner() or owner == task_owner()
