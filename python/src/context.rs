@@ -438,7 +438,11 @@ impl PyLockContext {
         let key = key_str(py, key)?;
         let plain = kind == "lock";
         let kind = lock_kind(py, &key, kind, permits, count)?;
-        let args = manager.get().args(py, &key, options)?;
+        let what = match kind {
+            host::Kind::Permits { .. } => "semaphore",
+            _ => "lock",
+        };
+        let args = manager.get().args(py, &key, what, options)?;
         let opts = kind.options(args.opts);
         // Refused here, where the context is made, rather than at its `with` (a semaphore's
         // counts, a lease the watchdog cannot keep).

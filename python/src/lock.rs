@@ -70,6 +70,7 @@ impl PyLock {
                 let args = crate::options::lock_args(
                     py,
                     self.key_str(),
+                    "lock",
                     self.core().options(),
                     true,
                     Some(&d),

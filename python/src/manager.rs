@@ -89,9 +89,10 @@ impl PyManager {
         &self,
         py: Python<'_>,
         key: &str,
+        what: &'static str,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<LockArgs> {
-        lock_args(py, key, self.host.defaults(), self.interrupt, options)
+        lock_args(py, key, what, self.host.defaults(), self.interrupt, options)
     }
 
     /// The host manager's identity: one for every `PyManager` around the same shared
@@ -249,7 +250,7 @@ impl PyManager {
         owner: u64,
     ) -> PyResult<PyLock> {
         let key = key_str(py, key)?;
-        let args = self.args(py, &key, options)?;
+        let args = self.args(py, &key, "lock", options)?;
         crate::context::refuse_waiting_for_itself(py, self, &key, args.opts.reentrant, owner)?;
         self.acquire_blocking(py, &key, args.opts, owner)
     }
@@ -264,7 +265,7 @@ impl PyManager {
         owner: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = key_str(py, key)?;
-        let args = self.args(py, &key, options)?;
+        let args = self.args(py, &key, "lock", options)?;
         crate::context::refuse_awaiting_an_enclosing_block(py, self, &key)?;
         self.acquire_future(py, key, args.opts, owner)
     }

@@ -361,16 +361,18 @@ pub struct LockArgs {
     pub interrupt: bool,
 }
 
+/// `what` names the key in errors, as the core does: "lock", or "semaphore".
 pub fn lock_args(
     py: Python<'_>,
     key: &str,
+    what: &'static str,
     defaults: &LockOptions,
     default_interrupt: bool,
     options: Option<&Bound<'_, PyDict>>,
 ) -> PyResult<LockArgs> {
     let ctx = Ctx {
         key: Some(key),
-        what: "lock",
+        what,
     };
     let mut opts = ManagerOptions::new().lock(defaults.clone());
     let mut interrupt = None;

@@ -6,6 +6,7 @@ is read from Redisson's layout: the counter `name` (permits free) and the zset
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -130,6 +131,26 @@ def test_a_name_with_a_brace_and_several_nodes_are_refused(node: RedisNode, key:
             pass
     assert "3 nodes" in str(e.value) and "one node" in str(e.value)
     assert not node.client().exists(key)
+
+
+@pytest.mark.parametrize(
+    "options, words",
+    [
+        ({"ttl": -1}, "ttl=-1 (int): must not be negative"),
+        ({"wait": "5"}, "wait='5' (str): expected a number of seconds"),
+        ({"tll": 5}, 'unexpected option "tll"'),
+    ],
+)
+def test_a_bad_option_names_the_semaphore(
+    manager: LockManager, key: str, options: dict[str, object], words: str
+) -> None:
+    # Every other error of a semaphore names it so (its permits, its count, a closed
+    # manager); its options' errors called it a lock.
+    for make in (manager.semaphore, functools.partial(ferrolock.semaphore, nodes=manager.nodes)):
+        with pytest.raises(ferrolock.InvalidArgument) as e:
+            make(key, permits=2, **options)  # type: ignore[operator]
+        assert str(e.value).startswith(f'semaphore "{key}": ') and words in str(e.value), str(e.value)
+        assert e.value.key == key
 
 
 def test_permits_and_count_belong_to_a_semaphore_only(manager: LockManager, key: str) -> None:
