@@ -150,14 +150,75 @@ fn running_on(py: Python<'_>, thread: u64, frame: usize) -> Option<bool> {
     Some(false)
 }
 
-/// The `with` and `async with` blocks of plain locks being run, weakly. An acquire that would
-/// wait for one of them is refused at once, as Node's `withLock` refuses one from its own
-/// scope: a plain-lock acquire by the owner (thread) inside a `with` block of the key (for
-/// ever with the watchdog on); a blocking acquire on the thread of an event loop whose `async
-/// with` block holds the key (the loop, stopped, can never run the block to its exit); an
-/// awaited acquire on a thread inside a `with` block of the key (the block cannot exit before
-/// that loop returns). Found by a review: the last two hung for good.
+/// The `with` and `async with` blocks being run, weakly. An acquire that would wait for one of
+/// them is refused at once, as Node's scopes refuse one from their own scope: an acquire by the
+/// owner (thread) inside a `with` block of the key (for ever with the watchdog on); a blocking
+/// acquire on the thread of an event loop whose `async with` block holds the key (the loop,
+/// stopped, can never run the block to its exit); an awaited acquire on a thread inside a
+/// `with` block of the key (the block cannot exit before that loop returns). Found by a
+/// review: the last two hung for good, and so did a semaphore or a read-write lock asked for
+/// inside a lock's block of its name, and a lock inside a read-write lock's.
 static HELD_BLOCKS: Mutex<Vec<HeldBlock>> = Mutex::new(Vec::new());
+
+/// What a block holds, or an acquire asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    Lock,
+    Read,
+    Write,
+    Permits,
+}
+
+impl Held {
+    fn of(kind: host::Kind) -> Held {
+        match kind {
+            host::Kind::Read => Held::Read,
+            host::Kind::Write => Held::Write,
+            host::Kind::Permits { .. } => Held::Permits,
+            _ => Held::Lock,
+        }
+    }
+
+    fn word(self) -> &'static str {
+        match self {
+            Held::Lock => "lock",
+            Held::Read => "read lock",
+            Held::Write => "write lock",
+            Held::Permits => "semaphore",
+        }
+    }
+
+    fn rw(self) -> bool {
+        matches!(self, Held::Read | Held::Write)
+    }
+
+    /// Whether asking for `self` (`reentrant`: a reentrant lock) waits for a hold `found`
+    /// (`found_reentrant`) of the same name for as long as that is held. `same_owner`: the
+    /// hold's owner asks, through its own manager, where the core re-enters a read-write lock
+    /// and refuses an upgrade, or a reentrant lock beside a read-write hold, itself.
+    fn waits_for(
+        self,
+        found: Held,
+        same_owner: bool,
+        reentrant: bool,
+        found_reentrant: bool,
+    ) -> bool {
+        match (self, found) {
+            // The core refuses another kind on a semaphore's counter at once, and permits
+            // beside permits may be granted (each entry is a holder of its own).
+            (_, Held::Permits) => false,
+            // A semaphore waits for a lock of its name to go (a read-write hold's hash is
+            // refused at once, as a key of the wrong type).
+            (Held::Permits, Held::Lock) => true,
+            (Held::Permits, _) => false,
+            (Held::Lock, Held::Lock) => !(same_owner && reentrant && found_reentrant),
+            (Held::Read, Held::Read) => false,
+            (Held::Lock, _) => !(same_owner && reentrant),
+            (_, Held::Lock) => !(same_owner && found_reentrant),
+            _ => !same_owner,
+        }
+    }
+}
 
 struct HeldBlock {
     /// `PyManager::id`: the host manager, shared by every `redlock()` on the same nodes.
@@ -165,6 +226,7 @@ struct HeldBlock {
     /// `PyManager::servers`: what the key is held on, however the nodes were written.
     servers: String,
     key: String,
+    kind: Held,
     reentrant: bool,
     /// The thread's owner id (`ferrolock._owner`): unlike its ident, never reused (an `async
     /// with` block's: its task's).
@@ -204,62 +266,92 @@ fn forget_block(shared: &Weak<Shared>) {
     held_blocks().retain(|b| !Weak::ptr_eq(&b.shared, shared) && b.shared.strong_count() > 0);
 }
 
-/// Refuses a plain-lock acquire of `key` on `manager` by `owner` while it is inside a `with`
-/// block that holds that key on the same servers, unless both are reentrant on the same
-/// manager (the owner re-enters; through another manager, options written apart, it is
-/// another owner). A block whose lock is no longer held (released early, lost, past its
-/// validity) holds nothing to wait for.
+/// Refuses a blocking acquire of `asked` of `key` on `manager` by `owner` while it is inside a
+/// `with` block that holds that key on the same servers, unless the owner re-enters (both
+/// reentrant locks, or both sides of the read-write lock, on the same manager: through another
+/// manager, options written apart, it is another owner). A block whose lock is no longer held
+/// (released early, lost, past its validity) holds nothing to wait for.
 pub(crate) fn refuse_waiting_for_itself(
     py: Python<'_>,
     manager: &PyManager,
     key: &str,
+    asked: Held,
     reentrant: bool,
     owner: u64,
 ) -> PyResult<()> {
     let (servers, manager) = (manager.servers(), manager.id());
     let here = thread_ident();
-    let (mut own_block, mut loops_block) = (false, false);
+    let (mut own_block, mut loops_block) = (None, false);
     for b in held_blocks().iter() {
         if b.servers != servers || b.key != key || !b.holds() {
             continue;
         }
         if b.asynchronous {
-            loops_block |= b.thread == here;
-        } else {
-            own_block |= b.owner == owner && !(b.reentrant && reentrant && b.manager == manager);
+            loops_block |= b.thread == here && asked.waits_for(b.kind, false, false, false);
+        } else if b.owner == owner {
+            let same = b.manager == manager;
+            if asked.waits_for(b.kind, same, reentrant, b.reentrant) {
+                own_block = Some(b.kind);
+            }
         }
     }
+    let what = match asked {
+        Held::Permits => "semaphore",
+        _ => "lock",
+    };
     let why = if loops_block {
         "this thread runs the event loop of an `async with` block that holds it (on the same \
          servers): blocking here stops that loop, so the block could never release it; await \
          the acquire instead (`async with`, `await manager.acquire_async(...)`)"
-    } else if own_block {
+    } else if own_block == Some(Held::Lock) && asked == Held::Lock {
         "this thread is inside a `with` block that holds it (on the same servers), so waiting \
          would deadlock; pass reentrant=True to both, with the same manager or connection \
          options, to re-enter"
+    } else if let Some(found) = own_block {
+        let owner = match found.rw() && asked.rw() {
+            true => "; its owner re-enters only through the same manager or connection options",
+            false => "",
+        };
+        let why = format!(
+            "this thread is inside a `with` block that holds it as a {} (on the same servers), \
+             which a {} of it waits for, so waiting would deadlock{owner}",
+            found.word(),
+            asked.word()
+        );
+        let err = Error::new(
+            ErrorKind::NotAcquired,
+            format!("{what} {key:?} not acquired: {why}"),
+        );
+        return Err(to_py(py, &err, Some(key)));
     } else {
         return Ok(());
     };
     let err = Error::new(
         ErrorKind::NotAcquired,
-        format!("lock {key:?} not acquired: {why}"),
+        format!("{what} {key:?} not acquired: {why}"),
     );
     Err(to_py(py, &err, Some(key)))
 }
 
-/// Refuses an awaited plain-lock acquire of `key` on `manager` on a thread inside a `with`
+/// Refuses an awaited acquire of `asked` of `key` on `manager` on a thread inside a `with`
 /// block that holds that key on the same servers: the event loop runs inside that block,
 /// which cannot exit before the loop returns, so the wait would never end.
 pub(crate) fn refuse_awaiting_an_enclosing_block(
     py: Python<'_>,
     manager: &PyManager,
     key: &str,
+    asked: Held,
 ) -> PyResult<()> {
     let (servers, here) = (manager.servers(), thread_ident());
     let enclosing: Vec<usize> = held_blocks()
         .iter()
         .filter(|b| {
-            !b.asynchronous && b.thread == here && b.servers == servers && b.key == key && b.holds()
+            !b.asynchronous
+                && b.thread == here
+                && b.servers == servers
+                && b.key == key
+                && asked.waits_for(b.kind, false, false, false)
+                && b.holds()
         })
         .map(|b| b.frame)
         .collect();
@@ -271,10 +363,14 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
     {
         return Ok(());
     }
+    let what = match asked {
+        Held::Permits => "semaphore",
+        _ => "lock",
+    };
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(
-            "lock {key:?} not acquired: this thread is inside a `with` block that holds it (on \
+            "{what} {key:?} not acquired: this thread is inside a `with` block that holds it (on \
              the same servers) and runs this event loop inside it, so the block cannot release \
              it before this wait ends: waiting would deadlock"
         ),
@@ -292,8 +388,8 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
 pub struct PyLockContext {
     manager: Py<PyManager>,
     key: String,
-    /// A plain lock (not a side of the read-write lock, nor permits).
-    plain: bool,
+    /// What it takes: a lock, a side of the read-write lock, or permits.
+    held: Held,
     opts: LockOptions,
     interrupt: bool,
     shared: Arc<Shared>,
@@ -331,6 +427,7 @@ impl PyLockContext {
             manager: self.manager.get().id(),
             servers: self.manager.get().servers().to_string(),
             key: self.key.clone(),
+            kind: self.held,
             reentrant: self.opts.reentrant,
             owner,
             thread: thread_ident(),
@@ -349,10 +446,8 @@ impl PyLockContext {
         }
 
         let acquired = crate::lock::current_thread_owner(py).and_then(|owner| {
-            if self.plain {
-                let manager = self.manager.get();
-                refuse_waiting_for_itself(py, manager, &self.key, self.opts.reentrant, owner)?;
-            }
+            let (manager, reentrant) = (self.manager.get(), self.opts.reentrant);
+            refuse_waiting_for_itself(py, manager, &self.key, self.held, reentrant, owner)?;
             self.manager
                 .get()
                 .acquire_blocking(py, &self.key, self.opts.clone(), owner)
@@ -377,9 +472,7 @@ impl PyLockContext {
             st.injected = false;
             st.generation
         };
-        if self.plain {
-            self.record_block(owner, false);
-        }
+        self.record_block(owner, false);
         // Weakly: the core lock keeps this callback, out of sight of Python's garbage
         // collector, and `shared` holds the lock; a strong reference would keep a context
         // dropped inside its block (an ExitStack never closed) and its lock renewed for ever.
@@ -436,8 +529,8 @@ impl PyLockContext {
         count: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let key = key_str(py, key)?;
-        let plain = kind == "lock";
         let kind = lock_kind(py, &key, kind, permits, count)?;
+        let held = Held::of(kind);
         let what = match kind {
             host::Kind::Permits { .. } => "semaphore",
             _ => "lock",
@@ -450,7 +543,7 @@ impl PyLockContext {
         Ok(PyLockContext {
             manager: manager.unbind(),
             key,
-            plain,
+            held,
             opts,
             interrupt: args.interrupt,
             shared: Arc::default(),
@@ -497,9 +590,7 @@ impl PyLockContext {
     ) -> PyResult<bool> {
         // First, before anything can run bytecode: leave the body and revoke an injection
         // that has not fired yet.
-        if self.plain {
-            forget_block(&Arc::downgrade(&self.shared));
-        }
+        forget_block(&Arc::downgrade(&self.shared));
         let lock = {
             let mut st = self.shared.state();
             if st.injected {
@@ -566,9 +657,7 @@ impl PyLockContext {
 
     /// A coroutine acquiring this context's lock for `owner` (used by `__aenter__`).
     fn _acquire_async<'py>(&self, py: Python<'py>, owner: u64) -> PyResult<Bound<'py, PyAny>> {
-        if self.plain {
-            refuse_awaiting_an_enclosing_block(py, self.manager.get(), &self.key)?;
-        }
+        refuse_awaiting_an_enclosing_block(py, self.manager.get(), &self.key, self.held)?;
         self.manager
             .get()
             .acquire_future(py, self.key.clone(), self.opts.clone(), owner)
@@ -577,9 +666,6 @@ impl PyLockContext {
     /// `__aenter__` got `lock` for the task `owner` (None: `__aexit__` leaves the body):
     /// recorded so that a blocking acquire of the key on this event loop's thread is refused.
     fn _async_body(&self, lock: Option<Py<PyLock>>, owner: u64) {
-        if !self.plain {
-            return;
-        }
         forget_block(&Arc::downgrade(&self.shared));
         let entering = lock.is_some();
         let old = std::mem::replace(&mut self.shared.state().async_lock, lock);

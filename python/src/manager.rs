@@ -251,7 +251,8 @@ impl PyManager {
     ) -> PyResult<PyLock> {
         let key = key_str(py, key)?;
         let args = self.args(py, &key, "lock", options)?;
-        crate::context::refuse_waiting_for_itself(py, self, &key, args.opts.reentrant, owner)?;
+        let (lock, reentrant) = (crate::context::Held::Lock, args.opts.reentrant);
+        crate::context::refuse_waiting_for_itself(py, self, &key, lock, reentrant, owner)?;
         self.acquire_blocking(py, &key, args.opts, owner)
     }
 
@@ -266,7 +267,12 @@ impl PyManager {
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = key_str(py, key)?;
         let args = self.args(py, &key, "lock", options)?;
-        crate::context::refuse_awaiting_an_enclosing_block(py, self, &key)?;
+        crate::context::refuse_awaiting_an_enclosing_block(
+            py,
+            self,
+            &key,
+            crate::context::Held::Lock,
+        )?;
         self.acquire_future(py, key, args.opts, owner)
     }
 

@@ -85,6 +85,51 @@ def test_downgrade_works_and_upgrade_is_refused(node: RedisNode, manager: LockMa
     assert not node.client().exists(key)
 
 
+OUTER_INNER = [("lock", "semaphore"), ("lock", "read"), ("lock", "write"), ("read", "lock"), ("write", "lock")]
+
+
+def _context(manager: LockManager, kind: str, key: str, **options: object) -> ferrolock.LockContext:
+    if kind == "semaphore":
+        return manager.semaphore(key, permits=2, **options)  # type: ignore[arg-type]
+    return {"lock": manager.lock, "read": manager.read_lock, "write": manager.write_lock}[kind](key, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("outer, inner", OUTER_INNER)
+def test_a_block_of_another_kind_holding_the_name_refuses_at_once(
+    node: RedisNode, manager: LockManager, key: str, outer: str, inner: str
+) -> None:
+    # Inside a block that holds the name as one kind, another kind of it (a semaphore or a
+    # read-write lock beside a lock, a lock beside a read-write hold) could only wait for that
+    # block: for ever with no wait. Refused at once, as a nested lock of the key is (and as
+    # Node refuses it); the wait below only bounds the test.
+    with _context(manager, outer, key):
+        started = time.monotonic()
+        with pytest.raises(ferrolock.NotAcquired) as e:
+            _context(manager, inner, key, wait=3).__enter__()
+        assert time.monotonic() - started < 1.5, str(e.value)
+        word = {"lock": "lock", "read": "read lock", "write": "write lock"}[outer]
+        assert f"inside a `with` block that holds it as a {word}" in str(e.value), str(e.value)
+        assert "would deadlock" in str(e.value) and e.value.key == key
+    assert not node.client().exists(key)
+
+    # On the thread of an event loop whose `async with` holds the name, a blocking acquire
+    # of another kind, and inside a `with` block whose thread runs the loop, an awaited one.
+    async def main() -> None:
+        async with _context(manager, outer, key):
+            with pytest.raises(ferrolock.NotAcquired, match="would deadlock|could never release"):
+                _context(manager, inner, key, wait=3).__enter__()
+
+    asyncio.run(main())
+
+    async def awaited() -> None:
+        async with _context(manager, inner, key, wait=3):
+            pass
+
+    with _context(manager, outer, key):
+        with pytest.raises(ferrolock.NotAcquired, match="would deadlock"):
+            asyncio.run(awaited())
+
+
 def test_read_ttl_above_30s_is_refused(manager: LockManager, key: str) -> None:
     with pytest.raises(ferrolock.InvalidArgument, match="31s"):
         manager.read_lock(key, ttl=31).__enter__()
