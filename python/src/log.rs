@@ -50,7 +50,9 @@ pub fn python_log(py: Python<'_>, level: i32, message: &str) {
 }
 
 /// Reads the effective level of the "ferrolock" logger, so events it would drop are not
-/// even formatted. Called when a manager is created.
+/// even formatted. Called when a manager is created and at each acquire: logging is often
+/// configured after a module-level manager was made, and a level read only then kept the
+/// records of its locks below WARNING from `logging` for good.
 pub fn sync_level(py: Python<'_>) {
     let Ok(level) = logger(py).and_then(|l| l.call_method0("getEffectiveLevel")?.extract::<i32>())
     else {

@@ -116,6 +116,7 @@ impl PyManager {
         opts: LockOptions,
         owner: u64,
     ) -> PyResult<PyLock> {
+        crate::log::sync_level(py);
         let m = &self.host;
         let inside = InAcquire::enter(m.id());
         let out = bridge::blocking(py, |cancel, check| {
@@ -153,6 +154,7 @@ impl PyManager {
         opts: LockOptions,
         owner: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
+        crate::log::sync_level(py);
         let m = self.host.clone();
         let k = key.clone();
         let start = move |cancel: host::Cancel| async move {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import pickle
 import time
 from datetime import timedelta
@@ -520,6 +521,27 @@ def test_owned_is_true_in_a_sync_block_run_by_a_coroutine(manager: LockManager, 
         return in_block, by_acquire, in_async_block, other_task
 
     assert asyncio.run(main()) == (True, True, True, False)
+
+
+def test_a_log_level_set_after_the_manager_was_made_applies(
+    node: RedisNode, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A manager made at import, logging configured later in main(): the level was read only
+    # when a manager was made, so the later DEBUG level never reached the library.
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    m = LockManager([node.url])
+    caplog.set_level(logging.DEBUG, logger="ferrolock")
+    lock = m.acquire(key, watchdog=False)
+    node.client().delete(key)
+    assert lock.release() is False
+    deadline = time.monotonic() + 5
+    words = f"lock {key!r}".replace("'", '"') + " was no longer ours"
+    while not any(words in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert any(r.levelno == logging.DEBUG and words in r.getMessage() for r in caplog.records), [
+        r.getMessage() for r in caplog.records
+    ]
+    m.close()
 
 
 def test_exceptions_pickle_with_their_key() -> None:
