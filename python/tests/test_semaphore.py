@@ -153,6 +153,41 @@ def test_a_bad_option_names_the_semaphore(
         assert e.value.key == key
 
 
+def test_a_wait_ended_by_close_names_the_semaphore(manager: LockManager, node: RedisNode, key: str) -> None:
+    # Its other errors say `semaphore "s"`; a wait that close() ended said `lock "s"`.
+    holder = LockManager([node.url])
+    with holder.semaphore(key, permits=1):
+        m = LockManager([node.url])
+        outcomes: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                with m.semaphore(key, permits=1, wait=20):
+                    pass
+            except BaseException as e:  # noqa: BLE001 - the outcome is what the test checks
+                outcomes.append(e)
+
+        async def awaited() -> None:
+            try:
+                async with m.semaphore(key, permits=1, wait=20):
+                    pass
+            except BaseException as e:  # noqa: BLE001
+                outcomes.append(e)
+
+        threads = [threading.Thread(target=wait), threading.Thread(target=lambda: asyncio.run(awaited()))]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        m.close()
+        for t in threads:
+            t.join(20)
+    holder.close()
+    assert len(outcomes) == 2, outcomes
+    for e in outcomes:
+        assert isinstance(e, ferrolock.NotAcquired), repr(e)
+        assert str(e).startswith(f'semaphore "{key}" not acquired: its manager was closed'), str(e)
+
+
 def test_permits_and_count_belong_to_a_semaphore_only(manager: LockManager, key: str) -> None:
     with pytest.raises(ferrolock.InvalidArgument) as e:
         manager.lock(key, permits=2)

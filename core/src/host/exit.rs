@@ -36,10 +36,11 @@ pub(crate) fn wait_until(until: Instant, done: impl Fn() -> bool) {
     }
 }
 
-pub(crate) fn exiting_error(key: &str) -> Error {
+/// `what`: "lock", or "semaphore".
+pub(crate) fn exiting_error(what: &str, key: &str) -> Error {
     Error::new(
         ErrorKind::NotAcquired,
-        format!("lock {key:?} not acquired: the process is exiting"),
+        format!("{what} {key:?} not acquired: the process is exiting"),
     )
 }
 

@@ -271,14 +271,10 @@ impl Manager {
         // waits for the count, so an acquire either sees the flag or is waited for.
         let _acquiring = Acquiring::enter(&self.inner);
         // Named as what was asked for: a semaphore's errors say `semaphore "name"`.
-        let core = self.core().map_err(|_| {
-            let what = if opts.permits.is_some() {
-                "semaphore"
-            } else {
-                "lock"
-            };
-            Error::invalid(format!("{what} {key:?}: this LockManager is closed"))
-        })?;
+        let what = noun(opts);
+        let core = self
+            .core()
+            .map_err(|_| Error::invalid(format!("{what} {key:?}: this LockManager is closed")))?;
         let owned = (owner != NO_OWNER).then_some(owner);
         let acquire = async {
             if let Some(p) = opts.permits {
@@ -297,21 +293,21 @@ impl Manager {
         // Once exiting, nothing is sent: an attempt started now would be undone in the
         // background, which the exiting process may not live to finish.
         if exit::is_exiting() {
-            return Err(exit::exiting_error(key));
+            return Err(exit::exiting_error(what, key));
         }
         let lock = tokio::select! {
             biased;
             // Dropping the acquire undoes whatever it had taken.
-            _ = exit::exiting() => return Err(exit::exiting_error(key)),
-            _ = self.inner.closed.wait() => return Err(closed_error(key)),
+            _ = exit::exiting() => return Err(exit::exiting_error(what, key)),
+            _ = self.inner.closed.wait() => return Err(closed_error(what, key)),
             lock = acquire => Arc::new(lock?),
         };
         self.hand_out(&lock);
         if exit::is_exiting() || self.is_closed() {
             let _ = lock.release().await;
             return Err(match exit::is_exiting() {
-                true => exit::exiting_error(key),
-                false => closed_error(key),
+                true => exit::exiting_error(what, key),
+                false => closed_error(what, key),
             });
         }
         Ok(Lock::new(lock, owner, self.clone()))
@@ -474,11 +470,19 @@ impl Drop for Acquiring<'_> {
     }
 }
 
-fn closed_error(key: &str) -> Error {
+/// What an acquire with `opts` takes, as its errors name it: "lock", or "semaphore".
+fn noun(opts: &LockOptions) -> &'static str {
+    match opts.permits {
+        Some(_) => "semaphore",
+        None => "lock",
+    }
+}
+
+fn closed_error(what: &str, key: &str) -> Error {
     Error::new(
         crate::error::ErrorKind::NotAcquired,
         format!(
-            "lock {key:?} not acquired: its manager was closed while it waited (nothing was left behind)"
+            "{what} {key:?} not acquired: its manager was closed while it waited (nothing was left behind)"
         ),
     )
 }
