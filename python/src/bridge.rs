@@ -243,7 +243,10 @@ where
     Ok(afut)
 }
 
-/// As [`spawn`], wrapped in a coroutine (see [`coroutine`]).
+/// As [`spawn`], wrapped in a coroutine (see [`coroutine`]). Called with no event loop
+/// running (`asyncio.run(lock.release_async())`, `loop.run_until_complete(...)`), the work
+/// starts when the coroutine first runs, in its loop (`ferrolock._aio.later`): a coroutine
+/// may be made before its loop runs, and the future needs that loop.
 pub fn spawn_coroutine<'py, F, T, C>(
     py: Python<'py>,
     fut: F,
@@ -255,8 +258,45 @@ where
     T: Send + 'static,
     C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 {
-    let future = spawn(py, fut, abort_on_cancel, convert)?;
-    coroutine(py, future)
+    static LATER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    match get_running_loop(py) {
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) => {
+            let start: StartFn =
+                Box::new(move |py| Ok(spawn(py, fut, abort_on_cancel, convert)?.unbind()));
+            let deferred = Deferred {
+                start: std::sync::Mutex::new(Some(start)),
+            };
+            LATER
+                .import(py, "ferrolock._aio", "later")?
+                .call1((deferred,))
+        }
+        _ => {
+            let future = spawn(py, fut, abort_on_cancel, convert)?;
+            coroutine(py, future)
+        }
+    }
+}
+
+type StartFn = Box<dyn for<'a> FnOnce(Python<'a>) -> PyResult<Py<PyAny>> + Send>;
+
+/// The start of a call whose coroutine was made with no event loop running: called once, by
+/// `ferrolock._aio.later`, inside the loop that runs it.
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+struct Deferred {
+    start: std::sync::Mutex<Option<StartFn>>,
+}
+
+#[pymethods]
+impl Deferred {
+    fn __call__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let start = self.start.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match start {
+            Some(start) => start(py),
+            None => Err(pyo3::exceptions::PyRuntimeError::new_err(
+                "cannot reuse already awaited coroutine",
+            )),
+        }
+    }
 }
 
 /// As [`spawn_coroutine`], for a call that cancelling stops (an acquire): `start` builds the

@@ -174,6 +174,25 @@ def test_cancelled_async_acquire_leaves_nothing(node: RedisNode, manager: LockMa
     asyncio.run(main())
 
 
+def test_a_locks_async_methods_may_be_called_before_their_loop_runs(
+    node: RedisNode, manager: LockManager, key: str
+) -> None:
+    # They return coroutines (the stubs say so), which asyncio.run() and run_until_complete()
+    # take: made outside a running loop, they raised "RuntimeError: no running event loop".
+    lock = manager.acquire(key)
+    assert asyncio.run(lock.extend_async(5)) > 4
+    assert node.client().pttl(key) > 4000
+    loop = asyncio.new_event_loop()
+    try:
+        lost = lock.wait_lost()
+        released = lock.release_async()
+        assert loop.run_until_complete(released) is True
+        assert loop.run_until_complete(lost) is None
+    finally:
+        loop.close()
+    assert not node.client().exists(key)
+
+
 def test_cancelled_async_release_still_completes(node: RedisNode, manager: LockManager, key: str) -> None:
     """redis-py #3847: a cancelled async release leaked the lock until its ttl.
 

@@ -17,6 +17,12 @@ async def wrap(future: asyncio.Future[T]) -> T:
     return await future
 
 
+async def later(start: Callable[[], asyncio.Future[T]]) -> T:
+    """As `wrap`, for a call made with no event loop running: `start` starts the work and
+    returns its future once this coroutine runs, in its loop."""
+    return await start()
+
+
 async def until_undone(future: asyncio.Future[Any], cancel: Callable[[], None]) -> Any:
     """Awaits an acquire's future (already started). Cancelled, it tells the acquire to stop
     (`cancel`) and raises `CancelledError` only once the acquire has ended, having given back
