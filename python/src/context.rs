@@ -528,7 +528,11 @@ impl PyLockContext {
         permits: Option<&Bound<'_, PyAny>>,
         count: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        let key = key_str(py, key)?;
+        let named = match kind {
+            "semaphore" => "semaphore name",
+            _ => "lock key",
+        };
+        let key = key_str(py, key, named)?;
         let kind = lock_kind(py, &key, kind, permits, count)?;
         let held = Held::of(kind);
         let what = match kind {

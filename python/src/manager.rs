@@ -251,7 +251,7 @@ impl PyManager {
         options: Option<&Bound<'_, PyDict>>,
         owner: u64,
     ) -> PyResult<PyLock> {
-        let key = key_str(py, key)?;
+        let key = key_str(py, key, "lock key")?;
         let args = self.args(py, &key, "lock", options)?;
         let (lock, reentrant) = (crate::context::Held::Lock, args.opts.reentrant);
         crate::context::refuse_waiting_for_itself(py, self, &key, lock, reentrant, owner)?;
@@ -267,7 +267,7 @@ impl PyManager {
         options: Option<&Bound<'py, PyDict>>,
         owner: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let key = key_str(py, key)?;
+        let key = key_str(py, key, "lock key")?;
         let args = self.args(py, &key, "lock", options)?;
         crate::context::refuse_awaiting_an_enclosing_block(
             py,

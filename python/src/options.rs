@@ -529,10 +529,15 @@ fn permit_count(py: Python<'_>, ctx: Ctx<'_>, name: &str, v: &Bound<'_, PyAny>) 
 }
 
 /// A key must be a non-empty `str` (the core refuses the empty one with its own message).
-pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
+/// `what` names it: "lock key", or "semaphore name" (as Node does).
+pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
     match key.cast::<PyString>() {
         Ok(s) => match s.to_str() {
-            Ok("") => Err(invalid(py, "lock key must not be empty, got ''", Some(""))),
+            Ok("") => Err(invalid(
+                py,
+                format!("{what} must not be empty, got ''"),
+                Some(""),
+            )),
             Ok(text) => Ok(text.to_string()),
             // A lone surrogate: no UTF-8 holds it, so it could only be sent altered (and two
             // keys would then name one lock).
@@ -541,7 +546,7 @@ pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
                 Err(invalid(
                     py,
                     format!(
-                        "lock key {shown} is not valid Unicode (it holds a lone surrogate, which \
+                        "{what} {shown} is not valid Unicode (it holds a lone surrogate, which \
                          UTF-8 cannot carry)"
                     ),
                     None,
@@ -557,7 +562,7 @@ pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<String> {
                 .unwrap_or_default();
             Err(invalid(
                 py,
-                format!("lock key must be a non-empty str, got {shown} ({ty})"),
+                format!("{what} must be a non-empty str, got {shown} ({ty})"),
                 None,
             ))
         }

@@ -188,6 +188,22 @@ def test_a_wait_ended_by_close_names_the_semaphore(manager: LockManager, node: R
         assert str(e).startswith(f'semaphore "{key}" not acquired: its manager was closed'), str(e)
 
 
+@pytest.mark.parametrize(
+    "name, words",
+    [
+        ("", "semaphore name must not be empty"),
+        (b"encoders", "semaphore name must be a non-empty str, got b'encoders' (bytes)"),
+        ("enc\ud800", "semaphore name 'enc\\ud800' is not valid Unicode"),
+    ],
+)
+def test_a_bad_name_is_called_the_semaphores_name(manager: LockManager, name: object, words: str) -> None:
+    # It said "lock key" (Node says "semaphore name").
+    for make in (manager.semaphore, functools.partial(ferrolock.semaphore, nodes=manager.nodes)):
+        with pytest.raises(ferrolock.InvalidArgument) as e:
+            make(name, permits=2)  # type: ignore[operator]
+        assert str(e.value).startswith(words), str(e.value)
+
+
 def test_permits_and_count_belong_to_a_semaphore_only(manager: LockManager, key: str) -> None:
     with pytest.raises(ferrolock.InvalidArgument) as e:
         manager.lock(key, permits=2)
