@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::FutureExt;
 use redis::Value;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -266,11 +267,11 @@ async fn run(weak: Weak<Core>) {
     }
 }
 
-/// One lock of a batch: the guard that keeps its extend and release out, and the lease it is
-/// renewed for.
+/// One lock of a batch: the guard that keeps its extend and release out (until the lock is
+/// settled), and the lease it is renewed for.
 struct Renewal {
     lock: Arc<dyn Watched>,
-    _op: OwnedMutexGuard<()>,
+    op: Mutex<Option<OwnedMutexGuard<()>>>,
     lease: LockOptions,
 }
 
@@ -285,7 +286,7 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         .filter_map(|lock| match lock.begin_renewal() {
             Ok((op, lease)) => Some(Renewal {
                 lock,
-                _op: op,
+                op: Mutex::new(Some(op)),
                 lease,
             }),
             Err(next) => {
@@ -320,8 +321,12 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
         .unwrap_or(Duration::from_millis(200))
         + PER_RENEWAL * batch.len() as u32;
     let start = Instant::now();
-    let per_node: Vec<Result<Vec<Value>, NodeError>> =
-        futures::future::join_all(core.cluster.nodes.iter().enumerate().map(|(i, node)| {
+    let mut answers: futures::stream::FuturesUnordered<_> = core
+        .cluster
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, node)| {
             let batch = &batch;
             // A cluster bounds each primary's part by `timeout` itself (`renew_on_cluster`),
             // so that one slow primary fails only its own locks: the whole is cut later.
@@ -358,33 +363,55 @@ async fn renew_batch(core: &Core, batch: Vec<Renewal>, voting: bool) {
                 }
                 Ok(replies)
             })
-        }))
-        .await;
-    for (i, r) in batch.iter().enumerate() {
-        let answers = per_node
-            .iter()
-            .map(|replies| match replies {
-                Err(e) => Answer::Failed(e.clone()),
-                Ok(replies) => match replies.get(i) {
-                    Some(Value::Int(1)) => Answer::Yes(0),
-                    Some(Value::Int(_)) => Answer::No,
-                    // A cluster's entry whose primary did not answer in time.
-                    Some(Value::Nil) => Answer::Failed(NodeError::Unreachable(format!(
-                        "no reply within {timeout:?}"
-                    ))),
-                    Some(other) => Answer::Failed(NodeError::Redis(format!(
-                        "unexpected renewal reply {other:?}"
-                    ))),
-                    None => Answer::Failed(NodeError::Redis("short pipeline reply".into())),
-                },
-            })
-            .collect();
-        let tally = Tally {
-            quorum: core.cluster.quorum,
-            answers,
-        };
-        if let Some(next) = r.lock.settle(&r.lease, &tally, start, &core.cluster.nodes) {
-            core.reschedule(next);
+            .map(move |replies| (i, replies))
+        })
+        .collect();
+    let n = core.cluster.nodes.len();
+    let mut per_node: Vec<Option<Result<Vec<Value>, NodeError>>> = vec![None; n];
+    let mut settled = vec![false; batch.len()];
+    // Each lock is settled as soon as its outcome is decided, as an extend is: the batch's
+    // timeout is its longest lock's node timeout, and waiting it out for a hung node kept a
+    // lock with a shorter one from its confirmation past its loss deadline, though a quorum
+    // had answered at once.
+    while let Some((node, replies)) = futures::StreamExt::next(&mut answers).await {
+        per_node[node] = Some(replies);
+        let every_node = answers.is_empty();
+        for (i, r) in batch.iter().enumerate() {
+            if settled[i] {
+                continue;
+            }
+            let answers = per_node
+                .iter()
+                .map(|replies| match replies {
+                    None => Answer::Pending,
+                    Some(Err(e)) => Answer::Failed(e.clone()),
+                    Some(Ok(replies)) => match replies.get(i) {
+                        Some(Value::Int(1)) => Answer::Yes(0),
+                        Some(Value::Int(_)) => Answer::No,
+                        // A cluster's entry whose primary did not answer in time.
+                        Some(Value::Nil) => Answer::Failed(NodeError::Unreachable(format!(
+                            "no reply within {timeout:?}"
+                        ))),
+                        Some(other) => Answer::Failed(NodeError::Redis(format!(
+                            "unexpected renewal reply {other:?}"
+                        ))),
+                        None => Answer::Failed(NodeError::Redis("short pipeline reply".into())),
+                    },
+                })
+                .collect();
+            let tally = Tally {
+                quorum: core.cluster.quorum,
+                answers,
+            };
+            if !every_node && !tally.won() && tally.no() <= n - tally.quorum {
+                continue;
+            }
+            settled[i] = true;
+            if let Some(next) = r.lock.settle(&r.lease, &tally, start, &core.cluster.nodes) {
+                core.reschedule(next);
+            }
+            // Its extend and release may go out now: on each node they follow this renewal.
+            drop(r.op.lock().unwrap_or_else(|p| p.into_inner()).take());
         }
     }
 }

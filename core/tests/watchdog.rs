@@ -511,3 +511,49 @@ async fn a_failed_renewal_is_retried_before_the_loss_deadline() {
     assert!(counts().0 >= 1, "held without a renewal?");
     assert!(lock.release().await.unwrap());
 }
+
+/// One paused node of three must not cost a lock its renewals while the other two answer at
+/// once, whatever else is renewed in the same batch. A lock with a short node timeout joined
+/// the batch of a lock with a long one, and the batch waited for the paused node for the long
+/// node timeout: past the short lock's loss deadline.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_paused_node_does_not_lose_a_short_lock_renewed_beside_a_long_one() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    let m = manager(&cluster.urls(), opts().watchdog(true));
+    // Renewed every 500 ms (or from 250 ms, joining a batch), declared lost 1.28 s after a
+    // confirmation: about 800 ms for each renewal to be confirmed by two nodes of three.
+    let short = m
+        .acquire_with(
+            "short",
+            &opts().watchdog(true).ttl(ms(1500)).node_timeout(ms(100)),
+        )
+        .await
+        .unwrap();
+    // Its renewals may wait 1.5 s for a node; it joins the short lock's batches from 2 s on.
+    let long = m
+        .acquire_with(
+            "long",
+            &opts()
+                .watchdog(true)
+                .ttl(Duration::from_secs(12))
+                .node_timeout(ms(1500)),
+        )
+        .await
+        .unwrap();
+    tokio::task::block_in_place(|| cluster.servers[2].pause());
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(ms(50)).await;
+        assert_eq!(
+            short.status(),
+            LockStatus::Held,
+            "the short lock was lost {:?} after the pause, two nodes of three up",
+            start.elapsed()
+        );
+    }
+    assert_eq!(long.status(), LockStatus::Held);
+    tokio::task::block_in_place(|| cluster.servers[2].resume());
+    assert!(short.release().await.unwrap());
+    assert!(long.release().await.unwrap());
+}
