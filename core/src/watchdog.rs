@@ -1,5 +1,6 @@
 //! One task per manager keeps every held lock alive. Renewals of all locks due in a tick go
-//! to each node as one pipeline (one round trip per node per tick, however many locks; a
+//! to each node as one pipeline per node timeout (one round trip per node per tick, however
+//! many locks of one node timeout; a
 //! cluster node gets one per primary), and a
 //! lock whose renewal cannot reach a quorum before its deadline is declared lost, before that
 //! deadline, so its holder hears of it while it can still act.
@@ -275,7 +276,8 @@ struct Renewal {
     lease: LockOptions,
 }
 
-/// Renews `due` with one pipeline per node and kind, all nodes at once, then settles each lock.
+/// Renews `due` with one pipeline per node, kind and node timeout, all nodes at once, then
+/// settles each lock.
 async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
     let core = &*core;
     // A lock whose extend or release is in flight sits this tick out (release waits for a
@@ -297,13 +299,25 @@ async fn renew(core: Arc<Core>, due: Vec<Arc<dyn Watched>>) {
         .collect();
     // A lock's renewal is never held back by the restart guard, a semaphore's is (see
     // `Kind::renewal_waits_for_the_guard`): each kind goes in a batch of its own, so a held-back
-    // semaphore never holds back the locks renewed in the same tick.
-    let (voting, plain): (Vec<Renewal>, Vec<Renewal>) = batch
-        .into_iter()
-        .partition(|r| Kind::of(&r.lease).renewal_waits_for_the_guard());
-    futures::future::join(
-        renew_batch(core, voting, true),
-        renew_batch(core, plain, false),
+    // semaphore never holds back the locks renewed in the same tick. So does each node
+    // timeout: a batch waits for a hung node (a cluster's primary) as long as its longest, and
+    // a lock with a shorter one was held past its loss deadline.
+    let mut batches: Vec<(bool, Duration, Vec<Renewal>)> = Vec::new();
+    for r in batch {
+        let voting = Kind::of(&r.lease).renewal_waits_for_the_guard();
+        let timeout = r.lease.effective_node_timeout();
+        match batches
+            .iter_mut()
+            .find(|(v, t, _)| (*v, *t) == (voting, timeout))
+        {
+            Some((_, _, batch)) => batch.push(r),
+            None => batches.push((voting, timeout, vec![r])),
+        }
+    }
+    futures::future::join_all(
+        batches
+            .into_iter()
+            .map(|(voting, _, batch)| renew_batch(core, batch, voting)),
     )
     .await;
 }

@@ -1339,3 +1339,61 @@ async fn waiter_follows_a_failover_away_from_a_hung_primary(name: &str, busy: bo
     }
     a.resume();
 }
+
+/// A hung primary must not cost a lock on a healthy primary its renewals, whatever else is
+/// renewed in the same tick: the tick waited for the hung primary for the longest node
+/// timeout of its locks, past the loss deadline of a lock with a shorter one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_primary_does_not_lose_a_short_lock_on_a_healthy_one() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        // Never marked failed: no failover while it hangs.
+        node_timeout_ms: 120_000,
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    // The seed (nodes[0]) answers throughout; nodes[1] hangs.
+    let (healthy, hung) = (&cluster.nodes[0], &cluster.nodes[1]);
+    let on = |node: &RedisServer, prefix: &str| {
+        (0..)
+            .map(|i| format!("{prefix}:{i}"))
+            .find(|k| cluster.primary_for_key(k).port() == node.port())
+            .unwrap()
+    };
+    let (short_key, long_key) = (on(healthy, "short"), on(hung, "long"));
+    let m = manager(std::slice::from_ref(&url), opts().watchdog(true));
+    // Renewed every 500 ms (or from 250 ms, joining a batch), declared lost 1.28 s after a
+    // confirmation: about 800 ms for each renewal to be confirmed.
+    let short = m
+        .acquire_with(
+            &short_key,
+            &opts().watchdog(true).ttl(ms(1500)).node_timeout(ms(100)),
+        )
+        .await
+        .unwrap();
+    // Its renewals may wait 1.5 s for its primary; it joins the short lock's batches from 2 s.
+    let long = m
+        .acquire_with(
+            &long_key,
+            &opts()
+                .watchdog(true)
+                .ttl(Duration::from_secs(12))
+                .node_timeout(ms(1500)),
+        )
+        .await
+        .unwrap();
+    hung.pause();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(ms(50)).await;
+        assert_eq!(
+            short.status(),
+            ferrolock::LockStatus::Held,
+            "the lock on the healthy primary was lost {:?} after another primary hung",
+            start.elapsed()
+        );
+    }
+    hung.resume();
+    assert!(short.release().await.unwrap());
+    drop(long);
+}
