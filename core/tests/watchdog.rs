@@ -521,29 +521,30 @@ async fn a_paused_node_does_not_lose_a_short_lock_renewed_beside_a_long_one() {
     let _serial = serial();
     let cluster = Cluster::start(3);
     let m = manager(&cluster.urls(), opts().watchdog(true));
-    // Renewed every 500 ms (or from 250 ms, joining a batch), declared lost 1.28 s after a
-    // confirmation: about 800 ms for each renewal to be confirmed by two nodes of three.
+    // Renewed every second (or from 500 ms, joining a batch), declared lost about 2.5 s after
+    // a confirmation: about 1.5 s for each renewal to be confirmed (a node timeout of 200 ms,
+    // not less: a loaded machine's healthy node must answer within it) by two nodes of three.
     let short = m
         .acquire_with(
             "short",
-            &opts().watchdog(true).ttl(ms(1500)).node_timeout(ms(100)),
+            &opts().watchdog(true).ttl(ms(3000)).node_timeout(ms(200)),
         )
         .await
         .unwrap();
-    // Its renewals may wait 1.5 s for a node; it joins the short lock's batches from 2 s on.
+    // Its renewals may wait 3 s for a node; it joins the short lock's batches from 4 s on.
     let long = m
         .acquire_with(
             "long",
             &opts()
                 .watchdog(true)
-                .ttl(Duration::from_secs(12))
-                .node_timeout(ms(1500)),
+                .ttl(Duration::from_secs(24))
+                .node_timeout(ms(3000)),
         )
         .await
         .unwrap();
     tokio::task::block_in_place(|| cluster.servers[2].pause());
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(5) {
+    while start.elapsed() < Duration::from_secs(12) {
         tokio::time::sleep(ms(50)).await;
         assert_eq!(
             short.status(),
