@@ -157,10 +157,14 @@ async fn a_reentry_granted_by_a_held_back_primary_is_undone() {
     let url = cluster.url();
     let key = "guarded:reentry".to_string();
     let (old, new) = cluster.primary_and_replica(&key);
+    // Each call is one try, the first of a new manager (it connects first) and the one right
+    // after the failover: a node timeout for a loaded machine (and a ttl that allows it), as
+    // what is checked is how the tries are answered, not how fast.
     let o = opts()
         .reentrant(true)
-        .ttl(Duration::from_secs(30))
-        .wait(Some(Duration::ZERO));
+        .ttl(Duration::from_secs(60))
+        .wait(Some(Duration::ZERO))
+        .node_timeout(Duration::from_secs(5));
     let m = LockManager::new(
         ferrolock::ManagerOptions::new()
             .nodes([url.clone()])
@@ -364,12 +368,20 @@ async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases(
     // The restart guard's probe, with a window every primary is older than by then.
     let window = Duration::from_secs(1);
     tokio::time::sleep_until((born + window * 2).into()).await;
+    // One try each, of a new manager (it connects first): a node timeout for a loaded
+    // machine (and a ttl that allows it), as what is checked is how the probe is answered,
+    // not how fast.
     let guarded = |url: String| {
         LockManager::new(
             ferrolock::ManagerOptions::new()
                 .nodes([url])
                 .restart_guard(window)
-                .lock(opts().wait(Some(Duration::ZERO))),
+                .lock(
+                    opts()
+                        .wait(Some(Duration::ZERO))
+                        .ttl(Duration::from_secs(60))
+                        .node_timeout(Duration::from_secs(5)),
+                ),
         )
         .unwrap()
     };
@@ -664,21 +676,28 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
     let period = ttl / 3;
     let node_timeout = lopts.effective_node_timeout();
     let holder = manager(std::slice::from_ref(&url), lopts);
-    let unguarded = rival_manager(&url);
+    // The rivals' tries are one each, the first ones after the failover among them (their
+    // connections still point at the killed primary): a node timeout for a loaded machine
+    // (and a ttl that allows it), as what is checked is how they are answered, not how fast.
+    let one_try = opts()
+        .wait(Some(Duration::ZERO))
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(5));
+    let unguarded = manager(std::slice::from_ref(&url), one_try.clone());
     let guarded = LockManager::new(
         ferrolock::ManagerOptions::new()
             .nodes([url.clone()])
             .restart_guard(window)
-            .lock(opts().wait(Some(Duration::ZERO))),
+            .lock(one_try.clone()),
     )
     .unwrap();
     tokio::time::sleep_until((born + window + Duration::from_secs(2)).into()).await;
     // All connected (the guarded one has read the topology) before the failover: a paused
-    // replica would stall a connection opened after it.
+    // replica would stall a connection opened after it. Tried until granted: the holder's
+    // first try connects within its node timeout, too short for a loaded machine.
     for m in [&holder, &unguarded, &guarded] {
-        m.try_acquire("lossy:warmup")
+        granted_within_20s(m, "lossy:warmup", "a warm-up before the faults")
             .await
-            .unwrap()
             .release()
             .await
             .unwrap();
@@ -749,7 +768,7 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
         .find(|k| key_slot(k) != slot && cluster.primary_for_key(k).port() == new)
         .unwrap();
     let err = guarded
-        .semaphore_with(&pool, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .semaphore_with(&pool, 2, 1, &one_try)
         .await
         .unwrap_err();
     assert!(
@@ -758,7 +777,7 @@ async fn a_failover_that_lost_the_write_tells_the_holder_and_the_guard_holds_its
     );
     // The slot is held now: the next try is not sent.
     let again = guarded
-        .semaphore_with(&pool, 2, 1, &opts().wait(Some(Duration::ZERO)))
+        .semaphore_with(&pool, 2, 1, &one_try)
         .await
         .unwrap_err();
     assert!(
@@ -864,11 +883,20 @@ async fn a_lossy_failover_then_a_fail_back_is_held_back_by_the_guard() {
         )
         .unwrap()
     };
-    let holder = guarded(opts().ttl(ttl));
-    let rival = guarded(opts().wait(Some(Duration::ZERO)));
-    let quiet_rival = guarded(opts().wait(Some(Duration::ZERO)));
+    // Every try checked below is one try: the first of a manager (it connects first), or the
+    // first after the fail-back (the guard probes the primary again). A node timeout for a
+    // loaded machine (and ttls that allow it), as what is checked is how they are answered,
+    // not how fast.
+    let slow = Duration::from_secs(5);
+    let holder = guarded(opts().ttl(ttl).node_timeout(slow));
+    let one_try = opts()
+        .wait(Some(Duration::ZERO))
+        .ttl(Duration::from_secs(60))
+        .node_timeout(slow);
+    let rival = guarded(one_try.clone());
+    let quiet_rival = guarded(one_try.clone());
     // Connected before the faults, but never used A's range: it saw A only in the topology.
-    let unused_rival = guarded(opts().wait(Some(Duration::ZERO)));
+    let unused_rival = guarded(one_try);
     let elsewhere = (0..)
         .map(|i| format!("failback:elsewhere:{i}"))
         .find(|k| cluster.primary_for_key(k).port() != a_port)
@@ -1036,8 +1064,9 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
         std::slice::from_ref(&url),
         opts().wait(Some(Duration::from_secs(20))),
     );
-    // Connected, with A's range routed to A.
-    let l = old.try_acquire(&key).await.unwrap();
+    // Connected, with A's range routed to A (tried until granted: the first try connects
+    // within the node timeout, too short for a loaded machine).
+    let l = granted_within_20s(&old, &key, "the first try, before the hang").await;
     assert!(l.release().await.unwrap());
     // A lock held through it all, renewed by the watchdog: on A, then on A'.
     let held_key = (0..)
@@ -1048,7 +1077,7 @@ async fn a_manager_follows_a_failover_away_from_a_hung_primary() {
     // the key (replicated from A) when the holder's renewals start going there.
     let ttl = Duration::from_secs(20);
     let holder = manager(std::slice::from_ref(&url), opts().watchdog(true).ttl(ttl));
-    let held = holder.try_acquire(&held_key).await.unwrap();
+    let held = granted_within_20s(&holder, &held_key, "the holder's first try").await;
     let held_since = Instant::now();
     // A' has it before A hangs.
     tokio::task::block_in_place(|| cluster.wait_replicas_synced());
@@ -1148,8 +1177,9 @@ async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_s
         .node_timeout(Duration::from_secs(1))
         .wait(Some(Duration::ZERO));
     let old = manager(std::slice::from_ref(&url), o.clone());
-    // Connected, every primary answering.
-    let l = old.try_acquire(&key_c).await.unwrap();
+    // Connected, every primary answering (tried until granted: the first try connects within
+    // the node timeout, which a loaded machine can overrun).
+    let l = granted_within_20s(&old, &key_c, "the first try, before the hang").await;
     assert!(l.release().await.unwrap());
 
     a.pause();
@@ -1167,8 +1197,16 @@ async fn a_slot_moved_while_another_primary_hangs_leaves_the_healthy_primaries_s
     if let Ok(l) = first {
         assert!(l.release().await.unwrap());
     }
-    // A new manager serves C's key (the fault is what the test says it is).
-    let fresh = manager(std::slice::from_ref(&url), o.clone());
+    // A new manager serves C's key (the fault is what the test says it is). Its one try
+    // connects first, and a connection waits a connect timeout (half the node timeout) for
+    // the hung primary before it leaves it out: a node timeout for a loaded machine (and a
+    // ttl that allows it), as what is checked is that it is served at all.
+    let fresh = manager(
+        std::slice::from_ref(&url),
+        o.clone()
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
     let l = fresh.try_acquire(&key_c).await.expect("a new manager");
     assert!(l.release().await.unwrap());
 
@@ -1203,7 +1241,9 @@ async fn a_manager_follows_a_failover_away_from_its_hung_seed() {
         std::slice::from_ref(&url),
         opts().wait(Some(Duration::ZERO)),
     );
-    let l = old.try_acquire(&key).await.unwrap();
+    // Tried until granted: the first try connects within the node timeout, too short for a
+    // loaded machine.
+    let l = granted_within_20s(&old, &key, "the first try, before the hang").await;
     assert!(l.release().await.unwrap());
 
     a.pause();

@@ -36,7 +36,16 @@ async fn plain_locks_on_every_primary_exclude_fence_extend_and_release() {
     let cluster = RedisCluster::start();
     let url = cluster.url();
     let m1 = manager(std::slice::from_ref(&url), opts().fencing(true));
-    let m2 = manager(std::slice::from_ref(&url), opts().fencing(true));
+    // m2's first request is a single try (it connects first): a node timeout for a loaded
+    // machine (and a ttl that allows it), as what is checked is that it is refused, not how
+    // fast.
+    let m2 = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .fencing(true)
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
     let keys = cluster.key_per_primary("orders");
     let slots: std::collections::BTreeSet<u16> = keys.iter().map(|k| key_slot(k)).collect();
     assert_eq!(slots.len(), 3, "{keys:?}");
@@ -256,11 +265,19 @@ async fn a_lock_whose_slot_is_migrated_by_hand_is_kept_and_never_granted_twice()
     );
     let rival = manager(&[cluster.url()], opts().wait(Some(Duration::ZERO)));
     let guard_window = Duration::from_secs(2);
+    // Its last try is one try, the first after the move (a redirect, the slot map read
+    // again): a node timeout for a loaded machine (and a ttl that allows it), as what is
+    // checked is that it is granted, not how fast.
     let guarded = ferrolock::LockManager::new(
         ferrolock::ManagerOptions::new()
             .nodes([cluster.url()])
             .restart_guard(guard_window)
-            .lock(opts().wait(Some(Duration::ZERO))),
+            .lock(
+                opts()
+                    .wait(Some(Duration::ZERO))
+                    .ttl(Duration::from_secs(60))
+                    .node_timeout(Duration::from_secs(5)),
+            ),
     )
     .unwrap();
     let key = "moving".to_string();
@@ -622,8 +639,11 @@ async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
         .query(&mut primary.client())
         .unwrap();
     assert_eq!(cut, 1, "the lease was not cut");
-    let third = manager(std::slice::from_ref(&url), lease.clone());
-    let first_try = lease.clone().wait(Some(Duration::ZERO));
+    // One try of a new manager (it connects first): a node timeout for a loaded machine, as
+    // what is checked is how it is answered (and that it wakes the waiter), not how fast.
+    let slow = lease.clone().node_timeout(Duration::from_secs(5));
+    let third = manager(std::slice::from_ref(&url), slow.clone());
+    let first_try = slow.wait(Some(Duration::ZERO));
     let err = third
         .semaphore_with(&name, 1, 1, &first_try)
         .await
@@ -912,7 +932,15 @@ async fn an_extra_seed_is_used_when_the_first_is_down() {
     assert!(!cluster.nodes[0].is_running());
     let url = format!("redis+cluster://127.0.0.1:{dead}?seed=127.0.0.1:{live}");
     let only_seed = format!("redis+cluster://127.0.0.1:{dead}");
-    let m = manager(&[url], opts().wait(Some(Duration::ZERO)));
+    // m's one try connects first, through the extra seed: a node timeout for a loaded machine
+    // (and a ttl that allows it), as what is checked is that it connects, not how fast.
+    let m = manager(
+        &[url],
+        opts()
+            .wait(Some(Duration::ZERO))
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
     let without = manager(&[only_seed], opts().wait(Some(Duration::ZERO)));
     let key = (0..)
         .map(|i| format!("seeded:{i}"))
@@ -1106,9 +1134,13 @@ async fn a_semaphore_acquire_waits_out_a_slot_migration() {
     split_slot(source, target, &name);
 
     let tryagain = error_count(source, "TRYAGAIN");
-    let other = manager(std::slice::from_ref(&url), lease.clone());
+    // One try of a new manager (it connects first, then meets TRYAGAIN past redis-rs's
+    // retries): a node timeout for a loaded machine, as what is checked is how it is
+    // answered, not how fast.
+    let slow = lease.clone().node_timeout(Duration::from_secs(5));
+    let other = manager(std::slice::from_ref(&url), slow.clone());
     let err = other
-        .semaphore_with(&name, 2, 1, &lease.clone().wait(Some(Duration::ZERO)))
+        .semaphore_with(&name, 2, 1, &slow.wait(Some(Duration::ZERO)))
         .await
         .unwrap_err();
     assert!(
@@ -1346,9 +1378,20 @@ async fn waiter_woken_after_its_seed_died(node_timeout: Option<Duration>) {
         waiting_opts = waiting_opts.node_timeout(t);
     }
     let waiting = manager(std::slice::from_ref(&url), waiting_opts);
-    // Both connect while the seed lives.
+    // Both connect while the seed lives (tried until granted: a first try connects within
+    // the node timeout, which a loaded machine can overrun).
     for m in [&holder, &waiting] {
-        let l = m.try_acquire(&key).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let l = loop {
+            match m.try_acquire(&key).await {
+                Ok(l) => break l,
+                Err(e) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "never connected while the seed lived: {e}"
+                ),
+            }
+            tokio::time::sleep(ms(100)).await;
+        };
         assert!(l.release().await.unwrap());
     }
     let replica_port = cluster.replicas_of(&cluster.nodes[0])[0].port();

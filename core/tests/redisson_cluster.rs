@@ -85,7 +85,17 @@ async fn ferrolock_and_redisson_exclude_each_other_on_every_primary() {
     let classpath = redisson_classpath();
     let cluster = RedisCluster::start();
     let mut redisson = Redisson::start(classpath, &seed(&cluster), "sharded").await;
-    let m = reentrant_manager(&cluster, true, opts().wait(Some(Duration::ZERO)));
+    // Every request is one try, the first one of a new manager (it connects first): a node
+    // timeout for a loaded machine (and a ttl that allows it), as what is checked is how the
+    // tries are answered, not how fast.
+    let m = reentrant_manager(
+        &cluster,
+        true,
+        opts()
+            .wait(Some(Duration::ZERO))
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
     let count = |key: &str, field: &str| -> Option<i64> {
         cluster.primary_for_key(key).cmd(&["HGET", key, field])
     };
