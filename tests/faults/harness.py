@@ -53,6 +53,21 @@ def wait_until(what: str, cond, timeout: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def warmed_up(client, key: str = "warm", timeout: float = 30.0) -> None:
+    """Tries ``key`` (one try each, on ``client``'s manager) until granted, then releases it:
+    the client is connected and its scripts loaded. A client's first try also connects, within
+    the node timeout (a tenth of the ttl, at most 200 ms), which a loaded machine can overrun:
+    a test whose point is one try of a connected client warms it up first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = client.call(op="acquire", h="warm", key=key, opts={"watchdog": False, "wait": 0.0})
+        if got["ok"]:
+            break
+        assert time.monotonic() < deadline, f"never granted {key}: {got}"
+        time.sleep(0.1)
+    assert client.call(op="release", h="warm")["ok"]
+
+
 class Node:
     """One redis-server with its own temp dir and a fixed port across restarts."""
 
