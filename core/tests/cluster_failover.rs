@@ -305,12 +305,16 @@ async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases(
     tokio::time::sleep(ttl * 3).await;
     assert!(lock.is_held(), "{:?}", lock.check());
     assert_eq!(get(primary, &key).as_deref(), Some(lock.token()));
-    // Wait and wake: without the wake-up the waiter's next poll is 60 s away.
+    // Wait and wake: without the wake-up the waiter's next poll is 60 s away. The attempt a
+    // wake-up starts has a node timeout for a loaded machine: one that timed out would leave
+    // the waiter asleep until that poll (30 to 90 s: jittered), as if it was never woken.
+    let slow = Duration::from_secs(5);
     let waiting = manager(
         std::slice::from_ref(&url),
         opts()
             .ttl(Duration::from_secs(120))
-            .retry_delay(Duration::from_secs(60)),
+            .retry_delay(Duration::from_secs(60))
+            .node_timeout(slow),
     );
     let k = key.clone();
     let waiter = tokio::spawn(async move { waiting.acquire(&k).await.map(|l| (l, waiting)) });
@@ -335,7 +339,11 @@ async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases(
     let inner = holder.acquire_owned(&key, 1, &ropts).await.unwrap();
     let k = key.clone();
     let rwaiter = tokio::spawn(async move {
-        let o = opts().reentrant(true).retry_delay(Duration::from_secs(60));
+        let o = opts()
+            .reentrant(true)
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(60))
+            .node_timeout(slow);
         waiting.acquire_owned(&k, 2, &o).await
     });
     subscribed(primary, "redisson_lock__channel:").await;
