@@ -18,6 +18,12 @@ fn owner<'a>(cluster: &'a RedisCluster, key: &str) -> &'a RedisServer {
     cluster.primary_for_key(key)
 }
 
+/// The node timeout of the waiters whose wake-up a test checks against a bound shorter than
+/// half their `retry_delay`: the attempt a wake-up starts is what they wait on, and one that a
+/// loaded machine made time out (the default 200 ms) would leave the waiter asleep until its
+/// jittered `retry_delay`, past the bound, as if it was never woken.
+const WOKEN_ATTEMPT: Duration = Duration::from_secs(5);
+
 /// `manager`, with wake-ups over classic pub/sub (`sharded_pubsub` off).
 fn classic_manager(urls: &[String], opts: LockOptions) -> LockManager {
     LockManager::new(
@@ -395,7 +401,8 @@ async fn a_classic_waiter_is_woken_by_a_release_on_another_primary() {
         std::slice::from_ref(&url),
         opts()
             .ttl(Duration::from_secs(120))
-            .retry_delay(Duration::from_secs(60)),
+            .retry_delay(Duration::from_secs(60))
+            .node_timeout(WOKEN_ATTEMPT),
     );
     let held = holder.acquire(&key).await.unwrap();
     let k = key.clone();
@@ -524,6 +531,7 @@ async fn a_waiter_is_woken_over_sharded_pubsub_on_its_keys_primary() {
             opts()
                 .ttl(Duration::from_secs(120))
                 .retry_delay(Duration::from_secs(30))
+                .node_timeout(WOKEN_ATTEMPT)
                 .reentrant(reentrant),
         );
         let held = holder.acquire(&key).await.unwrap();
@@ -576,6 +584,7 @@ async fn a_semaphore_waiter_is_woken_over_sharded_pubsub() {
     let waiting_opts = lease
         .clone()
         .retry_delay(Duration::from_secs(30))
+        .node_timeout(WOKEN_ATTEMPT)
         .wait(Some(Duration::from_secs(60)));
     let name = cluster
         .key_per_primary("sharded-semaphore")
@@ -770,7 +779,8 @@ async fn a_waiter_whose_slot_moves_subscribes_again_and_is_woken() {
             std::slice::from_ref(&url),
             opts()
                 .ttl(Duration::from_secs(120))
-                .retry_delay(Duration::from_secs(30)),
+                .retry_delay(Duration::from_secs(30))
+                .node_timeout(WOKEN_ATTEMPT),
         );
         let held = holder.acquire(&key).await.unwrap();
         let k = key.clone();
