@@ -121,7 +121,104 @@ struct NodeLocal {
     /// A cluster's primaries (`host:port`) as the last connection's slot map named them:
     /// seeds for the next connection beside the URL's (see `cluster_client`).
     known: Mutex<Vec<String>>,
+    /// A cluster connect that outlived the request that started it (see `cluster_connect`).
+    connect: Mutex<Option<Background>>,
 }
+
+/// A cluster connect going on in the background; stopped when its node goes.
+struct Background(
+    tokio::task::JoinHandle<redis::RedisResult<redis::cluster_async::ClusterConnection>>,
+);
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A request's hold on a background cluster connect: put back home for the next request
+/// unless it finished (see `Node::cluster_connect`).
+struct Joined<'a> {
+    home: Home<'a>,
+    task: Option<Background>,
+}
+
+impl Drop for Joined<'_> {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            self.home.put(task);
+        }
+    }
+}
+
+/// Where a node's background cluster connect waits between requests: the process's shared
+/// connection's, or a blocking caller thread's (on that thread's runtime).
+#[derive(Clone, Copy)]
+enum Home<'a> {
+    Shared(&'a Mutex<Option<Background>>),
+    Thread(&'a Node),
+}
+
+thread_local! {
+    /// A blocking caller thread's background cluster connects (see `Home`).
+    static THREAD_CONNECTS: std::cell::RefCell<Vec<ThreadConnect>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct ThreadConnect {
+    node: Weak<()>,
+    pid: u32,
+    task: Background,
+}
+
+impl Home<'_> {
+    fn take(self) -> Option<Background> {
+        match self {
+            Home::Shared(slot) => slot.lock().unwrap_or_else(|p| p.into_inner()).take(),
+            Home::Thread(node) => {
+                let pid = crate::runtime::pid();
+                THREAD_CONNECTS
+                    .try_with(|connects| {
+                        let mut connects = connects.borrow_mut();
+                        for c in std::mem::take(&mut *connects) {
+                            if c.pid != pid {
+                                // Inherited across fork: the parent's runtime's task.
+                                std::mem::forget(c);
+                            } else if c.node.strong_count() > 0 {
+                                connects.push(c);
+                            }
+                        }
+                        let alive = Arc::downgrade(&node.alive);
+                        let i = connects.iter().position(|c| c.node.ptr_eq(&alive))?;
+                        Some(connects.swap_remove(i).task)
+                    })
+                    .ok()
+                    .flatten()
+            }
+        }
+    }
+
+    fn put(self, task: Background) {
+        match self {
+            Home::Shared(slot) => *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(task),
+            Home::Thread(node) => {
+                let connect = ThreadConnect {
+                    node: Arc::downgrade(&node.alive),
+                    pid: crate::runtime::pid(),
+                    task,
+                };
+                // At thread exit the task goes with its runtime.
+                let _ = THREAD_CONNECTS.try_with(|c| c.borrow_mut().push(connect));
+            }
+        }
+    }
+}
+
+/// How long a background cluster connect may go on, in node timeouts (at least
+/// `BACKGROUND_CONNECT_MIN`): redis-rs bounds each connection, but not a slot map's reply
+/// from a seed that hangs once connected.
+const BACKGROUND_CONNECT_TIMEOUTS: u32 = 10;
+const BACKGROUND_CONNECT_MIN: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Guard {
@@ -694,16 +791,7 @@ impl Node {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
         let mut conn = match &self.cluster {
             Some(cluster) => {
-                let fallback = self.cluster_client(&self.known_primaries());
-                let connect = crate::node_cluster::connect(cluster, fallback.as_ref());
-                let mut conn = tokio::time::timeout(timeout, connect)
-                    .await
-                    .map_err(|_| {
-                        NodeError::Unreachable(format!(
-                            "cluster connect timed out after {timeout:?}"
-                        ))
-                    })?
-                    .map_err(|e| self.classify(&e))?;
+                let mut conn = self.cluster_connect(cluster, timeout).await?;
                 // Asked on every new connection: a cluster upgraded to 7.0 switches over
                 // with its next connection (its waiters follow at their next one).
                 let kind =
@@ -767,6 +855,79 @@ impl Node {
         };
         self.preload_scripts(&mut conn, timeout).await;
         Ok(conn)
+    }
+
+    /// A new cluster connection, within `timeout`: the slot map read from a seed, and a
+    /// connection to every primary.
+    ///
+    /// The connect goes on in the background past `timeout`, and the next request joins it.
+    /// Started afresh by each request, a connect that took longer than one node timeout (a
+    /// CPU-starved host: a new manager's first request, or the first after a failover) never
+    /// finished, and three such requests in a row ended an acquire with `QuorumUnreachable`
+    /// however long it could wait. A blocking caller's connect runs on its own runtime, kept
+    /// per thread, and goes on only while the thread is in a call (its next attempt, say).
+    async fn cluster_connect(
+        &self,
+        cluster: &ClusterClient,
+        timeout: Duration,
+    ) -> Result<redis::cluster_async::ClusterConnection, NodeError> {
+        let home = match crate::runtime::driving_locally() {
+            true => Home::Thread(self),
+            false => Home::Shared(&self.local().connect),
+        };
+        let fallback = || self.cluster_client(&self.known_primaries());
+        let task = match home.take() {
+            // Finished with an error while no request waited: old news, so try again.
+            Some(task) if !task.0.is_finished() => task,
+            Some(mut task) => match (&mut task.0).await {
+                Ok(Ok(conn)) => return Ok(conn),
+                _ => self.start_cluster_connect(cluster, fallback(), timeout),
+            },
+            None => self.start_cluster_connect(cluster, fallback(), timeout),
+        };
+        // Back home if this request ends first: timed out, or dropped (a fan-out at its
+        // deadline, a decided quorum, a cancel).
+        let mut joined = Joined {
+            home,
+            task: Some(task),
+        };
+        let Some(task) = joined.task.as_mut() else {
+            unreachable!("set above")
+        };
+        let connected = tokio::time::timeout(timeout, &mut task.0)
+            .await
+            .map_err(|_| {
+                NodeError::Unreachable(format!("cluster connect timed out after {timeout:?}"))
+            })?;
+        joined.task = None;
+        match connected {
+            Ok(connected) => connected.map_err(|e| self.classify(&e)),
+            Err(e) => Err(NodeError::Unreachable(format!(
+                "cluster connect failed: {e}"
+            ))),
+        }
+    }
+
+    fn start_cluster_connect(
+        &self,
+        cluster: &ClusterClient,
+        fallback: Option<(ClusterClient, Duration)>,
+        timeout: Duration,
+    ) -> Background {
+        let cluster = cluster.clone();
+        let limit = (timeout * BACKGROUND_CONNECT_TIMEOUTS).max(BACKGROUND_CONNECT_MIN);
+        Background(tokio::spawn(async move {
+            let connect = crate::node_cluster::connect(&cluster, fallback.as_ref());
+            tokio::time::timeout(limit, connect)
+                .await
+                .unwrap_or_else(|_| {
+                    Err(redis::RedisError::from((
+                        redis::ErrorKind::Io,
+                        "cluster connect timed out",
+                        format!("after {limit:?}"),
+                    )))
+                })
+        }))
     }
 
     /// The connection `connection` would return without waiting, if there is one.

@@ -972,6 +972,85 @@ async fn an_extra_seed_is_used_when_the_first_is_down() {
     );
 }
 
+/// A cluster connect that takes longer than the node timeout (a CPU-starved host; here, a seed
+/// 300 ms away each way) goes on past the attempt that started it, and a later attempt of the
+/// same acquire joins it. Started afresh by each attempt, it never finished, and the acquire
+/// ended `QuorumUnreachable` after three attempts however long it could wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connect_slower_than_the_node_timeout_is_joined_by_the_next_attempt() {
+    let _serial = serial();
+    let (cluster, seed, m) = slow_seed();
+    let started = tokio::time::Instant::now();
+    let lock = m.acquire_with("joined", &joining_attempts()).await;
+    check_joined(&cluster, &seed, started.elapsed(), lock).await;
+}
+
+/// The same on a blocking caller's thread (Python's `with`, C, Go), whose connect runs on the
+/// thread's own runtime between its attempts.
+#[test]
+fn a_blocking_callers_slow_cluster_connect_is_joined_by_its_next_attempt() {
+    let _serial = serial();
+    let (cluster, seed, m) = slow_seed();
+    let started = std::time::Instant::now();
+    let lock = ferrolock::runtime::block_on(m.acquire_with("joined", &joining_attempts()));
+    ferrolock::runtime::block_on(check_joined(&cluster, &seed, started.elapsed(), lock));
+}
+
+const SEED_DELAY: Duration = Duration::from_millis(300);
+
+/// Less than the two round trips to the seed (handshake, slot map) a connect needs.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A one-primary cluster, a proxy to it that delays each way by `SEED_DELAY`, and a manager
+/// seeded by the proxy alone. Each connection, handshake included, may take half the manager's
+/// node timeout (5 s here), so the seed's own connection is never given up.
+fn slow_seed() -> (RedisCluster, ferrolock_testbed::Proxy, LockManager) {
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        primaries: 1,
+        ..ClusterOptions::default()
+    });
+    let seed = ferrolock_testbed::Proxy::start(cluster.nodes[0].port());
+    seed.set_delay(SEED_DELAY);
+    let m = manager(
+        &[format!("redis+cluster://127.0.0.1:{}", seed.port())],
+        opts()
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(10)),
+    );
+    (cluster, seed, m)
+}
+
+fn joining_attempts() -> LockOptions {
+    opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(ATTEMPT_TIMEOUT)
+        .wait(Some(Duration::from_secs(60)))
+}
+
+async fn check_joined(
+    cluster: &RedisCluster,
+    seed: &ferrolock_testbed::Proxy,
+    elapsed: Duration,
+    lock: ferrolock::Result<ferrolock::Lock>,
+) {
+    let lock = lock.unwrap_or_else(|e| panic!("the acquire never joined the slow connect: {e}"));
+    // The fault: the connect went through the delayed seed, and no one attempt could have
+    // connected within its own node timeout.
+    assert!(
+        seed.chunks_read(ferrolock_testbed::Direction::Up) >= 2,
+        "the connect did not go through the delayed seed"
+    );
+    assert!(
+        elapsed >= 4 * SEED_DELAY && 4 * SEED_DELAY > ATTEMPT_TIMEOUT,
+        "connected in {elapsed:?}, faster than two round trips to the seed"
+    );
+    assert_eq!(
+        get(&cluster.nodes[0], "joined").as_deref(),
+        Some(lock.token())
+    );
+    assert!(lock.release().await.unwrap());
+}
+
 /// `count` of `errorstat_<code>` in `INFO errorstats` on `node`.
 fn error_count(node: &RedisServer, code: &str) -> u64 {
     let info: String = node.cmd(&["INFO", "errorstats"]);
