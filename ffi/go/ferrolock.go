@@ -485,11 +485,10 @@ var scopeNames = map[C.int]string{
 // WithLock scope holds through m, where waiting would deadlock: the scope ends only when fn
 // returns. The owner re-enters instead where it may: a reentrant lock asked reentrant, and
 // either side of the read-write lock (the core re-enters, downgrades, or refuses an upgrade
-// naming it). A semaphore's permits never re-enter, and are never refused here.
+// naming it). A semaphore's permits never re-enter: beside permits they may be granted, and
+// beside a read-write hold the core refuses them at once, but a lock of their name is one
+// they wait for.
 func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts []Option) error {
-	if k.side == C.GO_SIDE_PERMITS {
-		return nil
-	}
 	s, ok := ctx.Value(scopeKey{}).(*scope)
 	if !ok || s.ended.Load() {
 		return nil
@@ -497,6 +496,14 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 	h, ok := s.holding(m, key)
 	if !ok || h.k.side == C.GO_SIDE_PERMITS || (isSide(h.k) && isSide(k)) {
 		return nil
+	}
+	if k.side == C.GO_SIDE_PERMITS {
+		if h.k != lockKind {
+			return nil
+		}
+		return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
+			"semaphore %q not acquired: this ctx is inside a WithLock scope that holds it as a "+
+				"lock (on the same Manager), which a semaphore waits for, so waiting would deadlock", key))
 	}
 	if h.k == lockKind && k == lockKind && h.reentrant && reentrant(opts, m.reentrant) {
 		return nil

@@ -101,6 +101,52 @@ func TestPermitsCountAndPanic(t *testing.T) {
 	all.Release()
 }
 
+// Permits of a name that ctx's own WithLock scope holds as a lock would wait for that lock,
+// which goes only when fn returns: refused at once, as Python's, Node's and the CLI's scopes
+// refuse it, instead of waiting until ctx is done. Another WithLock's ctx waits as ever.
+func TestPermitsInsideAWithLockOfTheirNameAreRefused(t *testing.T) {
+	m := oneNode(t)
+	name := key("sem-self")
+	err := m.WithLock(context.Background(), name, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		for _, try := range []func() (*ferrolock.Lock, error){
+			func() (*ferrolock.Lock, error) { return m.AcquirePermits(c, name, 2) },
+			func() (*ferrolock.Lock, error) { return m.TryAcquirePermits(c, name, 2) },
+		} {
+			p, err := try()
+			if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "would deadlock") {
+				p.Release()
+				t.Errorf("permits inside a WithLock of their name: %v, want ErrNotAcquired naming the deadlock", err)
+			}
+		}
+		err := m.WithPermit(c, name, 2, func(context.Context, *ferrolock.Lock) error {
+			t.Error("WithPermit ran fn inside a WithLock of its name")
+			return nil
+		})
+		if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "would deadlock") {
+			t.Errorf("WithPermit inside a WithLock of its name: %v, want ErrNotAcquired naming the deadlock", err)
+		}
+		// Outside the scope, the lock is held by someone else: permits wait for it.
+		_, err = m.TryAcquirePermits(context.Background(), name, 2)
+		if !errors.Is(err, ferrolock.ErrNotAcquired) || strings.Contains(err.Error(), "deadlock") {
+			t.Errorf("outside the scope: %v, want ErrNotAcquired, held", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Once the lock is released, the same permits are granted.
+	p, err := m.TryAcquirePermits(context.Background(), name, 2)
+	if err != nil {
+		t.Fatalf("after the WithLock: %v", err)
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A ctx done while waiting returns ctx.Err() and leaves no permit taken.
 func TestPermitsContextCancel(t *testing.T) {
 	m, other := oneNode(t), oneNode(t)
