@@ -58,7 +58,8 @@ COMMAND gets SIGTERM before it is continued, and ferrolock exits 70. ferrolock r
 lock once COMMAND has exited. What COMMAND leaves running in the background when it exits
 normally is not covered by the lock: ferrolock neither waits for it nor stops it. A signal
 that arrives while ferrolock is still waiting for the lock ends the wait, and COMMAND never
-runs.
+runs; a Ctrl-C at the terminal then ends ferrolock by its SIGINT, so that a shell script
+running it stops too.
 
 Exit status:
   COMMAND's exit status, or 128+N when COMMAND was killed by signal N
@@ -372,6 +373,16 @@ pub fn main(mut args: RunArgs) -> u8 {
             libc::kill(0, libc::SIGINT);
         }
     }
+    if DIE_OF_SIGINT.load(std::sync::atomic::Ordering::SeqCst) {
+        // The group has had the terminal's SIGINT already: only we end by it (status 130 to
+        // a shell all the same), so that the script that runs us stops as it would for any
+        // other command.
+        // SAFETY: plain syscalls; the default action ends the process.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::kill(libc::getpid(), libc::SIGINT);
+        }
+    }
     code
 }
 
@@ -667,6 +678,12 @@ async fn run(args: RunArgs) -> u8 {
             // The dropped acquire hands its partial grants to a background release on this
             // runtime; returning at once would drop the runtime with that release unfinished.
             tokio::time::sleep(opts.effective_node_timeout() + Duration::from_millis(50)).await;
+            if sig == libc::SIGINT && child::foreground_of_terminal() {
+                // The terminal's Ctrl-C reached the group that started us as well: a bash
+                // running us from a script goes on with it unless we die of the SIGINT (an
+                // exit status says the program handled it on purpose). `main` ends so.
+                DIE_OF_SIGINT.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
             return fail(
                 128 + sig as u8,
                 format_args!(
@@ -884,6 +901,9 @@ async fn supervise(
 
 /// Set when the child died of a SIGINT while it had the terminal (see `supervise`).
 static PASS_ON_SIGINT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set when a SIGINT from the terminal ended the wait for the lock (see `run`).
+static DIE_OF_SIGINT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// After a loss, once the child has exited: what it started in its process group got the
 /// SIGTERM too, and may outlive it (a background job that ignores SIGTERM, or takes longer

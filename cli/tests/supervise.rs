@@ -1490,6 +1490,73 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
     );
 }
 
+/// A Ctrl-C at the terminal while ferrolock still waits for the lock reaches the whole
+/// foreground group: ferrolock and the bash script that runs it. bash, waiting for ferrolock,
+/// goes on with its script unless ferrolock dies of that SIGINT (it takes an exit status for
+/// a SIGINT the program handled on purpose): a loop of `ferrolock run`s went on to the next
+/// one, which waited again. ferrolock ends of the SIGINT, as it does for a COMMAND that dies of
+/// one, so the script stops (status 130 either way). A real terminal, as in the test above.
+#[test]
+fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::start();
+    server.cmd::<String>(&["SET", "busy", "someone-else", "PX", "120000"]);
+    let dir = tmp();
+    let job = format!(
+        "{} run --nodes {} busy -- true; echo ferrolock-status=$?; echo the-script-went-on",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url()
+    );
+    fs::write(dir.path().join("job.sh"), job).unwrap();
+    let mut cmd = Command::new("script");
+    cmd.args([
+        "-qfc",
+        &format!("bash {}", p(&dir.path().join("job.sh"))),
+        "/dev/null",
+    ])
+    .env("SHELL", "/bin/sh")
+    .env_remove("FERROLOCK_NODES")
+    .env_remove("FERROLOCK_HELD")
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut script = cmd
+        .spawn()
+        .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it");
+    // Its connection shows it is past installing the handlers and inside the acquire loop.
+    wait_for("ferrolock waiting for the lock", || {
+        server.cmd::<String>(&["CLIENT", "LIST"]).lines().count() >= 2
+    });
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    wait(&mut script);
+    drop(stdin);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        out.contains("interrupted by SIGINT while waiting"),
+        "the Ctrl-C never reached ferrolock: {out}"
+    );
+    assert!(
+        !out.contains("the-script-went-on"),
+        "the script went on after the Ctrl-C: {out}"
+    );
+    assert_eq!(
+        server.cmd::<String>(&["GET", "busy"]),
+        "someone-else",
+        "the holder's key was touched"
+    );
+}
+
 /// Under a parent that never reaps its orphans (a container's PID 1 without an init, here a
 /// child subreaper that only waits for ferrolock), what the child started ends as zombies
 /// that keep its process group in existence: they are no longer running, so ferrolock exits
