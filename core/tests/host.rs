@@ -415,6 +415,51 @@ fn release_all_and_close_tell_a_holder_still_at_work_that_its_lock_is_lost() {
     assert!(lock.loss_reason().is_none());
 }
 
+/// A second `close` while the first is still releasing (two threads, or a shutdown beside a
+/// close) returns once the locks are released, as the first does: it returned as soon as the
+/// closed flag was set, and its caller went on as if its locks were free.
+#[test]
+fn a_second_close_returns_only_once_the_first_has_released_the_locks() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let m = host_manager(
+        &[proxy.url()],
+        opts()
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
+    let lock = take(&m, "closed-twice");
+    let key = lock.key().to_string();
+    // The release is held on its way to the server until the second close has been called.
+    proxy.hold(Direction::Up);
+    let first = {
+        let m = m.clone();
+        std::thread::spawn(move || m.close(Duration::from_secs(20)))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || m.is_closed()),
+        "the first close never set the closed flag"
+    );
+    let second = {
+        let m = m.clone();
+        std::thread::spawn(move || m.close(Duration::from_secs(20)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let returned_while_held = second.is_finished();
+    assert!(
+        get(&server, &key).is_some(),
+        "the release got through the hold"
+    );
+    proxy.release(Direction::Up);
+    second.join().unwrap();
+    assert!(
+        !returned_while_held && get(&server, &key).is_none(),
+        "the second close returned before the first had released the lock (returned while the \
+         release was held: {returned_while_held})"
+    );
+    first.join().unwrap();
+}
+
 #[test]
 fn scope_end_lock_gone_at_release_raises_after_a_finished_body_and_logs_otherwise() {
     let server = RedisServer::start();

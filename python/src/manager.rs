@@ -333,8 +333,13 @@ impl PyManager {
     /// thread of its own, which that acquire joins before it raises its `NotAcquired`.
     fn close(&self, py: Python<'_>) {
         let id = self.host.id();
-        if !in_acquire_of(id) || self.host.is_closed() {
+        if !in_acquire_of(id) {
             bridge::detached(py, || self.host.close(CLOSE_LIMIT));
+            return;
+        }
+        if self.host.is_closed() {
+            // A close under way waits for this thread's acquire: waiting for it (as a second
+            // close does elsewhere) would wait out its whole limit.
             return;
         }
         let host = self.host.clone();

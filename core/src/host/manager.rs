@@ -7,6 +7,7 @@
 //! `Manager`), a manager first used in a forked child registers there, and a lock dropped
 //! unreleased is released by a counted task exit waits for (`runtime::Pending`).
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -79,6 +80,9 @@ struct Inner {
     closed: Flag,
     /// Acquires in progress on this manager (in this process), for `close` to wait for.
     acquiring: ProcessCount,
+    /// The process whose `close` is under way (0: none), then `u32::MAX` once it is done: a
+    /// second `close` in that process waits for the first (see `close_then`).
+    closing: AtomicU32,
     /// The locks handed out in this process, weakly.
     handed: PerProcess<Mutex<Vec<Weak<CoreLock>>>>,
     nodes: Vec<String>,
@@ -190,6 +194,7 @@ impl Manager {
             options,
             closed: Flag::new(),
             acquiring: ProcessCount::new(),
+            closing: AtomicU32::new(0),
             handed: PerProcess::default(),
         });
         inner.core.get_or_init(|| Mutex::new(Some(core)));
@@ -441,16 +446,34 @@ impl Manager {
     /// Sets the closed flag, waits for the acquires in progress to give up, runs `then` with
     /// what is left of `limit`, and drops the core manager. Idempotent.
     fn close_then<T>(&self, limit: Duration, then: impl FnOnce(&Manager, Duration) -> T) {
+        let until = Instant::now() + limit;
+        let pid = crate::runtime::pid();
+        let closing = &self.inner.closing;
         if !self.inner.closed.set() {
+            // Closed already. One under way in this process: returning now would tell this
+            // caller its locks were released while they still are being (a second thread's
+            // close, or a shutdown beside one), so it waits for that one, within its limit.
+            // A child forked during a close has no one to wait for.
+            exit::wait_until(until, || closing.load(Ordering::Acquire) != pid);
             return;
         }
-        let until = Instant::now() + limit;
+        closing.store(pid, Ordering::Release);
+        let _done = Closed(closing);
         // The waits see the flag and end; their undos and dequeues are counted background
         // work, which `then` waits for.
         exit::wait_until(until, || self.inner.acquiring.is_zero());
         then(self, until.saturating_duration_since(Instant::now()));
         let taken = locked(self.inner.core.get_or_init(Mutex::default)).take();
         drop(taken);
+    }
+}
+
+/// Marks a manager's close as done when it ends, also by a panic (see `close_then`).
+struct Closed<'a>(&'a AtomicU32);
+
+impl Drop for Closed<'_> {
+    fn drop(&mut self) {
+        self.0.store(u32::MAX, Ordering::Release);
     }
 }
 
