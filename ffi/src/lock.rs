@@ -185,6 +185,14 @@ pub unsafe extern "C" fn ferrolock_lock_extend(
 ) -> c_int {
     call("ferrolock_lock_extend", err, || {
         let lock = handle(lock, "lock")?;
+        let max = ferrolock::MAX_DURATION.as_millis();
+        if u128::from(ttl_ms) > max {
+            // Named as passed: the core's message would give it in seconds.
+            return Err(Failure::invalid(format!(
+                "lock {:?}: ttl_ms {ttl_ms} is too long: the maximum is {max} (about 24.8 days)",
+                lock.lock.key()
+            )));
+        }
         let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());
         let ttl = (ttl_ms != FERROLOCK_SAME_TTL).then(|| Duration::from_millis(ttl_ms));
         let validity = lock.lock.extend_blocking(ttl, &cancel, None)?;

@@ -1228,6 +1228,8 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_lock_on_lost(lock, NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "callback");
   EXPECT(ferrolock_lock_extend(NULL, 0, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
   EXPECT(ferrolock_lock_extend(lock, 1, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl");
+  EXPECT(ferrolock_lock_extend(lock, UINT64_MAX, NULL, &u, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "ttl_ms 18446744073709551615 is too long");
   EXPECT(ferrolock_lock_release(NULL, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
   EXPECT(ferrolock_lock_end_scope(NULL, false, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "lock");
   EXPECT(ferrolock_acquisition_result(NULL, &dummy, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "acquisition");
