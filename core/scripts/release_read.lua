@@ -26,8 +26,15 @@ if count <= 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
 end
 -- The hold keys are numbered, not named per handle: the last one goes, and the ones left live
--- at least as long as it did (it may have been another handle's, renewed for longer).
-local last = KEYS[3] .. ':' .. (count + 1)
+-- at least as long as it did (it may have been another handle's, renewed for longer). When the
+-- last is gone already (a shorter hold of ours lapsed: its key expired, its count stayed), the
+-- last one left goes instead: kept, it held the key read-held for its ttl with no hold behind
+-- it. Each live hold keeps a key (renewals raise them all), so one is left for each.
+local n = count + 1
+while n > 1 and redis.call('EXISTS', KEYS[3] .. ':' .. n) == 0 do
+  n = n - 1
+end
+local last = KEYS[3] .. ':' .. n
 local lease = redis.call('PTTL', last)
 redis.call('DEL', last)
 for i = 1, count do

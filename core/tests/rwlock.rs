@@ -827,3 +827,47 @@ async fn a_live_read_hold_is_renewed_after_a_shorter_hold_of_its_owner_lapsed() 
         "the key outlived its holds"
     );
 }
+
+/// The release of an owner's outer read hold, after its shorter inner hold lapsed (its key
+/// and mark expired, its count left in the hash), frees the key when no hold is left: before,
+/// it dropped the hold key numbered after the count (the lapsed one's, already gone) and kept
+/// its own, so the key stayed read-held, with nobody holding it, until that key's ttl ran out
+/// (a writer waited up to a read ttl for nothing).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_after_an_inner_read_hold_lapsed_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:inner-lapsed";
+    let long = m
+        .read_lock_owned(key, 9, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let short = m
+        .read_lock_owned(key, 9, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let prefix = ferrolock::__wire::rw::rwlock_timeout_prefix(key, long.token());
+    until(
+        "the short hold's key lapsed",
+        Duration::from_secs(10),
+        || server.cmd::<i64>(&["EXISTS", &format!("{prefix}:2")]) == 0,
+    )
+    .await;
+    assert!(!short.is_held());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", &format!("{prefix}:1")]),
+        1,
+        "the long hold's key"
+    );
+    assert!(long.release().await.unwrap());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let w = m.write_lock(key).await.expect("a writer on the freed key");
+    assert!(w.release().await.unwrap());
+}
