@@ -8,8 +8,10 @@
 -- release_reentrant.lua: the count is taken only with it) (one slot).
 -- ARGV[1] the writer's field ("<field>:write"), ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' =
 -- SPUBLISH, ARGV[5] the latch's PX in ms.
--- Returns nil when we hold no write lock, 0 when still held (count > 0), 1 when released.
--- Safe to run twice, however late: the mark is taken once; the reply is kept in the latch.
+-- Returns nil when we hold no write lock (or this hold lapsed), 0 when still held (count > 0), 1
+-- when released.
+-- Safe to run twice, however late: the mark is taken once; the reply is kept in the latch (a
+-- re-send run after it expired finds no mark and answers nil, having taken nothing).
 local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
@@ -17,8 +19,11 @@ end
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
+-- Without its mark this hold has no count here (its lease ran out, or its grant never reached
+-- this node); the owner's field is another hold's: not ours to release, as a lapsed lock's.
+-- (0, "still held", made its caller's release say that this hold was released in time.)
 if redis.call('DEL', KEYS[3]) == 0 then
-  return 0
+  return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then

@@ -871,3 +871,46 @@ async fn a_release_after_an_inner_read_hold_lapsed_frees_the_key() {
     let w = m.write_lock(key).await.expect("a writer on the freed key");
     assert!(w.release().await.unwrap());
 }
+
+/// The release of a read or write hold whose lease ran out (its mark expired) while another
+/// hold of its owner keeps the owner's field says it was no longer held (`Ok(false)`, as for
+/// any lock whose lease ran out), and leaves the live hold alone. Before, the scripts answered
+/// "one hold fewer" for it, and the release said `Ok(true)`: released in time.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_of_a_lapsed_hold_beside_a_live_one_says_it_was_not_held() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    for write in [false, true] {
+        let key = if write { "rw:lapsed-w" } else { "rw:lapsed-r" };
+        let take = |ttl: Duration| {
+            let o = o.clone().ttl(ttl);
+            let m = &m;
+            async move {
+                if write {
+                    m.write_lock_owned(key, 5, &o).await.unwrap()
+                } else {
+                    m.read_lock_owned(key, 5, &o).await.unwrap()
+                }
+            }
+        };
+        let long = take(Duration::from_secs(20)).await;
+        let short = take(Duration::from_millis(1000)).await;
+        let marks = |s: &RedisServer| s.cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"]).len();
+        assert_eq!(marks(&server), 2, "write {write}: a mark per hold");
+        until(
+            "the short hold's mark lapsed",
+            Duration::from_secs(10),
+            || marks(&server) == 1,
+        )
+        .await;
+        assert!(!short.is_held());
+        assert!(
+            !short.release().await.unwrap(),
+            "write {write}: a hold whose lease ran out was released in time"
+        );
+        assert!(long.is_held());
+        assert!(long.release().await.unwrap(), "write {write}");
+    }
+}
