@@ -1,11 +1,12 @@
 -- Redisson's write unlock: one hold fewer; the last one drops our writer field and, with no
--- read hold left (ours, taken under the write lock), deletes the hash, otherwise hands the
+-- live read hold left (ours, taken under the write lock), deletes the hash, otherwise hands the
 -- hash to those readers (mode 'read'). Either way it publishes "1" on Redisson's channel:
 -- every waiter re-checks, so every reader at the front of the queue can go (Redisson's own
 -- write unlock publishes nothing when read holds are left; its readers then wait for a poll).
 -- The key is never shortened.
 -- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] this hold's mark (see
--- release_reentrant.lua: the count is taken only with it) (one slot).
+-- release_reentrant.lua: the count is taken only with it), KEYS[4] the prefix of every
+-- reader's timeout keys ("{name}" or the name with a '{') (one slot).
 -- ARGV[1] the writer's field ("<field>:write"), ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' =
 -- SPUBLISH, ARGV[5] the latch's PX in ms.
 -- Returns nil when we hold no write lock (or this hold lapsed), 0 when still held (count > 0), 1
@@ -31,10 +32,29 @@ if count > 0 then
   return 0
 end
 redis.call('HDEL', KEYS[1], ARGV[1])
-if redis.call('HLEN', KEYS[1]) <= 1 then
-  redis.call('DEL', KEYS[1])
-else
+-- The read holds left are ours, taken under the write hold; one whose lease ran out keeps its
+-- field but not its hold keys. Handed to such holds alone, the key stayed read-held with
+-- nobody holding it for the rest of the hash's TTL (the write lease): freed instead, as a read
+-- release that finds no live reader frees it.
+local live = false
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local n = tonumber(redis.call('HGET', KEYS[1], f))
+  if f ~= 'mode' and n then
+    for i = n, 1, -1 do
+      if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
+        live = true
+        break
+      end
+    end
+  end
+  if live then
+    break
+  end
+end
+if live then
   redis.call('HSET', KEYS[1], 'mode', 'read')
+else
+  redis.call('DEL', KEYS[1])
 end
 redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])

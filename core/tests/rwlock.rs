@@ -914,3 +914,49 @@ async fn the_release_of_a_lapsed_hold_beside_a_live_one_says_it_was_not_held() {
         assert!(long.release().await.unwrap(), "write {write}");
     }
 }
+
+/// A write release that leaves only a read hold of its owner that lapsed (a downgrade whose
+/// read lease ran out: its field stays, its hold key is gone) frees the key, as a read
+/// release that finds no live reader does. Before, it handed the key to that reader (`mode`
+/// `read`), and the key stayed read-held, with nobody holding it, for the rest of the write
+/// lease (writers waited for nothing).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_release_beside_only_a_lapsed_read_hold_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:downgrade-lapsed";
+    let w = m
+        .write_lock_owned(key, 4, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let r = m
+        .read_lock_owned(key, 4, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let hold = format!(
+        "{}:1",
+        ferrolock::__wire::rw::rwlock_timeout_prefix(key, r.token())
+    );
+    until(
+        "the read hold's key lapsed",
+        Duration::from_secs(10),
+        || server.cmd::<i64>(&["EXISTS", &hold]) == 0,
+    )
+    .await;
+    assert!(!r.is_held());
+    assert_eq!(
+        hash(&server, key).get("mode").map(String::as_str),
+        Some("write")
+    );
+    assert!(w.release().await.unwrap());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let other = m.write_lock(key).await.expect("a writer on the freed key");
+    assert!(other.release().await.unwrap());
+}

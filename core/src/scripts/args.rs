@@ -580,7 +580,8 @@ impl ReleaseWrite<'_> {
         let mut inv = RELEASE_WRITE.prepare_invoke();
         inv.key(self.key)
             .key(self.latch.name(self.key))
-            .key(super::hold_key(self.key, self.hold));
+            .key(super::hold_key(self.key, self.hold))
+            .key(super::rwlock_prefix(self.key));
         inv.arg(writer_field(self.field))
             .arg("")
             .arg(super::rwlock_channel(self.key))
