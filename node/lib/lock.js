@@ -8,20 +8,23 @@ const MAKE = Symbol('ferrolock.Lock');
 /** A held lock. Release it (or let `withLock` / `await using` do it). */
 class Lock {
   #native;
+  /** What its errors call the key: 'lock', or 'semaphore' for a semaphore's name. */
+  #subject;
   #controller = null;
   /** A release (or dispose) of this lock has run: a later dispose has nothing left to do. */
   #releaseRan = false;
   /** The release of this lock on its way, if any: a dispose meanwhile waits for it. */
   #releasing = null;
-  constructor(native, make) {
+  constructor(native, make, subject = 'lock') {
     if (make !== MAKE) {
       throw new TypeError('a Lock is made by LockManager.acquire, tryAcquire or withLock, not by new Lock()');
     }
     this.#native = native;
+    this.#subject = subject;
   }
   /** @internal */
-  static _make(native) {
-    return new Lock(native, MAKE);
+  static _make(native, subject = 'lock') {
+    return new Lock(native, MAKE, subject);
   }
   /** @internal */
   get _native() {
@@ -81,11 +84,11 @@ class Lock {
   }
   /** Resets the lease on a quorum; resolves to the new validity in ms. */
   async extend(ttl) {
-    if (ttl !== undefined) millis(this.key, 'ttl', ttl, false);
+    if (ttl !== undefined) millis(this.key, 'ttl', ttl, false, this.#subject);
     try {
       return await this.#native.extend(ttl);
     } catch (e) {
-      throw fromNative(e, this.key);
+      throw fromNative(e, this.key, this.#subject);
     }
   }
   /** Resolves to true once released on a quorum, false if the token was already gone. */
@@ -102,7 +105,7 @@ class Lock {
     try {
       return await this.#native.release();
     } catch (e) {
-      throw fromNative(e, this.key);
+      throw fromNative(e, this.key, this.#subject);
     } finally {
       this.#releaseRan = true;
     }

@@ -47,8 +47,9 @@ function unwatch(signal, token) {
   signal.removeEventListener('abort', entry.onAbort);
 }
 
-function abortError(key, signal) {
-  return new AbortError(`lock ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
+// `subject`: 'semaphore' for a semaphore's name, as the core's errors of its acquire call it.
+function abortError(key, signal, subject = 'lock') {
+  return new AbortError(`${subject} ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
     key,
     cause: signal.reason,
   });
@@ -126,7 +127,8 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   } else if (reentrant || kind === 'read' || kind === 'write') {
     owner = native.newOwner();
   }
-  if (signal?.aborted) throw abortError(key, signal);
+  const subject = kind === 'semaphore' ? 'semaphore' : 'lock';
+  if (signal?.aborted) throw abortError(key, signal, subject);
   let token = null;
   if (signal) {
     token = new native.CancelToken();
@@ -136,17 +138,17 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   try {
     inner = await nm.acquire(key, opts, owner, token, kind, sem?.permits, sem?.count);
   } catch (e) {
-    const err = fromNative(e, key, kind === 'semaphore' ? 'semaphore' : 'lock');
-    if (err instanceof AbortError && signal) throw abortError(key, signal);
+    const err = fromNative(e, key, subject);
+    if (err instanceof AbortError && signal) throw abortError(key, signal, subject);
     throw err;
   } finally {
     if (token) unwatch(signal, token);
   }
   if (signal?.aborted) {
     await inner.release().catch(() => {});
-    throw abortError(key, signal);
+    throw abortError(key, signal, subject);
   }
-  return { lock: Lock._make(inner), owner };
+  return { lock: Lock._make(inner, subject), owner };
 }
 
 /** Hands out locks on a fixed set of nodes. Reusable; close() when done. */

@@ -103,10 +103,8 @@ impl NativeLock {
         guard(ENTRY, || {
             let lock = self.inner.clone();
             if ttl == Some(0) {
-                return Err(invalid(format!(
-                    "lock {:?}: extend(ttl = 0): must be greater than zero",
-                    lock.key()
-                )));
+                // No key: `lock.js` names it, as a lock's or a semaphore's.
+                return Err(invalid("extend(ttl = 0): must be greater than zero"));
             }
             let ttl = ttl.map(|ms| std::time::Duration::from_millis(ms.into()));
             promise_on_core(env, ENTRY, move || async move {

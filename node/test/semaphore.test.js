@@ -233,6 +233,36 @@ test('an aborted wait leaves no permit taken', T, async () => {
   await m.close();
 });
 
+test("a semaphore's aborted wait and its extend's bad ttl name the semaphore, as its closed wait does", T, async () => {
+  const name = 'sem:named';
+  const m = new LockManager({ ...SLOW, nodes: [server.url] });
+  const holder = await m.acquirePermit(name, { permits: 1 });
+  // Checked by assertions, so that a failure shows the message.
+  const named = (e) => {
+    assert.equal(e.key, name);
+    assert.match(e.message, new RegExp(`^semaphore "${name}"`));
+    return true;
+  };
+  const ac = new AbortController();
+  const waiter = m.acquirePermit(name, { permits: 1, signal: ac.signal });
+  await sleep(200); // refused and waiting by now (or still starting: the message is the same)
+  ac.abort();
+  await assert.rejects(waiter, (e) => e instanceof AbortError && named(e), 'aborted during the wait');
+  const aborted = AbortSignal.abort();
+  await assert.rejects(m.acquirePermit(name, { permits: 1, signal: aborted }), (e) => e instanceof AbortError && named(e), 'aborted before the call');
+  await assert.rejects(withPermit(name, { permits: 1, signal: aborted, ...SLOW, nodes: [server.url] }, () => {}), (e) => e instanceof AbortError && named(e), 'withPermit aborted before the call');
+  await assert.rejects(holder.extend(50), (e) => e instanceof InvalidArgumentError && named(e), 'extend below the minimum ttl');
+  await assert.rejects(holder.extend(1.5), (e) => e instanceof InvalidArgumentError && named(e), 'extend by a fraction of a ms');
+  await assert.rejects(holder.extend(0), (e) => e instanceof InvalidArgumentError && named(e), 'extend to 0');
+  // The wording the core gives a semaphore's wait that its manager's close() ends.
+  const closed = m.acquirePermit(name, { permits: 1 }).then(() => assert.fail('granted beside the holder'), (e) => e);
+  await sleep(200);
+  await m.close();
+  const e = await closed;
+  assert.ok(e instanceof NotAcquiredError, String(e));
+  named(e);
+});
+
 test('aborts racing grants leave no permit taken', T, async () => {
   // Needs the core's undo of a semaphore acquire cancelled after its script granted.
   const name = 'sem:abort-race';
