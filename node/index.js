@@ -11,7 +11,8 @@ const { version } = require('./package.json');
 
 /** The core's counts for this process (every worker thread included), by key prefix. */
 function metrics() {
-  return native.metrics();
+  // Defined, not assigned: a prefix `__proto__` is an entry like any other.
+  return Object.fromEntries(native.metrics().map((e) => [e.prefix, e.counts]));
 }
 
 /** The same counts in Prometheus's text exposition format (`ferrolock_*`). */

@@ -63,13 +63,25 @@ fn prefix(p: &PrefixSnapshot) -> PrefixMetrics {
     }
 }
 
-/// Everything counted so far in this process, by key prefix.
+/// One key prefix and its counts.
+#[napi(object)]
+pub struct PrefixEntry {
+    pub prefix: String,
+    pub counts: PrefixMetrics,
+}
+
+/// Everything counted so far in this process, one entry per key prefix. A list, not an
+/// object: napi sets an object's properties by assignment, so a prefix `__proto__` (a key
+/// `__proto__:1`) set the object's prototype instead of a property; `index.js` defines them.
 #[napi]
-pub fn metrics() -> napi::Result<HashMap<String, PrefixMetrics>> {
+pub fn metrics() -> napi::Result<Vec<PrefixEntry>> {
     guard("metrics", || {
         Ok(metrics::snapshot()
             .iter()
-            .map(|(k, p)| (k.clone(), prefix(p)))
+            .map(|(k, p)| PrefixEntry {
+                prefix: k.clone(),
+                counts: prefix(p),
+            })
             .collect())
     })
 }

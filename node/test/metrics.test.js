@@ -48,6 +48,19 @@ test('metrics() and prometheusText() count a scripted sequence', { timeout: 60_0
   assert.match(text, /^# TYPE ferrolock_wait_seconds histogram$/m);
 });
 
+test("a key prefix that is an Object.prototype name (__proto__) is a prefix like any other, not the result's prototype", { timeout: 60_000 }, async () => {
+  const nodes = [one.url];
+  assert.equal(await withLock('__proto__:1', async () => 7, { nodes }), 7);
+  assert.equal(await withLock('toString:1', async () => 7, { nodes }), 7);
+  const all = metrics();
+  assert.equal(Object.getPrototypeOf(all), Object.prototype);
+  assert.ok(Object.keys(all).includes('__proto__'), `no __proto__ prefix in ${Object.keys(all)}`);
+  const p = Object.getOwnPropertyDescriptor(all, '__proto__').value;
+  assert.equal(p.grants, 1);
+  assert.equal(all.toString.grants, 1);
+  assert.match(prometheusText(), /^ferrolock_grants_total\{prefix="__proto__"\} 1$/m);
+});
+
 test('the ESM entry exports metrics and prometheusText', { timeout: 60_000 }, async () => {
   const esm = await import('../index.mjs');
   assert.equal(esm.metrics, metrics);
