@@ -67,6 +67,12 @@ function inJsNames(message) {
   return message.replace(/"(?:[^"\\]|\\.)*"|(?<![\w/.:@-])[a-z]+(?:_[a-z]+)+(?![\w/.:@-])/g, (m) => jsNames.get(m) ?? m);
 }
 
+/** Whether `message` quotes `key`, as JavaScript does or as the core does (they differ on a
+ * control or invisible character: `"k\u0001"` and `"k\u{1}"`). */
+function names(message, key) {
+  return message.includes(JSON.stringify(key)) || message.includes(require('./native').quoteKey(key));
+}
+
 /** An error thrown by the native addon, as the LockError of its kind. `subject` names what
  * `key` is ('lock', or 'semaphore' for a semaphore's name). */
 function fromNative(e, key, subject = 'lock') {
@@ -76,7 +82,7 @@ function fromNative(e, key, subject = 'lock') {
       const code = e.message.slice(0, at);
       let message = inJsNames(e.message.slice(at + 1));
       // The core's option errors name the option, not the key the caller was locking.
-      if (key !== undefined && !message.includes(JSON.stringify(key))) message = `${subject} ${JSON.stringify(key)}: ${message}`;
+      if (key !== undefined && !names(message, key)) message = `${subject} ${JSON.stringify(key)}: ${message}`;
       return fromCode(code, message, key);
     }
   }

@@ -32,3 +32,11 @@ pub const PANIC: &str = "PANIC";
 pub fn invalid(message: impl AsRef<str>) -> napi::Error {
     coded(ErrorKind::InvalidArgument.code(), message.as_ref())
 }
+
+/// `key` as the core's messages quote it (Rust's `{:?}`), for `fromNative` to tell whether a
+/// message names the key already: JSON spells a control or invisible character otherwise
+/// (`"k\u0001"`, where the core writes `"k\u{1}"`), and such a key was named twice.
+#[napi_derive::napi]
+pub fn quote_key(key: String) -> napi::Result<String> {
+    guard("quoteKey", || Ok(format!("{key:?}")))
+}

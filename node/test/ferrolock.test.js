@@ -71,6 +71,24 @@ test('manager: acquire, tryAcquire rejects with NotAcquiredError, extend, releas
   assert.equal(await capped.release(), true);
 });
 
+test("a core error about a key with a control or invisible character names the key once", T, async () => {
+  const manager = new LockManager({ nodes: [one.url], ttl: 5000 });
+  test.after(() => manager.close());
+  for (const key of ['ctl\u0001x', 'zw\u200bsp', 'del\u007f', 'tab\tx']) {
+    const held = await manager.acquire(key);
+    await assert.rejects(manager.tryAcquire(key), (e) => {
+      assert.ok(e instanceof NotAcquiredError, String(e));
+      assert.equal(e.key, key);
+      // One naming only: the core's own ("lock "ctl\u{1}x" not acquired ..."), not the
+      // binding's added in front of it for an error that names no key.
+      assert.equal(e.message.split('lock "').length - 1, 1, e.message);
+      assert.match(e.message, /not acquired on the first try/);
+      return true;
+    });
+    assert.equal(await held.release(), true);
+  }
+});
+
 // Three children starting a debug build and taking 45 sections on a loaded 2-CPU machine (a
 // failure seen once at load 13 was never explained): room to finish, and a node timeout that
 // a busy machine does not miss (1 s; the default, 200 ms, is a whole request's budget there).
