@@ -55,6 +55,8 @@ function fromCode(code, message, key, cause) {
 
 // The core's messages spell options as the core does (tls_ca, drift_factor); a JavaScript
 // caller wrote tlsCa, driftFactor. Quoted text (keys, values as written) is left as it is.
+// Every core message a caller meets goes through it: errors, loss reasons (`max_hold=...`),
+// log records.
 let jsNames;
 function inJsNames(message) {
   jsNames ??= new Map(
@@ -100,4 +102,5 @@ module.exports = {
   AbortError,
   fromCode,
   fromNative,
+  inJsNames,
 };

@@ -1,5 +1,5 @@
 'use strict';
-const { LockLostError, InvalidArgumentError, fromNative } = require('./errors');
+const { LockLostError, InvalidArgumentError, fromNative, inJsNames } = require('./errors');
 const { millis } = require('./options');
 
 /** Only the manager makes locks: a `new Lock()` by hand would hold nothing. */
@@ -66,7 +66,7 @@ class Lock {
       const key = this.key;
       this.#native.lost().then(
         (message) => {
-          if (message != null && !controller.signal.aborted) controller.abort(new LockLostError(message, { key }));
+          if (message != null && !controller.signal.aborted) controller.abort(new LockLostError(inJsNames(message), { key }));
         },
         () => {},
       );
@@ -80,7 +80,7 @@ class Lock {
     const controller = this.#controller;
     if (controller === null || controller.signal.aborted) return;
     const message = this.#native.lossReason;
-    if (message != null) controller.abort(new LockLostError(message, { key: this.key }));
+    if (message != null) controller.abort(new LockLostError(inJsNames(message), { key: this.key }));
   }
   /** Resets the lease on a quorum; resolves to the new validity in ms. */
   async extend(ttl) {

@@ -4,7 +4,7 @@
 // every record at its level to `fn` instead, and `setLogger(null)` silences them.
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
-const { InvalidArgumentError } = require('./errors');
+const { InvalidArgumentError, inJsNames } = require('./errors');
 
 const LEVELS = ['error', 'warn', 'info', 'debug', 'trace'];
 
@@ -44,7 +44,7 @@ function setLogger(fn, options = {}) {
     fn === null
       ? null
       : (record) => {
-          if (mine === generation) call(fn, record);
+          if (mine === generation) call(fn, fromCore(record));
         },
     level,
   );
@@ -77,10 +77,16 @@ function describe(v) {
   return v === null ? 'null' : typeof v === 'object' ? 'an object' : String(v);
 }
 
+/** A core record with the options in its message as JavaScript spells them (`maxHold`, not
+ * `max_hold`), as in the errors. */
+function fromCore(record) {
+  return { level: record.level, target: record.target, message: inJsNames(record.message) };
+}
+
 // This thread's default. The process's records go to the main thread's default (else to a
 // live worker's) until a setLogger call in any thread replaces the defaults.
 native.setDefaultLogger((record) => {
-  if (generation === 0) processWarning(record);
+  if (generation === 0) processWarning(fromCore(record));
 }, isMainThread);
 
 module.exports = { setLogger, warn };

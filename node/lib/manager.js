@@ -2,7 +2,7 @@
 const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
-const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative } = require('./errors');
+const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames } = require('./errors');
 const { convert, checkKey, checkSignal, notOptions, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
@@ -405,8 +405,8 @@ async function withKind(key, fn, options, kind, sem = null) {
     if (failed) throw error;
     return result;
   }
-  if (end.action === 'raise') throw fromCode(end.code, end.message, key, end.chain ? error : undefined);
-  if (end.action === 'log') log.warn(end.message);
+  if (end.action === 'raise') throw fromCode(end.code, inJsNames(end.message), key, end.chain ? error : undefined);
+  if (end.action === 'log') log.warn(inJsNames(end.message));
   if (failed) throw error;
   return result;
 }

@@ -121,6 +121,44 @@ test("a withLock scope's own warning goes to the logger too", T, async () => {
   }
 });
 
+test('a lock lost at maxHold names maxHold as JavaScript spells it: in withLock\'s rejection, lock.signal\'s reason and the logger\'s record, as in extend\'s', T, async () => {
+  const records = [];
+  setLogger((rec) => records.push(rec));
+  try {
+    const nodes = [server.url];
+    let reason;
+    await assert.rejects(
+      withLock(
+        'log-node:maxhold',
+        async (lock) => {
+          await new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+          reason = lock.signal.reason;
+          await assert.rejects(lock.extend(), (e) => {
+            assert.match(e.message, /maxHold=300ms reached/);
+            return true;
+          });
+        },
+        { nodes, ttl: 10_000, maxHold: 300 },
+      ),
+      (e) => {
+        assert.equal(e.code, 'LOCK_LOST');
+        assert.match(e.message, /lost: maxHold=300ms reached/);
+        return true;
+      },
+    );
+    assert.match(reason.message, /lost: maxHold=300ms reached/);
+    // The record comes on a path of its own (the logger's threadsafe function).
+    for (const end = Date.now() + 20_000; !records.some((r) => r.message.includes('log-node:maxhold')); ) {
+      assert.ok(Date.now() < end, `no record of the loss: ${JSON.stringify(records)}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const logged = records.filter((r) => r.message.includes('log-node:maxhold'));
+    for (const r of logged) assert.doesNotMatch(r.message, /max_hold/);
+  } finally {
+    setLogger(null);
+  }
+});
+
 test('bad arguments name the bad value', () => {
   assert.throws(() => setLogger('console.log'), (e) => e instanceof InvalidArgumentError && /"console.log"/.test(e.message));
   assert.throws(() => setLogger(() => {}, { level: 'WARNING' }), (e) => e instanceof InvalidArgumentError && /"WARNING"/.test(e.message));
