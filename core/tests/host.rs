@@ -277,6 +277,66 @@ fn an_acquire_on_a_closed_manager_names_a_semaphore_as_one() {
     });
 }
 
+/// An acquire cancelled while it waits names what it was asked for, as its other errors do:
+/// a semaphore's name as a semaphore's, a lock's key as a lock's; blocking or completion-based.
+#[test]
+fn a_cancelled_acquire_names_a_semaphore_as_one() {
+    within(Duration::from_secs(60), || {
+        let server = RedisServer::start();
+        let m = host_manager(&[server.url()], opts());
+        let never = Cancel::new();
+        let permits = host::Kind::Permits {
+            permits: 1,
+            count: 1,
+        }
+        .options(m.defaults().clone());
+        let held = m
+            .acquire_blocking("sem:cancelled", 1, &permits, &never, None)
+            .expect("the only permit");
+        let lock = m
+            .acquire_blocking("lock:cancelled", 1, m.defaults(), &never, None)
+            .expect("the lock");
+        for (key, kind, noun) in [
+            ("sem:cancelled", &permits, "semaphore"),
+            ("lock:cancelled", m.defaults(), "lock"),
+        ] {
+            // Fired once the waiter has had time to start waiting; fired earlier, it ends the
+            // same way.
+            let cancel = Cancel::new();
+            let remote = cancel.clone();
+            let canceller = std::thread::spawn(move || {
+                std::thread::sleep(ms(300));
+                remote.cancel();
+            });
+            let err = m
+                .acquire_blocking(key, 2, kind, &cancel, None)
+                .expect_err("granted beside the holder");
+            canceller.join().unwrap();
+            assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+            assert!(
+                err.message()
+                    .starts_with(&format!("{noun} {key:?} not acquired")),
+                "{err:?}"
+            );
+            let cancel = Cancel::new();
+            let call = m.acquire_call(key, 3, kind, cancel.clone());
+            cancel.cancel();
+            let err = call
+                .wait()
+                .expect("one result")
+                .expect_err("granted beside the holder");
+            assert_eq!(err.kind(), ErrorKind::Cancelled, "{err:?}");
+            assert!(
+                err.message()
+                    .starts_with(&format!("{noun} {key:?} not acquired")),
+                "{err:?}"
+            );
+        }
+        assert_eq!(held.release_blocking(&never, None), Ok(true));
+        assert_eq!(lock.release_blocking(&never, None), Ok(true));
+    });
+}
+
 /// A lock of `m` on a fresh key.
 fn take(m: &host::Manager, name: &str) -> host::Lock {
     let lock = m.acquire_blocking(&unique_key(name), 1, m.defaults(), &Cancel::new(), None);

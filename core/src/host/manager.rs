@@ -331,7 +331,7 @@ impl Manager {
     ) -> Result<Lock> {
         let _counted = BlockingAcquire::enter();
         cancel::block_on(self.acquire(key, owner, opts), cancel, check)
-            .unwrap_or_else(|| Err(acquire_cancelled(key)))
+            .unwrap_or_else(|| Err(acquire_cancelled(noun(opts), key)))
     }
 
     /// [`acquire`](Manager::acquire) until `cancel` fires, for a binding that awaits it (Node,
@@ -347,7 +347,7 @@ impl Manager {
     ) -> Result<Lock> {
         cancel::until_cancelled(self.acquire(key, owner, opts), cancel)
             .await
-            .unwrap_or_else(|| Err(acquire_cancelled(key)))
+            .unwrap_or_else(|| Err(acquire_cancelled(noun(opts), key)))
     }
 
     /// Starts an acquire on the process runtime; `done` gets its result once, on a library
@@ -363,12 +363,13 @@ impl Manager {
     ) where
         D: FnOnce(Result<Lock>) + Send + 'static,
     {
+        let what = noun(opts);
         let (this, key, opts) = (self.clone(), key.to_string(), opts.clone());
         let k = key.clone();
         call::start(
             async move { this.acquire(&key, owner, &opts).await },
             cancel,
-            move || acquire_cancelled(&k),
+            move || acquire_cancelled(what, &k),
             done,
         );
     }
@@ -381,12 +382,13 @@ impl Manager {
         opts: &LockOptions,
         cancel: Cancel,
     ) -> call::Call<Lock> {
+        let what = noun(opts);
         let (this, key, opts) = (self.clone(), key.to_string(), opts.clone());
         let k = key.clone();
         call::Call::start(
             async move { this.acquire(&key, owner, &opts).await },
             cancel,
-            move || acquire_cancelled(&k),
+            move || acquire_cancelled(what, &k),
         )
     }
 
@@ -510,8 +512,9 @@ fn closed_error(what: &str, key: &str) -> Error {
     )
 }
 
-fn acquire_cancelled(key: &str) -> Error {
+/// `what`: "lock", or "semaphore" (see `noun`).
+fn acquire_cancelled(what: &str, key: &str) -> Error {
     cancel::cancelled(format_args!(
-        "lock {key:?} not acquired (nothing was left behind)"
+        "{what} {key:?} not acquired (nothing was left behind)"
     ))
 }
