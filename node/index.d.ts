@@ -102,7 +102,8 @@ export declare class Lock {
   /**
    * Aborted with a LockLostError reason on loss, at the latest when `status` reads 'lost'
    * (also when first read after the loss). Once read (even only `.aborted`), it keeps the event
-   * loop alive until the lock is released: a script that reads it must release the lock to exit.
+   * loop alive until the lock is released or lost: a script that reads it must release the lock
+   * (or lose it) to exit.
    */
   readonly signal: Signal;
   /**

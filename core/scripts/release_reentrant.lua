@@ -8,12 +8,14 @@
 -- hash slot), ARGV[4] '1' = sharded pub/sub: SPUBLISH, as Redisson in cluster mode publishes
 -- (its shardedSubscriptionMode), ARGV[5] the latch's PX in ms; KEYS[3] this hold's mark
 -- (`ferrolock:hold:{key}:<hold id>`, see acquire_reentrant.lua).
--- Returns nil when the field is not there, 0 when still held (count > 0), 1 when released.
+-- Returns nil when the field is not there (or this hold has no mark here), 0 when still held
+-- (count > 0), 1 when released.
 -- The count is taken only with this hold's mark: the handles of one owner share the field,
--- and a count this hold never added here (its grant never reached this node, or an earlier
--- run of this release took it) belongs to another handle; taken, it would free the lock
--- under that handle. So a re-send, however late it runs, takes nothing twice. The reply is
--- kept in the latch, so that a re-send soon after answers as the first run did.
+-- and a count this hold never added here (its grant never reached this node, its lease ran
+-- out, or an earlier run of this release took it) belongs to another handle; taken, it would
+-- free the lock under that handle. So a re-send, however late it runs, takes nothing twice.
+-- The reply is kept in the latch, so that a re-send soon after answers as the first run did
+-- (one after it expired answers nil, having taken nothing).
 local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
@@ -21,8 +23,10 @@ end
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
+-- Not ours to release, as a lapsed lock's ("still held" made a lapsed re-entry's release
+-- say it was released in time).
 if redis.call('DEL', KEYS[3]) == 0 then
-  return 0
+  return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 if count > 0 then

@@ -546,3 +546,43 @@ fn a_forked_child_gets_a_new_client_uuid_and_does_not_re_enter_the_parents_lock(
     assert_eq!(m.client_id(), parent_uuid);
     assert!(ferrolock::runtime::block_on(held.release()).unwrap());
 }
+
+/// The release of a re-entry whose lease ran out (watchdog off, a shorter ttl than the outer
+/// hold's) says it was not held, as a lapsed plain lock's does: its mark is gone, and the
+/// owner's count is the live outer hold's. It said "released" (the script answered "still
+/// held" for a hold that was not there), as read and write holds did.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_of_a_lapsed_reentry_beside_a_live_hold_says_it_was_not_held() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = ropts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "re:lapsed-inner";
+    let outer = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let inner = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let marks = || {
+        server
+            .cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"])
+            .len()
+    };
+    assert_eq!(marks(), 2, "a mark per hold");
+    let end = Instant::now() + Duration::from_secs(10);
+    while marks() != 1 {
+        assert!(Instant::now() < end, "the inner hold's mark never lapsed");
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(!inner.is_held());
+    assert!(
+        !inner.release().await.unwrap(),
+        "a re-entry whose lease ran out was released in time"
+    );
+    assert!(outer.is_held());
+    assert_eq!(hash(&server, key).len(), 1, "the owner's field stays");
+    assert!(outer.release().await.unwrap());
+}
