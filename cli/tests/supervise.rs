@@ -1424,6 +1424,32 @@ fn a_stop_longer_than_the_validity_ends_in_70_without_the_child_going_on() {
     );
 }
 
+/// `shell job` on a pseudo-terminal (`script`, util-linux), its output piped, so that a ^C
+/// written to its stdin is the terminal's SIGINT to the foreground group, as a user's would be.
+fn on_a_terminal(shell: &str, job: &Path) -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new("script");
+    cmd.args(["-qfc", &format!("{shell} {}", p(job)), "/dev/null"])
+        // `script` runs its command with $SHELL: the same everywhere.
+        .env("SHELL", "/bin/sh")
+        .env_remove("FERROLOCK_NODES")
+        .env_remove("FERROLOCK_HELD")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // A terminal's shell starts with SIGINT at its default; a test run in the background
+    // inherits it ignored, which no trap could then catch.
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it")
+}
+
 /// Ctrl-C at a terminal: the child had the terminal, so only its group got the SIGINT; once
 /// the lock is released, ferrolock sends SIGINT to the group it was started in, as the
 /// terminal would have without it (so a shell script's loop stops). A real terminal: `script`
@@ -1432,7 +1458,6 @@ fn a_stop_longer_than_the_validity_ends_in_70_without_the_child_going_on() {
 #[test]
 fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
     use std::io::Write;
-    use std::os::unix::process::CommandExt;
     let server = RedisServer::start();
     let dir = tmp();
     let started = dir.path().join("started");
@@ -1446,31 +1471,7 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
         p(&started)
     );
     fs::write(dir.path().join("job.sh"), inner).unwrap();
-    let mut cmd = Command::new("script");
-    cmd.args([
-        "-qfc",
-        &format!("sh {}", p(&dir.path().join("job.sh"))),
-        "/dev/null",
-    ])
-    // `script` runs its command with $SHELL: the same everywhere.
-    .env("SHELL", "/bin/sh")
-    .env_remove("FERROLOCK_NODES")
-    .env_remove("FERROLOCK_HELD")
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // A terminal's shell starts with SIGINT at its default; a test run in the background
-    // inherits it ignored, which no trap could then catch.
-    // SAFETY: signal() is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let mut script = cmd
-        .spawn()
-        .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it");
+    let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
     wait_for("the child started", || started.exists());
     let mut stdin = script.stdin.take().unwrap();
     stdin.write_all(b"\x03").unwrap();
@@ -1499,7 +1500,6 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
 #[test]
 fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
     use std::io::Write;
-    use std::os::unix::process::CommandExt;
     let server = RedisServer::start();
     server.cmd::<String>(&["SET", "busy", "someone-else", "PX", "120000"]);
     let dir = tmp();
@@ -1509,28 +1509,7 @@ fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
         server.url()
     );
     fs::write(dir.path().join("job.sh"), job).unwrap();
-    let mut cmd = Command::new("script");
-    cmd.args([
-        "-qfc",
-        &format!("bash {}", p(&dir.path().join("job.sh"))),
-        "/dev/null",
-    ])
-    .env("SHELL", "/bin/sh")
-    .env_remove("FERROLOCK_NODES")
-    .env_remove("FERROLOCK_HELD")
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    // SAFETY: signal() is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    let mut script = cmd
-        .spawn()
-        .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it");
+    let mut script = on_a_terminal("bash", &dir.path().join("job.sh"));
     // Its connection shows it is past installing the handlers and inside the acquire loop.
     wait_for("ferrolock waiting for the lock", || {
         server.cmd::<String>(&["CLIENT", "LIST"]).lines().count() >= 2

@@ -561,11 +561,13 @@ async fn redis_cli_reshard_under_held_locks_loses_nothing_and_grants_nothing_twi
     // Long enough, with a node timeout set, that a saturated 2-CPU machine does not lose it:
     // the source primary answers renewals only between the reshard's MIGRATEs of 64 KB keys
     // (1.5 s with the default 150 ms lost it once, renewals unanswered within 260 ms; 6 s with
-    // 500 ms once on a host that switched threads twice as slowly, unanswered within 509 ms).
-    let ttl = Duration::from_secs(9);
+    // 500 ms once on a host that switched threads twice as slowly, unanswered within 509 ms;
+    // 9 s with 1 s once beside a loaded CI run, a debug build renewing 2,200 locks a tick
+    // unanswered within 1 s for four retries).
+    let ttl = Duration::from_secs(15);
     let m = manager(
         std::slice::from_ref(&url),
-        LockOptions::default().ttl(ttl).node_timeout(ms(1000)),
+        LockOptions::default().ttl(ttl).node_timeout(ms(2000)),
     );
     let lock = m.acquire(&key).await.unwrap();
     let mut held = Vec::new();
