@@ -159,15 +159,13 @@ enum Home<'a> {
     Thread(&'a Node),
 }
 
-thread_local! {
-    /// A blocking caller thread's background cluster connects (see `Home`).
-    static THREAD_CONNECTS: std::cell::RefCell<Vec<ThreadConnect>> =
-        const { std::cell::RefCell::new(Vec::new()) };
-}
-
+/// A blocking caller thread's background cluster connect, kept beside its connections in
+/// its `runtime::caller` state: the task runs on the thread's runtime, so it goes when the
+/// reaper takes that runtime (the thread idle, or the node gone). Kept elsewhere, a connect
+/// that had finished outlived its runtime, and the next request was handed a connection
+/// whose tasks had ended with it (every request failed: "Unable to send command").
 struct ThreadConnect {
     node: Weak<()>,
-    pid: u32,
     task: Background,
 }
 
@@ -175,26 +173,14 @@ impl Home<'_> {
     fn take(self) -> Option<Background> {
         match self {
             Home::Shared(slot) => slot.lock().unwrap_or_else(|p| p.into_inner()).take(),
-            Home::Thread(node) => {
-                let pid = crate::runtime::pid();
-                THREAD_CONNECTS
-                    .try_with(|connects| {
-                        let mut connects = connects.borrow_mut();
-                        for c in std::mem::take(&mut *connects) {
-                            if c.pid != pid {
-                                // Inherited across fork: the parent's runtime's task.
-                                std::mem::forget(c);
-                            } else if c.node.strong_count() > 0 {
-                                connects.push(c);
-                            }
-                        }
-                        let alive = Arc::downgrade(&node.alive);
-                        let i = connects.iter().position(|c| c.node.ptr_eq(&alive))?;
-                        Some(connects.swap_remove(i).task)
-                    })
-                    .ok()
-                    .flatten()
-            }
+            Home::Thread(node) => caller::with_connections(|t| {
+                t.1.retain(|c| c.node.strong_count() > 0);
+                let i =
+                    t.1.iter()
+                        .position(|c| std::ptr::eq(c.node.as_ptr(), Arc::as_ptr(&node.alive)))?;
+                Some(t.1.swap_remove(i).task)
+            })
+            .flatten(),
         }
     }
 
@@ -204,11 +190,10 @@ impl Home<'_> {
             Home::Thread(node) => {
                 let connect = ThreadConnect {
                     node: Arc::downgrade(&node.alive),
-                    pid: crate::runtime::pid(),
                     task,
                 };
-                // At thread exit the task goes with its runtime.
-                let _ = THREAD_CONNECTS.try_with(|c| c.borrow_mut().push(connect));
+                // With no caller state (the thread ending) the task goes now.
+                caller::with_connections(|t| t.1.push(connect));
             }
         }
     }
@@ -1323,14 +1308,16 @@ struct ThreadConnection {
     generation: u64,
 }
 
-/// A blocking caller thread's connections, kept in its `runtime::caller` state.
+/// A blocking caller thread's connections, and its cluster connects going on in the
+/// background, kept in its `runtime::caller` state.
 #[derive(Default)]
-pub(crate) struct ThreadConnections(Vec<ThreadConnection>);
+pub(crate) struct ThreadConnections(Vec<ThreadConnection>, Vec<ThreadConnect>);
 
 impl ThreadConnections {
     /// Whether one of them belongs to a node that is gone (its manager and locks all freed).
     pub(crate) fn has_gone_nodes(&self) -> bool {
         self.0.iter().any(|c| c.node.strong_count() == 0)
+            || self.1.iter().any(|c| c.node.strong_count() == 0)
     }
 
     /// This thread's connection to `node`; drops those of nodes (managers) that are gone.
