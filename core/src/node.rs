@@ -125,10 +125,24 @@ struct NodeLocal {
     connect: Mutex<Option<Background>>,
 }
 
-/// A cluster connect going on in the background; stopped when its node goes.
+/// A cluster connect going on in the background; stopped when its node goes. With until
+/// when it may go on: a request that joins it with a longer node timeout pushes that later
+/// (see `Background::join`).
 struct Background(
     tokio::task::JoinHandle<redis::RedisResult<redis::cluster_async::ClusterConnection>>,
+    Arc<Mutex<Instant>>,
 );
+
+impl Background {
+    /// Lets the connect go on for as long as a request with `timeout` may have it go on.
+    /// Cut at the limit of the request that started it, a connect that a request with a
+    /// longer node timeout had joined failed that request early, although it would have
+    /// connected within its own (found by a review).
+    fn join(&self, timeout: Duration) {
+        let mut until = self.1.lock().unwrap_or_else(|p| p.into_inner());
+        *until = (*until).max(Instant::now() + background_limit(timeout));
+    }
+}
 
 impl Drop for Background {
     fn drop(&mut self) {
@@ -204,6 +218,10 @@ impl Home<'_> {
 /// from a seed that hangs once connected.
 const BACKGROUND_CONNECT_TIMEOUTS: u32 = 10;
 const BACKGROUND_CONNECT_MIN: Duration = Duration::from_secs(2);
+
+fn background_limit(timeout: Duration) -> Duration {
+    (timeout * BACKGROUND_CONNECT_TIMEOUTS).max(BACKGROUND_CONNECT_MIN)
+}
 
 #[derive(Default)]
 struct Guard {
@@ -863,7 +881,10 @@ impl Node {
         let fallback = || self.cluster_client(&self.known_primaries());
         let task = match home.take() {
             // Finished with an error while no request waited: old news, so try again.
-            Some(task) if !task.0.is_finished() => task,
+            Some(task) if !task.0.is_finished() => {
+                task.join(timeout);
+                task
+            }
             Some(mut task) => match (&mut task.0).await {
                 Ok(Ok(conn)) => return Ok(conn),
                 _ => self.start_cluster_connect(cluster, fallback(), timeout),
@@ -900,19 +921,29 @@ impl Node {
         timeout: Duration,
     ) -> Background {
         let cluster = cluster.clone();
-        let limit = (timeout * BACKGROUND_CONNECT_TIMEOUTS).max(BACKGROUND_CONNECT_MIN);
-        Background(tokio::spawn(async move {
+        let started = Instant::now();
+        let until = Arc::new(Mutex::new(started + background_limit(timeout)));
+        let limit = until.clone();
+        let task = tokio::spawn(async move {
             let connect = crate::node_cluster::connect(&cluster, fallback.as_ref());
-            tokio::time::timeout(limit, connect)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(redis::RedisError::from((
-                        redis::ErrorKind::Io,
-                        "cluster connect timed out",
-                        format!("after {limit:?}"),
-                    )))
-                })
-        }))
+            tokio::pin!(connect);
+            loop {
+                let at = *limit.lock().unwrap_or_else(|p| p.into_inner());
+                match tokio::time::timeout_at(at, &mut connect).await {
+                    Ok(connected) => return connected,
+                    // Pushed later meanwhile by a request that joined it.
+                    Err(_) if *limit.lock().unwrap_or_else(|p| p.into_inner()) > at => {}
+                    Err(_) => {
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "cluster connect timed out",
+                            format!("after {:?}", to_the_ms(at - started)),
+                        )));
+                    }
+                }
+            }
+        });
+        Background(task, until)
     }
 
     /// The connection `connection` would return without waiting, if there is one.

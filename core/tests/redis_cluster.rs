@@ -996,6 +996,61 @@ fn a_blocking_callers_slow_cluster_connect_is_joined_by_its_next_attempt() {
     ferrolock::runtime::block_on(check_joined(&cluster, &seed, started.elapsed(), lock));
 }
 
+/// A request that joins a connect started by one with a shorter node timeout waits for it as
+/// long as its own node timeout allows: the connect was cut at the starter's limit (10 of its
+/// node timeouts, 2 s at the least), and the patient request failed after 2 s, where it had
+/// connected on its own before connects were joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connect_joined_by_a_more_patient_request_goes_on_for_it() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        primaries: 1,
+        ..ClusterOptions::default()
+    });
+    let seed = ferrolock_testbed::Proxy::start(cluster.nodes[0].port());
+    // Two round trips to the seed: longer than the short request's background limit (2 s).
+    let delay = Duration::from_millis(600);
+    seed.set_delay(delay);
+    let m = manager(
+        &[format!("redis+cluster://127.0.0.1:{}", seed.port())],
+        opts()
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(10)),
+    );
+    let started = tokio::time::Instant::now();
+    let short = opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_millis(200))
+        .wait(Some(Duration::ZERO));
+    let e = m
+        .acquire_with("patient", &short)
+        .await
+        .expect_err("connected within 200 ms");
+    assert!(e.to_string().contains("timed out"), "{e}");
+    let patient = opts()
+        .ttl(Duration::from_secs(90))
+        .node_timeout(Duration::from_secs(10))
+        .wait(Some(Duration::ZERO));
+    let lock = m
+        .acquire_with("patient", &patient)
+        .await
+        .unwrap_or_else(|e| panic!("the patient request did not wait for the connect: {e}"));
+    assert!(
+        seed.chunks_read(ferrolock_testbed::Direction::Up) >= 2,
+        "the connect did not go through the delayed seed"
+    );
+    assert!(
+        started.elapsed() >= 4 * delay,
+        "connected in {:?}, faster than two round trips to the seed",
+        started.elapsed()
+    );
+    assert_eq!(
+        get(&cluster.nodes[0], "patient").as_deref(),
+        Some(lock.token())
+    );
+    assert!(lock.release().await.unwrap());
+}
+
 const SEED_DELAY: Duration = Duration::from_millis(300);
 
 /// Less than the two round trips to the seed (handshake, slot map) a connect needs.
