@@ -1,11 +1,11 @@
 -- Compare-and-delete: release only our own grant, then wake the waiter whose turn it is.
 -- Standalone (not prepended with queue.lua), with the queue keys of queue.lua:
--- KEYS[1] lock key, KEYS[2] the waiter queue, and, when the releasing client has seen
--- contention on the key, KEYS[3] the queue's leases and KEYS[4] its join times; the last key
--- (KEYS[3], or KEYS[5]) is this release's latch, `ferrolock:latch:{key}:<token>`. The
--- uncontended release sends three keys and pays one EXISTS for the queue; it then wakes the
--- first waiter without dropping lapsed ones first (the client sends all five from its next
--- release on).
+-- KEYS[1] lock key, KEYS[2] the waiter queue, KEYS[3] the queue's leases and KEYS[4] its join
+-- times; the last key (KEYS[5]) is this release's latch, `ferrolock:latch:{key}:<token>`.
+-- With nobody queued the queue costs one EXISTS. The client always sends the five: sent with
+-- the lock, the queue and the latch alone (when the releasing client had seen no contention
+-- lately), the release told the first waiter without dropping lapsed ones first, a crashed
+-- waiter heard it, and the live one behind it slept on its timer (found by a review).
 -- ARGV[1] our token; ARGV[2] the prefix of the waiters' own channels; ARGV[3] '1' = sharded
 -- pub/sub (SPUBLISH: the channel is in the key's slot); ARGV[4] the latch's PX in ms; with
 -- five keys, ARGV[5] the barging bound in ms, or 0: a head queued for less than that is not

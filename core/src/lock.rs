@@ -1102,7 +1102,7 @@ struct How {
     kind: Kind,
     ttl_ms: u64,
     timeout: Duration,
-    /// Plain: contention seen lately (the queue's lapsed waiters are dropped first).
+    /// Plain: contention seen lately (the release may be quiet).
     contended: bool,
     /// Plain, one node, a worker in a loop: the head's barging bound within which the
     /// release is quiet; 0: never quiet.
@@ -1114,9 +1114,8 @@ struct How {
 impl How {
     fn new(shared: &Shared, key: &str, opts: &LockOptions) -> How {
         let kind = Kind::of(opts);
-        // Plain: the queue whose first waiter is told, on its own channel; with contention
-        // seen lately, every queue key (the script drops lapsed waiters before it wakes the
-        // first), otherwise the queue alone (see release.lua).
+        // Plain: the queue whose first waiter is told, on its own channel, once the waiters
+        // whose lease ended are dropped (see release.lua).
         // A worker in a loop on the key (one node) releases quietly while the first waiter is
         // within its barging bound: bound 0 means never quiet.
         let (contended, streak) = if kind.counted() {

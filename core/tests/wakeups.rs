@@ -1133,3 +1133,78 @@ async fn the_next_waiter_is_told_when_the_head_leaves_a_free_lock() {
         assert!(lock.release().await.unwrap());
     }
 }
+
+/// A waiter queued behind a crashed one whose lease has ended is told of the next release,
+/// also by a holder that saw no contention lately (its first attempt was a plain `SET NX`, or
+/// it held the lock for longer than the contention memory). Before, such a release sent the
+/// short form of `release.lua`, which told the first waiter in the queue without dropping the
+/// lapsed ones first: the crashed waiter heard it, and the live one slept on its timer (found
+/// by a review). The waiter's own attempts, made while the lock is held, leave the lapsed
+/// entry where it is.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_release_wakes_the_live_waiter_behind_a_crashed_head_whose_lease_ended() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "crashed-head";
+    let holder = manager(&[server.url()], slow_poll(LONG));
+    let held = holder.acquire(key).await.unwrap();
+    // A waiter that queued and then crashed: first in line, its lease over a second ago.
+    let now_ms = server_ms(&server);
+    let (q, l, s) = (
+        ferrolock::queue_key(key),
+        ferrolock::queue_lease_key(key),
+        ferrolock::queue_since_key(key),
+    );
+    server.cmd::<i64>(&["ZADD", &q, "1", "crashed-waiter"]);
+    server.cmd::<i64>(&["ZADD", &l, &(now_ms - 1_000).to_string(), "crashed-waiter"]);
+    server.cmd::<i64>(&["ZADD", &s, &(now_ms - 60_000).to_string(), "crashed-waiter"]);
+    for k in [&q, &l, &s] {
+        server.cmd::<i64>(&["PEXPIRE", k, "60000"]);
+    }
+    let waiter_m = manager(&[server.url()], slow_poll(LONG));
+    // Warm: the connection is open (connect + script preload).
+    assert!(waiter_m.try_acquire(key).await.is_err());
+    let base = waiter_m.round_trips()[0];
+    let w = waiter_m.clone();
+    let waiter = tokio::spawn(async move { w.acquire(key).await });
+    wait_for_subscribers(&server, &ferrolock::release_channel(key), 1).await;
+    // Its first attempt, the re-check once subscribed (which queues it) and the one when its
+    // barging bound ends: after these it sleeps on its timer, and only a push can wake it.
+    wait_until("the waiter's first attempt and two re-checks", || {
+        waiter_m.round_trips()[0] >= base + 3
+    })
+    .await;
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(waiter_m.round_trips()[0], base + 3, "then quiet");
+    assert_eq!(
+        server.cmd::<i64>(&["ZCARD", &q]),
+        2,
+        "queued behind the crashed one"
+    );
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["ZRANGE", &q, "0", "0"]),
+        ["crashed-waiter"],
+        "the crashed waiter is still first in line"
+    );
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    // A failure bound: the waiter's timer is 30 s or more, the holder's PTTL 60 s.
+    let lock = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the live waiter was not told of the release ({:?} ago): its timer is {LONG:?} \
+                 ± 50 %",
+                released.elapsed()
+            )
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(get(&server, key).as_deref(), Some(lock.token()));
+    assert_eq!(
+        server.cmd::<Option<i64>>(&["ZSCORE", &q, "crashed-waiter"]),
+        None,
+        "pruned"
+    );
+}

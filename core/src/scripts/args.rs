@@ -272,8 +272,7 @@ impl<'a> Dequeue<'a> {
 pub struct Release<'a> {
     pub key: &'a str,
     pub token: &'a str,
-    /// Contention seen lately: the queue's leases and join times go along (KEYS[3..4]), so
-    /// lapsed waiters are dropped first.
+    /// Contention seen lately: the release may be quiet (`quiet_bound_ms`).
     pub contended: bool,
     /// With `contended`: the head's barging bound within which the release is quiet; 0:
     /// never quiet.
@@ -296,24 +295,22 @@ impl Release<'_> {
         let (queue, prefix) = (Tagged::queue(key), Tagged::waiter_channel_prefix(key));
         let (leases, since) = (Tagged::queue_leases(key), Tagged::queue_since(key));
         let latch = Tagged::latch(key, token);
-        let names = queue.len() + prefix.len() + latch.len() + 20;
-        let mut cmd = if self.contended {
-            let bytes = key.len() + names + leases.len() + since.len() + token.len() + 20;
-            let mut cmd = evalsha(&RELEASE, 5, 10, bytes + 1);
-            cmd.arg(key).arg(queue).arg(leases).arg(since).arg(latch);
-            cmd
-        } else {
-            let mut cmd = evalsha(&RELEASE, 3, 7, key.len() + names + token.len() + 1);
-            cmd.arg(key).arg(queue).arg(latch);
-            cmd
-        };
+        // Every queue key, contended or not: the script drops the waiters whose lease ended
+        // before it tells the first one. A holder that saw no contention lately (its first
+        // attempt a plain SET NX, or its hold longer than the contention memory) told a
+        // crashed head, and the live waiter behind it slept on its timer.
+        let names = queue.len() + prefix.len() + latch.len() + leases.len() + since.len() + 40;
+        let mut cmd = evalsha(&RELEASE, 5, 10, key.len() + names + token.len() + 21);
+        cmd.arg(key).arg(queue).arg(leases).arg(since).arg(latch);
         cmd.arg(token)
             .arg(prefix)
             .arg(flag(sharded))
-            .arg(self.latch_px_ms);
-        if self.contended {
-            cmd.arg(self.quiet_bound_ms);
-        }
+            .arg(self.latch_px_ms)
+            .arg(if self.contended {
+                self.quiet_bound_ms
+            } else {
+                0
+            });
         cmd
     }
 }
