@@ -1208,3 +1208,69 @@ async fn a_release_wakes_the_live_waiter_behind_a_crashed_head_whose_lease_ended
         "pruned"
     );
 }
+
+/// A process's waiter that takes the turn from a neighbour that got the lock re-checks when
+/// that lock would expire: a lock that lapses (its holder stalled past its ttl, watchdog off)
+/// publishes nothing, and a waiter in another process re-checks at the PTTL its busy answer
+/// gave. Before, the new head knew only the PTTL of its own last answer (the previous
+/// holder's) and slept on that or its timer, long after the lock had lapsed (found by a
+/// review).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_behind_a_neighbour_whose_lock_lapses_re_checks_at_its_expiry() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let key = "neighbour-lapses";
+    let o = slow_poll(LONG);
+    let holder = manager(&[server.url()], o.clone());
+    let m = manager(&[server.url()], o.clone());
+    let held = holder.acquire(key).await.unwrap();
+    let short = o.clone().ttl(ms(1_500));
+    let first = {
+        let m = m.clone();
+        tokio::spawn(async move { m.acquire_with(key, &short).await })
+    };
+    wait_until("the first waiter is queued", || {
+        server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(key)]) == 1
+    })
+    .await;
+    let base = m.round_trips()[0];
+    let second = {
+        let m = m.clone();
+        tokio::spawn(async move { m.acquire(key).await })
+    };
+    // Its first attempt (busy: the PTTL of the holder's 60 s ttl): then it waits its turn.
+    wait_until("the second waiter's first attempt", || {
+        m.round_trips()[0] > base
+    })
+    .await;
+    tokio::time::sleep(ms(100)).await;
+    assert!(!second.is_finished());
+    let released = Instant::now();
+    assert!(held.release().await.unwrap());
+    // Kept, never released: it lapses at its ttl (1.5 s), and nothing is published.
+    let lapsing = tokio::time::timeout(Duration::from_secs(10), first)
+        .await
+        .expect("the first waiter was never told")
+        .unwrap()
+        .unwrap();
+    // A failure bound: the second waiter's timer is 30 s or more, the holder's PTTL 60 s.
+    let lock = tokio::time::timeout(Duration::from_secs(10), second)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "the second waiter did not re-check when its neighbour's lock lapsed (released \
+                 to it {:?} ago, with a 1.5 s ttl; its timer is {LONG:?} ± 50 %)",
+                released.elapsed()
+            )
+        })
+        .unwrap()
+        .unwrap();
+    // The first lock was set after `released` (a little slack for the server's ms clock).
+    let took = released.elapsed();
+    assert!(
+        took >= ms(1_495),
+        "granted before the first lock lapsed: {took:?}"
+    );
+    assert_eq!(get(&server, key).as_deref(), Some(lock.token()));
+    drop(lapsing);
+}

@@ -169,7 +169,7 @@ async fn acquire_loop(
                 outcome.fence
             };
             if let Some(t) = ticket.as_mut() {
-                t.granted(outcome.tally.yes() == n);
+                t.granted(outcome.tally.yes() == n, Some(outcome.started + opts.ttl));
             }
             if let Some(h) = plan.holder {
                 shared.owners.granted(key, h, fence);
@@ -314,6 +314,12 @@ async fn acquire_loop(
                 };
                 if turn.attempt_now {
                     continue;
+                }
+                if let Some(lapses) = turn.lapses {
+                    // The lock is ours (the previous head's): our last busy answer's hint was
+                    // another holder's. Ours publishes nothing if it lapses; a waiter in another
+                    // process re-checks then, at the PTTL its busy answer gave.
+                    hint = Some(lapses.saturating_duration_since(Instant::now()));
                 }
                 // A new head (or a new queue, whose subscription is confirmed on every
                 // node at once): no attempt of its own has seen the lock since.

@@ -26,7 +26,8 @@
 //!   is in flight (on a node that did not grant it) makes it attempt once more instead of
 //!   sleeping through it.
 //! - When the head leaves with the lock, the next waiter becomes head and waits for the next
-//!   wake-up (the lock is ours now: attempting would be wasted). When the head leaves without it
+//!   wake-up (the lock is ours now: attempting would be wasted), or until that lock lapses
+//!   (which publishes nothing). When the head leaves without it
 //!   (cancelled, out of time, error), the next one attempts at once: the wake-up the leaver may
 //!   have consumed is not lost.
 //! - Dropping a waiting future drops its `Ticket`: it leaves the queue, hands the turn on, and
@@ -231,6 +232,9 @@ pub(crate) struct Turn {
     pub attempt_now: bool,
     /// The epochs when the turn was handed over: a wake-up is a later epoch on any node.
     pub seen: Epochs,
+    /// When the lock the previous head got lapses unless released or renewed: a lock that
+    /// lapses publishes nothing, so the new head re-checks then.
+    pub lapses: Option<tokio::time::Instant>,
 }
 
 impl KeyQueue {
@@ -376,6 +380,7 @@ impl Waiters {
                     Turn {
                         attempt_now: false,
                         seen: kq.epochs(),
+                        lapses: None,
                     }
                 } else {
                     // Lingering: subscribed already.
@@ -384,6 +389,7 @@ impl Waiters {
                     Turn {
                         attempt_now: true,
                         seen: kq.epochs(),
+                        lapses: None,
                     }
                 };
                 tx.send_replace(Some(turn));
@@ -413,6 +419,7 @@ impl Waiters {
             id,
             turn: rx,
             granted: None,
+            lapses: None,
         }
     }
 
@@ -434,6 +441,7 @@ impl Waiters {
                 next.send_replace(Some(Turn {
                     attempt_now: ticket.granted.is_none() || kq.role == Role::Reader,
                     seen: kq.epochs(),
+                    lapses: ticket.lapses,
                 }));
             }
         }
@@ -592,6 +600,8 @@ pub(crate) struct Ticket {
     /// Set when this waiter got the lock: `Some(true)` when every node granted (so the
     /// server queue no longer holds our id anywhere).
     granted: Option<bool>,
+    /// When the lock it got lapses, unless released or renewed before.
+    lapses: Option<tokio::time::Instant>,
 }
 
 impl Ticket {
@@ -610,6 +620,7 @@ impl Ticket {
                 return Turn {
                     attempt_now: true,
                     seen: self.epochs(),
+                    lapses: None,
                 };
             }
         }
@@ -667,8 +678,10 @@ impl Ticket {
         }
     }
 
-    pub fn granted(&mut self, everywhere: bool) {
+    /// This waiter got the lock, which lapses at `lapses` unless released or renewed.
+    pub fn granted(&mut self, everywhere: bool, lapses: Option<tokio::time::Instant>) {
         self.granted = Some(everywhere);
+        self.lapses = lapses;
     }
 }
 
