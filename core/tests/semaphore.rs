@@ -1208,3 +1208,77 @@ async fn an_acquire_cancelled_during_the_primary_check_gives_its_permits_back() 
     let again = m.semaphore_with(name, 1, 1, &o).await.unwrap();
     assert!(again.release().await.unwrap());
 }
+
+/// Two waiters of one manager share its place in the queue and are both woken by the release
+/// of the only permit: the first to land is granted (which takes the place out), the other is
+/// refused (which queues the place again). Cancelled then, that waiter takes the place with
+/// it. Before, the grant had marked the place gone, so the cancel left it first in line for a
+/// whole queue lease, and every other manager's acquire waited for it with the permit free
+/// (found by a review).
+#[tokio::test]
+async fn a_waiter_cancelled_after_its_neighbours_grant_leaves_no_queue_place() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let name = "sem:neighbour-granted";
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<i64>(&["ZCARD", &queue]);
+    let long = Duration::from_secs(60);
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 1, 1, &opts().ttl(long))
+        .await
+        .unwrap();
+    let m = manager(&[server.url()], opts());
+    let o = opts().retry_delay(long).ttl(long);
+    let mut waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let (m, o) = (m.clone(), o.clone());
+            tokio::spawn(async move { m.semaphore_with(name, 1, 1, &o).await })
+        })
+        .collect();
+    let end = Instant::now() + Duration::from_secs(30);
+    while queued() != 1 {
+        assert!(Instant::now() < end, "the waiters never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    tokio::time::sleep(ms(300)).await;
+    assert!(waiters.iter().all(|w| !w.is_finished()));
+    assert!(holder.release().await.unwrap());
+    let end = Instant::now() + Duration::from_secs(30);
+    let granted = loop {
+        if let Some(i) = waiters.iter().position(|w| w.is_finished()) {
+            break waiters.remove(i).await.unwrap().unwrap();
+        }
+        assert!(Instant::now() < end, "neither waiter was granted");
+        tokio::time::sleep(ms(10)).await;
+    };
+    let refused = waiters.remove(0);
+    // The fault: the other's refusal, after the grant, queued the place again.
+    let end = Instant::now() + Duration::from_secs(30);
+    while queued() != 1 {
+        assert!(
+            Instant::now() < end,
+            "the other waiter's refusal never queued the place"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(!refused.is_finished());
+    refused.abort();
+    assert!(refused.await.unwrap_err().is_cancelled());
+    let end = Instant::now() + Duration::from_secs(10);
+    while queued() != 0 {
+        assert!(
+            Instant::now() < end,
+            "the cancelled waiter's queue place is still there ({} queued)",
+            queued()
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    assert!(granted.release().await.unwrap());
+    let other = manager(&[server.url()], opts());
+    let lock = other
+        .semaphore_with(name, 1, 1, &opts().wait(Some(Duration::ZERO)))
+        .await
+        .expect("a free permit with nobody waiting");
+    assert!(lock.release().await.unwrap());
+}

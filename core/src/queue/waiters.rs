@@ -447,9 +447,12 @@ impl Waiters {
         }
         if let Some(everywhere) = ticket.granted {
             // Our entry was consumed by the grant: the next local waiter queues again, at the
-            // back. With N nodes, nodes that did not grant may still hold it.
+            // back. With N nodes, nodes that did not grant may still hold it. A semaphore's
+            // other waiters attempt beside the head, with the same id: one refused after this
+            // grant queued it again, so it is gone only when nobody else here waits (taken for
+            // gone, a waiter cancelled next left it first in line for a lease).
             q.score = None;
-            if everywhere {
+            if everywhere && q.waiters.is_empty() {
                 q.dirty = false;
             }
         }
