@@ -586,6 +586,27 @@ impl Node {
         }
     }
 
+    /// How long the restart guard still holds back this node's vote on `key` (its own window,
+    /// or on a cluster that of `key`'s slot); None when it counts now. Nothing is published
+    /// when a window ends: a waiter held back re-checks then.
+    pub(crate) fn guard_left(&self, key: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let window = self.guard_window.get();
+        let own = {
+            let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
+            g.hold.map(|h| h.until(window))
+        };
+        let slot = self.guards_slots().then(|| {
+            let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
+            slots.held_until(key_slot(key), now, window)
+        });
+        own.into_iter()
+            .chain(slot.flatten())
+            .max()
+            .filter(|&until| until > now)
+            .map(|until| until - now)
+    }
+
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
         let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());

@@ -194,6 +194,13 @@ async fn acquire_loop(
                     &e,
                 ));
             }
+            // Held back by the restart guard: its window's end publishes nothing.
+            Err(e @ NodeError::Guarded(_)) => (
+                Some(shared.cluster.nodes[0].guard_left(name).unwrap_or_default()),
+                Some(e),
+                false,
+                false,
+            ),
             Err(e) => (None, Some(e), false, false),
         };
         unreachable_streak = match &failed {

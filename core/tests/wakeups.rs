@@ -1274,3 +1274,51 @@ async fn a_waiter_behind_a_neighbour_whose_lock_lapses_re_checks_at_its_expiry()
     assert_eq!(get(&server, key).as_deref(), Some(lock.token()));
     drop(lapsing);
 }
+
+/// A waiter whose node is held back by the restart guard (it restarted, or started, within
+/// the window) re-checks when the guard lets the node vote again, a lock's waiter as a
+/// semaphore's: nothing is published then, and its retry delay may be far longer than the
+/// window. Before, its held-back attempts gave no re-check time, and it slept on its timer
+/// (found by a review).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_waiter_held_back_by_the_restart_guard_re_checks_when_the_window_ends() {
+    let _serial = serial();
+    for semaphore in [false, true] {
+        let server = RedisServer::start();
+        let window = Duration::from_secs(5);
+        let m = LockManager::new(
+            ferrolock::ManagerOptions::new()
+                .nodes([server.url()])
+                .restart_guard(window)
+                .lock(slow_poll(LONG)),
+        )
+        .unwrap();
+        // The fault: a fresh server, up for less than the window (read in whole seconds).
+        let up = info_number(&server, "server", "uptime_in_seconds");
+        assert!(
+            up + 2 <= window.as_secs(),
+            "the server has been up {up} s already"
+        );
+        let started = Instant::now();
+        let key = "guarded-wait";
+        let acquire = async {
+            if semaphore {
+                m.semaphore_with(key, 1, 1, &slow_poll(LONG)).await
+            } else {
+                m.acquire(key).await
+            }
+        };
+        // A failure bound: the window ends within 6 s; the waiter's timer is 30 s or more.
+        let lock = tokio::time::timeout(Duration::from_secs(20), acquire)
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "semaphore {semaphore}: not acquired {:?} after the start, past the \
+                     {window:?} window: its timer is {LONG:?} ± 50 %",
+                    started.elapsed()
+                )
+            })
+            .unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+}

@@ -215,7 +215,9 @@ async fn acquire_loop(
         // "now", which would retry at once, in a loop, for as long as the cause lasts.
         let mut hint = match spoiled {
             Some(Spoiled::FenceFailed(_)) => None,
-            _ => wake_hint(&tally, &outcome.hints),
+            _ => wake_hint(&tally, &outcome.hints, |i| {
+                shared.cluster.nodes[i].guard_left(key)
+            }),
         };
         // A migrating slot never ends the acquire (`redis_error` passes it): soon again.
         if tally.migrating() {

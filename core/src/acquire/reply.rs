@@ -9,8 +9,9 @@ use crate::node::NodeError;
 use crate::quorum::{Answer, Tally};
 
 /// When a re-check is first worth it: the time after which a quorum of nodes could grant,
-/// from each node's answer (a grant: now; busy: the PTTL or queue lease it returned; no
-/// answer, or a key without TTL: unknown).
+/// from each node's answer (a grant: now; busy: the PTTL or queue lease it returned; held
+/// back by the restart guard: when its window ends; no answer, or a key without TTL:
+/// unknown).
 /// A busy answer with no re-check hint (a failed plain SET NX on a key with a TTL).
 pub(super) const NO_HINT: i64 = -3;
 
@@ -19,14 +20,25 @@ pub(super) fn without_ttl(hints: &[Option<i64>]) -> usize {
     hints.iter().filter(|h| **h == Some(-1)).count()
 }
 
-pub(super) fn wake_hint(tally: &Tally, hints: &[Option<i64>]) -> Option<Duration> {
+/// `guard_left(i)`: how long the restart guard still holds back node `i`'s vote.
+pub(super) fn wake_hint(
+    tally: &Tally,
+    hints: &[Option<i64>],
+    guard_left: impl Fn(usize) -> Option<Duration>,
+) -> Option<Duration> {
     let mut at: Vec<u64> = tally
         .answers
         .iter()
         .zip(hints)
-        .map(|(a, h)| match a {
+        .enumerate()
+        .map(|(i, (a, h))| match a {
             Answer::Yes(_) => 0,
             Answer::No => h.filter(|&h| h >= 0).map_or(u64::MAX, |h| h as u64),
+            // Held back by the restart guard (the request was not sent): it may grant once its
+            // window ends, which nothing publishes.
+            Answer::Failed(NodeError::Guarded(_)) => {
+                guard_left(i).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }
             _ => u64::MAX,
         })
         .collect();
