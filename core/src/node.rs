@@ -592,10 +592,7 @@ impl Node {
     pub(crate) fn guard_left(&self, key: &str) -> Option<Duration> {
         let now = Instant::now();
         let window = self.guard_window.get();
-        let own = {
-            let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
-            g.hold.map(|h| h.until(window))
-        };
+        let own = self.guard_until();
         let slot = self.guards_slots().then(|| {
             let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
             slots.held_until(key_slot(key), now, window)
@@ -609,17 +606,21 @@ impl Node {
 
     /// Err while the restart guard holds this node's vote back.
     fn guarded(&self) -> Result<(), NodeError> {
-        let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
-        let window = self.guard_window.get();
-        match g.hold.map(|h| h.until(window)) {
+        match self.guard_until() {
             Some(until) if Instant::now() < until => Err(NodeError::Guarded(format!(
                 "started or restarted within the restart guard's window of {:?} (the longest \
                  ttl asked for, unless restart_guard is set): its vote counts in {:?}",
-                to_the_ms(window),
+                to_the_ms(self.guard_window.get()),
                 to_the_ms(until - Instant::now())
             ))),
             _ => Ok(()),
         }
+    }
+
+    /// When the restart guard's hold on this node's own vote ends, if it has one.
+    fn guard_until(&self) -> Option<Instant> {
+        let g = self.local().guard.lock().unwrap_or_else(|p| p.into_inner());
+        g.hold.map(|h| h.until(self.guard_window.get()))
     }
 
     pub(crate) fn name(&self) -> &str {

@@ -463,6 +463,7 @@ impl Manager {
             exit::wait_until(until, || closing.load(Ordering::Acquire) != pid);
             return;
         }
+        // Again: in a child forked after its parent's claim, the claim above failed.
         closing.store(pid, Ordering::Release);
         let _done = Closed(closing);
         // The waits see the flag and end; their undos and dequeues are counted background
