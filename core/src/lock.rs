@@ -36,34 +36,42 @@ pub enum LockStatus {
     Lost(LossReason),
 }
 
-/// Why a held lock was lost.
+/// Why a held lock was lost. `what` is what its messages call the key: `lock`, or
+/// `semaphore` for a semaphore's permits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
     /// Our token is gone from a majority of nodes: the key was deleted, expired, or another
     /// owner now holds it.
     TokenGone {
+        what: &'static str,
         key: String,
         missing_on: usize,
         nodes: usize,
     },
     /// Renewals could not reach a quorum before the validity would end.
-    QuorumUnreachable { key: String, detail: String },
+    QuorumUnreachable {
+        what: &'static str,
+        key: String,
+        detail: String,
+    },
     /// A quorum confirmed, but too late to count (renewal slower than the validity).
-    RenewalTooSlow { key: String },
+    RenewalTooSlow { what: &'static str, key: String },
     /// `max_hold` was reached; the watchdog stopped renewing.
     MaxHold {
+        what: &'static str,
         key: String,
         max_hold: std::time::Duration,
     },
     /// The watchdog is off for this lock and its ttl is about to run out.
     Expiring {
+        what: &'static str,
         key: String,
         ttl: std::time::Duration,
     },
     /// Its manager's `release_all` or `close` released it while its holder had not: the
     /// holder's work is no longer protected, and is told so like any other loss.
-    ReleasedByManager { key: String },
+    ReleasedByManager { what: &'static str, key: String },
 }
 
 impl LossReason {
@@ -84,41 +92,46 @@ impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             LossReason::TokenGone {
+                what,
                 key,
                 missing_on,
                 nodes,
             } => write!(
                 f,
-                "lock {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)"
+                "{what} {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)"
             ),
-            LossReason::QuorumUnreachable { key, detail } => {
+            LossReason::QuorumUnreachable { what, key, detail } => {
                 write!(
                     f,
-                    "lock {key:?} lost: renewal could not reach a quorum in time to keep it: {detail}"
+                    "{what} {key:?} lost: renewal could not reach a quorum in time to keep it: {detail}"
                 )
             }
-            LossReason::RenewalTooSlow { key } => {
+            LossReason::RenewalTooSlow { what, key } => {
                 write!(
                     f,
-                    "lock {key:?} lost: renewal confirmed only after the validity had ended"
+                    "{what} {key:?} lost: renewal confirmed only after the validity had ended"
                 )
             }
-            LossReason::Expiring { key, ttl } => {
+            LossReason::Expiring { what, key, ttl } => {
                 write!(
                     f,
-                    "lock {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off"
+                    "{what} {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off"
                 )
             }
-            LossReason::MaxHold { key, max_hold } => {
+            LossReason::MaxHold {
+                what,
+                key,
+                max_hold,
+            } => {
                 write!(
                     f,
-                    "lock {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing"
+                    "{what} {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing"
                 )
             }
-            LossReason::ReleasedByManager { key } => {
+            LossReason::ReleasedByManager { what, key } => {
                 write!(
                     f,
-                    "lock {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
+                    "{what} {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
                 )
             }
         }
@@ -192,6 +205,11 @@ pub(crate) struct LockInner {
 }
 
 impl LockInner {
+    /// What its messages call its key (see `LossReason`).
+    pub fn what(&self) -> &'static str {
+        Kind::of(&self.opts).noun()
+    }
+
     pub fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -228,7 +246,8 @@ impl LockInner {
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(reason)));
                 if let Err(payload) = called {
                     tracing::error!(
-                        "lock {:?}: an on_lost callback panicked: {}",
+                        "{} {:?}: an on_lost callback panicked: {}",
+                        self.what(),
                         self.key,
                         crate::error::panic_text(&*payload)
                     );
@@ -253,6 +272,7 @@ impl LockInner {
             .last_failure
             .clone()
             .unwrap_or_else(|| LossReason::Expiring {
+                what: self.what(),
                 key: self.key.clone(),
                 ttl: s.ttl,
             });
@@ -399,7 +419,7 @@ pub(crate) fn check_lease(opts: &LockOptions, what: impl FnOnce() -> String) -> 
 }
 
 /// Why an extend cannot go on: the lock was lost (the reason) or released.
-fn not_held(s: &State, key: &str) -> Option<Error> {
+fn not_held(s: &State, what: &str, key: &str) -> Option<Error> {
     match &s.status {
         LockStatus::Held => None,
         LockStatus::Lost(reason) => Some(Error::new(
@@ -408,17 +428,17 @@ fn not_held(s: &State, key: &str) -> Option<Error> {
         )),
         _ => Some(Error::new(
             ErrorKind::NotHeld,
-            format!("lock {key:?} cannot be extended: it was released"),
+            format!("{what} {key:?} cannot be extended: it was released"),
         )),
     }
 }
 
 /// The error every call on an inherited handle returns (see `LockInner::inherited`).
-fn inherited_error(key: &str, pid: u32) -> Error {
+fn inherited_error(what: &str, key: &str, pid: u32) -> Error {
     Error::new(
         ErrorKind::NotHeld,
         format!(
-            "lock {key:?} belongs to process {pid}, which acquired it; a forked child cannot \
+            "{what} {key:?} belongs to process {pid}, which acquired it; a forked child cannot \
              use, extend or release its parent's locks"
         ),
     )
@@ -505,6 +525,11 @@ impl Lock {
         &self.inner.key
     }
 
+    /// What its messages call its key: `lock`, or `semaphore` for a semaphore's permits.
+    pub(crate) fn what(&self) -> &'static str {
+        self.inner.what()
+    }
+
     /// Held, and no release begun (by this handle or another of the same grant): what its
     /// drop would release. False for an inherited handle.
     pub(crate) fn unreleased_and_held(&self) -> bool {
@@ -544,6 +569,7 @@ impl Lock {
             self.inner.finish_locked(
                 s,
                 LockStatus::Lost(LossReason::ReleasedByManager {
+                    what: self.inner.what(),
                     key: self.inner.key.clone(),
                 }),
             );
@@ -597,18 +623,19 @@ impl Lock {
     pub fn check(&self) -> Result<()> {
         let key = &self.inner.key;
         let Some(s) = self.state() else {
-            return Err(inherited_error(key, self.inner.pid));
+            return Err(inherited_error(self.inner.what(), key, self.inner.pid));
         };
         match &s.status {
             LockStatus::Lost(reason) => Err(Error::new(ErrorKind::LockLost, reason.to_string())),
             LockStatus::Released => Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("lock {key:?} was released"),
+                format!("{} {key:?} was released", self.inner.what()),
             )),
             LockStatus::Held if Instant::now() >= s.deadline => Err(Error::new(
                 ErrorKind::LockLost,
                 format!(
-                    "lock {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)",
+                    "{} {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)",
+                    self.inner.what(),
                     s.ttl
                 ),
             )),
@@ -720,20 +747,21 @@ impl Lock {
         if !self.inner.finish(LockStatus::Lost(reason.clone())) {
             return self.left_held();
         }
-        let key = &self.inner.key;
+        let (what, key) = (self.inner.what(), &self.inner.key);
         Error::new(
             ErrorKind::LockLost,
-            format!("lock {key:?} not extended: {reason}"),
+            format!("{what} {key:?} not extended: {reason}"),
         )
     }
 
     /// Why an extend failed on a lock that is no longer `Held`.
     fn left_held(&self) -> Error {
-        let key = &self.inner.key;
+        let (what, key) = (self.inner.what(), &self.inner.key);
         let s = self.inner.current();
         // Never `None`: a lock that left `Held` does not come back to it.
-        not_held(&s, key)
-            .unwrap_or_else(|| Error::new(ErrorKind::NotHeld, format!("lock {key:?} not extended")))
+        not_held(&s, what, key).unwrap_or_else(|| {
+            Error::new(ErrorKind::NotHeld, format!("{what} {key:?} not extended"))
+        })
     }
 
     /// As `extend`, with a lease of `ttl` from now on: the watchdog renews with it, and the
@@ -742,27 +770,27 @@ impl Lock {
     /// the longer expiry runs down (an extend that ran late, on another connection, must not
     /// cut a lease a later one set; and a reentrant key's other handles count on it).
     pub async fn extend_for(&self, ttl: Duration) -> Result<Duration> {
-        let key = &self.inner.key;
+        let (what, key) = (self.inner.what(), &self.inner.key);
         if self.inner.inherited() {
-            return Err(inherited_error(key, self.inner.pid));
+            return Err(inherited_error(self.inner.what(), key, self.inner.pid));
         }
         let opts = self.inner.opts.clone().ttl(ttl);
         opts.validate()?;
         // The lease the lock was granted with (or last extended to) was accepted as it is.
         if ttl != self.ttl() {
-            check_lease(&opts, || format!("to extend lock {key:?} to"))?;
+            check_lease(&opts, || format!("to extend {what} {key:?} to"))?;
         }
         let _op = self.inner.op.lock().await;
         crate::hooks::run(crate::hooks::Point::Extending, key);
         {
             let s = self.inner.current();
-            if let Some(refused) = not_held(&s, key) {
+            if let Some(refused) = not_held(&s, what, key) {
                 return Err(refused);
             }
             if Instant::now() >= s.deadline {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
-                    format!("lock {key:?} cannot be extended: its validity has already ended"),
+                    format!("{what} {key:?} cannot be extended: its validity has already ended"),
                 ));
             }
             if let Some(max) = self.inner.opts.max_extensions
@@ -773,7 +801,7 @@ impl Lock {
                 return Err(Error::new(
                     ErrorKind::InvalidArgument,
                     format!(
-                        "lock {key:?} cannot be extended: max_extensions={max} reached (it is \
+                        "{what} {key:?} cannot be extended: max_extensions={max} reached (it is \
                          still held until its validity ends or it is released)"
                     ),
                 ));
@@ -800,7 +828,10 @@ impl Lock {
                 // Confirmed, but only after the new validity: it has ended. (An old lease that
                 // was longer may still stand on the nodes, which never shorten; the handle does
                 // not count on it: lost, the safe side.)
-                Renewed::TooLate => Err(self.lose(LossReason::RenewalTooSlow { key: key.clone() })),
+                Renewed::TooLate => Err(self.lose(LossReason::RenewalTooSlow {
+                    what,
+                    key: key.clone(),
+                })),
             };
         }
         let nodes = &self.inner.shared.cluster.nodes;
@@ -808,6 +839,7 @@ impl Lock {
         if tally.no() > n - tally.quorum {
             // No retry can succeed: the lock is lost now, not at the next renewal.
             let reason = LossReason::TokenGone {
+                what,
                 key: key.clone(),
                 missing_on: tally.no(),
                 nodes: n,
@@ -823,7 +855,7 @@ impl Lock {
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
-                "lock {key:?} not extended, validity unchanged: quorum unreachable: {failures}"
+                "{what} {key:?} not extended, validity unchanged: quorum unreachable: {failures}"
             ),
         ))
     }
@@ -838,7 +870,11 @@ impl Lock {
     /// future is dropped still completes, in the background, with the requests already sent.
     pub async fn release(&self) -> Result<bool> {
         if self.inner.inherited() {
-            return Err(inherited_error(&self.inner.key, self.inner.pid));
+            return Err(inherited_error(
+                self.inner.what(),
+                &self.inner.key,
+                self.inner.pid,
+            ));
         }
         let inner = &self.inner;
         if inner.shared.cluster.nodes.len() > 1 && crate::runtime::driving_locally() {
@@ -955,7 +991,8 @@ where
                     .flatten()
                 {
                     tracing::warn!(
-                        "lock {:?}: release finished in the background: {}{}",
+                        "{} {:?}: release finished in the background: {}{}",
+                        inner.what(),
                         inner.key,
                         tally.describe_release(&shared.cluster.nodes),
                         shared.background_releases.left_out_note(left_out)
@@ -987,7 +1024,7 @@ impl LockInner {
             if s.released {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
-                    format!("lock {key:?} was already released"),
+                    format!("{} {key:?} was already released", self.what()),
                 ));
             }
             s.released = true;
@@ -1048,24 +1085,24 @@ impl LockInner {
 
     /// The outcome of a release, from what each node said (see `Lock::release`).
     fn release_result(&self, tally: &Tally) -> Result<bool> {
-        let (key, nodes) = (&self.key, &self.shared.cluster.nodes);
+        let (what, key, nodes) = (self.what(), &self.key, &self.shared.cluster.nodes);
         let n = tally.answers.len();
         if tally.won() {
             if tally.yes() < n {
-                tracing::info!("lock {key:?} released: {}", tally.describe_release(nodes));
+                tracing::info!("{what} {key:?} released: {}", tally.describe_release(nodes));
             }
             return Ok(true);
         }
         let described = tally.describe_release(nodes);
         if tally.no() > n - tally.quorum {
-            tracing::debug!("lock {key:?} was no longer ours: {described}");
+            tracing::debug!("{what} {key:?} was no longer ours: {described}");
             return Ok(false);
         }
         if let Some((i, e)) = tally.first_error_reply() {
             return Err(Error::new(
                 ErrorKind::Redis,
                 format!(
-                    "lock {key:?} not released on a quorum: node {} answered with an error: {}; {described}",
+                    "{what} {key:?} not released on a quorum: node {} answered with an error: {}; {described}",
                     nodes[i].name(),
                     e.detail()
                 ),
@@ -1074,7 +1111,7 @@ impl LockInner {
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
-                "lock {key:?} not released on a quorum (the nodes that did not answer keep it until its ttl): {described}"
+                "{what} {key:?} not released on a quorum (the nodes that did not answer keep it until its ttl): {described}"
             ),
         ))
     }
@@ -1377,6 +1414,7 @@ impl Watched for LockInner {
             if now >= end {
                 drop(s);
                 lock.finish(LockStatus::Lost(LossReason::MaxHold {
+                    what: lock.what(),
                     key: key.clone(),
                     max_hold,
                 }));
@@ -1387,9 +1425,13 @@ impl Watched for LockInner {
         if now >= lose_at {
             let reason = s.last_failure.clone().unwrap_or_else(|| {
                 if lock.opts.watchdog {
-                    LossReason::RenewalTooSlow { key: key.clone() }
+                    LossReason::RenewalTooSlow {
+                        what: lock.what(),
+                        key: key.clone(),
+                    }
                 } else {
                     LossReason::Expiring {
+                        what: lock.what(),
                         key: key.clone(),
                         ttl: s.ttl,
                     }
@@ -1494,6 +1536,7 @@ impl LockInner {
         if tally.no() > n - tally.quorum {
             // Our token is gone from too many nodes for any retry to succeed.
             lock.finish(LockStatus::Lost(LossReason::TokenGone {
+                what: lock.what(),
                 key,
                 missing_on: tally.no(),
                 nodes: n,
@@ -1501,9 +1544,13 @@ impl LockInner {
             return;
         }
         let failure = if tally.won() {
-            LossReason::RenewalTooSlow { key }
+            LossReason::RenewalTooSlow {
+                what: lock.what(),
+                key,
+            }
         } else {
             LossReason::QuorumUnreachable {
+                what: lock.what(),
                 key,
                 detail: tally.describe_renewal_failures(nodes),
             }

@@ -577,7 +577,7 @@ fn scope_end_lock_gone_at_release_raises_after_a_finished_body_and_logs_otherwis
         let lock = take(&m, "scope-gone");
         let _: i64 = server.cmd(&["DEL", lock.key()]);
         let end = scope::end_blocking(&lock, body);
-        let message = scope::gone_message(lock.key());
+        let message = scope::gone_message("lock", lock.key());
         if body == Body::Finished {
             assert!(raises(&end, ErrorKind::LockLost, false), "{end:?}");
         } else {

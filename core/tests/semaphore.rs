@@ -429,8 +429,45 @@ async fn the_watchdog_renews_permits_and_signals_a_loss() {
     let reason = tokio::time::timeout_at(deadline, lost)
         .await
         .expect("no loss signal before the deadline");
-    assert!(reason.is_some());
+    // Its messages name the semaphore, as its acquire's do (they said `lock "sem:renew"`).
+    let said = reason.expect("a loss reason").to_string();
+    assert!(
+        said.starts_with(&format!("semaphore {name:?} lost")),
+        "{said}"
+    );
     assert!(matches!(lock.status(), LockStatus::Lost(_)));
+    let e = lock.extend_for(ms(1_500)).await.unwrap_err();
+    assert!(
+        e.to_string().contains(&format!("semaphore {name:?} lost"))
+            && !e.to_string().contains("lock"),
+        "{e}"
+    );
+}
+
+/// A released permit handle's errors name the semaphore, not a lock.
+#[tokio::test]
+async fn a_released_permits_errors_name_the_semaphore() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:words";
+    let lock = m.semaphore_with(name, 1, 1, &opts()).await.unwrap();
+    assert!(lock.release().await.unwrap());
+    let again = lock.release().await.unwrap_err();
+    assert_eq!(
+        again.to_string(),
+        format!("semaphore {name:?} was already released")
+    );
+    let extend = lock.extend_for(ms(60_000)).await.unwrap_err();
+    assert_eq!(
+        extend.to_string(),
+        format!("semaphore {name:?} cannot be extended: it was released")
+    );
+    let check = lock.check().unwrap_err();
+    assert_eq!(
+        check.to_string(),
+        format!("semaphore {name:?} was released")
+    );
 }
 
 /// A waiter whose re-checks are far away (at the holder's lease end and its retry delay, both

@@ -48,6 +48,14 @@ impl Kind {
         }
     }
 
+    /// What messages call the key: a semaphore's name is not a lock's.
+    pub fn noun(self) -> &'static str {
+        match self {
+            Kind::Permits => "semaphore",
+            _ => "lock",
+        }
+    }
+
     /// Held per owner with a hold count: an owner re-enters, and a decrement (acquire's undo,
     /// a release) runs once under a latch (see `scripts::Latch`).
     pub fn counted(self) -> bool {

@@ -118,7 +118,8 @@ impl Lock {
         self.close_gate(false);
         out.unwrap_or_else(|| {
             Err(cancel::cancelled(format_args!(
-                "lock {:?}: waiting for the release (it completed anyway)",
+                "{} {:?}: waiting for the release (it completed anyway)",
+                self.core.what(),
                 self.key()
             )))
         })
@@ -141,7 +142,8 @@ impl Lock {
     ) -> Result<Duration> {
         cancel::block_on(self.extend(ttl), cancel, check).unwrap_or_else(|| {
             Err(cancel::cancelled(format_args!(
-                "lock {:?}: extend (the validity is unchanged)",
+                "{} {:?}: extend (the validity is unchanged)",
+                self.core.what(),
                 self.key()
             )))
         })
@@ -180,10 +182,12 @@ impl Lock {
             return;
         }
         tracing::warn!(
-            "lock {:?} is released because its handle was garbage-collected while the lock was held: \
-             the work it guards may still be running without it; keep a reference to the lock until \
-             you release it, or hold it for a scope (Python's with, Node's withLock, Go's WithLock)",
-            self.key()
+            "{what} {:?} is released because its handle was garbage-collected while the {what} was \
+             held: the work it guards may still be running without it; keep a reference to the \
+             {what} until you release it, or hold it for a scope (Python's with, Node's withLock, \
+             Go's WithLock)",
+            self.key(),
+            what = self.core.what()
         );
     }
 

@@ -139,7 +139,10 @@ mod tests {
     use super::*;
 
     fn reason() -> LossReason {
-        LossReason::RenewalTooSlow { key: "k".into() }
+        LossReason::RenewalTooSlow {
+            what: "lock",
+            key: "k".into(),
+        }
     }
 
     #[test]

@@ -60,9 +60,9 @@ pub enum ScopeEnd {
 }
 
 /// The message of a lock found gone when the scope released it.
-pub fn gone_message(key: &str) -> String {
+pub fn gone_message(what: &str, key: &str) -> String {
     format!(
-        "lock {key:?} lost: it was no longer held on a quorum when the scope ended (it expired, \
+        "{what} {key:?} lost: it was no longer held on a quorum when the scope ended (it expired, \
          as when the body outlives the ttl with the watchdog off, or a node lost it in a restart \
          or failover and another owner took it)"
     )
@@ -70,7 +70,13 @@ pub fn gone_message(key: &str) -> String {
 
 /// The decision table of the module doc. `lost` is the loss reason if the lock was lost
 /// (before or during the release).
-pub fn decide(key: &str, body: Body, lost: Option<String>, release: Release) -> ScopeEnd {
+pub fn decide(
+    what: &str,
+    key: &str,
+    body: Body,
+    lost: Option<String>,
+    release: Release,
+) -> ScopeEnd {
     if let Some(reason) = lost {
         return match body {
             Body::Interrupted => ScopeEnd::Clean,
@@ -88,10 +94,10 @@ pub fn decide(key: &str, body: Body, lost: Option<String>, release: Release) -> 
     match release {
         Release::Released | Release::Elsewhere => ScopeEnd::Clean,
         Release::WasGone if body_ok => ScopeEnd::Raise {
-            error: Error::new(ErrorKind::LockLost, gone_message(key)),
+            error: Error::new(ErrorKind::LockLost, gone_message(what, key)),
             chain: false,
         },
-        Release::WasGone => ScopeEnd::Log(gone_message(key)),
+        Release::WasGone => ScopeEnd::Log(gone_message(what, key)),
         Release::Failed(error) if body_ok => ScopeEnd::Raise {
             error,
             chain: false,
@@ -118,7 +124,7 @@ pub async fn end(lock: &Lock, body: Body) -> ScopeEnd {
         }
     };
     let lost = lock.loss_reason().map(|r| r.to_string());
-    decide(lock.key(), body, lost, release)
+    decide(lock.core().what(), lock.key(), body, lost, release)
 }
 
 /// [`end`] on the calling thread, which drives its own I/O. Not interruptible: the release
@@ -151,7 +157,7 @@ mod tests {
             failed(),
             Release::Elsewhere,
         ] {
-            let at = |body| decide("k", body, lost(), release.clone());
+            let at = |body| decide("lock", "k", body, lost(), release.clone());
             assert!(raise(ErrorKind::LockLost, false)(&at(Body::Finished)));
             assert!(raise(ErrorKind::LockLost, false)(&at(Body::StoppedByLoss)));
             assert!(raise(ErrorKind::LockLost, true)(&at(Body::Failed)));
@@ -167,23 +173,34 @@ mod tests {
             Body::Interrupted,
             Body::StoppedByLoss,
         ] {
-            assert_eq!(decide("k", body, None, Release::Released), ScopeEnd::Clean);
-            assert_eq!(decide("k", body, None, Release::Elsewhere), ScopeEnd::Clean);
+            assert_eq!(
+                decide("lock", "k", body, None, Release::Released),
+                ScopeEnd::Clean
+            );
+            assert_eq!(
+                decide("lock", "k", body, None, Release::Elsewhere),
+                ScopeEnd::Clean
+            );
         }
     }
 
     #[test]
     fn gone_at_release_raises_after_a_finished_body_and_logs_after_a_failed_one() {
-        let gone = |body| decide("k", body, None, Release::WasGone);
+        let gone = |body| decide("lock", "k", body, None, Release::WasGone);
         assert!(raise(ErrorKind::LockLost, false)(&gone(Body::Finished)));
-        assert_eq!(gone(Body::Failed), ScopeEnd::Log(gone_message("k")));
-        assert_eq!(gone(Body::Interrupted), ScopeEnd::Log(gone_message("k")));
-        assert!(gone_message("k").contains("no longer held on a quorum when the scope ended"));
+        assert_eq!(gone(Body::Failed), ScopeEnd::Log(gone_message("lock", "k")));
+        assert_eq!(
+            gone(Body::Interrupted),
+            ScopeEnd::Log(gone_message("lock", "k"))
+        );
+        assert!(
+            gone_message("lock", "k").contains("no longer held on a quorum when the scope ended")
+        );
     }
 
     #[test]
     fn a_failed_release_raises_after_a_finished_body_and_logs_after_a_failed_one() {
-        let at = |body| decide("k", body, None, failed());
+        let at = |body| decide("lock", "k", body, None, failed());
         assert!(raise(ErrorKind::QuorumUnreachable, false)(&at(
             Body::Finished
         )));
