@@ -125,7 +125,12 @@ fn a_cluster_connect_finished_before_the_threads_runtime_was_reaped_is_not_used_
     let before = connected_clients(node);
     let short = opts().node_timeout(ms(500)).wait(Some(Duration::ZERO));
     let e = block_on(m.acquire_with("reaped", &short)).expect_err("connected within 500 ms");
-    assert!(e.to_string().contains("timed out"), "{e}");
+    // The connect's own timeout, or the request's deadline if that fires first (a loaded
+    // host): either way no reply came in time.
+    assert!(
+        e.to_string().contains("timed out") || e.to_string().contains("no reply within"),
+        "{e}"
+    );
     // The thread is in another call while the connect goes on and finishes: the seed's
     // connection (the proxy's, through which the slot map was read) goes, and the primary's
     // own is open.

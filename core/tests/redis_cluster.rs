@@ -1026,7 +1026,12 @@ async fn a_cluster_connect_joined_by_a_more_patient_request_goes_on_for_it() {
         .acquire_with("patient", &short)
         .await
         .expect_err("connected within 200 ms");
-    assert!(e.to_string().contains("timed out"), "{e}");
+    // The connect's own timeout, or the request's deadline if that fires first (a loaded
+    // host): either way no reply came in time.
+    assert!(
+        e.to_string().contains("timed out") || e.to_string().contains("no reply within"),
+        "{e}"
+    );
     let patient = opts()
         .ttl(Duration::from_secs(90))
         .node_timeout(Duration::from_secs(10))
