@@ -126,6 +126,12 @@ impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Error::new(ErrorKind::InvalidArgument, message)
     }
+
+    /// This error as one of `what` (`"lock"`, `"semaphore"`) `key`: for checks that know
+    /// nothing of the key (`LockOptions::validate`) run on one call's options.
+    pub(crate) fn about(self, what: &str, key: &str) -> Self {
+        Error::new(self.kind, format!("{what} {key:?}: {}", self.message))
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -110,7 +110,7 @@ pub(crate) fn check_request(
              would order nothing; turn fencing off"
         )));
     }
-    opts.validate()?;
+    opts.validate().map_err(|e| e.about("semaphore", name))?;
     // The hold is renewed by the watchdog like a lock's: a lease it cannot keep is refused
     // alike (before, such a grant came back already lost).
     crate::lock::check_lease(opts, || format!("for semaphore {name:?}"))

@@ -68,6 +68,32 @@ async fn try_acquire_on_a_held_key_is_not_acquired_and_names_the_key() {
     assert!(err.message().contains("\"busy\""), "{err}");
 }
 
+/// A bad ttl given to one acquire, semaphore or extend is refused naming the key, as every
+/// other error of a lock does (the README's promise): "ttl 10ms is too short" alone left a
+/// caller with many keys to guess which call was wrong.
+#[tokio::test]
+async fn a_bad_ttl_of_one_acquire_or_extend_names_the_key() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let short = opts().ttl(ms(10));
+    let err = m.acquire_with("short-acquire", &short).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("\"short-acquire\""), "{err}");
+    let err = m
+        .semaphore_with("short-permit", 2, 1, &short)
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("\"short-permit\""), "{err}");
+    let lock = m.acquire("short-extend").await.unwrap();
+    let err = lock.extend_for(ms(10)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("\"short-extend\""), "{err}");
+    let err = lock.extend_for(Duration::ZERO).await.unwrap_err();
+    assert!(err.message().contains("\"short-extend\""), "{err}");
+    assert!(lock.is_held(), "a refused extend leaves the lock held");
+    lock.release().await.unwrap();
+}
 #[tokio::test]
 async fn wait_budget_is_respected_then_not_acquired() {
     let server = RedisServer::start();

@@ -14,7 +14,7 @@ pub fn check_request(key: &str, opts: &crate::LockOptions) -> Result<()> {
         return crate::semaphore::check_request(key, p.permits, p.count, opts);
     }
     check_key(key)?;
-    opts.validate()?;
+    opts.validate().map_err(|e| e.about("lock", key))?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))
 }
 
