@@ -27,7 +27,8 @@ type Option struct {
 // NUL-terminated strings, so one would be cut short there; it is refused instead.
 func Set(name string, value any) Option { return Option{name, value} }
 
-// Nodes are the Redis URLs: one node, or N for Redlock. Default: FERROLOCK_NODES.
+// Nodes are the Redis URLs: one node, or N for Redlock. Default: FERROLOCK_NODES, else
+// redis://127.0.0.1:6379.
 func Nodes(urls ...string) Option { return Set("nodes", strings.Join(urls, ",")) }
 
 // TTL is the lease on each node (at least 100ms); the watchdog renews it every TTL/3. A
