@@ -250,9 +250,9 @@ func (m *Manager) TryAcquire(ctx context.Context, key string, opts ...Option) (*
 // layout), waiting as Acquire does: any number of readers share key, no writer holds it
 // meanwhile. The Lock is the same as Acquire's (Lost, Extend, Release, renewal). A TTL above
 // 30 s is refused with ErrInvalidArgument (Redisson's read renewal lease), as is Fencing
-// (fence tokens go to writers only). With the Reentrant option inside a WithLock,
-// WithReadLock or WithWriteLock scope, the scope's owner re-enters either side and may read
-// under its own write lock (a downgrade).
+// (fence tokens go to writers only). With a ctx of a WithLock, WithReadLock or WithWriteLock
+// scope, with or without the Reentrant option, the scope's owner re-enters either side and
+// may read under its own write lock (a downgrade).
 func (m *Manager) AcquireRead(ctx context.Context, key string, opts ...Option) (*Lock, error) {
 	return m.acquire(ctx, "AcquireRead", key, readKind, opts)
 }
