@@ -775,12 +775,7 @@ impl Lock {
             return Err(inherited_error(self.inner.what(), key, self.inner.pid));
         }
         let opts = self.inner.opts.clone().ttl(ttl);
-        let noun = if opts.permits.is_some() {
-            "semaphore"
-        } else {
-            "lock"
-        };
-        opts.validate().map_err(|e| e.about(noun, key))?;
+        opts.validate().map_err(|e| e.about(what, key))?;
         // The lease the lock was granted with (or last extended to) was accepted as it is.
         if ttl != self.ttl() {
             check_lease(&opts, || format!("to extend {what} {key:?} to"))?;
