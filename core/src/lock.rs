@@ -852,6 +852,18 @@ impl Lock {
         drop(_op);
         self.inner.renew_now();
         let failures = tally.describe_renewal_failures(nodes);
+        // Nodes that answered with an error reply (an ACL denial, READONLY) are reachable: a
+        // Redis error naming the first, as an acquire and a release report it.
+        if let Some((i, e)) = tally.redis_error() {
+            return Err(Error::new(
+                ErrorKind::Redis,
+                format!(
+                    "lock {key:?} not extended, validity unchanged: node {} answered with an error: {}; {failures}",
+                    nodes[i].name(),
+                    e.detail()
+                ),
+            ));
+        }
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(

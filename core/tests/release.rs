@@ -463,6 +463,73 @@ async fn an_error_reply_is_a_redis_error_naming_the_node_and_its_reply() {
     assert!(lock.release().await.unwrap());
 }
 
+/// An extend that error replies kept from a quorum (an ACL that denies the script, a node
+/// turned read-only) fails as a Redis error naming the node and its reply, as an acquire and a
+/// release do: the nodes answered, so "quorum unreachable" sent the caller looking for a
+/// network fault. The validity stays as it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_refused_by_error_replies_is_a_redis_error_naming_the_node() {
+    let _serial = serial();
+    let o = opts()
+        .ttl(Duration::from_secs(30))
+        .node_timeout(ms(1_000))
+        .wait(Some(Duration::ZERO));
+
+    // Three nodes, two refuse the extend's script (the plain SET NX of the grant is allowed).
+    let ok = RedisServer::start();
+    let denied = no_script_server();
+    let denied2 = no_script_server();
+    let urls = vec![ok.url(), locker_url(&denied), locker_url(&denied2)];
+    let m = manager(&urls, o.clone());
+    let key = unique_key("nopermit-extend");
+    let lock = m.acquire(&key).await.unwrap();
+    let before = lock.deadline();
+    let err = lock
+        .extend()
+        .await
+        .expect_err("an extend refused on two nodes of three");
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    let msg = err.message();
+    assert!(
+        msg.contains(&format!(
+            "node {} answered with an error",
+            locker_name(&denied)
+        )),
+        "{err}"
+    );
+    assert!(msg.contains(&format!("{key:?}")), "{err}");
+    assert!(msg.to_uppercase().contains("NOPERM"), "{err}");
+    assert!(!msg.contains(SECRET), "{err}");
+    assert!(
+        lock.is_held() && lock.deadline() == before,
+        "validity unchanged"
+    );
+
+    // One node, turned read-only under the lock.
+    let mut master = RedisServer::start();
+    master.kill();
+    let node = RedisServer::start();
+    let m = manager(&[node.url()], o);
+    let key = unique_key("readonly-extend");
+    let lock = m.acquire(&key).await.unwrap();
+    let port = master.port().to_string();
+    let _: String = node.cmd(&["REPLICAOF", "127.0.0.1", &port]);
+    let err = lock
+        .extend()
+        .await
+        .expect_err("a READONLY extend is not an extend");
+    let _: String = node.cmd(&["REPLICAOF", "NO", "ONE"]);
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(err.message().to_uppercase().contains("READONLY"), "{err}");
+    assert!(
+        err.message()
+            .contains(&format!("node {} answered with an error", node.url())),
+        "{err}"
+    );
+    assert!(lock.is_held(), "validity unchanged");
+    assert!(lock.release().await.unwrap());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_read_only_replica_is_a_redis_error_not_a_lost_lock() {
     let _serial = serial();
