@@ -858,7 +858,7 @@ impl Lock {
             return Err(Error::new(
                 ErrorKind::Redis,
                 format!(
-                    "lock {key:?} not extended, validity unchanged: node {} answered with an error: {}; {failures}",
+                    "{what} {key:?} not extended, validity unchanged: node {} answered with an error: {}; {failures}",
                     nodes[i].name(),
                     e.detail()
                 ),
