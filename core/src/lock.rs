@@ -537,7 +537,8 @@ impl Lock {
             .is_some_and(|s| !s.released && matches!(s.status, LockStatus::Held))
     }
 
-    /// The value stored at the key: 128 random bits in hex, unique to this acquisition. For a
+    /// The value stored at the key, unique to this acquisition: the attempt's time in ms (12 hex
+    /// digits), `-`, and 80 random bits (20 hex digits; see `token.rs`). For a
     /// reentrant lock, the hash field `"<client uuid>:<owner id>"`, shared by the handles of
     /// one outermost acquisition and its re-entries.
     pub fn token(&self) -> &str {
@@ -618,8 +619,8 @@ impl Lock {
             .is_some_and(|s| s.status == LockStatus::Held && Instant::now() < s.deadline)
     }
 
-    /// `Ok` while held; `LockLost` (with the reason) once lost, `NotHeld` once released or
-    /// past the deadline, or in a forked child (the lock is its parent's).
+    /// `Ok` while held; `LockLost` (with the reason) once lost or past the deadline, `NotHeld`
+    /// once released, or in a forked child (the lock is its parent's).
     pub fn check(&self) -> Result<()> {
         let key = &self.inner.key;
         let Some(s) = self.state() else {

@@ -169,8 +169,8 @@ impl PyLock {
         Ok(self.locked() && is_current_owner(py, self.lock.owner())?)
     }
 
-    /// Returns None while held; raises `LockLost` (with the reason) once lost, `NotHeld`
-    /// once released or past its validity.
+    /// Returns None while held; raises `LockLost` (with the reason) once lost or past its
+    /// validity, `NotHeld` once released.
     fn check(&self, py: Python<'_>) -> PyResult<()> {
         self.core()
             .check()
