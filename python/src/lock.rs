@@ -1,5 +1,7 @@
 //! `ferrolock.Lock`: a held lock. Every method is a conversion around the core's `Lock`.
 
+use std::cell::RefCell;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ferrolock::host;
@@ -9,7 +11,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyDict;
 
 use crate::bridge;
-use crate::errors::to_py;
+use crate::errors::{invalid, to_py};
 
 /// A lock held on a quorum of nodes. Dropping the last reference while it is held releases it
 /// in the background, with a warning (keep the handle until you release it); `release()`
@@ -19,6 +21,52 @@ pub struct PyLock {
     /// The owner it carries is the thread or asyncio task that acquired it (see
     /// `ferrolock._owner`). A forked child's copy is inert (the host and the core see to it).
     pub(crate) lock: host::Lock,
+}
+
+thread_local! {
+    /// The locks (their core's address) this thread is inside a blocking `extend()` or
+    /// `release()` of, with the call's name. Python runs signal handlers on the waiting
+    /// thread, inside the call (`bridge::blocking`); the call holds the lock's operation
+    /// mutex, so a second one from such a handler waited for it for ever (found by a review:
+    /// a SIGTERM handler releasing its lock during a slow extend).
+    static IN_CALL: RefCell<Vec<(usize, &'static str)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Marks the calling thread as inside blocking call `call` of a lock while it lives.
+struct InCall(usize);
+
+impl InCall {
+    /// Refused while this thread is inside another blocking call of the same lock.
+    fn enter(py: Python<'_>, lock: &PyLock, call: &'static str) -> PyResult<InCall> {
+        let id = Arc::as_ptr(lock.lock.core()) as usize;
+        let outer = IN_CALL.with(|v| v.borrow().iter().find(|(l, _)| *l == id).map(|(_, c)| *c));
+        if let Some(outer) = outer {
+            let key = lock.key_str();
+            return Err(invalid(
+                py,
+                format!(
+                    "lock {key:?}: {call}() was called inside this thread's {outer}() of it (by a \
+                     signal handler run while it waited), which cannot go on before the handler \
+                     returns: it would wait for it for ever; raise from the handler to end that \
+                     call (as Ctrl-C does), or call {call}() once it has returned"
+                ),
+                Some(key),
+            ));
+        }
+        IN_CALL.with(|v| v.borrow_mut().push((id, call)));
+        Ok(InCall(id))
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        IN_CALL.with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some(i) = v.iter().rposition(|(l, _)| *l == self.0) {
+                v.remove(i);
+            }
+        });
+    }
 }
 
 /// Whether the calling thread, or its running asyncio task, is `owner`.
@@ -185,6 +233,7 @@ impl PyLock {
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;
+        let _inside = InCall::enter(py, self, "extend")?;
         let lock = &self.lock;
         let out = bridge::blocking(py, |cancel, check| {
             lock.extend_blocking(Some(ttl), cancel, check)
@@ -197,6 +246,7 @@ impl PyLock {
     /// already expired or been taken. Raises `NotHeld` if already released, and
     /// `QuorumUnreachable` when no quorum of nodes answered (those keep the key until its ttl).
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
+        let _inside = InCall::enter(py, self, "release")?;
         let lock = &self.lock;
         let out = bridge::blocking(py, |cancel, check| lock.release_blocking(cancel, check))?;
         out.map_err(|e| to_py(py, &e, Some(self.key_str())))

@@ -3,6 +3,7 @@ acquire leaves nothing behind; Ctrl-C while holding one in a `with` block releas
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from pathlib import Path
@@ -183,3 +184,68 @@ def test_close_from_a_signal_handler_inside_a_blocked_acquire_does_not_wait_for_
     finally:
         held.release()
         holder.close()
+
+
+SAME_LOCK_FROM_A_HANDLER = r"""
+import json, os, signal, sys, time, ferrolock
+url, key, pid, outer, inner = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+# ttl 60 s, node timeout 5 s: the outer call waits that long for the paused node.
+m = ferrolock.LockManager([url], ttl=60, node_timeout=5)
+lock = m.acquire(key)
+seen = {}
+inside = False
+
+def handler(*_):
+    if not inside:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # the outer call has not started yet
+        return
+    seen["landed inside"] = True
+    os.kill(pid, signal.SIGCONT)  # the node answers again: only the handler holds things up
+    try:
+        seen["inner"] = getattr(lock, inner)()
+    except ferrolock.LockError as e:
+        seen["inner"] = [type(e).__name__, str(e), e.key]
+
+signal.signal(signal.SIGALRM, handler)
+os.kill(pid, signal.SIGSTOP)
+call = getattr(lock, outer)  # looked up first: no handler runs between the flag and the call
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+inside = True
+seen["outer"] = call()
+inside = False
+seen["locked after"] = lock.locked()
+if lock.locked():
+    seen["released after"] = lock.release()
+print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("outer, inner", [("extend", "release"), ("release", "release"), ("release", "extend")])
+def test_a_handler_calling_the_lock_inside_its_own_extend_or_release_is_refused_not_hung(
+    cluster: list[RedisNode], key: str, outer: str, inner: str
+) -> None:
+    """A signal handler (a SIGTERM handler that releases what it holds) runs on the main thread
+    inside its blocking extend() or release() of a lock, and calls that lock again: the second
+    call waited for the first, which cannot go on before the handler returns, for ever (found
+    by a review). It is refused at once, naming both calls; the first then completes."""
+    node = cluster[0]
+    assert node.proc is not None
+    child = Child(SAME_LOCK_FROM_A_HANDLER, node.url, key, str(node.proc.pid), outer, inner)
+    try:
+        child.expect_prefix("{", timeout=30)
+        seen = json.loads(child.out[-1])
+        assert seen["landed inside"], seen
+        kind, message, named = seen["inner"]
+        assert kind == "InvalidArgument" and named == key, seen
+        assert f'lock "{key}": {inner}() was called inside this thread\'s {outer}() of it' in message, message
+        if outer == "extend":
+            assert seen["outer"] > 0 and seen["locked after"] and seen["released after"] is True, seen
+        else:
+            assert seen["outer"] is True and not seen["locked after"], seen
+        assert not node.client().exists(key)
+        assert child.wait(20) == 0, "".join(child.err)
+    finally:
+        child.kill()
+        node.paused = True
+        node.resume()
