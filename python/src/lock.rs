@@ -25,11 +25,18 @@ pub struct PyLock {
 
 thread_local! {
     /// The locks (their core's address) this thread is inside a blocking `extend()` or
-    /// `release()` of, with the call's name. Python runs signal handlers on the waiting
-    /// thread, inside the call (`bridge::blocking`); the call holds the lock's operation
-    /// mutex, so a second one from such a handler waited for it for ever (found by a review:
-    /// a SIGTERM handler releasing its lock during a slow extend).
-    static IN_CALL: RefCell<Vec<(usize, &'static str)>> = const { RefCell::new(Vec::new()) };
+    /// `release()` of, with the call's name and the lock's manager (`PyManager::id`). Python
+    /// runs signal handlers on the waiting thread, inside the call (`bridge::blocking`); the
+    /// call holds the lock's operation mutex, so a second one from such a handler waited for
+    /// it for ever (found by a review: a SIGTERM handler releasing its lock during a slow
+    /// extend), and a `close()` of its manager for its whole limit (see `PyManager::close`).
+    static IN_CALL: RefCell<Vec<(usize, &'static str, usize)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether the calling thread is inside a blocking `extend()` or `release()` of a lock of
+/// manager `id`.
+pub(crate) fn in_call_of(manager: usize) -> bool {
+    IN_CALL.with(|v| v.borrow().iter().any(|(_, _, m)| *m == manager))
 }
 
 /// Marks the calling thread as inside blocking call `call` of a lock while it lives.
@@ -39,7 +46,10 @@ impl InCall {
     /// Refused while this thread is inside another blocking call of the same lock.
     fn enter(py: Python<'_>, lock: &PyLock, call: &'static str) -> PyResult<InCall> {
         let id = Arc::as_ptr(lock.lock.core()) as usize;
-        let outer = IN_CALL.with(|v| v.borrow().iter().find(|(l, _)| *l == id).map(|(_, c)| *c));
+        let outer = IN_CALL.with(|v| {
+            let v = v.borrow();
+            v.iter().find(|(l, _, _)| *l == id).map(|(_, c, _)| *c)
+        });
         if let Some(outer) = outer {
             let key = lock.key_str();
             return Err(invalid(
@@ -53,7 +63,8 @@ impl InCall {
                 Some(key),
             ));
         }
-        IN_CALL.with(|v| v.borrow_mut().push((id, call)));
+        let manager = lock.lock.manager_id();
+        IN_CALL.with(|v| v.borrow_mut().push((id, call, manager)));
         Ok(InCall(id))
     }
 }
@@ -62,7 +73,7 @@ impl Drop for InCall {
     fn drop(&mut self) {
         IN_CALL.with(|v| {
             let mut v = v.borrow_mut();
-            if let Some(i) = v.iter().rposition(|(l, _)| *l == self.0) {
+            if let Some(i) = v.iter().rposition(|(l, _, _)| *l == self.0) {
                 v.remove(i);
             }
         });
@@ -233,12 +244,14 @@ impl PyLock {
     #[pyo3(signature = (ttl = None))]
     fn extend(&self, py: Python<'_>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<f64> {
         let ttl = self.ttl_arg(py, ttl)?;
-        let _inside = InCall::enter(py, self, "extend")?;
+        let inside = InCall::enter(py, self, "extend")?;
         let lock = &self.lock;
         let out = bridge::blocking(py, |cancel, check| {
             lock.extend_blocking(Some(ttl), cancel, check)
-        })?;
-        out.map(|d| d.as_secs_f64())
+        });
+        drop(inside);
+        crate::manager::join_closes_under(py, lock.manager_id());
+        out?.map(|d| d.as_secs_f64())
             .map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
@@ -246,10 +259,12 @@ impl PyLock {
     /// already expired or been taken. Raises `NotHeld` if already released, and
     /// `QuorumUnreachable` when no quorum of nodes answered (those keep the key until its ttl).
     fn release(&self, py: Python<'_>) -> PyResult<bool> {
-        let _inside = InCall::enter(py, self, "release")?;
+        let inside = InCall::enter(py, self, "release")?;
         let lock = &self.lock;
-        let out = bridge::blocking(py, |cancel, check| lock.release_blocking(cancel, check))?;
-        out.map_err(|e| to_py(py, &e, Some(self.key_str())))
+        let out = bridge::blocking(py, |cancel, check| lock.release_blocking(cancel, check));
+        drop(inside);
+        crate::manager::join_closes_under(py, lock.manager_id());
+        out?.map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
     /// `await lock.extend_async(ttl=None)`: as `extend()`.

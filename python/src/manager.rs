@@ -61,12 +61,13 @@ fn in_acquire_of(id: usize) -> bool {
     ACQUIRING_ON.with(|v| v.borrow().contains(&id))
 }
 
-/// Once the calling thread has left its last blocking acquire of manager `id`: waits (GIL
-/// released) for the closes of it that a signal handler started meanwhile, so that they have
-/// released what they release, and taken back what the ended acquire had taken, before its
-/// `NotAcquired` is raised. Each close is bounded by `CLOSE_LIMIT`.
-fn join_closes_under(py: Python<'_>, id: usize) {
-    if in_acquire_of(id) {
+/// Once the calling thread has left its last blocking acquire of manager `id` (or `extend()`
+/// or `release()` of one of its locks): waits (GIL released) for the closes of it that a
+/// signal handler started meanwhile, so that they have released what they release, and taken
+/// back what the ended acquire had taken, before the call returns or raises (an acquire's
+/// `NotAcquired`). Each close is bounded by `CLOSE_LIMIT`.
+pub(crate) fn join_closes_under(py: Python<'_>, id: usize) {
+    if in_acquire_of(id) || crate::lock::in_call_of(id) {
         return;
     }
     let mine: Vec<JoinHandle<()>> = CLOSING_UNDER.with(|v| {
@@ -329,17 +330,19 @@ impl PyManager {
     /// Called by a signal handler that runs inside a blocking acquire of this manager on the
     /// same thread (`bridge::blocking`), it returns once the manager is closed: the host's
     /// close waits for the acquires in progress, and that one cannot end before the handler
-    /// returns (it waited out its whole limit, found by a review). The close then runs on a
-    /// thread of its own, which that acquire joins before it raises its `NotAcquired`.
+    /// returns (it waited out its whole limit, found by a review). So for one inside an
+    /// `extend()` or `release()` of a lock of this manager: the close's release of that lock
+    /// waits for that call. The close then runs on a thread of its own, which that call joins
+    /// before it returns or raises.
     fn close(&self, py: Python<'_>) {
         let id = self.host.id();
-        if !in_acquire_of(id) {
+        if !in_acquire_of(id) && !crate::lock::in_call_of(id) {
             bridge::detached(py, || self.host.close(CLOSE_LIMIT));
             return;
         }
         if self.host.is_closed() {
-            // A close under way waits for this thread's acquire: waiting for it (as a second
-            // close does elsewhere) would wait out its whole limit.
+            // A close under way waits for this thread's acquire (or call): waiting for it (as a
+            // second close does elsewhere) would wait out its whole limit.
             return;
         }
         let host = self.host.clone();
@@ -353,7 +356,7 @@ impl PyManager {
         };
         CLOSING_UNDER.with(|v| v.borrow_mut().push((id, handle)));
         // The closed flag is its first step: from then on acquires are refused, and this
-        // thread's own acquire ends as soon as the handler returns.
+        // thread's own acquire (or call) ends as soon as the handler returns.
         bridge::detached(py, || {
             let until = Instant::now() + CLOSE_LIMIT;
             while !self.host.is_closed() && Instant::now() < until {

@@ -249,3 +249,68 @@ def test_a_handler_calling_the_lock_inside_its_own_extend_or_release_is_refused_
         child.kill()
         node.paused = True
         node.resume()
+
+
+CLOSE_FROM_A_HANDLER_IN_A_LOCK_CALL = r"""
+import json, os, signal, sys, time, redis, ferrolock
+url, key, pid, outer = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+r = redis.Redis.from_url(url, decode_responses=True)
+# Node timeout 4 s, under close()'s own 5 s limit.
+m = ferrolock.LockManager([url], ttl=60, node_timeout=4)
+lock = m.acquire(key)
+other = m.acquire(key + ":other")  # a lock of the manager that close() releases
+seen = {}
+inside = False
+
+def handler(*_):
+    if not inside:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # the outer call has not started yet
+        return
+    seen["landed inside"] = True
+    m.close()
+    seen["closed"] = m.closed
+    # Only now does the node answer again: a close that sat out its limit had its release of
+    # `other` time out against it; one that returned at once releases it from here on.
+    os.kill(pid, signal.SIGCONT)
+
+signal.signal(signal.SIGALRM, handler)
+os.kill(pid, signal.SIGSTOP)
+call = getattr(lock, outer)  # looked up first: no handler runs between the flag and the call
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+inside = True
+try:
+    seen["outer"] = call()
+except ferrolock.LockError as e:
+    seen["outer"] = [type(e).__name__, str(e)]
+inside = False
+# Read as soon as the interrupted call has returned: the close must be done by then.
+seen["key after"] = r.exists(key)
+seen["other's key after"] = r.exists(key + ":other")
+print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("outer", ["extend", "release"])
+def test_close_from_a_signal_handler_inside_an_extend_or_release_does_not_wait_for_it(
+    cluster: list[RedisNode], key: str, outer: str
+) -> None:
+    """As for an acquire: a handler's close() waits for the lock's release, which waits for the
+    extend() or release() the handler interrupted, which cannot go on before the handler
+    returns: close() sat out its whole 5 s limit (its release of the manager's other lock, on
+    a node still paused, timed out meanwhile) and returned with the lock still held. It
+    returns once the manager is closed; the interrupted call ends once the close is done,
+    every lock of the manager released."""
+    node = cluster[0]
+    assert node.proc is not None
+    child = Child(CLOSE_FROM_A_HANDLER_IN_A_LOCK_CALL, node.url, key, str(node.proc.pid), outer)
+    try:
+        child.expect_prefix("{", timeout=30)
+        seen = json.loads(child.out[-1])
+        assert seen["landed inside"] and seen["closed"] is True, seen
+        assert seen["other's key after"] == 0 and seen["key after"] == 0, seen
+        assert child.wait(20) == 0, "".join(child.err)
+    finally:
+        child.kill()
+        node.paused = True
+        node.resume()

@@ -24,7 +24,7 @@ pub struct Lock {
     pid: u32,
     /// The manager that handed it out: keeps it in the exit registry (which finds this lock
     /// through it) however the binding freed its own handles to the manager.
-    _manager: Manager,
+    manager: Manager,
 }
 
 impl std::fmt::Debug for Lock {
@@ -43,7 +43,7 @@ impl Lock {
             owner,
             gate: Arc::default(),
             pid: crate::runtime::pid(),
-            _manager: manager,
+            manager,
         }
     }
 
@@ -54,6 +54,11 @@ impl Lock {
 
     pub fn key(&self) -> &str {
         self.core.key()
+    }
+
+    /// [`Manager::id`] of the manager that handed it out.
+    pub fn manager_id(&self) -> usize {
+        self.manager.id()
     }
 
     /// The reentrancy owner the binding supplied to the acquire.

@@ -276,7 +276,8 @@ class LockManager:
         still held (see :meth:`release_all`) and closes the connections. Later acquires raise
         ``InvalidArgument``. Idempotent. From a signal handler that interrupted a blocking
         acquire of this manager on its thread, it returns once the manager is closed, and that
-        acquire raises ``NotAcquired`` once the close is done."""
+        acquire raises ``NotAcquired`` once the close is done (an interrupted ``extend()`` or
+        ``release()`` of one of its locks returns once the close is done)."""
         self._manager.close()
 
     def __enter__(self) -> LockManager:
