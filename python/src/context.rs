@@ -592,6 +592,13 @@ impl PyLockContext {
         exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        // Run by a signal handler inside this thread's extend() or release() of the block's
+        // lock (an ExitStack closed there), the release would wait for that call for ever:
+        // refused before the block is left, so that its own exit still releases.
+        let held = self.shared.state().lock.as_ref().map(|l| l.clone_ref(py));
+        if let Some(held) = held {
+            crate::lock::refuse_inside_call(py, &held.get().lock, "__exit__")?;
+        }
         // First, before anything can run bytecode: leave the body and revoke an injection
         // that has not fired yet.
         forget_block(&Arc::downgrade(&self.shared));

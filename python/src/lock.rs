@@ -45,28 +45,36 @@ struct InCall(usize);
 impl InCall {
     /// Refused while this thread is inside another blocking call of the same lock.
     fn enter(py: Python<'_>, lock: &PyLock, call: &'static str) -> PyResult<InCall> {
+        refuse_inside_call(py, &lock.lock, call)?;
         let id = Arc::as_ptr(lock.lock.core()) as usize;
-        let outer = IN_CALL.with(|v| {
-            let v = v.borrow();
-            v.iter().find(|(l, _, _)| *l == id).map(|(_, c, _)| *c)
-        });
-        if let Some(outer) = outer {
-            let key = lock.key_str();
-            return Err(invalid(
-                py,
-                format!(
-                    "lock {key:?}: {call}() was called inside this thread's {outer}() of it (by a \
-                     signal handler run while it waited), which cannot go on before the handler \
-                     returns: it would wait for it for ever; raise from the handler to end that \
-                     call (as Ctrl-C does), or call {call}() once it has returned"
-                ),
-                Some(key),
-            ));
-        }
         let manager = lock.lock.manager_id();
         IN_CALL.with(|v| v.borrow_mut().push((id, call, manager)));
         Ok(InCall(id))
     }
+}
+
+/// Refuses `call` of `lock` while this thread is inside a blocking `extend()` or `release()`
+/// of it (see `IN_CALL`): it would wait for that call for ever.
+pub(crate) fn refuse_inside_call(py: Python<'_>, lock: &host::Lock, call: &str) -> PyResult<()> {
+    let id = Arc::as_ptr(lock.core()) as usize;
+    let outer = IN_CALL.with(|v| {
+        let v = v.borrow();
+        v.iter().find(|(l, _, _)| *l == id).map(|(_, c, _)| *c)
+    });
+    let Some(outer) = outer else {
+        return Ok(());
+    };
+    let key = lock.key();
+    Err(invalid(
+        py,
+        format!(
+            "lock {key:?}: {call}() was called inside this thread's {outer}() of it (by a signal \
+             handler run while it waited), which cannot go on before the handler returns: it \
+             would wait for it for ever; raise from the handler to end that call (as Ctrl-C \
+             does), or call {call}() once it has returned"
+        ),
+        Some(key),
+    ))
 }
 
 impl Drop for InCall {
@@ -359,6 +367,7 @@ impl PyLock {
         exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
+        refuse_inside_call(py, &self.lock, "__exit__")?;
         let exc = exc.filter(|e| !e.is_none());
         let body = exc.map_or(host::scope::Body::Finished, crate::context::body_of);
         let lock = self.lock.clone();

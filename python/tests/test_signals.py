@@ -251,6 +251,68 @@ def test_a_handler_calling_the_lock_inside_its_own_extend_or_release_is_refused_
         node.resume()
 
 
+EXIT_FROM_A_HANDLER = r"""
+import contextlib, json, os, signal, sys, ferrolock
+url, key, pid, made_by = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+m = ferrolock.LockManager([url], ttl=60, node_timeout=5)
+stack = contextlib.ExitStack()
+lock = stack.enter_context(getattr(m, made_by)(key))
+seen = {}
+inside = False
+
+def handler(*_):
+    if not inside:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)  # the extend has not started yet
+        return
+    seen["landed inside"] = True
+    os.kill(pid, signal.SIGCONT)  # the node answers again: only the handler holds things up
+    try:
+        stack.close()  # a clean-up handler ends every scope it opened
+        seen["exit"] = "ran"
+    except ferrolock.LockError as e:
+        seen["exit"] = [type(e).__name__, str(e), e.key]
+
+signal.signal(signal.SIGALRM, handler)
+os.kill(pid, signal.SIGSTOP)
+extend = lock.extend  # looked up first: no handler runs between the flag and the call
+signal.setitimer(signal.ITIMER_REAL, 0.05)
+inside = True
+seen["extend"] = extend()
+inside = False
+seen["locked after"] = lock.locked()
+seen["released after"] = lock.release()
+print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.serial
+@pytest.mark.parametrize("made_by", ["lock", "acquire"])
+def test_a_scopes_exit_run_by_a_handler_inside_its_locks_extend_is_refused_not_hung(
+    cluster: list[RedisNode], key: str, made_by: str
+) -> None:
+    """The same wait from a scope's exit: a clean-up handler closing an ExitStack that holds a
+    `manager.lock()` context (or an `acquire()` handle used as one) while the main thread
+    extends that lock: the exit's release waited for the extend for ever. Refused at once,
+    before the scope is left; the extend completes, and the lock is still held."""
+    node = cluster[0]
+    assert node.proc is not None
+    child = Child(EXIT_FROM_A_HANDLER, node.url, key, str(node.proc.pid), made_by)
+    try:
+        child.expect_prefix("{", timeout=30)
+        seen = json.loads(child.out[-1])
+        assert seen["landed inside"], seen
+        kind, message, named = seen["exit"]
+        assert kind == "InvalidArgument" and named == key, seen
+        assert f'lock "{key}": __exit__() was called inside this thread\'s extend() of it' in message, message
+        assert seen["extend"] > 0 and seen["locked after"] and seen["released after"] is True, seen
+        assert not node.client().exists(key)
+        assert child.wait(20) == 0, "".join(child.err)
+    finally:
+        child.kill()
+        node.paused = True
+        node.resume()
+
+
 CLOSE_FROM_A_HANDLER_IN_A_LOCK_CALL = r"""
 import json, os, signal, sys, time, redis, ferrolock
 url, key, pid, outer = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
