@@ -64,11 +64,11 @@ pub(crate) fn refuse_inside_call(py: Python<'_>, lock: &host::Lock, call: &str) 
     let Some(outer) = outer else {
         return Ok(());
     };
-    let key = lock.key();
+    let (what, key) = (lock.what(), lock.key());
     Err(invalid(
         py,
         format!(
-            "lock {key:?}: {call}() was called inside this thread's {outer}() of it (by a signal \
+            "{what} {key:?}: {call}() was called inside this thread's {outer}() of it (by a signal \
              handler run while it waited), which cannot go on before the handler returns: it \
              would wait for it for ever; raise from the handler to end that call (as Ctrl-C \
              does), or call {call}() once it has returned"
@@ -137,7 +137,7 @@ impl PyLock {
                 let args = crate::options::lock_args(
                     py,
                     self.key_str(),
-                    "lock",
+                    self.lock.what(),
                     self.core().options(),
                     true,
                     Some(&d),

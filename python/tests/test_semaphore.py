@@ -153,6 +153,18 @@ def test_a_bad_option_names_the_semaphore(
         assert e.value.key == key
 
 
+def test_a_held_permits_extend_and_release_errors_name_the_semaphore(manager: LockManager, key: str) -> None:
+    # Its acquire's errors say `semaphore "s"`; its extend's bad ttl and a second release said
+    # `lock "s"`.
+    with manager.semaphore(key, permits=2) as permit:
+        with pytest.raises(ferrolock.InvalidArgument) as e:
+            permit.extend(ttl=-1)
+        assert str(e.value).startswith(f'semaphore "{key}": '), str(e.value)
+    with pytest.raises(ferrolock.NotHeld) as released:
+        permit.release()
+    assert str(released.value) == f'semaphore "{key}" was already released', str(released.value)
+
+
 def test_a_wait_ended_by_close_names_the_semaphore(manager: LockManager, node: RedisNode, key: str) -> None:
     # Its other errors say `semaphore "s"`; a wait that close() ended said `lock "s"`.
     holder = LockManager([node.url])

@@ -56,6 +56,11 @@ impl Lock {
         self.core.key()
     }
 
+    /// What messages call its key: `lock`, or `semaphore` for a semaphore's permits.
+    pub fn what(&self) -> &'static str {
+        self.core.what()
+    }
+
     /// [`Manager::id`] of the manager that handed it out.
     pub fn manager_id(&self) -> usize {
         self.manager.id()
