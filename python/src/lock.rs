@@ -316,7 +316,8 @@ impl PyLock {
     }
 
     /// `await lock.wait_lost()`: resolves with the reason once the lock is lost, or None once
-    /// it is released.
+    /// it is released. In a forked child, a handle inherited from the parent never resolves:
+    /// the lock is the parent's, and the child is not told of it.
     fn wait_lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let lost = self.lock.lost();
         bridge::spawn_coroutine(py, lost, true, move |py, out| {
