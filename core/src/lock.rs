@@ -57,7 +57,8 @@ pub enum LossReason {
     },
     /// A quorum confirmed, but too late to count (renewal slower than the validity).
     RenewalTooSlow { what: &'static str, key: String },
-    /// `max_hold` was reached; the watchdog stopped renewing.
+    /// `max_hold` was reached: the watchdog (if on) stops renewing, and the holder is told, with
+    /// the watchdog off too.
     MaxHold {
         what: &'static str,
         key: String,
@@ -125,7 +126,7 @@ impl std::fmt::Display for LossReason {
             } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: max_hold={max_hold:?} reached, the watchdog stopped renewing"
+                    "{what} {key:?} lost: max_hold={max_hold:?} reached, the longest it may be held (it is not renewed past it)"
                 )
             }
             LossReason::ReleasedByManager { what, key } => {

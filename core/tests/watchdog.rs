@@ -317,6 +317,34 @@ async fn max_hold_ends_the_hold() {
     assert_eq!(get(&server, "bounded"), None, "renewed after max_hold");
 }
 
+/// With the watchdog off, max_hold still tells the holder; its words must not speak of a
+/// watchdog that never ran (they said "the watchdog stopped renewing").
+#[tokio::test(flavor = "multi_thread")]
+async fn max_hold_with_the_watchdog_off_says_no_watchdog_stopped() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let m = manager(
+        &[server.url()],
+        opts()
+            .watchdog(false)
+            .ttl(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5))
+            .max_hold(Some(ms(1_000))),
+    );
+    let lock = m.acquire("bounded-off").await.unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(30), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(reason, LossReason::MaxHold { .. }), "{reason}");
+    let said = reason.to_string();
+    assert!(
+        said.starts_with("lock \"bounded-off\" lost: max_hold=1s reached")
+            && !said.contains("watchdog"),
+        "{said}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn watchdog_off_tells_the_holder_before_the_ttl_runs_out() {
     let _serial = serial();
