@@ -45,8 +45,8 @@ instead, as for a lost lock (exit 70): at --max-hold, or just before the validit
 whichever comes first.
 
 COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is killed too
-(SIGKILL; what COMMAND started itself is not). Signals: SIGTERM and SIGHUP sent to ferrolock
-are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
+(SIGKILL; what COMMAND started itself is not). Signals: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
+SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
 foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
 directly; if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock
 and then sends SIGINT to its own process group, as the terminal would have without it (a
@@ -405,6 +405,11 @@ struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
+    // Their default action would end us at once: COMMAND then died of SIGKILL (no graceful
+    // stop on a container's STOPSIGNAL SIGQUIT) and the lock stayed held until its ttl.
+    quit: Signal,
+    usr1: Signal,
+    usr2: Signal,
 }
 
 impl Signals {
@@ -413,16 +418,22 @@ impl Signals {
             int: signal(SignalKind::interrupt())?,
             term: signal(SignalKind::terminate())?,
             hup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
+            usr1: signal(SignalKind::user_defined1())?,
+            usr2: signal(SignalKind::user_defined2())?,
         })
     }
 
-    /// The next SIGINT, SIGTERM or SIGHUP. tokio keeps delivering after a `recv` completes, so
+    /// The next SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2. tokio keeps delivering after a `recv` completes, so
     /// this can be called again and again (a second Ctrl-C is forwarded too).
     async fn next(&mut self) -> libc::c_int {
         tokio::select! {
             _ = self.int.recv() => libc::SIGINT,
             _ = self.term.recv() => libc::SIGTERM,
             _ = self.hup.recv() => libc::SIGHUP,
+            _ = self.quit.recv() => libc::SIGQUIT,
+            _ = self.usr1.recv() => libc::SIGUSR1,
+            _ = self.usr2.recv() => libc::SIGUSR2,
         }
     }
 }
@@ -926,10 +937,10 @@ async fn stop_the_rest(child: &child::Child, kill_at: Instant, signals: &mut Sig
 }
 
 /// Passes a signal sent to us on to the child's process group. While we are the terminal's
-/// foreground job, a SIGINT came from the terminal, which delivered it to the child's group
-/// as well (it has the foreground): not forwarded again.
+/// foreground job, a SIGINT (or a SIGQUIT, its quit key) came from the terminal, which delivered
+/// it to the child's group as well (it has the foreground): not forwarded again.
 fn forward(sig: libc::c_int, child: &child::Child) {
-    if sig == libc::SIGINT && child::foreground_of_terminal() {
+    if matches!(sig, libc::SIGINT | libc::SIGQUIT) && child::foreground_of_terminal() {
         return;
     }
     child.signal_group(sig);
@@ -953,6 +964,9 @@ fn signal_name(sig: libc::c_int) -> &'static str {
         libc::SIGINT => "SIGINT",
         libc::SIGTERM => "SIGTERM",
         libc::SIGHUP => "SIGHUP",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGUSR2 => "SIGUSR2",
         _ => "a signal",
     }
 }

@@ -324,6 +324,55 @@ fn sighup_is_forwarded_to_the_child() {
     assert!(server.cmd::<Option<String>>(&["GET", "hup"]).is_none());
 }
 
+/// SIGQUIT (a container's STOPSIGNAL for nginx), SIGUSR1 and SIGUSR2 (a log reopen) sent to
+/// ferrolock: their default action ended it at once, SIGKILLed COMMAND (no graceful stop)
+/// and left the lock held until its ttl.
+#[test]
+fn sigquit_and_sigusr_are_forwarded_to_the_child_and_the_lock_released() {
+    let server = RedisServer::start();
+    for (sig, name) in [
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+    ] {
+        let dir = tmp();
+        let (got, started) = (dir.path().join("got"), dir.path().join("started"));
+        let script = format!(
+            "trap 'echo {name} > {g}; exit 4' {name}; touch {s}; while :; do sleep 0.05; done",
+            g = p(&got),
+            s = p(&started)
+        );
+        let key = format!("fwd-{name}");
+        let mut cmd = ferrolock();
+        cmd.args([
+            "run",
+            "--nodes",
+            &server.url(),
+            &key,
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ]);
+        let mut run = cmd.spawn().expect("spawn");
+        wait_for("the child started", || started.exists());
+        assert!(server.cmd::<Option<String>>(&["GET", &key]).is_some());
+        // SAFETY: our own unreaped child.
+        unsafe { libc::kill(run.id() as i32, sig) };
+        let status = wait(&mut run);
+        assert_eq!(
+            status.code(),
+            Some(4),
+            "SIG{name}: ferrolock ended with {status:?}"
+        );
+        assert_eq!(fs::read_to_string(&got).unwrap().trim(), name);
+        assert!(
+            server.cmd::<Option<String>>(&["GET", &key]).is_none(),
+            "SIG{name}: the lock was left held"
+        );
+    }
+}
+
 #[test]
 fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refused() {
     let server = RedisServer::start();
