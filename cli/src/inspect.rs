@@ -613,10 +613,27 @@ fn held_text(ms: u64) -> String {
 /// layout, ferrolock's reentrant lock), a read-write lock's hash (`mode` `read` or `write` beside hold
 /// counts: Redisson's RReadWriteLock layout), or a number whose `{name}:timeout` zset of permit ids exists (a
 /// semaphore's counter with holders; without holders one cannot be told from any other counter,
-/// so it is not listed). ferrolock's own names (`ferrolock:*`: queues, fence counters, request
+/// so it is not listed). ferrolock's own names (`is_core_key`: queues, fence counters, request
 /// latches) and the read holds' own keys (`…:rwlock_timeout:<n>`, parts of their lock) are
 /// skipped.
 const READ_WRITE: &str = "read-write (Redisson RReadWriteLock layout)";
+
+/// The names the core derives from a lock's key (`core/src/scripts`): its queue, the queue's
+/// leases and times, its fence counter, a request's latch, a hold's key. Not every name under
+/// `ferrolock:`: the core takes any key, and a lock named `ferrolock:nightly` (leaked or not)
+/// was never listed.
+fn is_core_key(key: &str) -> bool {
+    [
+        "ferrolock:queue:",
+        "ferrolock:queue-lease:",
+        "ferrolock:queue-since:",
+        "ferrolock:fence:",
+        "ferrolock:latch:",
+        "ferrolock:hold:",
+    ]
+    .iter()
+    .any(|prefix| key.starts_with(prefix))
+}
 
 /// A read hold's own key `{name}:<owner>:rwlock_timeout:<n>`: its TTL is the hold's lease,
 /// shown by `inspect` under its lock, never a lock of its own.
@@ -642,7 +659,7 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
             .map_err(reply_error)?;
         for raw in keys {
             let key = String::from_utf8_lossy(&raw).into_owned();
-            if key.starts_with("ferrolock:") || is_read_hold_key(&key) {
+            if is_core_key(&key) || is_read_hold_key(&key) {
                 continue;
             }
             let kind: String = redis::cmd("TYPE").arg(&raw).query(c).map_err(reply_error)?;

@@ -750,6 +750,55 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     );
 }
 
+/// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
+/// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
+/// core's own derived names (the queue, the fence counter, ...) are not locks.
+#[test]
+fn scan_lists_a_lock_whose_key_starts_with_ferrolock_but_not_the_cores_own_keys() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let key = "ferrolock:nightly";
+    let mut holder = ferrolock();
+    holder
+        .args(["run", "--nodes", &url, "--fence", "--ttl", "20s", key, "--"])
+        .args(["sh", "-c", &format!("touch {}; sleep 60", p(&started))]);
+    let mut holder = holder.spawn().expect("spawn");
+    wait_for("the holder started", || started.exists());
+    // A waiter, so that the key's queue exists beside its fence counter.
+    let mut waiter = ferrolock();
+    waiter.args(["run", "--nodes", &url, "--fence", key, "--", "true"]);
+    let mut waiter = waiter.spawn().expect("spawn");
+    wait_for("the waiter queued", || {
+        server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(key)]) > 0
+    });
+    assert!(
+        server
+            .cmd::<Option<String>>(&["GET", &ferrolock::fence_key(key)])
+            .is_some()
+    );
+
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &url, "--json"]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let keys: Vec<&str> = json["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, [key], "{json}");
+
+    // SAFETY: our own unreaped children.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGTERM) };
+    wait(&mut holder);
+    unsafe { libc::kill(waiter.id() as i32, libc::SIGTERM) };
+    wait(&mut waiter);
+}
+
 /// A database holds binary names and values too (a compressed or pickled value, a binary hash
 /// field): none is a lock, and `scan` lists the locks beside them instead of failing the node.
 #[test]
