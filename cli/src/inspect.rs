@@ -480,8 +480,24 @@ fn utf8(b: &[u8]) -> Option<&str> {
     std::str::from_utf8(b).ok()
 }
 
+/// A ZRANGE WITHSCORES reply as (member, score) pairs.
 fn pairs(v: &Value) -> Vec<(String, String)> {
     match v {
+        // RESP3 (a node URL with `?protocol=resp3`) answers with a [member, score] pair per
+        // member: read as one flat list, two waiters showed as one with an empty id.
+        Value::Array(items)
+            if items
+                .iter()
+                .all(|i| matches!(i, Value::Array(p) if p.len() == 2)) =>
+        {
+            items
+                .iter()
+                .filter_map(|i| match i {
+                    Value::Array(p) => Some((text_of(&p[0]), text_of(&p[1]))),
+                    _ => None,
+                })
+                .collect()
+        }
         Value::Array(items) => items
             .chunks(2)
             .filter_map(|p| match p {

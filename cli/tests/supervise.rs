@@ -799,6 +799,59 @@ fn scan_lists_a_lock_whose_key_starts_with_ferrolock_but_not_the_cores_own_keys(
     wait(&mut waiter);
 }
 
+/// A node URL with `?protocol=resp3`: Redis answers ZRANGE WITHSCORES with a pair per
+/// member there, not one flat list, and `inspect` showed a queue of two waiters as one waiter
+/// with an empty id (and a queue of one as none).
+#[test]
+fn inspect_over_resp3_shows_every_waiter() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let key = "resp3-queue";
+    let mut holder = ferrolock();
+    holder
+        .args(["run", "--nodes", &url, "--ttl", "20s", key, "--"])
+        .args(["sh", "-c", &format!("touch {}; sleep 60", p(&started))]);
+    let mut holder = holder.spawn().expect("spawn");
+    wait_for("the holder started", || started.exists());
+    let mut waiters: Vec<Child> = (0..2)
+        .map(|_| {
+            let mut w = ferrolock();
+            w.args(["run", "--nodes", &url, key, "--", "true"]);
+            w.spawn().expect("spawn")
+        })
+        .collect();
+    wait_for("both waiters queued", || {
+        server.cmd::<i64>(&["ZCARD", &ferrolock::queue_key(key)]) == 2
+    });
+
+    let ids = |nodes: &str| -> Vec<String> {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--nodes", nodes, "--json", key]);
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+        json["nodes"][0]["waiters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["waiter"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let resp2 = ids(&url);
+    assert_eq!(resp2.len(), 2, "{resp2:?}");
+    assert!(resp2.iter().all(|id| !id.is_empty()), "{resp2:?}");
+    assert_eq!(ids(&format!("{url}?protocol=resp3")), resp2);
+
+    // SAFETY: our own unreaped children.
+    unsafe { libc::kill(holder.id() as i32, libc::SIGTERM) };
+    wait(&mut holder);
+    for w in &mut waiters {
+        wait(w);
+    }
+}
+
 /// A database holds binary names and values too (a compressed or pickled value, a binary hash
 /// field): none is a lock, and `scan` lists the locks beside them instead of failing the node.
 #[test]
