@@ -46,8 +46,9 @@ whichever comes first.
 
 COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is killed too
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
-SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT as well; when ferrolock runs in the
-foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
+SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT as well (one
+ferrolock was started with ignored, as under nohup, stays ignored, by COMMAND too); when
+ferrolock runs in the foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
 directly; if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock
 and then sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
@@ -401,40 +402,70 @@ fn fail_with(e: &Error) -> u8 {
     fail(code, format_args!("{e} [{}]", e.kind().code()))
 }
 
+/// The signals passed on to COMMAND. One we were started with ignored (`nohup`, or a shell's
+/// background job for SIGINT and SIGQUIT) is left ignored, so that COMMAND inherits the
+/// ignore too: a handler here replaced it, COMMAND was exec'd with the default action, and
+/// the SIGHUP of a closing terminal, forwarded, killed the job nohup was meant to keep.
 struct Signals {
-    int: Signal,
-    term: Signal,
-    hup: Signal,
+    int: Option<Signal>,
+    term: Option<Signal>,
+    hup: Option<Signal>,
     // Their default action would end us at once: COMMAND then died of SIGKILL (no graceful
     // stop on a container's STOPSIGNAL SIGQUIT) and the lock stayed held until its ttl.
-    quit: Signal,
-    usr1: Signal,
-    usr2: Signal,
+    quit: Option<Signal>,
+    usr1: Option<Signal>,
+    usr2: Option<Signal>,
 }
 
 impl Signals {
     fn install() -> io::Result<Signals> {
+        let handle = |kind: SignalKind| -> io::Result<Option<Signal>> {
+            if ignored(kind.as_raw_value()) {
+                return Ok(None);
+            }
+            signal(kind).map(Some)
+        };
         Ok(Signals {
-            int: signal(SignalKind::interrupt())?,
-            term: signal(SignalKind::terminate())?,
-            hup: signal(SignalKind::hangup())?,
-            quit: signal(SignalKind::quit())?,
-            usr1: signal(SignalKind::user_defined1())?,
-            usr2: signal(SignalKind::user_defined2())?,
+            int: handle(SignalKind::interrupt())?,
+            term: handle(SignalKind::terminate())?,
+            hup: handle(SignalKind::hangup())?,
+            quit: handle(SignalKind::quit())?,
+            usr1: handle(SignalKind::user_defined1())?,
+            usr2: handle(SignalKind::user_defined2())?,
         })
     }
 
-    /// The next SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2. tokio keeps delivering after a `recv` completes, so
-    /// this can be called again and again (a second Ctrl-C is forwarded too).
+    /// The next SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2. tokio keeps delivering
+    /// after a `recv` completes, so this can be called again and again (a second Ctrl-C is
+    /// forwarded too).
     async fn next(&mut self) -> libc::c_int {
         tokio::select! {
-            _ = self.int.recv() => libc::SIGINT,
-            _ = self.term.recv() => libc::SIGTERM,
-            _ = self.hup.recv() => libc::SIGHUP,
-            _ = self.quit.recv() => libc::SIGQUIT,
-            _ = self.usr1.recv() => libc::SIGUSR1,
-            _ = self.usr2.recv() => libc::SIGUSR2,
+            _ = recv(&mut self.int) => libc::SIGINT,
+            _ = recv(&mut self.term) => libc::SIGTERM,
+            _ = recv(&mut self.hup) => libc::SIGHUP,
+            _ = recv(&mut self.quit) => libc::SIGQUIT,
+            _ = recv(&mut self.usr1) => libc::SIGUSR1,
+            _ = recv(&mut self.usr2) => libc::SIGUSR2,
         }
+    }
+}
+
+/// The next delivery of a handled signal; never, for one left ignored.
+async fn recv(signal: &mut Option<Signal>) {
+    match signal {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Whether `sig` is ignored in this process (as we were started with it).
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction only reads the disposition into `old`, plain data.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

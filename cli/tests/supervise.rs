@@ -373,6 +373,60 @@ fn sigquit_and_sigusr_are_forwarded_to_the_child_and_the_lock_released() {
     }
 }
 
+/// `nohup ferrolock run KEY -- job`: a signal ferrolock was started with ignored stays
+/// ignored, by COMMAND too. Its handler replaced the ignore, COMMAND was exec'd with the
+/// signal's default action, and the SIGHUP of a closing terminal was forwarded and killed the
+/// job nohup was meant to keep.
+#[test]
+fn a_signal_ignored_at_start_stays_ignored_by_ferrolock_and_its_child() {
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (ign, started, go) = (
+        dir.path().join("ign"),
+        dir.path().join("started"),
+        dir.path().join("go"),
+    );
+    let script = format!(
+        "grep SigIgn /proc/$$/status > {i}; touch {s}; while [ ! -e {g} ]; do sleep 0.05; done",
+        i = p(&ign),
+        s = p(&started),
+        g = p(&go)
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "nohup",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    // SAFETY: async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut run = cmd.spawn().expect("spawn");
+    wait_for("the child started", || started.exists());
+    let mask = fs::read_to_string(&ign).unwrap();
+    let mask = u64::from_str_radix(mask.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+    assert_ne!(
+        mask & (1 << (libc::SIGHUP - 1)),
+        0,
+        "the child does not ignore SIGHUP (SigIgn {mask:x})"
+    );
+    // SAFETY: our own unreaped child.
+    unsafe { libc::kill(run.id() as i32, libc::SIGHUP) };
+    fs::write(&go, "").unwrap();
+    assert_eq!(wait(&mut run).code(), Some(0));
+    assert!(server.cmd::<Option<String>>(&["GET", "nohup"]).is_none());
+}
+
 #[test]
 fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refused() {
     let server = RedisServer::start();
