@@ -19,6 +19,18 @@ fn ferrolock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ferrolock"));
     // A developer's own setting must not point a test at their Redis.
     cmd.env_remove("FERROLOCK_NODES").stdin(Stdio::null());
+    // The signals these tests send at their default action, as from a terminal's shell:
+    // ferrolock leaves one it was started with ignored alone (as `nohup` asks), and a test
+    // run as a background job of a script inherits SIGINT and SIGQUIT ignored.
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 

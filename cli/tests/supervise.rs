@@ -17,7 +17,32 @@ fn ferrolock() -> Command {
     cmd.env_remove("FERROLOCK_NODES")
         .env_remove("FERROLOCK_HELD")
         .stdin(Stdio::null());
+    at_default_signals(&mut cmd);
     cmd
+}
+
+/// Starts `cmd` with the signals these tests send at their default action, as from a
+/// terminal's shell: ferrolock leaves a signal it was started with ignored alone (as `nohup`
+/// asks), and a test run as a background job of a script inherits SIGINT and SIGQUIT ignored.
+/// A test may ignore one again after this (`pre_exec` closures run in order).
+fn at_default_signals(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: signal() is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGHUP,
+                libc::SIGTERM,
+                libc::SIGUSR1,
+                libc::SIGUSR2,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
 }
 
 fn output(mut cmd: Command) -> Output {
