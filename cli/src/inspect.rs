@@ -327,20 +327,19 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
 }
 
 /// A number at `key`: a semaphore's counter (Redisson's RPermitExpirableSemaphore) when its
-/// zset `{name}:timeout` of permit ids exists; without it (no holder: Redis drops an empty
+/// zset of permit ids (`permit_ids_key`) exists; without it (no holder: Redis drops an empty
 /// zset) a semaphore with no holders cannot be told from any other counter, and says so.
 /// Leases are measured with the server's TIME, as the semaphore's scripts do.
 fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, String> {
-    let ids: Vec<(Vec<u8>, f64)> = match permit_ids_key(key) {
-        Some(ids) => redis::cmd("ZRANGE")
-            .arg(ids)
+    let ids: Vec<(Vec<u8>, f64)> = unless_moved(
+        redis::cmd("ZRANGE")
+            .arg(permit_ids_key(key))
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
-            .query(c)
-            .map_err(reply_error)?,
-        None => Vec::new(),
-    };
+            .query(c),
+    )?
+    .unwrap_or_default();
     if ids.is_empty() {
         return Ok(json!({
             "kind": "semaphore or counter",
@@ -361,11 +360,27 @@ fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, Stri
     Ok(json!({ "kind": "semaphore", "available": available, "permits": permits }))
 }
 
-/// The zset of permit ids of a semaphore named `key`, `None` for a name with a brace, which
-/// no semaphore has (the core refuses it): there `{name}:timeout` hashes to another Redis
-/// Cluster slot than the number at `key`, which a cluster primary answers with MOVED.
-fn permit_ids_key(key: &str) -> Option<String> {
-    (!key.contains(['{', '}'])).then(|| semaphore_timeout_key(key))
+/// The zset of permit ids of a semaphore named `key`, named as Redisson names it
+/// (`suffixName`: `{name}:timeout`, or `name:timeout` when the name has a `{`). The core
+/// refuses names with braces, but Redisson's clients take them: `jobs{1}`'s ids are in
+/// `jobs{1}:timeout` (read as `{jobs{1}}:timeout`, its holders were shown as none).
+fn permit_ids_key(key: &str) -> String {
+    if key.contains('{') {
+        format!("{key}:timeout")
+    } else {
+        semaphore_timeout_key(key)
+    }
+}
+
+/// A read of the permit ids' zset; `None` when a Redis Cluster primary answers MOVED: for a
+/// name with a `{` that starts no hash tag, or a `}` alone, the zset is in another slot than
+/// the number, where Redisson holds no permit (its scripts, which name both keys, fail with
+/// CROSSSLOT there), while one server keeps both.
+fn unless_moved<T>(read: redis::RedisResult<T>) -> Result<Option<T>, String> {
+    match read {
+        Err(e) if e.code() == Some("MOVED") => Ok(None),
+        read => read.map(Some).map_err(reply_error),
+    }
 }
 
 /// The server's clock (TIME) in epoch ms.
@@ -687,12 +702,9 @@ fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
                     let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
                     held = held_ms(&v);
                     if v.parse::<u64>().is_ok() {
-                        let holders: u64 = match permit_ids_key(&key) {
-                            Some(ids) => {
-                                redis::cmd("ZCARD").arg(ids).query(c).map_err(reply_error)?
-                            }
-                            None => 0,
-                        };
+                        let holders: u64 =
+                            unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
+                                .unwrap_or(0);
                         (holders > 0)
                             .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
                     } else if held.is_some() {

@@ -10,6 +10,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ferrolock_testbed::{Cluster, RedisCluster, RedisServer};
 
+/// The scripted Redisson 4.7.0 client of the core's interop tests (tests/redisson).
+#[path = "../../core/tests/common/redisson.rs"]
+#[allow(dead_code)]
+mod redisson;
+
 const HANG: Duration = Duration::from_secs(30);
 
 fn ferrolock() -> Command {
@@ -1228,6 +1233,91 @@ fn inspect_and_scan_show_read_write_locks_and_semaphores() {
     );
 }
 
+/// Semaphores a real Redisson 4.7.0 client holds under names with braces, which Redisson takes
+/// (the core refuses them): a hash tag (`jobs{1}`, ids in `jobs{1}:timeout`, not
+/// `{jobs{1}}:timeout`), a `{` that starts no tag (`jobs{2`) and a `}` alone (`jobs}3`, ids in
+/// `{jobs}3}:timeout`). inspect shows their holders (the ids as Redisson shows them) and scan
+/// lists them, as for a name without braces. Before, inspect said "permit holders: none" and
+/// scan left them out.
+#[test]
+fn inspect_and_scan_show_redisson_semaphores_named_with_braces() {
+    const NAMES: [&str; 4] = ["jobs{1}", "jobs{2", "jobs}3", "jobs"];
+    let classpath = redisson::redisson_classpath();
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let reply = Duration::from_secs(30);
+    let (mut r, ids) = rt.block_on(async {
+        let mut r = redisson::Redisson::start(classpath, &url, "single").await;
+        let mut ids = Vec::new();
+        for name in NAMES {
+            r.send(&format!("ssetpermits {name} 3")).await;
+            r.expect(&format!("ssetpermits {name} true"), reply).await;
+            r.send(&format!("sacquire {name} 2 120000")).await;
+            let line = r.expect(&format!("sacquire {name} "), reply).await;
+            let mut held: Vec<String> = line[format!("sacquire {name} ").len()..]
+                .split(',')
+                .map(str::to_string)
+                .collect();
+            held.sort();
+            assert_eq!(held.len(), 2, "{line}");
+            ids.push(held);
+        }
+        (r, ids)
+    });
+    // Where Redisson keeps each name's ids.
+    for zset in [
+        "jobs{1}:timeout",
+        "jobs{2:timeout",
+        "{jobs}3}:timeout",
+        "{jobs}:timeout",
+    ] {
+        assert_eq!(server.cmd::<i64>(&["ZCARD", zset]), 2, "{zset}");
+    }
+    for (name, held) in NAMES.into_iter().zip(&ids) {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--json", "--nodes", &url, name]);
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+        let sem = &json["nodes"][0]["holder"];
+        assert_eq!(sem["kind"], "semaphore", "{name}: {sem}");
+        assert_eq!(sem["available"], 1, "{name}: {sem}");
+        let mut shown: Vec<String> = sem["permits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_string())
+            .collect();
+        shown.sort();
+        assert_eq!(&shown, held, "{name}: Redisson's ids");
+    }
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &url]);
+    let out = output(cmd);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let mut listed: Vec<(String, String)> = json["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["key"].as_str().unwrap().to_string(),
+                l["kind"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    listed.sort();
+    let semaphore = "semaphore (Redisson RPermitExpirableSemaphore layout)".to_string();
+    let mut expected: Vec<(String, String)> = NAMES
+        .iter()
+        .map(|n| (n.to_string(), semaphore.clone()))
+        .collect();
+    expected.sort();
+    assert_eq!(listed, expected, "{json}");
+    rt.block_on(r.send("quit"));
+}
+
 #[test]
 fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
     let cluster = RedisCluster::start();
@@ -1301,9 +1391,12 @@ fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
     assert_eq!(before, changes(), "inspect/scan wrote");
 }
 
-/// A number at a key with a hash tag (a counter, `{user7}:visits`) is no semaphore: a
-/// semaphore's name has no brace. On a Redis Cluster its `{name}:timeout` is in another slot,
-/// often on another primary: `scan` and `inspect` must not ask for it there (MOVED).
+/// A number at a key with a hash tag (a counter, `{user7}:visits`) with no permit ids beside
+/// it (Redisson's `{user7}:visits:timeout`, in its slot) is no semaphore's. On a Redis Cluster
+/// `{name}:timeout` is in another slot, often on another primary: `scan` and `inspect` must not
+/// ask for it there (MOVED). A number at a name with a `}` alone (`visits}3`) has its
+/// Redisson zset (`{visits}3}:timeout`) in another slot: the MOVED that answers its read means
+/// no holder (Redisson's scripts cannot take permits there), not a failed node.
 #[test]
 fn scan_and_inspect_on_a_cluster_read_a_tagged_counter_in_its_own_slot() {
     let cluster = RedisCluster::start();
@@ -1315,6 +1408,13 @@ fn scan_and_inspect_on_a_cluster_read_a_tagged_counter_in_its_own_slot() {
         .unwrap();
     let primary = cluster.primary_for_key(&counter);
     primary.cmd::<()>(&["SET", &counter, "17"]);
+    let split = (0..)
+        .map(|i| format!("visits}}{i}"))
+        .find(|k| port(k) != port(&format!("{{{k}}}:timeout")))
+        .unwrap();
+    cluster
+        .primary_for_key(&split)
+        .cmd::<()>(&["SET", &split, "5"]);
     // A lock beside it, in the same slot, which `scan` lists.
     let lock = counter.replace(":visits", ":lock");
     let token = "0123456789abcdef0123456789abcdef";
@@ -1341,6 +1441,21 @@ fn scan_and_inspect_on_a_cluster_read_a_tagged_counter_in_its_own_slot() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("permits available: 17"), "{text}");
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, &split]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("permits available: 5") && text.contains("permit holders: none"),
+        "{text}"
+    );
 }
 
 /// Another client's lock under a key with a `}` and no hash tag (a redis-py lock `job}3`, a name
