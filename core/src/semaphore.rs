@@ -82,12 +82,21 @@ pub(crate) fn check_request(
     if name.is_empty() {
         return Err(Error::invalid("semaphore name must not be empty"));
     }
-    // With either brace, the braces Redisson puts around the name (`{name}:timeout`, its
-    // channel) make a hash tag that is not the counter's: `{` (the name is hashed by its own
-    // tag, or whole) or `}` (`user}1`, hashed whole, against `{user}1}:timeout`'s `user`).
-    if let Some(brace) = name.chars().find(|c| matches!(c, '{' | '}')) {
+    // The scripts keep the permit ids in `{name}:timeout` (and publish on `redisson_sc:{name}`),
+    // Redisson's names for a name without braces. A `}` alone: Redisson's names are the same,
+    // but their tag (`user` for `user}1`) is not the counter's slot (hashed whole). A `{`:
+    // Redisson adds no braces (`suffixName`: `jobs{1}:timeout`), so a Redisson holder's ids
+    // would be where ours are not (the error once said Redisson's zset was `{name}:timeout`).
+    if name.contains('{') {
         return Err(Error::invalid(format!(
-            "semaphore name {name:?} contains '{brace}': Redisson's timeout zset \
+            "semaphore name {name:?} contains '{{': Redisson keeps such a name's permit ids \
+             in `{name}:timeout`, not in `{{name}}:timeout` where ferrolock keeps them (neither \
+             would see the other's holders)"
+        )));
+    }
+    if name.contains('}') {
+        return Err(Error::invalid(format!(
+            "semaphore name {name:?} contains '}}': Redisson's timeout zset \
              `{{name}}:timeout` would not share the counter's Redis Cluster slot"
         )));
     }

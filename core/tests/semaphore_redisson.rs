@@ -220,3 +220,48 @@ async fn redisson_permit_expirable_semaphore_layout_on_a_real_server() {
     );
     r.send("quit").await;
 }
+
+/// A name with a hash tag (`jobs{1}`), which Redisson's clients take: Redisson adds no braces
+/// to it (`suffixName`), so its permit ids are in `jobs{1}:timeout`, in the counter's slot,
+/// never in `{jobs{1}}:timeout`, where ferrolock's scripts would keep theirs. ferrolock
+/// refuses the name before any request, and says where Redisson keeps the ids: it said
+/// "Redisson's timeout zset `{name}:timeout` would not share the counter's Redis Cluster
+/// slot", which is not Redisson's zset for this name, nor in another slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_with_a_hash_tag_is_refused_naming_redissons_own_zset() {
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let name = "jobs{1}";
+    ask(
+        &mut r,
+        &format!("ssetpermits {name} 3"),
+        &format!("ssetpermits {name} "),
+    )
+    .await;
+    let ids = ask(
+        &mut r,
+        &format!("sacquire {name} 1 60000"),
+        &format!("sacquire {name} "),
+    )
+    .await;
+    assert_ne!(ids, "none");
+    assert_eq!(server.cmd::<i64>(&["ZCARD", "jobs{1}:timeout"]), 1);
+    assert_eq!(server.cmd::<i64>(&["EXISTS", "{jobs{1}}:timeout"]), 0);
+    let before = keys(&server);
+
+    let m = common::manager(&[server.url()], common::opts());
+    let e = m.semaphore(name, 3).await.unwrap_err();
+    assert_eq!(e.kind(), ferrolock::ErrorKind::InvalidArgument, "{e}");
+    assert!(
+        e.message().contains("\"jobs{1}\"") && e.message().contains("`jobs{1}:timeout`"),
+        "the refusal names the zset Redisson keeps: {e}"
+    );
+    assert!(
+        !e.message()
+            .contains("Redisson's timeout zset `{name}:timeout`"),
+        "{e}"
+    );
+    assert_eq!(keys(&server), before, "the refusal wrote");
+    r.send("quit").await;
+}
