@@ -18,6 +18,10 @@ let level = 'warn';
 // thread's default) is dropped on arrival, so a function is never called after the setLogger
 // that replaced it returned.
 let generation = 0;
+// The process-wide number of this thread's last setLogger call (0: none). The last call in
+// any thread wins: once another thread's is in effect, this thread's `handler` is not the
+// process's logger.
+let processGeneration = 0;
 
 /**
  * Sends ferrolock's log records (`{ level, target, message }`) at `options.level` (default
@@ -40,7 +44,7 @@ function setLogger(fn, options = {}) {
   handler = fn;
   level = wanted;
   const mine = ++generation;
-  native.setLogger(
+  processGeneration = native.setLogger(
     fn === null
       ? null
       : (record) => {
@@ -53,6 +57,13 @@ function setLogger(fn, options = {}) {
 /** A warning of the binding's own (a `withLock` scope's end): to the logger if it takes
  * warnings, else a process warning. */
 function warn(message) {
+  // Another thread's setLogger is in effect (a worker's scope while the main thread set the
+  // logger): the core's sink takes the record to it, at its level. This thread's default
+  // printed it as a process warning, even after setLogger(null).
+  if (native.loggerGeneration() !== processGeneration) {
+    native.logScopeWarning(message);
+    return;
+  }
   if (handler === null) return;
   if (LEVELS.indexOf(level) < LEVELS.indexOf('warn')) return;
   call(handler, { level: 'warn', target: 'ferrolock::scope', message });

@@ -9,6 +9,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Result, Status};
 use napi_derive::napi;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::env::locked;
 use crate::errors::{guard, invalid, to_napi};
@@ -48,6 +49,10 @@ enum Mode {
 }
 static MODE: Mutex<Mode> = Mutex::new(Mode::Unset);
 
+/// Counts the `setLogger` calls of every environment: a thread whose own call is no longer the
+/// last one (`log.js`) sends its scope warnings through the core, to the logger in effect.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
 fn js_record(r: &LogRecord<'_>) -> NativeLogRecord {
     NativeLogRecord {
         level: r.level.name().to_string(),
@@ -66,16 +71,16 @@ fn weak_tsfn(callback: Function<NativeLogRecord, ()>) -> Result<Tsfn> {
 
 /// Sends the core's events at `level` and above to `callback` on the JavaScript thread (of
 /// the environment that set it), replacing the previous function or the defaults; `null`
-/// stops delivery.
+/// stops delivery. Returns the call's number in the process (see [`logger_generation`]).
 #[napi(js_name = "setLogger")]
-pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String) -> Result<()> {
+pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String) -> Result<u32> {
     guard("setLogger", || set_logger_unguarded(callback, level))
 }
 
 fn set_logger_unguarded(
     callback: Option<Function<NativeLogRecord, ()>>,
     level: String,
-) -> Result<()> {
+) -> Result<u32> {
     let level = LogLevel::parse(&level).map_err(|e| invalid(e.message()))?;
     let sink: Option<log::LogSink> = match callback {
         None => None,
@@ -91,7 +96,24 @@ fn set_logger_unguarded(
     let mut mode = locked(&MODE);
     log::set_sink(sink, level).map_err(to_napi)?;
     *mode = Mode::User;
-    Ok(())
+    Ok(GENERATION.fetch_add(1, Ordering::SeqCst) + 1)
+}
+
+/// The number of the `setLogger` call in effect (0: none yet, the defaults).
+#[napi(js_name = "loggerGeneration")]
+pub fn logger_generation() -> Result<u32> {
+    guard("loggerGeneration", || Ok(GENERATION.load(Ordering::SeqCst)))
+}
+
+/// A warning of `log.js`'s own (a `withLock` scope's end) through the core's sink, for a
+/// thread whose `setLogger` is not the one in effect: it reaches the logger another thread
+/// set, at that logger's level (nothing after `setLogger(null)`).
+#[napi(js_name = "logScopeWarning")]
+pub fn log_scope_warning(message: String) -> Result<()> {
+    guard("logScopeWarning", || {
+        tracing::warn!(target: "ferrolock::scope", "{message}");
+        Ok(())
+    })
 }
 
 /// Registers this environment's default logger (`callback`, warnings and errors), removed at

@@ -243,3 +243,44 @@ test('a logger that throws neither crashes the process nor replaces withLock\'s 
     await m.close();
   }
 });
+
+test("a worker's withLock scope warning goes to the logger another thread set (or nowhere after setLogger(null)), not to a process warning", T, () => {
+  // One logger per process, the last setLogger in any thread: the main thread sets it and a
+  // worker's scope ends with a warning (its body failed and the key was gone at the release).
+  const pkg = JSON.stringify(path.resolve(__dirname, '..'));
+  const worker = `
+    const { withLock } = require(${pkg});
+    const { execFileSync } = require('node:child_process');
+    withLock('log-node:worker-scope', async () => {
+      execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:worker-scope']);
+      throw new Error('body failed');
+    }, { nodes: [${JSON.stringify(server.url)}], watchdog: false }).catch((e) => console.log('worker:', e.message));
+  `;
+  for (const logger of ['function', 'null']) {
+    const script = `
+      const { Worker } = require('node:worker_threads');
+      const { setLogger } = require(${pkg});
+      const records = [];
+      setLogger(${logger === 'null' ? 'null' : '(r) => records.push(r)'});
+      const w = new Worker(${JSON.stringify(worker)}, { eval: true });
+      w.once('exit', async () => {
+        const deadline = Date.now() + 20000;
+        while (${logger === 'null' ? 'false' : 'records.length === 0'} && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+        console.log(JSON.stringify(records.filter((r) => r.target === 'ferrolock::scope')));
+      });
+    `;
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 50_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const lines = r.stdout.trim().split('\n');
+    assert.equal(lines[0], 'worker: body failed', r.stdout);
+    const scoped = JSON.parse(lines[1]);
+    if (logger === 'function') {
+      assert.equal(scoped.length, 1, `the main thread's logger got no scope record: ${r.stdout} ${r.stderr}`);
+      assert.equal(scoped[0].level, 'warn');
+      assert.match(scoped[0].message, /log-node:worker-scope/);
+    } else {
+      assert.equal(scoped.length, 0);
+    }
+    assert.doesNotMatch(r.stderr, /FerrolockWarning/, `setLogger(${logger}) in the main thread, yet the worker printed a process warning`);
+  }
+});
