@@ -217,7 +217,12 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 function checkKey(key, what = 'lock key') {
   if (typeof key !== 'string' || key.length === 0) {
     const type = key === null ? 'null' : Array.isArray(key) ? 'array' : typeof key;
-    throw new InvalidArgumentError(`${what} must be a non-empty string, got ${show(key)} (${type})`, { key });
+    // Not kept on the error unless it is a string: a value passed where the key goes (options,
+    // in another library's argument order) may hold a node URL's password, which the message
+    // hides and console.log or a JSON logger would print from `err.key`.
+    throw new InvalidArgumentError(`${what} must be a non-empty string, got ${show(key)} (${type})`, {
+      key: typeof key === 'string' ? key : undefined,
+    });
   }
   // UTF-8 cannot carry a lone surrogate: sent as U+FFFD, 'k\ud800' and 'k\udc00' would be one lock.
   if (typeof key.isWellFormed === 'function' ? !key.isWellFormed() : LONE_SURROGATE.test(key)) {

@@ -49,6 +49,39 @@ test('withLock resolves to the result and releases, also when the callback throw
   assert.ok(!one.exists('wl:throw'));
 });
 
+test("a key refused for its type is not kept on the error, whose message hides the password it may hold (err.key is a string or absent, as typed)", T, async () => {
+  // Options passed where the key goes (another library's argument order): the message names
+  // their keys only, and the error printed or serialized (console.log, a JSON logger) must not
+  // show their values either.
+  const options = { nodes: ['redis://:hunter2@h:1'], ttl: 5 };
+  const m = new LockManager({ nodes: [one.url] });
+  try {
+    const calls = [
+      ['withLock', () => withLock(options, async () => 1)],
+      ['withReadLock', () => ferrolock.withReadLock(options, async () => 1)],
+      ['withPermit', () => ferrolock.withPermit(options, { permits: 1 }, async () => 1)],
+      ['acquire', () => m.acquire(options)],
+      ['tryAcquire', () => m.tryAcquire(options)],
+      ['acquireWrite', () => m.acquireWrite(options)],
+      ['acquirePermit', () => m.acquirePermit(options, { permits: 1 })],
+      ['tryAcquirePermit', () => m.tryAcquirePermit(options, { permits: 1 })],
+    ];
+    for (const [name, call] of calls) {
+      const e = await call().then(
+        () => assert.fail(`${name} took options as its key`),
+        (err) => err,
+      );
+      assert.ok(e instanceof InvalidArgumentError && /non-empty string, got \{nodes, ttl\} \(object\)/.test(e.message), `${name}: ${e.message}`);
+      assert.equal(e.key, undefined, `${name}: err.key is the options object`);
+      assert.ok(!require('node:util').inspect(e).includes('hunter2') && !JSON.stringify(e).includes('hunter2'), `${name}: the error shows the password: ${require('node:util').inspect(e)}`);
+    }
+    // A refused key that is a string is the key, and stays on the error.
+    await assert.rejects(m.acquire(''), (e) => e.code === 'INVALID_ARGUMENT' && e.key === '');
+  } finally {
+    await m.close();
+  }
+});
+
 test('manager: acquire, tryAcquire rejects with NotAcquiredError, extend, release, fence', T, async () => {
   const manager = new LockManager({ nodes: [one.url], ttl: 5000 });
   test.after(() => manager[Symbol.asyncDispose]());
