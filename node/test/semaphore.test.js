@@ -233,6 +233,42 @@ test('an aborted wait leaves no permit taken', T, async () => {
   await m.close();
 });
 
+test('a wait aborted beside another waiter that is granted leaves no queue entry: a try right after finds the free pool', { timeout: 300_000 }, async () => {
+  // Two waiters of one manager share a place in the server queue. The one aborted may have
+  // had an attempt refused just after the other's grant took the place out, which queued it
+  // again: left there, it held the free pool for a lease (a try was refused "the pool is
+  // taken"). The interleaving is a race, so the rounds vary the abort's moment around the
+  // release that wakes both.
+  const name = 'sem:abort-beside';
+  const queue = `ferrolock:queue:{${name}}`;
+  const m = new LockManager({ ...SLOW, nodes: [server.url] });
+  const other = new LockManager({ ...SLOW, nodes: [server.url] });
+  try {
+    for (let round = 0; round < 400; round++) {
+      const holder = await m.acquirePermit(name, { permits: 1 });
+      const ac = new AbortController();
+      const aborted = m.acquirePermit(name, { permits: 1, signal: ac.signal }).then((l) => l.release(), (e) => {
+        if (!(e instanceof AbortError)) throw e;
+      });
+      const granted = m.acquirePermit(name, { permits: 1 }).then((l) => l.release());
+      for (const end = Date.now() + 20_000; server.cli('ZCARD', queue) === '0'; await sleep(1)) {
+        assert.ok(Date.now() < end, 'the waiters never queued');
+      }
+      const release = holder.release();
+      if (round % 4 === 0) await null;
+      else await sleep((round % 4) - 1);
+      ac.abort();
+      await Promise.all([release, aborted, granted]);
+      assert.equal(server.cli('ZRANGE', queue, '0', '-1'), '', `round ${round}: a queue entry is left with every waiter gone`);
+      const tried = await other.tryAcquirePermit(name, { permits: 1 });
+      await tried.release();
+    }
+  } finally {
+    await other.close();
+    await m.close();
+  }
+});
+
 test("a semaphore's aborted wait and its extend's bad ttl name the semaphore, as its closed wait does", T, async () => {
   const name = 'sem:named';
   const m = new LockManager({ ...SLOW, nodes: [server.url] });

@@ -457,6 +457,15 @@ impl Waiters {
             }
         }
         if !q.waiters.is_empty() {
+            if ticket.granted.is_none() {
+                // A waiter that leaves beside others without the grant (cancelled; a
+                // semaphore's waiters attempt beside each other) may have had its last attempt
+                // refused just after another's grant took our id out, and so queued it again;
+                // that grant, taken here after this leave, would count it gone and linger,
+                // leaving the id first in line for a lease (a try at a free pool was refused
+                // meanwhile). The last one out takes it out instead.
+                kq.flags.stray.store(true, Ordering::SeqCst);
+            }
             return false;
         }
         // In this order, against `dequeue_if_abandoned`'s (stray, then waiting): one of the two
