@@ -1,6 +1,7 @@
 -- Takes ARGV[2] permits with a lease on Redisson's RPermitExpirableSemaphore layout (issue 33;
 -- sent by `semaphore.rs`). Expired ids are reclaimed first, with the server's TIME (never the
--- client's clock); a reclaim publishes the counter's new value, as Redisson's does.
+-- client's clock); a reclaim publishes the counter's new value, as Redisson's does, and so does
+-- a grant that leaves permits free while a waiter is queued.
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
 -- acquire on a name sets the counter to ARGV[1], as trySetPermits does (less the ids still
 -- held, if the counter alone went).
@@ -98,6 +99,13 @@ local expiry = now + tonumber(ARGV[3])
 for i = 10, 9 + count do
   redis.call('ZADD', KEYS[2], expiry, ARGV[i])
 end
-redis.call('DECRBY', KEYS[1], count)
+local left = redis.call('DECRBY', KEYS[1], count)
+-- Permits still free with a waiter queued: tell the waiters, as a reclaim does. A manager's
+-- waiters share one place, which this grant may have taken out: the next of them, refused
+-- behind another manager's waiter, queued again at the back, and when that waiter took its
+-- permit nothing told it of the one still free (it slept to its own re-check).
+if left > 0 and head and redis.call('ZRANGE', Q, 0, 0)[1] then
+  redis.call(PUBLISH, ARGV[4], left)
+end
 redis.call('SET', KEYS[6], expiry, 'PX', ARGV[5])
 return {1, expiry}

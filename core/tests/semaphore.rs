@@ -814,6 +814,102 @@ async fn a_release_of_k_permits_wakes_k_waiters() {
     assert_eq!(available(&server, name), 3);
 }
 
+/// Two waiters of one manager share its place in the queue, so the grant of the first takes
+/// it out: the second, refused after it behind another manager's waiter, queues again at the
+/// back. When that other waiter then takes a permit and one is still free, the second must be
+/// told. Three permits freed at once for three waiters of one: before, the second slept on its
+/// own re-check (its retry delay, 240 s here, ± 50 %) with a permit free (found by a review). The
+/// other manager's replies are held while the first two attempt, to force that order.
+#[tokio::test]
+async fn a_grant_that_leaves_permits_free_tells_the_waiter_queued_again_behind_it() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let name = "sem:grant-leaves-free";
+    let long = Duration::from_secs(240);
+    let slow = opts().retry_delay(long).ttl(long);
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
+    let await_queued = |n: usize| {
+        let queued = &queued;
+        async move {
+            let end = Instant::now() + Duration::from_secs(30);
+            while queued().len() < n {
+                assert!(Instant::now() < end, "never {n} queued: {:?}", queued());
+                tokio::time::sleep(ms(10)).await;
+            }
+        }
+    };
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m.semaphore_with(name, 3, 3, &slow).await.unwrap();
+    let spawn = |m: &ferrolock::LockManager| {
+        let (m, o) = (m.clone(), slow.clone());
+        tokio::spawn(async move { m.semaphore_with(name, 3, 1, &o).await })
+    };
+    // The other manager's waiter queues first; then two of one manager, which share a place.
+    let other_m = manager(&[proxy.url()], opts());
+    let other = spawn(&other_m);
+    await_queued(1).await;
+    let pair_m = manager(&[server.url()], opts());
+    let first = spawn(&pair_m);
+    await_queued(2).await;
+    let second = spawn(&pair_m);
+    // The second's first try (refused) and its queued attempt: the pair's place stays one.
+    let calls = script_calls(&server);
+    let end = Instant::now() + Duration::from_secs(30);
+    while script_calls(&server) < calls + 2 {
+        assert!(
+            Instant::now() < end,
+            "the second waiter never attempted twice"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    let other_id = queued()[0].clone();
+    proxy.hold(Direction::Down);
+    assert!(holder.release().await.unwrap());
+    // One of the pair is granted (its place goes), and the other is refused behind the other
+    // manager's waiter, which has not heard of the release yet (or, told by that grant,
+    // granted next: it is second in line with two permits free).
+    let end = Instant::now() + Duration::from_secs(30);
+    loop {
+        let granted = [first.is_finished(), second.is_finished()];
+        let split = granted.contains(&true) && queued().len() == 2;
+        if split || granted == [true, true] {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the pair never split: {:?}, available {}",
+            queued(),
+            available(&server, name)
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    assert_eq!(queued()[0], other_id, "the other manager's waiter is first");
+    proxy.release(Direction::Down);
+    let mut held = Vec::new();
+    for (what, w) in [("other", other), ("first", first), ("second", second)] {
+        held.push(
+            tokio::time::timeout(Duration::from_secs(60), w)
+                .await
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "{what}: not granted with a permit free (available {}, queued {:?})",
+                        available(&server, name),
+                        queued()
+                    )
+                })
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    assert_eq!(available(&server, name), 0);
+    for lock in held {
+        assert!(lock.release().await.unwrap());
+    }
+    drop((other_m, pair_m, holder_m));
+}
+
 /// Script calls a server has run (`EVALSHA` and `EVAL`).
 fn script_calls(server: &RedisServer) -> u64 {
     calls(server, "evalsha") + calls(server, "eval")
