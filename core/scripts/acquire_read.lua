@@ -8,7 +8,9 @@
 -- hold's mark (`ferrolock:hold:{key}:<hold id>`; see acquire_reentrant.lua) (one slot).
 -- ARGV[1] ttl ms, ARGV[2] field, ARGV[3] unused, ARGV[4] waiter id or '', ARGV[5] queue score
 -- or '', ARGV[6] lease ms, ARGV[7] '1' = re-entry only (our read or write hold is live),
--- ARGV[8] barging bound ms, ARGV[9] unused.
+-- ARGV[8] barging bound ms, ARGV[9] '1' = a grant keeps our place in the queue (more readers of
+-- this process wait: they attempt next, and share the key, ahead of a writer that queued after
+-- them; taken out, they queued again behind it and waited for its whole hold).
 -- Busy: write-held by another owner, a plain lock, or a hash without `mode` (a reentrant
 -- lock's).
 -- Granted: the hash is free; or it is read-held and no ferrolock writer waits ahead of us (a
@@ -74,5 +76,7 @@ local left = redis.call('PTTL', KEYS[1])
 if not mode or (left >= 0 and left < tonumber(ARGV[1])) then
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
-dequeue(id)
+if ARGV[9] ~= '1' then
+  dequeue(id)
+end
 return nil

@@ -448,6 +448,95 @@ async fn a_write_release_lets_every_waiting_reader_in() {
     assert_eq!(holding.load(Ordering::SeqCst), 4);
 }
 
+/// Two readers of one manager, queued before a writer of another, all behind a write hold:
+/// its release lets both readers in together, ahead of the writer. The first reader's grant
+/// took the manager's place out of the queue, so the second, attempting next (readers share
+/// the key), queued again behind the writer and waited for that writer's whole hold. The
+/// grant now keeps the place while more readers of the manager wait (found by a review). Its
+/// own re-checks are far: its retry delay (240 s, ± 50 %) and its busy hint, the PTTL of the
+/// hash (30 s, the longest read ttl), past the failure bound.
+#[tokio::test]
+async fn readers_of_one_manager_queued_before_a_writer_get_in_together() {
+    let _s = serial();
+    for nodes in [1, 3] {
+        let cluster = ferrolock_testbed::Cluster::start(nodes);
+        let urls = cluster.urls();
+        let server = &cluster.servers[0];
+        let key = "rw:readers-before-writer";
+        let queue = KeyNames::of(key).queue;
+        let line = || server.cmd::<Vec<String>>(&["ZRANGE", &queue, "0", "-1"]);
+        let slow = opts()
+            .ttl(Duration::from_secs(30))
+            .retry_delay(Duration::from_secs(240));
+        let holder_m = manager(&urls, slow.clone());
+        let w = holder_m.write_lock(key).await.unwrap();
+        let readers_m = manager(&urls, slow.clone());
+        let read = || {
+            let m = readers_m.clone();
+            tokio::spawn(async move { m.read_lock(key).await })
+        };
+        let first = read();
+        until("the readers are queued", Duration::from_secs(30), || {
+            line().len() == 1
+        })
+        .await;
+        let calls = script_calls(server);
+        let second = read();
+        // The second reader's first try, refused: it waits in the manager's reader queue.
+        until("the second reader tried", Duration::from_secs(30), || {
+            script_calls(server) > calls
+        })
+        .await;
+        let writer_m = manager(&urls, slow.clone());
+        let writer = {
+            let m = writer_m.clone();
+            tokio::spawn(async move { m.write_lock(key).await })
+        };
+        until(
+            "the writer is queued behind the readers",
+            Duration::from_secs(30),
+            || line().len() == 2,
+        )
+        .await;
+        assert!(line()[0].starts_with('r'), "{:?}", line());
+        assert!(w.release().await.unwrap());
+        let mut held = Vec::new();
+        for (what, r) in [("first", first), ("second", second)] {
+            held.push(
+                tokio::time::timeout(Duration::from_secs(20), r)
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "{nodes} node(s): the {what} reader did not get in beside the \
+                             other (queue {:?}, hash {:?})",
+                            line(),
+                            hash(server, key)
+                        )
+                    })
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        assert!(
+            !writer.is_finished(),
+            "the writer went in beside the readers"
+        );
+        for r in held {
+            assert!(r.release().await.unwrap());
+        }
+        let w2 = tokio::time::timeout(Duration::from_secs(60), writer)
+            .await
+            .expect("the writer was not let in after the readers")
+            .unwrap()
+            .unwrap();
+        assert!(w2.release().await.unwrap());
+        until("the queue is empty", Duration::from_secs(30), || {
+            line().is_empty()
+        })
+        .await;
+    }
+}
+
 /// The watchdog renews a read and a write hold (in the same batches as locks) past three
 /// ttls: their keys are still there, with time left.
 #[tokio::test]

@@ -73,6 +73,7 @@ fn read(s: &RedisServer, key: &str, field: &str, c: &Call) -> Value {
         reentry: c.reentry,
         bound_ms: c.bound_ms,
         hold: c.call,
+        keep_place: false,
     }
     .invocation();
     run(s, inv).unwrap()

@@ -103,6 +103,7 @@ pub(super) async fn ask(
                         reentry: r.reentry,
                         bound_ms,
                         hold: &r.call,
+                        keep_place: r.queue.as_ref().is_some_and(|q| q.keep),
                     }
                     .invocation(),
                     Kind::Write => AcquireWrite {

@@ -154,6 +154,8 @@ async fn acquire_loop(
             .zip(seen.as_ref())
             .filter(|_| !plan.reentry)
             .map(|(t, seen)| t.queue_args(opts, seen));
+        // A reader's grant that keeps the place for the readers behind it leaves it queued.
+        let keeps_place = queue.as_ref().is_some_and(|q| q.keep);
 
         let req = Req::new(shared, key, plan.token, opts, plan.reentry, queue);
         stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -169,7 +171,13 @@ async fn acquire_loop(
                 outcome.fence
             };
             if let Some(t) = ticket.as_mut() {
-                t.granted(outcome.tally.yes() == n, Some(outcome.started + opts.ttl));
+                t.granted(
+                    outcome.tally.yes() == n && !keeps_place,
+                    Some(outcome.started + opts.ttl),
+                );
+                if keeps_place {
+                    t.kept_place();
+                }
             }
             if let Some(h) = plan.holder {
                 shared.owners.granted(key, h, fence);

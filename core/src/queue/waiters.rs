@@ -420,6 +420,7 @@ impl Waiters {
             turn: rx,
             granted: None,
             lapses: None,
+            kept_place: false,
         }
     }
 
@@ -450,8 +451,11 @@ impl Waiters {
             // back. With N nodes, nodes that did not grant may still hold it. A semaphore's
             // other waiters attempt beside the head, with the same id: one refused after this
             // grant queued it again, so it is gone only when nobody else here waits (taken for
-            // gone, a waiter cancelled next left it first in line for a lease).
-            q.score = None;
+            // gone, a waiter cancelled next left it first in line for a lease). A reader's grant
+            // that kept the place keeps its score too: the readers behind attempt there.
+            if !ticket.kept_place {
+                q.score = None;
+            }
             if everywhere && q.waiters.is_empty() {
                 q.dirty = false;
             }
@@ -609,11 +613,13 @@ pub(crate) struct Ticket {
     kq: Arc<KeyQueue>,
     id: u64,
     turn: watch::Receiver<Option<Turn>>,
-    /// Set when this waiter got the lock: `Some(true)` when every node granted (so the
-    /// server queue no longer holds our id anywhere).
+    /// Set when this waiter got the lock: `Some(true)` when the server queue no longer holds
+    /// our id anywhere (every node granted, and the grant did not keep the place).
     granted: Option<bool>,
     /// When the lock it got lapses, unless released or renewed before.
     lapses: Option<tokio::time::Instant>,
+    /// Its grant kept our place in the server queue for the readers behind it (`QueueArgs::keep`).
+    kept_place: bool,
 }
 
 impl Ticket {
@@ -687,6 +693,7 @@ impl Ticket {
                 rx: self.kq.epoch.subscribe(),
                 seen: seen.clone(),
             }),
+            keep: self.kq.role == Role::Reader && q.waiters.len() > 1,
         }
     }
 
@@ -694,6 +701,11 @@ impl Ticket {
     pub fn granted(&mut self, everywhere: bool, lapses: Option<tokio::time::Instant>) {
         self.granted = Some(everywhere);
         self.lapses = lapses;
+    }
+
+    /// Its grant kept our place for the readers behind it: it stays queued, at its score.
+    pub fn kept_place(&mut self) {
+        self.kept_place = true;
     }
 }
 
@@ -742,6 +754,10 @@ pub(crate) struct QueueArgs {
     pub flags: Option<Arc<PlaceFlags>>,
     /// The wake-ups of the local queue since the epochs read before the attempt.
     pub woken: Option<Woken>,
+    /// A reader with other readers of this process waiting behind it: its grant keeps the
+    /// place, where they attempt next (they share the key), instead of queueing again behind
+    /// a writer that came after them.
+    pub keep: bool,
 }
 
 /// A head's wake-ups during its own attempt. A node that refused the attempt and then

@@ -473,6 +473,8 @@ pub struct AcquireRead<'a> {
     /// This hold's id, new to this call (see `hold_key`): every grant adds a hold, and a
     /// re-send finds its mark.
     pub hold: &'a str,
+    /// A grant keeps our place in the queue: this process has more readers waiting.
+    pub keep_place: bool,
 }
 
 impl AcquireRead<'_> {
@@ -487,7 +489,9 @@ impl AcquireRead<'_> {
         inv.arg(self.place.id)
             .arg(self.place.score)
             .arg(self.place.lease_ms);
-        inv.arg(flag(self.reentry)).arg(self.bound_ms);
+        inv.arg(flag(self.reentry))
+            .arg(self.bound_ms)
+            .arg(flag(self.keep_place));
         inv
     }
 }
