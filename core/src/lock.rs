@@ -73,6 +73,10 @@ pub enum LossReason {
     /// Its manager's `release_all` or `close` released it while its holder had not: the
     /// holder's work is no longer protected, and is told so like any other loss.
     ReleasedByManager { what: &'static str, key: String },
+    /// Its last handle was garbage-collected (Python, Node, Go) while it was held: it is
+    /// released, and whoever still watches for its loss (a Node `signal`, Go's `Lost()`, an
+    /// `on_lost` callback) is told, since the work it guarded may still be running.
+    Collected { what: &'static str, key: String },
 }
 
 impl LossReason {
@@ -85,6 +89,7 @@ impl LossReason {
             LossReason::MaxHold { .. } => "max_hold",
             LossReason::Expiring { .. } => "expiring",
             LossReason::ReleasedByManager { .. } => "released_by_manager",
+            LossReason::Collected { .. } => "collected",
         }
     }
 }
@@ -135,6 +140,13 @@ impl std::fmt::Display for LossReason {
                     "{what} {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
                 )
             }
+            LossReason::Collected { what, key } => write!(
+                f,
+                "{what} {key:?} is released because its handle was garbage-collected while the \
+                 {what} was held: the work it guards may still be running without it; keep a \
+                 reference to the {what} until you release it, or hold it for a scope (Python's \
+                 with, Node's withLock, Go's WithLock)"
+            ),
         }
     }
 }
@@ -560,6 +572,23 @@ impl Lock {
     /// behalf (`host::Manager::release_all` and `close`; the release follows). A lock no longer
     /// held is left as it is.
     pub(crate) fn released_by_manager(&self) {
+        self.released_for_holder(true, |what, key| LossReason::ReleasedByManager {
+            what,
+            key,
+        });
+    }
+
+    /// Tells whoever still watches for the loss that the lock is released because its last
+    /// handle was garbage-collected (`host::Lock::collected`; the drop's release follows).
+    pub(crate) fn collected_while_held(&self) {
+        self.released_for_holder(false, |what, key| LossReason::Collected { what, key });
+    }
+
+    fn released_for_holder(
+        &self,
+        by_manager: bool,
+        reason: impl FnOnce(&'static str, String) -> LossReason,
+    ) {
         if !self.inner.inherited() {
             let mut s = self.inner.state();
             // One its holder is releasing (or released) is left to that release: its status
@@ -567,14 +596,9 @@ impl Lock {
             if s.released {
                 return;
             }
-            s.by_manager = true;
-            self.inner.finish_locked(
-                s,
-                LockStatus::Lost(LossReason::ReleasedByManager {
-                    what: self.inner.what(),
-                    key: self.inner.key.clone(),
-                }),
-            );
+            s.by_manager = by_manager;
+            let reason = reason(self.inner.what(), self.inner.key.clone());
+            self.inner.finish_locked(s, LockStatus::Lost(reason));
         }
     }
 

@@ -1130,6 +1130,42 @@ func TestACollectedHeldLockIsReleasedWithAWarning(t *testing.T) {
 	}
 }
 
+// Work that still watches a Lock's Lost() after the Lock's last use is told when the garbage
+// collector finalizes the Lock while it is held: the lock is released, and the work is no
+// longer guarded (the error says why).
+func TestLostClosesWhenAHeldLockIsCollected(t *testing.T) {
+	m, other := manager(t), manager(t)
+	ctx := context.Background()
+	k := key("gc-lost")
+	lost := func() <-chan struct{} {
+		l, err := m.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Lost()
+	}()
+	var taken *ferrolock.Lock
+	closed := func() bool {
+		select {
+		case <-lost:
+			return true
+		default:
+			return false
+		}
+	}
+	if !settles(30*time.Second, func() bool {
+		if taken == nil {
+			taken, _ = other.TryAcquire(ctx, k)
+		}
+		return taken != nil && closed()
+	}) {
+		t.Fatalf("collected lock taken by another manager: %v, its Lost() closed: %v", taken != nil, closed())
+	}
+	if err := taken.Release(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Without SetLogger, the core's warnings go to slog.Default() (here: a restarted node's vote
 // held back, with a restart guard longer than the test servers' uptime).
 func TestWarningsGoToSlogDefault(t *testing.T) {

@@ -260,7 +260,7 @@ bool ferrolock_lock_is_lost(const struct ferrolock_lock *lock);
 int ferrolock_lock_check(const struct ferrolock_lock *lock, struct ferrolock_error **err);
 
 // Sets `callback` to be told if the lock is lost. Guarantees: it runs on a library thread
-// (never the caller's), at most once, and never after `ferrolock_lock_release` or
+// (never the caller's, except in `ferrolock_lock_free_collected`), at most once, and never after `ferrolock_lock_release` or
 // `ferrolock_lock_free` of this lock has returned: those wait for a call already running
 // (unless made from inside the callback itself). It may call back in (see
 // `ferrolock_lost_fn`); while it runs, `ferrolock_lock_release` and `ferrolock_lock_free` of
@@ -315,7 +315,9 @@ void ferrolock_lock_free(struct ferrolock_lock *lock);
 // `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
 // still held, with no release begun, is released in the background and a warning naming its
 // key goes to the log callback, since the collection may come before the work the lock
-// guards has ended. NULL is ignored.
+// guards has ended. Its loss callback, if set, is called first, on this thread, with that
+// warning as the reason (`FERROLOCK_ERR_LOCK_LOST`): whatever still watches the lock's loss
+// is told that the work is no longer guarded. NULL is ignored.
 void ferrolock_lock_free_collected(struct ferrolock_lock *lock);
 
 // Makes a manager from `opts` (copied; not kept). The URLs and each option's value are

@@ -131,7 +131,7 @@ pub unsafe extern "C" fn ferrolock_lock_check(
 }
 
 /// Sets `callback` to be told if the lock is lost. Guarantees: it runs on a library thread
-/// (never the caller's), at most once, and never after `ferrolock_lock_release` or
+/// (never the caller's, except in `ferrolock_lock_free_collected`), at most once, and never after `ferrolock_lock_release` or
 /// `ferrolock_lock_free` of this lock has returned: those wait for a call already running
 /// (unless made from inside the callback itself). It may call back in (see
 /// `ferrolock_lost_fn`); while it runs, `ferrolock_lock_release` and `ferrolock_lock_free` of
@@ -282,7 +282,9 @@ pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
 /// `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
 /// still held, with no release begun, is released in the background and a warning naming its
 /// key goes to the log callback, since the collection may come before the work the lock
-/// guards has ended. NULL is ignored.
+/// guards has ended. Its loss callback, if set, is called first, on this thread, with that
+/// warning as the reason (`FERROLOCK_ERR_LOCK_LOST`): whatever still watches the lock's loss
+/// is told that the work is no longer guarded. NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_free_collected(lock: *mut ferrolock_lock) {
     // SAFETY: the caller's promise, passed on.
@@ -300,8 +302,9 @@ unsafe fn free_lock(lock: *mut ferrolock_lock, collected: bool) {
         // SAFETY: see this function's contract.
         let lock = *unsafe { Box::from_raw(lock) };
         if collected {
-            lock.lock.collected();
+            lock.lock.free_collected();
+        } else {
+            lock.lock.free();
         }
-        lock.lock.free();
     })
 }

@@ -1370,7 +1370,7 @@ static void on_collected_log(void *userdata, int level, const char *message) {
 }
 
 /* ferrolock_lock_free_collected (a garbage collector's finalizer, Go's): a held lock is
- * released with a warning naming its key; a released one is freed without a warning; NULL is
+ * released with a warning naming its key, its loss callback told first; a released one is freed without a warning; NULL is
  * ignored. */
 static void test_free_collected(void) {
   collected_logs_t logs = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -1385,7 +1385,13 @@ static void test_free_collected(void) {
   EXPECT(ferrolock_lock_release(released, NULL, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free_collected(released);
   EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &held, &err), FERROLOCK_OK, NULL);
+  seen_t seen = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_lock_on_lost(held, on_lost, &seen, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free_collected(held);
+  /* Whatever still watched the lock's loss was told before the handle went (on this thread). */
+  CHECK(seen.calls == 1 && seen.finished, "lost callback called %d times before the free returned", seen.calls);
+  CHECK(seen.code == FERROLOCK_ERR_LOCK_LOST && strstr(seen.message, "garbage-collected") && strstr(seen.message, key),
+        "%d %s", seen.code, seen.message);
   ferrolock_lock_free_collected(NULL);
   /* Released in the background: another acquire gets the key well before its 60 s ttl. */
   ferrolock_options *wait = ferrolock_options_new();

@@ -212,6 +212,38 @@ test('a Lock the garbage collector takes unreleased is released with a warning n
   one.cli('DEL', 'life:gc:kept', 'life:gc:dropped');
 });
 
+test('a Lock the garbage collector takes while its work still watches its signal is released and aborts the signal (the work is told, as for any loss)', T, async () => {
+  const body = `${HEADER}
+    run(async () => {
+      const m = new LockManager({ ttl: 60000 });
+      let lock = await m.acquire('life:gc:signal');
+      // The work keeps the signal, as a fetch or a loop given \`lock.signal\` does, and drops
+      // the lock without releasing it.
+      const signal = lock.signal;
+      held.push(signal);
+      lock = null;
+      // Bounded rounds, no time bound: the release follows the collection on the core's
+      // runtime, and the abort reaches this thread after it.
+      let taken = null;
+      for (let round = 0; round < 200 && (taken === null || !signal.aborted); round++) {
+        gc();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        taken ??= await m.tryAcquire('life:gc:signal').catch(() => null);
+      }
+      console.log(taken === null ? 'dropped still held' : 'dropped released');
+      console.log(signal.aborted ? \`reason \${signal.reason.code} \${signal.reason.message}\` : 'signal not aborted');
+      if (taken !== null) await taken.release();
+    }, 'done');`;
+  const r = await runNode(body, {
+    onLine: (line, child) => {
+      if (line === 'done') child.kill('SIGKILL');
+    },
+  });
+  assert.match(r.out, /dropped released/, r.out + r.err);
+  assert.match(r.out, /^reason LOCK_LOST lock "life:gc:signal" is released because its handle was garbage-collected while the lock was held/m, r.out + r.err);
+  one.cli('DEL', 'life:gc:signal');
+});
+
 test('a process killed by a signal with its default action leaves its locks to their ttl (documented)', T, async () => {
   const body = `${HEADER}
     run(async () => {

@@ -163,3 +163,25 @@ def test_a_lock_whose_result_is_not_kept_is_released_with_a_warning(
         assert not _warned(caplog, key + ":kept", 0), [r.getMessage() for r in caplog.records]
     finally:
         m.close()
+
+
+def test_wait_lost_of_a_lock_collected_while_held_is_told_it_was_released(node: RedisNode, key: str) -> None:
+    # Work still awaiting `wait_lost()` after its lock's last reference went is told, as for
+    # any loss: the lock is released, and the work is no longer guarded.
+    m = LockManager([node.url], ttl=30)
+    try:
+
+        async def main() -> str | None:
+            lock = m.acquire(key)
+            waiting = asyncio.ensure_future(lock.wait_lost())
+            await asyncio.sleep(0)  # the wait has started
+            del lock
+            gc.collect()
+            return await asyncio.wait_for(waiting, 20)
+
+        reason = asyncio.run(main())
+        assert reason is not None, "wait_lost() said the lock was released by its holder"
+        assert f'lock "{key}" is released because its handle was garbage-collected while the lock was held' in reason
+        assert _gone_within(node, key, 20), "the collected lock was not released"
+    finally:
+        m.close()

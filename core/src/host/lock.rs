@@ -11,6 +11,11 @@ use crate::host::loss::Gate;
 use crate::host::manager::Manager;
 use crate::lock::{Lock as CoreLock, LockStatus, LossReason};
 
+thread_local! {
+    /// This thread is in [`Lock::free_collected`]: its loss callbacks run here, at once.
+    static COLLECTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// A lock a binding hands out. Cheap to clone (clones share the lock and its subscriptions).
 /// Dropping the last handle without a release releases it in the background (the core's
 /// rule); [`Lock::free`] also waits for a loss callback already running.
@@ -99,6 +104,11 @@ impl Lock {
         }
         let gate = self.gate.clone();
         self.core.on_lost(move |reason| {
+            if COLLECTING.get() {
+                // Declared by `free_collected`, which frees the handle next (closing the
+                // gate): started later, the callback would never run.
+                return gate.run(callback, reason);
+            }
             let reason = reason.clone();
             // Off the thread that declared the loss (a runtime worker, or a caller reading
             // the status): the callback may block.
@@ -181,24 +191,31 @@ impl Lock {
 
     /// For a binding whose garbage collector took this handle (a finalizer; Python's last
     /// reference going): if the lock is held, no release has begun and no other handle of it
-    /// is left, warns that it is released now. Nothing in the caller's program marks when a
-    /// collection happens (in Node and Go it follows the handle's last use, not the end of the
-    /// work the lock guards; in Python, `m.acquire(key)` whose result is not kept goes at
-    /// once), so the release that follows may come while that work still runs: the warning
-    /// names the key and says what to keep. Call it before the handle goes.
+    /// is left, declares it lost (`LossReason::Collected`, which logs the warning) before it
+    /// is released. Nothing in the caller's program marks when a collection happens (in Node
+    /// and Go it follows the handle's last use, not the end of the work the lock guards; in
+    /// Python, `m.acquire(key)` whose result is not kept goes at once), so the release that
+    /// follows may come while that work still runs: the warning names the key and says what to
+    /// keep, and whatever that work still watches (Node's `signal`, Go's `Lost()`, an
+    /// `on_lost` callback) is told, as for any loss. Call it before the handle goes.
     pub fn collected(&self) {
         if self.inherited() || Arc::strong_count(&self.core) > 1 || !self.core.unreleased_and_held()
         {
             return;
         }
-        tracing::warn!(
-            "{what} {:?} is released because its handle was garbage-collected while the {what} was \
-             held: the work it guards may still be running without it; keep a reference to the \
-             {what} until you release it, or hold it for a scope (Python's with, Node's withLock, \
-             Go's WithLock)",
-            self.key(),
-            what = self.core.what()
-        );
+        self.core.collected_while_held();
+    }
+
+    /// [`collected`](Lock::collected), then [`free`](Lock::free), for a finalizer that frees
+    /// the handle at once (C's `ferrolock_lock_free_collected`, Go's): the loss callbacks run
+    /// on this thread before the handle goes, since the free stops those not yet started.
+    /// Only here: Python's callbacks need the GIL its collector holds, and wait on the
+    /// block they tell (a context's callback sleeps until its block runs).
+    pub fn free_collected(self) {
+        COLLECTING.set(true);
+        self.collected();
+        COLLECTING.set(false);
+        self.free();
     }
 
     /// Frees this handle: no loss callback starts from now on, and one already running has
