@@ -164,7 +164,7 @@ async fn acquire_loop(
         let (hint, failed, held_as_lock, too_late) = match answer {
             Ok(Answer::Granted) => {
                 if let Some(t) = ticket.as_mut() {
-                    t.granted(true, None);
+                    t.granted(true, None, false);
                     stats.handoffs.fetch_add(1, Ordering::Relaxed);
                 }
                 return Ok(Lock::new(

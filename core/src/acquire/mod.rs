@@ -174,10 +174,8 @@ async fn acquire_loop(
                 t.granted(
                     outcome.tally.yes() == n && !keeps_place,
                     Some(outcome.started + opts.ttl),
+                    keeps_place,
                 );
-                if keeps_place {
-                    t.kept_place();
-                }
             }
             if let Some(h) = plan.holder {
                 shared.owners.granted(key, h, fence);

@@ -698,14 +698,17 @@ impl Ticket {
     }
 
     /// This waiter got the lock, which lapses at `lapses` unless released or renewed.
-    pub fn granted(&mut self, everywhere: bool, lapses: Option<tokio::time::Instant>) {
+    /// `kept_place`: the grant kept our place for the readers behind it (it stays queued, at
+    /// its score).
+    pub fn granted(
+        &mut self,
+        everywhere: bool,
+        lapses: Option<tokio::time::Instant>,
+        kept_place: bool,
+    ) {
         self.granted = Some(everywhere);
         self.lapses = lapses;
-    }
-
-    /// Its grant kept our place for the readers behind it: it stays queued, at its score.
-    pub fn kept_place(&mut self) {
-        self.kept_place = true;
+        self.kept_place = kept_place;
     }
 }
 
