@@ -166,7 +166,11 @@ pub(crate) enum Held {
     Lock,
     Read,
     Write,
-    Permits,
+    /// `count` permits of a pool of `permits`.
+    Permits {
+        permits: u32,
+        count: u32,
+    },
 }
 
 impl Held {
@@ -174,7 +178,7 @@ impl Held {
         match kind {
             host::Kind::Read => Held::Read,
             host::Kind::Write => Held::Write,
-            host::Kind::Permits { .. } => Held::Permits,
+            host::Kind::Permits { permits, count } => Held::Permits { permits, count },
             _ => Held::Lock,
         }
     }
@@ -184,7 +188,7 @@ impl Held {
             Held::Lock => "lock",
             Held::Read => "read lock",
             Held::Write => "write lock",
-            Held::Permits => "semaphore",
+            Held::Permits { .. } => "semaphore",
         }
     }
 
@@ -205,12 +209,13 @@ impl Held {
     ) -> bool {
         match (self, found) {
             // The core refuses another kind on a semaphore's counter at once, and permits
-            // beside permits may be granted (each entry is a holder of its own).
-            (_, Held::Permits) => false,
+            // beside permits may be granted (each entry is a holder of its own) while the
+            // blocks leave enough (`refuse_waiting_for_itself` counts them).
+            (_, Held::Permits { .. }) => false,
             // A semaphore waits for a lock of its name to go (a read-write hold's hash is
             // refused at once, as a key of the wrong type).
-            (Held::Permits, Held::Lock) => true,
-            (Held::Permits, _) => false,
+            (Held::Permits { .. }, Held::Lock) => true,
+            (Held::Permits { .. }, _) => false,
             (Held::Lock, Held::Lock) => !(same_owner && reentrant && found_reentrant),
             (Held::Read, Held::Read) => false,
             (Held::Lock, _) => !(same_owner && reentrant),
@@ -282,9 +287,19 @@ pub(crate) fn refuse_waiting_for_itself(
     let (servers, manager) = (manager.servers(), manager.id());
     let here = thread_ident();
     let (mut own_block, mut loops_block) = (None, false);
+    // Permits of the pool asked for that this thread's blocks hold: they go back only when
+    // those blocks exit, after this wait (`ferrolock run` counts its enclosing runs alike).
+    let mut stuck = 0u32;
     for b in held_blocks().iter() {
         if b.servers != servers || b.key != key || !b.holds() {
             continue;
+        }
+        if let (Held::Permits { permits, .. }, Held::Permits { permits: p, count }) =
+            (asked, b.kind)
+            && p == permits
+            && (b.asynchronous && b.thread == here || !b.asynchronous && b.owner == owner)
+        {
+            stuck = stuck.saturating_add(count);
         }
         if b.asynchronous {
             loops_block |= b.thread == here && asked.waits_for(b.kind, false, false, false);
@@ -296,9 +311,24 @@ pub(crate) fn refuse_waiting_for_itself(
         }
     }
     let what = match asked {
-        Held::Permits => "semaphore",
+        Held::Permits { .. } => "semaphore",
         _ => "lock",
     };
+    if let Held::Permits { permits, count } = asked
+        && stuck > 0
+        && count > permits.saturating_sub(stuck)
+    {
+        let err = Error::new(
+            ErrorKind::NotAcquired,
+            format!(
+                "{what} {key:?} not acquired: this thread's `with` blocks (or its event loop's \
+                 `async with` blocks) hold {stuck} of its {permits} permits (on the same \
+                 servers), and this asks for {count}: they go back only when those blocks \
+                 exit, so waiting would deadlock"
+            ),
+        );
+        return Err(to_py(py, &err, Some(key)));
+    }
     let why = if loops_block {
         "this thread runs the event loop of an `async with` block that holds it (on the same \
          servers): blocking here stops that loop, so the block could never release it; await \
@@ -343,30 +373,55 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
     asked: Held,
 ) -> PyResult<()> {
     let (servers, here) = (manager.servers(), thread_ident());
-    let enclosing: Vec<usize> = held_blocks()
+    // Each block's frame, and the permits of the pool asked for that it holds (0 for a hold
+    // this waits for whatever is left).
+    let enclosing: Vec<(usize, Option<u32>)> = held_blocks()
         .iter()
         .filter(|b| {
-            !b.asynchronous
-                && b.thread == here
-                && b.servers == servers
-                && b.key == key
-                && asked.waits_for(b.kind, false, false, false)
-                && b.holds()
+            !b.asynchronous && b.thread == here && b.servers == servers && b.key == key && b.holds()
         })
-        .map(|b| b.frame)
+        .filter_map(|b| match (asked, b.kind) {
+            (Held::Permits { permits, .. }, Held::Permits { permits: p, count }) => {
+                (p == permits).then_some((b.frame, Some(count)))
+            }
+            _ => asked
+                .waits_for(b.kind, false, false, false)
+                .then_some((b.frame, None)),
+        })
         .collect();
     // Only a block whose frame is on this stack runs the loop inside it: a `with` block in
     // another task's coroutine, suspended at an `await`, exits in its turn.
-    if !enclosing
-        .iter()
-        .any(|&frame| running_on(py, here, frame) == Some(true))
-    {
-        return Ok(());
-    }
+    let running: Vec<Option<u32>> = enclosing
+        .into_iter()
+        .filter(|&(frame, _)| running_on(py, here, frame) == Some(true))
+        .map(|(_, permits)| permits)
+        .collect();
     let what = match asked {
-        Held::Permits => "semaphore",
+        Held::Permits { .. } => "semaphore",
         _ => "lock",
     };
+    let stuck: u32 = running
+        .iter()
+        .flatten()
+        .fold(0, |a, &c| a.saturating_add(c));
+    if let Held::Permits { permits, count } = asked
+        && stuck > 0
+        && count > permits.saturating_sub(stuck)
+    {
+        let err = Error::new(
+            ErrorKind::NotAcquired,
+            format!(
+                "{what} {key:?} not acquired: this thread is inside `with` blocks that hold \
+                 {stuck} of its {permits} permits (on the same servers) and runs this event \
+                 loop inside them, and this asks for {count}: they go back only when those \
+                 blocks exit, after this wait, so waiting would deadlock"
+            ),
+        );
+        return Err(to_py(py, &err, Some(key)));
+    }
+    if !running.iter().any(Option::is_none) {
+        return Ok(());
+    }
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(

@@ -76,6 +76,53 @@ def test_permits_holders_hold_together_up_to_the_pool(node: RedisNode, manager: 
     assert free(node, key) == 2 and taken(node, key) == 0
 
 
+def test_a_semaphore_inside_blocks_that_hold_its_pool_is_refused(node: RedisNode, manager: LockManager, key: str) -> None:
+    # The thread's own blocks hold what the pool has: the nested block would wait for them,
+    # which exit only after it (for ever without a wait), as `ferrolock run` refuses it.
+    with manager.semaphore(key, permits=2):
+        with manager.semaphore(key, permits=2):
+            with pytest.raises(ferrolock.NotAcquired, match="would deadlock") as e:
+                with manager.semaphore(key, permits=2, wait=20):
+                    pytest.fail("granted beyond the pool")
+            assert "2 of its 2 permits" in str(e.value) and e.value.key == key
+        with pytest.raises(ferrolock.NotAcquired, match="would deadlock"):
+            with ferrolock.semaphore(key, permits=2, count=2, wait=20, nodes=[node.url]):
+                pytest.fail("granted beyond the pool")
+        # What the blocks leave is granted, and another thread waits for the blocks as ever.
+        with manager.semaphore(key, permits=2, wait=20):
+            assert free(node, key) == 0
+        outcome: list[object] = []
+
+        def other() -> None:
+            with manager.semaphore(key, permits=2, count=2, wait=60):
+                outcome.append(taken(node, key))
+
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.2)
+    t.join(timeout=60)
+    assert outcome == [2]
+    assert free(node, key) == 2 and taken(node, key) == 0
+
+    # On the thread of an event loop whose `async with` blocks hold the pool, a blocking one;
+    # inside a `with` block whose thread runs the loop, an awaited one.
+    async def blocking() -> None:
+        async with manager.semaphore(key, permits=2, count=2):
+            with pytest.raises(ferrolock.NotAcquired, match="2 of its 2 permits.*would deadlock"):
+                manager.semaphore(key, permits=2, wait=20).__enter__()
+
+    asyncio.run(blocking())
+
+    async def awaited() -> None:
+        async with manager.semaphore(key, permits=2, wait=20):
+            pytest.fail("granted beyond the pool")
+
+    with manager.semaphore(key, permits=2, count=2):
+        with pytest.raises(ferrolock.NotAcquired, match="2 of its 2 permits.*would deadlock"):
+            asyncio.run(awaited())
+    assert free(node, key) == 2 and taken(node, key) == 0
+
+
 def test_a_count_above_one_takes_and_returns_that_many(node: RedisNode, manager: LockManager, key: str) -> None:
     with ferrolock.semaphore(key, permits=3, count=2, nodes=[node.url]):
         assert free(node, key) == 1 and taken(node, key) == 2

@@ -221,7 +221,9 @@ class LockManager:
         permit is leased for ``ttl`` and renewed by the watchdog like a lock (a crashed
         holder's permits return to the pool when the lease ends); the exit returns exactly what
         this holder took. A semaphore lives on one node: a manager with several nodes is
-        refused. Not reentrant (each entry is a holder of its own); ``fencing`` is refused."""
+        refused. Not reentrant (each entry is a holder of its own; inside this thread's own
+        blocks of it that leave fewer permits than ``count``, ``NotAcquired`` at once: they
+        return theirs only after it); ``fencing`` is refused."""
         return LockContext(self._manager, name, options, "semaphore", permits, count)
 
     def acquire(self, key: str, **options: Any) -> Lock:
