@@ -86,6 +86,19 @@ function enclosing(nm, key) {
   return undefined;
 }
 
+/** How many permits of the semaphore `key`, a pool of `permits`, the enclosing scopes of this
+ * async context hold on the same servers: they go back only when those scopes end. */
+function enclosingPermits(nm, key, permits) {
+  const { servers } = managerIdentity(nm);
+  let held = 0;
+  for (let s = scopes.getStore(); s; s = s.parent) {
+    if (!s.ended && s.key === key && s.servers === servers && s.kind === 'semaphore' && s.sem?.permits === permits && s.lock.status === 'held') {
+      held += s.sem.count;
+    }
+  }
+  return held;
+}
+
 /** The scope function holding a `kind` (null: the lock; 'read', 'write', 'semaphore'), for
  * errors. */
 const SCOPE_NAMES = { null: 'withLock', read: 'withReadLock', write: 'withWriteLock', semaphore: 'withPermit' };
@@ -101,6 +114,17 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
       `semaphore ${JSON.stringify(key)} not acquired: this async context holds it as a lock (an enclosing ${SCOPE_NAMES[found.kind]}), which a semaphore waits for, so waiting would deadlock`,
       { key },
     );
+  }
+  if (kind === 'semaphore') {
+    // Beside what the enclosing scopes hold, too few permits are left: waiting would be for
+    // those scopes, which end only after this wait (`ferrolock run` refuses such a run too).
+    const stuck = enclosingPermits(nm, key, sem.permits);
+    if (stuck > 0 && sem.count > Math.max(0, sem.permits - stuck)) {
+      throw new NotAcquiredError(
+        `semaphore ${JSON.stringify(key)} not acquired: this async context's enclosing withPermit scopes hold ${stuck} of its ${sem.permits} permits (on the same servers), and this asks for ${sem.count}: they go back only when those scopes end, so waiting would deadlock`,
+        { key },
+      );
+    }
   }
   // A semaphore never re-enters: each acquire is a holder of its own, also inside a scope.
   const held = kind === 'semaphore' ? undefined : found;
@@ -379,7 +403,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const { manager, servers } = managerIdentity(nm);
-  const scope = { parent: scopes.getStore(), key, kind, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
+  const scope = { parent: scopes.getStore(), key, kind, sem, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
   let result;
   let failed = false;
   let error;

@@ -93,6 +93,37 @@ test('withPermit inside a withLock, withReadLock or withWriteLock scope holding 
   assert.equal(server.exists(name), false);
 });
 
+// Permits that the enclosing withPermit scopes of the async context hold go back only when
+// those scopes end: a withPermit inside them asking for more than they leave waited for
+// itself, for ever without a wait (`ferrolock run` refuses such a nested run too). Scopes
+// started beside each other inside one scope wait for each other as any holders do.
+test('withPermit inside withPermit scopes that hold its pool is refused at once', T, async () => {
+  const nodes = [server.url];
+  const name = 'sem:in-permits';
+  const o = { ...SLOW, permits: 2, nodes };
+  const m = new LockManager({ ...SLOW, nodes });
+  await withPermit(name, o, async () => {
+    await withPermit(name, o, async () => {
+      const inner = await withPermit(name, { ...o, wait: 20_000 }, () => 'granted').catch((e) => e);
+      // Before: it waited, then "1 permit(s) not acquired within wait=20s: the pool is taken".
+      assert.ok(inner instanceof NotAcquiredError, String(inner));
+      assert.match(inner.message, /^semaphore "sem:in-permits" not acquired: .*hold 2 of its 2 permits.*so waiting would deadlock/);
+      await assert.rejects(m.acquirePermit(name, { permits: 2, wait: 20_000 }), (e) => e instanceof NotAcquiredError && /would deadlock/.test(e.message));
+    });
+    await assert.rejects(withPermit(name, { ...o, count: 2, wait: 20_000 }, () => {}), (e) => e instanceof NotAcquiredError && /hold 1 of its 2 permits/.test(e.message));
+    // What the scope leaves is taken by one sibling at a time: the other waits for it.
+    const order = await Promise.all([1, 2].map((n) => withPermit(name, o, async () => {
+      assert.equal(free(name), 0);
+      await sleep(50);
+      return n;
+    })));
+    assert.deepEqual(order, [1, 2]);
+  });
+  assert.equal(free(name), 2);
+  assert.equal(taken(name), 0);
+  await m.close();
+});
+
 test('a different pool size is refused naming both sizes', T, async () => {
   const m = new LockManager({ ...SLOW, nodes: [server.url] });
   const held = await m.acquirePermit('sem:size', { permits: 3 });
