@@ -181,7 +181,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "NAME",
-        value_parser = parse_key,
+        value_parser = parse_name,
         requires = "permits",
         conflicts_with_all = ["read", "write", "reentrant", "fencing"]
     )]
@@ -289,6 +289,14 @@ fn parse_on_off(text: &str) -> Result<bool, String> {
 fn parse_key(text: &str) -> Result<String, &'static str> {
     if text.is_empty() {
         return Err("the lock key must not be empty");
+    }
+    Ok(text.to_string())
+}
+
+/// `--semaphore`'s NAME: as the core's errors, and every binding's, call it.
+fn parse_name(text: &str) -> Result<String, &'static str> {
+    if text.is_empty() {
+        return Err("the semaphore name must not be empty");
     }
     Ok(text.to_string())
 }

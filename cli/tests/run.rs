@@ -343,6 +343,11 @@ fn bad_input_exits_64_and_names_the_value() {
         (&["--nodes", "http://x", "k", "--"], "http://x"),
         (&["--nodes", "", "k", "--"], "empty node URL"),
         (&["", "--"], "key must not be empty"),
+        // A semaphore's is its name (it said "the lock key must not be empty").
+        (
+            &["--semaphore", "", "--permits", "2", "--"],
+            "the semaphore name must not be empty",
+        ),
         (&["--frobnicate", "k", "--"], "--frobnicate"),
     ];
     for (args, needle) in cases {
