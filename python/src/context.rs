@@ -557,10 +557,15 @@ impl PyLockContext {
     }
 
     fn in_use(&self, py: Python<'_>) -> PyErr {
+        // A semaphore's entries are holders of their own: there is nothing to re-enter.
+        let (what, instead) = match self.held {
+            Held::Permits { .. } => ("semaphore", "call manager.semaphore() again"),
+            _ => ("lock", "call manager.lock() again, or use reentrant=True"),
+        };
         crate::errors::invalid(
             py,
             format!(
-                "lock {:?}: this context is already entered; it can be reused after it exits, but not nested or shared between threads (call manager.lock() again, or use reentrant=True)",
+                "{what} {:?}: this context is already entered; it can be reused after it exits, but not nested or shared between threads ({instead})",
                 self.key
             ),
             Some(&self.key),
@@ -624,6 +629,11 @@ impl PyLockContext {
     #[getter]
     fn _entered(&self) -> bool {
         self.shared.state().entered
+    }
+
+    /// Raises the error of a context entered again while it is entered (`async with` too).
+    fn _in_use(&self, py: Python<'_>) -> PyResult<()> {
+        Err(self.in_use(py))
     }
 
     /// The held lock while inside the block, else None.

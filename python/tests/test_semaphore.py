@@ -123,6 +123,24 @@ def test_a_semaphore_inside_blocks_that_hold_its_pool_is_refused(node: RedisNode
     assert free(node, key) == 2 and taken(node, key) == 0
 
 
+def test_a_semaphore_context_entered_twice_names_the_semaphore(manager: LockManager, key: str) -> None:
+    # As every other semaphore error does; and a semaphore has no reentrant=True to suggest.
+    ctx = manager.semaphore(key, permits=2, wait=0)
+
+    async def enter_async() -> None:
+        async with ctx:
+            pass
+
+    with ctx:
+        for enter in (ctx.__enter__, lambda: asyncio.run(enter_async())):
+            with pytest.raises(ferrolock.InvalidArgument) as e:
+                enter()
+            message = str(e.value)
+            assert message.startswith(f'semaphore "{key}": this context is already entered'), message
+            assert "manager.semaphore()" in message and "reentrant" not in message, message
+            assert e.value.key == key
+
+
 def test_a_count_above_one_takes_and_returns_that_many(node: RedisNode, manager: LockManager, key: str) -> None:
     with ferrolock.semaphore(key, permits=3, count=2, nodes=[node.url]):
         assert free(node, key) == 1 and taken(node, key) == 2

@@ -133,10 +133,7 @@ class LockContext(_LockContextBase):
     async def __aenter__(self) -> Lock:
         # Not while entered by `with` either (the Rust half refuses the other way round).
         if self._ause is not None or self._entered:
-            raise InvalidArgument(
-                f"lock {self.key!r}: this context is already entered; call manager.lock() again",
-                self.key,
-            )
+            self._in_use()
         use = self._ause = _AsyncUse(self.interrupt)
         try:
             lock = await self._acquire_async(_owner.task_owner())

@@ -2,7 +2,7 @@
 from collections.abc import Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Final, final
+from typing import Any, Final, NoReturn, final
 
 from typing_extensions import disjoint_base
 
@@ -109,6 +109,7 @@ class _LockContextBase:
     def interrupt(self) -> bool: ...
     @property
     def _entered(self) -> bool: ...
+    def _in_use(self) -> NoReturn: ...
     @property
     def lock(self) -> Lock | None: ...
     def __enter__(self) -> Lock: ...
