@@ -404,6 +404,119 @@ async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases(
     assert!(l.release().await.unwrap());
 }
 
+/// The ACL file line of the user `locker` as docs/redis-cluster.md writes it: every `ACL
+/// SETUSER locker` line of the document, in order, with the test's lock names (`lock:*`) and
+/// password.
+fn documented_locker_acl() -> String {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/redis-cluster.md"
+    ))
+    .expect("docs/redis-cluster.md");
+    let rules: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ACL SETUSER locker "))
+        .collect();
+    assert!(
+        !rules.is_empty(),
+        "docs/redis-cluster.md has no ACL SETUSER locker line"
+    );
+    format!("user locker {}", rules.join(" "))
+        .replace("<your lock names>", "lock:*")
+        .replace(">password", &format!(">{LOCKER_PASSWORD}"))
+}
+
+/// A user with only docs/redis-cluster.md's ACL (every line it gives for the user, the
+/// read-write lock's and the semaphore's included) takes read and write locks, renews them,
+/// and is woken over sharded pub/sub when a writer or a permit's holder releases; so is a
+/// semaphore's waiter. Before, the document gave the lock's line alone, and a read lock was
+/// refused (`NoPerm`, its hold keys `{<name>}:...`), a write lock's script failed on `HSET`,
+/// and a semaphore was refused (its `{<name>}:timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_user_with_the_documented_acl_takes_read_write_locks_and_semaphores() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        acl_users: vec![documented_locker_acl()],
+        ..ClusterOptions::default()
+    });
+    let url = locker_url(&cluster);
+    let ttl = Duration::from_secs(6);
+    let holder = manager(
+        std::slice::from_ref(&url),
+        LockOptions::default().ttl(ttl).node_timeout(ms(500)),
+    );
+    // No wake-up: the next poll is 60 s away (see the lock's ACL test for the node timeout).
+    let waiting = manager(
+        std::slice::from_ref(&url),
+        opts()
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(5)),
+    );
+    let key = (0..)
+        .map(|i| format!("lock:rw:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() != cluster.nodes[0].port())
+        .unwrap();
+    let primary = cluster.primary_for_key(&key);
+
+    // Two readers, renewed past their ttl; a writer waits and is woken by the last release.
+    let r1 = holder.read_lock(&key).await.unwrap();
+    let r2 = holder.read_lock(&key).await.unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(
+        r1.is_held() && r2.is_held(),
+        "{:?} {:?}",
+        r1.check(),
+        r2.check()
+    );
+    let (w, k) = (waiting.clone(), key.clone());
+    let writer = tokio::spawn(async move { w.write_lock(&k).await });
+    subscribed(primary, "redisson_rwlock:").await;
+    assert!(r1.release().await.unwrap());
+    assert!(r2.release().await.unwrap());
+    let write = tokio::time::timeout(Duration::from_secs(45), writer)
+        .await
+        .expect("the writer was not woken by the readers' release")
+        .unwrap()
+        .unwrap();
+    // A reader waits for the writer and is woken by its release.
+    let (h, k) = (holder.clone(), key.clone());
+    let reader = tokio::spawn(async move {
+        // A read lease is capped at 30 s, and the node timeout under a sixth of it.
+        let o = opts()
+            .ttl(Duration::from_secs(30))
+            .retry_delay(Duration::from_secs(60))
+            .node_timeout(Duration::from_secs(4));
+        h.read_lock_with(&k, &o).await
+    });
+    subscribed(primary, "redisson_rwlock:").await;
+    assert!(write.release().await.unwrap());
+    let read = tokio::time::timeout(Duration::from_secs(45), reader)
+        .await
+        .expect("the reader was not woken by the writer's release")
+        .unwrap()
+        .unwrap();
+    assert!(read.release().await.unwrap());
+    assert!(!primary.cmd::<bool>(&["EXISTS", &key]));
+
+    // A semaphore of one permit: renewed past its ttl, and its waiter woken by its release.
+    let name = key.replace(":rw:", ":sem:");
+    let sem_primary = cluster.primary_for_key(&name);
+    let permit = holder.semaphore(&name, 1).await.unwrap();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(permit.is_held(), "{:?}", permit.check());
+    let (w, n) = (waiting.clone(), name.clone());
+    let next = tokio::spawn(async move { w.semaphore(&n, 1).await });
+    subscribed(sem_primary, "redisson_sc:").await;
+    assert!(permit.release().await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(45), next)
+        .await
+        .expect("the semaphore's waiter did not get the permit")
+        .unwrap()
+        .unwrap();
+    assert!(next.release().await.unwrap());
+}
+
 /// Until `key` on `node` reads `want` (bound: a failure bound far from a healthy round trip).
 async fn settles(node: &RedisServer, key: &str, want: Option<&str>) {
     let deadline = Instant::now() + Duration::from_secs(10);
