@@ -1052,7 +1052,7 @@ impl LockInner {
     async fn release(self: &Arc<Self>) -> Result<bool> {
         let key = &self.key;
         let _op = self.op.lock().await;
-        {
+        let until = {
             let mut s = self.current();
             if s.released && s.by_manager {
                 // Its holder's release after the manager's: not an error, the lock was lost
@@ -1066,7 +1066,8 @@ impl LockInner {
                 ));
             }
             s.released = true;
-        }
+            s.deadline
+        };
         self.stats.hold.observe(self.acquired_at.elapsed());
         if let Some(holder) = self.holder {
             self.shared.owners.released(key, holder);
@@ -1086,6 +1087,7 @@ impl LockInner {
                 self.sending.as_deref(),
             )
             .await;
+            let tally = self.release_past_migration(tally, until).await;
             return self.release_result(&tally);
         }
         // From here until every node has answered, `Releasing` owns the requests: no await
@@ -1118,7 +1120,49 @@ impl LockInner {
             },
         };
         drop(run);
+        let tally = self.release_past_migration(tally, until).await;
         self.release_result(&tally)
+    }
+
+    /// A release that met a migrating slot (nothing ran there: the key and the latch not
+    /// written yet, or a read lock's hold-key prefix, on different sides answer TRYAGAIN, or
+    /// the redirects outlasted redis-rs's retries) is sent again to those nodes, backing off as
+    /// an acquire does, until it lands or the lock's validity (`until`) ends. Before, it failed
+    /// with a Redis error at once and left the key to its ttl, keeping out every waiter
+    /// meanwhile (found by a review). Every release is safe to run twice: a compare-and-delete,
+    /// a ZREM of the holder's ids, a decrement taken only with its hold's mark.
+    async fn release_past_migration(&self, mut tally: Tally, until: Instant) -> Tally {
+        let n = tally.answers.len();
+        let mut streak = 0;
+        while !tally.won() && tally.no() <= n - tally.quorum && tally.migrating() {
+            let pause = crate::acquire::migrating_retry(streak);
+            if Instant::now() + pause >= until {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            streak += 1;
+            let again: Vec<bool> = tally
+                .answers
+                .iter()
+                .map(|a| matches!(a, Answer::Failed(NodeError::Migrating(_))))
+                .collect();
+            let retried = release_everywhere(
+                &self.shared,
+                &self.key,
+                &self.token,
+                &self.hold,
+                &self.opts,
+                Some(&again),
+                self.sending.as_deref(),
+            )
+            .await;
+            for (i, answer) in retried.answers.into_iter().enumerate() {
+                if again[i] {
+                    tally.answers[i] = answer;
+                }
+            }
+        }
+        tally
     }
 
     /// The outcome of a release, from what each node said (see `Lock::release`).

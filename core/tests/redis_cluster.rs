@@ -1330,6 +1330,101 @@ async fn a_semaphore_acquire_waits_out_a_slot_migration() {
     assert_eq!(target.cmd::<i64>(&["ZCARD", &timeouts]), 0);
 }
 
+/// Locks of every kind (plain, reentrant, read, write) and a semaphore released while their
+/// slot migrates: their keys are still on the source, each release's latch (not written yet)
+/// would be on the target, so the source answers each script TRYAGAIN. Each release waits the
+/// migration out within its validity, and lands once the slot has moved: it reports the
+/// release, the keys are gone (the permit back in the pool), and another client is granted
+/// each at once. (Seen failing before: each release ended at once with a Redis error, `slot
+/// migrating: TryAgain`, and the keys stayed until their ttl.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_a_slot_migration_lands_once_the_slot_has_moved() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    // One slot: the semaphore's name is the lock keys' hash tag.
+    let name = "migrating-release".to_string();
+    let key = format!("{{{name}}}:lock");
+    let keys = ["reentrant", "read", "write"].map(|k| format!("{{{name}}}:{k}"));
+    let source = owner(&cluster, &key);
+    assert_eq!(source.port(), owner(&cluster, &name).port());
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    // A ttl far longer than the migration below takes on a loaded machine (a read lease is
+    // capped at 30 s).
+    let lease = opts().ttl(Duration::from_secs(30)).node_timeout(ms(500));
+    let holder = manager(std::slice::from_ref(&url), lease.clone());
+    let held = vec![
+        ("lock", holder.acquire(&key).await.unwrap()),
+        (
+            "semaphore",
+            holder.semaphore_with(&name, 1, 1, &lease).await.unwrap(),
+        ),
+        (
+            "reentrant lock",
+            holder
+                .acquire_owned(&keys[0], 1, &lease.clone().reentrant(true))
+                .await
+                .unwrap(),
+        ),
+        ("read lock", holder.read_lock(&keys[1]).await.unwrap()),
+        ("write lock", holder.write_lock(&keys[2]).await.unwrap()),
+    ];
+
+    mark_migrating(source, target, &key);
+    let tryagain = error_count(source, "TRYAGAIN");
+    let releases: Vec<_> = held
+        .into_iter()
+        .map(|(what, lock)| (what, tokio::spawn(async move { lock.release().await })))
+        .collect();
+    // The fault: each release met TRYAGAIN on the source.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while error_count(source, "TRYAGAIN") < tryagain + releases.len() as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the releases never met TRYAGAIN"
+        );
+        tokio::time::sleep(ms(20)).await;
+    }
+    // The slot stays split past the releases' node timeout (and redis-rs's own retries).
+    tokio::time::sleep(ms(1500)).await;
+
+    // The slot moves (the keys with it), and the target owns it everywhere.
+    move_rest_of_slot(source, target, &key, Duration::ZERO).await;
+    finish_move(&cluster, &key, target);
+    for (what, release) in releases {
+        let released = tokio::time::timeout(Duration::from_secs(30), release)
+            .await
+            .unwrap_or_else(|_| panic!("the {what}'s release did not end once the slot had moved"))
+            .unwrap();
+        assert!(released.unwrap(), "the {what}'s release found it not ours");
+    }
+    for k in keys.iter().chain([&key]) {
+        assert_eq!(target.cmd::<i64>(&["EXISTS", k]), 0, "{k}");
+    }
+    assert_eq!(target.cmd::<i64>(&["GET", &name]), 1);
+    assert_eq!(
+        target.cmd::<i64>(&["ZCARD", &format!("{{{name}}}:timeout")]),
+        0
+    );
+    let once = opts()
+        .wait(Some(Duration::ZERO))
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(5));
+    let other = manager(std::slice::from_ref(&url), once.clone());
+    let next = other.try_acquire(&key).await.unwrap();
+    assert!(next.release().await.unwrap());
+    let next = other.semaphore_with(&name, 1, 1, &once).await.unwrap();
+    assert!(next.release().await.unwrap());
+    for k in &keys {
+        let next = other.try_acquire(k).await.unwrap();
+        assert!(next.release().await.unwrap());
+    }
+}
+
 /// A read-write lock's names on a cluster: Redisson's read hold keys `{name}:<owner>:
 /// rwlock_timeout:<n>` add no braces to a name that contains `{`, so a name with a `{` but no
 /// valid hash tag (`a{b`, `a{}b`) would put them in another slot than the hash: both sides
