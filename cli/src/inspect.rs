@@ -650,9 +650,9 @@ fn held_text(ms: u64) -> String {
 const READ_WRITE: &str = "read-write (Redisson RReadWriteLock layout)";
 
 /// The names the core derives from a lock's key (`core/src/scripts`): its queue, the queue's
-/// leases and times, its fence counter, a request's latch, a hold's key. Not every name under
-/// `ferrolock:`: the core takes any key, and a lock named `ferrolock:nightly` (leaked or not)
-/// was never listed.
+/// leases and times, its fence counter, a request's latch, a hold's key, an owner's set of live
+/// holds. Not every name under `ferrolock:`: the core takes any key, and a lock named
+/// `ferrolock:nightly` (leaked or not) was never listed.
 fn is_core_key(key: &str) -> bool {
     [
         "ferrolock:queue:",
@@ -661,6 +661,7 @@ fn is_core_key(key: &str) -> bool {
         "ferrolock:fence:",
         "ferrolock:latch:",
         "ferrolock:hold:",
+        "ferrolock:holds:",
     ]
     .iter()
     .any(|prefix| key.starts_with(prefix))

@@ -25,6 +25,7 @@ if redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
     return fence_reply(KEYS[2], ARGV[3] == '' and '' or '0')
   end
   redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
+  hold_live(KEYS[6], ARGV[2], ARGV[1])
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   -- Never shorten: the outer handles keep the deadlines their own ttls gave them (-1, no
   -- expiry, is longer than any ttl).
@@ -57,5 +58,6 @@ end
 redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
+hold_live(KEYS[6], ARGV[2], ARGV[1])
 dequeue(id)
 return fence_reply(KEYS[2], ARGV[3])

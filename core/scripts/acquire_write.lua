@@ -26,6 +26,7 @@ if pttl ~= -2 and redis.pcall('HEXISTS', KEYS[1], ARGV[2]) == 1 then
     return fence_reply(KEYS[2], ARGV[3] == '' and '' or '0')
   end
   redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
+  hold_live(KEYS[6], ARGV[2], ARGV[1])
   redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left < tonumber(ARGV[1]) then
@@ -53,5 +54,6 @@ end
 redis.call('HSET', KEYS[1], 'mode', 'write', ARGV[2], 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[6], '1', 'PX', ARGV[1])
+hold_live(KEYS[6], ARGV[2], ARGV[1])
 dequeue(id)
 return fence_reply(KEYS[2], ARGV[3])

@@ -16,6 +16,7 @@ if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 and redis.call('EXISTS', KEYS[2
       redis.call('PEXPIRE', KEYS[i], ARGV[2])
     end
   end
+  hold_live(KEYS[2], ARGV[1], ARGV[2])
   return 1
 end
 return 0

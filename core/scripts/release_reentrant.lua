@@ -9,7 +9,7 @@
 -- (its shardedSubscriptionMode), ARGV[5] the latch's PX in ms; KEYS[3] this hold's mark
 -- (`ferrolock:hold:{key}:<hold id>`, see acquire_reentrant.lua).
 -- Returns nil when the field is not there (or this hold has no mark here), 0 when still held
--- (count > 0), 1 when released.
+-- (another hold of ours is live: see holds.lua), 1 when released.
 -- The count is taken only with this hold's mark: the handles of one owner share the field,
 -- and a count this hold never added here (its grant never reached this node, its lease ran
 -- out, or an earlier run of this release took it) belongs to another handle; taken, it would
@@ -29,7 +29,10 @@ if redis.call('DEL', KEYS[3]) == 0 then
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if count > 0 then
+-- A count left with no live hold of ours behind it (holds whose leases ran out) is nobody's:
+-- kept, it held the key with nobody holding it for a ttl. Released as the last hold.
+local live = others_live(KEYS[3], ARGV[1])
+if count > 0 and live then
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left < tonumber(ARGV[2]) then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])

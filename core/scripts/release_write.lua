@@ -9,8 +9,8 @@
 -- reader's timeout keys ("{name}" or the name with a '{') (one slot).
 -- ARGV[1] the writer's field ("<field>:write"), ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' =
 -- SPUBLISH, ARGV[5] the latch's PX in ms.
--- Returns nil when we hold no write lock (or this hold lapsed), 0 when still held (count > 0), 1
--- when released.
+-- Returns nil when we hold no write lock (or this hold lapsed), 0 when still held (another
+-- write hold of ours is live), 1 when released.
 -- Safe to run twice, however late: the mark is taken once; the reply is kept in the latch (a
 -- re-send run after it expired finds no mark and answers nil, having taken nothing).
 local done = redis.call('GET', KEYS[2])
@@ -27,7 +27,10 @@ if redis.call('DEL', KEYS[3]) == 0 then
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-if count > 0 then
+-- A count left with no live write hold of ours behind it (holds whose leases ran out) is
+-- nobody's: kept, it held the key for a ttl with nobody holding it (see holds.lua).
+local live = others_live(KEYS[3], ARGV[1])
+if count > 0 and live then
   redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
   return 0
 end

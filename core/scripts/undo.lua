@@ -30,7 +30,9 @@ if ARGV[2] == '1' then
   if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) == 1 and redis.call('DEL', KEYS[7]) == 1 then
     -- One decrement: a fresh grant's count is 1 (this frees the key); a re-entry's undo leaves
     -- the outer grant's count.
-    if redis.call('HINCRBY', KEYS[1], ARGV[1], -1) <= 0 then
+    -- A count left with no live hold of ours behind it is nobody's (see holds.lua).
+    local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+    if not others_live(KEYS[7], ARGV[1]) or count <= 0 then
       redis.call('DEL', KEYS[1])
       redis.call(PUBLISH, ARGV[3], '0')
     end

@@ -206,9 +206,9 @@ async fn a_reentry_granted_by_a_held_back_primary_is_undone() {
 /// (`pubsub|shardnumsub`; refused, the client falls back to classic pub/sub).
 const CLUSTER_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* \
      -@all +get +set +del +exists +pexpire +pttl +type +evalsha +script|load +publish +subscribe \
-     +unsubscribe +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +hexists +hincrby +incr \
-     +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore +time +ping +cluster|slots \
-     +asking";
+     +unsubscribe +spublish +ssubscribe +sunsubscribe +pubsub|shardnumsub +hexists +hincrby \
+     +sadd +srem +smembers +incr +zadd +zrem +zrange +zrangebyscore +zremrangebyscore +zscore \
+     +time +ping +cluster|slots +asking";
 
 const LOCKER_PASSWORD: &str = "locker-secret";
 

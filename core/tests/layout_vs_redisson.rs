@@ -32,6 +32,8 @@ const OWN_KEYS: &[(&str, &str)] = &[
     // A counted lock's hold marks (`scripts::hold_key`): what a hold's release takes its count
     // with, living as long as the hold.
     ("ferrolock:hold:", "hold mark"),
+    // The set of an owner's live holds (`holds.lua`): what tells a count whose hold lapsed.
+    ("ferrolock:holds:", "live holds"),
     ("redisson_unlock_latch:", "Redisson's re-send latch"),
     // The waiter queue (DESIGN.md, "Waiter queue"): only ferrolock waiters queue.
     ("ferrolock:queue", "waiter queue"),

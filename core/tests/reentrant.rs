@@ -586,3 +586,47 @@ async fn the_release_of_a_lapsed_reentry_beside_a_live_hold_says_it_was_not_held
     assert_eq!(hash(&server, key).len(), 1, "the owner's field stays");
     assert!(outer.release().await.unwrap());
 }
+
+/// The release of an owner's last live hold, after a shorter re-entry of it lapsed (watchdog
+/// off: its mark expired, its count left in the hash), frees the key: no hold is left. Before,
+/// the lapsed hold's count kept the key held, with nobody holding it, for the released hold's
+/// ttl (every other owner waited that long).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_release_after_a_lapsed_reentry_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = ropts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "re:lapsed-then-last";
+    let outer = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let inner = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let marks = || {
+        server
+            .cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"])
+            .len()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while marks() != 1 {
+        assert!(Instant::now() < end, "the inner hold's mark never lapsed");
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(!inner.release().await.unwrap());
+    assert!(outer.release().await.unwrap());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let other = m
+        .acquire(key)
+        .await
+        .expect("another owner on the freed key");
+    assert!(other.release().await.unwrap());
+}

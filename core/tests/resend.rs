@@ -644,10 +644,16 @@ fn an_undo_run_twice_answers_as_the_first_did_and_puts_no_waiter_back() {
         let names = KeyNames::of(&key);
         let token = "token-or-field";
         if reentrant {
-            // A re-entry's undo: the outer grant's count stays. The re-entry put its mark.
+            // A re-entry's undo: the outer grant's count stays. Each put its mark, and joined
+            // the owner's live holds (`holds.lua`).
             node.cmd::<()>(&["HSET", &key, token, "2"]);
             node.cmd::<()>(&["PEXPIRE", &key, "60000"]);
-            node.cmd::<()>(&["SET", &hold_key(&key, "hold-1"), "1", "PX", "60000"]);
+            let holds = format!("ferrolock:holds:{{{key}}}:{token}");
+            for hold in ["hold-0", "hold-1"] {
+                node.cmd::<()>(&["SET", &hold_key(&key, hold), "1", "PX", "60000"]);
+                node.cmd::<()>(&["SADD", &holds, hold]);
+            }
+            node.cmd::<()>(&["PEXPIRE", &holds, "60000"]);
         } else {
             node.cmd::<()>(&["SET", &key, token, "PX", "60000"]);
         }

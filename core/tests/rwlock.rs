@@ -1058,3 +1058,41 @@ async fn a_write_release_beside_only_a_lapsed_read_hold_frees_the_key() {
     let other = m.write_lock(key).await.expect("a writer on the freed key");
     assert!(other.release().await.unwrap());
 }
+
+/// The release of an owner's last live write hold, after a shorter write re-entry of it lapsed
+/// (watchdog off: its mark expired, its count left in the hash), frees the key. Before, the
+/// lapsed hold's count kept the key write-held, with nobody holding it, for the released
+/// hold's ttl, and every reader and writer waited that long.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_last_write_release_after_a_lapsed_write_re_entry_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:write-lapsed-then-last";
+    let long = m
+        .write_lock_owned(key, 6, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let short = m
+        .write_lock_owned(key, 6, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let marks = |s: &RedisServer| s.cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"]).len();
+    until(
+        "the short hold's mark lapsed",
+        Duration::from_secs(10),
+        || marks(&server) == 1,
+    )
+    .await;
+    assert!(!short.release().await.unwrap());
+    assert!(long.release().await.unwrap());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let r = m.read_lock(key).await.expect("a reader on the freed key");
+    assert!(r.release().await.unwrap());
+}

@@ -298,8 +298,8 @@ const SEMAPHORE_USER_RULES: &str = "~ferrolock:* &redisson_sc:* -@all +get +set 
 /// The same for a read-write lock user (docs/read-write-lock.md).
 const RWLOCK_USER_RULES: &str = "~ferrolock:* &redisson_rwlock:* -@all +get +set +del +exists \
      +type +pexpire +pttl +info +evalsha +script|load +publish +subscribe +unsubscribe +hget \
-     +hset +hdel +hincrby +hexists +hkeys +hlen +incr +zadd +zrem +zrange +zrangebyscore \
-     +zremrangebyscore +zrank +zscore +time";
+     +hset +hdel +hincrby +hexists +hkeys +hlen +sadd +srem +smembers +incr +zadd +zrem \
+     +zrange +zrangebyscore +zremrangebyscore +zrank +zscore +time";
 
 /// `text` holds `rules`, whatever the line breaks.
 fn states(doc: &str, rules: &str) -> bool {

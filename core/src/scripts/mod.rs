@@ -18,7 +18,8 @@ pub(crate) use args::{
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
 // The acquire scripts, the undo and the dequeue start with the waiter-queue functions of
-// `queue.lua`.
+// `queue.lua`; the reentrant and write scripts (and the undo) with `holds.lua`, the set of an
+// owner's live holds.
 const RELEASE_SRC: &str = include_str!("../../scripts/release.lua");
 const DEQUEUE_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
@@ -30,13 +31,18 @@ const ACQUIRE_SRC: &str = concat!(
 );
 const ACQUIRE_REENTRANT_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/acquire_reentrant.lua")
 );
 const UNDO_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/undo.lua")
 );
-const RELEASE_REENTRANT_SRC: &str = include_str!("../../scripts/release_reentrant.lua");
+const RELEASE_REENTRANT_SRC: &str = concat!(
+    include_str!("../../scripts/holds.lua"),
+    include_str!("../../scripts/release_reentrant.lua")
+);
 // The read-write lock's scripts (issue 33), on Redisson's RReadWriteLock layout; a writer's
 // renewal is `extend_reentrant.lua` on its ":write" field. Their arguments are typed in
 // `args.rs` (tests: core/tests/rwlock_scripts.rs, core/tests/rwlock.rs).
@@ -46,13 +52,20 @@ pub const ACQUIRE_READ_SRC: &str = concat!(
 );
 pub const ACQUIRE_WRITE_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/acquire_write.lua")
 );
 pub const RELEASE_READ_SRC: &str = include_str!("../../scripts/release_read.lua");
-pub const RELEASE_WRITE_SRC: &str = include_str!("../../scripts/release_write.lua");
+pub const RELEASE_WRITE_SRC: &str = concat!(
+    include_str!("../../scripts/holds.lua"),
+    include_str!("../../scripts/release_write.lua")
+);
 pub const EXTEND_READ_SRC: &str = include_str!("../../scripts/extend_read.lua");
 pub const EXTEND_WRITE_SRC: &str = EXTEND_REENTRANT_SRC;
-const EXTEND_REENTRANT_SRC: &str = include_str!("../../scripts/extend_reentrant.lua");
+const EXTEND_REENTRANT_SRC: &str = concat!(
+    include_str!("../../scripts/holds.lua"),
+    include_str!("../../scripts/extend_reentrant.lua")
+);
 // The semaphore's scripts (issue 33), on Redisson's RPermitExpirableSemaphore layout (tests:
 // core/tests/semaphore_scripts.rs, core/tests/semaphore.rs).
 const SEMAPHORE_ACQUIRE_SRC: &str = concat!(
