@@ -48,6 +48,20 @@ for i = 1, count do
     redis.call('PEXPIRE', KEYS[3] .. ':' .. i, lease)
   end
 end
+local handed = false
+if redis.call('HGET', KEYS[1], 'mode') == 'write'
+    and redis.call('HEXISTS', KEYS[1], ARGV[1] .. ':write') == 1 then
+  -- A read under a write hold is its writer's (the downgrade). A write count with no live
+  -- write hold behind it (its lease ran out unrenewed) is nobody's: kept, it held the key
+  -- write-held with nobody holding it for the hash's ttl. The key goes to the read holds left,
+  -- as a write release hands it (see holds.lua).
+  local holds, _, prefix = hold_names(KEYS[5], ARGV[1] .. ':write')
+  if not any_live(holds, prefix) then
+    redis.call('HDEL', KEYS[1], ARGV[1] .. ':write')
+    redis.call('HSET', KEYS[1], 'mode', 'read')
+    handed = true
+  end
+end
 if redis.call('HLEN', KEYS[1]) > 1 then
   local live = redis.call('HGET', KEYS[1], 'mode') == 'write'
   if not live then
@@ -67,6 +81,9 @@ if redis.call('HLEN', KEYS[1]) > 1 then
     end
   end
   if live then
+    if handed then
+      redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
+    end
     redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
     return 0
   end

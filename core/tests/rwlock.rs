@@ -1096,3 +1096,41 @@ async fn the_last_write_release_after_a_lapsed_write_re_entry_frees_the_key() {
     let r = m.read_lock(key).await.expect("a reader on the freed key");
     assert!(r.release().await.unwrap());
 }
+
+/// The release of a downgrade's read hold, after the write hold it was taken under lapsed (its
+/// lease ran out unrenewed: its mark expired, its count left in the hash), frees the key: no
+/// hold is left. Before, the key stayed write-held, with nobody holding it, for the read
+/// hold's ttl (every reader and writer waited that long).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_release_after_the_write_hold_it_downgraded_lapsed_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:downgraded-write-lapsed";
+    let w = m
+        .write_lock_owned(key, 8, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let r = m
+        .read_lock_owned(key, 8, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let marks = |s: &RedisServer| s.cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"]).len();
+    until(
+        "the write hold's mark lapsed",
+        Duration::from_secs(10),
+        || marks(&server) == 1,
+    )
+    .await;
+    assert!(!w.release().await.unwrap());
+    assert!(r.release().await.unwrap());
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let other = m.write_lock(key).await.expect("a writer on the freed key");
+    assert!(other.release().await.unwrap());
+}

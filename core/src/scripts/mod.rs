@@ -18,8 +18,8 @@ pub(crate) use args::{
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
 // The acquire scripts, the undo and the dequeue start with the waiter-queue functions of
-// `queue.lua`; the reentrant and write scripts (and the undo) with `holds.lua`, the set of an
-// owner's live holds.
+// `queue.lua`; the reentrant and write scripts, the undo and the read release with
+// `holds.lua`, the set of an owner's live holds.
 const RELEASE_SRC: &str = include_str!("../../scripts/release.lua");
 const DEQUEUE_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
@@ -55,7 +55,10 @@ pub const ACQUIRE_WRITE_SRC: &str = concat!(
     include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/acquire_write.lua")
 );
-pub const RELEASE_READ_SRC: &str = include_str!("../../scripts/release_read.lua");
+pub const RELEASE_READ_SRC: &str = concat!(
+    include_str!("../../scripts/holds.lua"),
+    include_str!("../../scripts/release_read.lua")
+);
 pub const RELEASE_WRITE_SRC: &str = concat!(
     include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/release_write.lua")
