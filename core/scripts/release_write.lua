@@ -17,6 +17,37 @@ local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
 end
+-- Our write field goes (no write hold of ours is left here), and the key with it, or to the
+-- read holds left.
+local function let_go()
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  -- The read holds left are ours, taken under the write hold; one whose lease ran out keeps its
+  -- field but not its hold keys. Handed to such holds alone, the key stayed read-held with
+  -- nobody holding it for the rest of the hash's TTL (the write lease): freed instead, as a read
+  -- release that finds no live reader frees it.
+  local live = false
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    local n = tonumber(redis.call('HGET', KEYS[1], f))
+    if f ~= 'mode' and n then
+      for i = n, 1, -1 do
+        if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
+          live = true
+          break
+        end
+      end
+    end
+    if live then
+      break
+    end
+  end
+  if live then
+    redis.call('HSET', KEYS[1], 'mode', 'read')
+  else
+    redis.call('DEL', KEYS[1])
+  end
+  redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
+end
+
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
@@ -24,41 +55,23 @@ end
 -- this node); the owner's field is another hold's: not ours to release, as a lapsed lock's.
 -- (0, "still held", made its caller's release say that this hold was released in time.)
 if redis.call('DEL', KEYS[3]) == 0 then
+  -- Our write holds all lapsed here too (a downgrade's read hold keeps the hash): their count
+  -- is nobody's, and kept, it held the key write-held for as long as the read hold lived (for
+  -- ever with its watchdog on), every other reader waiting. Let go, still answering nil.
+  local holds, _, prefix = hold_names(KEYS[3], ARGV[1])
+  if not any_live(holds, prefix) then
+    let_go()
+  end
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 -- A count left with no live write hold of ours behind it (holds whose leases ran out) is
 -- nobody's: kept, it held the key for a ttl with nobody holding it (see holds.lua).
-local live = others_live(KEYS[3], ARGV[1])
-if count > 0 and live then
+local others = others_live(KEYS[3], ARGV[1])
+if count > 0 and others then
   redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
   return 0
 end
-redis.call('HDEL', KEYS[1], ARGV[1])
--- The read holds left are ours, taken under the write hold; one whose lease ran out keeps its
--- field but not its hold keys. Handed to such holds alone, the key stayed read-held with
--- nobody holding it for the rest of the hash's TTL (the write lease): freed instead, as a read
--- release that finds no live reader frees it.
-local live = false
-for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  local n = tonumber(redis.call('HGET', KEYS[1], f))
-  if f ~= 'mode' and n then
-    for i = n, 1, -1 do
-      if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
-        live = true
-        break
-      end
-    end
-  end
-  if live then
-    break
-  end
-end
-if live then
-  redis.call('HSET', KEYS[1], 'mode', 'read')
-else
-  redis.call('DEL', KEYS[1])
-end
-redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
+let_go()
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
 return 1

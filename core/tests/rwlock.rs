@@ -1134,3 +1134,46 @@ async fn a_read_release_after_the_write_hold_it_downgraded_lapsed_frees_the_key(
     let other = m.write_lock(key).await.expect("a writer on the freed key");
     assert!(other.release().await.unwrap());
 }
+
+/// The release of a write hold whose lease ran out, while the read hold its owner took under
+/// it (a downgrade) lives on, hands the key to that read hold: another owner's reader is
+/// granted beside it. Before, the lapsed write count kept the key write-held for as long as
+/// the read hold lived (for ever with its watchdog on), and every other reader waited.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lapsed_write_holds_release_hands_the_key_to_its_owners_live_read_hold() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:lapsed-write-live-read";
+    let w = m
+        .write_lock_owned(key, 11, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    let r = m
+        .read_lock_owned(key, 11, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let marks = |s: &RedisServer| s.cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"]).len();
+    until(
+        "the write hold's mark lapsed",
+        Duration::from_secs(10),
+        || marks(&server) == 1,
+    )
+    .await;
+    assert!(!w.release().await.unwrap());
+    assert_eq!(
+        hash(&server, key).get("mode").map(String::as_str),
+        Some("read"),
+        "the lapsed write count kept the key: {:?}",
+        hash(&server, key)
+    );
+    let other = m
+        .read_lock(key)
+        .await
+        .expect("another owner's reader beside the live read hold");
+    assert!(r.is_held());
+    assert!(other.release().await.unwrap());
+    assert!(r.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
