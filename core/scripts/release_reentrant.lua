@@ -8,8 +8,9 @@
 -- hash slot), ARGV[4] '1' = sharded pub/sub: SPUBLISH, as Redisson in cluster mode publishes
 -- (its shardedSubscriptionMode), ARGV[5] the latch's PX in ms; KEYS[3] this hold's mark
 -- (`ferrolock:hold:{key}:<hold id>`, see acquire_reentrant.lua).
--- Returns nil when the field is not there (or this hold has no mark here), 0 when still held
--- (another hold of ours is live: see holds.lua), 1 when released.
+-- Returns nil when the field is not there (or this hold has no mark here: then, with no live
+-- hold of ours left here, the key is freed too), 0 when still held (another hold of ours is
+-- live: see holds.lua), 1 when released.
 -- The count is taken only with this hold's mark: the handles of one owner share the field,
 -- and a count this hold never added here (its grant never reached this node, its lease ran
 -- out, or an earlier run of this release took it) belongs to another handle; taken, it would
@@ -26,6 +27,14 @@ end
 -- Not ours to release, as a lapsed lock's ("still held" made a lapsed re-entry's release
 -- say it was released in time).
 if redis.call('DEL', KEYS[3]) == 0 then
+  -- No hold of ours is live here either (the others were released, or lapsed too): the count
+  -- is nobody's, and kept, it held the key with nobody holding it for the rest of the hash's
+  -- ttl (an outer hold's, released before this shorter one lapsed). Freed, still answering nil.
+  local holds, _, prefix = hold_names(KEYS[3], ARGV[1])
+  if not any_live(holds, prefix) then
+    redis.call('DEL', KEYS[1])
+    redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '0')
+  end
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)

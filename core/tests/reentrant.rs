@@ -630,3 +630,54 @@ async fn the_last_release_after_a_lapsed_reentry_frees_the_key() {
         .expect("another owner on the freed key");
     assert!(other.release().await.unwrap());
 }
+
+/// The release of a re-entry whose lease ran out after the owner's outer hold was released
+/// (watchdog off, a shorter ttl than the outer hold's) frees the key: no hold is left. Before,
+/// it answered "not held" and took nothing, and its count kept the key held, with nobody
+/// holding it, for the rest of the outer hold's ttl (every other owner waited that long).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_of_a_reentry_that_lapsed_after_the_outer_release_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = ropts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "re:outer-released-then-lapsed";
+    let outer = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let inner = m
+        .acquire_owned(key, 3, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    assert!(outer.release().await.unwrap());
+    let marks = || {
+        server
+            .cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"])
+            .len()
+    };
+    let end = Instant::now() + Duration::from_secs(10);
+    while marks() != 0 {
+        assert!(Instant::now() < end, "the inner hold's mark never lapsed");
+        tokio::time::sleep(ms(20)).await;
+    }
+    assert!(
+        !inner.release().await.unwrap(),
+        "a re-entry whose lease ran out was released in time"
+    );
+    assert_eq!(
+        server.cmd::<i64>(&["EXISTS", key]),
+        0,
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["KEYS", "ferrolock:holds:*"]),
+        Vec::<String>::new()
+    );
+    let other = m
+        .acquire(key)
+        .await
+        .expect("another owner on the freed key");
+    assert!(other.release().await.unwrap());
+}
