@@ -364,3 +364,125 @@ async fn a_failed_re_entry_is_undone_where_its_outcome_is_unknown() {
         settle(servers, &key, [0, 0, 0]).await;
     }
 }
+
+/// The `ferrolock:holds:*` sets on `server`.
+fn hold_sets(server: &RedisServer) -> Vec<String> {
+    server.cmd(&["KEYS", "ferrolock:holds:*"])
+}
+
+/// An owner's set of live holds (`holds.lua`) is gone after its last release, in every order
+/// and for every counted kind, after a downgrade's releases in either order, and after
+/// an undo; it is renewed with its holds, and outlives a lost hold by no more than its ttl.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_set_of_live_holds_is_left_behind_by_no_release_undo_or_loss() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], o());
+    for kind in [Counted::Read, Counted::Write, Counted::Reentrant] {
+        for outer_first in [true, false] {
+            let key = format!("sets:{kind:?}:{outer_first}");
+            let outer = take(&m, kind, &key, 4).await.unwrap();
+            let inner = take(&m, kind, &key, 4).await.unwrap();
+            assert_eq!(hold_sets(&server).len(), 1, "{key}");
+            let (a, b) = if outer_first {
+                (outer, inner)
+            } else {
+                (inner, outer)
+            };
+            assert!(a.release().await.unwrap(), "{key}");
+            assert_eq!(hold_sets(&server).len(), 1, "{key}");
+            assert!(b.release().await.unwrap(), "{key}");
+            assert_eq!(hold_sets(&server), Vec::<String>::new(), "{key}");
+            assert_eq!(server.cmd::<i64>(&["EXISTS", &key]), 0, "{key}");
+        }
+    }
+    for write_first in [true, false] {
+        let key = format!("sets:downgrade:{write_first}");
+        let w = m.write_lock_owned(&key, 5, &o()).await.unwrap();
+        let r = m.read_lock_owned(&key, 5, &o()).await.unwrap();
+        let (a, b) = if write_first { (w, r) } else { (r, w) };
+        assert!(a.release().await.unwrap(), "{key}");
+        assert!(b.release().await.unwrap(), "{key}");
+        assert_eq!(hold_sets(&server), Vec::<String>::new(), "{key}");
+        assert_eq!(server.cmd::<i64>(&["EXISTS", &key]), 0, "{key}");
+    }
+    // Renewed with its holds: the set's expiry goes up with two renewals, never past the ttl.
+    let short = opts()
+        .ttl(Duration::from_secs(6))
+        .node_timeout(Duration::from_millis(900))
+        .wait(Some(Duration::ZERO))
+        .watchdog(true)
+        .reentrant(true);
+    let m = manager(&[server.url()], short.clone());
+    let key = "sets:renewed";
+    let outer = m.acquire_owned(key, 6, &short).await.unwrap();
+    let sets = hold_sets(&server);
+    assert_eq!(sets.len(), 1);
+    let (mut last, mut raised) = (pttl(&server, &sets[0]), 0);
+    let end = Instant::now() + Duration::from_secs(60);
+    while raised < 2 {
+        assert!(Instant::now() < end, "the set was not renewed");
+        tokio::time::sleep(ms(50)).await;
+        let left = pttl(&server, &sets[0]);
+        assert!(left > 0 && left <= 6000, "{left}");
+        raised += usize::from(left > last);
+        last = left;
+    }
+    assert!(outer.is_held());
+    // Lost (an operator's DEL): the release finds nothing, the set ends with the hold's ttl.
+    server.cmd::<()>(&["DEL", key]);
+    let lost = Instant::now();
+    let _ = outer.release().await;
+    while !hold_sets(&server).is_empty() {
+        assert!(
+            lost.elapsed() < Duration::from_secs(10),
+            "the set outlived its hold"
+        );
+        tokio::time::sleep(ms(50)).await;
+    }
+}
+
+/// An undone grant (missed its quorum) leaves no set of live holds where it was granted.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_undone_grant_leaves_no_set_of_live_holds() {
+    let _serial = serial();
+    let servers = [
+        RedisServer::start(),
+        RedisServer::start(),
+        RedisServer::start(),
+    ];
+    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let m = manager(&urls, o());
+    let other = manager(&urls[1..], o());
+    for kind in [Counted::Write, Counted::Reentrant] {
+        let key = format!("sets:undo:{kind:?}");
+        let sadd = calls(&servers[0], "sadd");
+        let theirs = take(&other, kind, &key, 1).await.unwrap();
+        let err = take(&m, kind, &key, 2).await.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+        // The fault happened: node 0 granted (its grant joined a set), and was undone (in the
+        // background when its answer came after the two refusals).
+        let end = Instant::now() + Duration::from_secs(10);
+        while calls(&servers[0], "sadd") == sadd
+            || !hold_sets(&servers[0]).is_empty()
+            || server_exists(&servers[0], &key) == 1
+        {
+            assert!(
+                Instant::now() < end,
+                "{kind:?}: granted {}, sets {:?}, key {}",
+                calls(&servers[0], "sadd") > sadd,
+                hold_sets(&servers[0]),
+                server_exists(&servers[0], &key)
+            );
+            tokio::time::sleep(ms(20)).await;
+        }
+        assert!(theirs.release().await.unwrap());
+        for s in &servers {
+            assert_eq!(hold_sets(s), Vec::<String>::new(), "{kind:?}");
+        }
+    }
+}
+
+fn server_exists(server: &RedisServer, key: &str) -> i64 {
+    server.cmd(&["EXISTS", key])
+}
