@@ -1807,3 +1807,57 @@ async fn the_waiters_ping_each_primary_once_a_round_not_each_slot() {
 fn primary_of_0(cluster: &RedisCluster) -> &RedisServer {
     owner(cluster, "pings:0")
 }
+
+/// A reentrant lock's renewal while its slot is split, the key and its hold marks moved and
+/// the owner's set of live holds (`ferrolock:holds:…`) not yet: it makes no second set on the
+/// target, whose MIGRATE of the set would then fail (BUSYKEY, `redis-cli --cluster reshard`
+/// stops), and the set the holds are counted in ends on the target with both holds in it.
+/// Before, the renewal ran on the target (ASK: its keys were all there) and its SADD made a
+/// set of its own hold there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reentrant_renewal_in_a_split_slot_makes_no_second_set_of_holds() {
+    let _serial = serial();
+    let cluster = RedisCluster::start();
+    let o = opts()
+        .reentrant(true)
+        .ttl(Duration::from_secs(30))
+        .node_timeout(Duration::from_secs(2));
+    let m = manager(&[cluster.url()], o.clone());
+    let key = "moving:holds";
+    let outer = m.acquire_owned(key, 1, &o).await.unwrap();
+    let inner = m.acquire_owned(key, 1, &o).await.unwrap();
+    let source = owner(&cluster, key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let marks: Vec<String> = source.cmd(&["KEYS", "ferrolock:hold:*"]);
+    let sets: Vec<String> = source.cmd(&["KEYS", "ferrolock:holds:*"]);
+    assert_eq!((marks.len(), sets.len()), (2, 1), "{marks:?} {sets:?}");
+    mark_migrating(source, target, key);
+    migrate(source, target, key);
+    for mark in &marks {
+        migrate(source, target, mark);
+    }
+    // Refused (TRYAGAIN: the set is on the source) or renewed: either way, no set on the target.
+    let _ = inner.extend().await;
+    let mut conn = target.client();
+    redis::cmd("ASKING").query::<()>(&mut conn).unwrap();
+    let there: i64 = redis::cmd("EXISTS").arg(&sets[0]).query(&mut conn).unwrap();
+    assert_eq!(there, 0, "the renewal made a second set on the target");
+    migrate(source, target, &sets[0]);
+    serve_slot_on(target, key);
+    finish_move(&cluster, key, target);
+    let members: Vec<String> = target.cmd(&["SMEMBERS", &sets[0]]);
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert!(inner.release().await.unwrap());
+    assert!(outer.release().await.unwrap());
+    assert_eq!(target.cmd::<i64>(&["EXISTS", key]), 0);
+    assert_eq!(
+        target
+            .cmd::<Vec<String>>(&["KEYS", "ferrolock:holds:*"])
+            .len(),
+        0
+    );
+}

@@ -388,8 +388,15 @@ impl Extend<'_> {
         let hold = || super::hold_key(self.key, self.hold);
         let (keys, args) = match self.renewal {
             Renewal::Plain => (vec![key], vec![token, ttl]),
-            Renewal::Field => (vec![key, hold()], vec![token, ttl]),
-            Renewal::Writer => (vec![key, hold()], vec![writer_field(self.token), ttl]),
+            Renewal::Field => {
+                let holds = super::holds_key(self.key, self.token);
+                (vec![key, hold(), holds], vec![token, ttl])
+            }
+            Renewal::Writer => {
+                let field = writer_field(self.token);
+                let holds = super::holds_key(self.key, &field);
+                (vec![key, hold(), holds], vec![field, ttl])
+            }
             Renewal::Read => (
                 vec![
                     key,

@@ -225,6 +225,13 @@ pub fn hold_key(key: &str, id: &str) -> String {
     Tagged::hold(key, id).to_name()
 }
 
+/// The set of an owner's live holds of a reentrant or write lock (`holds.lua`), whose hash
+/// field is `field`: `ferrolock:holds:<key>:<field>`, in the key's slot. The scripts derive it
+/// from a hold's mark; the renewal names it too (see extend_reentrant.lua).
+pub fn holds_key(key: &str, field: &str) -> String {
+    Tagged::holds(key, field).to_name()
+}
+
 /// Where the fence counter for `key` lives.
 pub fn fence_key(key: &str) -> String {
     tagged("ferrolock:fence:", key)
@@ -319,6 +326,15 @@ impl<'a> Tagged<'a> {
             key,
             suffix: ":",
             id,
+        }
+    }
+    /// `holds_key(key, field)`.
+    pub fn holds(key: &'a str, field: &'a str) -> Self {
+        Tagged {
+            prefix: "ferrolock:holds:",
+            key,
+            suffix: ":",
+            id: field,
         }
     }
 }
@@ -438,6 +454,7 @@ mod tests {
             fence_key(key),
             latch_key(key, "c1"),
             hold_key(key, "h1"),
+            holds_key(key, "u:1:write"),
             arg(Tagged::latch(key, "c1")),
             arg(Tagged::queue(key)),
             arg(Tagged::queue_leases(key)),
