@@ -65,6 +65,7 @@ if not ours then
   end
 end
 redis.call('SET', KEYS[7], '1', 'PX', ARGV[1])
+hold_live(KEYS[7], ARGV[2], ARGV[1])
 if not mode then
   redis.call('HSET', KEYS[1], 'mode', 'read')
 end

@@ -4,7 +4,8 @@
 -- hold's key, which then lapsed under it). Answers like the other renewals, so the watchdog's
 -- batch reads it the same way.
 -- KEYS[1] lock key, KEYS[2] our timeout prefix, KEYS[3] the renewing hold's mark (see
--- acquire_reentrant.lua) (one slot); ARGV[1] field, ARGV[2] ttl ms.
+-- acquire_reentrant.lua), KEYS[4] the owner's set of live read holds (see holds.lua; named
+-- for a split slot, as in extend_reentrant.lua) (one slot); ARGV[1] field, ARGV[2] ttl ms.
 -- Returns 1 when renewed, 0 when we hold no read lock (also for a key of another type), and 0
 -- when the renewing hold lapsed here (its mark expired, or every hold key of ours did: we
 -- missed our renewals on this node, while another reader kept the hash and our field alive);
@@ -42,4 +43,5 @@ for i = 1, count do
 end
 raise(KEYS[3])
 raise(KEYS[1])
+hold_live(KEYS[3], ARGV[1], ARGV[2])
 return 1

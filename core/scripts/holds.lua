@@ -1,9 +1,10 @@
--- The live holds of one owner's field, for a counted lock (reentrant or write): a set
+-- The live holds of one owner's field, for a counted lock (reentrant, read, write): a set
 -- `ferrolock:holds:{key}:<field>` of hold ids beside their marks (one slot), added to with
 -- every grant, living as long as its longest hold. The field's count alone cannot tell: a
 -- hold whose lease ran out (watchdog off, a shorter ttl than its siblings') keeps its count in
--- the hash, and the owner's last release, taking only its own, left the key held with nobody
--- holding it for a ttl. A hold is live while its mark is there.
+-- the hash (a reader's, also a hold key, which the shared numbering lets a sibling's release
+-- raise to its own lease), and the owner's last release, taking only its own, left the key
+-- held with nobody holding it for a ttl. A hold is live while its mark is there.
 -- The names from the hold's mark (`ferrolock:hold:{key}:<hold id>`): the set, the hold id,
 -- and the marks' prefix.
 local function hold_names(mark, field)

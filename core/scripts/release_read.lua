@@ -8,8 +8,9 @@
 -- ARGV[1] field, ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' = SPUBLISH, ARGV[5] the latch's
 -- PX in ms; KEYS[5] this hold's mark (see release_reentrant.lua: the count is taken only with
 -- it).
--- Returns nil when we hold no read lock (or this hold lapsed), 0 when the key is still held, 1
--- when released.
+-- Returns nil when we hold no read lock (or this hold lapsed: then, with no live read hold of
+-- ours left here, our field and hold keys go too, and the key when nobody else holds it), 0
+-- when the key is still held, 1 when released.
 -- Safe to run twice, however late: the mark is taken once (a decrement run twice would drop a
 -- hold of a live handle); the reply is kept in the latch (a re-send run after it expired
 -- finds no mark and answers nil, having taken nothing).
@@ -17,6 +18,30 @@ local done = redis.call('GET', KEYS[2])
 if done then
   return tonumber(done)
 end
+-- Whether the key stays held once our hold is out of it: by a writer (ours: the downgrade),
+-- or by a reader with a live hold key. Otherwise (crashed readers' fields alone) it is
+-- deleted and "0" published, as Redisson's read unlock does.
+local function held_by_others()
+  if redis.call('HLEN', KEYS[1]) > 1 then
+    if redis.call('HGET', KEYS[1], 'mode') == 'write' then
+      return true
+    end
+    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+      local n = tonumber(redis.call('HGET', KEYS[1], f))
+      if f ~= 'mode' and n then
+        for i = n, 1, -1 do
+          if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
+            return true
+          end
+        end
+      end
+    end
+  end
+  redis.call('DEL', KEYS[1])
+  redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '0')
+  return false
+end
+
 if redis.pcall('HEXISTS', KEYS[1], ARGV[1]) ~= 1 then
   return nil
 end
@@ -24,9 +49,30 @@ end
 -- this node); the owner's field is another hold's: not ours to release, as a lapsed lock's.
 -- (0, "still held", made its caller's release say that this hold was released in time.)
 if redis.call('DEL', KEYS[5]) == 0 then
+  -- No read hold of ours is live here either (the others were released, or lapsed too): our
+  -- count is nobody's, and kept, with a hold key an earlier release raised to its own lease,
+  -- it held the key read-held with nobody holding it for the rest of that lease (every writer
+  -- waited). Our field and keys go, and the key with them when nobody else holds it; still nil.
+  local holds, _, prefix = hold_names(KEYS[5], ARGV[1])
+  if not any_live(holds, prefix) then
+    local count = tonumber(redis.call('HGET', KEYS[1], ARGV[1])) or 0
+    redis.call('HDEL', KEYS[1], ARGV[1])
+    for i = 1, count do
+      redis.call('DEL', KEYS[3] .. ':' .. i)
+    end
+    held_by_others()
+  end
   return nil
 end
 local count = redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
+-- A count left with no live read hold of ours behind it (holds whose leases ran out) is
+-- nobody's (see holds.lua): released with its hold keys, as the last hold.
+if not others_live(KEYS[5], ARGV[1]) and count > 0 then
+  for i = 2, count + 1 do
+    redis.call('DEL', KEYS[3] .. ':' .. i)
+  end
+  count = 0
+end
 if count <= 0 then
   redis.call('HDEL', KEYS[1], ARGV[1])
 end
@@ -62,33 +108,12 @@ if redis.call('HGET', KEYS[1], 'mode') == 'write'
     handed = true
   end
 end
-if redis.call('HLEN', KEYS[1]) > 1 then
-  local live = redis.call('HGET', KEYS[1], 'mode') == 'write'
-  if not live then
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      local n = tonumber(redis.call('HGET', KEYS[1], f))
-      if f ~= 'mode' and n then
-        for i = n, 1, -1 do
-          if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
-            live = true
-            break
-          end
-        end
-      end
-      if live then
-        break
-      end
-    end
+if held_by_others() then
+  if handed then
+    redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
   end
-  if live then
-    if handed then
-      redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '1')
-    end
-    redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
-    return 0
-  end
+  redis.call('SET', KEYS[2], '0', 'PX', ARGV[5])
+  return 0
 end
-redis.call('DEL', KEYS[1])
-redis.call(ARGV[4] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[3], '0')
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[5])
 return 1

@@ -1177,3 +1177,45 @@ async fn a_lapsed_write_holds_release_hands_the_key_to_its_owners_live_read_hold
     assert!(r.release().await.unwrap());
     assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
 }
+
+/// The release of a read re-entry whose lease ran out after its owner's outer read hold was
+/// released (watchdog off, a shorter ttl than the outer hold's) frees the key: no hold is left.
+/// Before, it answered "not held" and took nothing, and its count, with the hold key the outer
+/// release had raised to its own lease, kept the key read-held with nobody holding it for the
+/// rest of that lease: every writer waited that long.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_of_a_read_re_entry_that_lapsed_after_the_outer_release_frees_the_key() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:read-outer-released-then-lapsed";
+    let long = m
+        .read_lock_owned(key, 6, &o.clone().ttl(Duration::from_secs(20)))
+        .await
+        .unwrap();
+    let short = m
+        .read_lock_owned(key, 6, &o.clone().ttl(Duration::from_millis(1000)))
+        .await
+        .unwrap();
+    assert!(long.release().await.unwrap());
+    let marks = |s: &RedisServer| s.cmd::<Vec<String>>(&["KEYS", "ferrolock:hold:*"]).len();
+    until(
+        "the short hold's mark lapsed",
+        Duration::from_secs(10),
+        || marks(&server) == 0,
+    )
+    .await;
+    assert!(
+        !short.release().await.unwrap(),
+        "a read hold whose lease ran out was released in time"
+    );
+    assert_eq!(
+        server.cmd::<Vec<String>>(&["KEYS", "*"]),
+        Vec::<String>::new(),
+        "the key outlived its holds: {:?}",
+        hash(&server, key)
+    );
+    let w = m.write_lock(key).await.expect("a writer on the freed key");
+    assert!(w.release().await.unwrap());
+}

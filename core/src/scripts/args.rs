@@ -402,6 +402,7 @@ impl Extend<'_> {
                     key,
                     super::rwlock_timeout_prefix(self.key, self.token),
                     hold(),
+                    super::holds_key(self.key, self.token),
                 ],
                 vec![token, ttl],
             ),

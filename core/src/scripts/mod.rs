@@ -18,8 +18,8 @@ pub(crate) use args::{
 const EXTEND_SRC: &str = include_str!("../../scripts/extend.lua");
 const RAISE_FENCE_SRC: &str = include_str!("../../scripts/raise_fence.lua");
 // The acquire scripts, the undo and the dequeue start with the waiter-queue functions of
-// `queue.lua`; the reentrant and write scripts, the undo and the read release with
-// `holds.lua`, the set of an owner's live holds.
+// `queue.lua`; the counted locks' scripts (reentrant, read, write: grants, renewals,
+// releases) and the undo with `holds.lua`, the set of an owner's live holds.
 const RELEASE_SRC: &str = include_str!("../../scripts/release.lua");
 const DEQUEUE_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
@@ -48,6 +48,7 @@ const RELEASE_REENTRANT_SRC: &str = concat!(
 // `args.rs` (tests: core/tests/rwlock_scripts.rs, core/tests/rwlock.rs).
 pub const ACQUIRE_READ_SRC: &str = concat!(
     include_str!("../../scripts/queue.lua"),
+    include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/acquire_read.lua")
 );
 pub const ACQUIRE_WRITE_SRC: &str = concat!(
@@ -63,7 +64,10 @@ pub const RELEASE_WRITE_SRC: &str = concat!(
     include_str!("../../scripts/holds.lua"),
     include_str!("../../scripts/release_write.lua")
 );
-pub const EXTEND_READ_SRC: &str = include_str!("../../scripts/extend_read.lua");
+pub const EXTEND_READ_SRC: &str = concat!(
+    include_str!("../../scripts/holds.lua"),
+    include_str!("../../scripts/extend_read.lua")
+);
 pub const EXTEND_WRITE_SRC: &str = EXTEND_REENTRANT_SRC;
 const EXTEND_REENTRANT_SRC: &str = concat!(
     include_str!("../../scripts/holds.lua"),
