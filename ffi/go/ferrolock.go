@@ -473,6 +473,36 @@ func (s *scope) holding(m *Manager, key string) (scopeHold, bool) {
 	return scopeHold{}, false
 }
 
+// permitScope is a WithPermit scope's hold, which ctx carries into its fn, each pointing to
+// the one it is nested in.
+type permitScope struct {
+	parent *permitScope
+	m      *Manager
+	name   string
+	k      kind
+	lock   *Lock
+}
+
+type permitScopeKey struct{}
+
+func enclosingPermitScope(ctx context.Context) *permitScope {
+	p, _ := ctx.Value(permitScopeKey{}).(*permitScope)
+	return p
+}
+
+// held says whether l is neither released nor lost.
+func (l *Lock) held() bool {
+	l.mu.Lock()
+	released := l.p == nil
+	l.mu.Unlock()
+	select {
+	case <-l.Lost():
+		return false
+	default:
+		return !released
+	}
+}
+
 func isSide(k kind) bool { return k.side == readKind.side || k.side == writeKind.side }
 
 var scopeNames = map[C.int]string{
@@ -489,6 +519,23 @@ var scopeNames = map[C.int]string{
 // beside a read-write hold the core refuses them at once, but a lock of their name is one
 // they wait for.
 func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts []Option) error {
+	if k.side == C.GO_SIDE_PERMITS {
+		// Beside what the enclosing WithPermit scopes hold, too few permits are left: waiting
+		// would be for those scopes, which end only after this wait. Only the scopes ctx is
+		// inside count: goroutines started beside each other in one still wait for each other.
+		stuck, permits, count := uint64(0), uint64(k.permits), uint64(k.count)
+		for p := enclosingPermitScope(ctx); p != nil; p = p.parent {
+			if p.m == m && p.name == key && p.k.permits == k.permits && p.lock.held() {
+				stuck += uint64(p.k.count)
+			}
+		}
+		if stuck > 0 && count+stuck > permits {
+			return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
+				"semaphore %q not acquired: this ctx's enclosing WithPermit scopes hold %d of its %d "+
+					"permits (on the same Manager), and this asks for %d: they go back only when "+
+					"those scopes end, so waiting would deadlock", key, stuck, permits, count))
+		}
+	}
 	s, ok := ctx.Value(scopeKey{}).(*scope)
 	if !ok || s.ended.Load() {
 		return nil
@@ -869,6 +916,11 @@ func (m *Manager) with(ctx context.Context, op, key string, k kind, fn func(cont
 	}
 	s.hold(scopeHold{m: m, key: key, k: k, reentrant: reentrant(opts, m.reentrant), lock: l})
 	defer s.drop(l)
+	if k.side == C.GO_SIDE_PERMITS {
+		ctx = context.WithValue(ctx, permitScopeKey{}, &permitScope{
+			parent: enclosingPermitScope(ctx), m: m, name: key, k: k, lock: l,
+		})
+	}
 	inner, cancel := context.WithCancelCause(ctx)
 	l.loss.onLoss(cancel)
 	var fnErr error

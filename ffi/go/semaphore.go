@@ -23,8 +23,9 @@ func Count(k int) Option { return Option{countOption, k} }
 // naming the value: permits or count below 1 or above 2^32-1, count above permits or 1000, a
 // '{' or '}' in name, a manager with more than one node (K permits on each of N nodes do not
 // bound the holders to K), Fencing on. A semaphore does not re-enter: each acquire is a holder.
-// With a ctx of a WithLock scope that holds name as a lock (through m), it returns
-// ErrNotAcquired at once: it would wait for that scope, which ends only when its fn returns.
+// With a ctx of a WithLock scope that holds name as a lock (through m), or of WithPermit
+// scopes of name (through m) that leave fewer permits than Count, it returns ErrNotAcquired
+// at once: it would wait for those scopes, which end only when their fn returns.
 func (m *Manager) AcquirePermits(ctx context.Context, name string, permits int, opts ...Option) (*Lock, error) {
 	return m.acquirePermits(ctx, "AcquirePermits", name, permits, opts)
 }

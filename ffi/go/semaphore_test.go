@@ -147,6 +147,72 @@ func TestPermitsInsideAWithLockOfTheirNameAreRefused(t *testing.T) {
 	}
 }
 
+// Permits asked for inside the ctx's own WithPermit scopes of the name, which leave fewer
+// free than asked, would wait for those scopes, which end only after the wait: refused at
+// once, as Python's, Node's and the CLI's nested semaphores are. Asks the pool can still
+// meet are granted, and goroutines started beside each other inside one scope still wait for
+// each other.
+func TestPermitsInsideTheirOwnWithPermitThatLeaveTooFewAreRefused(t *testing.T) {
+	m := oneNode(t)
+	name := key("sem-nested")
+	err := m.WithPermit(context.Background(), name, 2, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		// One of the two is left: granted.
+		if err := m.WithPermit(c, name, 2, func(ctx context.Context, _ *ferrolock.Lock) error {
+			// None is left but what the enclosing scopes hold.
+			p, err := m.AcquirePermits(ctx, name, 2)
+			if err == nil {
+				p.Release()
+			}
+			if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "would deadlock") {
+				t.Errorf("AcquirePermits inside WithPermit scopes holding all: %v, want ErrNotAcquired naming the deadlock", err)
+			}
+			return nil
+		}); err != nil {
+			t.Errorf("1 of 2 permits inside a scope holding 1: %v", err)
+		}
+		err := m.WithPermit(c, name, 2, func(context.Context, *ferrolock.Lock) error {
+			t.Error("WithPermit ran fn with more permits than its scopes leave")
+			return nil
+		}, ferrolock.Count(2))
+		if !errors.Is(err, ferrolock.ErrNotAcquired) || !strings.Contains(err.Error(), "would deadlock") {
+			t.Errorf("2 of 2 permits inside a scope holding 1: %v, want ErrNotAcquired naming the deadlock", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Siblings inside one scope: each waits for the other's permits, not for its scope.
+	name = key("sem-siblings")
+	err = m.WithPermit(context.Background(), name, 3, func(ctx context.Context, _ *ferrolock.Lock) error {
+		var wg sync.WaitGroup
+		errs := make(chan error, 2)
+		for i := 0; i < 2; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- m.WithPermit(ctx, name, 3, func(context.Context, *ferrolock.Lock) error {
+					time.Sleep(50 * time.Millisecond)
+					return nil
+				}, ferrolock.Count(2))
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("a sibling's 2 of 3 permits beside its scope's 1: %v", err)
+			}
+		}
+		return nil
+	}, ferrolock.Count(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A ctx done while waiting returns ctx.Err() and leaves no permit taken.
 func TestPermitsContextCancel(t *testing.T) {
 	m, other := oneNode(t), oneNode(t)
