@@ -419,12 +419,14 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 type scope struct {
 	owner C.uint64_t
 	ended atomic.Bool
-	mu    sync.Mutex
-	// held is what the scope's WithLock calls (nested ones included) hold now.
-	held []scopeHold
 }
 
+// scopeHold is what a WithLock (WithReadLock, WithWriteLock, WithPermit) holds, which fn's ctx
+// carries, pointing to the hold of the scope it is nested in. Only the scopes a ctx is inside
+// are on its chain: goroutines started beside each other in one scope do not see each other's
+// holds (which end when the sibling's fn returns, not the scope's), and wait for them.
 type scopeHold struct {
+	parent    *scopeHold
 	m         *Manager
 	key       string
 	k         kind
@@ -432,62 +434,23 @@ type scopeHold struct {
 	lock      *Lock
 }
 
-func (s *scope) hold(h scopeHold) {
-	s.mu.Lock()
-	s.held = append(s.held, h)
-	s.mu.Unlock()
+type scopeHoldKey struct{}
+
+// enclosingHold is the innermost hold of the scopes ctx is inside (nil: none).
+func enclosingHold(ctx context.Context) *scopeHold {
+	h, _ := ctx.Value(scopeHoldKey{}).(*scopeHold)
+	return h
 }
 
-func (s *scope) drop(l *Lock) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, h := range s.held {
-		if h.lock == l {
-			s.held = append(s.held[:i], s.held[i+1:]...)
-			return
+// holding is the innermost hold of key through m that ctx's enclosing scopes still have (not
+// released by fn, nor lost): one to wait for would be waiting for itself.
+func holding(ctx context.Context, m *Manager, key string) (*scopeHold, bool) {
+	for h := enclosingHold(ctx); h != nil; h = h.parent {
+		if h.m == m && h.key == key && h.lock.held() {
+			return h, true
 		}
 	}
-}
-
-// holding is the hold of key through m that the scope still has (not released by fn, nor
-// lost): one to wait for would be waiting for itself.
-func (s *scope) holding(m *Manager, key string) (scopeHold, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := len(s.held) - 1; i >= 0; i-- {
-		h := s.held[i]
-		if h.m != m || h.key != key {
-			continue
-		}
-		h.lock.mu.Lock()
-		released := h.lock.p == nil
-		h.lock.mu.Unlock()
-		select {
-		case <-h.lock.Lost():
-		default:
-			if !released {
-				return h, true
-			}
-		}
-	}
-	return scopeHold{}, false
-}
-
-// permitScope is a WithPermit scope's hold, which ctx carries into its fn, each pointing to
-// the one it is nested in.
-type permitScope struct {
-	parent *permitScope
-	m      *Manager
-	name   string
-	k      kind
-	lock   *Lock
-}
-
-type permitScopeKey struct{}
-
-func enclosingPermitScope(ctx context.Context) *permitScope {
-	p, _ := ctx.Value(permitScopeKey{}).(*permitScope)
-	return p
+	return nil, false
 }
 
 // held says whether l is neither released nor lost.
@@ -511,8 +474,8 @@ var scopeNames = map[C.int]string{
 	writeKind.side: "WithWriteLock",
 }
 
-// waitsForItself refuses, as Python's and Node's do, an acquire of a key that ctx's own
-// WithLock scope holds through m, where waiting would deadlock: the scope ends only when fn
+// waitsForItself refuses, as Python's and Node's do, an acquire of a key that the scopes ctx
+// is inside hold through m, where waiting would deadlock: a scope ends only when its fn
 // returns. The owner re-enters instead where it may: a reentrant lock asked reentrant, and
 // either side of the read-write lock (the core re-enters, downgrades, or refuses an upgrade
 // naming it). A semaphore's permits never re-enter: beside permits they may be granted, and
@@ -524,9 +487,9 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 		// would be for those scopes, which end only after this wait. Only the scopes ctx is
 		// inside count: goroutines started beside each other in one still wait for each other.
 		stuck, permits, count := uint64(0), uint64(k.permits), uint64(k.count)
-		for p := enclosingPermitScope(ctx); p != nil; p = p.parent {
-			if p.m == m && p.name == key && p.k.permits == k.permits && p.lock.held() {
-				stuck += uint64(p.k.count)
+		for h := enclosingHold(ctx); h != nil; h = h.parent {
+			if h.m == m && h.key == key && h.k.side == k.side && h.k.permits == k.permits && h.lock.held() {
+				stuck += uint64(h.k.count)
 			}
 		}
 		if stuck > 0 && count+stuck > permits {
@@ -536,11 +499,7 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 					"those scopes end, so waiting would deadlock", key, stuck, permits, count))
 		}
 	}
-	s, ok := ctx.Value(scopeKey{}).(*scope)
-	if !ok || s.ended.Load() {
-		return nil
-	}
-	h, ok := s.holding(m, key)
+	h, ok := holding(ctx, m, key)
 	if !ok || h.k.side == C.GO_SIDE_PERMITS || (isSide(h.k) && isSide(k)) {
 		return nil
 	}
@@ -914,13 +873,10 @@ func (m *Manager) with(ctx context.Context, op, key string, k kind, fn func(cont
 	if err != nil {
 		return err
 	}
-	s.hold(scopeHold{m: m, key: key, k: k, reentrant: reentrant(opts, m.reentrant), lock: l})
-	defer s.drop(l)
-	if k.side == C.GO_SIDE_PERMITS {
-		ctx = context.WithValue(ctx, permitScopeKey{}, &permitScope{
-			parent: enclosingPermitScope(ctx), m: m, name: key, k: k, lock: l,
-		})
-	}
+	// fn's ctx carries the hold: a nested acquire of key that would wait for it is refused.
+	ctx = context.WithValue(ctx, scopeHoldKey{}, &scopeHold{
+		parent: enclosingHold(ctx), m: m, key: key, k: k, reentrant: reentrant(opts, m.reentrant), lock: l,
+	})
 	inner, cancel := context.WithCancelCause(ctx)
 	l.loss.onLoss(cancel)
 	var fnErr error

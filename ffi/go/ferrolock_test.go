@@ -1233,6 +1233,54 @@ func TestReentrantWithLockReentersWithItsCtx(t *testing.T) {
 	l.Release()
 }
 
+// Goroutines given one WithLock's ctx that each take a plain lock of the same key (a fan-out
+// inside a scope, serialized on a shared resource) wait for each other, as the WithLock doc
+// promises ("use a plain lock, for that"): a sibling's hold is not one the ctx's own scopes
+// hold, and waits for it end when the sibling's fn returns, not the scope's.
+func TestSiblingPlainLocksInsideOneScopeWaitForEachOther(t *testing.T) {
+	m := manager(t)
+	outer, shared := key("siblings-outer"), key("siblings-shared")
+	var inside, most atomic.Int32
+	err := m.WithLock(context.Background(), outer, func(ctx context.Context, _ *ferrolock.Lock) error {
+		c, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		var wg sync.WaitGroup
+		errs := make(chan error, 3)
+		for i := 0; i < 3; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs <- m.WithLock(c, shared, func(context.Context, *ferrolock.Lock) error {
+					n := inside.Add(1)
+					for {
+						old := most.Load()
+						if n <= old || most.CompareAndSwap(old, n) {
+							break
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
+					inside.Add(-1)
+					return nil
+				})
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Errorf("a sibling's WithLock of a key another sibling holds: %v, want it to wait", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most.Load() != 1 {
+		t.Fatalf("%d siblings held the plain lock at once", most.Load())
+	}
+}
+
 // A ctx that outlives its WithLock (a detached task's context.WithoutCancel) carries a scope
 // that owns nothing: two tasks started with it exclude each other.
 func TestAnEndedReentrantScopeOwnsNothing(t *testing.T) {
