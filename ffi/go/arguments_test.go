@@ -203,6 +203,10 @@ func TestANodesPasswordNeverShowsInAnError(t *testing.T) {
 		{"a NUL", ferrolock.Nodes("redis://:" + secret + "@127.0.0.1:6379/0\x00"), "nodes: a NUL byte at offset 35"},
 		{"not UTF-8", ferrolock.Nodes("redis://:" + secret + "@127.0.0.1:6379/0\xff"), `"redis://:***@127.0.0.1:6379/0`},
 		{"a []string", ferrolock.Set("nodes", []string{"redis://:" + secret + "@h:1"}), "nodes: unsupported value type []string"},
+		// A misspelt name carries the nodes value all the same.
+		{"a []string, misspelt", ferrolock.Set("node", []string{"redis://:" + secret + "@h:1"}), "node: unsupported value type []string"},
+		{"a NUL, misspelt", ferrolock.Set("Nodes", "redis://:"+secret+"@127.0.0.1:6379/0\x00"), "Nodes: a NUL byte at offset 35"},
+		{"not UTF-8, misspelt", ferrolock.Set("Nodes", "redis://:"+secret+"@127.0.0.1:6379/0\xff"), `"redis://:***@127.0.0.1:6379/0`},
 	} {
 		m, err := ferrolock.NewManager(c.opt)
 		if err == nil {

@@ -88,14 +88,20 @@ func invalid(format string, args ...any) *Error {
 }
 
 // cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
-// the end of the string: `what` names the value in the error. A nodes value is not shown (its
-// URLs may carry passwords); the library names what else is wrong with one, redacted.
+// the end of the string: `what` names the value in the error.
 func cstring(what, s string) (*C.char, error) {
 	if at := strings.IndexByte(s, 0); at >= 0 {
-		if what == "nodes" {
-			return nil, invalid("nodes: a NUL byte at offset %d (the C library would cut it short there)", at)
-		}
 		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)
+	}
+	return C.CString(s), nil
+}
+
+// cvalue is cstring for the value of the option name, which the error does not show: a nodes
+// value's URLs may carry passwords, under a misspelt name too (the library names what else
+// is wrong with one, redacted).
+func cvalue(name, s string) (*C.char, error) {
+	if at := strings.IndexByte(s, 0); at >= 0 {
+		return nil, invalid("%s: a NUL byte at offset %d (the C library would cut it short there)", name, at)
 	}
 	return C.CString(s), nil
 }
@@ -183,17 +189,18 @@ func set(o *C.ferrolock_options, opt Option) error {
 		case reflect.Float32, reflect.Float64:
 			status = C.ferrolock_options_set_number(o, name, C.double(rv.Float()), &cerr)
 		case reflect.String:
-			value, err := cstring(opt.name, rv.String())
+			value, err := cvalue(opt.name, rv.String())
 			if err != nil {
 				return err
 			}
 			status = C.ferrolock_options_set_str(o, name, value, &cerr)
 			C.free(unsafe.Pointer(value))
 		default:
+			// By its type only: under a misspelt name, a nodes value is shown all the same.
 			if opt.name == "nodes" {
 				return invalid("nodes: unsupported value type %T (Nodes takes the URLs)", v)
 			}
-			return invalid("%s=%v: unsupported value type %T", opt.name, v, v)
+			return invalid("%s: unsupported value type %T", opt.name, v)
 		}
 	}
 	return take(status, cerr)
