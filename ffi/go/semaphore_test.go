@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -274,6 +275,20 @@ func TestPermitsBadInput(t *testing.T) {
 			!strings.Contains(err.Error(), "one node") {
 			t.Errorf("%d nodes: %v, want ErrInvalidArgument saying one node", len(ports), err)
 		}
+	}
+	// An extend's refused ttl names the semaphore, too short or too long.
+	p, err := m.TryAcquirePermits(ctx, name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ttl := range []time.Duration{50 * time.Millisecond, time.Duration(math.MaxInt64)} {
+		if _, err := p.Extend(ctx, ttl); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("semaphore %q: ttl", name)) {
+			t.Errorf("Extend(ctx, %v) of a semaphore's permit: %v, want ErrInvalidArgument naming the semaphore", ttl, err)
+		}
+	}
+	if err := p.Release(); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := m.TryAcquire(ctx, key("lock"), ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
 		!strings.Contains(err.Error(), "count=2: Count is an option of AcquirePermits") {

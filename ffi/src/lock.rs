@@ -189,7 +189,8 @@ pub unsafe extern "C" fn ferrolock_lock_extend(
         if u128::from(ttl_ms) > max {
             // Named as passed: the core's message would give it in seconds.
             return Err(Failure::invalid(format!(
-                "lock {:?}: ttl_ms {ttl_ms} is too long: the maximum is {max} (about 24.8 days)",
+                "{} {:?}: ttl_ms {ttl_ms} is too long: the maximum is {max} (about 24.8 days)",
+                lock.lock.what(),
                 lock.lock.key()
             )));
         }
