@@ -825,7 +825,7 @@ func (l *Lock) Release() error {
 
 // WithLock runs fn while holding key, then releases it. fn's context is cancelled (cause:
 // the ErrLockLost error) if the lock is lost; WithLock then returns that error, joined with
-// fn's own. A ctx done while waiting returns ctx.Err() and keeps nothing. ctx bounds the wait
+// fn's own (fn's alone if it wraps that very error, as context.Cause(ctx) returned is). A ctx done while waiting returns ctx.Err() and keeps nothing. ctx bounds the wait
 // and is the parent of fn's context; the Wait option bounds the wait only. If fn panics (or
 // calls runtime.Goexit), the lock is released and fn's context cancelled before the panic
 // goes on to the caller. A nil fn is refused (ErrInvalidArgument, "WithLock: fn is nil")
@@ -903,6 +903,10 @@ func (m *Manager) with(ctx context.Context, op, key string, k kind, fn func(cont
 		}
 		switch {
 		case endErr == nil:
+			err = fnErr
+		case withFn && errors.Is(fnErr, endErr):
+			// fn returned the very loss its ctx was cancelled with (context.Cause(ctx)), or
+			// wrapped it: joined with itself, it would be said twice.
 			err = fnErr
 		case withFn:
 			err = errors.Join(fnErr, endErr)

@@ -547,6 +547,10 @@ func TestReleaseAllDuringWithLockCancelsTheBody(t *testing.T) {
 	if !errors.Is(err, ferrolock.ErrLockLost) || !strings.Contains(err.Error(), "its manager released it") {
 		t.Fatalf("WithLock returned %v", err)
 	}
+	// fn returned the very loss it was told of: said once, not joined with itself.
+	if n := strings.Count(err.Error(), "its manager released it"); n != 1 {
+		t.Fatalf("WithLock returned the loss %d times: %v", n, err)
+	}
 }
 
 // The end of WithLock's scope follows the rule every binding shares: a lock found gone at
