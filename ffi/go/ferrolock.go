@@ -142,11 +142,7 @@ var errClosed = invalid("the manager is closed")
 
 // closedFor is errClosed naming what was asked for, as the other bindings' errors do.
 func closedFor(key string, k kind) error {
-	noun := "lock"
-	if k.permits > 0 {
-		noun = "semaphore"
-	}
-	return invalid("%s %q: the manager is closed", noun, key)
+	return invalid("%s %q: the manager is closed", k.noun(), key)
 }
 
 // refused is op's error for an argument that would otherwise panic deep inside it, naming
@@ -286,6 +282,14 @@ var (
 	writeKind = kind{side: C.FERROLOCK_RW_WRITE}
 )
 
+// noun is what messages call a key of kind k, as the library's do.
+func (k kind) noun() string {
+	if k.side == C.GO_SIDE_PERMITS {
+		return "semaphore"
+	}
+	return "lock"
+}
+
 // permitsKind is count permits of a pool of permits (both checked to fit a uint32 by the
 // caller; the library refuses the rest, naming them).
 func permitsKind(permits, count uint32) kind {
@@ -362,7 +366,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		if err := take(tryStatus, tryErr); err != nil {
 			return nil, err
 		}
-		return newLock(tried)
+		return newLock(tried, k)
 	}
 	C.ferrolock_error_free(tryErr)
 	done := make(chan struct{}, 1)
@@ -410,7 +414,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		}
 		return nil, err
 	}
-	return newLock(p)
+	return newLock(p, k)
 }
 
 // scope is the owner of the reentrant locks (and of the read-write sides) acquired with a
@@ -607,14 +611,16 @@ type Lock struct {
 	mu     sync.Mutex
 	p      *C.ferrolock_lock
 	key    string
+	noun   string // "lock", or "semaphore" for permits
 	token  string
 	loss   *lossState
 	handle cgo.Handle
 }
 
-func newLock(p *C.ferrolock_lock) (*Lock, error) {
+func newLock(p *C.ferrolock_lock, k kind) (*Lock, error) {
 	l := &Lock{
 		p:     p,
+		noun:  k.noun(),
 		key:   C.GoString(C.ferrolock_lock_key(p)),
 		token: C.GoString(C.ferrolock_lock_token(p)),
 		loss:  &lossState{ch: make(chan struct{})},
@@ -726,7 +732,7 @@ func (l *Lock) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
-		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was released", l.key)}
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
 	}
 	var cerr *C.ferrolock_error
 	return take(C.ferrolock_lock_check(l.p, &cerr), cerr)
@@ -764,7 +770,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.p == nil {
-		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was released", l.key)}
+		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
 	}
 	cancel := C.ferrolock_cancel_new()
 	defer C.ferrolock_cancel_free(cancel)
@@ -811,7 +817,7 @@ func (l *Lock) Release() error {
 	l.mu.Lock()
 	if l.p == nil {
 		l.mu.Unlock()
-		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("lock %q was already released", l.key)}
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was already released", l.noun, l.key)}
 	}
 	var cerr *C.ferrolock_error
 	blockingCalls <- struct{}{}

@@ -290,6 +290,17 @@ func TestPermitsBadInput(t *testing.T) {
 	if err := p.Release(); err != nil {
 		t.Fatal(err)
 	}
+	// Once released, its calls say so naming the semaphore, as its other errors do.
+	released := fmt.Sprintf("semaphore %q was", name)
+	for what, err := range map[string]error{
+		"a second Release": p.Release(),
+		"Err":              p.Err(),
+		"Extend":           func() error { _, err := p.Extend(ctx); return err }(),
+	} {
+		if !errors.Is(err, ferrolock.ErrNotHeld) || !strings.Contains(err.Error(), released) {
+			t.Errorf("%s of a released permit: %v, want ErrNotHeld naming the semaphore", what, err)
+		}
+	}
 	if _, err := m.TryAcquire(ctx, key("lock"), ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
 		!strings.Contains(err.Error(), "count=2: Count is an option of AcquirePermits") {
 		t.Errorf("Count on a lock: %v, want ErrInvalidArgument saying where Count belongs", err)
