@@ -166,8 +166,19 @@ func TestAFractionOfAMillisecondIsRefused(t *testing.T) {
 		t.Fatalf("a whole number of milliseconds: %v", err)
 	}
 	defer l.Release()
-	_, err = l.Extend(ctx, 2*time.Second+500*time.Microsecond)
-	invalidNaming(t, "Extend(ctx, 2.0005s)", err, "ttl=2.0005s: "+whole)
+	// Extend's refusals name the lock, as the library's own refusals of a ttl do.
+	for _, c := range []struct {
+		ttl  time.Duration
+		want string
+	}{
+		{2*time.Second + 500*time.Microsecond, "ttl=2.0005s: " + whole},
+		{0, "ttl=0s: must be greater than zero"},
+		{-time.Second, "ttl=-1s: must not be negative"},
+		{10, "ttl=10ns: below one millisecond"},
+	} {
+		_, err = l.Extend(ctx, c.ttl)
+		invalidNaming(t, fmt.Sprintf("Extend(ctx, %v)", c.ttl), err, fmt.Sprintf("lock %q: %s", l.Key(), c.want))
+	}
 	// Too long for the library, fraction or not: refused as too long.
 	_, err = l.Extend(ctx, math.MaxInt64)
 	invalidNaming(t, "Extend(ctx, math.MaxInt64)", err, "too long")

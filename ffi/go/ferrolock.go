@@ -754,17 +754,18 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	}
 	if len(ttl) > 0 {
 		var err error
-		if ms, err = millis("ttl", ttl[0]); err != nil {
-			return 0, err
+		if ms, err = millis("ttl", ttl[0]); err == nil && ms <= maxMillis {
+			// One the library refuses as too long is refused as that, fraction or not.
+			err = wholeMillis("ttl", ttl[0])
 		}
-		// One the library refuses as too long is refused as that, fraction or not.
-		if ms <= maxMillis {
-			if err := wholeMillis("ttl", ttl[0]); err != nil {
-				return 0, err
-			}
+		if err == nil && ms == 0 {
+			err = invalid("ttl=0s: must be greater than zero")
 		}
-		if ms == 0 {
-			return 0, invalid("ttl=0s: must be greater than zero")
+		if err != nil {
+			// Named as the library's own refusals of a ttl are (too short, too long).
+			e := err.(*Error)
+			e.Message = fmt.Sprintf("%s %q: %s", l.noun, l.key, e.Message)
+			return 0, e
 		}
 	}
 	l.mu.Lock()
