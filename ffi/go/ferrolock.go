@@ -116,7 +116,11 @@ func NewManager(opts ...Option) (*Manager, error) {
 	if err := take(C.ferrolock_manager_new(o, &p, &cerr), cerr); err != nil {
 		return nil, err
 	}
-	return &Manager{p: p, reentrant: reentrant(opts, false)}, nil
+	m := &Manager{p: p, reentrant: reentrant(opts, false)}
+	// A Manager dropped without Close would otherwise keep its connections and library
+	// state for the life of the process.
+	runtime.SetFinalizer(m, (*Manager).Close)
+	return m, nil
 }
 
 // Close frees the manager. An Acquire still waiting on it ends with ErrNotAcquired ("its
@@ -126,7 +130,8 @@ func NewManager(opts ...Option) (*Manager, error) {
 // release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
 // until released, and Shutdown still releases those held. Call ReleaseAll first to release
 // them. Idempotent. A nil *Manager's Close returns ErrInvalidArgument, as do its other
-// methods, instead of panicking.
+// methods, instead of panicking. A Manager dropped without Close is closed when the garbage
+// collector takes it (an Acquire still waiting on it keeps it).
 func (m *Manager) Close() error {
 	if err := refused("Close", m); err != nil {
 		return err
@@ -135,6 +140,7 @@ func (m *Manager) Close() error {
 	defer m.mu.Unlock()
 	C.ferrolock_manager_free(m.p)
 	m.p = nil
+	runtime.SetFinalizer(m, nil)
 	return nil
 }
 
@@ -400,6 +406,8 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		C.ferrolock_acquisition_cancel(acq)
 		<-done
 	}
+	// A waiting acquire keeps its Manager from being collected, and closed, under it.
+	runtime.KeepAlive(m)
 	var p *C.ferrolock_lock
 	status = C.ferrolock_acquisition_result(acq, &p, &cerr)
 	// The done callback is never called once this has returned: the handle can go.

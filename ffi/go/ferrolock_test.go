@@ -1730,6 +1730,38 @@ func TestBurstLeavesNeitherConnectionsNorThreads(t *testing.T) {
 	}
 }
 
+// A Manager dropped without Close is closed when collected, as Python's and Node's managers
+// are: its connections to the nodes close (a Manager made per request and never closed used
+// to keep them, and its library state, for the life of the process).
+func TestADroppedManagerClosesItsConnectionsWhenCollected(t *testing.T) {
+	port := ports[0]
+	before := clientsOn(port)
+	func() {
+		m, err := ferrolock.NewManager(ferrolock.Nodes(fmt.Sprintf("redis://127.0.0.1:%d", port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Acquire(context.Background(), key("dropped-manager"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	if n := clientsOn(port); n <= before {
+		t.Fatalf("%d clients while the manager is in use, %d before: the test sees no connection of its own", n, before)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for clientsOn(port) > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d clients a minute after the manager was dropped, %d before", clientsOn(port), before)
+		}
+		runtime.GC()
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func clientsOn(port int) int {
 	out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "info", "clients").Output()
 	if err != nil {
