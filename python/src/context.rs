@@ -314,21 +314,14 @@ pub(crate) fn refuse_waiting_for_itself(
         Held::Permits { .. } => "semaphore",
         _ => "lock",
     };
-    if let Held::Permits { permits, count } = asked
-        && stuck > 0
-        && count > permits.saturating_sub(stuck)
-    {
-        let err = Error::new(
-            ErrorKind::NotAcquired,
-            format!(
-                "{what} {key:?} not acquired: this thread's `with` blocks (or its event loop's \
-                 `async with` blocks) hold {stuck} of its {permits} permits (on the same \
-                 servers), and this asks for {count}: they go back only when those blocks \
-                 exit, so waiting would deadlock"
-            ),
-        );
-        return Err(to_py(py, &err, Some(key)));
-    }
+    refuse_permits_held_by_blocks(
+        py,
+        key,
+        asked,
+        stuck,
+        "this thread's `with` blocks (or its event loop's `async with` blocks) hold",
+        "exit",
+    )?;
     let why = if loops_block {
         "this thread runs the event loop of an `async with` block that holds it (on the same \
          servers): blocking here stops that loop, so the block could never release it; await \
@@ -361,6 +354,34 @@ pub(crate) fn refuse_waiting_for_itself(
         format!("{what} {key:?} not acquired: {why}"),
     );
     Err(to_py(py, &err, Some(key)))
+}
+
+/// Refuses permits of a semaphore (`asked`) that the enclosing blocks, holding `stuck` of its
+/// pool, leave too few of: they give theirs back only once they `end`, after this wait.
+/// `blocks` says which blocks, with the verb ("... hold").
+fn refuse_permits_held_by_blocks(
+    py: Python<'_>,
+    key: &str,
+    asked: Held,
+    stuck: u32,
+    blocks: &str,
+    end: &str,
+) -> PyResult<()> {
+    if let Held::Permits { permits, count } = asked
+        && stuck > 0
+        && count > permits.saturating_sub(stuck)
+    {
+        let err = Error::new(
+            ErrorKind::NotAcquired,
+            format!(
+                "semaphore {key:?} not acquired: {blocks} {stuck} of its {permits} permits (on \
+                 the same servers), and this asks for {count}: they go back only when those \
+                 blocks {end}, so waiting would deadlock"
+            ),
+        );
+        return Err(to_py(py, &err, Some(key)));
+    }
+    Ok(())
 }
 
 /// Refuses an awaited acquire of `asked` of `key` on `manager` on a thread inside a `with`
@@ -404,21 +425,14 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
         .iter()
         .flatten()
         .fold(0, |a, &c| a.saturating_add(c));
-    if let Held::Permits { permits, count } = asked
-        && stuck > 0
-        && count > permits.saturating_sub(stuck)
-    {
-        let err = Error::new(
-            ErrorKind::NotAcquired,
-            format!(
-                "{what} {key:?} not acquired: this thread is inside `with` blocks that hold \
-                 {stuck} of its {permits} permits (on the same servers) and runs this event \
-                 loop inside them, and this asks for {count}: they go back only when those \
-                 blocks exit, after this wait, so waiting would deadlock"
-            ),
-        );
-        return Err(to_py(py, &err, Some(key)));
-    }
+    refuse_permits_held_by_blocks(
+        py,
+        key,
+        asked,
+        stuck,
+        "this thread runs this event loop inside `with` blocks that hold",
+        "exit, after this wait",
+    )?;
     if !running.iter().any(Option::is_none) {
         return Ok(());
     }
