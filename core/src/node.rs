@@ -36,8 +36,9 @@ pub(crate) enum NodeError {
     /// The node's script refused the request for good (`refusal.rs`); with the reply's text.
     Refused(Refusal, String),
     /// A cluster's slot is migrating: MOVED, ASK or TRYAGAIN still came back after redis-rs's
-    /// own redirects and retries. Nothing ran, and the window closes by itself: an acquire
-    /// tries again soon, a dequeue until it lands (see `queue/waiters.rs`).
+    /// own redirects and retries; or the server is loading its dataset (LOADING). Nothing ran,
+    /// and the window closes by itself: an acquire tries again soon, a release until its
+    /// lock's validity ends, a dequeue until it lands (see `queue/waiters.rs`).
     Migrating(String),
     /// The node (re)started less than the restart guard ago: its vote does not count yet (the
     /// request was not sent).
@@ -1260,6 +1261,12 @@ impl Node {
             )
         ) {
             NodeError::Migrating(format!("slot migrating: {text}"))
+        } else if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) {
+            // A server loading its dataset (just restarted, a replica's full sync, DEBUG
+            // RELOAD) ran nothing and answers within seconds: waited out as a migrating slot
+            // is. As a Redis error it ended every acquire on one node at once, whatever its
+            // wait, and failed a release, leaving the key to its ttl.
+            NodeError::Migrating(format!("loading its dataset: {text}"))
         } else if let Some(r) = e
             .code()
             .and_then(|code| Refusal::of(code, e.detail().unwrap_or_default()))

@@ -481,3 +481,91 @@ fn set_calls(s: &ferrolock_testbed::RedisServer) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// A server loading its dataset (`DEBUG RELOAD` here; after a restart or a replica's full sync
+/// in production) answers LOADING for seconds: nothing ran, and it will answer. An acquire
+/// that may wait waits it out, as for a migrating slot; one that may not is not acquired,
+/// naming the node and why; a release sent meanwhile lands once the load ends. Before, each
+/// failed at once with a Redis error, and the released key kept every waiter out until its
+/// ttl.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_loading_its_dataset_is_waited_out() {
+    let _serial = serial();
+    let server = ferrolock_testbed::RedisServer::start_with(ferrolock_testbed::ServerOptions {
+        extra_args: ["--enable-debug-command", "yes"].map(String::from).to_vec(),
+        ..Default::default()
+    });
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(60)));
+    let held = m.acquire("held").await.unwrap();
+    // About 5 s of loading (50 µs a key), answering other clients every 1 KiB read.
+    let _: () = server.cmd(&["DEBUG", "POPULATE", "100000"]);
+    let _: () = server.cmd(&["CONFIG", "SET", "key-load-delay", "50"]);
+    let _: () = server.cmd(&[
+        "CONFIG",
+        "SET",
+        "loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    let url = server.url();
+    // DEBUG RELOAD saves, then loads, answering its own client only at the end.
+    let reload = std::thread::spawn(move || {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        redis::cmd("DEBUG").arg("RELOAD").query::<()>(&mut con)
+    });
+    let mut probe = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    loop {
+        let answer: redis::RedisResult<String> = redis::cmd("PING").query_async(&mut probe).await;
+        match answer {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading) => {
+                break;
+            }
+            _ => assert!(!reload.is_finished(), "the server never answered LOADING"),
+        }
+        tokio::time::sleep(ms(5)).await;
+    }
+    let loading_errors = || loading_errors(&server);
+    let before = loading_errors();
+
+    let err = m
+        .acquire_with("once", &opts().wait(Some(Duration::ZERO)))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(
+        err.message()
+            .contains(&format!("{} (loading its dataset", server.url())),
+        "{err}"
+    );
+    let release = tokio::spawn(async move { held.release().await });
+    let waited = m
+        .acquire_with("waits", &opts().wait(Some(Duration::from_secs(120))))
+        .await
+        .unwrap_or_else(|e| panic!("the acquire did not wait the load out: {e}"));
+    assert!(
+        loading_errors() > before + 2,
+        "the requests never met LOADING: nothing was tested"
+    );
+    reload.join().unwrap().expect("DEBUG RELOAD");
+    assert_eq!(get(&server, "waits").as_deref(), Some(waited.token()));
+    assert!(
+        release
+            .await
+            .unwrap()
+            .expect("the release, sent while loading"),
+        "the release did not land once the load ended"
+    );
+    assert_eq!(get(&server, "held"), None);
+}
+
+/// How many LOADING error replies the server has given (INFO errorstats).
+fn loading_errors(s: &ferrolock_testbed::RedisServer) -> u64 {
+    let info: String = s.cmd(&["INFO", "errorstats"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("errorstat_LOADING:count="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
