@@ -48,16 +48,6 @@ pub fn targets(url: &str) -> Result<Vec<Target>, String> {
     ))
 }
 
-/// The slot of `key` (CRC16 of its hash tag, as the server computes it), asked of the server so
-/// that the rule lives in one place.
-pub fn key_slot(c: &mut Connection, key: &str) -> Result<u16, String> {
-    redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key)
-        .query(c)
-        .map_err(reply_error)
-}
-
 pub fn serves(t: &Target, slot: u16) -> bool {
     t.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
 }

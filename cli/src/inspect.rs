@@ -172,7 +172,7 @@ fn owner_of(url: &str, key: &str) -> Result<Target, String> {
     if targets.len() == 1 && targets[0].slots.is_empty() {
         return Ok(targets.remove(0));
     }
-    let slot = cluster::key_slot(&mut connect(&targets[0].url)?, key)?;
+    let slot = ferrolock::cluster_key_slot(key);
     let i = targets
         .iter()
         .position(|t| cluster::serves(t, slot))

@@ -73,6 +73,13 @@ pub use node::{redact_url, server_address};
 pub fn cluster_seeds(url: &str) -> Result<Option<Vec<String>>> {
     Ok(node_cluster::ClusterUrl::parse(url, &redact_url(url))?.map(|c| c.seeds))
 }
+
+/// The Redis Cluster hash slot of `key` (CRC16 of its hash tag, or of the whole key, mod
+/// 16384), as the server and the routed connection compute it: for tools that find a key's
+/// primary themselves (`ferrolock inspect`).
+pub fn cluster_key_slot(key: &str) -> u16 {
+    node_cluster::key_slot(key)
+}
 pub use options::{
     DEFAULT_NODE, LockOptions, MAX_DURATION, ManagerOptions, NODES_ENV, OPTIONS, OptionSpec,
     Scope as OptionScope, TLS_CA_ENV, Type as OptionType, Value as OptionValue, parse_duration,
