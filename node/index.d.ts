@@ -53,8 +53,11 @@ export interface LockOptions {
 
 /** How a manager reaches its nodes, plus the default options of its locks. */
 export interface ManagerOptions extends LockOptions {
-  /** Node URLs; default FERROLOCK_NODES, else redis://127.0.0.1:6379. */
-  nodes?: string[] | string;
+  /**
+   * Node URLs (an array, read-only ones too: it is copied, never written; or a comma-separated
+   * string); default FERROLOCK_NODES, else redis://127.0.0.1:6379.
+   */
+  nodes?: readonly string[] | string;
   /** CA file for rediss:// nodes; default FERROLOCK_TLS_CA, else the system roots. */
   tlsCa?: string | null;
   /**
