@@ -2,6 +2,7 @@
 // Where the core's log records go. By default its warnings and errors become process
 // warnings (`FerrolockWarning`, printed by Node unless --no-warnings); `setLogger(fn)` sends
 // every record at its level to `fn` instead, and `setLogger(null)` silences them.
+const { types } = require('node:util');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { InvalidArgumentError, inJsNames } = require('./errors');
@@ -32,8 +33,13 @@ function setLogger(fn, options = {}) {
   if (fn !== null && typeof fn !== 'function') {
     throw new InvalidArgumentError(`setLogger: expected a function or null, got ${describe(fn)}`);
   }
-  if (options === null || typeof options !== 'object') {
-    throw new InvalidArgumentError(`setLogger: options must be an object, got ${describe(options)}`);
+  if (options === null || typeof options !== 'object' || describe(options) !== 'an object') {
+    throw new InvalidArgumentError(`setLogger: options must be an object ({ level }), got ${describe(options)}`);
+  }
+  // A misspelt option would leave the level at 'warn' without a word.
+  const unknown = Object.keys(options).find((name) => name !== 'level' && options[name] !== undefined);
+  if (unknown !== undefined) {
+    throw new InvalidArgumentError(`setLogger: unknown option ${JSON.stringify(unknown)} (the only option is level)`);
   }
   const wanted = options.level ?? 'warn';
   if (!LEVELS.includes(wanted)) {
@@ -85,6 +91,8 @@ function call(fn, record) {
 function describe(v) {
   if (typeof v === 'string') return JSON.stringify(v);
   if (typeof v === 'function') return 'a function';
+  if (Array.isArray(v)) return 'an array';
+  if (types.isMap(v) || types.isSet(v)) return `a ${types.isMap(v) ? 'Map' : 'Set'} (its entries are not options)`;
   return v === null ? 'null' : typeof v === 'object' ? 'an object' : String(v);
 }
 

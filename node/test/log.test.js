@@ -163,6 +163,18 @@ test('bad arguments name the bad value', () => {
   assert.throws(() => setLogger('console.log'), (e) => e instanceof InvalidArgumentError && /"console.log"/.test(e.message));
   assert.throws(() => setLogger(() => {}, { level: 'WARNING' }), (e) => e instanceof InvalidArgumentError && /"WARNING"/.test(e.message));
   assert.throws(() => setLogger(() => {}, 5), (e) => e instanceof InvalidArgumentError && /5/.test(e.message));
+  // A misspelt option, or options that are not an object of options, would leave the level at
+  // 'warn' without a word: the caller who asked for 'debug' would see no debug record.
+  const before = [];
+  setLogger((r) => before.push(r), { level: 'error' });
+  try {
+    assert.throws(() => setLogger(() => {}, { levle: 'debug' }), (e) => e instanceof InvalidArgumentError && /unknown option "levle" \(the only option is level\)/.test(e.message));
+    assert.throws(() => setLogger(() => {}, { level: 'debug', verbose: true }), (e) => e instanceof InvalidArgumentError && /unknown option "verbose"/.test(e.message));
+    assert.throws(() => setLogger(() => {}, new Map([['level', 'debug']])), (e) => e instanceof InvalidArgumentError && /Map/.test(e.message));
+    assert.throws(() => setLogger(() => {}, ['debug']), (e) => e instanceof InvalidArgumentError && /array/.test(e.message));
+  } finally {
+    setLogger(null);
+  }
 });
 
 test('by default a warning is a process warning, and a logger never keeps the process alive', T, () => {
