@@ -131,8 +131,17 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   let owner = null;
   if (held && held.manager !== managerId(nm)) {
     // The same servers through other options: another owner, which only waits for itself.
+    // What would re-enter instead depends on the pair: a plain lock needs reentrant on both, a
+    // read-write hold none, and a plain lock never re-enters a read-write hold (nor the reverse).
+    const rw = (k) => k === 'read' || k === 'write';
+    let hint = '';
+    if (held.kind === null && kind === null) {
+      hint = '; only a withLock nested with the same connection options (and reentrant: true on both) re-enters it';
+    } else if (rw(held.kind) && rw(kind)) {
+      hint = '; only a withReadLock or withWriteLock nested with the same connection options re-enters it';
+    }
     throw new NotAcquiredError(
-      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock; only a ${SCOPE_NAMES[held.kind]} nested with the same connection options (and reentrant: true on both) re-enters it`,
+      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock${hint}`,
       { key },
     );
   } else if (held && kind !== null && held.kind !== null) {

@@ -9,7 +9,7 @@ const assert = require('node:assert/strict');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { Server } = require('./redis');
 const { PKG, runNode, startWorker } = require('./child');
-const { LockManager, withReadLock, withWriteLock, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
+const { LockManager, withLock, withReadLock, withWriteLock, AbortError, InvalidArgumentError, LockLostError, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
 let server;
@@ -95,6 +95,34 @@ test('inside withReadLock a write on the same key is refused as an upgrade; a re
     { nodes },
   );
   assert.equal(seen, 'downgraded');
+  assert.equal(server.exists(key), false);
+});
+
+// Nested on the same key through another manager of the same servers (other connection
+// options: another owner), a read or write is refused at once; the hint says what would re-enter
+// instead. It told a read nested in a read to pass reentrant: true (a read-write lock takes no
+// such flag), and a read nested in a withLock or a lock in a withReadLock to nest the enclosing
+// kind, which never re-enters the other.
+test('a read or write nested through another manager is refused with a hint that fits the pair', T, async () => {
+  const nodes = [server.url];
+  const other = { nodes: [`${server.url}/0`], wait: 30_000 };
+  const key = 'rw:other-manager';
+  const refusal = (outer, inner) => outer(key, () => inner(key, () => 'never', other), { nodes }).then(
+    () => assert.fail('the nested acquire was granted'),
+    (e) => {
+      assert.ok(e instanceof NotAcquiredError && /same servers through another manager/.test(e.message), String(e));
+      return e.message;
+    },
+  );
+  for (const [outer, inner] of [[withReadLock, withReadLock], [withWriteLock, withReadLock], [withWriteLock, withWriteLock]]) {
+    const message = await refusal(outer, inner);
+    assert.match(message, /only a withReadLock or withWriteLock nested with the same connection options re-enters it/, message);
+    assert.doesNotMatch(message, /reentrant/, message);
+  }
+  for (const [outer, inner] of [[withLock, withReadLock], [withReadLock, withLock]]) {
+    const message = await refusal(outer, inner);
+    assert.doesNotMatch(message, /re-enters it/, message);
+  }
   assert.equal(server.exists(key), false);
 });
 
