@@ -86,6 +86,21 @@ function enclosing(nm, key) {
   return undefined;
 }
 
+/** The innermost scope of `s`'s chain still running, with the ended scopes behind it spliced
+ * out (they own nothing, and `ended` never goes back). A job that starts its next run from
+ * inside its scope (a timer, setImmediate) runs it in that scope's async context: linked as
+ * parents, the ended scopes, and their locks, were kept for the life of the process, and every
+ * acquire walked them. */
+function live(s) {
+  while (s !== undefined && s.ended) s = s.parent;
+  for (let t = s; t !== undefined; t = t.parent) {
+    let p = t.parent;
+    while (p !== undefined && p.ended) p = p.parent;
+    t.parent = p;
+  }
+  return s;
+}
+
 /** How many permits of the semaphore `key`, a pool of `permits`, the enclosing scopes of this
  * async context hold on the same servers: they go back only when those scopes end. */
 function enclosingPermits(nm, key, permits) {
@@ -412,7 +427,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   const signal = options == null ? undefined : checkSignal(key, options.signal);
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const { manager, servers } = managerIdentity(nm);
-  const scope = { parent: scopes.getStore(), key, kind, sem, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
+  const scope = { parent: live(scopes.getStore()), key, kind, sem, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
   let result;
   let failed = false;
   let error;

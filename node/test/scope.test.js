@@ -4,6 +4,7 @@
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Server } = require('./redis');
+const { runNode } = require('./child');
 const { LockManager, withLock, NotAcquiredError } = require('..');
 
 const T = { timeout: 60_000 };
@@ -140,3 +141,60 @@ test('without reentrant, a task of a live scope asking for its key is refused at
     { nodes },
   );
 });
+
+// A job that schedules its next run from inside its own scope (a timer, setImmediate) runs
+// that run in the scope's async context. Each new scope kept the ended one as its parent, so a
+// recurring job kept every earlier scope, and its Lock, for the life of the process (about 2 KB
+// a run, found at 8000 runs: none collected), and each acquire walked them all. The same when
+// each run starts the next while it still holds its own key (a pipeline): the chain went through
+// every earlier stage. Checked in a child process: the Locks of the earlier runs are collected
+// while the job still runs.
+for (const pattern of ['recurring', 'pipeline']) {
+  test(`a ${pattern} job that starts its next run inside its withLock scope does not keep the earlier scopes`, T, async () => {
+    const script = `
+      require('node:v8').setFlagsFromString('--expose-gc');
+      const gc = require('node:vm').runInNewContext('gc');
+      const { withLock } = require('.');
+      const nodes = [${JSON.stringify(server.url)}];
+      const pipeline = ${JSON.stringify(pattern)} === 'pipeline';
+      const RUNS = 60;
+      let collected = 0;
+      const registry = new FinalizationRegistry(() => { collected++; });
+      let runs = 0;
+      // A pipeline run waits, holding its key, until the next run holds the other key.
+      let announce = () => {};
+      function run() {
+        const n = runs++;
+        const previous = announce;
+        const key = pipeline ? 'scope:chain:p' + (n % 2) : 'scope:chain:r';
+        withLock(key, async (lock) => {
+          registry.register(lock, n);
+          previous();
+          if (n + 1 < RUNS) {
+            if (!pipeline) {
+              setImmediate(run);
+              return;
+            }
+            await new Promise((started) => {
+              announce = started;
+              setImmediate(run);
+            });
+            return;
+          }
+          for (let i = 0; i < 20 && collected < RUNS - 5; i++) {
+            gc();
+            await new Promise((r) => setTimeout(r, 50));
+          }
+          console.log('collected', collected, 'of', RUNS - 1);
+        }, { nodes, wait: 30000 }).catch((e) => { console.log('failed', e.message); process.exit(1); });
+      }
+      run();
+    `;
+    const r = await runNode(script, { limitMs: 50_000 });
+    assert.equal(r.code, 0, r.out + r.err);
+    const m = /collected (\d+) of (\d+)/.exec(r.out);
+    assert.ok(m, r.out + r.err);
+    // All but the last few (still referenced by the run in progress) are collectable.
+    assert.ok(Number(m[1]) >= Number(m[2]) - 5, `only ${m[1]} of the ${m[2]} earlier runs' Locks were collected: their scopes are kept`);
+  });
+}
