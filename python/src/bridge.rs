@@ -6,12 +6,13 @@
 //!   wait promptly (through the call's `host::Cancel`). The thread does the I/O itself, on
 //!   connections of its own (one per node), as redis-py does.
 //! - asyncio: the future runs as a task on the runtime; its result is handed to the event
-//!   loop with `call_soon_threadsafe` from a blocking-pool thread. A runtime worker never
-//!   waits for the GIL. A cancelled acquire raises `CancelledError` once it has given back
+//!   loop with `call_soon_threadsafe` from a blocking-pool thread (once the interpreter is
+//!   exiting, the loop polls for it: `spawn_polled`). A runtime worker never waits for the GIL. A cancelled acquire raises `CancelledError` once it has given back
 //!   what it took (`spawn_cancellable`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrolock::host::{Cancel, Check, ProcessCount};
@@ -227,6 +228,9 @@ where
 {
     let event_loop = get_running_loop(py)?;
     let afut = event_loop.call_method0("create_future")?;
+    if SHUTTING_DOWN.load(Ordering::SeqCst) {
+        return spawn_polled(event_loop, afut, fut, abort_on_cancel, convert);
+    }
     let (loop_ref, fut_ref) = (event_loop.unbind(), afut.clone().unbind());
     let task = ferrolock::runtime::handle().spawn(async move {
         let out = fut.await;
@@ -241,6 +245,83 @@ where
         )?;
     }
     Ok(afut)
+}
+
+/// A finished call's result, made into its Python value (or exception) by its `convert`.
+type Ready = Box<dyn for<'a> FnOnce(Python<'a>) -> PyResult<Py<PyAny>> + Send>;
+
+/// [`spawn`] for a call started once the interpreter is exiting (an `atexit` handler run after
+/// ferrolock's, which `asyncio.run`s): no library thread may enter Python any more, so the
+/// result cannot be handed to the loop from one. It waited there for ever, and the process
+/// with it (found by a review: an awaited acquire, a timeout around it included, where the
+/// blocking one is refused at once). The loop's own thread polls for it instead (`Poll`).
+fn spawn_polled<'py, F, T, C>(
+    event_loop: Bound<'py, PyAny>,
+    afut: Bound<'py, PyAny>,
+    fut: F,
+    abort_on_cancel: bool,
+    convert: C,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+    C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+{
+    let slot: Arc<Mutex<Option<Ready>>> = Arc::default();
+    let filled = slot.clone();
+    let task = ferrolock::runtime::handle().spawn(async move {
+        let out = fut.await;
+        let ready: Ready = Box::new(move |py| convert(py, out));
+        *filled.lock().unwrap_or_else(|p| p.into_inner()) = Some(ready);
+    });
+    let poll = Poll {
+        slot,
+        task: task.abort_handle(),
+        abort_on_cancel,
+        event_loop: event_loop.clone().unbind(),
+        afut: afut.clone().unbind(),
+    };
+    event_loop.call_method1("call_soon", (poll,))?;
+    Ok(afut)
+}
+
+/// Called on the event loop until the result of a call started at exit is in (see
+/// `spawn_polled`): settles the asyncio future with it, as `deliver` does. A cancelled future
+/// that aborts its call (`abort_on_cancel`) stops the polling.
+#[pyclass(frozen, module = "ferrolock._ferrolock")]
+struct Poll {
+    slot: Arc<Mutex<Option<Ready>>>,
+    task: AbortHandle,
+    abort_on_cancel: bool,
+    event_loop: Py<PyAny>,
+    afut: Py<PyAny>,
+}
+
+/// How often the loop polls for a result at exit.
+const POLL_EVERY: f64 = 0.002;
+
+#[pymethods]
+impl Poll {
+    fn __call__(slf: &Bound<'_, Self>, py: Python<'_>) -> PyResult<()> {
+        let this = slf.get();
+        let ready = this.slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let afut = this.afut.bind(py);
+        if let Some(ready) = ready {
+            let (ok, value) = match ready(py) {
+                Ok(v) => (true, v),
+                Err(e) => (false, e.into_value(py).into_any()),
+            };
+            return settle(afut, ok, value.bind(py));
+        }
+        if this.abort_on_cancel && afut.call_method0("cancelled")?.is_truthy()? {
+            this.task.abort();
+            return Ok(());
+        }
+        this.event_loop
+            .bind(py)
+            .call_method1("call_later", (POLL_EVERY, slf))?;
+        Ok(())
+    }
 }
 
 /// As [`spawn`], wrapped in a coroutine (see [`coroutine`]). Called with no event loop

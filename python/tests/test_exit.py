@@ -106,6 +106,62 @@ print("exiting", flush=True)
         child.kill()
 
 
+def test_an_exit_handler_after_ferrolocks_awaits_as_it_blocks(node: RedisNode, key: str) -> None:
+    # A handler registered before the import runs after ferrolock's exit: its awaited calls
+    # end as the blocking ones do (an acquire is refused, a release finds the lock released),
+    # and a timeout around them still works. They used to hang for good, and the process with
+    # them: no library thread may enter Python by then, so their results never reached the loop.
+    code = r"""
+import asyncio, atexit, sys
+url, key = sys.argv[1], sys.argv[2]
+async def calls():
+    for name, call in [
+        ("acquire", lambda: m.acquire_async(key + ":new", wait=1)),
+        ("async with", lambda: m.lock(key + ":with", wait=1).__aenter__()),
+        ("release", lambda: held.release_async()),
+        ("extend", lambda: held.extend_async()),
+        ("wait_lost", lambda: held.wait_lost()),
+    ]:
+        try:
+            print(name, "->", repr(await asyncio.wait_for(call(), 30)), flush=True)
+        except TimeoutError:
+            print(name, "-> timed out", flush=True)
+        except ferrolock.LockError as e:
+            print(name, "->", type(e).__name__, e, flush=True)
+    # Left pending: cancelled by the timeout, the loop is not held up.
+    try:
+        await asyncio.wait_for(asyncio.get_running_loop().create_future(), 0.1)
+    except TimeoutError:
+        print("timeout works", flush=True)
+def late():
+    asyncio.run(calls())
+    print("late handler ran", flush=True)
+atexit.register(late)
+import ferrolock
+m = ferrolock.LockManager([url], ttl=30)
+held = m.acquire(key)
+print("exiting", flush=True)
+"""
+    child = Child(code, node.url, key)
+    try:
+        child.expect("exiting")
+        child.expect("acquire -> NotAcquired ", prefix=True)
+        assert "the process is exiting" in child.out[-1], child.out
+        child.expect("async with -> NotAcquired ", prefix=True)
+        assert "the process is exiting" in child.out[-1], child.out
+        child.expect("release -> NotHeld ", prefix=True)
+        child.expect("extend -> NotHeld ", prefix=True)
+        child.expect("wait_lost -> None")
+        child.expect("timeout works")
+        child.expect("late handler ran")
+        assert child.wait(15) == 0, "".join(child.err)
+        assert not any("Traceback" in line for line in child.err), "".join(child.err)
+        r = node.client()
+        assert not r.exists(key) and not r.exists(key + ":new") and not r.exists(key + ":with")
+    finally:
+        child.kill()
+
+
 def test_exit_from_inside_a_with_block(node: RedisNode, key: str) -> None:
     code = r"""
 import sys, ferrolock
