@@ -162,6 +162,40 @@ print("exiting", flush=True)
         child.kill()
 
 
+def test_async_with_a_manager_in_an_exit_handler_closes_it(node: RedisNode, key: str) -> None:
+    # An exit handler (here run before ferrolock's) can start no executor thread; the end of
+    # `async with LockManager(...)` raised RuntimeError ("can't register atexit after
+    # shutdown") there, and left the manager open, its lock held.
+    code = r"""
+import asyncio, atexit, sys, ferrolock
+url, key = sys.argv[1], sys.argv[2]
+async def cleanup():
+    async with ferrolock.LockManager([url], ttl=30) as m:
+        held = await m.acquire_async(key)
+        print("held", held.status, flush=True)
+    # Free now, not at ferrolock's own exit (which runs after this handler).
+    again = ferrolock.LockManager([url]).acquire(key, wait=0)
+    print("closed", m.closed, again.release(), flush=True)
+def handler():
+    try:
+        asyncio.run(cleanup())
+    except BaseException as e:
+        print("handler raised", type(e).__name__, e, flush=True)
+atexit.register(handler)
+print("exiting", flush=True)
+"""
+    child = Child(code, node.url, key)
+    try:
+        child.expect("exiting")
+        child.expect("held held")
+        child.expect_prefix("closed")
+        assert child.out[-1] == "closed True True", child.out
+        assert child.wait(15) == 0, "".join(child.err)
+        assert not node.client().exists(key)
+    finally:
+        child.kill()
+
+
 def test_exit_from_inside_a_with_block(node: RedisNode, key: str) -> None:
     code = r"""
 import sys, ferrolock

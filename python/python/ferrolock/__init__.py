@@ -289,7 +289,14 @@ class LockManager:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.close)
+        try:
+            closing = asyncio.get_running_loop().run_in_executor(None, self.close)
+        except RuntimeError:
+            # At interpreter exit (an `atexit` handler) no executor thread can start: close
+            # here, blocking the loop for at most close()'s own limit.
+            self.close()
+            return
+        await closing
 
     def __repr__(self) -> str:
         return repr(self._manager)
