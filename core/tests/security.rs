@@ -413,7 +413,7 @@ async fn semaphore_and_read_write_lock_users_with_the_documented_acl() {
 /// waiters.
 const LOCK_USER_RULES: &str = "~ferrolock:* &ferrolock:release:* &redisson_lock__channel:* -@all \
      +get +set +del +exists +type +pexpire +pttl +info +eval +evalsha +script|load +publish \
-     +subscribe +unsubscribe +hexists +hincrby +zadd +zrem +zrange +zrangebyscore \
+     +subscribe +unsubscribe +hexists +hincrby +sadd +srem +smembers +zadd +zrem +zrange +zrangebyscore \
      +zremrangebyscore +zscore +time +incr";
 
 /// The ids of the connections subscribed to a channel.
@@ -491,4 +491,85 @@ async fn a_waiter_with_the_documented_lock_acl_keeps_its_pubsub_connection() {
         .unwrap()
         .unwrap();
     assert!(next.release().await.unwrap());
+}
+
+/// docs/reentrancy-and-waiters.md's "Redis permissions" as ACL rules: every command it names in
+/// code spans (`+name`) and its channel patterns, after `-@all`. The key patterns are the
+/// caller's (the section says "on the lock names and `ferrolock:*` keys").
+fn documented_lock_user_rules() -> String {
+    let path = format!(
+        "{}/../docs/reentrancy-and-waiters.md",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let section = text
+        .split("## Redis permissions")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{path} has no \"Redis permissions\" section"));
+    let section = section.split("\n## ").next().unwrap();
+    let mut rules = vec!["-@all".to_string()];
+    for span in section.split('`').skip(1).step_by(2) {
+        for word in span.split_whitespace() {
+            if word.starts_with('&') {
+                rules.push(word.to_string());
+            } else if word.chars().all(|c| c.is_ascii_lowercase() || c == '|') {
+                rules.push(format!("+{word}"));
+            }
+        }
+    }
+    rules.join(" ")
+}
+
+/// A user with only the documented ACL for locks takes plain, fenced and reentrant locks
+/// (nested holds with different ttls, extended and released), and a reentrant waiter is woken
+/// by the last release. Before, the list lacked the owner's set of live holds' commands
+/// (`ferrolock:holds:{key}:<field>`: `sadd srem smembers`), and every reentrant acquire was
+/// refused ("The user executing the script can't run this command").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_user_with_the_documented_acl_takes_reentrant_and_fenced_locks() {
+    let rules = documented_lock_user_rules();
+    let server = RedisServer::start_with(ServerOptions {
+        acl_users: vec![format!(
+            "user locker on >{SECRET} ~doc:* ~ferrolock:* {rules}"
+        )],
+        ..Default::default()
+    });
+    let m = std::sync::Arc::new(user_manager(&server, "locker"));
+    let plain = m.acquire("doc:plain").await.unwrap();
+    plain.extend().await.unwrap();
+    assert!(plain.release().await.unwrap());
+    let fenced = m.acquire_with("doc:fenced", &opts().fencing(true)).await;
+    let fenced = fenced.unwrap();
+    assert!(fenced.fence().is_some());
+    assert!(fenced.release().await.unwrap());
+
+    let reentrant = opts().reentrant(true).ttl(Duration::from_secs(60));
+    let outer = m.acquire_owned("doc:r", 1, &reentrant).await;
+    let outer = outer.unwrap_or_else(|e| panic!("{e} (rules: {rules})"));
+    let inner = m
+        .acquire_owned("doc:r", 1, &reentrant.clone().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    inner.extend().await.unwrap();
+    let other = m.clone();
+    let waiter = tokio::spawn(async move {
+        let o = opts()
+            .reentrant(true)
+            .fencing(true)
+            .ttl(Duration::from_secs(60))
+            .retry_delay(Duration::from_secs(30));
+        other.acquire_owned("doc:r", 2, &o).await
+    });
+    await_one_queued(&server, "doc:r").await;
+    assert!(inner.release().await.unwrap());
+    outer.extend().await.unwrap();
+    assert!(outer.release().await.unwrap());
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the reentrant waiter was not woken")
+        .unwrap()
+        .unwrap();
+    assert!(next.fence().is_some());
+    assert!(next.release().await.unwrap());
+    assert!(!server.cmd::<bool>(&["EXISTS", "doc:r"]));
 }
