@@ -7,7 +7,7 @@ use ferrolock::{LockManager, LockOptions, ManagerOptions};
 
 #[tokio::main]
 async fn main() -> ferrolock::Result<()> {
-    // nodes: FERROLOCK_NODES or redis://127.0.0.1:6379 (or `.nodes([...])`)
+    // nodes: FERROLOCK_NODES or redis://127.0.0.1:6379 (or `.nodes([...])`; an empty list is refused)
     let manager = LockManager::new(
         ManagerOptions::new().lock(
             LockOptions::default()

@@ -501,3 +501,31 @@ async fn release_after_a_script_flush_reloads_its_script_and_deletes() {
     assert!(lock.release().await.unwrap());
     assert_eq!(get(&server, "flushed"), None);
 }
+
+/// The README's Rust example is `core/examples/first_lock.rs` (which `make test` builds) less
+/// that file's opening doc comment: an edit to one of them alone left the README's copy
+/// unbuilt, free to stop compiling.
+#[test]
+fn the_readmes_rust_example_is_the_example_make_test_builds() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let section = &readme[readme
+        .find("## First example: Rust")
+        .expect("the README has no \"First example: Rust\"")..];
+    let block = section
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("no rust block in the README's \"First example: Rust\"");
+    let example = std::fs::read_to_string(format!("{root}/core/examples/first_lock.rs")).unwrap();
+    let body: String = example
+        .lines()
+        .skip_while(|l| l.starts_with("//!"))
+        .skip_while(|l| l.is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        block, body,
+        "README.md's Rust example differs from core/examples/first_lock.rs"
+    );
+}
