@@ -17,11 +17,14 @@ pub struct Child {
     pub had_terminal: bool,
 }
 
-/// Spawns `command` in a new process group with `env` added.
-pub fn spawn(command: &[OsString], env: &[(&str, String)]) -> io::Result<Child> {
+/// Spawns `command` in a new process group with `env` added and `unset` removed.
+pub fn spawn(command: &[OsString], env: &[(&str, String)], unset: &[&str]) -> io::Result<Child> {
     let parent = std::process::id() as libc::pid_t;
     let mut cmd = tokio::process::Command::new(&command[0]);
     cmd.args(&command[1..]).process_group(0);
+    for k in unset {
+        cmd.env_remove(k);
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }

@@ -19,7 +19,8 @@ Durations are a number and a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is re
 
 The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored at the key
 while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
-to storage that rejects stale writers), FERROLOCK_NODES (with --nodes, the list as given; else the caller's own, if set) and
+to storage that rejects stale writers; unset without --fence, even when an enclosing run set it),
+FERROLOCK_NODES (with --nodes, the list as given; else the caller's own, if set) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
 nodes, a tab, the key, and for a semaphore a tab and `semaphore COUNT/PERMITS`; a backslash,
 tab, newline or carriage return in the nodes or the key is written \\\\, \\t, \\n or \\r).
@@ -833,7 +834,14 @@ async fn supervise(
 ) -> u8 {
     // Before the spawn, so that no stop of the child goes unseen (see `job_stop`).
     let mut sigchld = signal(SignalKind::child()).ok();
-    let mut child = match child::spawn(&args.command, env) {
+    // A run that takes no fence (no --fence, a semaphore) nested in one that did would pass
+    // the enclosing lock's fence on, read by COMMAND as its own key's.
+    let unset: &[&str] = if lock.fence().is_none() {
+        &["FERROLOCK_FENCE"]
+    } else {
+        &[]
+    };
+    let mut child = match child::spawn(&args.command, env, unset) {
         Ok(child) => child,
         Err(e) => {
             let code = if e.kind() == io::ErrorKind::NotFound {

@@ -500,6 +500,34 @@ fn the_child_sees_fence_nodes_and_held_and_a_nested_run_on_the_same_key_is_refus
     assert!(err.contains("already held by an enclosing"), "{err}");
 }
 
+/// FERROLOCK_FENCE is the fence of the lock this run holds: a nested run that takes no fence
+/// (a plain lock without --fence, a semaphore) must not hand its child the enclosing run's,
+/// which it would send to storage as the token of another key's grant.
+#[test]
+fn a_nested_run_without_a_fence_does_not_pass_on_the_enclosing_runs_fence() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let exe = env!("CARGO_BIN_EXE_ferrolock");
+    let show = "sh -c 'echo \"$FERROLOCK_KEY fence=${FERROLOCK_FENCE-unset}\"'";
+    let script = format!(
+        "{exe} run --nodes {url} inner -- {show}; \
+         {exe} run --nodes {url} --semaphore sem --permits 1 -- {show}; \
+         {exe} run --nodes {url} --fence fenced -- {show}"
+    );
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run", "--nodes", &url, "--fence", "outer", "--", "sh", "-c", &script,
+    ]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text} {err}");
+    assert!(text.contains("inner fence=unset\n"), "{text}");
+    assert!(text.contains("sem fence=unset\n"), "{text}");
+    // Its own grant's fence, from its own counter.
+    assert!(text.contains("fenced fence=1\n"), "{text}");
+}
+
 /// A nested run on a semaphore is one more holder; one that would wait for its own
 /// enclosing runs (they hold the name as a lock, or leave fewer permits than it asks for)
 /// fails at once instead (without --wait it waited for ever).
