@@ -43,7 +43,9 @@ pub struct ScanArgs {
     tls_ca: Option<std::path::PathBuf>,
     /// Flag locks held longer than this: ferrolock's plain locks from the grant time in their
     /// token; other layouts, which record none, when their remaining ttl is longer [default: 1h]
-    #[arg(long, value_name = "DURATION", value_parser = ferrolock::parse_duration)]
+    // Hyphen values reach the parser, so `--long -1h` is named as a bad duration rather than
+    // reported as an unknown flag `-1` (as `run`'s durations).
+    #[arg(long, value_name = "DURATION", value_parser = ferrolock::parse_duration, allow_hyphen_values = true)]
     long: Option<Duration>,
     /// Keys to look at (Redis glob) [default: *]
     pattern: Option<String>,

@@ -682,6 +682,19 @@ fn new_flags_refuse_bad_values_naming_them() {
     }
 }
 
+/// `scan --long` names a negative duration as the bad value it is, as `run`'s duration flags
+/// do: clap took `-1h` for an unknown flag `-1`, and its tip (`-- -1`) would make `-1` the
+/// pattern.
+#[test]
+fn scan_refuses_a_negative_long_naming_it() {
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", "redis://127.0.0.1:1", "--long", "-1h"]);
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("\"-1h\": must not be negative"), "{err}");
+}
+
 /// `inspect` and `scan` check their node list as `run` does: a bad list is bad usage (64), not
 /// an unreachable node (69), and says what is wrong without the password.
 #[test]
