@@ -983,13 +983,11 @@ async fn stop_the_rest(child: &child::Child, kill_at: Instant, signals: &mut Sig
     }
 }
 
-/// Passes a signal sent to us on to the child's process group. While we are the terminal's
-/// foreground job, a SIGINT (or a SIGQUIT, its quit key) came from the terminal, which delivered
-/// it to the child's group as well (it has the foreground): not forwarded again.
+/// Passes a signal sent to us on to the child's process group, a SIGINT or SIGQUIT too: the
+/// terminal's reach the child's group alone while it has the foreground, so one we get came
+/// from elsewhere, or from a terminal whose foreground is ours (after `fg` of a ferrolock
+/// started in the background, whose child had no terminal to be given), never to the child.
 fn forward(sig: libc::c_int, child: &child::Child) {
-    if matches!(sig, libc::SIGINT | libc::SIGQUIT) && child::foreground_of_terminal() {
-        return;
-    }
     child.signal_group(sig);
 }
 

@@ -1922,6 +1922,65 @@ fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
     );
 }
 
+/// A ferrolock started in the background and brought to the foreground (`fg`) has the terminal
+/// itself, not COMMAND (which had no terminal to be given at its start): a Ctrl-C there
+/// reaches ferrolock alone, and must be passed on to COMMAND. It was not (ferrolock took
+/// itself for sharing the terminal's foreground with COMMAND), and the Ctrl-C did nothing.
+#[test]
+fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let pid = dir.path().join("pid");
+    let job = format!(
+        "set -m\n\
+         {} run --nodes {} fg -- sh -c 'trap \"echo command-got-sigint; exit 7\" INT; touch {}; while :; do sleep 0.1; done' &\n\
+         echo $! > {}\n\
+         until [ -e {} ]; do sleep 0.05; done\n\
+         fg %1 >/dev/null\n\
+         echo ferrolock-status=$?\n",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started),
+        p(&pid),
+        p(&started),
+    );
+    fs::write(dir.path().join("job.sh"), job).unwrap();
+    let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
+    // `fg` done: ferrolock's group is the terminal's foreground (fields 5 and 8 of its stat).
+    wait_for("ferrolock brought to the foreground", || {
+        fs::read_to_string(&pid)
+            .ok()
+            .and_then(|pid| fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok())
+            .and_then(|stat| {
+                let fields: Vec<String> = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect();
+                Some(fields.get(2)? == fields.get(5)?)
+            })
+            .unwrap_or(false)
+    });
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    wait(&mut script);
+    drop(stdin);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        out.contains("command-got-sigint") && out.contains("ferrolock-status=7"),
+        "the Ctrl-C never reached COMMAND: {out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "fg"]).is_none(),
+        "not released"
+    );
+}
+
 /// Under a parent that never reaps its orphans (a container's PID 1 without an init, here a
 /// child subreaper that only waits for ferrolock), what the child started ends as zombies
 /// that keep its process group in existence: they are no longer running, so ferrolock exits
