@@ -152,10 +152,18 @@ impl Child {
                     unsafe { libc::tcsetpgrp(fd, self.pgid) };
                 }
             }
-            None => {
-                self.terminal = foreground_terminal().and_then(|fd| give_terminal(fd, self.pgid));
-                self.had_terminal |= self.terminal.is_some();
-            }
+            None => self.hand_terminal(),
+        }
+    }
+
+    /// Hands the child the terminal's foreground when our group has it and the child does not:
+    /// a ferrolock started in the background had none to give at the spawn, and `fg` (which
+    /// continues the job: our SIGCONT) gives it to us alone. Without it the terminal's Ctrl-Z
+    /// stopped us and not the child, which ran on with its lock no longer renewed.
+    pub fn hand_terminal(&mut self) {
+        if self.terminal.is_none() {
+            self.terminal = foreground_terminal().and_then(|fd| give_terminal(fd, self.pgid));
+            self.had_terminal |= self.terminal.is_some();
         }
     }
 }

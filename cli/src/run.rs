@@ -49,9 +49,9 @@ COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is k
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
 SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT as well (one
 ferrolock was started with ignored, as under nohup, stays ignored, by COMMAND too); when
-ferrolock runs in the foreground of a terminal, COMMAND gets the terminal's foreground, so Ctrl-C reaches it
-directly; if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock
-and then sends SIGINT to its own process group, as the terminal would have without it (a
+ferrolock runs in the foreground of a terminal (from its start, or once `fg` brings it there),
+COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly; if COMMAND
+dies of a SIGINT while it has the terminal, ferrolock releases the lock and then sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
 COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
 the shell gets the terminal back; the lock is not renewed while stopped. `fg` or `bg`
@@ -834,6 +834,8 @@ async fn supervise(
 ) -> u8 {
     // Before the spawn, so that no stop of the child goes unseen (see `job_stop`).
     let mut sigchld = signal(SignalKind::child()).ok();
+    // A shell's `fg` continues the job it brings to the foreground (see `hand_terminal`).
+    let mut sigcont = signal(SignalKind::from_raw(libc::SIGCONT)).ok();
     // A run that takes no fence (no --fence, a semaphore) nested in one that did would pass
     // the enclosing lock's fence on, read by COMMAND as its own key's.
     let unset: &[&str] = if lock.fence().is_none() {
@@ -893,6 +895,9 @@ async fn supervise(
                     kill_at = Some(now + grace);
                 }
                 child.signal_group(libc::SIGCONT);
+            }
+            _ = async { sigcont.as_mut().expect("guarded").recv().await }, if sigcont.is_some() => {
+                child.hand_terminal();
             }
             reason = async { lost.as_mut().expect("guarded").await }, if lost.is_some() => {
                 lost = None; // resolves once

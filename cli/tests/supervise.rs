@@ -1922,10 +1922,11 @@ fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
     );
 }
 
-/// A ferrolock started in the background and brought to the foreground (`fg`) has the terminal
-/// itself, not COMMAND (which had no terminal to be given at its start): a Ctrl-C there
-/// reaches ferrolock alone, and must be passed on to COMMAND. It was not (ferrolock took
-/// itself for sharing the terminal's foreground with COMMAND), and the Ctrl-C did nothing.
+/// A ferrolock started in the background and brought to the foreground (`fg`): a Ctrl-C
+/// reaches COMMAND, which had no terminal to be given at its start. `fg` gives the terminal to
+/// ferrolock's group alone: ferrolock hands it on to COMMAND (see the test below), and a Ctrl-C
+/// that reaches ferrolock first is passed on. It was not (ferrolock took itself for sharing
+/// the terminal's foreground with COMMAND), and the Ctrl-C did nothing.
 #[test]
 fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
     use std::io::Write;
@@ -1935,9 +1936,9 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
     let pid = dir.path().join("pid");
     let job = format!(
         "set -m\n\
-         {} run --nodes {} fg -- sh -c 'trap \"echo command-got-sigint; exit 7\" INT; touch {}; while :; do sleep 0.1; done' &\n\
+         {} run --nodes {} fg -- sh -c 'trap \"echo command-got-sigint; exit 7\" INT; echo $$ > {}; while :; do sleep 0.1; done' &\n\
          echo $! > {}\n\
-         until [ -e {} ]; do sleep 0.05; done\n\
+         until [ -s {} ]; do sleep 0.05; done\n\
          fg %1 >/dev/null\n\
          echo ferrolock-status=$?\n",
         env!("CARGO_BIN_EXE_ferrolock"),
@@ -1948,21 +1949,14 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
     );
     fs::write(dir.path().join("job.sh"), job).unwrap();
     let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
-    // `fg` done: ferrolock's group is the terminal's foreground (fields 5 and 8 of its stat).
+    // `fg` done: ferrolock's group or COMMAND's is the terminal's foreground.
     wait_for("ferrolock brought to the foreground", || {
-        fs::read_to_string(&pid)
-            .ok()
-            .and_then(|pid| fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok())
-            .and_then(|stat| {
-                let fields: Vec<String> = stat
-                    .rsplit_once(')')?
-                    .1
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect();
-                Some(fields.get(2)? == fields.get(5)?)
-            })
-            .unwrap_or(false)
+        let (Ok(ferrolock), Ok(child)) = (fs::read_to_string(&pid), fs::read_to_string(&started))
+        else {
+            return false;
+        };
+        let f = stat_fields(&ferrolock);
+        f.len() > 5 && (f[2] == f[5] || f[5] == child.trim())
     });
     let mut stdin = script.stdin.take().unwrap();
     stdin.write_all(b"\x03").unwrap();
@@ -1977,6 +1971,89 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
     );
     assert!(
         server.cmd::<Option<String>>(&["GET", "fg"]).is_none(),
+        "not released"
+    );
+}
+
+/// Fields of /proc/PID/stat after the command name (0: state, 2: process group, 5: the
+/// terminal's foreground group); empty once the process is gone.
+fn stat_fields(pid: &str) -> Vec<String> {
+    fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            Some(rest.split_whitespace().map(String::from).collect())
+        })
+        .unwrap_or_default()
+}
+
+/// `fg` of a ferrolock started in the background hands COMMAND the terminal, as a start in the
+/// foreground does: a Ctrl-Z then stops COMMAND, and ferrolock with it. Without it the
+/// terminal's Ctrl-Z stopped ferrolock alone, and COMMAND ran on while nothing renewed its
+/// lock, past its validity, beside the next holder.
+#[test]
+fn fg_hands_command_the_terminal_so_ctrl_z_stops_it_with_ferrolock() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let pid = dir.path().join("pid");
+    let go = dir.path().join("go");
+    let job = format!(
+        "set -m\n\
+         {} run --nodes {} fg-stop -- sh -c 'trap \"echo command-got-sigint; exit 7\" INT; echo $$ > {}; while :; do sleep 0.1; done' &\n\
+         echo $! > {}\n\
+         until [ -s {} ]; do sleep 0.05; done\n\
+         fg %1 >/dev/null\n\
+         echo first-fg=$?\n\
+         until [ -e {} ]; do sleep 0.05; done\n\
+         fg %1 >/dev/null\n\
+         echo ferrolock-status=$?\n",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started),
+        p(&pid),
+        p(&started),
+        p(&go),
+    );
+    fs::write(dir.path().join("job.sh"), job).unwrap();
+    let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
+    let child = || fs::read_to_string(&started).unwrap_or_default();
+    wait_for("COMMAND given the terminal by `fg`", || {
+        let f = stat_fields(&child());
+        f.len() > 5 && f[2] == f[5]
+    });
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"\x1a").unwrap();
+    stdin.flush().unwrap();
+    let ferrolock = fs::read_to_string(&pid).unwrap();
+    wait_for("COMMAND and ferrolock stopped by Ctrl-Z", || {
+        [child(), ferrolock.clone()]
+            .iter()
+            .all(|pid| stat_fields(pid).first().is_some_and(|s| s == "T"))
+    });
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "fg-stop"]).is_some(),
+        "released while COMMAND was stopped"
+    );
+    // The script's second `fg` continues both, COMMAND with the terminal again.
+    fs::write(&go, "").unwrap();
+    wait_for("COMMAND given the terminal by the second `fg`", || {
+        let f = stat_fields(&child());
+        f.len() > 5 && f[0] != "T" && f[2] == f[5]
+    });
+    stdin.write_all(b"\x03").unwrap();
+    stdin.flush().unwrap();
+    wait(&mut script);
+    drop(stdin);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        out.contains("command-got-sigint") && out.contains("ferrolock-status=7"),
+        "{out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "fg-stop"]).is_none(),
         "not released"
     );
 }
