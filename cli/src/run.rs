@@ -18,9 +18,10 @@ Durations are a number and a unit: 500ms, 10s, 1.5s, 2m, 1h. A bare number is re
 (seconds or milliseconds?), except 0 for --wait and --restart-guard.
 
 The child sees FERROLOCK_KEY (the key), FERROLOCK_TOKEN (the random value stored at the key
-while it holds the lock), FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass
-to storage that rejects stale writers; unset without --fence, even when an enclosing run set it),
-FERROLOCK_NODES (with --nodes, the list as given; else the caller's own, if set) and
+while it holds the lock; with --reentrant, --read or --write the owner's field in the key's
+hash, and for a semaphore its permit id in hex, as `ferrolock inspect` shows them),
+FERROLOCK_FENCE (with --fence: the grant's fencing token, to pass to storage that rejects
+stale writers; unset without --fence, even when an enclosing run set it), FERROLOCK_NODES (with --nodes, the list as given; else the caller's own, if set) and
 FERROLOCK_HELD (the locks held by this and every enclosing `ferrolock run`, one per line:
 nodes, a tab, the key, and for a semaphore a tab and `semaphore COUNT/PERMITS`; a backslash,
 tab, newline or carriage return in the nodes or the key is written \\\\, \\t, \\n or \\r).

@@ -161,6 +161,40 @@ fn child_sees_key_and_the_token_stored_in_redis() {
     );
 }
 
+/// For the other kinds, FERROLOCK_TOKEN is what `inspect` shows for the hold, as the help
+/// says: the owner's field of a reentrant (or read-write) lock's hash, a semaphore's permit
+/// id in hex.
+#[test]
+fn child_token_of_a_hash_lock_or_a_semaphore_is_what_inspect_shows() {
+    let server = RedisServer::start();
+    let exe = env!("CARGO_BIN_EXE_ferrolock");
+    for (flags, shows) in [
+        (&["--reentrant", "r"][..], "owner "),
+        (&["--write", "w"], "writer "),
+        (&["--read", "rd"], "reader "),
+        (&["--semaphore", "s", "--permits", "2"], "permit "),
+    ] {
+        let key = flags[1];
+        let mut cmd = ferrolock();
+        cmd.args(["run", "--nodes", &server.url()])
+            .args(flags)
+            .args(["--", "sh", "-c"])
+            .arg(format!(
+                r#"{exe} inspect --nodes {} {key} | grep -q "{shows}$FERROLOCK_TOKEN[: ]" || {{ echo "$FERROLOCK_TOKEN"; {exe} inspect --nodes {} {key}; exit 9; }}"#,
+                server.url(),
+                server.url()
+            ));
+        let out = output_within(cmd, HANG);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{flags:?}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        );
+    }
+}
+
 #[test]
 fn lock_is_released_when_the_child_exits() {
     let server = RedisServer::start();
