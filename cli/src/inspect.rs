@@ -320,7 +320,9 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
                     .arg(format!("{prefix}:{n}"))
                     .query(c)
                     .map_err(reply_error)?;
-                leases.push(json!(pttl));
+                // -2: the hold's key is gone, its lease ran out (its count stays in the hash
+                // until a script of the lock cleans it): no lease left, not 2 ms before one.
+                leases.push(if pttl == -2 { Json::Null } else { json!(pttl) });
             }
             readers.push(json!({ "owner": field, "holds": holds, "leases_ms": leases }));
         }
@@ -432,7 +434,10 @@ fn node_text(n: &Json) -> String {
                 .as_array()
                 .into_iter()
                 .flatten()
-                .map(|ms| format!("{ms} ms"))
+                .map(|ms| match ms.as_i64() {
+                    Some(ms) => format!("{ms} ms"),
+                    None => "lapsed".to_string(),
+                })
                 .collect();
             s.push_str(&format!(
                 "  reader {}: hold count {}, leases {}\n",

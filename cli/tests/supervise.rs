@@ -1099,6 +1099,56 @@ fn stats_prints_the_counts_of_the_run() {
     );
 }
 
+/// A read hold whose lease ran out (a reader without renewal beside a longer one keeps its
+/// count in the hash, its own key gone): `inspect` says it lapsed. It showed the PTTL of the
+/// missing key, "leases -2 ms" (and -2 in the JSON), as if 2 ms had been left.
+#[test]
+fn inspect_shows_a_lapsed_read_hold_as_lapsed_not_minus_two_ms() {
+    let server = RedisServer::start();
+    let key = "report";
+    let (live, lapsed) = (
+        "11111111-2222-3333-4444-555555555555:1",
+        "66666666-7777-8888-9999-000000000000:2",
+    );
+    server.cmd::<i64>(&["HSET", key, "mode", "read", live, "1", lapsed, "1"]);
+    server.cmd::<i64>(&["PEXPIRE", key, "60000"]);
+    let live_hold = format!("{}:1", ferrolock::rwlock_timeout_prefix(key, live));
+    server.cmd::<String>(&["SET", &live_hold, "1", "PX", "60000"]);
+    let inspect = |json: bool| {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--nodes", &server.url(), key]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = inspect(false);
+    assert!(
+        text.contains(&format!("reader {lapsed}: hold count 1, leases lapsed\n")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("reader {live}: hold count 1, leases ")),
+        "{text}"
+    );
+    assert!(!text.contains("-2 ms"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&inspect(true)).unwrap();
+    let readers = &json["nodes"][0]["holder"]["readers"];
+    let leases = |owner: &str| {
+        readers
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["owner"] == owner)
+            .map(|r| r["leases_ms"].clone())
+            .unwrap()
+    };
+    assert_eq!(leases(lapsed), serde_json::json!([null]), "{json}");
+    assert!(leases(live)[0].as_i64().is_some_and(|ms| ms > 0), "{json}");
+}
+
 /// Read-write locks and semaphores taken through the core's API (Redisson's layouts): inspect
 /// shows the mode, the readers with their hold counts and each hold's lease, the writer, the
 /// available permits and each permit id with its lease; scan lists the read-write locks and the
