@@ -224,8 +224,11 @@ fn give_terminal(fd: libc::c_int, pgid: libc::pid_t) -> Option<libc::c_int> {
 }
 
 /// Our controlling terminal (a descriptor we own, close-on-exec) if our process group is its
-/// foreground job.
+/// foreground job and we are not a background command of a shell without job control.
 fn foreground_terminal() -> Option<libc::c_int> {
+    if background_command() {
+        return None;
+    }
     // SAFETY: open/tcgetpgrp/close on a descriptor we own.
     unsafe {
         let fd = libc::open(
@@ -240,6 +243,20 @@ fn foreground_terminal() -> Option<libc::c_int> {
             return None;
         }
         Some(fd)
+    }
+}
+
+/// Whether we were started as a background command by a shell without job control (`ferrolock
+/// run ... &` in a script): it leaves us in its own group, the terminal's foreground, with
+/// SIGINT ignored. The terminal is the script's then: handed to the child, the script's reads
+/// from it failed (or stopped it) and its Ctrl-C went to the child. SIGINT is still ignored
+/// here only if it was at our start (`Signals::install` keeps such an ignore).
+fn background_command() -> bool {
+    // SAFETY: sigaction only reads the disposition into `old`, plain data.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
 }
 

@@ -50,9 +50,11 @@ COMMAND runs in a process group of its own. If ferrolock is killed, COMMAND is k
 (SIGKILL; what COMMAND started itself is not). Signals: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and
 SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT as well (one
 ferrolock was started with ignored, as under nohup, stays ignored, by COMMAND too); when
-ferrolock runs in the foreground of a terminal (from its start, or once `fg` brings it there),
-COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly; if COMMAND
-dies of a SIGINT while it has the terminal, ferrolock releases the lock and then sends SIGINT to its own process group, as the terminal would have without it (a
+ferrolock runs in the foreground of a terminal (from its start, or once `fg` brings it there;
+not as `ferrolock run ... &` in a script, started with SIGINT ignored, whose terminal stays the
+script's), COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly;
+if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock and then
+sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
 COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
 the shell gets the terminal back; the lock is not renewed while stopped. `fg` or `bg`

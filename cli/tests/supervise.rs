@@ -2031,6 +2031,51 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
     );
 }
 
+/// `ferrolock run ... &` in a script run at a terminal (no job control: the shell starts it
+/// with SIGINT ignored, in its own foreground group) is a background command: the terminal
+/// stays the script's. ferrolock took it for COMMAND, so the script's next `read` from the
+/// terminal failed (or stopped it), and a Ctrl-C reached the background job, not the script.
+#[test]
+fn a_run_started_with_ampersand_in_a_script_leaves_the_terminal_to_the_script() {
+    use std::io::Write;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let reading = dir.path().join("reading");
+    let job = format!(
+        "{} run --nodes {} bg-job -- sh -c 'touch {}; exec sleep 30' &\n\
+         until [ -e {} ]; do sleep 0.05; done\n\
+         touch {}\n\
+         read x\n\
+         echo read=$x\n\
+         kill $!\n\
+         wait\n",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started),
+        p(&started),
+        p(&reading),
+    );
+    fs::write(dir.path().join("job.sh"), job).unwrap();
+    let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
+    wait_for("the script reading the terminal", || reading.exists());
+    let mut stdin = script.stdin.take().unwrap();
+    stdin.write_all(b"hello\n").unwrap();
+    stdin.flush().unwrap();
+    wait(&mut script);
+    drop(stdin);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    assert!(
+        out.contains("read=hello"),
+        "the script could not read its terminal: {out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "bg-job"]).is_none(),
+        "not released"
+    );
+}
+
 /// Fields of /proc/PID/stat after the command name (0: state, 2: process group, 5: the
 /// terminal's foreground group); empty once the process is gone.
 fn stat_fields(pid: &str) -> Vec<String> {
