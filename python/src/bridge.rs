@@ -7,8 +7,9 @@
 //!   connections of its own (one per node), as redis-py does.
 //! - asyncio: the future runs as a task on the runtime; its result is handed to the event
 //!   loop with `call_soon_threadsafe` from a blocking-pool thread (once the interpreter is
-//!   exiting, the loop polls for it: `spawn_polled`). A runtime worker never waits for the GIL. A cancelled acquire raises `CancelledError` once it has given back
-//!   what it took (`spawn_cancellable`).
+//!   exiting, the loop polls for it: `spawn_polled`). A runtime worker never waits for the
+//!   GIL. A cancelled acquire raises `CancelledError` once it has given back what it took
+//!   (`spawn_cancellable`).
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
