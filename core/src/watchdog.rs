@@ -212,48 +212,65 @@ async fn run(weak: Weak<Core>) {
         let mut due: Vec<Arc<dyn Watched>> = Vec::new();
         let mut joinable: Vec<Arc<dyn Watched>> = Vec::new();
         let mut wake_at = now + IDLE;
-        {
+        // Looked at with the registry let go: a lock found lost runs its holder's `on_lost`
+        // callbacks here, and one that listens to another lock (`on_lost`, `lost()`) may
+        // register that one, which takes the registry. Held, the task hung on it for good,
+        // and no lock of the manager was renewed or told of its loss again (found by a
+        // review). While the scan runs nothing is planned, so a lock registered or
+        // rescheduled meanwhile wakes the task again at once.
+        let locks: Vec<(u64, Arc<dyn Watched>)> = {
             let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
             crate::hooks::run(crate::hooks::Point::WatchdogScan, "");
-            reg.locks.retain(|_, weak_lock| {
-                let Some(lock) = weak_lock.upgrade() else {
-                    return false;
-                };
-                match lock.inspect(now, false) {
-                    Next::Forget => false,
-                    Next::RenewNow(lose_at) => {
-                        // Renewed beside this loop; the loss deadline still bounds the sleep.
-                        wake_at = wake_at.min(lose_at);
-                        due.push(lock);
+            let mut locks = Vec::with_capacity(reg.locks.len());
+            reg.locks
+                .retain(|&id, weak_lock| match weak_lock.upgrade() {
+                    Some(lock) => {
+                        locks.push((id, lock));
                         true
                     }
-                    Next::Joinable(t) => {
-                        wake_at = wake_at.min(t);
-                        joinable.push(lock);
-                        true
-                    }
-                    Next::At(t) => {
-                        wake_at = wake_at.min(t);
-                        true
-                    }
+                    None => false,
+                });
+            reg.wakes_at = None;
+            locks
+        };
+        let mut forget = Vec::new();
+        for (id, lock) in locks {
+            match lock.inspect(now, false) {
+                Next::Forget => forget.push(id),
+                Next::RenewNow(lose_at) => {
+                    // Renewed beside this loop; the loss deadline still bounds the sleep.
+                    wake_at = wake_at.min(lose_at);
+                    due.push(lock);
                 }
-            });
-            // Only a lock that is due makes a batch: an idle wake-up renews nothing early,
-            // so a lock alone is renewed every ttl/3, never more often.
-            if !due.is_empty() {
-                for lock in joinable {
-                    if let Next::RenewNow(lose_at) = lock.inspect(now, true) {
-                        wake_at = wake_at.min(lose_at);
-                        due.push(lock);
-                    }
+                Next::Joinable(t) => {
+                    wake_at = wake_at.min(t);
+                    joinable.push(lock);
                 }
+                Next::At(t) => wake_at = wake_at.min(t),
+            }
+        }
+        // Only a lock that is due makes a batch: an idle wake-up renews nothing early,
+        // so a lock alone is renewed every ttl/3, never more often.
+        if !due.is_empty() {
+            for lock in joinable {
+                if let Next::RenewNow(lose_at) = lock.inspect(now, true) {
+                    wake_at = wake_at.min(lose_at);
+                    due.push(lock);
+                }
+            }
+        }
+        {
+            let mut reg = local.registry.lock().unwrap_or_else(|p| p.into_inner());
+            for id in &forget {
+                reg.locks.remove(id);
             }
             if reg.locks.is_empty() {
                 reg.running = false;
                 reg.wakes_at = None;
                 return;
             }
-            reg.wakes_at = Some(wake_at);
+            // A time asked for during the scan has woken the task already (see above).
+            reg.wakes_at = Some(reg.wakes_at.map_or(wake_at, |t| t.min(wake_at)));
         }
         if !due.is_empty() {
             // Renewal runs beside the loop, so a slow batch never delays a loss signal.

@@ -93,3 +93,49 @@ async fn the_watchdog_starts_again_after_a_panic_in_its_scan() {
     assert!(kept.release().await.unwrap());
     assert!(after.release().await.unwrap());
 }
+
+/// An `on_lost` callback that starts listening for the loss of another lock (`on_lost` or
+/// `lost()` on a lock the watchdog did not watch yet: watchdog off, no max_hold) registers
+/// that lock with the watchdog. The watchdog ran its callbacks while it held its registry,
+/// which that registration takes: its task hung for good, and no lock of the manager was
+/// renewed or told of its loss again. A plain test: the manager's background work runs on the
+/// process runtime, so that a hung watchdog does not stop this test's own clock.
+#[test]
+fn an_on_lost_callback_that_listens_to_another_lock_leaves_the_watchdog_running() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    // Renewed every second, lost only after a stall of about 1.5 s: a loaded machine keeps it.
+    let ttl = Duration::from_secs(3);
+    let m = manager(&[server.url()], watched(ttl));
+    let (long, short, other) = (
+        unique_key("listens-long"),
+        unique_key("listens-short"),
+        unique_key("listens-other"),
+    );
+    use ferrolock::runtime::block_on;
+    let kept = block_on(m.acquire(&long)).unwrap();
+    // Not watched: nothing to renew, and nobody listens to it yet.
+    let unwatched =
+        Arc::new(block_on(m.acquire_with(&other, &opts().ttl(Duration::from_secs(30)))).unwrap());
+    // Lost at its max_hold, by the watchdog, which then runs its callbacks.
+    let capped = block_on(m.acquire_with(&short, &watched(ttl).max_hold(Some(ms(300))))).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let unwatched = unwatched.clone();
+        capped.on_lost(move |_| {
+            let _ = tx.send(());
+            // "Hand the news on": its own loss too, when it comes.
+            unwatched.on_lost(|_| {});
+        });
+    }
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the capped lock's callback never ran");
+    let end = Instant::now() + ttl * 3;
+    while Instant::now() < end {
+        assert!(pttl(&server, &long) > 0, "{long} expired: not renewed");
+        assert!(kept.is_held(), "{long} is no longer held");
+        std::thread::sleep(ms(50));
+    }
+    assert!(block_on(kept.release()).unwrap());
+    assert!(block_on(unwatched.release()).unwrap());
+}
