@@ -55,7 +55,8 @@ pub enum LossReason {
         key: String,
         detail: String,
     },
-    /// A quorum confirmed, but too late to count (renewal slower than the validity).
+    /// A quorum confirmed, but too late to count: after the validity it would set had ended,
+    /// or with less than its loss margin (two node timeouts) of it left.
     RenewalTooSlow { what: &'static str, key: String },
     /// `max_hold` was reached: the watchdog (if on) stops renewing, and the holder is told, with
     /// the watchdog off too.
@@ -115,7 +116,8 @@ impl std::fmt::Display for LossReason {
             LossReason::RenewalTooSlow { what, key } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: renewal confirmed only after the validity had ended"
+                    "{what} {key:?} lost: renewal confirmed too late, after the validity had ended or \
+                     with less than its loss margin (two node timeouts) of it left"
                 )
             }
             LossReason::Expiring { what, key, ttl } => {
@@ -155,7 +157,7 @@ impl std::fmt::Display for LossReason {
 pub(crate) enum Renewed {
     /// The new validity, from now.
     Until(Duration),
-    /// Confirmed after the validity it would have given had ended.
+    /// Confirmed after the validity it would have given had ended, or inside its loss margin.
     TooLate,
     /// The lock was lost or released while the request was out: left as it is.
     NotHeld,
@@ -311,7 +313,13 @@ impl LockInner {
     pub fn renewed(&self, start: Instant, ttl: Duration, drift: Duration) -> Renewed {
         let deadline = start + ttl - drift;
         let now = Instant::now();
-        if now >= deadline {
+        // Heard inside the loss margin of the validity it would set, it is too late, as such a
+        // grant is (`grant_cutoff`): kept, the lock was declared lost at the same moment, and
+        // an extend said `Ok` with that validity.
+        let cutoff = deadline
+            .checked_sub(loss_margin(&self.opts, ttl))
+            .unwrap_or(deadline);
+        if now >= cutoff {
             return Renewed::TooLate;
         }
         let mut s = self.state();
@@ -851,7 +859,8 @@ impl Lock {
                     Ok(validity)
                 }
                 Renewed::NotHeld => Err(self.left_held()),
-                // Confirmed, but only after the new validity: it has ended. (An old lease that
+                // Confirmed, but only after the new validity, or inside its loss margin: it has
+                // ended, or is declared lost as it is handed out. (An old lease that
                 // was longer may still stand on the nodes, which never shorten; the handle does
                 // not count on it: lost, the safe side.)
                 Renewed::TooLate => Err(self.lose(LossReason::RenewalTooSlow {

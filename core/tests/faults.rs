@@ -184,6 +184,55 @@ async fn an_extend_confirmed_after_its_new_validity_is_a_loss_not_an_extension()
     );
 }
 
+/// An extend confirmed inside the loss margin of the validity it sets (less than two node
+/// timeouts of it left: the client stalled between the answers and their check) is not an
+/// extension either, as such a grant is not one: it said `Ok` with that validity, and the
+/// lock was declared lost at the same moment (found by a review).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_confirmed_inside_its_loss_margin_is_a_loss_not_an_extension() {
+    let _serial = serial();
+    let _hook = HookGuard;
+    let cluster = Cluster::start(3);
+    // Node timeout 900 ms: the loss margin is 1.8 s. Extended to 6 s, the validity ends 5.94 s
+    // after the extend starts and its margin begins at 4.14 s; the client stalls 4.6 s after
+    // the answers: heard inside the margin, with more than a second to spare on either side.
+    let m = manager(
+        &cluster.urls(),
+        opts().ttl(Duration::from_secs(30)).node_timeout(ms(900)),
+    );
+    let lock = m.acquire("margin-extend").await.unwrap();
+    let heard = Arc::new(std::sync::Mutex::new(None));
+    let flag = heard.clone();
+    __set_test_hook(Some(Arc::new(move |point, key| {
+        if point == HookPoint::Extended && key == "margin-extend" {
+            std::thread::sleep(ms(4600));
+            *flag.lock().unwrap() = Some(Instant::now());
+        }
+    })));
+    let asked = Instant::now();
+    let extended = lock.extend_for(Duration::from_secs(6)).await;
+    let heard = heard.lock().unwrap().expect("the stall was not in place");
+    // The extend started after `asked`: the deadline it would set is later than this.
+    assert!(
+        heard < asked + ms(5940),
+        "the answers were heard after the new deadline ({:?} after the call): not the case \
+         under test",
+        heard - asked
+    );
+    let err = extended
+        .map(|v| format!("extended, validity {v:?}, status {:?}", lock.status()))
+        .expect_err("an extend confirmed inside its loss margin must not extend");
+    assert_eq!(err.kind(), ErrorKind::LockLost, "{err}");
+    assert!(
+        matches!(
+            lock.status(),
+            ferrolock::LockStatus::Lost(ferrolock::LossReason::RenewalTooSlow { .. })
+        ),
+        "{:?}",
+        lock.status()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_extend_never_recreates_an_expired_key() {
     let _serial = serial();
