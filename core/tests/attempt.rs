@@ -132,6 +132,57 @@ fn a_won_blocking_acquire_dropped_before_it_read_the_outcome_is_undone() {
     m.__set_hook_won_reported(None);
 }
 
+/// A blocking caller with several nodes reads its attempt's outcome from the attempt's task.
+/// One that reads a won outcome only after the grant's loss margin began (its thread held
+/// between two polls: a binding's check, a signal handler) is not handed that grant, as an
+/// attempt that hears its answers then is not (`lock::grant_cutoff`): it was handed a lock
+/// whose validity had ended (found by a review). It tries again within its wait.
+#[test]
+fn a_blocking_caller_that_reads_its_won_outcome_too_late_is_not_handed_the_grant() {
+    let _serial = serial();
+    let cluster = Cluster::start(3);
+    // ttl 3 s, node timeout 400 ms: a validity of 2.968 s, whose loss margin (800 ms) begins
+    // 2.168 s after the attempt starts.
+    let m = manager(
+        &cluster.urls(),
+        opts()
+            .ttl(Duration::from_secs(3))
+            .node_timeout(ms(400))
+            .wait(Some(Duration::from_secs(20))),
+    );
+    let key = "read-late";
+    let (sent_tx, sent_rx) = std::sync::mpsc::channel::<()>();
+    let sent_tx = Mutex::new(sent_tx);
+    m.__set_hook_won_reported(Some(Arc::new(move |_key: &str| {
+        let _ = sent_tx.lock().unwrap().send(());
+        Box::pin(async {})
+    })));
+    // Every node holds writes for a moment (well within the node timeout), so the attempt
+    // cannot be decided before the caller's first poll returns.
+    for s in &cluster.servers {
+        s.cmd::<()>(&["CLIENT", "PAUSE", "100", "WRITE"]);
+    }
+    let mut acquire = Box::pin(m.acquire(key));
+    let first = ferrolock::runtime::block_on(futures::future::poll_fn(|cx| {
+        Poll::Ready(acquire.as_mut().poll(cx).is_pending())
+    }));
+    assert!(first, "the acquire finished within its first poll");
+    sent_rx
+        .recv_timeout(HANG)
+        .expect("the attempt never reported a win");
+    m.__set_hook_won_reported(None);
+    // The caller's thread is held past the grant's validity before it reads the outcome.
+    std::thread::sleep(ms(3500));
+    let lock = ferrolock::runtime::block_on(acquire).expect("acquired within its wait");
+    let left = lock.validity();
+    assert!(
+        lock.is_held() && left > ms(800),
+        "handed a grant with {left:?} of its validity left (status {:?})",
+        lock.status()
+    );
+    assert!(ferrolock::runtime::block_on(lock.release()).unwrap());
+}
+
 /// Issue 12 item 2: the undo of a re-entry is a decrement. Dropped while that decrement is in
 /// flight, it must not be sent again: the outer acquisition keeps its count.
 #[tokio::test(flavor = "multi_thread")]

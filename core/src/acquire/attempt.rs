@@ -203,12 +203,22 @@ pub(super) async fn run_attempt(shared: &Arc<Shared>, req: Req) -> Result<(Outco
     } else {
         attempt(shared.clone(), req.clone(), None).await
     };
-    let outcome = outcome.ok_or_else(|| {
+    let mut outcome = outcome.ok_or_else(|| {
         Error::new(
             ErrorKind::Redis,
             "acquire task ended without an outcome (runtime shutting down?)",
         )
     })?;
+    if outcome.won && Instant::now() >= crate::lock::grant_cutoff(&req.opts, outcome.deadline) {
+        // A won outcome read only after its loss margin began (the blocking caller's thread
+        // was held between two polls: a binding's check, a signal handler) is no grant, as
+        // one heard then in the attempt is not: handed out, its validity had ended. Its
+        // `Claim`, dropped unclaimed, gives it back.
+        outcome.won = false;
+        outcome.spoiled = Some(Spoiled::TooLate);
+        outcome.claim = None;
+        outcome.hints.resize(shared.cluster.nodes.len(), None);
+    }
     Ok((outcome, req))
 }
 
