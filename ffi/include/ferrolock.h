@@ -4,7 +4,9 @@
  *
  * Every fallible call returns FERROLOCK_OK or a FERROLOCK_ERR_* status, and, when its last
  * argument `err` is not NULL, sets *err to NULL on success or to an error the caller frees
- * with ferrolock_error_free. Strings are copied, never kept. Frees accept NULL.
+ * with ferrolock_error_free. Strings are copied, never kept. Frees accept NULL. A node's
+ * connection closed by its server never ends the program with SIGPIPE: each call blocks
+ * SIGPIPE on its thread while it runs, and the library's threads keep it blocked.
  */
 
 #ifndef FERROLOCK_H

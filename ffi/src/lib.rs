@@ -25,6 +25,7 @@ mod lock;
 mod manager;
 mod observe;
 mod options;
+mod sigpipe;
 mod status;
 mod version;
 

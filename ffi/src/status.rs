@@ -104,6 +104,7 @@ pub(crate) fn call(
     err: *mut *mut ferrolock_error,
     body: impl FnOnce() -> Result<(), Failure>,
 ) -> c_int {
+    let _no_sigpipe = crate::sigpipe::NoSigpipe::enter();
     if !err.is_null() {
         // SAFETY: the caller passes NULL or a valid `ferrolock_error *` slot.
         unsafe { *err = std::ptr::null_mut() };
@@ -123,6 +124,7 @@ pub(crate) fn call(
 
 /// Runs an entry point that cannot fail, returning `fallback` if it panics.
 pub(crate) fn guard<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    let _no_sigpipe = crate::sigpipe::NoSigpipe::enter();
     ferrolock::host::panic_hook::catch("", body).unwrap_or(fallback)
 }
 

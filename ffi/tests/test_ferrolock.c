@@ -2406,6 +2406,85 @@ static void test_rw_semaphore_fork_child(void) {
   ferrolock_manager_free(one);
 }
 
+/* A node whose server closed our connections (a restart, its idle `timeout`, CLIENT KILL):
+ * the next request is written to a socket whose peer is gone, and the kernel raises SIGPIPE
+ * on the writing thread. Its default action ends the process, and a C program keeps it (Python,
+ * Node and Rust programs ignore it): the library must get EPIPE, not kill its host. Over a unix
+ * socket every such write fails at once (over TCP only a second write after the reset does).
+ * Both writers: the caller's thread (its own connection, blocking calls) and the library's
+ * (the watchdog's renewals, a completion-based acquire). In a process of its own, with
+ * SIGPIPE at its default. Before the fix the child died of SIGPIPE in the first extend. */
+static int sigpipe_child(const char *sock) {
+  signal(SIGPIPE, SIG_DFL);
+  char nodes[300], kill_clients[400];
+  snprintf(nodes, sizeof nodes, "unix://%s", sock);
+  snprintf(kill_clients, sizeof kill_clients, "redis-cli -s '%s' CLIENT KILL TYPE normal SKIPME yes > /dev/null", sock);
+  ferrolock_options *o = ferrolock_options_new();
+  if (ferrolock_options_set_str(o, "nodes", nodes, &err) != FERROLOCK_OK) return 10;
+  if (ferrolock_options_set_ms(o, "restart_guard", 0, &err) != FERROLOCK_OK) return 10;
+  if (ferrolock_options_set_ms(o, "ttl", 1000, &err) != FERROLOCK_OK) return 10;
+  ferrolock_manager *m = NULL;
+  if (ferrolock_manager_new(o, &m, &err) != FERROLOCK_OK) return 11;
+  ferrolock_options_free(o);
+  for (int round = 0; round < 5; round++) {
+    ferrolock_lock *lock = NULL, *started = NULL;
+    if (ferrolock_manager_acquire(m, "sigpipe:caller", NULL, NULL, &lock, &err) != FERROLOCK_OK) return 12;
+    ferrolock_acquisition *a = NULL;
+    if (ferrolock_manager_acquire_start(m, "sigpipe:library", NULL, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err) != FERROLOCK_OK)
+      return 13;
+    int st;
+    while ((st = ferrolock_acquisition_result(a, &started, &err)) == FERROLOCK_PENDING) sleep_ms(10);
+    ferrolock_acquisition_free(a);
+    if (st != FERROLOCK_OK) return 14;
+    if (system(kill_clients) != 0) return 15;
+    /* The caller's connection: each call writes to it (or to its replacement). */
+    for (int i = 0; i < 3; i++) {
+      ferrolock_lock_extend(lock, FERROLOCK_SAME_TTL, NULL, NULL, NULL);
+      sleep_ms(20);
+    }
+    /* The library's: the watchdog renews both locks every ttl/3 on its own threads. */
+    if (system(kill_clients) != 0) return 15;
+    sleep_ms(700);
+    ferrolock_lock_release(lock, NULL, NULL);
+    ferrolock_lock_release(started, NULL, NULL);
+    ferrolock_lock_free(lock);
+    ferrolock_lock_free(started);
+  }
+  ferrolock_manager_free(m);
+  return 0;
+}
+
+static void test_sigpipe_not_raised(void) {
+  char dir[] = "/tmp/ferrolock-sigpipe-XXXXXX", cmd[600], sock[128];
+  CHECK(mkdtemp(dir) != NULL);
+  snprintf(sock, sizeof sock, "%s/redis.sock", dir);
+  snprintf(cmd, sizeof cmd,
+           "redis-server --port 0 --unixsocket '%s' --save '' --appendonly no --dir '%s' --daemonize yes "
+           "--pidfile '%s/redis.pid' --logfile '%s/redis.log' && for i in $(seq 1 200); do "
+           "redis-cli -s '%s' ping > /dev/null 2>&1 && exit 0; sleep 0.05; done; exit 1",
+           sock, dir, dir, dir, sock);
+  CHECK(system(cmd) == 0, "cannot start a redis-server on %s", sock);
+  pid_t child = fork();
+  if (child == 0) {
+    execl(self_path, self_path, "sigpipe", sock, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  double give_up = now_ms() + 120000;
+  pid_t got;
+  while (child > 0 && (got = waitpid(child, &status, WNOHANG)) == 0 && now_ms() < give_up) sleep_ms(20);
+  if (child > 0 && got == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  snprintf(cmd, sizeof cmd, "redis-cli -s '%s' shutdown nosave > /dev/null 2>&1; rm -rf '%s'", sock, dir);
+  if (system(cmd) != 0) { /* the server is gone either way */
+  }
+  CHECK(child > 0);
+  CHECK(!WIFSIGNALED(status), "the process was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", WEXITSTATUS(status));
+}
+
 static const test_t tests[] = {
     {"acquire_release", test_acquire_release},
     {"exclusion_and_reentry", test_exclusion_and_reentry},
@@ -2444,6 +2523,7 @@ static const test_t tests[] = {
     {"rw_semaphore_done_calls_back_in", test_rw_semaphore_done_calls_back_in},
     {"freed_manager_closes_idle_threads_connections", test_freed_manager_closes_idle_threads_connections},
     {"idle_threads_close_their_connections", test_idle_threads_close_their_connections},
+    {"sigpipe_not_raised", test_sigpipe_not_raised},
 };
 
 static int selected(const char *only, const char *name) {
@@ -2465,6 +2545,7 @@ int main(int argc, char **argv) {
     read_nodes();
     return shutdown_child(argv[2]);
   }
+  if (argc == 3 && strcmp(argv[1], "sigpipe") == 0) return sigpipe_child(argv[2]);
   if (argc == 3 && strcmp(argv[1], "freed") == 0) {
     read_nodes();
     return freed_child(argv[2]);
