@@ -317,6 +317,33 @@ async fn max_hold_ends_the_hold() {
     assert_eq!(get(&server, "bounded"), None, "renewed after max_hold");
 }
 
+/// An extend never promises validity past `max_hold`, when the lock is declared lost whatever
+/// its lease (an extend of 5 s on a lock with a max_hold of 0.5 s said 4.9 s were left).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_extend_promises_no_validity_past_max_hold() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let max_hold = ms(1_500);
+    let m = manager(
+        &[server.url()],
+        opts()
+            .watchdog(false)
+            .ttl(ms(1_000))
+            .max_hold(Some(max_hold)),
+    );
+    let lock = m.acquire("capped").await.unwrap();
+    let validity = lock.extend_for(Duration::from_secs(5)).await.unwrap();
+    assert!(
+        validity <= max_hold,
+        "extend said {validity:?} were left on a lock lost at max_hold={max_hold:?}"
+    );
+    let reason = tokio::time::timeout(Duration::from_secs(30), lock.lost())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(reason, LossReason::MaxHold { .. }), "{reason}");
+}
+
 /// With the watchdog off, max_hold still tells the holder; its words must not speak of a
 /// watchdog that never ran (they said "the watchdog stopped renewing").
 #[tokio::test(flavor = "multi_thread")]
