@@ -428,7 +428,7 @@ async fn a_lock_key_with_no_ttl_is_held_and_the_error_says_so() {
         assert_eq!(err.kind(), ErrorKind::NotAcquired, "wait={wait}: {err}");
         let text = err.to_string();
         assert!(
-            text.contains("no TTL") && text.contains("ferrolock scan"),
+            text.contains("no TTL") && text.contains("`ferrolock inspect` shows what holds it"),
             "wait={wait}: {err}"
         );
     }

@@ -57,7 +57,8 @@ pub(super) fn not_acquired_error(
         ),
         None if no_ttl > 0 => format!(
             "held by another owner on {} of {} nodes, with no TTL on {no_ttl} of them: a lock \
-             that will never expire (leaked?); `ferrolock scan` lists such keys",
+             that will never expire (leaked?); `ferrolock inspect` shows what holds it \
+             (`ferrolock scan` lists only keys that look like locks)",
             tally.no(),
             tally.answers.len()
         ),
