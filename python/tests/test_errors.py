@@ -162,6 +162,26 @@ def test_option_names_are_the_cores_table() -> None:
     assert "interrupt" in lock and "ttl" in lock and not lock & manager
 
 
+def test_the_stubs_option_lists_are_the_cores_table() -> None:
+    # stubtest checks signatures, not the keys of the TypedDicts that `**options` unpack: a
+    # new option, or a renamed one, would leave the stubs behind without a word.
+    import ast
+    import pathlib
+
+    stub = pathlib.Path(ferrolock.__file__).with_suffix(".pyi")
+    fields: dict[str, set[str]] = {}
+    for node in ast.parse(stub.read_text()).body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Options"):
+            fields[node.name] = {
+                item.target.id
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            }
+    assert fields["_LockOptions"] == set(ferrolock._ferrolock.LOCK_OPTIONS), stub
+    connection = fields["_ConnectionOptions"] | fields["_RedlockOptions"]
+    assert connection == set(ferrolock._ferrolock.MANAGER_OPTIONS), stub
+
+
 @pytest.mark.parametrize(
     ("kwargs", "shown"),
     [
