@@ -673,7 +673,9 @@ func (l *Lock) Key() string {
 	return l.key
 }
 
-// Token is the value stored at the key, unique to this acquisition.
+// Token is a plain lock's value stored at the key, unique to this acquisition; a reentrant
+// or read-write lock's hash field ("<client uuid>:<owner id>"), shared by one owner's
+// re-entries; a semaphore's permit id.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""

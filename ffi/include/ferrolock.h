@@ -238,8 +238,9 @@ void ferrolock_cancel_free(struct ferrolock_cancel *cancel);
 // The key (valid until the lock is freed). NULL for NULL.
 const char *ferrolock_lock_key(const struct ferrolock_lock *lock);
 
-// The token stored at the key, unique to this acquisition (valid until the lock is freed).
-// NULL for NULL.
+// The token (valid until the lock is freed): a plain lock's value stored at the key, unique
+// to this acquisition; a reentrant or read-write lock's hash field (`<client uuid>:<owner
+// id>`), shared by one owner's re-entries; a semaphore's permit id. NULL for NULL.
 const char *ferrolock_lock_token(const struct ferrolock_lock *lock);
 
 // The fence token of this grant (the `fencing` option): strictly greater than every earlier

@@ -62,8 +62,9 @@ pub unsafe extern "C" fn ferrolock_lock_key(lock: *const ferrolock_lock) -> *con
     })
 }
 
-/// The token stored at the key, unique to this acquisition (valid until the lock is freed).
-/// NULL for NULL.
+/// The token (valid until the lock is freed): a plain lock's value stored at the key, unique
+/// to this acquisition; a reentrant or read-write lock's hash field (`<client uuid>:<owner
+/// id>`), shared by one owner's re-entries; a semaphore's permit id. NULL for NULL.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_token(lock: *const ferrolock_lock) -> *const c_char {
     guard(std::ptr::null(), || {
