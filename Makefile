@@ -42,7 +42,7 @@ test-node: redis
 test-interop: redis
 	FERROLOCK_DEBUG_BUILD=1 tests/interop/run.sh
 
-## Safety under real faults: scenarios K1-K8 and a seeded ~60 s chaos run, checked (tests/faults).
+## Safety under real faults: scenarios K1-K11 and a seeded ~60 s chaos run, checked (tests/faults).
 test-faults: redis
 	FERROLOCK_DEBUG_BUILD=1 tests/faults/run.sh
 
