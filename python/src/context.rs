@@ -766,7 +766,16 @@ impl PyLockContext {
     }
 
     fn __repr__(&self) -> String {
-        format!("<ferrolock.LockContext key={:?}>", self.key)
+        // The kind too: a read, write or semaphore context read as a lock's.
+        let pool = match self.held {
+            Held::Permits { permits, count } => format!(" permits={permits} count={count}"),
+            _ => String::new(),
+        };
+        format!(
+            "<ferrolock.LockContext {} key={:?}{pool}>",
+            self.held.word(),
+            self.key
+        )
     }
 }
 

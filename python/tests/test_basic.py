@@ -569,6 +569,17 @@ def test_repr_shows_key_and_state(manager: LockManager, key: str) -> None:
     assert "LockManager" in repr(manager)
 
 
+def test_a_contexts_repr_names_its_kind(manager: LockManager, key: str) -> None:
+    # A read, write or semaphore context read as a lock's: `<ferrolock.LockContext key=...>`.
+    assert repr(manager.lock(key)) == f'<ferrolock.LockContext lock key="{key}">'
+    assert repr(manager.read_lock(key)) == f'<ferrolock.LockContext read lock key="{key}">'
+    assert repr(manager.write_lock(key)) == f'<ferrolock.LockContext write lock key="{key}">'
+    assert (
+        repr(manager.semaphore(key, permits=5, count=2))
+        == f'<ferrolock.LockContext semaphore key="{key}" permits=5 count=2>'
+    )
+
+
 def test_releasing_inside_the_block_is_fine(node: RedisNode, manager: LockManager, key: str) -> None:
     import asyncio
 
