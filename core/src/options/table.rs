@@ -161,7 +161,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "none",
         range: DURATION_RANGE,
-        doc: "the watchdog stops renewing and signals loss after this (at least 1 ms)",
+        doc: "the watchdog stops renewing and signals loss after this (at least 1 ms); an extend's validity never reaches past it",
     },
     OptionSpec {
         name: "max_extensions",
