@@ -102,6 +102,16 @@ impl Stats {
         }
     }
 
+    /// Starts counting an acquire: its outcome is counted once, by [`Counting::ended`], or as
+    /// a `CANCELLED` failure if its future is dropped before it ends.
+    pub fn counting(self: &Arc<Self>) -> Counting {
+        Counting {
+            stats: self.clone(),
+            started: std::time::Instant::now(),
+            ended: false,
+        }
+    }
+
     pub fn failed(&self, code: &'static str) {
         *self
             .failures
@@ -121,6 +131,32 @@ impl Stats {
     }
 }
 
+/// An acquire under way (see [`Stats::counting`]). A dropped acquire is one its caller gave
+/// up (a Rust future dropped by a timeout, a Go context's deadline, a Node `AbortSignal`,
+/// `asyncio.wait_for`, a manager closed under it): counted only where it ended, it showed
+/// its attempts and nothing else, so a service whose acquires all ran out of their caller's
+/// time showed no failure at all (found by a review).
+pub(crate) struct Counting {
+    stats: Arc<Stats>,
+    started: std::time::Instant,
+    ended: bool,
+}
+
+impl Counting {
+    pub fn ended<T>(mut self, result: &crate::error::Result<T>) {
+        self.ended = true;
+        self.stats.acquired(self.started.elapsed(), result);
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.stats.failed(crate::error::ErrorKind::Cancelled.code());
+        }
+    }
+}
+
 /// One prefix's counts, as read.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -130,7 +166,8 @@ pub struct PrefixSnapshot {
     pub handoffs: u64,
     pub renewals: u64,
     pub renewal_failures: u64,
-    /// Failed acquires by error code (`NOT_ACQUIRED`, `QUORUM_UNREACHABLE`, ...).
+    /// Failed acquires by error code (`NOT_ACQUIRED`, `QUORUM_UNREACHABLE`, ...; one given up
+    /// by its caller while it waited: `CANCELLED`).
     pub failures: BTreeMap<String, u64>,
     /// Losses by reason (`token_gone`, `quorum_unreachable`, `renewal_too_slow`, `max_hold`,
     /// `expiring`).

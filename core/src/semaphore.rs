@@ -45,9 +45,9 @@ pub(crate) async fn acquire(
     let mut opts = opts.clone();
     opts.permits = Some(Permits { permits, count });
     let stats = crate::metrics::stats(name, crate::acquire::Kind::Permits.metric_label());
-    let started = Instant::now();
+    let counting = stats.counting();
     let result = acquire_loop(shared, name, &opts, &stats).await;
-    stats.acquired(started.elapsed(), &result);
+    counting.ended(&result);
     result
 }
 

@@ -134,3 +134,55 @@ async fn grants_and_losses_are_counted_per_kind() {
         assert!(text.contains(&line), "{line:?} not in\n{text}");
     }
 }
+
+/// An acquire given up by its caller while it waits (a Rust future dropped by a timeout, a
+/// Go context's deadline, a Node `AbortSignal`, `asyncio.wait_for`) is a failed acquire: it
+/// counts once under `CANCELLED`, a lock's and a semaphore's alike. Before, it counted its
+/// attempts and nothing else, so a service whose every acquire timed out through its
+/// caller's deadline showed no failure at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_acquire_cancelled_while_it_waits_counts_as_a_failure() {
+    let server = RedisServer::start();
+    let prefix = format!("metrics-cancel-{}", std::process::id());
+    let key = |s: &str| format!("{prefix}:{s}");
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(30)));
+    let held = m.acquire(&key("l")).await.unwrap();
+    let permit = m.semaphore(&key("s"), 1).await.unwrap();
+    let waiting = opts()
+        .ttl(Duration::from_secs(30))
+        .wait(Some(Duration::from_secs(600)));
+    // Each waits until it has queued on the server (the holder's key stays taken), then is
+    // dropped by its caller.
+    let (lk, sk) = (key("l"), key("s"));
+    let lock_wait = m.acquire_with(&lk, &waiting);
+    let cancel = async {
+        await_one_queued(&server, &key("l")).await;
+    };
+    tokio::select! {
+        r = lock_wait => panic!("the lock is held, yet: {r:?}"),
+        _ = cancel => {}
+    }
+    let sem_wait = m.semaphore_with(&sk, 1, 1, &waiting);
+    tokio::select! {
+        r = sem_wait => panic!("the permit is held, yet: {r:?}"),
+        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+    }
+    let by_kind = snapshot_by_kind();
+    let of = |kind: &str| by_kind[&(prefix.clone(), kind.to_string())].clone();
+    for kind in ["lock", "semaphore"] {
+        let p = of(kind);
+        assert_eq!(p.grants, 1, "{kind}: {p:?}");
+        assert_eq!(
+            p.failures.get("CANCELLED"),
+            Some(&1),
+            "{kind}: the dropped acquire is a failure: {p:?}"
+        );
+        assert_eq!(p.failures.values().sum::<u64>(), 1, "{kind}: {p:?}");
+    }
+    held.release().await.unwrap();
+    permit.release().await.unwrap();
+    // Ended either way: a grant or a failure is counted, never both.
+    let p = &snapshot()[&prefix];
+    assert_eq!(p.failures.get("CANCELLED"), Some(&2), "{p:?}");
+    assert_eq!(p.grants, 2, "{p:?}");
+}

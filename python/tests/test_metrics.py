@@ -114,3 +114,24 @@ def test_prometheus_text_parses_and_agrees_with_the_snapshot(manager: LockManage
     assert families["ferrolock_hold_seconds"].type == "histogram"
     assert sample("ferrolock_hold_seconds", "ferrolock_hold_seconds_count") == snapshot["hold"]["count"] == 1
     assert sample("ferrolock_wait_seconds", "ferrolock_wait_seconds_bucket", le="+Inf") == 1
+
+
+def test_an_acquire_given_up_by_asyncio_wait_for_is_a_cancelled_failure(manager: LockManager) -> None:
+    # A caller's deadline (`asyncio.wait_for`) ends a waiting acquire: a failed acquire,
+    # counted once under CANCELLED, not only its attempts.
+    import asyncio
+
+    prefix = _prefix()
+    key = f"{prefix}:job-4"
+    held = manager.acquire(key)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(manager.acquire_async(key, wait=SAFETY), 0.5)
+
+    asyncio.run(main())
+    held.release()
+    m = _counts(prefix)
+    assert m["grants"] == 1
+    assert m["attempts"] >= 2
+    assert m["failures"] == {"CANCELLED": 1}, m

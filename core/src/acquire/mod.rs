@@ -85,9 +85,9 @@ pub(crate) async fn acquire(
         refuse_the_other_kind_of_own_hold(shared, key, owner, kind)?;
     }
     let stats = crate::metrics::stats(key, kind.metric_label());
-    let started = Instant::now();
+    let counting = stats.counting();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
-    stats.acquired(started.elapsed(), &result);
+    counting.ended(&result);
     result
 }
 
