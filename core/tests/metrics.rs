@@ -186,3 +186,40 @@ async fn an_acquire_cancelled_while_it_waits_counts_as_a_failure() {
     assert_eq!(p.failures.get("CANCELLED"), Some(&2), "{p:?}");
     assert_eq!(p.grants, 2, "{p:?}");
 }
+
+/// A hand-off is a grant to a waiter woken by a release: once a key's queue has served a
+/// waiter it lingers a moment, subscribed, and the next acquires of the key join it before
+/// their first attempt. One of them that finds the key free and takes it at once waited for
+/// nobody, and is no hand-off.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_uncontended_grant_after_a_wait_is_no_hand_off() {
+    let server = RedisServer::start();
+    let prefix = format!("metrics-handoff-{}", std::process::id());
+    let key = format!("{prefix}:k");
+    let m = manager(&[server.url()], opts().ttl(Duration::from_secs(30)));
+    let waiting = opts()
+        .ttl(Duration::from_secs(30))
+        .wait(Some(Duration::from_secs(60)));
+    let held = m.acquire(&key).await.unwrap();
+    let waiter = {
+        let (m, key, waiting) = (m.clone(), key.clone(), waiting.clone());
+        tokio::spawn(async move { m.acquire_with(&key, &waiting).await })
+    };
+    await_one_queued(&server, &key).await;
+    held.release().await.unwrap();
+    let got = waiter.await.unwrap().expect("the waiter's grant");
+    got.release().await.unwrap();
+    let handoffs = || snapshot()[&prefix].handoffs;
+    assert_eq!(handoffs(), 1, "{:?}", snapshot()[&prefix]);
+    // The key is free: each of these is granted at its first attempt, waiting for no one.
+    for _ in 0..3 {
+        let lock = m.acquire_with(&key, &waiting).await.unwrap();
+        lock.release().await.unwrap();
+    }
+    let p = &snapshot()[&prefix];
+    assert_eq!(p.grants, 5, "{p:?}");
+    assert_eq!(
+        p.handoffs, 1,
+        "only the waiter's grant was a hand-off: {p:?}"
+    );
+}

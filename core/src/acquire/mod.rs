@@ -135,6 +135,11 @@ async fn acquire_loop(
     let mut stale: Option<u64> = None;
     // Whether the first attempt found us looping on the key (see `Contention::looping`).
     let mut first_looping: Option<bool> = None;
+    // Whether an attempt was refused and we waited for a wake-up: a grant is a hand-off only
+    // then. A lingering queue is joined before the first attempt, so a ticket alone made
+    // every uncontended grant of a key that had a waiter a moment ago a hand-off (found by a
+    // review).
+    let mut waited = false;
     loop {
         // Waited on this key a moment ago (its queue still lingers, subscribed): join before
         // the first attempt, so that it queues and a release tells us.
@@ -195,7 +200,7 @@ async fn acquire_loop(
                     r.sending.clone(),
                 ),
             };
-            if ticket.is_some() {
+            if waited {
                 // Granted after waiting for a release.
                 stats.handoffs.fetch_add(1, Ordering::Relaxed);
             }
@@ -291,6 +296,7 @@ async fn acquire_loop(
 
         // Wait for a wake-up. The first time: join the key's local queue, which subscribes
         // the release channel; the turn of a new head comes with the confirmation.
+        waited = true;
         if ticket.is_none() {
             let hook = shared
                 .waiters
