@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use ferrolock::host::log::{self, LogLevel, LogRecord};
 use pyo3::prelude::*;
@@ -19,6 +19,9 @@ static QUEUE: Mutex<VecDeque<(i32, String)>> = Mutex::new(VecDeque::new());
 static DRAINING: AtomicU32 = AtomicU32::new(0);
 /// Beyond this many undelivered records, new ones are dropped.
 const CAPACITY: usize = 1000;
+/// Records dropped since the drain last said so: a handler that blocks fills the queue, and
+/// what it dropped left no trace, so the log read as complete (found by a review).
+static DROPPED: AtomicU64 = AtomicU64::new(0);
 
 fn python_level(level: LogLevel) -> i32 {
     match level {
@@ -72,13 +75,12 @@ pub fn sync_level(py: Python<'_>) {
 fn enqueue(r: &LogRecord<'_>) {
     // try_lock: never block a runtime worker, and never deadlock in a forked child that
     // inherited the mutex locked.
-    if let Ok(mut q) = QUEUE.try_lock() {
-        if q.len() >= CAPACITY {
-            return;
-        }
+    if let Ok(mut q) = QUEUE.try_lock()
+        && q.len() < CAPACITY
+    {
         q.push_back((python_level(r.level), r.message.to_string()));
     } else {
-        return;
+        DROPPED.fetch_add(1, Ordering::Relaxed);
     }
     schedule_drain();
 }
@@ -105,17 +107,30 @@ fn drain() {
                     Ok(mut q) => q.drain(..).collect(),
                     Err(_) => break,
                 };
-                if batch.is_empty() {
+                let dropped = DROPPED.swap(0, Ordering::Relaxed);
+                if batch.is_empty() && dropped == 0 {
                     break;
                 }
                 for (level, message) in batch {
                     python_log(py, level, &message);
                 }
+                if dropped > 0 {
+                    python_log(
+                        py,
+                        30,
+                        &format!(
+                            "{dropped} log records were dropped: the \"ferrolock\" logger's \
+                             handlers did not keep up (at most {CAPACITY} wait to be handed to \
+                             logging)"
+                        ),
+                    );
+                }
             }
         });
     }
     DRAINING.store(0, Ordering::Release);
-    let pending = QUEUE.try_lock().map(|q| !q.is_empty()).unwrap_or(false);
+    let pending = QUEUE.try_lock().map(|q| !q.is_empty()).unwrap_or(false)
+        || DROPPED.load(Ordering::Relaxed) > 0;
     if pending && !SHUTTING_DOWN.load(Ordering::Acquire) {
         schedule_drain();
     }

@@ -185,3 +185,54 @@ def test_wait_lost_of_a_lock_collected_while_held_is_told_it_was_released(node: 
         assert _gone_within(node, key, 20), "the collected lock was not released"
     finally:
         m.close()
+
+
+def test_records_dropped_while_a_logging_handler_blocks_are_counted(node: RedisNode, key: str) -> None:
+    # The core's records wait in a bounded queue for a library thread to hand them to
+    # `logging`. A handler that blocks fills it, and the records past it were dropped without
+    # a word: the log looked complete. The next record handed over says how many.
+    import threading
+
+    in_handler = threading.Event()
+    let_go = threading.Event()
+    seen: list[str] = []
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+            if not let_go.is_set():
+                in_handler.set()
+                let_go.wait(60)
+
+    handler = Handler(level=logging.WARNING)
+    logger = logging.getLogger("ferrolock")
+    logger.addHandler(handler)
+    m = LockManager([node.url], ttl=30)
+    total = 1500
+    try:
+        m.acquire(f"{key}:0")  # not kept: released with a warning, held in the handler
+        assert in_handler.wait(20), "the first warning never reached logging"
+        for i in range(1, total):
+            m.acquire(f"{key}:{i}")  # each warns as it is collected, while the handler blocks
+        let_go.set()
+
+        def accounted() -> int:
+            warned = sum(f'lock "{key}:' in s for s in seen)
+            dropped = sum(
+                int(s.split(" log record")[0].rsplit(" ", 1)[-1]) for s in seen if "were dropped" in s
+            )
+            return warned + dropped
+
+        deadline = time.monotonic() + 30
+        while accounted() < total and time.monotonic() < deadline:
+            time.sleep(0.05)
+        warned = sum(f'lock "{key}:' in s for s in seen)
+        assert warned < total, "the queue is bounded: some were dropped"
+        assert accounted() == total, (
+            f"{warned} of {total} warnings reached logging, and nothing said what became of the rest: "
+            f"{[s for s in seen if key not in s]}"
+        )
+    finally:
+        let_go.set()
+        logger.removeHandler(handler)
+        m.close()
