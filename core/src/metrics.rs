@@ -169,8 +169,8 @@ pub struct PrefixSnapshot {
     /// Failed acquires by error code (`NOT_ACQUIRED`, `QUORUM_UNREACHABLE`, ...; one given up
     /// by its caller while it waited: `CANCELLED`).
     pub failures: BTreeMap<String, u64>,
-    /// Losses by reason (`token_gone`, `quorum_unreachable`, `renewal_too_slow`, `max_hold`,
-    /// `expiring`).
+    /// Losses by reason (`LossReason::code`: `token_gone`, `quorum_unreachable`,
+    /// `renewal_too_slow`, `max_hold`, `expiring`, `released_by_manager`, `collected`).
     pub losses: BTreeMap<String, u64>,
     /// From the first attempt to the grant.
     pub wait: HistogramSnapshot,
