@@ -1,8 +1,8 @@
 -- Redisson's read unlock: one hold fewer (its count, and its timeout key). The last hold of the
 -- last reader deletes the hash and publishes "0" on Redisson's channel; so does a release that
 -- finds every other reader's timeout keys expired (crashed readers), as Redisson's does.
--- Unlike Redisson's it never shortens the hash (Redisson sets it to the longest reader
--- timeout left): the readers still live computed their deadlines from it.
+-- Like Redisson's, it sets a hash still read-held to the longest hold key left, which
+-- outlives every live reader's deadline.
 -- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] our timeout prefix, KEYS[4] the prefix
 -- of every reader's timeout keys ("{name}" or the name with a '{') (one slot).
 -- ARGV[1] field, ARGV[2] unused, ARGV[3] channel, ARGV[4] '1' = SPUBLISH, ARGV[5] the latch's
@@ -20,21 +20,31 @@ if done then
 end
 -- Whether the key stays held once our hold is out of it: by a writer (ours: the downgrade),
 -- or by a reader with a live hold key. Otherwise (crashed readers' fields alone) it is
--- deleted and "0" published, as Redisson's read unlock does.
+-- deleted and "0" published, as Redisson's read unlock does. Read-held, the hash is lowered
+-- to its longest hold key left, as Redisson's read unlock does: kept at the expiry our hold
+-- raised it to, it stayed read-held with nobody holding it once the holds left ran out (a
+-- Redisson reader's shorter lease; every writer waited). No live reader's deadline is past
+-- its hold keys' expiry, so none is cut.
 local function held_by_others()
   if redis.call('HLEN', KEYS[1]) > 1 then
     if redis.call('HGET', KEYS[1], 'mode') == 'write' then
       return true
     end
+    local longest = 0
     for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
       local n = tonumber(redis.call('HGET', KEYS[1], f))
       if f ~= 'mode' and n then
         for i = n, 1, -1 do
-          if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
-            return true
-          end
+          longest = math.max(longest,
+            redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
         end
       end
+    end
+    if longest > 0 then
+      if redis.call('PTTL', KEYS[1]) > longest then
+        redis.call('PEXPIRE', KEYS[1], longest)
+      end
+      return true
     end
   end
   redis.call('DEL', KEYS[1])

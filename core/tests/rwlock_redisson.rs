@@ -249,3 +249,53 @@ async fn a_killed_redisson_reader_never_lets_a_writer_in_while_ours_reads() {
     assert!(err.to_string().contains("90s"), "{err}");
     assert_eq!(keys(&server), before, "the refusal wrote");
 }
+
+/// A Redisson reader with a short lease beside a ferrolock reader that leaves first: once the
+/// Redisson lease ends no hold is left, and a writer must get the key then, not when the hash's
+/// expiry our reader's grant raised to its own ttl runs out (Redisson's own read unlock lowers
+/// the hash to the longest hold key left, so between Redisson readers it goes with the last
+/// live hold).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_read_lease_ending_after_our_reader_left_frees_the_key() {
+    let classpath = redisson_classpath();
+    let server = RedisServer::start();
+    let mut r = Redisson::start(classpath, &server.url(), "single").await;
+    let base = opts()
+        .ttl(ferrolock::READ_LEASE_CAP)
+        .node_timeout(Duration::from_secs(3));
+    let m = manager(&[server.url()], base.clone());
+    let name = "rw:lease-ends";
+
+    let ours = m.read_lock_with(name, &base).await.unwrap();
+    run(&mut r, "rlock", &format!("{name} 3000")).await;
+    let field = hash(&server, name)
+        .keys()
+        .find(|f| *f != "mode" && f.starts_with(&format!("{}:", r.id)))
+        .expect("Redisson's reader field")
+        .clone();
+    let theirs = timeout_key(name, &field, 1);
+    assert!(ours.release().await.unwrap());
+    assert_eq!(
+        hash(&server, name)["mode"],
+        "read",
+        "Redisson's reader holds"
+    );
+
+    // Redisson's lease ends: its hold key expires, and no hold is left.
+    let bound = Instant::now() + Duration::from_secs(60);
+    while server.cmd::<i64>(&["EXISTS", &theirs]) == 1 {
+        assert!(Instant::now() < bound, "Redisson's hold key never expired");
+        tokio::time::sleep(ms(50)).await;
+    }
+    let left = pttl(&server, name);
+    // Well short of the 30 s the hash was raised to: a writer gets in within this wait
+    // only if the key went with its last hold.
+    let wait = base.clone().wait(Some(Duration::from_secs(10)));
+    let w = m.write_lock_with(name, &wait).await.unwrap_or_else(|e| {
+        panic!(
+            "no hold is left, yet the key stays read-held (its PTTL was {left} ms when \
+             Redisson's hold key expired): {e}"
+        )
+    });
+    assert!(w.release().await.unwrap());
+}
