@@ -3,7 +3,7 @@
 -- hash to those readers (mode 'read'). Either way it publishes "1" on Redisson's channel:
 -- every waiter re-checks, so every reader at the front of the queue can go (Redisson's own
 -- write unlock publishes nothing when read holds are left; its readers then wait for a poll).
--- The key is never shortened.
+-- Handed to read holds, the key goes with the longest of their hold keys.
 -- KEYS[1] lock key, KEYS[2] this call's latch, KEYS[3] this hold's mark (see
 -- release_reentrant.lua: the count is taken only with it), KEYS[4] the prefix of every
 -- reader's timeout keys ("{name}" or the name with a '{') (one slot).
@@ -24,24 +24,24 @@ local function let_go()
   -- The read holds left are ours, taken under the write hold; one whose lease ran out keeps its
   -- field but not its hold keys. Handed to such holds alone, the key stayed read-held with
   -- nobody holding it for the rest of the hash's TTL (the write lease): freed instead, as a read
-  -- release that finds no live reader frees it.
-  local live = false
+  -- release that finds no live reader frees it. Handed to live ones, the hash goes with the
+  -- longest of their hold keys, as a read release leaves it (see release_read.lua): with the
+  -- write lease's expiry, it stayed read-held by nobody once a shorter read hold lapsed.
+  local longest = 0
   for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
     local n = tonumber(redis.call('HGET', KEYS[1], f))
     if f ~= 'mode' and n then
       for i = n, 1, -1 do
-        if redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i) > 0 then
-          live = true
-          break
-        end
+        longest = math.max(longest,
+          redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
       end
     end
-    if live then
-      break
-    end
   end
-  if live then
+  if longest > 0 then
     redis.call('HSET', KEYS[1], 'mode', 'read')
+    if redis.call('PTTL', KEYS[1]) > longest then
+      redis.call('PEXPIRE', KEYS[1], longest)
+    end
   else
     redis.call('DEL', KEYS[1])
   end

@@ -1059,6 +1059,55 @@ async fn a_write_release_beside_only_a_lapsed_read_hold_frees_the_key() {
     assert!(other.release().await.unwrap());
 }
 
+/// A write release that hands the key to its owner's shorter read hold (a downgrade) leaves
+/// the key to that hold's lease: once it lapses (watchdog off), no hold is left and another
+/// owner's writer gets the key. Before, the hash kept the write hold's expiry, and the key
+/// stayed read-held with nobody holding it for the rest of the write's ttl (as Redisson's
+/// read unlock would not leave it: it lowers the hash to the longest hold key left).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_write_release_handing_the_key_to_a_shorter_read_hold_leaves_it_to_that_lease() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false).wait(Some(Duration::ZERO));
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:downgrade-shorter";
+    let w = m
+        .write_lock_owned(key, 4, &o.clone().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    let r = m
+        .read_lock_owned(key, 4, &o.clone().ttl(Duration::from_millis(2000)))
+        .await
+        .unwrap();
+    let hold = format!(
+        "{}:1",
+        ferrolock::__wire::rw::rwlock_timeout_prefix(key, r.token())
+    );
+    assert!(w.release().await.unwrap());
+    assert_eq!(
+        hash(&server, key).get("mode").map(String::as_str),
+        Some("read")
+    );
+    until(
+        "the read hold's key lapsed",
+        Duration::from_secs(20),
+        || server.cmd::<i64>(&["EXISTS", &hold]) == 0,
+    )
+    .await;
+    let left = pttl(&server, key);
+    let other = m
+        .write_lock_with(key, &o.clone().wait(Some(Duration::from_secs(10))))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "no hold is left, yet the key stays read-held (its PTTL was {left} ms when \
+                 the read hold lapsed): {e}"
+            )
+        });
+    assert!(other.release().await.unwrap());
+    drop(r);
+}
+
 /// The release of an owner's last live write hold, after a shorter write re-entry of it lapsed
 /// (watchdog off: its mark expired, its count left in the hash), frees the key. Before, the
 /// lapsed hold's count kept the key write-held, with nobody holding it, for the released
