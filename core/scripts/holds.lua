@@ -50,3 +50,25 @@ local function others_live(mark, field)
   redis.call('SREM', holds, id)
   return any_live(holds, prefix)
 end
+
+-- A read-write lock `key` left to its read holds (their hold keys under `prefix`, Redisson's
+-- `<prefix>:<field>:rwlock_timeout:<n>`): whether one is live, and if so the hash set to the
+-- longest of them, as Redisson's read unlock does. Kept at a longer expiry (the one a released
+-- hold raised it to), it stayed read-held by nobody once the holds left lapsed, and every
+-- writer waited. No live reader's deadline is past its hold keys' expiry, so none is cut.
+local function keep_for_read_holds(key, prefix)
+  local longest = 0
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    local n = tonumber(redis.call('HGET', key, f))
+    if f ~= 'mode' and n then
+      for i = n, 1, -1 do
+        longest = math.max(longest,
+          redis.call('PTTL', prefix .. ':' .. f .. ':rwlock_timeout:' .. i))
+      end
+    end
+  end
+  if longest > 0 and redis.call('PTTL', key) > longest then
+    redis.call('PEXPIRE', key, longest)
+  end
+  return longest > 0
+end

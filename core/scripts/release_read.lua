@@ -20,30 +20,14 @@ if done then
 end
 -- Whether the key stays held once our hold is out of it: by a writer (ours: the downgrade),
 -- or by a reader with a live hold key. Otherwise (crashed readers' fields alone) it is
--- deleted and "0" published, as Redisson's read unlock does. Read-held, the hash is lowered
--- to its longest hold key left, as Redisson's read unlock does: kept at the expiry our hold
--- raised it to, it stayed read-held with nobody holding it once the holds left ran out (a
--- Redisson reader's shorter lease; every writer waited). No live reader's deadline is past
--- its hold keys' expiry, so none is cut.
+-- deleted and "0" published, as Redisson's read unlock does. Read-held, the hash goes with its
+-- longest hold key left (`keep_for_read_holds`).
 local function held_by_others()
   if redis.call('HLEN', KEYS[1]) > 1 then
     if redis.call('HGET', KEYS[1], 'mode') == 'write' then
       return true
     end
-    local longest = 0
-    for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-      local n = tonumber(redis.call('HGET', KEYS[1], f))
-      if f ~= 'mode' and n then
-        for i = n, 1, -1 do
-          longest = math.max(longest,
-            redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
-        end
-      end
-    end
-    if longest > 0 then
-      if redis.call('PTTL', KEYS[1]) > longest then
-        redis.call('PEXPIRE', KEYS[1], longest)
-      end
+    if keep_for_read_holds(KEYS[1], KEYS[4]) then
       return true
     end
   end

@@ -25,23 +25,9 @@ local function let_go()
   -- field but not its hold keys. Handed to such holds alone, the key stayed read-held with
   -- nobody holding it for the rest of the hash's TTL (the write lease): freed instead, as a read
   -- release that finds no live reader frees it. Handed to live ones, the hash goes with the
-  -- longest of their hold keys, as a read release leaves it (see release_read.lua): with the
-  -- write lease's expiry, it stayed read-held by nobody once a shorter read hold lapsed.
-  local longest = 0
-  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-    local n = tonumber(redis.call('HGET', KEYS[1], f))
-    if f ~= 'mode' and n then
-      for i = n, 1, -1 do
-        longest = math.max(longest,
-          redis.call('PTTL', KEYS[4] .. ':' .. f .. ':rwlock_timeout:' .. i))
-      end
-    end
-  end
-  if longest > 0 then
+  -- longest of their hold keys, as a read release leaves it (`keep_for_read_holds`).
+  if keep_for_read_holds(KEYS[1], KEYS[4]) then
     redis.call('HSET', KEYS[1], 'mode', 'read')
-    if redis.call('PTTL', KEYS[1]) > longest then
-      redis.call('PEXPIRE', KEYS[1], longest)
-    end
   else
     redis.call('DEL', KEYS[1])
   end
