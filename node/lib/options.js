@@ -34,11 +34,12 @@ function show(v) {
   }
   if (typeof v === 'symbol') return v.toString();
   if (v !== null && typeof v === 'object') {
-    // Keys only: the values may hold node URLs with passwords.
+    // Keys only: the values may hold node URLs with passwords (and so may a key: a node list
+    // written as `{ [url]: weight }`).
     const proto = Object.getPrototypeOf(v);
     if (proto !== Object.prototype && proto !== null) return Object.prototype.toString.call(v);
     const keys = Object.keys(v);
-    return keys.length === 0 ? '{}' : `{${keys.slice(0, 5).join(', ')}${keys.length > 5 ? ', ...' : ''}}`;
+    return keys.length === 0 ? '{}' : `{${keys.slice(0, 5).map(redacted).join(', ')}${keys.length > 5 ? ', ...' : ''}}`;
   }
   return String(v);
 }

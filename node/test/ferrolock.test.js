@@ -342,7 +342,8 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
     assert.throws(() => new ferrolock.Lock(...args), { name: 'TypeError', message: /made by LockManager\.acquire/ });
   }
   // The binding's own type errors quote the value with its password hidden, as the core's do.
-  for (const bad of [{ nodes: ['redis://:hunter2@h:1', 5] }, 'redis://:hunter2@h:1', { nodes: ['redis://u:hunter2@h:1', null] }]) {
+  // An object's keys are quoted too (a node list written as an object, `{ [url]: weight }`).
+  for (const bad of [{ nodes: ['redis://:hunter2@h:1', 5] }, 'redis://:hunter2@h:1', { nodes: ['redis://u:hunter2@h:1', null] }, { nodes: { 'redis://:hunter2@h:1': 1 } }]) {
     assert.throws(
       () => new LockManager(bad),
       (e) => e instanceof InvalidArgumentError && !e.message.includes('hunter2') && /\*\*\*/.test(e.message),
