@@ -299,3 +299,40 @@ def test_a_library_thread_keeps_its_python_thread_state_between_calls(node: Redi
     finally:
         logger.removeHandler(handler)
         m.close()
+
+
+_KEPT: list[object] = []
+
+
+def _hold_and_return(url: str, key: str) -> None:
+    # A multiprocessing child whose work ends with a lock still held: one kept referenced
+    # (a global) and one held by a non-daemon thread that still works after the target returned
+    # (it must still be able to acquire: the process has not begun its exit yet).
+    m = LockManager([url], ttl=60)
+    _KEPT.append(m.acquire(key + ":kept"))
+    started = threading.Event()
+
+    def late() -> None:
+        started.set()
+        time.sleep(0.5)
+        _KEPT.append(m.acquire(key + ":late", wait=10))
+
+    threading.Thread(target=late).start()
+    started.wait(10)
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver", "spawn"])
+def test_a_multiprocessing_child_releases_what_it_still_holds_when_it_ends(
+    node: RedisNode, key: str, method: str
+) -> None:
+    # A fork or forkserver child of multiprocessing ends through os._exit after its target,
+    # which skips `atexit`: its locks were left for their ttl (60 s here), while a spawn child,
+    # a whole interpreter, released them. Every start method now runs ferrolock's exit.
+    ctx = multiprocessing.get_context(method)
+    p = ctx.Process(target=_hold_and_return, args=(node.url, key))
+    p.start()
+    p.join(120)
+    assert p.exitcode == 0
+    r = node.client()
+    assert not r.exists(key + ":kept"), f"the {method} child's lock is still held after it ended"
+    assert not r.exists(key + ":late"), f"the {method} child's thread's lock is still held after it ended"

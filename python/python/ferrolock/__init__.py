@@ -19,6 +19,9 @@ import asyncio
 import atexit
 import functools
 import logging
+import os
+import sys
+import threading
 import weakref
 from datetime import timedelta
 from types import TracebackType
@@ -345,3 +348,49 @@ def _at_exit() -> None:
 
 
 atexit.register(_at_exit)
+
+
+# A multiprocessing child started by fork or forkserver ends through os._exit once its target
+# returns: `atexit` does not run there, multiprocessing's finalizers do. Its start clears the
+# finalizers it inherited, then runs the after-fork callbacks, so ferrolock asks for one that
+# registers its exit as the last finalizer of each such child. Asked for at the first fork
+# (or import) that finds multiprocessing loaded; the request is inherited by later children.
+class _MultiprocessingExit:
+    pass
+
+
+_MP_EXIT = _MultiprocessingExit()  # the after-fork registry holds it weakly
+_mp_exit_armed = False
+
+
+def _exit_multiprocessing_child() -> None:
+    # As at interpreter exit, the child's other non-daemon threads end first (its
+    # threading._shutdown would join them only after the finalizers).
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    _at_exit()
+
+
+def _register_multiprocessing_exit(_: object = None) -> None:
+    util = sys.modules["multiprocessing.util"]
+    util.Finalize(None, _exit_multiprocessing_child, exitpriority=-(2**31))
+
+
+def _arm_multiprocessing_exit() -> None:
+    global _mp_exit_armed
+    util = sys.modules.get("multiprocessing.util")
+    if util is None or _mp_exit_armed:
+        return
+    _mp_exit_armed = True
+    util.register_after_fork(_MP_EXIT, _register_multiprocessing_exit)
+    process = sys.modules.get("multiprocessing.process")
+    if process is not None and process.parent_process() is not None:
+        # Imported inside a child already started (the target imports ferrolock).
+        _register_multiprocessing_exit()
+
+
+_arm_multiprocessing_exit()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_arm_multiprocessing_exit)
