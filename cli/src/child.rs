@@ -141,9 +141,7 @@ impl Child {
         if let Some(fd) = self.terminal {
             take_foreground(fd, self.pgid);
         }
-        // SAFETY: raise on ourselves; no handler of ours is installed for these signals, so
-        // their default action (stop) applies, or their inherited disposition.
-        unsafe { libc::raise(sig) };
+        raise_default(sig);
         match self.terminal {
             Some(fd) => {
                 // SAFETY: tcgetpgrp on a descriptor we own.
@@ -165,6 +163,30 @@ impl Child {
             self.terminal = foreground_terminal().and_then(|fd| give_terminal(fd, self.pgid));
             self.had_terminal |= self.terminal.is_some();
         }
+    }
+}
+
+/// Raises `sig` on ourselves with its default action (stop, for the job-control signals),
+/// or its inherited ignore: `supervise` handles SIGTSTP (one sent to us alone goes to the
+/// child's group), and its handler would catch our own stop. The kernel still discards it
+/// where nothing could continue us (an orphaned process group).
+fn raise_default(sig: libc::c_int) {
+    // SAFETY: sigaction reads and restores our own disposition (plain data); raise on
+    // ourselves, delivered to this thread before it returns.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+            || old.sa_sigaction == libc::SIG_IGN
+            || old.sa_sigaction == libc::SIG_DFL
+        {
+            libc::raise(sig);
+            return;
+        }
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &default, std::ptr::null_mut());
+        libc::raise(sig);
+        libc::sigaction(sig, &old, std::ptr::null_mut());
     }
 }
 

@@ -57,7 +57,9 @@ if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lo
 sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
 COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
-the shell gets the terminal back; the lock is not renewed while stopped. `fg` or `bg`
+the shell gets the terminal back; the lock is not renewed while stopped. A SIGTSTP sent to
+ferrolock itself goes to COMMAND's process group, and ferrolock stops once COMMAND has (one
+that ignores it runs on, and ferrolock renews its lock). `fg`, `bg` or a SIGCONT to ferrolock
 continues both; if the lock's validity ended meanwhile (watchdog on, or --max-hold),
 COMMAND gets SIGTERM before it is continued, and ferrolock exits 70. ferrolock releases the
 lock once COMMAND has exited. What COMMAND leaves running in the background when it exits
@@ -839,6 +841,15 @@ async fn supervise(
     let mut sigchld = signal(SignalKind::child()).ok();
     // A shell's `fg` continues the job it brings to the foreground (see `hand_terminal`).
     let mut sigcont = signal(SignalKind::from_raw(libc::SIGCONT)).ok();
+    // `kill -TSTP` sent to us alone (the terminal's Ctrl-Z reaches the child's group): its
+    // default action stopped us and not the child, which ran on with its lock no longer
+    // renewed. It goes to the child's group, and we stop once the child has (see `job_stop`).
+    // Left alone if we were started with it ignored.
+    let mut sigtstp = if ignored(libc::SIGTSTP) {
+        None
+    } else {
+        signal(SignalKind::from_raw(libc::SIGTSTP)).ok()
+    };
     // A run that takes no fence (no --fence, a semaphore) nested in one that did would pass
     // the enclosing lock's fence on, read by COMMAND as its own key's.
     let unset: &[&str] = if lock.fence().is_none() {
@@ -898,6 +909,9 @@ async fn supervise(
                     kill_at = Some(now + grace);
                 }
                 child.signal_group(libc::SIGCONT);
+            }
+            _ = async { sigtstp.as_mut().expect("guarded").recv().await }, if sigtstp.is_some() => {
+                child.signal_group(libc::SIGTSTP);
             }
             _ = async { sigcont.as_mut().expect("guarded").recv().await }, if sigcont.is_some() => {
                 child.hand_terminal();

@@ -2216,3 +2216,59 @@ print(f"rc={rc} zombies={zombies}", flush=True)
     assert!(zombies >= 1, "no zombie was left: {text} {err}");
     assert!(text.contains("rc=70"), "{text} {err}");
 }
+
+/// `kill -TSTP` sent to ferrolock itself (not the terminal's Ctrl-Z, which reaches the
+/// child's group): ferrolock stopped alone, and COMMAND ran on with its lock no longer
+/// renewed. As a shell job, both stop, and a SIGCONT to ferrolock continues both.
+#[test]
+fn sigtstp_sent_to_ferrolock_stops_command_too_and_sigcont_continues_both() {
+    use std::os::unix::process::CommandExt;
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (pidfile, go) = (dir.path().join("pid"), dir.path().join("go"));
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &server.url(),
+        "--ttl",
+        "30s",
+        "tstp",
+        "--",
+    ])
+    .args([
+        "sh",
+        "-c",
+        &format!(
+            "echo $$ > {}; while [ ! -e {} ]; do sleep 0.05; done; exit 7",
+            p(&pidfile),
+            p(&go)
+        ),
+    ])
+    .process_group(0);
+    let mut run = cmd.spawn().expect("spawn");
+    wait_for("the child wrote its pid", || {
+        fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: i32 = fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let me = run.id() as i32;
+    // SAFETY: our own unreaped child.
+    unsafe { libc::kill(me, libc::SIGTSTP) };
+    wait_for("ferrolock stopped", || state(me) == 'T');
+    wait_for("COMMAND stopped with ferrolock", || state(pid) == 'T');
+    // Stopped within the validity: the lock stays.
+    assert!(server.cmd::<Option<String>>(&["GET", "tstp"]).is_some());
+    // SAFETY: as above.
+    unsafe { libc::kill(me, libc::SIGCONT) };
+    wait_for("COMMAND continued with ferrolock", || state(pid) != 'T');
+    fs::write(&go, "").unwrap();
+    assert_eq!(wait(&mut run).code(), Some(7));
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "tstp"]).is_none(),
+        "not released"
+    );
+}
