@@ -1886,6 +1886,25 @@ fn on_a_terminal(shell: &str, job: &Path) -> std::process::Child {
         .expect("`script` (util-linux) runs this test on a pseudo-terminal: install it")
 }
 
+/// Types `keys` at the terminal of `script` (from `on_a_terminal`): a ^C (`\x03`) is the
+/// terminal's SIGINT to its foreground group, a ^Z (`\x1a`) its SIGTSTP.
+fn type_at(script: &mut Child, keys: &[u8]) {
+    use std::io::Write;
+    let stdin = script.stdin.as_mut().expect("the terminal's input");
+    stdin.write_all(keys).unwrap();
+    stdin.flush().unwrap();
+}
+
+/// Waits for `script` (from `on_a_terminal`) to end, then closes its terminal's input and
+/// returns its status and what it wrote.
+fn finish(script: &mut Child) -> (std::process::ExitStatus, String) {
+    let status = wait(script);
+    drop(script.stdin.take());
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    (status, out)
+}
+
 /// Ctrl-C at a terminal: the child had the terminal, so only its group got the SIGINT; once
 /// the lock is released, ferrolock sends SIGINT to the group it was started in, as the
 /// terminal would have without it (so a shell script's loop stops). A real terminal: `script`
@@ -1893,7 +1912,6 @@ fn on_a_terminal(shell: &str, job: &Path) -> std::process::Child {
 /// terminal's SIGINT; the shell, in ferrolock's group, records the SIGINT it gets with a trap.
 #[test]
 fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
-    use std::io::Write;
     let server = RedisServer::start();
     let dir = tmp();
     let started = dir.path().join("started");
@@ -1909,13 +1927,8 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
     fs::write(dir.path().join("job.sh"), inner).unwrap();
     let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
     wait_for("the child started", || started.exists());
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"\x03").unwrap();
-    stdin.flush().unwrap();
-    let status = wait(&mut script);
-    drop(stdin);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    type_at(&mut script, b"\x03");
+    let (status, out) = finish(&mut script);
     assert!(status.success(), "{out}");
     assert!(
         out.contains("the-group-got-sigint") && out.contains("ferrolock-status=130"),
@@ -1935,7 +1948,6 @@ fn ctrl_c_that_kills_the_command_reaches_the_group_that_started_ferrolock() {
 /// one, so the script stops (status 130 either way). A real terminal, as in the test above.
 #[test]
 fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
-    use std::io::Write;
     let server = RedisServer::start();
     server.cmd::<String>(&["SET", "busy", "someone-else", "PX", "120000"]);
     let dir = tmp();
@@ -1956,13 +1968,8 @@ fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
             .lines()
             .any(|c| !c.contains(" cmd=client|list ") && !c.contains(" cmd=set "))
     });
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"\x03").unwrap();
-    stdin.flush().unwrap();
-    wait(&mut script);
-    drop(stdin);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    type_at(&mut script, b"\x03");
+    let (_, out) = finish(&mut script);
     assert!(
         out.contains("interrupted by SIGINT while waiting"),
         "the Ctrl-C never reached ferrolock: {out}"
@@ -1985,7 +1992,6 @@ fn ctrl_c_while_waiting_for_the_lock_stops_the_script_that_runs_ferrolock() {
 /// the terminal's foreground with COMMAND), and the Ctrl-C did nothing.
 #[test]
 fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
-    use std::io::Write;
     let server = RedisServer::start();
     let dir = tmp();
     let started = dir.path().join("started");
@@ -2014,13 +2020,8 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
         let f = stat_fields(&ferrolock);
         f.len() > 5 && (f[2] == f[5] || f[5] == child.trim())
     });
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"\x03").unwrap();
-    stdin.flush().unwrap();
-    wait(&mut script);
-    drop(stdin);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    type_at(&mut script, b"\x03");
+    let (_, out) = finish(&mut script);
     assert!(
         out.contains("command-got-sigint") && out.contains("ferrolock-status=7"),
         "the Ctrl-C never reached COMMAND: {out}"
@@ -2037,7 +2038,6 @@ fn ctrl_c_after_fg_reaches_a_command_that_has_no_terminal() {
 /// terminal failed (or stopped it), and a Ctrl-C reached the background job, not the script.
 #[test]
 fn a_run_started_with_ampersand_in_a_script_leaves_the_terminal_to_the_script() {
-    use std::io::Write;
     let server = RedisServer::start();
     let dir = tmp();
     let started = dir.path().join("started");
@@ -2059,13 +2059,8 @@ fn a_run_started_with_ampersand_in_a_script_leaves_the_terminal_to_the_script() 
     fs::write(dir.path().join("job.sh"), job).unwrap();
     let mut script = on_a_terminal("sh", &dir.path().join("job.sh"));
     wait_for("the script reading the terminal", || reading.exists());
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"hello\n").unwrap();
-    stdin.flush().unwrap();
-    wait(&mut script);
-    drop(stdin);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    type_at(&mut script, b"hello\n");
+    let (_, out) = finish(&mut script);
     assert!(
         out.contains("read=hello"),
         "the script could not read its terminal: {out}"
@@ -2094,7 +2089,6 @@ fn stat_fields(pid: &str) -> Vec<String> {
 /// lock, past its validity, beside the next holder.
 #[test]
 fn fg_hands_command_the_terminal_so_ctrl_z_stops_it_with_ferrolock() {
-    use std::io::Write;
     let server = RedisServer::start();
     let dir = tmp();
     let started = dir.path().join("started");
@@ -2124,9 +2118,7 @@ fn fg_hands_command_the_terminal_so_ctrl_z_stops_it_with_ferrolock() {
         let f = stat_fields(&child());
         f.len() > 5 && f[2] == f[5]
     });
-    let mut stdin = script.stdin.take().unwrap();
-    stdin.write_all(b"\x1a").unwrap();
-    stdin.flush().unwrap();
+    type_at(&mut script, b"\x1a");
     let ferrolock = fs::read_to_string(&pid).unwrap();
     wait_for("COMMAND and ferrolock stopped by Ctrl-Z", || {
         [child(), ferrolock.clone()]
@@ -2143,12 +2135,8 @@ fn fg_hands_command_the_terminal_so_ctrl_z_stops_it_with_ferrolock() {
         let f = stat_fields(&child());
         f.len() > 5 && f[0] != "T" && f[2] == f[5]
     });
-    stdin.write_all(b"\x03").unwrap();
-    stdin.flush().unwrap();
-    wait(&mut script);
-    drop(stdin);
-    let mut out = String::new();
-    std::io::Read::read_to_string(&mut script.stdout.take().unwrap(), &mut out).unwrap();
+    type_at(&mut script, b"\x03");
+    let (_, out) = finish(&mut script);
     assert!(
         out.contains("command-got-sigint") && out.contains("ferrolock-status=7"),
         "{out}"
