@@ -55,7 +55,9 @@ not as `ferrolock run ... &` in a script, started with SIGINT ignored, whose ter
 script's), COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly;
 if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock and then
 sends SIGINT to its own process group, as the terminal would have without it (a
-shell script running ferrolock in a loop stops; its status is 130 either way). Ctrl-Z (or
+shell script running ferrolock in a loop stops; its status is 130 either way); when that
+SIGINT was one sent to ferrolock and forwarded, ferrolock ends of it alone (the script goes on,
+as after a `kill -INT` of COMMAND). Ctrl-Z (or
 COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
 the shell gets the terminal back; the lock is not renewed while stopped. A SIGTSTP sent to
 ferrolock itself goes to COMMAND's process group, and ferrolock stops once COMMAND has (one
@@ -388,7 +390,8 @@ pub fn main(mut args: RunArgs) -> u8 {
             libc::kill(0, libc::SIGINT);
         }
     }
-    if DIE_OF_SIGINT.load(std::sync::atomic::Ordering::SeqCst) {
+    // As above: a 70 (the lock lost) stays a 70.
+    if DIE_OF_SIGINT.load(std::sync::atomic::Ordering::SeqCst) && code == 128 + libc::SIGINT as u8 {
         // The group has had the terminal's SIGINT already: only we end by it (status 130 to
         // a shell all the same), so that the script that runs us stops as it would for any
         // other command.
@@ -881,12 +884,18 @@ async fn supervise(
             .unwrap_or_else(|| lock.deadline().saturating_duration_since(now))
     };
     let mut warned = false;
+    // A SIGINT sent to us, passed on: the child may die of it with the terminal in hand,
+    // and none has reached the group that started us (see below).
+    let mut forwarded_sigint = false;
     let mut loss: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let status = loop {
         tokio::select! {
             status = child.process.wait() => break status,
-            sig = signals.next() => forward(sig, &child),
+            sig = signals.next() => {
+                forwarded_sigint |= sig == libc::SIGINT;
+                forward(sig, &child);
+            }
             _ = async { sigchld.as_mut().expect("guarded").recv().await }, if sigchld.is_some() => {
                 let Some(sig) = child.job_stop() else { continue };
                 // Ctrl-Z (or a read of the terminal from the background) stopped the child:
@@ -965,10 +974,19 @@ async fn supervise(
         && let Ok(status) = &status
         && std::os::unix::process::ExitStatusExt::signal(status) == Some(libc::SIGINT)
     {
-        // A Ctrl-C at the terminal reached only the child's group, which had the foreground.
-        // Without us it would have reached the group that started us too (a shell script's
-        // loop stops on it): `main` passes it on there once the lock is released.
-        PASS_ON_SIGINT.store(true, std::sync::atomic::Ordering::SeqCst);
+        if forwarded_sigint {
+            // A SIGINT sent to us (`kill -INT`; or the terminal's, if our group had the
+            // foreground, which the group that started us got as well): we end of it alone,
+            // as the child did. Passed on to our group, it ended the script that ran us (and
+            // its pipeline), which a `kill -INT` of the child itself leaves going on.
+            DIE_OF_SIGINT.store(true, std::sync::atomic::Ordering::SeqCst);
+        } else {
+            // A Ctrl-C at the terminal reached only the child's group, which had the
+            // foreground. Without us it would have reached the group that started us too (a
+            // shell script's loop stops on it): `main` passes it on there once the lock is
+            // released.
+            PASS_ON_SIGINT.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
     }
     match status {
         Ok(status) => exit_code(status),
@@ -982,7 +1000,8 @@ async fn supervise(
 /// Set when the child died of a SIGINT while it had the terminal (see `supervise`).
 static PASS_ON_SIGINT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-/// Set when a SIGINT from the terminal ended the wait for the lock (see `run`).
+/// Set when a SIGINT from the terminal ended the wait for the lock (see `run`), or one sent
+/// to us killed the child (see `supervise`).
 static DIE_OF_SIGINT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// After a loss, once the child has exited: what it started in its process group got the

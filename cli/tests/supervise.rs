@@ -2260,3 +2260,40 @@ fn sigtstp_sent_to_ferrolock_stops_command_too_and_sigcont_continues_both() {
         "not released"
     );
 }
+
+/// A SIGINT sent to ferrolock alone (`kill -INT`, not the terminal's Ctrl-C) while COMMAND
+/// has the terminal: it is forwarded and COMMAND dies of it, but no SIGINT reached the group
+/// that started ferrolock. ferrolock sent it one all the same, as for a Ctrl-C, and the
+/// script that ran it (and the rest of its pipeline) died, where a `kill -INT` of COMMAND
+/// itself leaves the script going on.
+#[test]
+fn a_sigint_sent_to_ferrolock_alone_does_not_reach_the_script_that_runs_it() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let started = dir.path().join("started");
+    let job = format!(
+        // As above: COMMAND says it started once its group has the terminal.
+        "{} run --nodes {} kill-int -- sh -c 'until set -- $(cat /proc/$$/stat) && [ $5 = $8 ]; do sleep 0.01; done; echo $$ > {}; exec sleep 20'; echo ferrolock-status=$?; echo the-script-went-on",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started)
+    );
+    fs::write(dir.path().join("job.sh"), job).unwrap();
+    let mut script = on_a_terminal("bash", &dir.path().join("job.sh"));
+    wait_for("COMMAND started with the terminal", || {
+        fs::read_to_string(&started).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let command = fs::read_to_string(&started).unwrap();
+    let ferrolock: i32 = stat_fields(&command)[1].parse().unwrap();
+    // SAFETY: plain syscall; ferrolock is COMMAND's parent, alive while COMMAND runs.
+    unsafe { libc::kill(ferrolock, libc::SIGINT) };
+    let (_, out) = finish(&mut script);
+    assert!(
+        out.contains("ferrolock-status=130") && out.contains("the-script-went-on"),
+        "the script did not go on after a SIGINT sent to ferrolock alone: {out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "kill-int"]).is_none(),
+        "not released"
+    );
+}
