@@ -137,9 +137,18 @@ impl Child {
     /// again if we are in its foreground; the caller then continues the child. Where nothing
     /// can continue us (an orphaned process group, the signal ignored), the stop does not
     /// happen and this returns at once.
-    pub fn stop_with_child(&mut self, sig: libc::c_int) {
+    ///
+    /// With `from_terminal` (a Ctrl-Z, as far as we can tell: a SIGTSTP we did not forward)
+    /// and the child holding the terminal, the terminal's SIGTSTP reached the child's group
+    /// alone: it is passed on to our own group first, which it would have reached without us.
+    /// The shell script that runs us then stops too, and its shell sees the job stopped and
+    /// takes the terminal back (it waited for the script, which waited for us, for good).
+    pub fn stop_with_child(&mut self, sig: libc::c_int, from_terminal: bool) {
         if let Some(fd) = self.terminal {
             take_foreground(fd, self.pgid);
+            if from_terminal && sig == libc::SIGTSTP {
+                pass_to_our_group(sig);
+            }
         }
         raise_default(sig);
         match self.terminal {
@@ -186,6 +195,27 @@ fn raise_default(sig: libc::c_int) {
         default.sa_sigaction = libc::SIG_DFL;
         libc::sigaction(sig, &default, std::ptr::null_mut());
         libc::raise(sig);
+        libc::sigaction(sig, &old, std::ptr::null_mut());
+    }
+}
+
+/// Sends `sig` to the rest of our process group, ourselves left out (the signal ignored here
+/// meanwhile: an ignored signal is discarded when sent). Not when we were started with it
+/// ignored, nor when we are alone in the group.
+fn pass_to_our_group(sig: libc::c_int) {
+    // SAFETY: sigaction reads and restores our own disposition (plain data); kill on our
+    // own group.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+            || old.sa_sigaction == libc::SIG_IGN
+        {
+            return;
+        }
+        let mut ignore: libc::sigaction = std::mem::zeroed();
+        ignore.sa_sigaction = libc::SIG_IGN;
+        libc::sigaction(sig, &ignore, std::ptr::null_mut());
+        libc::kill(0, sig);
         libc::sigaction(sig, &old, std::ptr::null_mut());
     }
 }

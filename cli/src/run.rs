@@ -58,8 +58,9 @@ sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way); when that
 SIGINT was one sent to ferrolock and forwarded, ferrolock ends of it alone (the script goes on,
 as after a `kill -INT` of COMMAND). Ctrl-Z (or
-COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, so
-the shell gets the terminal back; the lock is not renewed while stopped. A SIGTSTP sent to
+COMMAND reading the terminal from the background) stops COMMAND and ferrolock with it, and
+after a Ctrl-Z the group that started ferrolock too (a shell script running it), so the
+shell gets the terminal back; the lock is not renewed while stopped. A SIGTSTP sent to
 ferrolock itself goes to COMMAND's process group, and ferrolock stops once COMMAND has (one
 that ignores it runs on, and ferrolock renews its lock). `fg`, `bg` or a SIGCONT to ferrolock
 continues both; if the lock's validity ended meanwhile (watchdog on, or --max-hold),
@@ -887,6 +888,8 @@ async fn supervise(
     // A SIGINT sent to us, passed on: the child may die of it with the terminal in hand,
     // and none has reached the group that started us (see below).
     let mut forwarded_sigint = false;
+    // Likewise a SIGTSTP sent to us, and passed on, until the child's stop is seen.
+    let mut forwarded_sigtstp = false;
     let mut loss: Option<String> = None;
     let mut kill_at: Option<Instant> = None;
     let status = loop {
@@ -901,7 +904,8 @@ async fn supervise(
                 // Ctrl-Z (or a read of the terminal from the background) stopped the child:
                 // we stop too, so that our shell gets its terminal and job control back. The
                 // lock is not renewed while we are stopped.
-                child.stop_with_child(sig);
+                // One we forwarded was sent to us alone: it stops no one else.
+                child.stop_with_child(sig, !std::mem::take(&mut forwarded_sigtstp));
                 if watched && loss.is_none() && Instant::now() >= lock.deadline() {
                     // Stopped past the validity: the child must not run on without the lock.
                     let now = Instant::now();
@@ -920,6 +924,7 @@ async fn supervise(
                 child.signal_group(libc::SIGCONT);
             }
             _ = async { sigtstp.as_mut().expect("guarded").recv().await }, if sigtstp.is_some() => {
+                forwarded_sigtstp = true;
                 child.signal_group(libc::SIGTSTP);
             }
             _ = async { sigcont.as_mut().expect("guarded").recv().await }, if sigcont.is_some() => {

@@ -2297,3 +2297,60 @@ fn a_sigint_sent_to_ferrolock_alone_does_not_reach_the_script_that_runs_it() {
         "not released"
     );
 }
+
+/// Ctrl-Z while a shell script run as a job (`sh job.sh` from a shell with job control) runs
+/// ferrolock: the terminal's SIGTSTP reached COMMAND's group alone, which has the terminal;
+/// ferrolock stopped with it, but the script did not, so its shell never saw the job stopped
+/// and never got the terminal back (without ferrolock the whole job stops). As for a Ctrl-C,
+/// ferrolock passes the stop on to the group that started it.
+#[test]
+fn ctrl_z_in_a_script_that_runs_ferrolock_stops_the_script_too() {
+    let server = RedisServer::start();
+    let dir = tmp();
+    let (started, back, go) = (
+        dir.path().join("started"),
+        dir.path().join("back"),
+        dir.path().join("go"),
+    );
+    let inner = format!(
+        // As above: COMMAND says it started once its group has the terminal.
+        "{} run --nodes {} script-z -- sh -c 'until set -- $(cat /proc/$$/stat) && [ $5 = $8 ]; do sleep 0.01; done; touch {}; until [ -e {} ]; do sleep 0.05; done; exit 5'\n\
+         echo ferrolock-status=$?\n",
+        env!("CARGO_BIN_EXE_ferrolock"),
+        server.url(),
+        p(&started),
+        p(&go),
+    );
+    fs::write(dir.path().join("inner.sh"), inner).unwrap();
+    let outer = format!(
+        "set -m\n\
+         sh {}\n\
+         touch {}\n\
+         fg %1 >/dev/null\n\
+         echo job-status=$?\n",
+        p(&dir.path().join("inner.sh")),
+        p(&back),
+    );
+    fs::write(dir.path().join("outer.sh"), outer).unwrap();
+    let mut script = on_a_terminal("sh", &dir.path().join("outer.sh"));
+    wait_for("COMMAND started with the terminal", || started.exists());
+    type_at(&mut script, b"\x1a");
+    wait_for("the shell got the job back as stopped after Ctrl-Z", || {
+        back.exists()
+    });
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "script-z"]).is_some(),
+        "released while COMMAND was stopped"
+    );
+    // The shell's `fg` continues the script, ferrolock and COMMAND.
+    fs::write(&go, "").unwrap();
+    let (_, out) = finish(&mut script);
+    assert!(
+        out.contains("ferrolock-status=5") && out.contains("job-status=0"),
+        "{out}"
+    );
+    assert!(
+        server.cmd::<Option<String>>(&["GET", "script-z"]).is_none(),
+        "not released"
+    );
+}
