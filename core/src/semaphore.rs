@@ -217,11 +217,18 @@ async fn acquire_loop(
             _ => 0,
         };
         let now = Instant::now();
-        if give_up_at.is_some_and(|end| now >= end)
-            || unreachable_streak >= crate::acquire::UNREACHABLE_ATTEMPTS
-        {
-            // Worded as a lock's give-up is.
-            let waited = crate::acquire::give_up::waited(opts.wait);
+        let out_of_time = give_up_at.is_some_and(|end| now >= end);
+        if out_of_time || unreachable_streak >= crate::acquire::UNREACHABLE_ATTEMPTS {
+            // Worded as a lock's give-up is. Given up on the unanswered attempts before the
+            // wait ended, it says so (it said "within wait=600s" a second after the call).
+            let waited = if out_of_time || opts.wait.is_none_or(|w| w.is_zero()) {
+                crate::acquire::give_up::waited(opts.wait)
+            } else {
+                format!(
+                    "after {} attempts in a row",
+                    crate::acquire::UNREACHABLE_ATTEMPTS
+                )
+            };
             let what = format!(
                 "semaphore {name:?}: {} permit(s) not acquired {waited}",
                 opts.permits.map_or(1, |p| p.count),

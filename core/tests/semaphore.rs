@@ -330,6 +330,32 @@ async fn an_unbounded_wait_on_a_dead_node_fails_fast_as_a_locks_does() {
     assert!(!e.message().contains("hunter2"), "{e}");
 }
 
+/// An acquire given a long wait that the node does not answer ends after three attempts in a
+/// row, long before its wait: the error must not claim that the whole wait went by (it said
+/// "not acquired within wait=600s" about a second after the call).
+#[tokio::test]
+async fn an_unanswered_acquire_given_up_before_its_wait_does_not_claim_the_wait() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    server.kill();
+    let m = manager(&[url], opts());
+    let e = tokio::time::timeout(
+        Duration::from_secs(60),
+        m.semaphore_with(
+            "sem:dead-long-wait",
+            2,
+            1,
+            &opts().wait(Some(Duration::from_secs(600))),
+        ),
+    )
+    .await
+    .expect("the acquire on a dead node waited out its wait")
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::QuorumUnreachable, "{e}");
+    assert!(!e.message().contains("within wait="), "{e}");
+    assert!(e.message().contains("after 3 attempts in a row"), "{e}");
+}
+
 /// A name held as a plain lock is held by someone else: a semaphore waits for it, never
 /// takes it over (the lock's holder would lose it unheard).
 #[tokio::test]
