@@ -260,7 +260,15 @@ async fn acquire_loop(
                     ErrorKind::NotAcquired,
                     format!("{what}: the name is held as a lock, not a semaphore"),
                 ),
-                None => Error::new(ErrorKind::NotAcquired, format!("{what}: the pool is taken")),
+                // The script's refusal does not say whether the permits were held or free
+                // but promised to a queued waiter: both, as a lock's refusal words it.
+                None => Error::new(
+                    ErrorKind::NotAcquired,
+                    format!(
+                        "{what}: the pool is taken (or its free permits are promised to \
+                         earlier waiters in the queue)"
+                    ),
+                ),
             });
         }
         if ticket.is_none() {

@@ -98,7 +98,8 @@ async fn a_count_above_one_takes_and_returns_that_many() {
     // Worded as a lock's try is.
     assert_eq!(
         refused.message(),
-        "semaphore \"sem:count\": 2 permit(s) not acquired on the first try (wait=0): the pool is taken"
+        "semaphore \"sem:count\": 2 permit(s) not acquired on the first try (wait=0): the pool is \
+         taken (or its free permits are promised to earlier waiters in the queue)"
     );
     let one = m.semaphore(name, 3).await.unwrap();
     assert_eq!(available(&server, name), 0);
@@ -644,6 +645,13 @@ async fn waiters_are_granted_in_queue_order_and_a_first_try_waits_its_turn() {
         .await
         .expect_err("a first try took the permit ahead of three queued waiters");
     assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    // The permit is free, promised to the waiters: the error says so, as a lock's does (it
+    // said only "the pool is taken", while `ferrolock inspect` showed 1 of 1 free).
+    assert!(
+        err.message()
+            .contains("promised to earlier waiters in the queue"),
+        "{err}"
+    );
     let _: i64 = server.cmd(&["PUBLISH", &format!("redisson_sc:{{{name}}}"), "1"]);
     for w in waiters {
         tokio::time::timeout(Duration::from_secs(60), w)
