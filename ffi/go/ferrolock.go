@@ -344,24 +344,23 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		return nil, err
 	}
 	owner := m.owner(ctx, k, opts)
-	fast := owner == C.FERROLOCK_NO_OWNER
+	triedHere := false
 	tryStatus := C.int(C.FERROLOCK_ERR_NOT_ACQUIRED)
-	if fast {
+	if owner == C.FERROLOCK_NO_OWNER {
+		// Without a free slot even a TryAcquire does not make its blocking try here: its one
+		// try (Wait(0)) goes through the completion-based path below, holding no OS thread.
 		select {
 		case blockingCalls <- struct{}{}:
-			tryStatus = try()
+			tryStatus, triedHere = try(), true
 			<-blockingCalls
 		default:
-			if triesOnce(opts) { // what the caller asked for (TryAcquire): one try anyway
-				tryStatus = try()
-			}
 		}
 	}
 	// A try that found a quorum unreachable (a connection that timed out while this thread
 	// opened its own, under load) goes on to wait as well: the core's wait retries it and
 	// gives up after its own streak of unreachable attempts, as every other binding does.
 	waits := tryStatus == C.FERROLOCK_ERR_NOT_ACQUIRED || tryStatus == C.FERROLOCK_ERR_QUORUM_UNREACHABLE
-	if fast && (!waits || triesOnce(opts)) {
+	if triedHere && (!waits || triesOnce(opts)) {
 		C.free(unsafe.Pointer(ckey))
 		if o != nil {
 			C.ferrolock_options_free(o)

@@ -55,6 +55,9 @@ func TestMain(m *testing.M) {
 	if port := os.Getenv("FERROLOCK_GO_BURST"); port != "" {
 		os.Exit(burstChild(port))
 	}
+	if os.Getenv("FERROLOCK_GO_TRY_BURST") != "" {
+		os.Exit(tryBurstChild())
+	}
 	ports, pids = ints("FERROLOCK_TEST_PORTS"), ints("FERROLOCK_TEST_PIDS")
 	if len(ports) == 0 {
 		fmt.Fprintln(os.Stderr, "run through ffi/tests/with-redis.sh (FERROLOCK_TEST_PORTS is not set)")
@@ -1728,6 +1731,80 @@ func TestBurstLeavesNeitherConnectionsNorThreads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("burst child: %v", err)
 	}
+}
+
+// A burst of TryAcquire pins no more OS threads than a burst of Acquire: at most 4 per CPU are
+// in a blocking first try (each with its own connection per node), the others try once
+// through the completion-based path. TryAcquire used to make its blocking try whatever the
+// bound, so 400 goroutines trying while a node was slow made 400 threads.
+func TestABurstOfTryAcquirePinsFewThreads(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "FERROLOCK_GO_TRY_BURST=1")
+	out, err := cmd.CombinedOutput()
+	t.Log(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("try burst child: %v", err)
+	}
+}
+
+// tryBurstChild runs 400 TryAcquires at once while the first node is paused (each try waits
+// for it), counts the threads that are not the library's meanwhile, then resumes the node.
+func tryBurstChild() int {
+	ports, pids := ints("FERROLOCK_TEST_PORTS"), ints("FERROLOCK_TEST_PIDS")
+	m, err := ferrolock.NewManager(ferrolock.RestartGuard(0), ferrolock.Nodes(fmt.Sprintf("redis://127.0.0.1:%d", ports[0])),
+		ferrolock.NodeTimeout(5*time.Second), ferrolock.TTL(time.Minute))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	defer m.Close()
+	goThreads := func() int { return osThreads() - libraryThreads() }
+	before := goThreads()
+	syscall.Kill(pids[0], syscall.SIGSTOP)
+	resumed := false
+	resume := func() {
+		if !resumed {
+			syscall.Kill(pids[0], syscall.SIGCONT)
+			resumed = true
+		}
+	}
+	defer resume()
+	const n = 400
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	var finished atomic.Int64
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer finished.Add(1)
+			l, err := m.TryAcquire(context.Background(), fmt.Sprintf("go-try-burst:%d", i))
+			switch {
+			case err == nil:
+				err = l.Release()
+			case errors.Is(err, ferrolock.ErrQuorumUnreachable):
+				err = nil
+			}
+			if err != nil {
+				bad.Add(1)
+				fmt.Println(err)
+			}
+		}(i)
+	}
+	// While the node is paused (the tries wait up to their node timeout of 5 s), for 3 s.
+	peak := 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end) && finished.Load() == 0; {
+		peak = max(peak, goThreads())
+		time.Sleep(10 * time.Millisecond)
+	}
+	resume()
+	wg.Wait()
+	limit := before + 4*runtime.NumCPU() + 32
+	fmt.Printf("threads (not the library's): %d before, %d at most while %d TryAcquires waited on a paused node (limit %d)\n", before, peak, n, limit)
+	if bad.Load() > 0 || peak > limit {
+		return 1
+	}
+	return 0
 }
 
 // A Manager dropped without Close is closed when collected, as Python's and Node's managers
