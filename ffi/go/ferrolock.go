@@ -581,17 +581,19 @@ type lossState struct {
 
 func (s *lossState) signal(err error) {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.lost {
-		s.mu.Unlock()
+		// Returns once the first signal is done: whoever sees the loss then sees all of it.
 		return
 	}
 	s.lost, s.err = true, err
-	close(s.ch)
-	notify := s.notify
-	s.mu.Unlock()
-	if notify != nil {
-		notify(err)
+	// WithLock's ctx is cancelled before Lost() closes (a context's cancel runs no caller
+	// code: its AfterFuncs start goroutines), so that fn never sees Lost() closed, or Err
+	// saying lost, with its ctx not yet cancelled.
+	if s.notify != nil {
+		s.notify(err)
 	}
+	close(s.ch)
 }
 
 // onLoss makes a later loss call f (at once if the lock is already lost); nil stops that. A
@@ -713,7 +715,7 @@ func (l *Lock) Validity() time.Duration {
 }
 
 // Lost is closed when the lock is lost (before its validity ends, while the process runs),
-// at the latest when an Extend returns ErrLockLost. A nil Lock's is closed: a goroutine
+// at the latest when an Extend or Err returns ErrLockLost. A nil Lock's is closed: a goroutine
 // guarding its work with it stops rather than waits forever on a lock never held.
 func (l *Lock) Lost() <-chan struct{} {
 	if l == nil {
@@ -744,7 +746,13 @@ func (l *Lock) Err() error {
 		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
 	}
 	var cerr *C.ferrolock_error
-	return take(C.ferrolock_lock_check(l.p, &cerr), cerr)
+	err := take(C.ferrolock_lock_check(l.p, &cerr), cerr)
+	if errors.Is(err, ErrLockLost) {
+		// As after Extend: Lost() and a WithLock's ctx say so once Err does, not only once
+		// the core's loss callback reaches this package a moment later.
+		l.loss.signal(err)
+	}
+	return err
 }
 
 // Extend renews the lock on a quorum for its lease (or ttl, if given, the new lease) and

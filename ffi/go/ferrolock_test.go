@@ -1500,6 +1500,47 @@ func TestCallerCtxCancelledWhileFnRunsReleasesAfterFn(t *testing.T) {
 	}
 }
 
+// Once Err says ErrLockLost, Lost() is closed and a WithLock's ctx cancelled with that loss, as
+// after an Extend that says so: Err used to read the core's status while the loss callback
+// was still on its way, so fn saw the loss from Err with its ctx not yet cancelled (in most
+// rounds).
+func TestErrSayingLostMeansLostIsClosed(t *testing.T) {
+	m := manager(t, ferrolock.TTL(300*time.Millisecond), ferrolock.NodeTimeout(20*time.Millisecond))
+	inconsistent := errors.New("inconsistent")
+	for round := 0; round < 30; round++ {
+		k := key("err-lost")
+		err := m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+			for _, port := range ports {
+				if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "DEL", k).CombinedOutput(); err != nil {
+					return fmt.Errorf("%w: DEL: %v %s", inconsistent, err, out)
+				}
+			}
+			for end := time.Now().Add(30 * time.Second); time.Now().Before(end); {
+				err := l.Err()
+				if err == nil {
+					continue
+				}
+				if !errors.Is(err, ferrolock.ErrLockLost) {
+					return fmt.Errorf("%w: Err: %v, want nil or ErrLockLost", inconsistent, err)
+				}
+				select {
+				case <-l.Lost():
+				default:
+					return fmt.Errorf("%w: Err says %v, but Lost() is not closed", inconsistent, err)
+				}
+				if cause := context.Cause(ctx); !errors.Is(cause, ferrolock.ErrLockLost) {
+					return fmt.Errorf("%w: Err says %v, but fn's ctx is not cancelled with the loss (cause %v)", inconsistent, err, cause)
+				}
+				return nil
+			}
+			return fmt.Errorf("%w: the deleted key was never seen lost", inconsistent)
+		})
+		if errors.Is(err, inconsistent) || !errors.Is(err, ferrolock.ErrLockLost) {
+			t.Fatalf("round %d: %v", round, err)
+		}
+	}
+}
+
 // From the goroutine that saw Lost() fire (the key deleted under it), the lock's and its
 // manager's calls return, and leave no key: Extend says lost, Release gives back what is
 // left, an acquire of another key is granted, Close closes.
