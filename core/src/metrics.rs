@@ -143,8 +143,17 @@ pub(crate) struct Counting {
 }
 
 impl Counting {
-    pub fn ended<T>(mut self, result: &crate::error::Result<T>) {
+    /// Counts the acquire's outcome, except what a binding's first try
+    /// (`LockOptions::first_try`) goes on to wait after (a refusal, a quorum unreachable): the
+    /// wait that follows it is the acquire, counted then.
+    pub fn ended<T>(mut self, result: &crate::error::Result<T>, first_try: bool) {
+        use crate::error::ErrorKind::{NotAcquired, QuorumUnreachable};
         self.ended = true;
+        let waits_after =
+            matches!(result, Err(e) if matches!(e.kind(), NotAcquired | QuorumUnreachable));
+        if first_try && waits_after {
+            return;
+        }
         self.stats.acquired(self.started.elapsed(), result);
     }
 }

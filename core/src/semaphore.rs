@@ -47,7 +47,7 @@ pub(crate) async fn acquire(
     let stats = crate::metrics::stats(name, crate::acquire::Kind::Permits.metric_label());
     let counting = stats.counting();
     let result = acquire_loop(shared, name, &opts, &stats).await;
-    counting.ended(&result);
+    counting.ended(&result, opts.first_try);
     result
 }
 

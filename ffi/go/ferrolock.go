@@ -33,8 +33,13 @@ static int go_acquire_start(const ferrolock_manager *m, const char *key, int sid
 		return ferrolock_manager_semaphore_acquire_start(m, key, permits, count, o, go_done, (void *)handle, out, err);
 	return ferrolock_manager_rw_acquire_start(m, key, side, o, owner, go_done, (void *)handle, out, err);
 }
+// first: a try ahead of the wait (Acquire's), whose refusal the metrics do not count as a
+// failed acquire (the wait is the acquire); else the caller's one try (TryAcquire's).
 static int go_try_acquire(const ferrolock_manager *m, const char *key, int side, uint32_t permits,
-		uint32_t count, const ferrolock_options *o, ferrolock_lock **out, ferrolock_error **err) {
+		uint32_t count, const ferrolock_options *o, int first, ferrolock_lock **out, ferrolock_error **err) {
+	if (first)
+		return ferrolock_manager_first_try(m, key, side == GO_SIDE_PERMITS ? FERROLOCK_SEMAPHORE : side,
+			permits, count, o, out, err);
 	if (side == 0) return ferrolock_manager_try_acquire(m, key, o, out, err);
 	if (side == GO_SIDE_PERMITS) return ferrolock_manager_semaphore_try_acquire(m, key, permits, count, o, out, err);
 	return ferrolock_manager_rw_try_acquire(m, key, side, o, out, err);
@@ -332,7 +337,11 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		if m.p == nil {
 			return -2
 		}
-		return C.go_try_acquire(m.p, ckey, k.side, k.permits, k.count, o, &tried, &tryErr)
+		first := C.int(0)
+		if !triesOnce(opts) {
+			first = 1
+		}
+		return C.go_try_acquire(m.p, ckey, k.side, k.permits, k.count, o, first, &tried, &tryErr)
 	}
 	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
 	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).

@@ -1994,3 +1994,61 @@ func burstChild(portText string) int {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A contended Acquire that is granted counts one grant and no failure: its first try on the
+// caller's thread, refused while the key was held elsewhere, used to count as a NOT_ACQUIRED
+// failure of its own beside the wait's grant (and a ctx that ended the wait, as NOT_ACQUIRED
+// and CANCELLED both). A TryAcquire refused still counts its failure.
+func TestAContendedAcquireCountsOneGrantAndNoFailure(t *testing.T) {
+	prefix := fmt.Sprintf("go-metrics-contended-%d", os.Getpid())
+	ctx := context.Background()
+	m, other := manager(t), manager(t)
+	for i, k := range []string{prefix + ":lock", prefix + ":rw"} {
+		acquire, hold := m.Acquire, other.Acquire
+		if i == 1 {
+			acquire, hold = m.AcquireWrite, other.AcquireRead
+		}
+		held, err := hold(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			l, err := acquire(ctx, k)
+			if err == nil {
+				err = l.Release()
+			}
+			got <- err
+		}()
+		// Queued on every node: the first try was refused, the wait goes on.
+		for j, port := range ports {
+			if !settles(20*time.Second, func() bool { return queueKeys(t, port, k) > 0 }) {
+				t.Fatalf("%s: the waiter never queued on node %d", k, j)
+			}
+		}
+		if err := held.Release(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := m.TryAcquire(ctx, prefix+":try"); err != nil {
+		t.Fatal(err) // not held: a grant (released when collected)
+	}
+	text := ferrolock.MetricsText()
+	for _, want := range []string{
+		fmt.Sprintf("ferrolock_grants_total{prefix=%q} 3\n", prefix),
+		fmt.Sprintf("ferrolock_grants_total{prefix=%q,kind=\"read\"} 1\n", prefix),
+		fmt.Sprintf("ferrolock_grants_total{prefix=%q,kind=\"write\"} 1\n", prefix),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("no line %q in the metrics text:\n%s", want, text)
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "ferrolock_acquire_failures_total{") && strings.Contains(line, strconv.Quote(prefix)) {
+			t.Errorf("a failure counted: %s", line)
+		}
+	}
+}

@@ -34,6 +34,10 @@
 // `side` of a read-write lock: the write side (held alone).
 #define FERROLOCK_RW_WRITE 2
 
+// `side` of `ferrolock_manager_first_try`: `count` permits of the semaphore `key`, a pool of
+// `permits`.
+#define FERROLOCK_SEMAPHORE 3
+
 // Log levels, most severe first: a callback set with `max_level` gets the events at that
 // level and the more severe ones.
 #define FERROLOCK_LOG_ERROR 1
@@ -426,6 +430,24 @@ int ferrolock_manager_rw_try_acquire(const struct ferrolock_manager *manager,
                                      const struct ferrolock_options *opts,
                                      struct ferrolock_lock **lock_out,
                                      struct ferrolock_error **err);
+
+// For a binding's fast path ahead of a wait of its own (Go's `Acquire` tries on the caller's
+// thread, then waits through `ferrolock_manager_acquire_start`): tries once as
+// `ferrolock_manager_try_acquire` (`side` 0), `ferrolock_manager_rw_try_acquire`
+// (`FERROLOCK_RW_READ`, `FERROLOCK_RW_WRITE`) or `ferrolock_manager_semaphore_try_acquire`
+// (`FERROLOCK_SEMAPHORE`, with `permits` and `count`; unused otherwise) do, except that a
+// refusal (`FERROLOCK_ERR_NOT_ACQUIRED`) or a quorum unreachable
+// (`FERROLOCK_ERR_QUORUM_UNREACHABLE`), after which the caller waits, is not counted in the
+// metrics as a failed acquire: the wait that follows is the acquire. A caller that gives up
+// after a refusal counts it with the try functions instead.
+int ferrolock_manager_first_try(const struct ferrolock_manager *manager,
+                                const char *key,
+                                int side,
+                                uint32_t permits,
+                                uint32_t count,
+                                const struct ferrolock_options *opts,
+                                struct ferrolock_lock **lock_out,
+                                struct ferrolock_error **err);
 
 // Takes `count` permits of the semaphore `name`, a pool of `permits` (Redisson's
 // `RPermitExpirableSemaphore` layout; the pool size is set by the first acquire, and a

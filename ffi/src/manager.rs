@@ -351,6 +351,47 @@ pub unsafe extern "C" fn ferrolock_manager_rw_try_acquire(
     )
 }
 
+/// `side` of `ferrolock_manager_first_try`: `count` permits of the semaphore `key`, a pool of
+/// `permits`.
+pub const FERROLOCK_SEMAPHORE: c_int = 3;
+
+/// For a binding's fast path ahead of a wait of its own (Go's `Acquire` tries on the caller's
+/// thread, then waits through `ferrolock_manager_acquire_start`): tries once as
+/// `ferrolock_manager_try_acquire` (`side` 0), `ferrolock_manager_rw_try_acquire`
+/// (`FERROLOCK_RW_READ`, `FERROLOCK_RW_WRITE`) or `ferrolock_manager_semaphore_try_acquire`
+/// (`FERROLOCK_SEMAPHORE`, with `permits` and `count`; unused otherwise) do, except that a
+/// refusal (`FERROLOCK_ERR_NOT_ACQUIRED`) or a quorum unreachable
+/// (`FERROLOCK_ERR_QUORUM_UNREACHABLE`), after which the caller waits, is not counted in the
+/// metrics as a failed acquire: the wait that follows is the acquire. A caller that gives up
+/// after a refusal counts it with the try functions instead.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_manager_first_try(
+    manager: *const ferrolock_manager,
+    key: *const c_char,
+    side: c_int,
+    permits: u32,
+    count: u32,
+    opts: *const ferrolock_options,
+    lock_out: *mut *mut ferrolock_lock,
+    err: *mut *mut ferrolock_error,
+) -> c_int {
+    acquire_blocking(
+        "ferrolock_manager_first_try",
+        || {
+            let mut r = match side {
+                0 => request(manager, key, opts, host::NO_OWNER)?,
+                FERROLOCK_SEMAPHORE => semaphore_request(manager, key, permits, count, opts)?,
+                _ => rw_request(manager, key, side, opts, host::NO_OWNER)?,
+            };
+            r.opts = r.opts.first_try();
+            Ok(r)
+        },
+        std::ptr::null(),
+        lock_out,
+        err,
+    )
+}
+
 /// Takes `count` permits of the semaphore `name`, a pool of `permits` (Redisson's
 /// `RPermitExpirableSemaphore` layout; the pool size is set by the first acquire, and a
 /// different `permits` later is `FERROLOCK_ERR_INVALID_ARGUMENT` naming both). On success

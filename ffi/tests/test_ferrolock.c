@@ -1270,6 +1270,8 @@ static void test_metrics_text(void) {
   ferrolock_lock *lock = NULL, *other = NULL;
   EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
   EXPECT(ferrolock_manager_try_acquire(m, key, NULL, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
+  /* A binding's first try ahead of its own wait: its attempt counts, its refusal does not. */
+  EXPECT(ferrolock_manager_first_try(m, key, 0, 0, 0, NULL, &other, &err), FERROLOCK_ERR_NOT_ACQUIRED, NULL);
   EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free(lock);
   ferrolock_manager_free(m);
@@ -1277,7 +1279,7 @@ static void test_metrics_text(void) {
   CHECK(text != NULL);
   const char *want[] = {"ferrolock_grants_total{prefix=\"%s\"} 1",
                         "ferrolock_acquire_failures_total{prefix=\"%s\",code=\"NOT_ACQUIRED\"} 1",
-                        "ferrolock_acquire_attempts_total{prefix=\"%s\"} 2"};
+                        "ferrolock_acquire_attempts_total{prefix=\"%s\"} 3"};
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     snprintf(line, sizeof line, want[i], prefix);
     int found = strstr(text, line) != NULL;

@@ -87,7 +87,7 @@ pub(crate) async fn acquire(
     let stats = crate::metrics::stats(key, kind.metric_label());
     let counting = stats.counting();
     let result = acquire_loop(shared, key, owner, opts, &stats).await;
-    counting.ended(&result);
+    counting.ended(&result, opts.first_try);
     result
 }
 

@@ -55,6 +55,8 @@ pub struct LockOptions {
     pub(crate) rw: Option<RwSide>,
     /// A semaphore's pool size and this holder's count, set by `LockManager::semaphore*`.
     pub(crate) permits: Option<Permits>,
+    /// A binding's first try ahead of its own wait (`LockOptions::first_try`).
+    pub(crate) first_try: bool,
 }
 
 /// A semaphore hold: `count` permits of a pool of `permits`.
@@ -86,11 +88,23 @@ impl Default for LockOptions {
             fencing: false,
             rw: None,
             permits: None,
+            first_try: false,
         }
     }
 }
 
 impl LockOptions {
+    /// A binding's single try ahead of a wait of its own (Go's uncontended fast path, on the
+    /// caller's thread, before its completion-based wait): `wait` 0, and a refusal
+    /// (`NotAcquired`) or a quorum unreachable, after which the binding waits, is not counted
+    /// as a failed acquire in the metrics, since the wait that follows is the acquire (its
+    /// attempt is counted; its grant or other failure is too).
+    #[doc(hidden)]
+    pub fn first_try(mut self) -> Self {
+        self.wait = Some(Duration::ZERO);
+        self.first_try = true;
+        self
+    }
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
