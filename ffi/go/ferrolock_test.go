@@ -624,6 +624,16 @@ func TestAnExtendThatFindsTheKeyGoneOrTakenIsLostAndRecreatesNothing(t *testing.
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Acquire returns on a quorum: the last node's write may still be on its way, and
+		// would land after the DEL or SET below.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if strings.Join(onEvery("EXISTS", k), "") == strings.Repeat("1", len(ports)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("taken %v: the lock never reached every node", taken)
+			}
+		}
 		if taken {
 			onEvery("SET", k, "someone-else", "PX", "60000")
 		} else {
