@@ -5,17 +5,20 @@
 -- The pool size is counter + ZCARD(timeout) (Redisson keeps no other record of it); the first
 -- acquire on a name sets the counter to ARGV[1], as trySetPermits does (less the ids still
 -- held, if the counter alone went).
--- Prepended with queue.lua: waiters take turns (DESIGN.md, "Semaphore"). A queued waiter of
--- rank r (0 = the head) may take `count` permits when at least count + r are free (one left for
--- each waiter ahead of it); a first try (not queued) only when nobody waits, or while the head
--- is within the barging bound. Redisson's acquires ignore the queue.
+-- Prepended with queue.lua: waiters take turns (DESIGN.md, "Semaphore"). A queued waiter may
+-- take `count` permits when the permits free cover its count and the counts of every live
+-- waiter ahead of it (each read from its id: `s<count>-...`, `queue::Role::Permits`; any other
+-- id counts as one); a first try (not queued) only when nobody waits, or while the head is
+-- within the barging bound. A refusal while the permits free would let the head in publishes
+-- them (the head may be asleep on a far re-check), unless a publish woke this attempt (which
+-- woke the head too). Redisson's acquires ignore the queue.
 -- KEYS[1] the counter `name`, KEYS[2] `{name}:timeout`, KEYS[3..5] the waiter queue (see
 -- queue.lua), KEYS[6] this call's latch (one slot).
 -- ARGV[1] permits (pool size), ARGV[2] count, ARGV[3] lease ms, ARGV[4] channel
 -- `redisson_sc:{name}`, ARGV[5] the latch's PX in ms, ARGV[6] waiter id or '' (a first try),
 -- ARGV[7] the waiter's queue lease ms, ARGV[8] barging bound ms, ARGV[9] '1' = sharded pub/sub
--- (SPUBLISH: a Redis Cluster's waiters SSUBSCRIBE the channel, in the name's slot),
--- ARGV[10..] `count` fresh ids, 16 raw bytes.
+-- (SPUBLISH: a Redis Cluster's waiters SSUBSCRIBE the channel, in the name's slot), ARGV[10]
+-- '1' = a refusal may wake the head (see above), ARGV[11..] `count` fresh ids, 16 raw bytes.
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
 -- head's turn; -1 when there is none; -2 when the name holds a lock, whose end nothing here
@@ -33,13 +36,26 @@ end
 -- A re-send that runs after the latch expired (a node that stalled longer than it lives): our
 -- ids, new to this attempt, still in the pool mean that this call ran. The counter has no TTL,
 -- so a second DECRBY would shrink the pool for good.
-local ours = redis.call('ZSCORE', KEYS[2], ARGV[10])
+local ours = redis.call('ZSCORE', KEYS[2], ARGV[11])
 if ours then
   return {1, tonumber(ours)}
 end
 local now = clock()
 local id = ARGV[6]
 local permits, count = tonumber(ARGV[1]), tonumber(ARGV[2])
+-- The permits a queued waiter asks for (see above).
+local function wants(w)
+  return tonumber(string.match(w, '^s(%d+)%-')) or 1
+end
+-- Refused, with enough permits free for the head: tell it, as a reclaim does (the counter's
+-- value). Before, a later waiter for fewer permits took them ahead of it (the rule counted
+-- one permit for each waiter ahead), and with the rule fixed, nothing told a head asleep on
+-- a far re-check. Only once per waking: a publish that woke this attempt woke the head too.
+local function wake(head, available)
+  if ARGV[10] == '1' and head and head ~= id and available >= wants(head) then
+    redis.call(PUBLISH, ARGV[4], available)
+  end
+end
 local stored_value = redis.call('GET', KEYS[1])
 local available = tonumber(stored_value)
 if stored_value and available == nil then
@@ -82,21 +98,32 @@ if #expired > 0 then
 end
 if available < count then
   enqueue(id, '', tonumber(ARGV[7]))
+  if available > 0 then
+    wake(queue_head(), available)
+  end
   local first = redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')
   return {0, first[2] and tonumber(first[2]) or -1}
 end
 local head = queue_head()
 if head and head ~= id then
   local rank = id ~= '' and redis.call('ZRANK', Q, id)
-  local turn = rank and available >= count + rank
+  local turn = false
+  if rank then
+    local need = count
+    for _, w in ipairs(redis.call('ZRANGE', Q, 0, rank - 1)) do
+      need = need + wants(w)
+    end
+    turn = available >= need
+  end
   if not turn and not may_take(head, id, tonumber(ARGV[8])) then
     enqueue(id, '', tonumber(ARGV[7]))
+    wake(head, available)
     return {0, now + lease_left(head)}
   end
 end
 dequeue(id)
 local expiry = now + tonumber(ARGV[3])
-for i = 10, 9 + count do
+for i = 11, 10 + count do
   redis.call('ZADD', KEYS[2], expiry, ARGV[i])
 end
 local left = redis.call('DECRBY', KEYS[1], count)

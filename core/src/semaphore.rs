@@ -140,6 +140,10 @@ async fn acquire_loop(
     // Attempts in a row the node did not answer: as a lock's acquire, one whose wait is
     // unbounded gives up after `UNREACHABLE_ATTEMPTS` of them (before, it retried for ever).
     let mut unreachable_streak = 0;
+    // Whether the next attempt may wake the queue head (a refusal on permits free for it):
+    // not when a publish woke us, which woke the head too (each refusal would otherwise wake
+    // every waiter again, our own process included, for as long as the head does not come).
+    let mut may_wake = true;
     loop {
         let seen = ticket.as_ref().map(Ticket::epochs);
         stats.attempts.fetch_add(1, Ordering::Relaxed);
@@ -155,7 +159,8 @@ async fn acquire_loop(
         // `failed`: the node's error when the attempt got no answer it could use; a wait that
         // ends so names the node and why, as a lock's does, instead of calling the pool taken.
         let deadline = started + opts.ttl - opts.drift();
-        let answer = attempt(shared, name, &ids, place.as_ref(), opts, deadline).await;
+        let answer = attempt(shared, name, &ids, place.as_ref(), may_wake, opts, deadline).await;
+        may_wake = true;
         let soon = crate::acquire::migrating_retry(migrating_streak);
         migrating_streak = match answer {
             Err(NodeError::Migrating(_)) => migrating_streak + 1,
@@ -274,7 +279,9 @@ async fn acquire_loop(
         if ticket.is_none() {
             // Joined after a refusal: an attempt right away sees a release published
             // before the subscription was confirmed (its confirmation moves the epoch).
-            ticket = Some(shared.waiters.join(name, &channel, Role::Any));
+            // Queued apart by count: the script reads each waiter's count from its id.
+            let count = opts.permits.map_or(1, |p| p.count);
+            ticket = Some(shared.waiters.join(name, &channel, Role::Permits(count)));
             continue;
         }
         // Re-check at the earliest lease end the script answered (a lease that ends
@@ -294,7 +301,7 @@ async fn acquire_loop(
         };
         let mut from = WakeSources::all(1);
         tokio::select! {
-            _ = t.woken_since(seen, &mut from) => {}
+            _ = t.woken_since(seen, &mut from) => may_wake = false,
             _ = tokio::time::sleep_until(at) => {}
         }
     }
@@ -308,6 +315,7 @@ async fn attempt(
     name: &str,
     ids: &str,
     place: Option<&QueueArgs>,
+    may_wake: bool,
     opts: &LockOptions,
     deadline: Instant,
 ) -> std::result::Result<Answer, NodeError> {
@@ -353,6 +361,7 @@ async fn attempt(
                             lease_ms: queue_lease_ms,
                         },
                         bound_ms,
+                        wake: may_wake,
                     };
                     acquire
                         .invocation(conn.sharded())

@@ -1449,3 +1449,99 @@ async fn a_waiter_cancelled_after_its_neighbours_grant_leaves_no_queue_place() {
         .expect("a free permit with nobody waiting");
     assert!(lock.release().await.unwrap());
 }
+
+/// A waiter for 2 permits queued first is not passed by a waiter for 1 queued after it: once
+/// both permits are free, the head takes them, and the later waiter waits for their release.
+/// The permits are freed silently (no publish, as a lease that ends); the head's own re-check
+/// is 120 s away, the later waiter's 200 ms: the later waiter's refusal ("not your turn",
+/// with permits free for the head) tells the head. Before, the turn rule let rank r in with
+/// `count + r` permits free (one for each waiter ahead), so the later waiter took one of the
+/// two and the head, which needs both, waited on (a stream of such waiters starved it). Leases
+/// of 120 s: none lapses during the test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_single_permit_waiter_does_not_pass_a_two_permit_head() {
+    later_waiter_for_fewer_waits_behind_the_head(false).await;
+}
+
+/// The same, both waiters in one manager: before, they shared one place in the line (a
+/// process's waiters on a name had one server id), so the waiter for 1 took its turn as the
+/// head's and passed it. Now a process's waiters queue apart by count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_later_single_permit_waiter_of_the_same_manager_does_not_pass_a_two_permit_head() {
+    later_waiter_for_fewer_waits_behind_the_head(true).await;
+}
+
+async fn later_waiter_for_fewer_waits_behind_the_head(same_manager: bool) {
+    let server = RedisServer::start();
+    let name = "sem:starve";
+    let long = Duration::from_secs(120);
+    let queue = ferrolock::__wire::KeyNames::of(name).queue;
+    let queued = || server.cmd::<i64>(&["ZCARD", &queue]);
+    let holder_m = manager(&[server.url()], opts());
+    let holder = holder_m
+        .semaphore_with(name, 2, 2, &opts().ttl(long))
+        .await
+        .unwrap();
+    let mh = manager(&[server.url()], opts());
+    let mw = if same_manager {
+        mh.clone()
+    } else {
+        manager(&[server.url()], opts())
+    };
+    let w_done = Arc::new(AtomicBool::new(false));
+    let h = tokio::spawn(async move {
+        mh.semaphore_with(name, 2, 2, &opts().ttl(long).retry_delay(long))
+            .await
+            .unwrap()
+    });
+    let end = Instant::now() + Duration::from_secs(30);
+    while queued() < 1 {
+        assert!(Instant::now() < end, "the 2-permit waiter never queued");
+        tokio::time::sleep(ms(10)).await;
+    }
+    let w = tokio::spawn({
+        let w_done = w_done.clone();
+        async move {
+            let lock = mw
+                .semaphore_with(name, 2, 1, &opts().ttl(long).retry_delay(ms(200)))
+                .await
+                .unwrap();
+            w_done.store(true, Ordering::SeqCst);
+            lock
+        }
+    });
+    while queued() < 2 {
+        assert!(
+            Instant::now() < end,
+            "the 1-permit waiter never took a place of its own in the line, behind the head"
+        );
+        tokio::time::sleep(ms(10)).await;
+    }
+    // Freed behind everyone's back, in one step (no publish).
+    let _: () = server.cmd(&[
+        "EVAL",
+        "redis.call('DEL', KEYS[2]); redis.call('SET', KEYS[1], '2')",
+        "2",
+        name,
+        &timeout_key(name),
+    ]);
+    std::mem::forget(holder);
+    let head = tokio::time::timeout(Duration::from_secs(60), h).await;
+    assert!(
+        head.is_ok(),
+        "the 2-permit head still waits, both permits free or taken by the 1-permit waiter \
+         queued after it (which holds one: {})",
+        w_done.load(Ordering::SeqCst)
+    );
+    let head = head.unwrap().unwrap();
+    assert!(!w_done.load(Ordering::SeqCst), "both waiters hold permits");
+    assert_eq!(available(&server, name), 0);
+    assert!(head.release().await.unwrap());
+    let later = tokio::time::timeout(Duration::from_secs(60), w)
+        .await
+        .expect("the 1-permit waiter was never granted after the head's release")
+        .unwrap();
+    assert!(later.release().await.unwrap());
+    assert_eq!(available(&server, name), 2);
+    drop(holder_m);
+}

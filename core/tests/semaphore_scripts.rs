@@ -50,10 +50,26 @@ fn acquire(
     lease_ms: u64,
     ids: &[Vec<u8>],
 ) -> redis::RedisResult<(i64, i64)> {
+    // A first try (no waiter id), as a fresh acquire sends it.
+    acquire_queued(server, name, call, permits, lease_ms, ids, "", false)
+}
+
+/// An attempt of waiter `waiter` (queued for a minute; '' = a first try); `wake`: a refusal
+/// may wake the queue head (an attempt no publish woke).
+#[allow(clippy::too_many_arguments)]
+fn acquire_queued(
+    server: &RedisServer,
+    name: &str,
+    call: &str,
+    permits: u32,
+    lease_ms: u64,
+    ids: &[Vec<u8>],
+    waiter: &str,
+    wake: bool,
+) -> redis::RedisResult<(i64, i64)> {
     let mut c = server.client();
     let mut cmd = redis::cmd("EVAL");
     let queue = ferrolock::__wire::KeyNames::of(name);
-    // A first try (no waiter id), as a fresh acquire sends it.
     cmd.arg(ACQUIRE)
         .arg(6)
         .arg(name)
@@ -67,10 +83,11 @@ fn acquire(
         .arg(lease_ms)
         .arg(channel(name))
         .arg(LATCH_PX)
-        .arg("")
+        .arg(waiter)
+        .arg(if waiter.is_empty() { 0 } else { 60_000 })
         .arg(0)
-        .arg(0)
-        .arg("0");
+        .arg("0")
+        .arg(if wake { "1" } else { "0" });
     for id in ids {
         cmd.arg(id.as_slice());
     }
@@ -339,4 +356,61 @@ async fn redisson_and_the_scripts_share_one_pool() {
     let line = r.expect(&format!("sacquire {name} "), reply).await;
     assert!(!line.ends_with(" none"), "{line}");
     r.send("quit").await;
+}
+
+/// The turn rule counts each waiter ahead by the permits it asks for, read from its id
+/// (`s<count>-...`): with 2 permits free, a waiter for 1 queued behind a head for 2 is refused
+/// (before, rank r went in with count + r free, one for each waiter ahead, so it took one of
+/// the two and the head waited on), and the head gets both. A refusal that may wake publishes
+/// the counter's value, so a head asleep on a far re-check hears of the permits; one that a
+/// publish woke (the head heard it too) publishes nothing.
+#[test]
+fn a_waiter_behind_a_head_for_more_permits_waits_for_it() {
+    let server = RedisServer::start();
+    let name = "sem:turns";
+    let taken = ids("x", 2);
+    assert_eq!(acquire(&server, name, "x", 2, 60_000, &taken).unwrap().0, 1);
+    let (h, w) = ("s2-head", "s1-later");
+    let refused = |call: &str, count: usize, waiter: &str, wake: bool| {
+        acquire_queued(
+            &server,
+            name,
+            call,
+            2,
+            60_000,
+            &ids(call, count),
+            waiter,
+            wake,
+        )
+        .unwrap()
+        .0
+    };
+    assert_eq!(refused("h1", 2, h, true), 0, "the pool is taken");
+    assert_eq!(refused("w1", 1, w, true), 0, "the pool is taken");
+    assert_eq!(release(&server, name, "x-release", &taken), 2);
+    let mut sub = server.client();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(channel(name)).unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let payload = |m: redis::Msg| String::from_utf8(m.get_payload_bytes().to_vec()).unwrap();
+    assert_eq!(
+        refused("w2", 1, w, false),
+        0,
+        "the waiter for 1 took a permit ahead of the head for 2"
+    );
+    let _: i64 = server.cmd(&["PUBLISH", &channel(name), "mark"]);
+    assert_eq!(
+        payload(pubsub.get_message().unwrap()),
+        "mark",
+        "a refusal that a publish woke published"
+    );
+    assert_eq!(refused("w3", 1, w, true), 0);
+    assert_eq!(
+        payload(pubsub.get_message().expect("the refusal tells the head")),
+        "2"
+    );
+    assert_eq!(refused("h2", 2, h, false), 1, "the head is refused");
+    assert_eq!(available(&server, name), 0);
 }

@@ -102,20 +102,27 @@ struct State {
 /// writers of a read-write lock. Readers and writers queue apart, as each carries its own
 /// server waiter id, whose first letter tells the scripts which it is (`acquire_read.lua`:
 /// a reader is not granted past a writer queued ahead of it).
+/// A semaphore's waiters queue apart by the number of permits they ask for
+/// (`Permits(count)`): `semaphore_acquire.lua` reads each waiter's count from its id, so that a
+/// waiter is let in only when the permits free cover its own count and those of every waiter
+/// ahead of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Role {
     Any,
     Reader,
     Writer,
+    Permits(u32),
 }
 
 impl Role {
-    /// What starts our server waiter id.
-    fn id_prefix(self) -> &'static str {
+    /// What starts our server waiter id: `s<count>-` for a semaphore's (read by
+    /// `semaphore_acquire.lua`; any other id counts as one permit).
+    fn id_prefix(self) -> String {
         match self {
-            Role::Any => "",
-            Role::Reader => "r",
-            Role::Writer => "w",
+            Role::Any => String::new(),
+            Role::Reader => "r".into(),
+            Role::Writer => "w".into(),
+            Role::Permits(count) => format!("s{count}-"),
         }
     }
 }
@@ -510,9 +517,11 @@ impl Waiters {
             if st.queues.is_empty() {
                 return;
             }
-            [Role::Any, Role::Reader, Role::Writer]
-                .into_iter()
-                .filter_map(|role| st.queues.get(&(channel.to_string(), role)).cloned())
+            // Every role's queue on the channel (a semaphore's, one per count asked for).
+            st.queues
+                .iter()
+                .filter(|((c, _), _)| c == channel)
+                .map(|(_, kq)| kq.clone())
                 .collect()
         };
         for kq in kqs {

@@ -630,6 +630,9 @@ pub(crate) struct SemaphoreAcquire<'a> {
     /// first try, not queued.
     pub place: Place<'a>,
     pub bound_ms: u64,
+    /// A refusal on permits free for the queue head publishes them (the head may be asleep):
+    /// off for an attempt that a publish woke, which woke the head too.
+    pub wake: bool,
 }
 
 impl SemaphoreAcquire<'_> {
@@ -650,7 +653,8 @@ impl SemaphoreAcquire<'_> {
             .arg(self.place.id)
             .arg(self.place.lease_ms)
             .arg(self.bound_ms)
-            .arg(flag(sharded));
+            .arg(flag(sharded))
+            .arg(flag(self.wake));
         for id in permit_ids(self.ids) {
             inv.arg(id);
         }
