@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames } = require('./errors');
-const { convert, checkKey, checkSignal, notOptions, splitPermits, tryOnce } = require('./options');
+const { convert, checkKey, checkSignal, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -329,7 +329,7 @@ const PREPARED_MAX = 1000;
  * the full conversion, which also reports what is wrong with them). */
 function contentKey(options) {
   let k = '';
-  for (const name of Object.keys(options)) {
+  for (const name of optionNames(options)) {
     if (name === 'signal') continue;
     const v = options[name];
     switch (typeof v) {

@@ -10,6 +10,26 @@ const { InvalidArgumentError } = require('./errors');
 const TABLE = native.optionTable();
 const BY_NAME = new Map(TABLE.map((row) => [row.name, row]));
 const MAX_MS = 2 ** 31 - 1;
+// Every name an option may have: the core's, the binding's `signal`, a semaphore's `permits`
+// and `count`.
+const KNOWN = [...BY_NAME.keys(), 'signal', 'permits', 'count'];
+
+/** The option names `options` gives: its own keys, and the known names it inherits (a class
+ * instance's getters, an object made with `Object.create(defaults)`), read as `options.ttl`
+ * reads them. Only the own keys were read before: an inherited ttl or wait was dropped without
+ * a word. */
+function optionNames(options) {
+  const names = Object.keys(options);
+  if (Object.getPrototypeOf(options) === Object.prototype) return names;
+  for (const name of KNOWN) if (!names.includes(name) && name in options) names.push(name);
+  return names;
+}
+
+/** A plain copy of `options`' options (own and inherited), less those named in `skip`. */
+function plainCopy(options, skip = []) {
+  // fromEntries defines: an own key `__proto__` stays a key (and is refused as unknown).
+  return Object.fromEntries(optionNames(options).filter((n) => !skip.includes(n)).map((n) => [n, options[n]]));
+}
 
 // A string that may be a node URL, with its password hidden by the core's redaction. Only
 // one that could hold a password goes there, and only well-formed (a lone surrogate is
@@ -149,7 +169,7 @@ function convert(options, key, { manager = true, lock = true, extra = [], subjec
   const out = { manager: [], lock: [], signal: undefined, reentrant: undefined };
   if (options === undefined || options === null) return out;
   if (notOptions(options)) throw badOptions(key, options, 'expected an object');
-  for (const name of Object.keys(options)) {
+  for (const name of optionNames(options)) {
     const v = options[name];
     if (v === undefined) continue;
     if (name === 'signal') {
@@ -194,7 +214,8 @@ function splitPermits(key, options) {
   if (notOptions(options)) {
     throw badOptions(key, options, 'expected an object with permits (the pool size)', 'semaphore');
   }
-  const { permits, count, ...rest } = options;
+  const { permits, count } = options;
+  const rest = plainCopy(options, ['permits', 'count']);
   if (permits === undefined) {
     // `permit: 2` is a typo, not a missing pool size.
     const typo = Object.keys(rest).find((n) => n.toLowerCase().startsWith('permit'));
@@ -242,7 +263,7 @@ function tryOnce(key, options, subject = 'lock') {
   if (options.wait !== undefined && options.wait !== 0) {
     throw bad(key, 'wait', options.wait, 'a try does not wait: use acquire with wait, or leave wait out', subject);
   }
-  return { ...options, wait: 0 };
+  return { ...plainCopy(options), wait: 0 };
 }
 
-module.exports = { convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };
+module.exports = { optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };

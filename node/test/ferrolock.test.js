@@ -816,3 +816,38 @@ test('an extend that finds the key gone or taken rejects with LockLostError and 
     await m.close();
   }
 });
+
+test('options a class instance reads through getters, or an object inherits (Object.create(defaults)), are taken, not dropped', T, async () => {
+  const nodes = [one.url];
+  class Config {
+    constructor() {
+      this.nodes = nodes;
+    }
+    get ttl() {
+      return 60_000;
+    }
+  }
+  // Before: only the own keys were read, so the ttl fell back to the default 10 s.
+  assert.ok((await withLock('proto:k', async (l) => l.validity, new Config())) > 30_000, 'withLock dropped the getter ttl');
+  const viaDefaults = Object.assign(Object.create({ ttl: 60_000 }), { nodes });
+  assert.ok((await withLock('proto:k', async (l) => l.validity, viaDefaults)) > 30_000, 'withLock dropped the inherited ttl');
+  const m = new LockManager(new Config());
+  try {
+    const held = await m.acquire('proto:held');
+    assert.ok(held.validity > 30_000, 'the LockManager dropped the getter ttl');
+    // An inherited `wait: 0` tries once; dropped, the acquire waited for the holder (here,
+    // until the caller's signal stopped it).
+    const tried = await m.acquire('proto:held', Object.assign(Object.create({ wait: 0 }), { signal: AbortSignal.timeout(20_000) })).catch((e) => e);
+    assert.ok(tried instanceof NotAcquiredError, `an inherited wait: 0 did not try once: ${tried}`);
+    // A try refuses an inherited wait as it does an own one.
+    const refused = await m.tryAcquire('proto:held', Object.create({ wait: 5_000 })).catch((e) => e);
+    assert.ok(refused instanceof InvalidArgumentError && /wait=5000/.test(refused.message), `a try took an inherited wait: ${refused}`);
+    const permit = await m.acquirePermit('proto:sem', Object.create({ permits: 2, ttl: 60_000 }));
+    assert.ok(permit.validity > 30_000, 'acquirePermit dropped the inherited ttl');
+    await permit.release();
+    await held.release();
+  } finally {
+    await m.close();
+  }
+  assert.ok((await ferrolock.withPermit('proto:sem', Object.assign(Object.create({ permits: 2, ttl: 60_000 }), { nodes }), async (l) => l.validity)) > 30_000, 'withPermit dropped the inherited ttl');
+});
