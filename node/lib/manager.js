@@ -424,7 +424,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   }
   const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).
-  const signal = options == null ? undefined : checkSignal(key, options.signal);
+  const signal = options == null ? undefined : checkSignal(key, options.signal, sem ? 'semaphore' : 'lock');
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const { manager, servers } = managerIdentity(nm);
   const scope = { parent: live(scopes.getStore()), key, kind, sem, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };

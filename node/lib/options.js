@@ -148,7 +148,7 @@ function entry(key, row, v, subject = 'lock') {
   }
 }
 
-function checkSignal(key, signal) {
+function checkSignal(key, signal, subject = 'lock') {
   if (signal === undefined || signal === null) return undefined;
   if (
     typeof signal !== 'object' ||
@@ -156,7 +156,7 @@ function checkSignal(key, signal) {
     typeof signal.addEventListener !== 'function' ||
     typeof signal.removeEventListener !== 'function'
   ) {
-    throw bad(key, 'signal', signal, 'expected an AbortSignal');
+    throw bad(key, 'signal', signal, 'expected an AbortSignal', subject);
   }
   return signal;
 }
@@ -173,7 +173,7 @@ function convert(options, key, { manager = true, lock = true, extra = [], subjec
     const v = options[name];
     if (v === undefined) continue;
     if (name === 'signal') {
-      out.signal = checkSignal(key, v);
+      out.signal = checkSignal(key, v, subject);
       continue;
     }
     const row = BY_NAME.get(name);

@@ -356,6 +356,18 @@ test('aborts racing grants leave no permit taken', T, async () => {
   await m.close();
 });
 
+test("a semaphore's bad signal option names the semaphore, as its other option errors do", T, async () => {
+  const m = new LockManager({ ...SLOW, nodes: [server.url] });
+  try {
+    const named = (e) => e instanceof InvalidArgumentError && /^semaphore "sem:badsignal": invalid signal=5 \(number\): expected an AbortSignal/.test(e.message);
+    await assert.rejects(m.acquirePermit('sem:badsignal', { permits: 1, signal: 5 }), named, 'acquirePermit');
+    await assert.rejects(m.tryAcquirePermit('sem:badsignal', { permits: 1, signal: 5 }), named, 'tryAcquirePermit');
+    await assert.rejects(withPermit('sem:badsignal', { ...SLOW, permits: 1, signal: 5, nodes: [server.url] }, () => {}), named, 'withPermit');
+  } finally {
+    await m.close();
+  }
+});
+
 test('a call from a loss listener (lock.signal) takes permits', T, async () => {
   const name = 'sem:lost';
   const lease = { ttl: 6000, nodeTimeout: 900 };
