@@ -22,33 +22,34 @@ interface SignalLike {
   removeEventListener(type: 'abort', listener: () => void): void;
 }
 
-/** Options of a lock; a LockManager's are the defaults of each acquire. */
+/** Options of a lock; a LockManager's are the defaults of each acquire. An option given as
+ * undefined is left out (also under exactOptionalPropertyTypes). */
 export interface LockOptions {
   /** The lease on each node, ms (at least 100); the watchdog renews it every ttl/3. Default 10000. */
-  ttl?: number;
+  ttl?: number | undefined;
   /** ms to wait for the lock: omitted, null or Infinity blocks until acquired; 0 tries once. */
-  wait?: number | null;
+  wait?: number | null | undefined;
   /** Between attempts, ms (jittered ±50 %). Default 100. */
-  retryDelay?: number;
+  retryDelay?: number | undefined;
   /** Per node, per request, ms. Default min(200, ttl/10). An acquire whose 2 × nodeTimeout is not under ttl/3 is refused. */
-  nodeTimeout?: number | null;
+  nodeTimeout?: number | null | undefined;
   /** drift = ttl × driftFactor + 2 ms. Default 0.01. */
-  driftFactor?: number;
+  driftFactor?: number | undefined;
   /** Renew the lock while held. Default true. */
-  watchdog?: boolean;
+  watchdog?: boolean | undefined;
   /** The watchdog stops renewing (and signals loss) after this many ms. Default none. */
-  maxHold?: number | null;
+  maxHold?: number | null | undefined;
   /** Cap on manual extends. Default none. */
-  maxExtensions?: number | null;
+  maxExtensions?: number | null | undefined;
   /**
    * Redisson-compatible hash lock. The owner is the enclosing `withLock` scope while its
    * callback runs: every task it starts, concurrent ones included, re-enters; once the
    * callback has settled the scope owns nothing. Outside a scope, each acquire is a new owner.
    * Default false.
    */
-  reentrant?: boolean;
+  reentrant?: boolean | undefined;
   /** Every grant carries a fence token. Default false. */
-  fencing?: boolean;
+  fencing?: boolean | undefined;
 }
 
 /** How a manager reaches its nodes, plus the default options of its locks. */
@@ -57,17 +58,17 @@ export interface ManagerOptions extends LockOptions {
    * Node URLs (an array, read-only ones too: it is copied, never written; or a comma-separated
    * string); default FERROLOCK_NODES, else redis://127.0.0.1:6379.
    */
-  nodes?: readonly string[] | string;
+  nodes?: readonly string[] | string | undefined;
   /** CA file for rediss:// nodes; default FERROLOCK_TLS_CA, else the system roots. */
-  tlsCa?: string | null;
+  tlsCa?: string | null | undefined;
   /**
    * ms after a node's (re)start in which its vote does not count; 0 = off. Default with 3 nodes
    * or more: the longest ttl this manager has been asked for (its own, or a longer one given to
    * an acquire, extend or withLock); set it when other processes use longer ttls on the keys.
    */
-  restartGuard?: number | null;
+  restartGuard?: number | null | undefined;
   /** On a Redis Cluster 7.0+, wake-ups over sharded pub/sub (default true); false = classic. */
-  shardedPubsub?: boolean;
+  shardedPubsub?: boolean | undefined;
 }
 
 export interface AcquireOptions extends LockOptions {
@@ -76,7 +77,7 @@ export interface AcquireOptions extends LockOptions {
    * wait (key, queue entry) is left on any node that answered, so another client may take the
    * key at once. A grant that came first is released before the rejection.
    */
-  signal?: Signal;
+  signal?: Signal | undefined;
 }
 
 export interface WithLockOptions extends ManagerOptions {
@@ -84,7 +85,7 @@ export interface WithLockOptions extends ManagerOptions {
    * Governs the wait only (aborting it leaves nothing, as AcquireOptions.signal); once
    * granted, watch it yourself in the callback.
    */
-  signal?: Signal;
+  signal?: Signal | undefined;
 }
 
 /**
@@ -191,7 +192,7 @@ export interface PermitOptions {
   /** The pool size (>= 1), set by the first holder of the name; another size is refused. */
   permits: number;
   /** Permits this holder takes, 1..permits. Default 1. */
-  count?: number;
+  count?: number | undefined;
 }
 /**
  * `withLock` holding `count` permits of the semaphore `name` (see
@@ -258,7 +259,7 @@ export interface LogRecord {
  */
 export declare function setLogger(
   fn: ((record: LogRecord) => void) | null,
-  options?: { level?: LogLevel },
+  options?: { level?: LogLevel | undefined },
 ): void;
 
 export type ErrorCode =
@@ -274,7 +275,7 @@ export type ErrorCode =
   | 'PANIC';
 
 export declare class LockError extends Error {
-  constructor(message: string, options?: { key?: string; cause?: unknown });
+  constructor(message: string, options?: { key?: string | undefined; cause?: unknown });
   readonly code: ErrorCode | (string & {});
   readonly key?: string;
   static readonly code: string;
