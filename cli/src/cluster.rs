@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ferrolock::redact_url;
-use redis::{Connection, Value};
+use redis::{Connection, ConnectionLike, Value};
 
 /// One server to ask: how it is shown, its URL (with the credentials the user gave), and the
 /// slot ranges it serves (empty for a standalone server).
@@ -94,6 +94,77 @@ pub fn connect(url: &str) -> Result<Connection, String> {
         .and_then(|_| c.set_write_timeout(Some(REPLY_TIMEOUT)))
         .map_err(|e| format!("node {shown}: {}", reply_error(e)))?;
     Ok(c)
+}
+
+/// A connection to one server (a cluster primary, or a standalone server) that follows a
+/// migrating slot's `ASK`: while a slot is resharded, a key already moved is answered `ASK
+/// <slot> <host:port>` by its old primary, and the command is sent again to the new one after
+/// `ASKING` (as a cluster client does). Before, `inspect` of a lock mid-reshard failed with the
+/// raw redirect ("error: Ask: 1006 127.0.0.1:7001").
+pub struct Server {
+    conn: Connection,
+    /// The URL `conn` was opened with: its scheme and credentials reach the ASK's target.
+    url: String,
+    /// The last ASK's target, kept for the next key that moved.
+    asked: Option<(String, Connection)>,
+}
+
+impl Server {
+    pub fn connect(url: &str) -> Result<Server, String> {
+        Ok(Server {
+            conn: connect(url)?,
+            url: url.to_string(),
+            asked: None,
+        })
+    }
+
+    fn asked(&mut self, addr: &str, cmd: &[u8]) -> redis::RedisResult<Value> {
+        if self.asked.as_ref().is_none_or(|(a, _)| a != addr) {
+            let url = with_addr(&self.url, addr);
+            let c = connect(&url)
+                .map_err(|e| redis::RedisError::from((redis::ErrorKind::Io, "ASK redirect", e)))?;
+            self.asked = Some((addr.to_string(), c));
+        }
+        let (_, c) = self.asked.as_mut().expect("set above");
+        redis::cmd("ASKING").query::<()>(c)?;
+        c.req_packed_command(cmd)
+    }
+}
+
+impl redis::ConnectionLike for Server {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> redis::RedisResult<Value> {
+        let reply = self.conn.req_packed_command(cmd)?;
+        // An error reply comes as a value (`query` makes it an error).
+        if let Value::ServerError(e) = &reply
+            && e.code() == "ASK"
+            && let Some(addr) = e.details().and_then(|d| d.split_ascii_whitespace().nth(1))
+        {
+            let addr = addr.to_string();
+            return self.asked(&addr, cmd);
+        }
+        Ok(reply)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        self.conn.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.conn.get_db()
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.conn.check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        self.conn.is_open()
+    }
 }
 
 /// How long `inspect` and `scan` wait for a node's reply.

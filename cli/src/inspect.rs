@@ -9,10 +9,10 @@ use ferrolock::{
     LockManager, ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url,
     rwlock_timeout_prefix, semaphore_timeout_key,
 };
-use redis::{Connection, Value};
+use redis::Value;
 use serde_json::{Value as Json, json};
 
-use crate::cluster::{self, Target, connect, reply_error};
+use crate::cluster::{self, Server, Target, reply_error};
 use crate::exit;
 
 #[derive(clap::Args)]
@@ -118,7 +118,7 @@ pub fn inspect(args: InspectArgs) -> u8 {
         let (shown, node) = match owner_of(&url, &args.key) {
             Ok(t) => (
                 t.shown,
-                connect(&t.url).and_then(|mut c| describe(&mut c, &args.key)),
+                Server::connect(&t.url).and_then(|mut c| describe(&mut c, &args.key)),
             ),
             Err(e) => (redact_url(&url), Err(e)),
         };
@@ -183,8 +183,8 @@ fn owner_of(url: &str, key: &str) -> Result<Target, String> {
 }
 
 /// One node's view of a lock key, as JSON.
-fn describe(c: &mut Connection, key: &str) -> Result<Json, String> {
-    let q = |cmd: &mut redis::Cmd, c: &mut Connection| -> Result<Value, String> {
+fn describe(c: &mut Server, key: &str) -> Result<Json, String> {
+    let q = |cmd: &mut redis::Cmd, c: &mut Server| -> Result<Value, String> {
         cmd.query(c).map_err(reply_error)
     };
     let kind: String = redis::cmd("TYPE").arg(key).query(c).map_err(reply_error)?;
@@ -277,7 +277,7 @@ fn has_slot_tag(key: &str) -> bool {
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The fields of the hash at `key`.
-fn hash_fields(c: &mut Connection, key: &str) -> Result<Fields, String> {
+fn hash_fields(c: &mut Server, key: &str) -> Result<Fields, String> {
     redis::cmd("HGETALL").arg(key).query(c).map_err(reply_error)
 }
 
@@ -298,7 +298,7 @@ fn is_read_write(fields: &Fields) -> bool {
 /// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
 /// `<owner>:write`) and each reader (field `<owner>`) with its holds, each hold's remaining
 /// lease being the PTTL of its own key `{name}:<owner>:rwlock_timeout:<n>`.
-fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
+fn read_write(c: &mut Server, key: &str) -> Result<Json, String> {
     let fields: Vec<(String, String)> = redis::cmd("HGETALL")
         .arg(key)
         .query(c)
@@ -334,7 +334,7 @@ fn read_write(c: &mut Connection, key: &str) -> Result<Json, String> {
 /// zset of permit ids (`permit_ids_key`) exists; without it (no holder: Redis drops an empty
 /// zset) a semaphore with no holders cannot be told from any other counter, and says so.
 /// Leases are measured with the server's TIME, as the semaphore's scripts do.
-fn semaphore(c: &mut Connection, key: &str, available: u64) -> Result<Json, String> {
+fn semaphore(c: &mut Server, key: &str, available: u64) -> Result<Json, String> {
     let ids: Vec<(Vec<u8>, f64)> = unless_moved(
         redis::cmd("ZRANGE")
             .arg(permit_ids_key(key))
@@ -388,7 +388,7 @@ fn unless_moved<T>(read: redis::RedisResult<T>) -> Result<Option<T>, String> {
 }
 
 /// The server's clock (TIME) in epoch ms.
-fn server_ms(c: &mut Connection) -> Result<i64, String> {
+fn server_ms(c: &mut Server) -> Result<i64, String> {
     let (s, us): (i64, i64) = redis::cmd("TIME").query(c).map_err(reply_error)?;
     Ok(s * 1000 + us / 1000)
 }
@@ -552,7 +552,7 @@ pub fn scan(args: ScanArgs) -> u8 {
         let (shown, found) = match server {
             Ok(t) => (
                 t.shown,
-                connect(&t.url).and_then(|mut c| scan_node(&mut c, &pattern)),
+                Server::connect(&t.url).and_then(|mut c| scan_node(&mut c, &pattern)),
             ),
             Err((shown, e)) => (shown, Err(e)),
         };
@@ -681,7 +681,7 @@ fn is_read_hold_key(key: &str) -> bool {
         .is_some_and(|(_, n)| n.parse::<u64>().is_ok())
 }
 
-fn scan_node(c: &mut Connection, pattern: &str) -> Result<Vec<Found>, String> {
+fn scan_node(c: &mut Server, pattern: &str) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
     loop {

@@ -2354,3 +2354,45 @@ fn ctrl_z_in_a_script_that_runs_ferrolock_stops_the_script_too() {
         "not released"
     );
 }
+
+/// `inspect` of a lock whose slot is being migrated (resharding) and whose key has already
+/// moved to the target: the source answers `ASK`; inspect follows it (ASKING on the target)
+/// and shows the holder, not a raw redirect error.
+#[test]
+fn inspect_on_a_cluster_follows_a_migrating_slots_ask() {
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let key = "moving:lock".to_string();
+    let source = cluster.primary_for_key(&key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let token = format!("{now_ms:012x}-{:020x}", 7);
+    source.cmd::<()>(&["SET", &key, &token, "PX", "60000"]);
+    let slot = ferrolock_testbed::key_slot(&key).to_string();
+    let id = |n: &RedisServer| -> String { n.cmd(&["CLUSTER", "MYID"]) };
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(source)]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(target)]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let ok: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
+    assert_eq!(ok, "OK");
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, &key]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}{err}");
+    assert!(
+        text.contains(&format!("holder token: {token}")),
+        "{text}{err}"
+    );
+}
