@@ -201,6 +201,8 @@ pub(crate) async fn probe(conn: &mut ClusterConnection, slot: u16) -> RedisResul
     let replies = conn.route_pipeline(pipe, 0, 3, route).await?;
     let text = |v: Option<&Value>| -> RedisResult<String> {
         match v {
+            // An error reply (an ACL denial) as itself, not as a reply of the wrong type.
+            Some(Value::ServerError(e)) => Err(e.clone().into()),
             Some(v) => Ok(redis::from_redis_value_ref(v)?),
             None => Err(redis::RedisError::from((
                 redis::ErrorKind::UnexpectedReturnType,

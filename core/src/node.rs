@@ -523,12 +523,31 @@ impl Node {
         let probe = self
             .run_bounded(deadline, timeout, false, move |conn| async move {
                 match conn {
-                    Conn::Cluster(mut c, ..) => crate::cluster_guard::probe(&mut c, slot).await,
+                    Conn::Cluster(mut c, ..) => {
+                        match crate::cluster_guard::probe(&mut c, slot).await {
+                            // An ACL denial (or a command the server lacks): no later attempt
+                            // is answered otherwise. Held back, each attempt's grant was undone
+                            // and a waiting acquire waited out its whole wait to end "not
+                            // acquired" (found by a review).
+                            Err(e) if is_denial(&e) => Ok(Err(format!(
+                                "{} {}",
+                                e.code().unwrap_or_default(),
+                                e.detail().unwrap_or_default()
+                            ))),
+                            other => other.map(Ok),
+                        }
+                    }
                     Conn::Server(_) => Err(not_a_cluster()),
                 }
             })
             .await
-            .map_err(unconfirmed)?;
+            .map_err(unconfirmed)?
+            .map_err(|denied| {
+                NodeError::Redis(format!(
+                    "the restart guard's probe of slot {slot}'s primary was refused: {}",
+                    self.scrub(&denied)
+                ))
+            })?;
         let known = {
             let slots = self.local().slots.lock().unwrap_or_else(|p| p.into_inner());
             slots.serves(slot, &probe.node_id)
@@ -1276,6 +1295,17 @@ impl Node {
             NodeError::Redis(text)
         }
     }
+}
+
+/// An error reply that no retry changes: an ACL denial (NOPERM), or a generic error (an
+/// unknown or disabled command).
+fn is_denial(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(
+            redis::ServerErrorKind::NoPerm | redis::ServerErrorKind::ResponseError
+        )
+    )
 }
 
 /// How many times a request whose standalone connection dropped before its reply is sent

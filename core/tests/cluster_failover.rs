@@ -404,6 +404,43 @@ async fn a_cluster_user_with_the_documented_acl_locks_waits_renews_and_releases(
     assert!(l.release().await.unwrap());
 }
 
+/// The restart guard on, and a cluster user without its rules (`+cluster|myid +info`): every
+/// probe is refused (NOPERM), which no retry changes. A waiting acquire ends at its first
+/// attempt with a Redis error naming the denial, its grant undone (the key free), as a
+/// denied `cluster|slots` ends it. Before, each attempt's grant was held back and undone,
+/// and the acquire waited out its whole `wait` to end `NotAcquired` (a busy lock, to its
+/// caller).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_whose_guard_probe_is_denied_by_the_acl_fails_as_a_redis_error() {
+    let _serial = serial();
+    let born = Instant::now();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        acl_users: vec![locker_acl()],
+        ..ClusterOptions::default()
+    });
+    // A window every primary is older than by the acquire: only the probe's denial is left.
+    let window = Duration::from_secs(1);
+    tokio::time::sleep_until((born + window * 2).into()).await;
+    let m = LockManager::new(
+        ferrolock::ManagerOptions::new()
+            .nodes([locker_url(&cluster)])
+            .restart_guard(window)
+            .lock(
+                opts()
+                    .wait(Some(Duration::from_secs(20)))
+                    .ttl(Duration::from_secs(60))
+                    .node_timeout(Duration::from_secs(5)),
+            ),
+    )
+    .unwrap();
+    let key = "lock:denied-probe";
+    let err = m.acquire(key).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    assert!(err.to_string().contains("NOPERM"), "{err}");
+    assert!(err.to_string().contains("cluster|myid"), "{err}");
+    settles(cluster.primary_for_key(key), key, None).await;
+}
+
 /// The ACL file line of the user `locker` as docs/redis-cluster.md writes it: every `ACL
 /// SETUSER locker` line of the document, in order, with the test's lock names (`lock:*`) and
 /// password.
