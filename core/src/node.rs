@@ -36,7 +36,8 @@ pub(crate) enum NodeError {
     /// The node's script refused the request for good (`refusal.rs`); with the reply's text.
     Refused(Refusal, String),
     /// A cluster's slot is migrating: MOVED, ASK or TRYAGAIN still came back after redis-rs's
-    /// own redirects and retries; or the server is loading its dataset (LOADING). Nothing ran,
+    /// own redirects and retries; or the server is loading its dataset (LOADING), or the
+    /// cluster is down (CLUSTERDOWN, a failed primary not yet replaced). Nothing ran,
     /// and the window closes by itself: an acquire tries again soon, a release until its
     /// lock's validity ends, a dequeue until it lands (see `queue/waiters.rs`).
     Migrating(String),
@@ -1286,6 +1287,13 @@ impl Node {
             // is. As a Redis error it ended every acquire on one node at once, whatever its
             // wait, and failed a release, leaving the key to its ttl.
             NodeError::Migrating(format!("loading its dataset: {text}"))
+        } else if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown) {
+            // A cluster down (a primary failed and not yet replaced, under the default
+            // `cluster-require-full-coverage yes`, every key of every shard) ran nothing and
+            // heals when a replica takes over: waited out as a migrating slot is. As a Redis
+            // error it ended every waiting acquire at once, and failed a release, leaving the
+            // key to its ttl (found by a review).
+            NodeError::Migrating(format!("cluster down: {text}"))
         } else if let Some(r) = e
             .code()
             .and_then(|code| Refusal::of(code, e.detail().unwrap_or_default()))

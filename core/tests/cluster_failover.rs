@@ -1634,3 +1634,83 @@ async fn a_hung_primary_does_not_lose_a_short_lock_on_a_healthy_one() {
     assert!(short.release().await.unwrap());
     drop(long);
 }
+
+/// Under Redis's default `cluster-require-full-coverage yes`, a primary down (B, its replica
+/// not yet promoted) puts the whole cluster in CLUSTERDOWN, also the shard of a held lock (on
+/// A). A release, and an acquire with wait left, made meanwhile ran nothing: like a migrating
+/// slot's, they wait the window out and land once B's replica serves its slots. Before, each
+/// failed at once with a Redis error (`ClusterDown`), and the released key was left to its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_and_an_acquire_during_clusterdown_land_once_the_cluster_is_back() {
+    let _serial = serial();
+    let mut cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        extra_args: ["--cluster-replica-validity-factor", "0"]
+            .map(String::from)
+            .to_vec(),
+        ..ClusterOptions::default()
+    });
+    let url = cluster.url();
+    let key = (0..)
+        .map(|i| format!("down:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == cluster.nodes[0].port())
+        .unwrap();
+    let other = (0..)
+        .map(|i| format!("down:other:{i}"))
+        .find(|k| cluster.primary_for_key(k).port() == cluster.nodes[0].port())
+        .unwrap();
+    let a = cluster.index_of_port(cluster.primary_for_key(&key).port());
+    let b_port = cluster
+        .primaries()
+        .iter()
+        .map(|p| p.port())
+        .find(|&p| p != cluster.nodes[a].port())
+        .unwrap();
+    let b = cluster.index_of_port(b_port);
+    let b2 = cluster.index_of_port(cluster.replicas_of(&cluster.nodes[b])[0].port());
+    let lease = opts()
+        .ttl(Duration::from_secs(60))
+        .node_timeout(Duration::from_secs(2))
+        .wait(Some(Duration::from_secs(60)));
+    let m = manager(std::slice::from_ref(&url), lease);
+    let held = granted_within_20s(&m, &key, "the holder").await;
+    // B down, its replica unable to take over: the cluster goes down once B is seen failed.
+    cluster.nodes[b2].pause();
+    cluster.nodes[b].kill();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let info: String = cluster.nodes[a].cmd(&["CLUSTER", "INFO"]);
+        if info.lines().any(|l| l.trim() == "cluster_state:fail") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cluster never went down");
+        tokio::time::sleep(ms(100)).await;
+    }
+    let release = tokio::spawn(async move { held.release().await });
+    let (m2, o) = (m.clone(), other.clone());
+    let acquire = tokio::spawn(async move { m2.acquire(&o).await });
+    // A try meanwhile is refused, naming the cause.
+    let err = m.try_acquire("down:try").await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAcquired, "{err}");
+    assert!(err.to_string().contains("cluster down"), "{err}");
+    // A while down (each meets CLUSTERDOWN), then B's replica takes over.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    cluster.nodes[b2].resume();
+    tokio::task::block_in_place(|| cluster.failover(&cluster.nodes[b2], Some("TAKEOVER")));
+    let released = tokio::time::timeout(Duration::from_secs(60), release)
+        .await
+        .expect("the release never ended")
+        .unwrap();
+    assert!(released.unwrap(), "the release found the key gone");
+    assert_eq!(get(&cluster.nodes[a], &key), None);
+    let lock = tokio::time::timeout(Duration::from_secs(60), acquire)
+        .await
+        .expect("the acquire never ended")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        get(&cluster.nodes[a], &other).as_deref(),
+        Some(lock.token())
+    );
+    assert!(lock.release().await.unwrap());
+}
