@@ -681,3 +681,28 @@ async fn the_release_of_a_reentry_that_lapsed_after_the_outer_release_frees_the_
         .expect("another owner on the freed key");
     assert!(other.release().await.unwrap());
 }
+
+#[tokio::test]
+async fn a_fenced_re_entry_of_an_unfenced_acquisition_is_refused_not_granted_without_a_fence() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], ropts());
+    let key = "fence-on-reentry";
+    let outer = m.acquire_owned(key, 3, &ropts()).await.unwrap();
+    assert_eq!(outer.fence(), None);
+    // A re-entry keeps the outer grant's fence, which has none: refused at once, never a
+    // grant without the fence that was asked for.
+    let fenced = ropts().fencing(true);
+    match m.acquire_owned(key, 3, &fenced).await {
+        Ok(inner) => panic!(
+            "a grant asked with fencing on carried fence {:?}",
+            inner.fence()
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}"),
+    }
+    assert_eq!(
+        hash(&server, key).get(outer.token()).map(String::as_str),
+        Some("1")
+    );
+    assert!(outer.release().await.unwrap());
+    assert!(hash(&server, key).is_empty());
+}

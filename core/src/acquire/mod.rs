@@ -151,6 +151,15 @@ async fn acquire_loop(
             }
         }
         let plan = plan(shared, key, owner, opts, stale);
+        if plan.reentry && opts.fencing && plan.fence.is_none() {
+            // A re-entry keeps the outer grant's fence, and that grant took none: granted, it
+            // carried no fence though fencing was asked for (found by a review).
+            return Err(crate::error::Error::invalid(format!(
+                "lock {key:?}: fencing is on, but this owner holds the lock from an acquire \
+                 without fencing, and a re-entry keeps the outer grant's fence; take the \
+                 outermost acquire with fencing on"
+            )));
+        }
         // Only the head of the local queue carries our queue id; first attempts and
         // re-entries go straight to Redis without queueing.
         let head = ticket.as_ref().filter(|t| t.is_head());
