@@ -1268,3 +1268,51 @@ async fn the_release_of_a_read_re_entry_that_lapsed_after_the_outer_release_free
     let w = m.write_lock(key).await.expect("a writer on the freed key");
     assert!(w.release().await.unwrap());
 }
+
+/// Readers get no fence, a downgrade's read hold included: it outlives the write hold it was
+/// taken under, beside other readers, so the writer's fence would order nothing. And an owner
+/// that holds the read lock, asking a fenced write, hears that the upgrade is refused.
+#[tokio::test]
+async fn a_downgrades_read_hold_carries_no_fence() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "rw:downgrade-fence";
+    let w = m
+        .write_lock_owned(key, 4, &opts().fencing(true))
+        .await
+        .unwrap();
+    assert!(w.fence().is_some());
+    let r = m.read_lock_owned(key, 4, &opts()).await.unwrap();
+    assert_eq!(r.fence(), None, "a read hold carried the writer's fence");
+    assert!(w.release().await.unwrap());
+    let err = m
+        .write_lock_owned(key, 4, &opts().fencing(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("upgrade"), "{err}");
+    assert!(r.release().await.unwrap());
+    let r = m.read_lock_owned(key, 5, &opts()).await.unwrap();
+    let err = m
+        .write_lock_owned(key, 5, &opts().fencing(true))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.to_string().contains("upgrade"), "{err}");
+    assert!(r.release().await.unwrap());
+    // A fenced write re-entry of a write hold taken without fencing keeps that hold's (no)
+    // fence: refused, and the outer hold is left as it was.
+    let w = m.write_lock_owned(key, 6, &opts()).await.unwrap();
+    match m.write_lock_owned(key, 6, &opts().fencing(true)).await {
+        Ok(inner) => panic!("a fenced write carried fence {:?}", inner.fence()),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}"),
+    }
+    assert!(w.is_held());
+    let rival = manager(&[server.url()], opts());
+    let busy = rival
+        .write_lock_with(key, &opts().wait(Some(Duration::ZERO)))
+        .await;
+    assert!(busy.is_err(), "a second writer got the key");
+    assert!(w.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}

@@ -118,6 +118,16 @@ fn refuse_the_other_kind_of_own_hold(
     )))
 }
 
+/// A fenced re-entry of an acquisition taken without fencing: it would keep that grant's
+/// (no) fence.
+fn fenceless_reentry(key: &str) -> crate::error::Error {
+    crate::error::Error::invalid(format!(
+        "lock {key:?}: fencing is on, but this owner holds the lock from an acquire without \
+         fencing, and a re-entry keeps the outer grant's fence; take the outermost acquire \
+         with fencing on"
+    ))
+}
+
 async fn acquire_loop(
     shared: &Arc<Shared>,
     key: &str,
@@ -126,6 +136,7 @@ async fn acquire_loop(
     stats: &Arc<crate::metrics::Stats>,
 ) -> Result<Lock> {
     let n = shared.cluster.nodes.len();
+    let kind = Kind::of(opts);
     let started = Instant::now();
     let give_up_at = opts.wait.map(|w| started + w);
     let mut unreachable_streak = 0;
@@ -151,14 +162,12 @@ async fn acquire_loop(
             }
         }
         let plan = plan(shared, key, owner, opts, stale);
-        if plan.reentry && opts.fencing && plan.fence.is_none() {
+        // (A write re-entry is checked once granted: over the owner's read hold, the node
+        // refuses it as an upgrade, which says more.)
+        if plan.reentry && opts.fencing && plan.fence.is_none() && kind == Kind::Reentrant {
             // A re-entry keeps the outer grant's fence, and that grant took none: granted, it
             // carried no fence though fencing was asked for (found by a review).
-            return Err(crate::error::Error::invalid(format!(
-                "lock {key:?}: fencing is on, but this owner holds the lock from an acquire \
-                 without fencing, and a re-entry keeps the outer grant's fence; take the \
-                 outermost acquire with fencing on"
-            )));
+            return Err(fenceless_reentry(key));
         }
         // Only the head of the local queue carries our queue id; first attempts and
         // re-entries go straight to Redis without queueing.
@@ -179,7 +188,11 @@ async fn acquire_loop(
             if let Some(claim) = outcome.claim.take() {
                 claim.claim();
             }
-            let fence = if plan.reentry {
+            let fence = if kind == Kind::Read {
+                // Readers get no fence, a downgrade's read hold under its owner's write hold
+                // included (it outlives the write, beside other readers).
+                None
+            } else if plan.reentry {
                 plan.fence
             } else {
                 outcome.fence
@@ -213,7 +226,7 @@ async fn acquire_loop(
                 // Granted after waiting for a release.
                 stats.handoffs.fetch_add(1, Ordering::Relaxed);
             }
-            return Ok(Lock::new(
+            let lock = Lock::new(
                 shared.clone(),
                 key,
                 token,
@@ -225,7 +238,15 @@ async fn acquire_loop(
                 plan.holder,
                 stats.clone(),
                 sending,
-            ));
+            );
+            if opts.fencing && fence.is_none() {
+                // A write re-entry of a write hold taken without fencing: it keeps that
+                // grant's (no) fence. Given back (its own hold only) rather than handed out
+                // without the fence asked for.
+                let _ = lock.release().await;
+                return Err(fenceless_reentry(lock.key()));
+            }
+            return Ok(lock);
         }
         // A failed attempt has been undone already (in the background where a node had not
         // answered).
