@@ -381,7 +381,16 @@ pub unsafe extern "C" fn ferrolock_manager_first_try(
             let mut r = match side {
                 0 => request(manager, key, opts, host::NO_OWNER)?,
                 FERROLOCK_SEMAPHORE => semaphore_request(manager, key, permits, count, opts)?,
-                _ => rw_request(manager, key, side, opts, host::NO_OWNER)?,
+                FERROLOCK_RW_READ | FERROLOCK_RW_WRITE => {
+                    rw_request(manager, key, side, opts, host::NO_OWNER)?
+                }
+                _ => {
+                    return Err(Failure::invalid(format!(
+                        "side {side} is not 0 (a plain lock), FERROLOCK_RW_READ \
+                         ({FERROLOCK_RW_READ}), FERROLOCK_RW_WRITE ({FERROLOCK_RW_WRITE}) or \
+                         FERROLOCK_SEMAPHORE ({FERROLOCK_SEMAPHORE})"
+                    )));
+                }
             };
             r.opts = r.opts.first_try();
             Ok(r)

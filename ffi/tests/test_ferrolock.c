@@ -269,6 +269,10 @@ static void test_read_write(void) {
          FERROLOCK_ERR_INVALID_ARGUMENT, "key");
   EXPECT(ferrolock_manager_rw_try_acquire(a, key, 3, NULL, &r1, &err),
          FERROLOCK_ERR_INVALID_ARGUMENT, "side 3");
+  /* A binding's first try takes a plain lock (0) and a semaphore too: its refusal names them. */
+  EXPECT(ferrolock_manager_first_try(a, key, 7, 0, 0, NULL, &r1, &err),
+         FERROLOCK_ERR_INVALID_ARGUMENT, "FERROLOCK_SEMAPHORE (3)");
+  CHECK(r1 == NULL);
   ferrolock_manager_free(a);
   ferrolock_manager_free(b);
 }
