@@ -262,6 +262,17 @@ fn parse_at_least_one(text: &str) -> Result<u32, String> {
 
 /// A countdown as a message shows it: whole milliseconds (`9.895s`, `5s`), not the
 /// nanoseconds of the instant it was computed at (`9.895963407s`).
+/// What a lost lock's job gets: SIGTERM, and SIGKILL after `grace` (none left: at once, not
+/// "SIGKILL in 0ns").
+fn kill_plan(grace: Duration) -> String {
+    let grace = whole_ms(grace);
+    if grace.is_zero() {
+        "SIGTERM and SIGKILL now (its validity has ended)".to_string()
+    } else {
+        format!("SIGTERM now, SIGKILL in {grace:?} (when its validity ends, unless --grace)")
+    }
+}
+
 fn whole_ms(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
@@ -911,11 +922,11 @@ async fn supervise(
                     let now = Instant::now();
                     let grace = kill_after(now);
                     errln!(
-                        "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): SIGTERM now, SIGKILL in {:?}",
+                        "ferrolock: {} validity ended while ferrolock was stopped; stopping {} (pid {}): {}",
                         args.held(),
                         program(args),
                         child.pgid,
-                        whole_ms(grace)
+                        kill_plan(grace)
                     );
                     child.signal_group(libc::SIGTERM);
                     loss = Some("its validity ended while ferrolock was stopped".to_string());
@@ -940,10 +951,10 @@ async fn supervise(
                 let now = Instant::now();
                 let grace = kill_after(now);
                 errln!(
-                    "ferrolock: {reason}; stopping {} (pid {}): SIGTERM now, SIGKILL in {:?} (when its validity ends, unless --grace)",
+                    "ferrolock: {reason}; stopping {} (pid {}): {}",
                     program(args),
                     child.pgid,
-                    whole_ms(grace)
+                    kill_plan(grace)
                 );
                 child.signal_group(libc::SIGTERM);
                 loss = Some(reason.to_string());

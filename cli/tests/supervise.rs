@@ -1853,6 +1853,8 @@ fn a_stop_longer_than_the_validity_ends_in_70_without_the_child_going_on() {
         err.contains("validity ended while ferrolock was stopped"),
         "{err}"
     );
+    // No countdown to a SIGKILL already due ("SIGKILL in 0ns").
+    assert!(err.contains("SIGTERM and SIGKILL now"), "{err}");
     // SIGTERM reached the child before it was continued: it never ran without the lock.
     assert!(
         !resumed.exists(),
