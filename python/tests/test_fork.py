@@ -336,3 +336,34 @@ def test_a_multiprocessing_child_releases_what_it_still_holds_when_it_ends(
     r = node.client()
     assert not r.exists(key + ":kept"), f"the {method} child's lock is still held after it ended"
     assert not r.exists(key + ":late"), f"the {method} child's thread's lock is still held after it ended"
+
+
+def _hold_with_an_executor_left_open(url: str, key: str) -> None:
+    # A child whose work leaves a ThreadPoolExecutor open (as many libraries do): its worker
+    # threads are non-daemon and end only when threading's own exit tells them to.
+    from concurrent.futures import ThreadPoolExecutor
+
+    executor = ThreadPoolExecutor(2)
+    _KEPT.append(executor)
+    m = LockManager([url], ttl=60)
+    _KEPT.append(executor.submit(m.acquire, key).result(10))
+
+
+@pytest.mark.parametrize("method", ["fork", "forkserver"])
+def test_a_multiprocessing_child_with_an_open_thread_pool_still_ends(
+    node: RedisNode, key: str, method: str
+) -> None:
+    # ferrolock's exit for such a child joined its non-daemon threads before threading's exit
+    # callbacks ran (they run first at interpreter exit): an executor's workers, never told to
+    # stop, were waited for ever, and the child never ended.
+    ctx = multiprocessing.get_context(method)
+    p = ctx.Process(target=_hold_with_an_executor_left_open, args=(node.url, key))
+    p.start()
+    p.join(60)
+    hung = p.is_alive()
+    if hung:
+        p.kill()
+        p.join(10)
+    assert not hung, f"the {method} child never ended"
+    assert p.exitcode == 0
+    assert not node.client().exists(key), f"the {method} child's lock is still held after it ended"

@@ -365,11 +365,18 @@ _mp_exit_armed = False
 
 def _exit_multiprocessing_child() -> None:
     # As at interpreter exit, the child's other non-daemon threads end first (its
-    # threading._shutdown would join them only after the finalizers).
-    current = threading.current_thread()
-    for thread in threading.enumerate():
-        if thread is not current and not thread.daemon:
-            thread.join()
+    # threading._shutdown would join them only after the finalizers). threading's own exit
+    # does it: its exit callbacks first (a ThreadPoolExecutor's, which tell its workers to
+    # stop; joined without them, an executor left open hung the child for ever), then the
+    # joins; the child's own call of it afterwards then returns at once.
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None and threading.current_thread() is threading.main_thread():
+        shutdown()
+    else:
+        current = threading.current_thread()
+        for thread in threading.enumerate():
+            if thread is not current and not thread.daemon:
+                thread.join()
     _at_exit()
 
 
