@@ -52,7 +52,10 @@ SIGUSR2 sent to ferrolock are forwarded to COMMAND's process group, and SIGINT a
 ferrolock was started with ignored, as under nohup, stays ignored, by COMMAND too); when
 ferrolock runs in the foreground of a terminal (from its start, or once `fg` brings it there;
 not as `ferrolock run ... &` in a script, started with SIGINT ignored, whose terminal stays the
-script's), COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly;
+script's), COMMAND gets the terminal's foreground, so Ctrl-C and Ctrl-Z reach it directly
+(and the commands beside ferrolock in a pipeline lose the terminal meanwhile: a pager reading
+keys, as in `ferrolock run KEY -- make | less`, is stopped; run the whole pipeline as COMMAND,
+`ferrolock run KEY -- sh -c 'make | less'`);
 if COMMAND dies of a SIGINT while it has the terminal, ferrolock releases the lock and then
 sends SIGINT to its own process group, as the terminal would have without it (a
 shell script running ferrolock in a loop stops; its status is 130 either way); when that
