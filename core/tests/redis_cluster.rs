@@ -1153,13 +1153,18 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
         .unwrap();
     let retry_delay = Duration::from_secs(30);
     let wait = Duration::from_secs(40);
+    // A node timeout for a loaded machine (CI's may be): three attempts in a row unanswered
+    // within the default 200 ms end an acquire, and what is checked here is how the
+    // migration is answered, not how fast (2 s: under a sixth of the holder's 15 s ttl).
+    let slow = Duration::from_secs(2);
     let waiting = || {
         manager(
             std::slice::from_ref(&url),
             opts()
                 .ttl(Duration::from_secs(60))
                 .retry_delay(retry_delay)
-                .wait(Some(wait)),
+                .wait(Some(wait))
+                .node_timeout(slow),
         )
     };
     let queue = &queue;
@@ -1176,7 +1181,10 @@ async fn waiters_across_a_slot_migration_are_granted_in_turn_and_orphan_no_queue
     };
     // Expires (no watchdog) while the slot is split.
     let hold = Duration::from_secs(15);
-    let holder = manager(std::slice::from_ref(&url), opts().ttl(hold));
+    let holder = manager(
+        std::slice::from_ref(&url),
+        opts().ttl(hold).node_timeout(slow),
+    );
     let held = holder.acquire(&key).await.unwrap();
     let quitter = {
         let (m, k) = (waiting(), key.clone());
