@@ -159,9 +159,10 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
       `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock${hint}`,
       { key },
     );
-  } else if (held && kind !== null && held.kind !== null) {
+  } else if (held && (kind === 'read' || kind === 'write') && (held.kind === 'read' || held.kind === 'write')) {
     // A read-write hold is always reentrant for its owner: the core re-enters, downgrades
-    // (read under one's write) or refuses an upgrade.
+    // (read under one's write) or refuses an upgrade. Under a withPermit it is refused below,
+    // as withLock is: sent to the core, it met the permit counter as a raw RedisError.
     owner = held.owner;
   } else if (held) {
     if (!(held.reentrant && reentrant && held.kind === kind)) {

@@ -93,6 +93,18 @@ test('withPermit inside a withLock, withReadLock or withWriteLock scope holding 
   assert.equal(server.exists(name), false);
 });
 
+test('withLock, withReadLock or withWriteLock inside a withPermit scope holding its name is refused at once, naming the scope', T, async () => {
+  const nodes = [server.url];
+  const name = 'sem:lock-in-permit';
+  for (const [inner, scope] of [[withLock, 'withLock'], [withReadLock, 'withReadLock'], [withWriteLock, 'withWriteLock']]) {
+    const r = await withPermit(name, { ...SLOW, permits: 2, nodes }, async () => inner(name, () => 'granted', { ...SLOW, nodes, wait: 2_000 }).catch((e) => e));
+    // Before (withReadLock, withWriteLock): RedisError "the key holds a semaphore's permit counter, not a lock".
+    assert.ok(r instanceof NotAcquiredError, `${scope}: ${r}`);
+    assert.match(r.message, /^lock "sem:lock-in-permit" not acquired: this async context already holds it \(an enclosing withPermit\)/, scope);
+  }
+  assert.equal(taken(name), 0);
+});
+
 // Permits that the enclosing withPermit scopes of the async context hold go back only when
 // those scopes end: a withPermit inside them asking for more than they leave waited for
 // itself, for ever without a wait (`ferrolock run` refuses such a nested run too). Scopes
