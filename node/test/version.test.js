@@ -41,3 +41,14 @@ test('FERROLOCK_NATIVE_PATH to something other than the addon is named at requir
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+// Bundlers and tools (and `require('ferrolock/package.json').version`) read the manifest
+// through the exports map, which refused it (ERR_PACKAGE_PATH_NOT_EXPORTED). Resolved here by
+// the package's own name (a self-reference goes through its exports, as a dependent's does).
+test("'ferrolock/package.json' is exported, to require and to import", async () => {
+  const manifest = path.join(__dirname, '..', 'package.json');
+  assert.equal(require.resolve('ferrolock/package.json'), manifest);
+  assert.equal(require('ferrolock/package.json').name, 'ferrolock');
+  const esm = await import('ferrolock/package.json', { with: { type: 'json' } });
+  assert.equal(esm.default.version, require('..').version);
+});
