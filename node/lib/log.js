@@ -6,6 +6,7 @@ const { types } = require('node:util');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { InvalidArgumentError, inJsNames } = require('./errors');
+const { isRevoked } = require('./options');
 
 const LEVELS = ['error', 'warn', 'info', 'debug', 'trace'];
 
@@ -89,6 +90,7 @@ function call(fn, record) {
 }
 
 function describe(v) {
+  if (isRevoked(v)) return 'a revoked Proxy';
   if (typeof v === 'string') return JSON.stringify(v);
   if (typeof v === 'function') return 'a function';
   if (Array.isArray(v)) return 'an array';

@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames } = require('./errors');
-const { convert, checkKey, checkSignal, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
+const { convert, checkKey, checkSignal, isRevoked, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -348,7 +348,7 @@ function contentKey(options) {
           k += `${name}=null;`;
           continue;
         }
-        if (!Array.isArray(v)) return null;
+        if (isRevoked(v) || !Array.isArray(v)) return null;
         k += `${name}=a${v.length}`;
         for (const u of v) {
           if (typeof u !== 'string') return null;

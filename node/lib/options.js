@@ -40,8 +40,28 @@ function redacted(s) {
   return wellFormed ? native.redactUrl(s) : '***';
 }
 
+/** A Proxy whose `revoke()` ran: every touch of it throws a TypeError (`Array.isArray` too), so
+ * the checks below would throw that, naming neither the option nor the call. */
+function isRevoked(v) {
+  if (!types.isProxy(v)) return false;
+  try {
+    Array.isArray(v);
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+/** A value's type as the messages name it. */
+function typeName(v) {
+  if (v === null) return 'null';
+  if (isRevoked(v)) return 'revoked Proxy';
+  return Array.isArray(v) ? 'array' : typeof v;
+}
+
 // A value as the message quotes it: passwords hidden; functions named, not printed whole.
 function show(v) {
+  if (isRevoked(v)) return '[revoked Proxy]';
   if (typeof v === 'string') return JSON.stringify(redacted(v));
   if (typeof v === 'bigint') return `${v}n`;
   if (typeof v === 'function') return `[function ${v.name || 'anonymous'}]`;
@@ -69,7 +89,7 @@ function where(key, subject = 'lock') {
 }
 
 function bad(key, name, v, why, subject = 'lock', type = undefined) {
-  type ??= v === null ? 'null' : Array.isArray(v) ? 'array' : typeof v;
+  type ??= typeName(v);
   return new InvalidArgumentError(`${where(key, subject)}invalid ${name}=${show(v)} (${type}): ${why}`, { key });
 }
 
@@ -81,7 +101,7 @@ function badOptions(key, options, why, subject = 'lock') {
 // What may stand for options: an object whose own keys are the options. A Map or a Set has
 // none (its entries are not keys), so `new Map([['ttl', 1000]])` would read as {} and be dropped.
 function notOptions(v) {
-  return v === null || typeof v !== 'object' || Array.isArray(v) || optionsType(v) !== undefined;
+  return v === null || typeof v !== 'object' || isRevoked(v) || Array.isArray(v) || optionsType(v) !== undefined;
 }
 
 // util.types, not instanceof: a Map made in another realm (a vm context) is one too.
@@ -152,6 +172,7 @@ function checkSignal(key, signal, subject = 'lock') {
   if (signal === undefined || signal === null) return undefined;
   if (
     typeof signal !== 'object' ||
+    isRevoked(signal) ||
     typeof signal.aborted !== 'boolean' ||
     typeof signal.addEventListener !== 'function' ||
     typeof signal.removeEventListener !== 'function'
@@ -172,6 +193,7 @@ function convert(options, key, { manager = true, lock = true, extra = [], subjec
   for (const name of optionNames(options)) {
     const v = options[name];
     if (v === undefined) continue;
+    if (isRevoked(v)) throw bad(key, name, v, 'a revoked Proxy cannot be read', subject);
     if (name === 'signal') {
       out.signal = checkSignal(key, v, subject);
       continue;
@@ -238,7 +260,7 @@ const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[
 
 function checkKey(key, what = 'lock key') {
   if (typeof key !== 'string' || key.length === 0) {
-    const type = key === null ? 'null' : Array.isArray(key) ? 'array' : typeof key;
+    const type = typeName(key);
     // Not kept on the error unless it is a string: a value passed where the key goes (options,
     // in another library's argument order) may hold a node URL's password, which the message
     // hides and console.log or a JSON logger would print from `err.key`.
@@ -266,4 +288,4 @@ function tryOnce(key, options, subject = 'lock') {
   return { ...plainCopy(options), wait: 0 };
 }
 
-module.exports = { optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };
+module.exports = { isRevoked, optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };

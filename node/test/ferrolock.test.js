@@ -427,6 +427,52 @@ test('bad inputs reject clearly and never crash the process', T, async () => {
   await assert.rejects(withLock('k', async () => 1, { nodes: ['redis://127.0.0.1:1'], wait: 0 }), (e) => e.code === 'QUORUM_UNREACHABLE' && e.message.includes('127.0.0.1:1'));
 });
 
+// A revoked Proxy throws a TypeError at any touch, Array.isArray included: the checks that
+// look at a value's type threw that ("Cannot perform 'IsArray' on a proxy that has been
+// revoked"), naming neither the option nor the call.
+test('a revoked Proxy given as options, an option, a key or a logger is refused naming what it was given as', T, async () => {
+  const nodes = [one.url];
+  const revoked = () => {
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    return proxy;
+  };
+  const m = new LockManager({ nodes });
+  const lock = await m.acquire('revoked:held');
+  try {
+    const cases = [
+      [() => new LockManager(revoked()), /^LockManager: invalid options=\[revoked Proxy\]/],
+      [() => new LockManager({ nodes: revoked() }), /^LockManager: invalid nodes=\[revoked Proxy\]/],
+      [() => withLock('k', async () => 1, revoked()), /^lock "k": invalid options=\[revoked Proxy\]/],
+      [() => withLock(revoked(), async () => 1, { nodes }), /^lock key must be a non-empty string, got \[revoked Proxy\] \(revoked Proxy\)/],
+      [() => withLock('k', async () => 1, { nodes, ttl: revoked() }), /^lock "k": invalid ttl=\[revoked Proxy\]/],
+      [() => withLock('k', async () => 1, { nodes, signal: revoked() }), /^lock "k": invalid signal=\[revoked Proxy\]/],
+      [() => ferrolock.withPermit('s', revoked(), async () => 1), /^semaphore "s": invalid options=\[revoked Proxy\]/],
+      [() => ferrolock.withPermit('s', { nodes, permits: revoked() }, async () => 1), /^semaphore "s": invalid permits=\[revoked Proxy\]/],
+      [() => m.acquire('k', revoked()), /^lock "k": invalid options=\[revoked Proxy\]/],
+      [() => m.tryAcquire('k', revoked()), /^lock "k": invalid options=\[revoked Proxy\]/],
+      [() => m.tryAcquireWrite('k', { wait: revoked() }), /^lock "k": invalid wait=\[revoked Proxy\]/],
+      [() => m.acquirePermit('s', revoked()), /^semaphore "s": invalid options=\[revoked Proxy\]/],
+      [() => lock.extend(revoked()), /^lock "revoked:held": invalid ttl=\[revoked Proxy\]/],
+      [() => ferrolock.setLogger(revoked()), /^setLogger: expected a function or null, got a revoked Proxy/],
+      [() => ferrolock.setLogger(null, revoked()), /^setLogger: options must be an object \(\{ level \}\), got a revoked Proxy/],
+    ];
+    for (const [call, re] of cases) {
+      let e;
+      try {
+        await call();
+      } catch (err) {
+        e = err;
+      }
+      assert.ok(e instanceof InvalidArgumentError, `${call}: ${e}`);
+      assert.match(e.message, re, String(call));
+    }
+    assert.equal(lock.status, 'held');
+  } finally {
+    await m.close();
+  }
+});
+
 test('close() releasing a lock still in use aborts its signal with a LockLostError', T, async () => {
   const m = new LockManager({ nodes: [one.url] });
   const lock = await m.acquire('close:in-use');
