@@ -99,7 +99,9 @@ function badOptions(key, options, why, subject = 'lock') {
 }
 
 // What may stand for options: an object whose own keys are the options. A Map or a Set has
-// none (its entries are not keys), so `new Map([['ttl', 1000]])` would read as {} and be dropped.
+// none (its entries are not keys), so `new Map([['ttl', 1000]])` would read as {} and be dropped;
+// nor has a Promise (an async options builder called without await), a Date, a RegExp or a
+// boxed primitive.
 function notOptions(v) {
   return v === null || typeof v !== 'object' || isRevoked(v) || Array.isArray(v) || optionsType(v) !== undefined;
 }
@@ -109,7 +111,12 @@ function optionsType(v) {
   if (types.isMap(v)) return 'Map';
   if (types.isSet(v)) return 'Set';
   if (types.isWeakMap(v)) return 'WeakMap';
-  return types.isWeakSet(v) ? 'WeakSet' : undefined;
+  if (types.isWeakSet(v)) return 'WeakSet';
+  if (types.isPromise(v)) return 'Promise';
+  if (types.isDate(v)) return 'Date';
+  if (types.isRegExp(v)) return 'RegExp';
+  // Number, String, Boolean, BigInt or Symbol.
+  return types.isBoxedPrimitive(v) ? Object.prototype.toString.call(v).slice(8, -1) : undefined;
 }
 
 function millis(key, name, v, zeroOk, subject = 'lock') {

@@ -473,6 +473,44 @@ test('a revoked Proxy given as options, an option, a key or a logger is refused 
   }
 });
 
+// Options that are a Promise (an `async` options builder called without await), a Date or a
+// boxed number have no own keys: read as {}, every option was dropped without a word, and the
+// lock taken with the defaults (on FERROLOCK_NODES or localhost), as a Map's were.
+test('options that are a Promise, a Date, a RegExp or a boxed primitive are refused naming what they are', T, async () => {
+  const nodes = [one.url];
+  const m = new LockManager({ nodes });
+  try {
+    const cases = [
+      [Promise.resolve({ nodes, ttl: 5_000 }), 'Promise'],
+      [new Date(), 'Date'],
+      [/ttl/, 'RegExp'],
+      [new Number(5_000), 'Number'],
+    ];
+    for (const [options, kind] of cases) {
+      const re = new RegExp(`invalid options=.* \\(${kind}\\): expected an object.* with the options as its own keys, not a ${kind}`);
+      const calls = [
+        () => withLock('k', async () => 'ran', options),
+        () => m.acquire('k', options),
+        () => m.tryAcquireRead('k', options),
+        () => ferrolock.withPermit('s', options, async () => 'ran'),
+        () => new LockManager(options),
+      ];
+      for (const call of calls) {
+        let e;
+        try {
+          e = await call();
+        } catch (err) {
+          e = err;
+        }
+        assert.ok(e instanceof InvalidArgumentError, `${kind}, ${call}: ${e}`);
+        assert.match(e.message, re, `${kind}, ${call}`);
+      }
+    }
+  } finally {
+    await m.close();
+  }
+});
+
 test('close() releasing a lock still in use aborts its signal with a LockLostError', T, async () => {
   const m = new LockManager({ nodes: [one.url] });
   const lock = await m.acquire('close:in-use');
