@@ -66,11 +66,18 @@ function show(v) {
   if (typeof v === 'bigint') return `${v}n`;
   if (typeof v === 'function') return `[function ${v.name || 'anonymous'}]`;
   if (Array.isArray(v)) {
-    try {
-      return JSON.stringify(v, (_, x) => (typeof x === 'string' ? redacted(x) : x));
-    } catch {
-      return '[array]';
-    }
+    // Entry by entry: JSON writes a symbol or a function in an array as null, and throws on a
+    // bigint. The first 10 only: a list that long is not a node list anyway.
+    const entry = (x) => {
+      if (typeof x === 'symbol' || typeof x === 'function' || typeof x === 'bigint') return show(x);
+      try {
+        return JSON.stringify(x, (_, y) => (typeof y === 'string' ? redacted(y) : y)) ?? 'null';
+      } catch {
+        return Array.isArray(x) ? '[array]' : '[object]';
+      }
+    };
+    const shown = Array.from(v.slice(0, 10), entry);
+    return `[${shown.join(',')}${v.length > 10 ? ',...' : ''}]`;
   }
   if (typeof v === 'symbol') return v.toString();
   if (v !== null && typeof v === 'object') {

@@ -511,6 +511,22 @@ test('options that are a Promise, a Date, a RegExp or a boxed primitive are refu
   }
 });
 
+// JSON.stringify writes a symbol or a function in an array as null and throws on a bigint: the
+// message quoted `nodes=[null]` for a value that was not null, or no value at all (`[array]`).
+test('a node list holding a symbol, a function or a bigint quotes that value', T, () => {
+  const url = one.url;
+  const cases = [
+    [[Symbol('primary')], /invalid nodes=\[Symbol\(primary\)\] \(array\)/],
+    [[url, function replica() {}], /invalid nodes=\[".*",\[function replica\]\] \(array\)/],
+    [[url, 6379n], /invalid nodes=\[".*",6379n\] \(array\)/],
+    // A hole or undefined stays null (JSON's spelling of an absent entry).
+    [[, url], /invalid nodes=\[null,".*"\] \(array\)/],
+  ];
+  for (const [nodes, re] of cases) {
+    assert.throws(() => new LockManager({ nodes }), (e) => e instanceof InvalidArgumentError && re.test(e.message), String(re));
+  }
+});
+
 test('close() releasing a lock still in use aborts its signal with a LockLostError', T, async () => {
   const m = new LockManager({ nodes: [one.url] });
   const lock = await m.acquire('close:in-use');
