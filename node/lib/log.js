@@ -31,7 +31,7 @@ let processGeneration = 0;
  * process: the last call wins, in any worker thread (a worker's logger stops with it).
  */
 function setLogger(fn, options = {}) {
-  if (fn !== null && typeof fn !== 'function') {
+  if (fn !== null && (typeof fn !== 'function' || isRevoked(fn))) {
     throw new InvalidArgumentError(`setLogger: expected a function or null, got ${describe(fn)}`);
   }
   if (options === null || typeof options !== 'object' || describe(options) !== 'an object') {

@@ -420,8 +420,11 @@ async function withPermit(name, options, fn) {
 
 async function withKind(key, fn, options, kind, sem = null) {
   checkKey(key);
-  if (typeof fn !== 'function') {
-    throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${typeof fn}`, { key });
+  // A revoked Proxy of a function is typeof 'function' too: called, it threw a TypeError once
+  // the lock was taken.
+  if (typeof fn !== 'function' || isRevoked(fn)) {
+    const got = isRevoked(fn) ? 'a revoked Proxy' : typeof fn;
+    throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${got}`, { key });
   }
   const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).

@@ -437,6 +437,11 @@ test('a revoked Proxy given as options, an option, a key or a logger is refused 
     revoke();
     return proxy;
   };
+  const revokedFn = () => {
+    const { proxy, revoke } = Proxy.revocable(function callback() {}, {});
+    revoke();
+    return proxy;
+  };
   const m = new LockManager({ nodes });
   const lock = await m.acquire('revoked:held');
   try {
@@ -456,6 +461,11 @@ test('a revoked Proxy given as options, an option, a key or a logger is refused 
       [() => lock.extend(revoked()), /^lock "revoked:held": invalid ttl=\[revoked Proxy\]/],
       [() => ferrolock.setLogger(revoked()), /^setLogger: expected a function or null, got a revoked Proxy/],
       [() => ferrolock.setLogger(null, revoked()), /^setLogger: options must be an object \(\{ level \}\), got a revoked Proxy/],
+      // A revoked Proxy of a function is still typeof 'function': withLock took the lock and
+      // then threw "Cannot perform 'apply'", and setLogger took it as the logger.
+      [() => withLock('k', revokedFn(), { nodes }), /^lock "k": withLock needs a callback function, got a revoked Proxy/],
+      [() => ferrolock.withPermit('s', { nodes, permits: 1 }, revokedFn()), /^semaphore "s": withPermit needs a callback function, got a revoked Proxy/],
+      [() => ferrolock.setLogger(revokedFn()), /^setLogger: expected a function or null, got a revoked Proxy/],
     ];
     for (const [call, re] of cases) {
       let e;
