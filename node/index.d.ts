@@ -255,7 +255,9 @@ export interface LogRecord {
  * Sends ferrolock's log records at `options.level` (default `'warn'`) and above to `fn`,
  * called on this thread; `null` turns them off. Without a call, warnings and errors are
  * process warnings (`FerrolockWarning`) on the main thread (on a worker's if the main thread
- * has not loaded ferrolock). One logger per process: the last call, in any thread, wins.
+ * has not loaded ferrolock). One logger per process: the last call, in any thread, wins; a
+ * worker's lasts as long as the worker (then the latest call of a thread still running is in
+ * effect again, or with none the default).
  */
 export declare function setLogger(
   fn: ((record: LogRecord) => void) | null,

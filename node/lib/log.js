@@ -21,14 +21,16 @@ let level = 'warn';
 // that replaced it returned.
 let generation = 0;
 // The process-wide number of this thread's last setLogger call (0: none). The last call in
-// any thread wins: once another thread's is in effect, this thread's `handler` is not the
-// process's logger.
+// any thread wins: while another thread's is in effect, this thread's `handler` is not the
+// process's logger (it is again once that thread has ended).
 let processGeneration = 0;
 
 /**
  * Sends ferrolock's log records (`{ level, target, message }`) at `options.level` (default
  * 'warn') and above to `fn`, called on this thread; `null` turns them off. One logger per
- * process: the last call wins, in any worker thread (a worker's logger stops with it).
+ * process: the last call wins, in any worker thread. A worker's call lasts as long as the
+ * worker: then the latest call of a thread still running is in effect again (none: the
+ * default), rather than a function nobody can call any more taking every record.
  */
 function setLogger(fn, options = {}) {
   if (fn !== null && (typeof fn !== 'function' || isRevoked(fn))) {

@@ -1,15 +1,16 @@
 //! The core's log events (`ferrolock::host::log`) handed to a JavaScript function. `log.js`
 //! wraps it: the default (warnings as process warnings), the level names and the rule that a
 //! replaced function is never called again. Each environment (the main thread, each worker)
-//! registers a default; the process's records go to one of them until a `setLogger` call.
+//! registers a default; the process's records go to one of them until a `setLogger` call, and
+//! back to them once every environment that made one has ended.
 
 use ferrolock::host::log::{self, LogLevel, LogRecord};
 use napi::bindgen_prelude::Function;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Result, Status};
 use napi_derive::napi;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::env::locked;
 use crate::errors::{guard, invalid, to_napi};
@@ -38,20 +39,35 @@ struct Default {
 }
 static DEFAULTS: Mutex<Vec<Default>> = Mutex::new(Vec::new());
 
-/// Whether the core's sink is the defaults' dispatcher or a `setLogger` call's (a function,
-/// or off). Held while the sink is replaced; never taken by a sink (`set_sink` waits for the
-/// sinks running).
-#[derive(PartialEq)]
-enum Mode {
-    Unset,
-    Defaults,
-    User,
+/// A `setLogger` call: the function (None: off), its level and its number in the process.
+struct Call {
+    env: usize,
+    number: u32,
+    tsfn: Option<Arc<Tsfn>>,
+    level: LogLevel,
 }
-static MODE: Mutex<Mode> = Mutex::new(Mode::Unset);
 
-/// Counts the `setLogger` calls of every environment: a thread whose own call is no longer the
-/// last one (`log.js`) sends its scope warnings through the core, to the logger in effect.
-static GENERATION: AtomicU32 = AtomicU32::new(0);
+/// What the core's sink is made of: the latest `setLogger` call of each environment still
+/// alive, the last in effect, else the defaults' dispatcher. A worker's function goes with its
+/// environment: the process's records were dropped for good once the worker that made the last
+/// call had ended (its threadsafe function fails), the main thread's lost locks' warnings
+/// included; the call made before it, by an environment still alive, takes over instead (none
+/// left: the defaults). Held while the sink is replaced; never taken by a sink (`set_sink`
+/// waits for the sinks running).
+struct Sinks {
+    calls: Vec<Call>,
+    defaults_installed: bool,
+}
+static SINKS: Mutex<Sinks> = Mutex::new(Sinks {
+    calls: Vec::new(),
+    defaults_installed: false,
+});
+
+/// Numbers the `setLogger` calls of every environment.
+static CALLS_MADE: AtomicU32 = AtomicU32::new(0);
+/// The number of the call in effect (0: the defaults): a thread whose own call is not the one
+/// in effect (`log.js`) sends its scope warnings through the core, to the logger in effect.
+static IN_EFFECT: AtomicU32 = AtomicU32::new(0);
 
 fn js_record(r: &LogRecord<'_>) -> NativeLogRecord {
     NativeLogRecord {
@@ -70,39 +86,85 @@ fn weak_tsfn(callback: Function<NativeLogRecord, ()>) -> Result<Tsfn> {
 }
 
 /// Sends the core's events at `level` and above to `callback` on the JavaScript thread (of
-/// the environment that set it), replacing the previous function or the defaults; `null`
-/// stops delivery. Returns the call's number in the process (see [`logger_generation`]).
+/// the environment that set it), replacing the previous function or the defaults until this
+/// environment's teardown; `null` stops delivery. Returns the call's number in the process
+/// (see [`logger_generation`]).
 #[napi(js_name = "setLogger")]
-pub fn set_logger(callback: Option<Function<NativeLogRecord, ()>>, level: String) -> Result<u32> {
-    guard("setLogger", || set_logger_unguarded(callback, level))
+pub fn set_logger(
+    env: &Env,
+    callback: Option<Function<NativeLogRecord, ()>>,
+    level: String,
+) -> Result<u32> {
+    guard("setLogger", || set_logger_unguarded(env, callback, level))
 }
 
 fn set_logger_unguarded(
+    env: &Env,
     callback: Option<Function<NativeLogRecord, ()>>,
     level: String,
 ) -> Result<u32> {
     let level = LogLevel::parse(&level).map_err(|e| invalid(e.message()))?;
-    let sink: Option<log::LogSink> = match callback {
-        None => None,
-        Some(callback) => {
-            let tsfn = weak_tsfn(callback)?;
+    let tsfn = callback.map(weak_tsfn).transpose()?.map(Arc::new);
+    let id = env.raw() as usize;
+    let mut sinks = locked(&SINKS);
+    let first = !sinks.calls.iter().any(|c| c.env == id);
+    let call = Call {
+        env: id,
+        number: CALLS_MADE.fetch_add(1, Ordering::SeqCst) + 1,
+        tsfn,
+        level,
+    };
+    let number = call.number;
+    install(Some(&call))?;
+    sinks.calls.retain(|c| c.env != id);
+    sinks.calls.push(call);
+    drop(sinks);
+    if first {
+        env.add_env_cleanup_hook(id, forget_calls)?;
+    }
+    Ok(number)
+}
+
+/// At an environment's teardown: its call goes, and if it was in effect the latest call of an
+/// environment still alive (else the defaults) takes over.
+fn forget_calls(id: usize) {
+    let mut sinks = locked(&SINKS);
+    let in_effect = sinks.calls.last().is_some_and(|c| c.env == id);
+    sinks.calls.retain(|c| c.env != id);
+    if in_effect {
+        // Only fails when another tracing subscriber owns the events, which a call that was
+        // in effect rules out.
+        let _ = install(sinks.calls.last());
+        sinks.defaults_installed = sinks.calls.is_empty();
+    }
+}
+
+/// Makes `call` (None: the defaults) the core's sink.
+fn install(call: Option<&Call>) -> Result<()> {
+    match call {
+        Some(call) => {
             // NonBlocking: the logging thread is often a runtime worker; once the
             // environment is gone the call fails and the record is dropped.
-            Some(Box::new(move |r: &LogRecord<'_>| {
-                let _ = tsfn.call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
-            }))
+            let sink: Option<log::LogSink> = call.tsfn.clone().map(|tsfn| {
+                Box::new(move |r: &LogRecord<'_>| {
+                    let _ = tsfn.call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
+                }) as log::LogSink
+            });
+            log::set_sink(sink, call.level).map_err(to_napi)?;
+            IN_EFFECT.store(call.number, Ordering::SeqCst);
         }
-    };
-    let mut mode = locked(&MODE);
-    log::set_sink(sink, level).map_err(to_napi)?;
-    *mode = Mode::User;
-    Ok(GENERATION.fetch_add(1, Ordering::SeqCst) + 1)
+        None => {
+            log::set_sink(Some(Box::new(to_default)), LogLevel::Warn).map_err(to_napi)?;
+            IN_EFFECT.store(0, Ordering::SeqCst);
+        }
+    }
+    Ok(())
 }
 
 /// The number of the `setLogger` call in effect (0: none yet, the defaults).
 #[napi(js_name = "loggerGeneration")]
 pub fn logger_generation() -> Result<u32> {
-    guard("loggerGeneration", || Ok(GENERATION.load(Ordering::SeqCst)))
+    guard("loggerGeneration", || Ok(IN_EFFECT.load(Ordering::SeqCst)))
 }
 
 /// A warning of `log.js`'s own (a `withLock` scope's end) through the core's sink, for a
@@ -147,10 +209,10 @@ fn set_default_logger_unguarded(
         }
     }
     env.add_env_cleanup_hook(id, |id| locked(&DEFAULTS).retain(|d| d.env != id))?;
-    let mut mode = locked(&MODE);
-    if *mode == Mode::Unset {
-        log::set_sink(Some(Box::new(to_default)), LogLevel::Warn).map_err(to_napi)?;
-        *mode = Mode::Defaults;
+    let mut sinks = locked(&SINKS);
+    if sinks.calls.is_empty() && !sinks.defaults_installed {
+        install(None)?;
+        sinks.defaults_installed = true;
     }
     Ok(())
 }

@@ -296,3 +296,68 @@ test("a worker's withLock scope warning goes to the logger another thread set (o
     assert.doesNotMatch(r.stderr, /FerrolockWarning/, `setLogger(${logger}) in the main thread, yet the worker printed a process warning`);
   }
 });
+
+test("a worker's logger stops with the worker: the process's records go back to the logger the main thread set, or to the default warnings", T, async () => {
+  const pkg = JSON.stringify(path.resolve(__dirname, '..'));
+  // The worker's logger takes over: the worker loses a lock of its own and its function gets
+  // that record before the worker ends (so the logger in effect was the worker's).
+  const worker = `
+    const { parentPort } = require('node:worker_threads');
+    const { setLogger, LockManager } = require(${pkg});
+    const { execFileSync } = require('node:child_process');
+    (async () => {
+      let seen;
+      const got = new Promise((r) => { seen = r; });
+      setLogger((r) => { if (r.message.includes('log-node:worker-own')) seen(); });
+      const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 1500 });
+      const lock = await m.acquire('log-node:worker-own');
+      // The signal keeps the worker up until the loss (a logger does not).
+      const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+      execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:worker-own']);
+      await aborted;
+      const alive = setInterval(() => {}, 1000);
+      await got;
+      clearInterval(alive);
+      await m.close();
+      parentPort.postMessage('worker logged its loss');
+    })();
+  `;
+  for (const main of ['default', 'setLogger']) {
+    const script = `
+      const { Worker } = require('node:worker_threads');
+      const { setLogger, LockManager } = require(${pkg});
+      const { execFileSync } = require('node:child_process');
+      (async () => {
+        let seen;
+        const got = new Promise((r) => { seen = r; });
+        ${main === 'setLogger'
+          ? "setLogger((r) => { if (r.message.includes('log-node:main-after')) seen('main logger: ' + r.message); });"
+          : "process.on('warning', (w) => { if (w.name === 'FerrolockWarning' && w.message.includes('log-node:main-after')) seen('process warning: ' + w.message); });"}
+        const w = new Worker(${JSON.stringify(worker)}, { eval: true });
+        w.on('message', (m) => console.log(m));
+        await new Promise((resolve, reject) => { w.once('exit', resolve); w.once('error', reject); });
+        console.log('worker exited');
+        const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 1500 });
+        const lock = await m.acquire('log-node:main-after');
+        const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+        execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:main-after']);
+        await aborted;
+        console.log('main lost its lock');
+        // A logger does not keep the process up: this does, until the record comes.
+        const alive = setInterval(() => {}, 1000);
+        console.log(await got);
+        clearInterval(alive);
+        await m.close();
+      })();
+    `;
+    // The limit is the test's: a record that never comes leaves the child waiting for it.
+    const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 40_000 });
+    const lines = r.stdout.trim().split('\n');
+    assert.deepEqual(lines.slice(0, 3), ['worker logged its loss', 'worker exited', 'main lost its lock'], `${main}: ${r.stdout} ${r.stderr}`);
+    assert.match(
+      lines[3] ?? '',
+      main === 'setLogger' ? /^main logger: .*log-node:main-after/ : /^process warning: .*log-node:main-after/,
+      `${main}: the main thread's lost lock was logged nowhere after the worker that set the logger ended (${r.signal ?? r.status}): ${r.stdout} ${r.stderr}`,
+    );
+  }
+});
