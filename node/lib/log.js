@@ -6,7 +6,7 @@ const { types } = require('node:util');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { InvalidArgumentError, inJsNames } = require('./errors');
-const { isRevoked } = require('./options');
+const { isRevoked, notOptions, optionsType } = require('./options');
 
 const LEVELS = ['error', 'warn', 'info', 'debug', 'trace'];
 
@@ -36,8 +36,13 @@ function setLogger(fn, options = {}) {
   if (fn !== null && (typeof fn !== 'function' || isRevoked(fn))) {
     throw new InvalidArgumentError(`setLogger: expected a function or null, got ${describe(fn)}`);
   }
-  if (options === null || typeof options !== 'object' || describe(options) !== 'an object') {
-    throw new InvalidArgumentError(`setLogger: options must be an object ({ level }), got ${describe(options)}`);
+  // As LockManager's options (options.js): a Promise (an options builder called without
+  // await), a Date or a boxed string has no own keys, so it read as {} and the level stayed
+  // 'warn' without a word.
+  if (notOptions(options)) {
+    const kind = optionsType(options);
+    const got = kind === undefined ? describe(options) : `a ${kind}, not an object whose own keys are the options`;
+    throw new InvalidArgumentError(`setLogger: options must be an object ({ level }), got ${got}`);
   }
   // A misspelt option would leave the level at 'warn' without a word.
   const unknown = Object.keys(options).find((name) => name !== 'level' && options[name] !== undefined);

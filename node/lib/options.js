@@ -302,4 +302,4 @@ function tryOnce(key, options, subject = 'lock') {
   return { ...plainCopy(options), wait: 0 };
 }
 
-module.exports = { isRevoked, optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, TABLE };
+module.exports = { isRevoked, optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, optionsType, TABLE };

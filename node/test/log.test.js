@@ -361,3 +361,27 @@ test("a worker's logger stops with the worker: the process's records go back to 
     );
   }
 });
+
+test("setLogger refuses options that are not an object of options (a Promise: a missing await), naming what was given", () => {
+  const kept = [];
+  setLogger((r) => kept.push(r), { level: 'error' });
+  try {
+    const cases = [
+      [Promise.resolve({ level: 'debug' }), /Promise/],
+      [new Date(), /Date/],
+      [/debug/, /RegExp/],
+      [new String('debug'), /String/],
+      [new Set(['debug']), /Set/],
+      [new WeakMap(), /WeakMap/],
+    ];
+    for (const [options, named] of cases) {
+      assert.throws(
+        () => setLogger(() => {}, options),
+        (e) => e instanceof InvalidArgumentError && /setLogger: options must be an object/.test(e.message) && named.test(e.message),
+        `setLogger accepted ${Object.prototype.toString.call(options)} as options`,
+      );
+    }
+  } finally {
+    setLogger(null);
+  }
+});
