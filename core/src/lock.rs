@@ -76,8 +76,14 @@ pub enum LossReason {
     ReleasedByManager { what: &'static str, key: String },
     /// Its last handle was garbage-collected (Python, Node, Go) while it was held: it is
     /// released, and whoever still watches for its loss (a Node `signal`, Go's `Lost()`, an
-    /// `on_lost` callback) is told, since the work it guarded may still be running.
-    Collected { what: &'static str, key: String },
+    /// `on_lost` callback) is told, since the work it guarded may still be running. `scope`:
+    /// the binding's scope function (Node's `withLock`) the lock was held for, whose body was
+    /// then collected with it, still waiting.
+    Collected {
+        what: &'static str,
+        key: String,
+        scope: Option<String>,
+    },
 }
 
 impl LossReason {
@@ -142,12 +148,31 @@ impl std::fmt::Display for LossReason {
                     "{what} {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
                 )
             }
-            LossReason::Collected { what, key } => write!(
+            LossReason::Collected {
+                what,
+                key,
+                scope: None,
+            } => write!(
                 f,
                 "{what} {key:?} is released because its handle was garbage-collected while the \
                  {what} was held: the work it guards may still be running without it; keep a \
                  reference to the {what} until you release it, or hold it for a scope (Python's \
                  with, Node's withLock, Go's WithLock)"
+            ),
+            // The advice above would send the reader to the scope they already used: its body
+            // went to the collector too, which only happens while it waits on something nothing
+            // can complete any more.
+            LossReason::Collected {
+                what,
+                key,
+                scope: Some(scope),
+            } => write!(
+                f,
+                "{what} {key:?} is released because its handle was garbage-collected while the \
+                 {what} was held by {scope}, with its callback: the callback was waiting on \
+                 something nothing references any more (a promise whose resolve and reject \
+                 are gone), so it can never settle and {scope} would never have ended; keep a \
+                 reference to whatever is to settle what the callback awaits"
             ),
         }
     }
@@ -588,8 +613,12 @@ impl Lock {
 
     /// Tells whoever still watches for the loss that the lock is released because its last
     /// handle was garbage-collected (`host::Lock::collected`; the drop's release follows).
-    pub(crate) fn collected_while_held(&self) {
-        self.released_for_holder(false, |what, key| LossReason::Collected { what, key });
+    pub(crate) fn collected_while_held(&self, scope: Option<String>) {
+        self.released_for_holder(false, |what, key| LossReason::Collected {
+            what,
+            key,
+            scope,
+        });
     }
 
     fn released_for_holder(

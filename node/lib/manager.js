@@ -432,6 +432,9 @@ async function withKind(key, fn, options, kind, sem = null) {
   const { lock, owner } = await acquireNative(nm, key, opts, reentrant, signal, kind, sem);
   const { manager, servers } = managerIdentity(nm);
   const scope = { parent: live(scopes.getStore()), key, kind, sem, manager, servers, owner, reentrant: reentrant === true, ended: false, lock };
+  // Collected while held here means the callback went with it, still waiting: the warning
+  // must say so, not advise a scope.
+  lock._native.enterScope(SCOPE_NAMES[kind]);
   let result;
   let failed = false;
   let error;

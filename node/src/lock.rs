@@ -6,6 +6,7 @@ use ferrolock::{LockStatus, host::Lock};
 use napi::bindgen_prelude::{ObjectFinalize, PromiseRaw};
 use napi::{Env, Result};
 use napi_derive::napi;
+use std::sync::OnceLock;
 
 use crate::errors::{guard, invalid, to_napi};
 use crate::rt::promise_on_core;
@@ -13,6 +14,8 @@ use crate::rt::promise_on_core;
 #[napi(custom_finalize)]
 pub struct NativeLock {
     pub(crate) inner: Lock,
+    /// The scope function (`withLock`, ...) holding it, once `enterScope` was called.
+    pub(crate) scope: OnceLock<String>,
 }
 
 /// Runs only when the garbage collector takes the JavaScript object (a `NativeLock` dropped
@@ -21,7 +24,10 @@ pub struct NativeLock {
 impl ObjectFinalize for NativeLock {
     fn finalize(self, _env: Env) -> Result<()> {
         // The panic hook has reported a panic by then; it must not unwind into V8's collector.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.inner.collected()));
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match self.scope.get() {
+            Some(scope) => self.inner.collected_in_scope(scope),
+            None => self.inner.collected(),
+        }));
         Ok(())
     }
 }
@@ -85,6 +91,16 @@ impl NativeLock {
     pub fn loss_reason(&self) -> Result<Option<String>> {
         guard("NativeLock.lossReason", || {
             Ok(self.inner.loss_reason().map(|r| r.to_string()))
+        })
+    }
+
+    /// Marks the lock as held by the scope function `name` (`withLock`, ...), for the warning
+    /// given if the collector takes it: with the scope's callback, which can then never settle.
+    #[napi]
+    pub fn enter_scope(&self, name: String) -> Result<()> {
+        guard("NativeLock.enterScope", || {
+            let _ = self.scope.set(name);
+            Ok(())
         })
     }
 

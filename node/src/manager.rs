@@ -1,6 +1,7 @@
 //! `NativeManager`: a `ferrolock::host::Manager` (its own, or the shared one of `withLock`).
 //! `manager.js` wraps it with option conversion and the AsyncLocalStorage owner.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use ferrolock::host::{self, Cancel, Kind};
@@ -211,7 +212,10 @@ impl NativeManager {
                         ),
                     ));
                 }
-                Ok(NativeLock { inner: lock })
+                Ok(NativeLock {
+                    inner: lock,
+                    scope: OnceLock::new(),
+                })
             })
         })
     }

@@ -212,6 +212,53 @@ test('a Lock the garbage collector takes unreleased is released with a warning n
   one.cli('DEL', 'life:gc:kept', 'life:gc:dropped');
 });
 
+test("a withLock whose callback awaits a promise nothing can settle is collected with a warning that says so, not one advising withLock", T, async () => {
+  const body = `${HEADER}
+    const { setLogger } = require(${JSON.stringify(PKG)});
+    const collected = [];
+    setLogger((rec) => {
+      if (rec.message.includes('garbage-collected')) collected.push(rec);
+    });
+    run(async () => {
+      const m = new LockManager({ ttl: 60000 });
+      // Nothing references the promise the callback awaits (nor its resolve): the callback,
+      // its scope and the lock go to the collector together. (Nothing is printed in the scope:
+      // process.stdout, made at its first use, would keep the scope's async context, and so
+      // the lock.)
+      let entered = false;
+      withLock('life:gc:scope', async () => {
+        entered = true;
+        await new Promise(() => {});
+      }, { ttl: 60000 }).catch((e) => console.log('withLock failed', e.message));
+      // Bounded rounds, no time bound: the key taken by another acquire proves the release.
+      let taken = null;
+      for (let round = 0; round < 200 && (taken === null || collected.length === 0); round++) {
+        gc();
+        await new Promise((resolve) => setTimeout(resolve, 20));
+        taken ??= await m.tryAcquire('life:gc:scope').catch(() => null);
+      }
+      console.log(entered ? 'in scope' : 'the callback never ran');
+      console.log(taken === null ? 'scope lock still held' : 'scope lock released');
+      for (const rec of collected) console.log('warned', rec.level, rec.message);
+      if (taken !== null) await taken.release();
+    }, 'done');`;
+  const r = await runNode(body, {
+    onLine: (line, child) => {
+      if (line === 'done') child.kill('SIGKILL');
+    },
+  });
+  assert.match(r.out, /in scope/, r.out + r.err);
+  assert.match(r.out, /scope lock released/, r.out + r.err);
+  const warned = r.out.split('\n').filter((l) => l.startsWith('warned'));
+  assert.equal(warned.length, 1, `one warning, for the scope's lock:\n${r.out}`);
+  assert.match(warned[0], /^warned warn lock "life:gc:scope" is released because its handle was garbage-collected/);
+  // The lock was in a withLock already: the advice to use one misleads. What went wrong is
+  // what its callback was waiting for.
+  assert.doesNotMatch(warned[0], /hold it for a scope/, warned[0]);
+  assert.match(warned[0], /withLock/);
+  assert.match(warned[0], /can never settle/, warned[0]);
+});
+
 test('a Lock the garbage collector takes while its work still watches its signal is released and aborts the signal (the work is told, as for any loss)', T, async () => {
   const body = `${HEADER}
     run(async () => {

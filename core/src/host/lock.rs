@@ -199,11 +199,22 @@ impl Lock {
     /// keep, and whatever that work still watches (Node's `signal`, Go's `Lost()`, an
     /// `on_lost` callback) is told, as for any loss. Call it before the handle goes.
     pub fn collected(&self) {
+        self.collected_from(None);
+    }
+
+    /// [`collected`](Lock::collected) for a handle held by a scope function of the binding's
+    /// (`scope`: Node's "withLock") whose body went to the collector with it: the warning says
+    /// that body waits on something that can never complete, rather than advise a scope.
+    pub fn collected_in_scope(&self, scope: &str) {
+        self.collected_from(Some(scope.to_string()));
+    }
+
+    fn collected_from(&self, scope: Option<String>) {
         if self.inherited() || Arc::strong_count(&self.core) > 1 || !self.core.unreleased_and_held()
         {
             return;
         }
-        self.core.collected_while_held();
+        self.core.collected_while_held(scope);
     }
 
     /// [`collected`](Lock::collected), then [`free`](Lock::free), for a finalizer that frees
