@@ -85,15 +85,24 @@ function warn(message) {
 
 // A logger that throws must not turn a log record into an uncaught exception (the core's
 // records arrive outside any caller's code) nor replace a withLock's result: its error is
-// reported as a process warning, and the record is dropped.
+// reported as a process warning, and the record is dropped. An async logger's rejection
+// likewise: nobody awaits what it returns, so it ended the process as an unhandled rejection.
 function call(fn, record) {
+  let returned;
   try {
-    fn(record);
+    returned = fn(record);
   } catch (e) {
-    process.emitWarning(`the logger passed to setLogger threw on a ${record.level} record (${JSON.stringify(record.message)}): ${e && e.stack ? e.stack : e}`, {
-      type: 'FerrolockWarning',
-    });
+    loggerFailed('threw', record, e);
+    return;
   }
+  // The platform's then: an async function's promise, whatever its `then` was made to be.
+  if (types.isPromise(returned)) Promise.prototype.then.call(returned, undefined, (e) => loggerFailed('rejected', record, e));
+}
+
+function loggerFailed(how, record, e) {
+  process.emitWarning(`the logger passed to setLogger ${how} on a ${record.level} record (${JSON.stringify(record.message)}): ${e && e.stack ? e.stack : e}`, {
+    type: 'FerrolockWarning',
+  });
 }
 
 function describe(v) {

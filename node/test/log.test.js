@@ -385,3 +385,41 @@ test("setLogger refuses options that are not an object of options (a Promise: a 
     setLogger(null);
   }
 });
+
+test('an async logger that rejects neither crashes the process nor replaces withLock\'s result: its rejection is a process warning, as a throw is', T, () => {
+  const pkg = JSON.stringify(path.resolve(__dirname, '..'));
+  const script = `
+    const { LockManager, withLock, setLogger } = require(${pkg});
+    const { execFileSync } = require('node:child_process');
+    const warned = [];
+    process.on('warning', (w) => { if (w.name === 'FerrolockWarning') warned.push(w.message); });
+    let calls = 0;
+    setLogger(async () => {
+      calls++;
+      throw new Error('async logger broke');
+    });
+    (async () => {
+      const m = new LockManager({ nodes: [${JSON.stringify(server.url)}], ttl: 1500 });
+      // A core record (the loss).
+      const lock = await m.acquire('log-node:async-rejects');
+      const aborted = new Promise((r) => lock.signal.addEventListener('abort', r, { once: true }));
+      execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:async-rejects']);
+      await aborted;
+      // A scope-end record of the binding's own: the body's error still comes out.
+      const result = await withLock('log-node:async-rejects-scope', async () => {
+        execFileSync('redis-cli', ['-p', '${server.port}', 'DEL', 'log-node:async-rejects-scope']);
+        throw new Error('the body failed');
+      }, { nodes: [${JSON.stringify(server.url)}], watchdog: false }).catch((e) => e.message);
+      console.log('withLock:', result);
+      // Kept up until both rejections were reported (the test's limit bounds it).
+      while (warned.filter((w) => /async logger broke/.test(w)).length < 2) await new Promise((r) => setTimeout(r, 20));
+      console.log('logger called', calls, 'warned', warned.length);
+      await m.close();
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 40_000 });
+  assert.equal(r.status, 0, `the process ended with ${r.signal ?? r.status}: ${r.stdout} ${r.stderr}`);
+  assert.match(r.stdout, /^withLock: the body failed$/m, r.stdout);
+  assert.match(r.stdout, /^logger called 2 warned 2$/m, r.stdout + r.stderr);
+  assert.match(r.stderr, /FerrolockWarning: the logger passed to setLogger (threw|rejected) on a warn record .*async logger broke/);
+});
