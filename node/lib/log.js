@@ -49,10 +49,13 @@ function setLogger(fn, options = {}) {
   if (unknown !== undefined) {
     throw new InvalidArgumentError(`setLogger: unknown option ${JSON.stringify(unknown)} (the only option is level)`);
   }
-  const wanted = options.level ?? 'warn';
+  // Only undefined leaves the level out: null read as 'warn', which a caller meaning "off"
+  // (that is setLogger(null)) did not ask for.
+  const wanted = options.level === undefined ? 'warn' : options.level;
   if (!LEVELS.includes(wanted)) {
+    const off = wanted === null ? ' (to turn the records off: setLogger(null))' : '';
     throw new InvalidArgumentError(
-      `setLogger: level ${describe(wanted)} is not one of ${LEVELS.map((l) => `'${l}'`).join(', ')}`,
+      `setLogger: level ${describe(wanted)} is not one of ${LEVELS.map((l) => `'${l}'`).join(', ')}${off}`,
     );
   }
   handler = fn;

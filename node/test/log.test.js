@@ -423,3 +423,14 @@ test('an async logger that rejects neither crashes the process nor replaces with
   assert.match(r.stdout, /^logger called 2 warned 2$/m, r.stdout + r.stderr);
   assert.match(r.stderr, /FerrolockWarning: the logger passed to setLogger (threw|rejected) on a warn record .*async logger broke/);
 });
+
+test('setLogger refuses level: null (off or the default? neither is said), naming it, as LockManager refuses null for an option that has no null', () => {
+  try {
+    assert.throws(
+      () => setLogger(() => {}, { level: null }),
+      (e) => e instanceof InvalidArgumentError && /level null is not one of 'error', 'warn'/.test(e.message) && /setLogger\(null\)/.test(e.message),
+    );
+  } finally {
+    setLogger(null);
+  }
+});
