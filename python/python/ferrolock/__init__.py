@@ -25,7 +25,7 @@ import threading
 import weakref
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from . import _ferrolock, _owner
 from ._errors import (
@@ -156,7 +156,9 @@ class LockContext(_LockContextBase):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
+        # Literal[False], not bool: the block never swallows its body's exception, and a type
+        # checker told it might would find a `return` inside the block not to end the function.
         use, self._ause = self._ause, None
         self._async_body(None, 0)
         if use is None or use.lock is None:
@@ -174,7 +176,7 @@ class LockContext(_LockContextBase):
             ours = isinstance(exc, asyncio.CancelledError) and remaining <= use.cancelling
         # The same decision and messages as `with` (the core's host::scope). If this await is
         # cancelled, the release still completes in the background.
-        return await self._end_async(lock, ours, exc)  # type: ignore[no-any-return]
+        return await self._end_async(lock, ours, exc)
 
 
 

@@ -5,7 +5,7 @@ import os
 from collections.abc import Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
+from typing import Any, Literal, TypedDict, Unpack
 
 from ._errors import (
     InvalidArgument as InvalidArgument,
@@ -73,7 +73,7 @@ class LockContext(_LockContextBase):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 class LockManager:
     def __init__(self, nodes: str | Sequence[str] | None = None, **options: Unpack[_ConnectionOptions]) -> None: ...

@@ -2,7 +2,7 @@
 from collections.abc import Coroutine
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Final, NoReturn, final
+from typing import Any, Final, Literal, NoReturn, final
 
 from typing_extensions import disjoint_base
 
@@ -71,7 +71,7 @@ class Lock:
         _exc_type: type[BaseException] | None = None,
         exc: BaseException | None = None,
         _tb: TracebackType | None = None,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
 
 @final
 class _Manager:
@@ -118,8 +118,10 @@ class _LockContextBase:
         _exc_type: type[BaseException] | None = None,
         exc: BaseException | None = None,
         _tb: TracebackType | None = None,
-    ) -> bool: ...
-    def _end_async(self, lock: Lock, stopped: bool, exc: BaseException | None = None) -> Coroutine[Any, Any, bool]: ...
+    ) -> Literal[False]: ...
+    def _end_async(
+        self, lock: Lock, stopped: bool, exc: BaseException | None = None
+    ) -> Coroutine[Any, Any, Literal[False]]: ...
     def _acquire_async(self, owner: int) -> Coroutine[Any, Any, Lock]: ...
     def _async_body(self, lock: Lock | None, owner: int) -> None: ...
 
