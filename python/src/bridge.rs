@@ -204,6 +204,14 @@ pub fn coroutine<'py>(py: Python<'py>, future: Bound<'py, PyAny>) -> PyResult<Bo
     WRAP.import(py, "ferrolock._aio", "wrap")?.call1((future,))
 }
 
+/// A coroutine that raises `error` once awaited (`ferrolock._aio.fail`): a public `async`
+/// method's bad argument, raised where an `async def` method raises it.
+pub fn failed<'py>(py: Python<'py>, error: PyErr) -> PyResult<Bound<'py, PyAny>> {
+    static FAIL: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    FAIL.import(py, "ferrolock._aio", "fail")?
+        .call1((error.into_value(py),))
+}
+
 fn get_running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
     static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     GET_RUNNING_LOOP

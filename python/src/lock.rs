@@ -275,14 +275,18 @@ impl PyLock {
         out?.map_err(|e| to_py(py, &e, Some(self.key_str())))
     }
 
-    /// `await lock.extend_async(ttl=None)`: as `extend()`.
+    /// `await lock.extend_async(ttl=None)`: as `extend()`. A bad `ttl` is raised by the await,
+    /// as every error of an async method is.
     #[pyo3(signature = (ttl = None))]
     fn extend_async<'py>(
         &self,
         py: Python<'py>,
         ttl: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ttl = self.ttl_arg(py, ttl)?;
+        let ttl = match self.ttl_arg(py, ttl) {
+            Ok(ttl) => ttl,
+            Err(e) => return bridge::failed(py, e),
+        };
         let lock = self.lock.clone();
         let key = self.key_str().to_string();
         bridge::spawn_coroutine(

@@ -340,3 +340,29 @@ def test_a_closed_manager_names_the_key_it_was_asked_for(node: RedisNode, key: s
         m.semaphore(key, 2).__enter__()
     with pytest.raises(InvalidArgument, match=expected):
         asyncio.run(m.acquire_async(key))
+
+
+def test_every_async_method_raises_its_errors_from_the_await(manager: LockManager, key: str) -> None:
+    # As an `async def` does: a call only makes the coroutine. One that raised at the call
+    # would escape a `try` around the `await`, and leave the coroutines made beside it in the
+    # same expression (`asyncio.gather(work(), lock.extend_async(t))`) never awaited.
+    async def calls() -> None:
+        async with manager.lock(key) as lock:
+            made = [
+                lock.extend_async("5"),
+                lock.extend_async(-1),
+                manager.acquire_async(key, ttl="5"),
+            ]
+            for coro in made:
+                with pytest.raises(InvalidArgument) as info:
+                    await coro
+                assert info.value.key == key, str(info.value)
+            assert lock.locked()
+
+    asyncio.run(calls())
+    # Made before any event loop runs, as `asyncio.run(lock.extend_async(...))` does.
+    lock = manager.acquire(key)
+    coro = lock.extend_async("5")
+    with pytest.raises(InvalidArgument, match="ttl='5'"):
+        asyncio.run(coro)
+    assert lock.release()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -15,6 +15,12 @@ async def wrap(future: asyncio.Future[T]) -> T:
     already started; cancelling the await cancels the future (and, for an extend, the work;
     an acquire goes through `until_undone`)."""
     return await future
+
+
+async def fail(error: BaseException) -> NoReturn:
+    """Raises `error`, found when the call was made, from the await, as an `async def` method
+    would: a caller's `try` around the await sees it."""
+    raise error
 
 
 async def later(start: Callable[[], asyncio.Future[T]]) -> T:
