@@ -550,6 +550,21 @@ def test_exceptions_pickle_with_their_key() -> None:
     assert type(e2) is ferrolock.LockLost and e2.key == "k" and str(e2) == str(e) and e2.code == "LOCK_LOST"
 
 
+def test_exceptions_pickle_with_their_notes_and_attributes(manager: LockManager, key: str) -> None:
+    # What a multiprocessing worker's exception carries to its parent: as any exception's, the
+    # notes added to it (`add_note`, Python 3.11) and the attributes set on it, not only the key.
+    with manager.lock(key):
+        with pytest.raises(NotAcquired) as info:
+            manager.acquire(key, wait=0)
+    e = info.value
+    e.add_note(f"while doing job 7 of {key}")
+    e.job = 7  # type: ignore[attr-defined]
+    e2 = pickle.loads(pickle.dumps(e))
+    assert type(e2) is NotAcquired and e2.key == key and str(e2) == str(e)
+    assert getattr(e2, "__notes__", None) == [f"while doing job 7 of {key}"]
+    assert getattr(e2, "job", None) == 7
+
+
 def test_exception_hierarchy() -> None:
     for cls in (ferrolock.NotAcquired, ferrolock.NotHeld, ferrolock.LockLost, ferrolock.QuorumUnreachable,
                 ferrolock.RedisError, ferrolock.InvalidArgument):

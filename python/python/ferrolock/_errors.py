@@ -20,9 +20,10 @@ class LockError(Exception):
         self.message = message
         self.key = key
 
-    def __reduce__(self) -> tuple[type[LockError], tuple[str, str | None]]:
-        # Survives pickling (multiprocessing) with its key.
-        return (type(self), (self.message, self.key))
+    def __reduce__(self) -> tuple[type[LockError], tuple[str, str | None], dict[str, object]]:
+        # Survives pickling (multiprocessing) with its key, and, as any exception does, with
+        # the attributes set on it since (its `add_note` notes among them).
+        return (type(self), (self.message, self.key), self.__dict__)
 
 
 class InvalidArgument(LockError, ValueError, TypeError):
