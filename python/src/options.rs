@@ -380,6 +380,21 @@ pub fn lock_args(
         for (k, v) in d.iter() {
             let name: String = k.extract()?;
             match option_spec(&name) {
+                // Asked of a semaphore, it would promise the owner's nested block re-enters
+                // its hold, where it takes permits of its own (a manager's default is every
+                // lock's: not asked of this one). `ferrolock run` refuses the pair alike.
+                Some(spec)
+                    if what == "semaphore"
+                        && spec.name == "reentrant"
+                        && boolean(py, ctx, spec.name, &v)? =>
+                {
+                    return Err(ctx.invalid(
+                        py,
+                        "reentrant=True: a semaphore never re-enters (each `with` is a holder \
+                         of its own, taking permits of its own, also inside its owner's block \
+                         of it); leave reentrant out",
+                    ));
+                }
                 Some(spec) if spec.scope == OptionScope::Lock || spec.scope == BINDING => {
                     set(py, ctx, &mut opts, &mut interrupt, spec, &v)?
                 }

@@ -287,6 +287,29 @@ def test_permits_and_count_belong_to_a_semaphore_only(manager: LockManager, key:
     assert "permits" in str(e.value)
 
 
+def test_reentrant_true_asked_of_a_semaphore_is_refused_naming_it(node: RedisNode, manager: LockManager, key: str) -> None:
+    # A semaphore never re-enters: a nested block asked with reentrant=True took a second
+    # permit of the pool (or, with none left, raised NotAcquired), where the option promised
+    # the owner would re-enter its own. Asked for it, it says so, as `ferrolock run` refuses
+    # `--semaphore` with `--reentrant`.
+    for make in (
+        lambda: manager.semaphore(key, 2, reentrant=True),
+        lambda: ferrolock.semaphore(key, 2, nodes=[node.url], reentrant=True),
+    ):
+        with pytest.raises(ferrolock.InvalidArgument) as e:
+            make()
+        assert e.value.key == key
+        assert f'semaphore "{key}": reentrant=True' in str(e.value), str(e.value)
+    # A manager's default is every lock's, a semaphore's included: that is not asking.
+    m = LockManager([node.url], reentrant=True)
+    with m.semaphore(key, 2):
+        assert taken(node, key) == 1
+        with m.semaphore(key, 2, reentrant=False):
+            assert taken(node, key) == 2
+    m.close()
+    assert taken(node, key) == 0
+
+
 def test_an_exception_in_the_body_returns_the_permits(node: RedisNode, manager: LockManager, key: str) -> None:
     with pytest.raises(RuntimeError, match="boom"):
         with manager.semaphore(key, permits=2, count=2):

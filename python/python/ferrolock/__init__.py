@@ -225,7 +225,8 @@ class LockManager:
         this holder took. A semaphore lives on one node: a manager with several nodes is
         refused. Not reentrant (each entry is a holder of its own; inside this thread's own
         blocks of it that leave fewer permits than ``count``, ``NotAcquired`` at once: they
-        return theirs only after it); ``fencing`` is refused."""
+        return theirs only after it): ``reentrant=True`` is refused (a manager's default is
+        ignored), as is ``fencing``."""
         return LockContext(self._manager, name, options, "semaphore", permits, count)
 
     def acquire(self, key: str, **options: Any) -> Lock:
