@@ -17,7 +17,18 @@ pub(crate) async fn acquire(
     opts: &LockOptions,
     side: RwSide,
 ) -> Result<Lock> {
-    if side == RwSide::Read && opts.fencing {
+    let mut opts = opts.clone();
+    opts.rw = Some(side);
+    check_side(key, &opts)?;
+    check_hold_keys(shared, key, side)?;
+    crate::acquire::acquire(shared, key, owner, &opts).await
+}
+
+/// What a side refuses in its options alone. Part of `crate::check_request`, so that a
+/// binding that refuses bad arguments where the request is made (Python's `read_lock()`, C's
+/// acquire starts) refuses these there too, not at the acquire.
+pub(crate) fn check_side(key: &str, opts: &LockOptions) -> Result<()> {
+    if opts.rw == Some(RwSide::Read) && opts.fencing {
         // A fence orders exclusive holders; readers hold together, so a reader's fence
         // would order nothing.
         return Err(Error::invalid(format!(
@@ -25,10 +36,7 @@ pub(crate) async fn acquire(
              turn fencing off for readers"
         )));
     }
-    check_hold_keys(shared, key, side)?;
-    let mut opts = opts.clone();
-    opts.rw = Some(side);
-    crate::acquire::acquire(shared, key, owner, &opts).await
+    Ok(())
 }
 
 /// Redisson's read hold keys `{name}:<owner>:rwlock_timeout:<n>` add no braces to a name that

@@ -1206,6 +1206,11 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_READ, long_read, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "read lease");
   CHECK(a == NULL);
   ferrolock_options_free(long_read);
+  ferrolock_options *fenced_read = ferrolock_options_new();
+  EXPECT(ferrolock_options_set_bool(fenced_read, "fencing", true, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_READ, fenced_read, FERROLOCK_NO_OWNER, NULL, NULL, &a, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "writers only");
+  CHECK(a == NULL);
+  ferrolock_options_free(fenced_read);
   /* Per-acquire options: a manager option is refused. */
   ferrolock_options *per = ferrolock_options_new();
   EXPECT(ferrolock_options_set_str(per, "nodes", "redis://127.0.0.1:2", &err), FERROLOCK_OK, NULL);

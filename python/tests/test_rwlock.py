@@ -149,6 +149,22 @@ def test_fencing_is_for_writers_only(manager: LockManager, key: str) -> None:
     assert fences == sorted(fences) and len(set(fences)) == 3, fences
 
 
+def test_fencing_asked_of_a_reader_is_refused_where_the_context_is_made(node: RedisNode, manager: LockManager, key: str) -> None:
+    # As a read ttl above 30 s is, and a semaphore's fencing: a context made at import time
+    # (or in a constructor) is refused there, not at some later `with` in the middle of the work.
+    fenced = LockManager([node.url], fencing=True)
+    for make in (
+        lambda: manager.read_lock(key, fencing=True),
+        lambda: ferrolock.read_lock(key, nodes=[node.url], fencing=True),
+        lambda: fenced.read_lock(key),
+    ):
+        with pytest.raises(ferrolock.InvalidArgument) as e:
+            make()
+        assert e.value.key == key and "fence tokens go to writers only" in str(e.value), str(e.value)
+    fenced.write_lock(key)
+    fenced.close()
+
+
 def test_async_with_both_sides(node: RedisNode, manager: LockManager, key: str) -> None:
     async def main() -> None:
         async with manager.read_lock(key) as a:

@@ -15,6 +15,7 @@ pub fn check_request(key: &str, opts: &crate::LockOptions) -> Result<()> {
     }
     check_key(key)?;
     opts.validate().map_err(|e| e.about("lock", key))?;
+    crate::rwlock::check_side(key, opts)?;
     crate::lock::check_lease(opts, || format!("for lock {key:?}"))
 }
 
