@@ -103,9 +103,41 @@ impl Shared {
             let n =
                 unsafe { pyo3::ffi::PyThreadState_SetAsyncExc(st.thread as c_long, cls.as_ptr()) };
             st.injected = n == 1;
+            if let Some(lock) = st.lock.as_ref().filter(|_| st.injected) {
+                let lock = &lock.get().lock;
+                let reason = lock.loss_reason().map_or_else(
+                    || format!("{} {:?} was lost", lock.what(), lock.key()),
+                    |r| r.to_string(),
+                );
+                let mut pending = injected_losses();
+                pending.retain(|(t, _, _)| *t != st.thread);
+                pending.push((st.thread, lock.key().to_string(), reason));
+            }
         }
         false
     }
+}
+
+/// The loss each thread has an injected `LockLost` pending for: (thread ident, key, reason).
+/// The interpreter makes the injected exception in that thread with no arguments (the C API
+/// injects a class), and the class asks for its lock here (`_injected_loss`), so that one
+/// raised inside the body (an inner block's, maybe) names the lock that was lost. A thread has
+/// one pending injection at most: a later one replaces it, as the interpreter's does.
+static INJECTED_LOSSES: Mutex<Vec<(u64, String, String)>> = Mutex::new(Vec::new());
+
+fn injected_losses() -> MutexGuard<'static, Vec<(u64, String, String)>> {
+    INJECTED_LOSSES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The key and the loss reason of the `LockLost` injected into the calling thread, taken (see
+/// `INJECTED_LOSSES`); None when there is none.
+#[pyfunction]
+pub fn _injected_loss() -> Option<(String, String)> {
+    let here = thread_ident();
+    let mut pending = injected_losses();
+    let i = pending.iter().position(|(t, _, _)| *t == here)?;
+    let (_, key, reason) = pending.remove(i);
+    Some((key, reason))
 }
 
 /// The address of the calling Python frame if it is a coroutine's (or an async generator's),
@@ -688,6 +720,7 @@ impl PyLockContext {
                 unsafe {
                     pyo3::ffi::PyThreadState_SetAsyncExc(st.thread as c_long, std::ptr::null_mut())
                 };
+                injected_losses().retain(|(t, _, _)| *t != st.thread);
             }
             st.in_body = false;
             st.entered = false;

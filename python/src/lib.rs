@@ -91,6 +91,7 @@ fn _ferrolock(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<context::PyLockContext>()?;
     m.add_function(wrap_pyfunction!(metrics::snapshot, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::prometheus_text, m)?)?;
+    m.add_function(wrap_pyfunction!(context::_injected_loss, m)?)?;
     m.add_function(wrap_pyfunction!(_exit, m)?)?;
     m.add_function(wrap_pyfunction!(_sync_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(_panic_for_test, m)?)?;

@@ -113,6 +113,32 @@ def test_max_hold_interrupts_the_with_block(node: RedisNode, key: str) -> None:
     assert info.value.key == key
 
 
+def test_the_loss_raised_inside_the_body_names_the_lock_that_was_lost(node: RedisNode, key: str) -> None:
+    # Raised inside an inner block, it is the outer block's lock that was lost: the body's
+    # handler (a log line, a retry) must be able to tell which, as from any other LockLost.
+    m = LockManager([node.url], ttl=1.0)
+    outer, inner = f"{key}:outer", f"{key}:inner"
+    seen: list[LockLost] = []
+    try:
+        with pytest.raises(LockLost) as info:
+            with m.lock(outer, max_hold=1.5) as lock:
+                with m.lock(inner):
+                    try:
+                        # Bounded by the lock's own end (max_hold), with slack for a slow machine.
+                        while time.monotonic() < lock.deadline + 10:
+                            time.sleep(0.01)
+                    except LockLost as e:
+                        seen.append(e)
+                        raise
+        assert seen, "the body was not interrupted"
+        assert lock.lost and "max_hold" in str(lock.loss_reason)  # the fault: max_hold reached
+        assert info.value.key == outer
+        assert seen[0].key == outer, (seen[0].key, str(seen[0]))
+        assert f'"{outer}"' in str(seen[0]) and "max_hold" in str(seen[0]), str(seen[0])
+    finally:
+        m.close()
+
+
 def test_watchdog_off_body_outliving_the_ttl_is_interrupted_before_expiry(node: RedisNode, key: str) -> None:
     m = LockManager([node.url])
     # Warned two node timeouts (0.8 s) before the deadline: slack for a loaded machine.

@@ -113,7 +113,7 @@ class LockContext(_LockContextBase):
     :class:`Lock`. If the lock is lost while the body runs:
 
     - ``with``: ``LockLost`` is raised inside the body, in the thread that entered, at its next
-      bytecode boundary (unless ``interrupt=False``); a blocking C call (``time.sleep``, a
+      bytecode boundary, naming the lost lock (unless ``interrupt=False``); a blocking C call (``time.sleep``, a
       socket read, a long C extension call) is not interrupted, the exception arrives when it
       returns. The block's exit raises ``LockLost`` (key and reason) either way.
     - ``async with``: the body is cancelled (unless ``interrupt=False``) and ``LockLost`` is

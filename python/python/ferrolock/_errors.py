@@ -80,6 +80,15 @@ class _InjectedLockLost(LockLost):
     injects a class, not an instance; ``__exit__`` replaces it with a full ``LockLost``."""
 
     def __init__(self, message: str = "", key: str | None = None) -> None:
+        if not message and key is None:
+            # Made by the interpreter, with no arguments, in the thread it was injected into:
+            # the binding recorded which lock that was for this thread.
+            from ._ferrolock import _injected_loss
+
+            found = _injected_loss()
+            if found is not None:
+                key, reason = found
+                message = f"{reason} (raised inside its `with` block, whose exit raises LockLost too)"
         super().__init__(
             message
             or "the lock of the enclosing `with` block was lost (the block's exit raises LockLost with the key and reason)",
