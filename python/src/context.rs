@@ -624,7 +624,10 @@ impl PyLockContext {
     #[new]
     /// `kind`: "lock", a side of the read-write lock, "read" or "write", or "semaphore"
     /// (`count` permits of a pool of `permits`).
-    #[pyo3(signature = (manager, key, options = None, kind = "lock", permits = None, count = None))]
+    /// `shared`: made by `redlock()` or a sibling, which take the connection options too (named
+    /// when an unknown option is refused).
+    #[pyo3(signature = (manager, key, options = None, kind = "lock", permits = None, count = None, shared = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         manager: Bound<'_, PyManager>,
@@ -633,6 +636,7 @@ impl PyLockContext {
         kind: &str,
         permits: Option<&Bound<'_, PyAny>>,
         count: Option<&Bound<'_, PyAny>>,
+        shared: bool,
     ) -> PyResult<Self> {
         let named = match kind {
             "semaphore" => "semaphore name",
@@ -645,7 +649,14 @@ impl PyLockContext {
             host::Kind::Permits { .. } => "semaphore",
             _ => "lock",
         };
-        let args = manager.get().args(py, &key, what, options)?;
+        let mut also = match kind {
+            host::Kind::Permits { .. } => vec!["permits", "count"],
+            _ => Vec::new(),
+        };
+        if shared {
+            also.extend(crate::options::manager_options());
+        }
+        let args = manager.get().args(py, &key, what, options, &also)?;
         let opts = kind.options(args.opts);
         // Refused here, where the context is made, rather than at its `with` (a semaphore's
         // counts, a lease the watchdog cannot keep).

@@ -141,6 +141,7 @@ impl PyLock {
                     self.core().options(),
                     true,
                     Some(&d),
+                    &[],
                 )?;
                 Ok(args.opts.ttl)
             }

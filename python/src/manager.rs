@@ -86,14 +86,17 @@ pub(crate) fn join_closes_under(py: Python<'_>, id: usize) {
 }
 
 impl PyManager {
+    /// `also`: as `lock_args`'s.
     pub(crate) fn args(
         &self,
         py: Python<'_>,
         key: &str,
         what: &'static str,
         options: Option<&Bound<'_, PyDict>>,
+        also: &[&str],
     ) -> PyResult<LockArgs> {
-        lock_args(py, key, what, self.host.defaults(), self.interrupt, options)
+        let (defaults, interrupt) = (self.host.defaults(), self.interrupt);
+        lock_args(py, key, what, defaults, interrupt, options, also)
     }
 
     /// The host manager's identity: one for every `PyManager` around the same shared
@@ -253,7 +256,7 @@ impl PyManager {
         owner: u64,
     ) -> PyResult<PyLock> {
         let key = key_str(py, key, "lock key")?;
-        let args = self.args(py, &key, "lock", options)?;
+        let args = self.args(py, &key, "lock", options, &[])?;
         let (lock, reentrant) = (crate::context::Held::Lock, args.opts.reentrant);
         crate::context::refuse_waiting_for_itself(py, self, &key, lock, reentrant, owner)?;
         self.acquire_blocking(py, &key, args.opts, owner)
@@ -269,7 +272,7 @@ impl PyManager {
         owner: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let key = key_str(py, key, "lock key")?;
-        let args = self.args(py, &key, "lock", options)?;
+        let args = self.args(py, &key, "lock", options, &[])?;
         crate::context::refuse_awaiting_an_enclosing_block(
             py,
             self,

@@ -361,7 +361,9 @@ pub struct LockArgs {
     pub interrupt: bool,
 }
 
-/// `what` names the key in errors, as the core does: "lock", or "semaphore".
+/// `what` names the key in errors, as the core does: "lock", or "semaphore". `also`: the
+/// other names the call takes (a semaphore's `permits`, `redlock()`'s connection options),
+/// listed with the lock options when an unknown one is refused.
 pub fn lock_args(
     py: Python<'_>,
     key: &str,
@@ -369,6 +371,7 @@ pub fn lock_args(
     defaults: &LockOptions,
     default_interrupt: bool,
     options: Option<&Bound<'_, PyDict>>,
+    also: &[&str],
 ) -> PyResult<LockArgs> {
     let ctx = Ctx {
         key: Some(key),
@@ -404,7 +407,11 @@ pub fn lock_args(
                         format!("{name} is an option of the LockManager (its connections), not of one lock: pass it to LockManager(...) or redlock(...)"),
                     ));
                 }
-                _ => return Err(unknown(py, ctx, &name, &lock_options())),
+                _ => {
+                    let mut allowed = also.to_vec();
+                    allowed.extend(lock_options());
+                    return Err(unknown(py, ctx, &name, &allowed));
+                }
             }
         }
     }

@@ -366,3 +366,30 @@ def test_every_async_method_raises_its_errors_from_the_await(manager: LockManage
     with pytest.raises(InvalidArgument, match="ttl='5'"):
         asyncio.run(coro)
     assert lock.release()
+
+
+def test_an_unknown_option_lists_every_option_the_call_takes(node: RedisNode, manager: LockManager, key: str) -> None:
+    # A misspelt option is answered with the list of those the call takes: the connection
+    # options for `redlock()` and its siblings (which take them), `permits` and `count` for a
+    # semaphore. Left out, a user who misspelt `nodes` read that no such option exists.
+    def valid(call: Any) -> list[str]:
+        with pytest.raises(InvalidArgument) as info:
+            call()
+        assert info.value.key == key, str(info.value)
+        return str(info.value).split("valid options: ")[1].split(", ")
+
+    for call in (
+        lambda: ferrolock.redlock(key, nodez=[node.url]),
+        lambda: ferrolock.read_lock(key, nodez=[node.url]),
+        lambda: ferrolock.semaphore(key, 2, nodez=[node.url]),
+    ):
+        taken = valid(call)
+        assert {"nodes", "tls_ca", "restart_guard", "sharded_pubsub", "ttl", "interrupt"} <= set(taken), taken
+    for call in (
+        lambda: manager.semaphore(key, 2, counts=2),
+        lambda: ferrolock.semaphore(key, 2, nodes=[node.url], counts=2),
+    ):
+        assert {"permits", "count", "ttl"} <= set(valid(call))
+    # A manager's lock takes no connection option: none is listed.
+    assert "nodes" not in valid(lambda: manager.lock(key, nodez=[node.url]))
+    assert "count" not in valid(lambda: manager.lock(key, counts=2))

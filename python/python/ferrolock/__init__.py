@@ -340,7 +340,7 @@ def semaphore(name: str, permits: int, count: int = 1, **options: Any) -> LockCo
 
 def _shared_context(key: str, options: dict[str, Any], kind: str, permits: Any = None, count: Any = None) -> LockContext:
     conn = {name: options.pop(name) for name in _MANAGER_OPTIONS if name in options}
-    return LockContext(_Manager.shared(conn), key, options, kind, permits, count)
+    return LockContext(_Manager.shared(conn), key, options, kind, permits, count, True)
 
 
 def _at_exit() -> None:

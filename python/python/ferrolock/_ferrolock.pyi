@@ -103,6 +103,7 @@ class _LockContextBase:
         kind: str = "lock",
         permits: Any = None,
         count: Any = None,
+        shared: bool = False,
     ) -> _LockContextBase: ...
     @property
     def key(self) -> str: ...
