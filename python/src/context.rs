@@ -496,14 +496,15 @@ pub struct PyLockContext {
     shared: Arc<Shared>,
 }
 
-/// A weak reference to the calling thread's token (see `State::alive`).
-fn thread_token(py: Python<'_>) -> Option<Py<PyWeakrefReference>> {
+/// A weak reference to the calling thread's token (see `State::alive`); None if none can be
+/// made. The call runs Python code, where a pending signal's handler runs: its exception
+/// (Ctrl-C's `KeyboardInterrupt`) is returned, never dropped.
+fn thread_token(py: Python<'_>) -> PyResult<Option<Py<PyWeakrefReference>>> {
     static THREAD_TOKEN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let token = THREAD_TOKEN
-        .import(py, "ferrolock._owner", "thread_token")
-        .and_then(|f| f.call0())
-        .ok()?;
-    PyWeakrefReference::new(&token).ok().map(Bound::unbind)
+        .import(py, "ferrolock._owner", "thread_token")?
+        .call0()?;
+    Ok(PyWeakrefReference::new(&token).ok().map(Bound::unbind))
 }
 
 fn thread_ident() -> u64 {
@@ -546,22 +547,26 @@ impl PyLockContext {
             st.entered = true;
         }
 
+        // Everything that runs Python code runs before the acquire: a signal that arrives while
+        // it waits and finds it granted (the handler runs at the next bytecode) is then raised
+        // in the block, whose exit releases, where a Python call made after the grant
+        // swallowed it (Ctrl-C pressed as the lock came was lost, and the body ran).
         let acquired = crate::lock::current_thread_owner(py).and_then(|owner| {
+            let alive = thread_token(py)?;
             let (manager, reentrant) = (self.manager.get(), self.opts.reentrant);
             refuse_waiting_for_itself(py, manager, &self.key, self.held, reentrant, owner)?;
             self.manager
                 .get()
                 .acquire_blocking(py, &self.key, self.opts.clone(), owner)
-                .map(|lock| (lock, owner))
+                .map(|lock| (lock, owner, alive))
         });
-        let (lock, owner) = match acquired {
-            Ok((l, owner)) => (Py::new(py, l)?, owner),
+        let (lock, owner, alive) = match acquired {
+            Ok((l, owner, alive)) => (Py::new(py, l)?, owner, alive),
             Err(e) => {
                 self.shared.state().entered = false;
                 return Err(e);
             }
         };
-        let alive = thread_token(py);
         let generation = {
             let mut st = self.shared.state();
             st.generation += 1;

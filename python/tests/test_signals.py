@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -133,6 +134,57 @@ def test_ctrl_c_inside_a_held_with_block_releases_and_propagates(node: RedisNode
 def _queue_keys(node: RedisNode, key: str) -> list[str]:
     """The key's queue keys on node (DESIGN.md, "Waiter queue")."""
     return sorted(node.client().scan_iter(match=f"ferrolock:queue*:{{{key}}}"))
+
+
+def test_ctrl_c_as_the_lock_is_granted_is_raised_not_lost(node: RedisNode, key: str) -> None:
+    """Ctrl-C pressed just before a waiting `with` gets its lock (the holder releases right
+    after it): its handler ran once the acquire had returned, inside the block's entry, whose
+    own Python call swallowed the KeyboardInterrupt, and the body ran as if no Ctrl-C had
+    come. It must be raised (by the acquire, or at the body's first bytecode: the exit then
+    releases) and leave nothing held or queued."""
+    r = node.client()
+    holder = LockManager([node.url], ttl=60)
+    m = LockManager([node.url], ttl=60)
+    main = threading.get_ident()
+    ran: list[int] = []
+
+    def handler(*_: object) -> None:
+        ran.append(1)
+        raise KeyboardInterrupt
+
+    def release_after_signal(held: ferrolock.Lock) -> None:
+        deadline = time.monotonic() + 30
+        while not _queue_keys(node, key) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        signal.pthread_kill(main, signal.SIGALRM)
+        held.release()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        for attempt in range(5):
+            ran.clear()
+            held = holder.acquire(key)
+            releaser = threading.Thread(target=release_after_signal, args=(held,))
+            releaser.start()
+            body_ran = False
+            interrupted = False
+            try:
+                with m.lock(key):
+                    body_ran = True
+                    # Bounded by the lock's own lease: the interrupt comes long before.
+                    end = time.monotonic() + 5
+                    while time.monotonic() < end:
+                        pass
+            except KeyboardInterrupt:
+                interrupted = True
+            releaser.join()
+            assert ran, f"attempt {attempt}: the signal handler never ran"
+            assert interrupted, f"attempt {attempt}: the handler raised KeyboardInterrupt, lost (body ran: {body_ran})"
+            assert not r.exists(key) and _queue_keys(node, key) == [], attempt
+    finally:
+        signal.signal(signal.SIGALRM, old)
+        holder.close()
+        m.close()
 
 
 def test_close_from_a_signal_handler_inside_a_blocked_acquire_does_not_wait_for_it(node: RedisNode, key: str) -> None:
