@@ -850,8 +850,12 @@ pub fn scope_end(
     match end {
         ScopeEnd::Clean => Ok(false),
         ScopeEnd::Log(message) => {
+            // A signal that came during the release (which does not stop for one) has its
+            // handler run here, not in the logging call's Python code, whose error is dropped:
+            // Ctrl-C was lost there, and only the body's exception went on.
+            let signalled = py.check_signals();
             crate::log::python_log(py, 30, &message);
-            Ok(false)
+            signalled.map(|()| false)
         }
         ScopeEnd::Raise { error, chain } => {
             let err = to_py(py, &error, Some(key));

@@ -4,6 +4,7 @@ acquire leaves nothing behind; Ctrl-C while holding one in a `with` block releas
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 import time
@@ -236,6 +237,46 @@ def test_close_from_a_signal_handler_inside_a_blocked_acquire_does_not_wait_for_
     finally:
         held.release()
         holder.close()
+
+
+def test_ctrl_c_during_the_exits_release_after_a_failed_body_is_raised_not_lost(
+    caplog: pytest.LogCaptureFixture, key: str
+) -> None:
+    """The body raised, and its exit's release waits for a node that does not answer (a
+    release is not cut short by Ctrl-C). A Ctrl-C meanwhile had its handler run in the warning
+    the exit then logs, whose `logging` call dropped the KeyboardInterrupt: the body's
+    exception went on alone, to a caller that may catch it and carry on. The exit must log the
+    warning and raise the KeyboardInterrupt."""
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    node = RedisNode()
+    # The release waits node_timeout (1 s) for the paused node; the signal comes 0.1 s in.
+    m = LockManager([node.url], ttl=10, node_timeout=1)
+    ran: list[int] = []
+
+    def handler(*_: object) -> None:
+        ran.append(1)
+        raise KeyboardInterrupt
+
+    class BodyError(Exception):
+        pass
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            with m.lock(key):
+                node.pause()
+                signal.setitimer(signal.ITIMER_REAL, 0.1)
+                raise BodyError("the body failed")
+        assert ran, "the signal handler never ran"
+        assert isinstance(info.value.__context__, BodyError)
+        # The fault: the release failed (the paused node), and the exit said so.
+        assert any("while ending the scope after the body failed" in r.getMessage() for r in caplog.records)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        node.resume()
+        m.close()
+        node.close()
 
 
 SAME_LOCK_FROM_A_HANDLER = r"""
