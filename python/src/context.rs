@@ -257,6 +257,20 @@ impl Held {
     }
 }
 
+/// How a repr names what `kind` holds: its word ("lock", "read lock", ...) and, for permits,
+/// the pool (` permits=5 count=2`).
+pub(crate) fn described(kind: host::Kind) -> (&'static str, String) {
+    described_held(Held::of(kind))
+}
+
+fn described_held(held: Held) -> (&'static str, String) {
+    let pool = match held {
+        Held::Permits { permits, count } => format!(" permits={permits} count={count}"),
+        _ => String::new(),
+    };
+    (held.word(), pool)
+}
+
 struct HeldBlock {
     /// `PyManager::id`: the host manager, shared by every `redlock()` on the same nodes.
     manager: usize,
@@ -816,15 +830,8 @@ impl PyLockContext {
 
     fn __repr__(&self) -> String {
         // The kind too: a read, write or semaphore context read as a lock's.
-        let pool = match self.held {
-            Held::Permits { permits, count } => format!(" permits={permits} count={count}"),
-            _ => String::new(),
-        };
-        format!(
-            "<ferrolock.LockContext {} key={:?}{pool}>",
-            self.held.word(),
-            self.key
-        )
+        let (word, pool) = described_held(self.held);
+        format!("<ferrolock.LockContext {word} key={:?}{pool}>", self.key)
     }
 }
 

@@ -386,8 +386,16 @@ impl PyLock {
             Some(f) => format!(" fence={f}"),
             None => String::new(),
         };
+        // Its kind, as its context's repr names it: a read, write or semaphore hold read as a
+        // lock's. A plain lock's is the type's own name.
+        let kind = host::Kind::of(self.core().options());
+        let (word, pool) = crate::context::described(kind);
+        let word = match kind {
+            host::Kind::Lock => String::new(),
+            _ => format!("{word} "),
+        };
         format!(
-            "<ferrolock.Lock key={:?} status={} validity={:.3}s{fence}>",
+            "<ferrolock.Lock {word}key={:?}{pool} status={} validity={:.3}s{fence}>",
             self.key_str(),
             self.status(),
             self.validity()

@@ -595,6 +595,21 @@ def test_a_contexts_repr_names_its_kind(manager: LockManager, key: str) -> None:
     )
 
 
+def test_a_locks_repr_names_its_kind(manager: LockManager, key: str) -> None:
+    # As its context's does: a read or write hold, or a semaphore's permits, read as a lock's.
+    with manager.lock(key) as lock:
+        assert repr(lock).startswith(f'<ferrolock.Lock key="{key}" status=held'), repr(lock)
+    with manager.read_lock(key) as lock:
+        assert repr(lock).startswith(f'<ferrolock.Lock read lock key="{key}" status=held'), repr(lock)
+    with manager.write_lock(key) as lock:
+        assert repr(lock).startswith(f'<ferrolock.Lock write lock key="{key}" status=held'), repr(lock)
+    with manager.semaphore(f"{key}:s", permits=5, count=2) as lock:
+        assert repr(lock).startswith(
+            f'<ferrolock.Lock semaphore key="{key}:s" permits=5 count=2 status=held'
+        ), repr(lock)
+    assert repr(lock).startswith(f'<ferrolock.Lock semaphore key="{key}:s" permits=5 count=2 status=released')
+
+
 def test_releasing_inside_the_block_is_fine(node: RedisNode, manager: LockManager, key: str) -> None:
     import asyncio
 

@@ -44,6 +44,19 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind `opts` carry (see [`Kind::options`]): what a lock acquired with them holds.
+    pub fn of(opts: &LockOptions) -> Kind {
+        match (opts.rw, opts.permits) {
+            (_, Some(p)) => Kind::Permits {
+                permits: p.permits,
+                count: p.count,
+            },
+            (Some(RwSide::Read), None) => Kind::Read,
+            (Some(RwSide::Write), None) => Kind::Write,
+            (None, None) => Kind::Lock,
+        }
+    }
+
     /// `opts` for this kind.
     pub fn options(self, mut opts: LockOptions) -> LockOptions {
         opts.rw = match self {
