@@ -562,9 +562,9 @@ impl PyLockContext {
         }
 
         // Everything that runs Python code runs before the acquire: a signal that arrives while
-        // it waits and finds it granted (the handler runs at the next bytecode) is then raised
-        // in the block, whose exit releases, where a Python call made after the grant
-        // swallowed it (Ctrl-C pressed as the lock came was lost, and the body ran).
+        // it waits and finds it granted is raised by the acquire (`acquire_blocking`), where a
+        // Python call made after the grant swallowed it (Ctrl-C pressed as the lock came was
+        // lost, and the body ran).
         let acquired = crate::lock::current_thread_owner(py).and_then(|owner| {
             let alive = thread_token(py)?;
             let (manager, reentrant) = (self.manager.get(), self.opts.reentrant);

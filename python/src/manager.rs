@@ -129,7 +129,18 @@ impl PyManager {
         drop(inside);
         join_closes_under(py, m.id());
         match out? {
-            Ok(lock) => Ok(PyLock::new(lock)),
+            Ok(lock) => {
+                // A signal that came as the lock was granted has its handler run here, not at
+                // the caller's next line: there its exception (Ctrl-C's) dropped the handle
+                // the call returned, released in the background with the warning for a handle
+                // collected while held. Raised here, once what it got is given back.
+                if let Err(signalled) = py.check_signals() {
+                    let cancel = host::Cancel::new();
+                    let _ = bridge::detached(py, || lock.release_blocking(&cancel, None));
+                    return Err(signalled);
+                }
+                Ok(PyLock::new(lock))
+            }
             Err(e) => {
                 let err = to_py(py, &e, Some(key));
                 if e.kind() == ErrorKind::NotAcquired && host::is_exiting() && is_daemon_thread(py)

@@ -239,6 +239,53 @@ def test_close_from_a_signal_handler_inside_a_blocked_acquire_does_not_wait_for_
         holder.close()
 
 
+def test_ctrl_c_as_a_blocking_acquire_is_granted_gives_the_lock_back_before_raising(
+    node: RedisNode, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`manager.acquire()` granted just after Ctrl-C: the KeyboardInterrupt came once the
+    call had returned, and the `Lock` it returned was dropped with it, released in the
+    background with the warning for a handle collected while held ("keep a reference to the
+    lock"), advice for a bug the user did not make. The acquire must raise it itself, having
+    released what it got."""
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    r = node.client()
+    holder = LockManager([node.url], ttl=60)
+    m = LockManager([node.url], ttl=60)
+    main = threading.get_ident()
+    ran: list[int] = []
+
+    def handler(*_: object) -> None:
+        ran.append(1)
+        raise KeyboardInterrupt
+
+    def release_after_signal(held: ferrolock.Lock) -> None:
+        deadline = time.monotonic() + 30
+        while not _queue_keys(node, key) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        signal.pthread_kill(main, signal.SIGALRM)
+        held.release()
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        for attempt in range(5):
+            ran.clear()
+            releaser = threading.Thread(target=release_after_signal, args=(holder.acquire(key),))
+            releaser.start()
+            try:
+                with pytest.raises(KeyboardInterrupt):
+                    m.acquire(key)
+            finally:
+                releaser.join()
+            assert ran, f"attempt {attempt}: the signal handler never ran"
+            assert not r.exists(key) and _queue_keys(node, key) == [], attempt
+        collected = [x.getMessage() for x in caplog.records if "garbage-collected" in x.getMessage()]
+        assert not collected, collected
+    finally:
+        signal.signal(signal.SIGALRM, old)
+        holder.close()
+        m.close()
+
+
 def test_ctrl_c_during_the_exits_release_after_a_failed_body_is_raised_not_lost(
     caplog: pytest.LogCaptureFixture, key: str
 ) -> None:
