@@ -68,6 +68,7 @@ func WithPermit(ctx context.Context, name string, permits int, fn func(context.C
 // permitKind is the acquire kind for permits and the Count in opts, and opts without Count.
 func permitKind(name string, permits int, opts []Option) (kind, []Option, error) {
 	count := int64(1)
+	var shown any = count
 	rest := make([]Option, 0, len(opts))
 	for _, o := range opts {
 		if o.name != countOption {
@@ -77,6 +78,12 @@ func permitKind(name string, permits int, opts []Option) (kind, []Option, error)
 		switch rv := reflect.ValueOf(o.value); rv.Kind() {
 		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 			count = rv.Int()
+			shown = count
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+			// Set promises every integer type. Capped where it is out of range anyway (past
+			// int64 it would turn negative), and named as given.
+			shown = rv.Uint()
+			count = int64(min(rv.Uint(), math.MaxUint32+1))
 		default:
 			return kind{}, nil, invalid("semaphore %q: count = %v: want an integer (Count(k))", name, o.value)
 		}
@@ -85,7 +92,7 @@ func permitKind(name string, permits int, opts []Option) (kind, []Option, error)
 		return kind{}, nil, invalid("semaphore %q: permits %d: must be 1 to %d", name, permits, uint32(math.MaxUint32))
 	}
 	if count < 0 || count > math.MaxUint32 {
-		return kind{}, nil, invalid("semaphore %q: count %d: must be 1 to %d", name, count, uint32(math.MaxUint32))
+		return kind{}, nil, invalid("semaphore %q: count %v: must be 1 to %d", name, shown, uint32(math.MaxUint32))
 	}
 	return permitsKind(uint32(permits), uint32(count)), rest, nil
 }

@@ -310,3 +310,27 @@ func TestPermitsBadInput(t *testing.T) {
 		t.Errorf("Count on a manager: %v, want ErrInvalidArgument saying where Count belongs", err)
 	}
 }
+
+// Set("count", n) takes n of any Go integer type, as Set promises (and max_extensions does).
+func TestSetCountTakesEveryIntegerType(t *testing.T) {
+	m := oneNode(t)
+	ctx := context.Background()
+	type permits uint16
+	for _, v := range []any{int64(2), uint(2), uint32(2), permits(2)} {
+		name := key("sem-count-types")
+		two, err := m.TryAcquirePermits(ctx, name, 3, ferrolock.Set("count", v))
+		if err != nil {
+			t.Fatalf("Set(\"count\", %v) (%T): %v", v, v, err)
+		}
+		if _, err := m.TryAcquirePermits(ctx, name, 3, ferrolock.Count(2)); !errors.Is(err, ferrolock.ErrNotAcquired) {
+			t.Errorf("Set(\"count\", %v) (%T) took fewer than 2 of 3 permits: a second 2 got %v", v, v, err)
+		}
+		two.Release()
+	}
+	for _, v := range []uint64{math.MaxUint32 + 1, math.MaxUint64} {
+		if _, err := m.TryAcquirePermits(ctx, key("sem-count-types"), 3, ferrolock.Set("count", v)); !errors.Is(err, ferrolock.ErrInvalidArgument) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("count %d:", v)) {
+			t.Errorf("Set(\"count\", uint64(%d)): %v, want ErrInvalidArgument naming it", v, err)
+		}
+	}
+}
