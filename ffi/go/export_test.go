@@ -13,3 +13,12 @@ func LibraryVersion() string { return libraryVersion() }
 
 // LimitMs is the milliseconds a ReleaseAll or Shutdown limit passes to the library.
 func LimitMs(d time.Duration) uint64 { return uint64(limitMs(d)) }
+
+// LockBusy says whether a call on l (Extend, Release) holds its handle now.
+func LockBusy(l *Lock) bool {
+	if l.mu.TryLock() {
+		l.mu.Unlock()
+		return false
+	}
+	return true
+}

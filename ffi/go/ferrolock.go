@@ -626,13 +626,49 @@ func (s *lossState) onLoss(f func(error)) {
 // Release, Extend and Err return ErrInvalidArgument ("Release: nil *Lock"), Lost is closed,
 // Validity is 0, Fence has none, Key and Token are empty.
 type Lock struct {
-	mu     sync.Mutex
+	mu     callMu
 	p      *C.ferrolock_lock
 	key    string
 	noun   string // "lock", or "semaphore" for permits
 	token  string
 	loss   *lossState
 	handle cgo.Handle
+}
+
+// callMu is the Lock's mutex over its C handle, as a channel: an Extend waiting for another
+// call on the Lock (an Extend or Release on slow nodes, up to their node timeout) leaves when
+// its ctx is done. The zero value is unlocked.
+type callMu struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (m *callMu) slot() chan struct{} {
+	m.once.Do(func() { m.ch = make(chan struct{}, 1) })
+	return m.ch
+}
+
+func (m *callMu) Lock()   { m.slot() <- struct{}{} }
+func (m *callMu) Unlock() { <-m.slot() }
+
+// lockUnless locks, unless stop is closed first (false: not locked).
+func (m *callMu) lockUnless(stop <-chan struct{}) bool {
+	select {
+	case m.slot() <- struct{}{}:
+		return true
+	case <-stop:
+		return false
+	}
+}
+
+// TryLock locks if no one holds it.
+func (m *callMu) TryLock() bool {
+	select {
+	case m.slot() <- struct{}{}:
+		return true
+	default:
+		return false
+	}
 }
 
 func newLock(p *C.ferrolock_lock, k kind) (*Lock, error) {
@@ -766,7 +802,8 @@ func (l *Lock) Err() error {
 
 // Extend renews the lock on a quorum for its lease (or ttl, if given, the new lease) and
 // returns the new validity. No node's expiry is shortened: a shorter ttl takes effect there as
-// the longer one runs down. On failure the validity is unchanged. ctx cancels the extend.
+// the longer one runs down. On failure the validity is unchanged. ctx cancels the extend, and
+// its wait for another call on the Lock (an Extend, a Release) to end: ctx.Err() then.
 func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
 	if err := refused("Extend", l, ctx); err != nil {
 		return 0, err
@@ -794,11 +831,6 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 			return 0, e
 		}
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.p == nil {
-		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
-	}
 	cancel := C.ferrolock_cancel_new()
 	defer C.ferrolock_cancel_free(cancel)
 	fired := make(chan struct{})
@@ -806,6 +838,19 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		C.ferrolock_cancel_trigger(cancel)
 		close(fired)
 	})
+	// Runs before the token's free (deferred later): a trigger under way is done with it first.
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
+	if !l.mu.lockUnless(fired) {
+		return 0, ctx.Err()
+	}
+	defer l.mu.Unlock()
+	if l.p == nil {
+		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
+	}
 	select {
 	case blockingCalls <- struct{}{}:
 	case <-fired:
@@ -815,10 +860,6 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	var cerr *C.ferrolock_error
 	status := C.ferrolock_lock_extend(l.p, C.uint64_t(ms), cancel, &v, &cerr)
 	<-blockingCalls
-	if !stop() {
-		// The trigger has started: the token is freed only once it is done with it.
-		<-fired
-	}
 	if err := take(status, cerr); err != nil {
 		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
 			return 0, ctx.Err()

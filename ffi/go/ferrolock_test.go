@@ -2062,3 +2062,56 @@ func TestAContendedAcquireCountsOneGrantAndNoFailure(t *testing.T) {
 		}
 	}
 }
+
+// An Extend whose ctx is done while another call on the same Lock (an Extend stuck on paused
+// nodes until its node timeout) has the handle returns ctx.Err() then, not once that call
+// has ended.
+func TestExtendWaitingForAnotherCallOnTheLockHonoursCtx(t *testing.T) {
+	m := manager(t, ferrolock.TTL(30*time.Second), ferrolock.NodeTimeout(3*time.Second))
+	l, err := m.Acquire(context.Background(), key("extend-behind-extend"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	pauseMajority(true)
+	defer pauseMajority(false)
+	first := make(chan error, 1)
+	go func() {
+		_, err := l.Extend(context.Background())
+		first <- err
+	}()
+	for !ferrolock.LockBusy(l) {
+		select {
+		case err := <-first:
+			t.Fatalf("the first Extend returned before the second could wait behind it: %v", err)
+		default:
+			runtime.Gosched()
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	second := make(chan error, 1)
+	go func() {
+		_, err := l.Extend(ctx)
+		second <- err
+	}()
+	// Long enough for the second Extend to be waiting; the outcome does not depend on it.
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	var secondErr error
+	select {
+	case secondErr = <-second:
+	case err := <-first:
+		t.Fatalf("the first Extend (on paused nodes) ended (%v) before the cancelled second one returned", err)
+	}
+	if !errors.Is(secondErr, context.Canceled) {
+		t.Fatalf("the cancelled Extend: %v, want context.Canceled", secondErr)
+	}
+	select {
+	case err := <-first:
+		t.Fatalf("the first Extend had already ended (%v): the nodes were not paused", err)
+	default:
+	}
+	if err := <-first; !errors.Is(err, ferrolock.ErrQuorumUnreachable) {
+		t.Fatalf("the first Extend, on paused nodes: %v, want ErrQuorumUnreachable", err)
+	}
+}
