@@ -202,11 +202,11 @@ int ferrolock_manager_semaphore_acquire_start(const struct ferrolock_manager *ma
 
 // The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 // `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
-// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
-// `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
-// parameter does): never pass the address of a handle you still hold. In a forked child, an
-// acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its cancel does
-// nothing): it is the parent's.
+// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`,
+// naming the key. `*lock_out` is set to NULL first, whatever the outcome (as every call with
+// an out parameter does): never pass the address of a handle you still hold. In a forked
+// child, an acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its
+// cancel does nothing): it is the parent's.
 int ferrolock_acquisition_result(const struct ferrolock_acquisition *acquisition,
                                  struct ferrolock_lock **lock_out,
                                  struct ferrolock_error **err);

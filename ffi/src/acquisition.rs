@@ -60,6 +60,8 @@ impl ferrolock_acquisition {
 }
 
 struct State {
+    /// What it acquires, as messages name it (`lock "key"`).
+    what: String,
     outcome: Mutex<Outcome>,
     cancel: Cancel,
     done: DoneSlot,
@@ -81,9 +83,10 @@ impl State {
                 None
             }
             Outcome::Done(out) => Some(out),
-            Outcome::Taken => Some(Err(Failure::invalid(
-                "the acquisition's result was already taken",
-            ))),
+            Outcome::Taken => Some(Err(Failure::invalid(format!(
+                "{}: the acquisition's result was already taken",
+                self.what
+            )))),
         }
     }
 }
@@ -237,6 +240,7 @@ fn start(
             }) as Done
         });
         let state = Arc::new(State {
+            what: format!("{} {:?}", host::noun(&r.opts), r.key),
             outcome: Mutex::new(Outcome::Waiting),
             cancel: Cancel::new(),
             done: DoneSlot {
@@ -267,11 +271,11 @@ fn start(
 
 /// The outcome: `FERROLOCK_PENDING` while under way; otherwise, once, `FERROLOCK_OK` with
 /// `*lock_out` set, or the acquire's error (`FERROLOCK_ERR_CANCELLED` after a cancel that came
-/// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`.
-/// `*lock_out` is set to NULL first, whatever the outcome (as every call with an out
-/// parameter does): never pass the address of a handle you still hold. In a forked child, an
-/// acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its cancel does
-/// nothing): it is the parent's.
+/// first). A second call after the outcome was taken is `FERROLOCK_ERR_INVALID_ARGUMENT`,
+/// naming the key. `*lock_out` is set to NULL first, whatever the outcome (as every call with
+/// an out parameter does): never pass the address of a handle you still hold. In a forked
+/// child, an acquisition inherited from the parent gives `FERROLOCK_ERR_NOT_HELD` (and its
+/// cancel does nothing): it is the parent's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_acquisition_result(
     acquisition: *const ferrolock_acquisition,

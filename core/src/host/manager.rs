@@ -514,7 +514,7 @@ impl Drop for Acquiring<'_> {
 }
 
 /// What an acquire with `opts` takes, as its errors name it: "lock", or "semaphore".
-fn noun(opts: &LockOptions) -> &'static str {
+pub fn noun(opts: &LockOptions) -> &'static str {
     match opts.permits {
         Some(_) => "semaphore",
         None => "lock",

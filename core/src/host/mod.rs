@@ -40,7 +40,7 @@ pub use call::{Call, start};
 pub use cancel::{CHECK_EVERY, Cancel, Check, block_on, until_cancelled};
 pub use exit::{exit, is_exiting};
 pub use lock::Lock;
-pub use manager::{CLOSE_LIMIT, Kind, Manager, NO_OWNER};
+pub use manager::{CLOSE_LIMIT, Kind, Manager, NO_OWNER, noun};
 pub use shared::{shared, shared_count};
 
 /// The current process id, correct in a forked child: a binding's handles record it, so that
