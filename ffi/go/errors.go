@@ -2,7 +2,9 @@ package ferrolock
 
 import "fmt"
 
-// Error is every error ferrolock returns, except a cancelled wait, which returns ctx.Err().
+// Error is every error ferrolock returns, except a cancelled wait, which returns ctx.Err()
+// (an Extend of a lost lock returns its ErrLockLost error, though: its WithLock ctx is
+// cancelled by that loss).
 // Compare with errors.Is against the sentinels (ErrNotAcquired, ErrLockLost, ...).
 type Error struct {
 	// Code is the core's stable error code: "NOT_ACQUIRED", "LOCK_LOST", ...

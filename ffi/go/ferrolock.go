@@ -605,6 +605,17 @@ func (s *lossState) signal(err error) {
 	close(s.ch)
 }
 
+// lostErr is the loss once signalled, else nil. Under s.mu: a WithLock's ctx is cancelled
+// with the loss inside signal, so whoever saw that ctx done finds the loss here.
+func (s *lossState) lostErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.lost {
+		return nil
+	}
+	return s.err
+}
+
 // onLoss makes a later loss call f (at once if the lock is already lost); nil stops that. A
 // loss signalled while f is being replaced may still call the old f once.
 func (s *lossState) onLoss(f func(error)) {
@@ -803,13 +814,14 @@ func (l *Lock) Err() error {
 // Extend renews the lock on a quorum for its lease (or ttl, if given, the new lease) and
 // returns the new validity. No node's expiry is shortened: a shorter ttl takes effect there as
 // the longer one runs down. On failure the validity is unchanged. ctx cancels the extend, and
-// its wait for another call on the Lock (an Extend, a Release) to end: ctx.Err() then.
+// its wait for another call on the Lock (an Extend, a Release) to end: ctx.Err() then, or
+// the ErrLockLost error if the lock is lost (which cancels a WithLock's ctx).
 func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration, error) {
 	if err := refused("Extend", l, ctx); err != nil {
 		return 0, err
 	}
-	if err := ctx.Err(); err != nil {
-		return 0, err
+	if ctx.Err() != nil {
+		return 0, l.ctxErr(ctx)
 	}
 	var ms uint64
 	if len(ttl) > 1 {
@@ -845,7 +857,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		}
 	}()
 	if !l.mu.lockUnless(fired) {
-		return 0, ctx.Err()
+		return 0, l.ctxErr(ctx)
 	}
 	defer l.mu.Unlock()
 	if l.p == nil {
@@ -854,7 +866,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	select {
 	case blockingCalls <- struct{}{}:
 	case <-fired:
-		return 0, ctx.Err()
+		return 0, l.ctxErr(ctx)
 	}
 	var v C.uint64_t
 	var cerr *C.ferrolock_error
@@ -862,7 +874,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	<-blockingCalls
 	if err := take(status, cerr); err != nil {
 		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
-			return 0, ctx.Err()
+			return 0, l.ctxErr(ctx)
 		}
 		if errors.Is(err, ErrLockLost) {
 			// Lost() and a WithLock's ctx say so when Extend does, not only once the core's
@@ -872,6 +884,16 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		return 0, err
 	}
 	return time.Duration(v) * time.Millisecond, nil
+}
+
+// ctxErr is what an Extend whose ctx is done returns: the lock's loss if it is lost (fn's ctx
+// in WithLock is cancelled by it; "context canceled" would hide which lock, and why), else
+// ctx.Err().
+func (l *Lock) ctxErr(ctx context.Context) error {
+	if err := l.loss.lostErr(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // Release releases the lock (compare-and-delete: never someone else's) and frees it. After a

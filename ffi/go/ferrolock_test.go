@@ -2115,3 +2115,32 @@ func TestExtendWaitingForAnotherCallOnTheLockHonoursCtx(t *testing.T) {
 		t.Fatalf("the first Extend, on paused nodes: %v, want ErrQuorumUnreachable", err)
 	}
 }
+
+// An Extend given fn's ctx after the lock's loss cancelled it says the lock was lost, naming
+// it, as any Extend of a lost lock does, not a bare "context canceled".
+func TestExtendWithTheScopesCtxAfterTheLossSaysLost(t *testing.T) {
+	m := manager(t)
+	k := key("extend-lost-ctx")
+	var extendErr error
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+		for _, port := range ports {
+			if out, err := exec.Command("redis-cli", "-p", strconv.Itoa(port), "DEL", k).CombinedOutput(); err != nil {
+				return fmt.Errorf("DEL: %v %s", err, out)
+			}
+		}
+		// The watchdog's next renewal (at a third of the ttl) finds the key gone.
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Minute):
+			return errors.New("the deleted key was never seen lost")
+		}
+		_, extendErr = l.Extend(ctx)
+		return nil
+	})
+	if !errors.Is(err, ferrolock.ErrLockLost) {
+		t.Fatalf("WithLock: %v, want ErrLockLost (the key was deleted)", err)
+	}
+	if !errors.Is(extendErr, ferrolock.ErrLockLost) || !strings.Contains(extendErr.Error(), fmt.Sprintf("lock %q", k)) {
+		t.Fatalf("Extend(ctx) after the loss cancelled ctx: %v, want ErrLockLost naming the lock", extendErr)
+	}
+}
