@@ -533,7 +533,8 @@ struct ferrolock_options *ferrolock_options_new(void);
 void ferrolock_options_free(struct ferrolock_options *opts);
 
 // Sets a duration option (`ttl`, `wait`, `retry_delay`, `node_timeout`, `max_hold`,
-// `restart_guard`) in milliseconds. `FERROLOCK_WAIT_FOREVER` is "none" (for `wait`: no limit).
+// `restart_guard`) in milliseconds. `FERROLOCK_WAIT_FOREVER` is "none" (for `wait`: no limit),
+// for these options only (`ferrolock_options_set_none` for the others).
 int ferrolock_options_set_ms(struct ferrolock_options *opts,
                              const char *name,
                              uint64_t ms,

@@ -52,11 +52,24 @@ impl ferrolock_options {
         value: OptionValue,
         written: String,
     ) -> Result<(), Failure> {
+        let given = setter_of(&value);
+        self.set_through(name, value, written, given)
+    }
+
+    /// `set` by the entry `given` (`ferrolock_options_set_<given>`), which `value` alone does
+    /// not tell for a "none" passed as `FERROLOCK_WAIT_FOREVER`.
+    fn set_through(
+        &mut self,
+        name: *const c_char,
+        value: OptionValue,
+        written: String,
+        given: &'static str,
+    ) -> Result<(), Failure> {
         let name = text(name, "option name")?;
         if let Some(spec) =
             ferrolock::option_spec(&name).filter(|s| !matches!(s.scope, OptionScope::Binding(_)))
         {
-            let (given, wanted) = (setter_of(&value), setter_for(spec.kind));
+            let wanted = setter_for(spec.kind);
             if given != "none" && given != wanted {
                 // The core would say "drift_factor=1ms: expected a number": true, but the C
                 // caller's mistake is the setter.
@@ -130,7 +143,8 @@ fn with_options(
 }
 
 /// Sets a duration option (`ttl`, `wait`, `retry_delay`, `node_timeout`, `max_hold`,
-/// `restart_guard`) in milliseconds. `FERROLOCK_WAIT_FOREVER` is "none" (for `wait`: no limit).
+/// `restart_guard`) in milliseconds. `FERROLOCK_WAIT_FOREVER` is "none" (for `wait`: no limit),
+/// for these options only (`ferrolock_options_set_none` for the others).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_options_set_ms(
     opts: *mut ferrolock_options,
@@ -140,7 +154,13 @@ pub unsafe extern "C" fn ferrolock_options_set_ms(
 ) -> c_int {
     with_options("ferrolock_options_set_ms", opts, err, |o| {
         if ms == FERROLOCK_WAIT_FOREVER {
-            o.set(name, OptionValue::None, "FERROLOCK_WAIT_FOREVER".into())
+            // A "none" for a duration: to `nodes` it would be a silent reset to the default.
+            o.set_through(
+                name,
+                OptionValue::None,
+                "FERROLOCK_WAIT_FOREVER".into(),
+                "ms",
+            )
         } else {
             o.set(
                 name,

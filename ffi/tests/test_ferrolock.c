@@ -1166,6 +1166,20 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_ms(o, "reentrant", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_bool");
   EXPECT(ferrolock_options_set_count(o, "ttl", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=5: ttl is set with ferrolock_options_set_ms");
   EXPECT(ferrolock_options_set_str(o, "ttl", "10s", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_ms, not ferrolock_options_set_str");
+  /* FERROLOCK_WAIT_FOREVER is "none" for the duration options only: to another option it is
+     the wrong setter, not a reset of that option to its default (nodes: the local node). */
+  const char *forever_ok[] = {"wait", "max_hold", "node_timeout", "restart_guard"};
+  for (size_t i = 0; i < sizeof forever_ok / sizeof *forever_ok; i++)
+    EXPECT(ferrolock_options_set_ms(o, forever_ok[i], FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_options_set_ms(o, "nodes", FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "nodes=FERROLOCK_WAIT_FOREVER: nodes is set with ferrolock_options_set_str, not ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_ms(o, "tls_ca", FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "tls_ca is set with ferrolock_options_set_str, not ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_ms(o, "max_extensions", FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "max_extensions is set with ferrolock_options_set_count, not ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_ms(o, "watchdog", FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "watchdog is set with ferrolock_options_set_bool, not ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_ms(o, "ttl", FERROLOCK_WAIT_FOREVER, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=FERROLOCK_WAIT_FOREVER");
   /* Managers. */
   EXPECT(ferrolock_manager_new(NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "opts");
   EXPECT(ferrolock_manager_new(o, NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager_out");
