@@ -218,6 +218,9 @@ func TestANodesPasswordNeverShowsInAnError(t *testing.T) {
 		{"a []string, misspelt", ferrolock.Set("node", []string{"redis://:" + secret + "@h:1"}), "node: unsupported value type []string"},
 		{"a NUL, misspelt", ferrolock.Set("Nodes", "redis://:"+secret+"@127.0.0.1:6379/0\x00"), "Nodes: a NUL byte at offset 35"},
 		{"not UTF-8, misspelt", ferrolock.Set("Nodes", "redis://:"+secret+"@127.0.0.1:6379/0\xff"), `"redis://:***@127.0.0.1:6379/0`},
+		// Given to another option, or as the name (name and value swapped).
+		{"a string for ttl", ferrolock.Set("ttl", "redis://:"+secret+"@127.0.0.1:6379/0"), `ttl="redis://:***@127.0.0.1:6379/0"`},
+		{"as the name", ferrolock.Set("redis://:"+secret+"@127.0.0.1:6379/0", "nodes"), `unknown option "redis://:***@127.0.0.1:6379/0"`},
 	} {
 		m, err := ferrolock.NewManager(c.opt)
 		if err == nil {

@@ -21,6 +21,17 @@ pub(crate) fn text(ptr: *const c_char, what: &str) -> Result<String, Failure> {
     }
 }
 
+/// Caller text a message echoes (an option's name or value): a node URL's credentials
+/// redacted, as they are in every message about nodes, wherever it was given (another
+/// option's value, the name with the value swapped). Text that cannot be a URL is shown as is.
+pub(crate) fn echoed(text: &str) -> String {
+    if text.contains('@') || text.contains("://") {
+        shown(text)
+    } else {
+        text.to_string()
+    }
+}
+
 /// A string as a message may echo it: as node URLs (an option value may be a list of nodes),
 /// with their credentials redacted; other text has none to lose (a key with an `@` loses what
 /// is before it, the safe side).

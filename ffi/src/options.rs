@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ferrolock::{LockOptions, ManagerOptions, OptionScope, OptionType, OptionValue};
 
-use crate::ctext::{handle, text};
+use crate::ctext::{echoed, handle, text};
 use crate::status::{Failure, call, ferrolock_error, guard};
 
 /// A duration meaning "none": for `wait`, wait without limit (but a quorum unreachable on three
@@ -78,7 +78,12 @@ impl ferrolock_options {
                 )));
             }
         }
-        self.manager.set(&name, value.clone(), &written)?;
+        // Unknown, the name is only echoed in the refusal.
+        let named = match ferrolock::option_spec(&name) {
+            Some(_) => name.clone(),
+            None => echoed(&name),
+        };
+        self.manager.set(&named, value.clone(), &written)?;
         self.sets.push((name, value, written));
         Ok(())
     }
@@ -222,7 +227,8 @@ pub unsafe extern "C" fn ferrolock_options_set_str(
 ) -> c_int {
     with_options("ferrolock_options_set_str", opts, err, |o| {
         let value = text(value, "option value")?;
-        o.set(name, OptionValue::Text(value.clone()), format!("{value:?}"))
+        let written = format!("{:?}", echoed(&value));
+        o.set(name, OptionValue::Text(value), written)
     })
 }
 

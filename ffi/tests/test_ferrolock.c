@@ -1166,6 +1166,12 @@ static void test_bad_inputs(void) {
   EXPECT(ferrolock_options_set_ms(o, "reentrant", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_bool");
   EXPECT(ferrolock_options_set_count(o, "ttl", 5, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ttl=5: ttl is set with ferrolock_options_set_ms");
   EXPECT(ferrolock_options_set_str(o, "ttl", "10s", &err), FERROLOCK_ERR_INVALID_ARGUMENT, "ferrolock_options_set_ms, not ferrolock_options_set_str");
+  /* A node URL given to another option, or as the name (the two strings swapped), is echoed
+     without its password, as in every message about nodes. */
+  EXPECT(ferrolock_options_set_str(o, "ttl", "redis://:sekrit@127.0.0.1:1", &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "ttl=\"redis://:***@127.0.0.1:1\": ttl is set with ferrolock_options_set_ms");
+  EXPECT(ferrolock_options_set_str(o, "redis://u:sekrit@127.0.0.1:1", "nodes", &err), FERROLOCK_ERR_INVALID_ARGUMENT,
+         "unknown option \"redis://u:***@127.0.0.1:1\"");
   /* FERROLOCK_WAIT_FOREVER is "none" for the duration options only: to another option it is
      the wrong setter, not a reset of that option to its default (nodes: the local node). */
   const char *forever_ok[] = {"wait", "max_hold", "node_timeout", "restart_guard"};
