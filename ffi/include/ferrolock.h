@@ -315,8 +315,9 @@ int ferrolock_lock_end_scope(const struct ferrolock_lock *lock,
                              struct ferrolock_error **err);
 
 // Frees the handle. A lock not released is released in the background. The loss callback
-// is never called once this has returned; it waits for a call already running. NULL is
-// ignored.
+// is never called once this has returned; it waits for a call already running, which may
+// still release or extend the lock through this handle (not free it: this is its free). NULL
+// is ignored.
 void ferrolock_lock_free(struct ferrolock_lock *lock);
 
 // `ferrolock_lock_free` for a binding's garbage collector (a finalizer, such as Go's): a lock
@@ -324,7 +325,8 @@ void ferrolock_lock_free(struct ferrolock_lock *lock);
 // key goes to the log callback, since the collection may come before the work the lock
 // guards has ended. Its loss callback, if set, is called first, on this thread, with that
 // warning as the reason (`FERROLOCK_ERR_LOCK_LOST`): whatever still watches the lock's loss
-// is told that the work is no longer guarded. NULL is ignored.
+// is told that the work is no longer guarded. That callback may release or extend the lock
+// through this handle, not free it (this is its free). NULL is ignored.
 void ferrolock_lock_free_collected(struct ferrolock_lock *lock);
 
 // Makes a manager from `opts` (copied; not kept). The URLs and each option's value are

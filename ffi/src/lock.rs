@@ -273,8 +273,9 @@ pub unsafe extern "C" fn ferrolock_lock_end_scope(
 }
 
 /// Frees the handle. A lock not released is released in the background. The loss callback
-/// is never called once this has returned; it waits for a call already running. NULL is
-/// ignored.
+/// is never called once this has returned; it waits for a call already running, which may
+/// still release or extend the lock through this handle (not free it: this is its free). NULL
+/// is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
     // SAFETY: the caller's promise, passed on.
@@ -286,7 +287,8 @@ pub unsafe extern "C" fn ferrolock_lock_free(lock: *mut ferrolock_lock) {
 /// key goes to the log callback, since the collection may come before the work the lock
 /// guards has ended. Its loss callback, if set, is called first, on this thread, with that
 /// warning as the reason (`FERROLOCK_ERR_LOCK_LOST`): whatever still watches the lock's loss
-/// is told that the work is no longer guarded. NULL is ignored.
+/// is told that the work is no longer guarded. That callback may release or extend the lock
+/// through this handle, not free it (this is its free). NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_lock_free_collected(lock: *mut ferrolock_lock) {
     // SAFETY: the caller's promise, passed on.
@@ -302,11 +304,14 @@ unsafe fn free_lock(lock: *mut ferrolock_lock, collected: bool) {
             return;
         }
         // SAFETY: see this function's contract.
-        let lock = *unsafe { Box::from_raw(lock) };
+        let lock = unsafe { Box::from_raw(lock) };
+        // The handle's memory goes only once these have returned: the loss callback they run
+        // or wait for may still use it (release or extend its own lock).
         if collected {
             lock.lock.free_collected();
         } else {
             lock.lock.free();
         }
+        drop(lock);
     })
 }

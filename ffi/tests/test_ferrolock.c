@@ -1406,6 +1406,76 @@ static void on_collected_log(void *userdata, int level, const char *message) {
 /* ferrolock_lock_free_collected (a garbage collector's finalizer, Go's): a held lock is
  * released with a warning naming its key, its loss callback told first; a released one is freed without a warning; NULL is
  * ignored. */
+/* A loss callback that releases its own lock (as ferrolock_lost_fn allows), run while that
+ * lock is being freed. */
+typedef struct {
+  pthread_mutex_t mu;
+  ferrolock_lock *lock;
+  int entered, freeing, calls, status;
+  char key[128];
+} self_release_t;
+
+static void on_lost_release_self(void *userdata, const ferrolock_error *reason) {
+  (void)reason;
+  self_release_t *s = userdata;
+  pthread_mutex_lock(&s->mu);
+  s->entered = 1;
+  pthread_mutex_unlock(&s->mu);
+  /* Until the free has started on the other thread (it waits for this callback). */
+  while (!__atomic_load_n(&s->freeing, __ATOMIC_SEQ_CST)) sleep_ms(5);
+  sleep_ms(200);
+  int status = ferrolock_lock_release(s->lock, NULL, NULL);
+  const char *key = ferrolock_lock_key(s->lock);
+  pthread_mutex_lock(&s->mu);
+  s->calls++;
+  s->status = status;
+  snprintf(s->key, sizeof s->key, "%s", key ? key : "(null)");
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The handle stays valid for its own loss callback until the free has waited for it: the
+ * callback's release of its lock used the freed handle (a crash in free_collected, which runs
+ * the callback on the freeing thread; a use after free, which the sanitizer run reports, in a
+ * free that waits for a callback running on a library thread). */
+static void test_lost_callback_releases_its_lock_during_free(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)60000, NULL));
+  char key[96];
+  /* free_collected: the callback runs inside it, on this thread. */
+  snprintf(key, sizeof key, "%s", fresh_key("collected-self-release"));
+  self_release_t c = {.mu = PTHREAD_MUTEX_INITIALIZER, .freeing = 1};
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &c.lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(c.lock, on_lost_release_self, &c, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free_collected(c.lock);
+  CHECK(c.calls == 1, "the callback ran %d times inside free_collected", c.calls);
+  CHECK(c.status == FERROLOCK_OK && strcmp(c.key, key) == 0, "its release: %s, its key %s",
+        ferrolock_status_name(c.status), c.key);
+  /* ferrolock_lock_free while the callback runs on a library thread. */
+  snprintf(key, sizeof key, "%s", fresh_key("freed-self-release"));
+  self_release_t f = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &f.lock, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(f.lock, on_lost_release_self, &f, &err), FERROLOCK_OK, NULL);
+  delete_everywhere(key);
+  EXPECT(ferrolock_lock_extend(f.lock, FERROLOCK_SAME_TTL, NULL, NULL, &err), FERROLOCK_ERR_LOCK_LOST, key);
+  double give_up = now_ms() + 20000;
+  int entered = 0;
+  while (!entered && now_ms() < give_up) {
+    pthread_mutex_lock(&f.mu);
+    entered = f.entered;
+    pthread_mutex_unlock(&f.mu);
+    if (!entered) sleep_ms(5);
+  }
+  CHECK(entered, "the loss callback never ran");
+  __atomic_store_n(&f.freeing, 1, __ATOMIC_SEQ_CST);
+  ferrolock_lock_free(f.lock);
+  pthread_mutex_lock(&f.mu);
+  int calls = f.calls, status = f.status;
+  pthread_mutex_unlock(&f.mu);
+  CHECK(calls == 1, "ferrolock_lock_free returned before its running callback did");
+  CHECK(status == FERROLOCK_OK && strcmp(f.key, key) == 0, "its release: %s, its key %s",
+        ferrolock_status_name(status), f.key);
+  ferrolock_manager_free(m);
+}
+
 static void test_free_collected(void) {
   collected_logs_t logs = {.mu = PTHREAD_MUTEX_INITIALIZER};
   EXPECT(ferrolock_set_log_callback(on_collected_log, &logs, FERROLOCK_LOG_WARN, &err), FERROLOCK_OK, NULL);
@@ -2526,6 +2596,7 @@ static const test_t tests[] = {
     {"two_processes", test_two_processes},
     {"lost_before_validity_ends", test_lost_before_validity_ends},
     {"lost_never_after_free", test_lost_never_after_free},
+    {"lost_callback_releases_its_lock_during_free", test_lost_callback_releases_its_lock_during_free},
     {"loss_callbacks_releasing_each_other", test_loss_callbacks_releasing_each_other},
     {"fork_while_a_thread_waits", test_fork_while_a_thread_waits},
     {"end_scope", test_end_scope},

@@ -222,7 +222,7 @@ impl Lock {
     /// on this thread before the handle goes, since the free stops those not yet started.
     /// Only here: Python's callbacks need the GIL its collector holds, and wait on the
     /// block they tell (a context's callback sleeps until its block runs).
-    pub fn free_collected(self) {
+    pub fn free_collected(&self) {
         COLLECTING.set(true);
         self.collected();
         COLLECTING.set(false);
@@ -231,9 +231,11 @@ impl Lock {
 
     /// Frees this handle: no loss callback starts from now on, and one already running has
     /// returned when this returns (unless it runs on this thread: a callback freeing its own
-    /// lock). A lock still held is released in the background once its last handle is gone.
+    /// lock). A lock still held is released in the background once its last handle is gone:
+    /// the caller drops this one once this has returned, since the callback it waited for may
+    /// still have used it (C's callback releasing its own lock through the handle).
     /// Call it without holding anything the callbacks wait for (Python's GIL).
-    pub fn free(self) {
+    pub fn free(&self) {
         self.close_gate(true);
     }
 
