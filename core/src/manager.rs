@@ -282,14 +282,17 @@ fn read_root_cert(options: &ManagerOptions, urls: &[String]) -> Result<Option<Ve
         return Ok(None);
     }
     let source = from.map(|var| format!("{var}: ")).unwrap_or_default();
-    let bad =
-        |why: String| Error::invalid(format!("{source}tls_ca file {}: {why}", path.display()));
-    let pem = std::fs::read(&path).map_err(|e| {
-        Error::invalid(format!(
-            "{source}cannot read tls_ca file {}: {e}",
-            path.display()
-        ))
-    })?;
+    // A node URL given here by mistake (the options swapped) is shown as URLs always are:
+    // without its password. Only then: a real path may hold an `@`.
+    let shown = path.display().to_string();
+    let shown = if shown.contains("://") {
+        crate::node::redact_url(&shown)
+    } else {
+        shown
+    };
+    let bad = |why: String| Error::invalid(format!("{source}tls_ca file {shown}: {why}"));
+    let pem = std::fs::read(&path)
+        .map_err(|e| Error::invalid(format!("{source}cannot read tls_ca file {shown}: {e}")))?;
     let mut certs = 0;
     for cert in CertificateDer::pem_slice_iter(&pem) {
         cert.map_err(|e| bad(format!("not a PEM certificate file: {e}")))?;

@@ -237,6 +237,22 @@ async fn a_missing_ca_file_is_an_invalid_argument_naming_it() {
     assert!(err.message().contains("holds no certificate"), "{err}");
 }
 
+/// A node URL given where the CA file goes (the two options swapped, or a list pasted into
+/// the wrong field) is named without its password, as everywhere else a URL is shown.
+#[tokio::test]
+async fn a_node_url_given_as_the_ca_file_is_refused_without_its_password() {
+    let err = LockManager::new(
+        ManagerOptions::new()
+            .nodes(["rediss://127.0.0.1:1"])
+            .tls_ca("rediss://:s3cr3t-pw@127.0.0.1:6380"),
+    )
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(err.message().contains("cannot read tls_ca file"), "{err}");
+    assert!(!err.message().contains("s3cr3t-pw"), "{err}");
+    assert!(err.message().contains("127.0.0.1:6380"), "{err}");
+}
+
 #[test]
 fn a_bad_node_list_from_the_environment_names_the_variable() {
     // SAFETY: the only test in this binary that touches FERROLOCK_NODES.
