@@ -63,9 +63,18 @@ impl Ctx<'_> {
     }
 }
 
-/// The value as Python shows it: what the user wrote, as close as can be known.
+/// The value as Python shows it: what the user wrote, as close as can be known; a node URL
+/// given to another option by mistake without its password, as `nodes` shows one.
 fn written(value: &Bound<'_, PyAny>) -> String {
-    value
+    let redacted = match value.cast::<PyString>().map(|s| s.to_str()) {
+        Ok(Ok(text)) if text.contains("://") => {
+            Some(PyString::new(value.py(), &ferrolock::redact_url(text)))
+        }
+        _ => None,
+    };
+    redacted
+        .as_ref()
+        .map_or(value, |r| r.as_any())
         .repr()
         .map(|r| r.to_string())
         .unwrap_or_else(|_| "<unprintable>".to_string())
@@ -349,7 +358,12 @@ fn unknown(py: Python<'_>, ctx: Ctx<'_>, name: &str, allowed: &[&str]) -> PyErr 
     ctx.invalid(
         py,
         format!(
-            "unexpected option {name:?}; valid options: {}",
+            "unexpected option {:?}; valid options: {}",
+            // A node URL passed as a keyword's name (`**{url: 1}`): shown as URLs are.
+            match name.contains("://") {
+                true => ferrolock::redact_url(name),
+                false => name.to_string(),
+            },
             allowed.join(", ")
         ),
     )

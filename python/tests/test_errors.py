@@ -219,6 +219,27 @@ def test_bad_manager_option(kwargs: dict[str, Any], shown: str) -> None:
         ferrolock.redlock("k", **kwargs)
 
 
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"ttl": "redis://:hunter2@127.0.0.1:6379"},
+        {"wait": "rediss://user:hunter2@h:6380/0"},
+        {"tls_ca": "rediss://:hunter2@h:6380"},
+        {"redis://:hunter2@127.0.0.1:6379": 1},
+    ],
+)
+def test_a_node_url_given_to_another_option_is_refused_without_its_password(
+    kwargs: dict[str, Any],
+) -> None:
+    """A URL passed where another option goes (or as an option's name) is named without its
+    password, as a node URL always is."""
+    with pytest.raises(InvalidArgument) as info:
+        LockManager(nodes=["rediss://127.0.0.1:1"], **kwargs)
+    assert "hunter2" not in str(info.value), info.value
+    assert "***" in str(info.value), info.value
+
+
+
 @pytest.mark.parametrize("name", ["retry_delay", "node_timeout", "max_hold", "restart_guard"])
 def test_a_duration_under_a_millisecond_is_refused(name: str) -> None:
     # A retry delay of a nanosecond made a waiter send thousands of commands a second; a
