@@ -22,8 +22,9 @@
 -- Returns {1, expiry ms} when granted, {0, when to re-check in server ms or -1} when refused
 -- (the earliest lease end, or the head's queue lease end when permits are free but it is the
 -- head's turn; -1 when there is none; -2 when the name holds a lock, whose end nothing here
--- can see); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs (its
--- code and words are read by `refusal.rs`).
+-- can see); a `SEMAPHORE_SIZE` error naming both sizes when the stored pool size differs, a
+-- `SEMAPHORE_COUNTER` error naming the counter's value when it is no whole number or makes a
+-- pool below zero (their codes and words are read by `refusal.rs`).
 -- Safe to run twice: a grant is kept in the latch (a re-send must not take permits twice), and
 -- after the latch, its ids in the pool; a refusal's re-enqueue keeps the waiter's place.
 if ARGV[9] == '1' then
@@ -66,6 +67,19 @@ if stored_value and available == nil then
   enqueue(id, '', tonumber(ARGV[7]))
   return {0, -2}
 end
+-- A counter another client set to what INCRBY/DECRBY cannot take ('2e0', ' 2', '2.5', '02',
+-- '+2' are numbers to Lua, not to Redis; 16 digits or more lose exactness here): refused
+-- naming the value, before any write (a script's error keeps the writes made before it). Our
+-- DECRBY failed with Redis's bare "not an integer" error.
+local function whole_digits(value)
+  return value == '0' and value or string.match(value, '^%-?([1-9]%d*)$')
+end
+local digits = stored_value and whole_digits(stored_value)
+if stored_value and (not digits or #digits > 15) then
+  local shown = #stored_value > 40 and string.sub(stored_value, 1, 40) .. '...' or stored_value
+  return redis.error_reply('SEMAPHORE_COUNTER semaphore ' .. KEYS[1] .. ': its counter holds "' ..
+    shown .. '", not a whole number of free permits')
+end
 if available == nil then
   -- No counter: a new pool, or one whose counter went while holders' ids stayed (an
   -- operator's DEL, an eviction). The free permits are those the ids do not hold; a full pool
@@ -78,7 +92,14 @@ if available == nil then
   available = permits - taken
   redis.call('SET', KEYS[1], available)
 else
-  local stored = available + redis.call('ZCARD', KEYS[2])
+  local held = redis.call('ZCARD', KEYS[2])
+  local stored = available + held
+  -- Below zero with the holders counted (a counter set by hand; Redisson's addPermits(-n)
+  -- leaves one under zero only beside holders): no pool size to compare.
+  if stored < 0 then
+    return redis.error_reply('SEMAPHORE_COUNTER semaphore ' .. KEYS[1] .. ': its counter holds "' ..
+      stored_value .. '" with ' .. held .. ' permits held, a pool below zero')
+  end
   if stored ~= permits then
     return redis.error_reply('SEMAPHORE_SIZE semaphore ' .. KEYS[1] .. ' has ' .. stored ..
       ' permits, asked for ' .. permits)

@@ -20,8 +20,12 @@ for i = 4, #ARGV, 500 do
 end
 if removed > 0 then
   -- No counter (it went while ids stayed): the next acquire rebuilds it from the ids left; an
-  -- INCRBY here would make a pool of this holder's count alone.
-  if redis.call('EXISTS', KEYS[1]) == 1 then
+  -- INCRBY here would make a pool of this holder's count alone. One another client set to no
+  -- whole number (or to a lock's token) is left alone, for the next acquire to name: INCRBY
+  -- failed there after the ZREM had run, and the release, done, said it was not.
+  local counter = redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1])
+  local digits = counter and (counter == '0' and counter or string.match(counter, '^%-?([1-9]%d*)$'))
+  if digits and #digits <= 15 then
     redis.call('INCRBY', KEYS[1], removed)
   end
   redis.call(ARGV[3] == '1' and 'SPUBLISH' or 'PUBLISH', ARGV[1], removed)

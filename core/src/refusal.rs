@@ -16,6 +16,10 @@ pub(crate) enum Refusal {
     /// `SEMAPHORE_SIZE` (`semaphore_acquire.lua`): the semaphore's stored pool size is not the
     /// one asked for.
     PoolSize { stored: u64, asked: u64 },
+    /// `SEMAPHORE_COUNTER` (`semaphore_acquire.lua`): the semaphore's counter, set by another
+    /// client, is no whole number Redis can count with, or makes a pool below zero; what the
+    /// script says of it ("its counter holds ...").
+    Counter(String),
     /// `WRONGTYPE`: the key holds a value of a kind no lock has. The acquire scripts (and the
     /// plain `SET NX`'s check) name it ("a list"); Redis's own WRONGTYPE does not (`None`).
     OtherKind(Option<String>),
@@ -34,6 +38,11 @@ impl Refusal {
                 let stored = words.nth(3)?.parse().ok()?;
                 Some(Refusal::PoolSize { stored, asked })
             }
+            // "semaphore <name>: its counter holds ...": the last such phrase (a name may hold
+            // it; the value after it, a number to Lua, cannot).
+            "SEMAPHORE_COUNTER" => detail
+                .rfind(": its counter holds ")
+                .map(|at| Refusal::Counter(detail[at + 2..].to_string())),
             // "key <key> holds a <type>, not a lock" (`queue.lua`'s `foreign_type`).
             "WRONGTYPE" => Some(Refusal::OtherKind(
                 detail
@@ -52,7 +61,7 @@ impl Refusal {
             Refusal::Upgrade => (ErrorKind::InvalidArgument, ": "),
             Refusal::PoolSize { .. } => (ErrorKind::InvalidArgument, " "),
             // The key's data, not the request, is at fault.
-            Refusal::OtherKind(_) => (ErrorKind::Redis, ": "),
+            Refusal::OtherKind(_) | Refusal::Counter(_) => (ErrorKind::Redis, ": "),
         };
         Error::new(kind, format!("{what}{joint}{self}"))
     }
@@ -68,6 +77,7 @@ impl fmt::Display for Refusal {
             Refusal::PoolSize { stored, asked } => {
                 write!(f, "has {stored} permits, asked for {asked}")
             }
+            Refusal::Counter(text) => f.write_str(text),
             Refusal::OtherKind(Some(kind)) => write!(f, "the key holds {kind}, not a lock"),
             Refusal::OtherKind(None) => {
                 f.write_str("a key it uses holds a value of another kind (WRONGTYPE)")
@@ -105,7 +115,17 @@ mod tests {
             Refusal::of("RWLOCK_UPGRADE", "k: ..."),
             Some(Refusal::Upgrade)
         );
+        assert_eq!(
+            Refusal::of(
+                "SEMAPHORE_COUNTER",
+                "semaphore a: its counter holds b: its counter holds \"2.5\", not a whole number"
+            ),
+            Some(Refusal::Counter(
+                "its counter holds \"2.5\", not a whole number".into()
+            ))
+        );
         assert_eq!(Refusal::of("SEMAPHORE_SIZE", "garbled"), None);
+        assert_eq!(Refusal::of("SEMAPHORE_COUNTER", "garbled"), None);
         assert_eq!(
             Refusal::of("ERR", "semaphore s has 4 permits, asked for 5"),
             None

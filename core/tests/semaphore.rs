@@ -1545,3 +1545,53 @@ async fn later_waiter_for_fewer_waits_behind_the_head(same_manager: bool) {
     assert_eq!(available(&server, name), 2);
     drop(holder_m);
 }
+
+/// A counter another client set to what Redis's INCRBY/DECRBY cannot take ('2e0', ' 2' and
+/// '2.5' are numbers to Lua, not to Redis; one of 25 digits is out of range) or below zero
+/// with nobody holding a permit is refused naming the semaphore and the value, not with Redis's
+/// bare "value is not an integer" (or a raw `SEMAPHORE_SIZE` reply) and the node's URL. A
+/// holder's release still gives its permits back, leaving such a counter alone.
+#[tokio::test]
+async fn a_counter_set_to_no_whole_number_or_below_zero_is_named() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let name = "sem:counter";
+    let long = "9".repeat(25);
+    for value in ["2e0", " 2", "2.5", "0x2", "02", "+2", long.as_str()] {
+        let _: () = server.cmd(&["SET", name, value]);
+        let e = m.semaphore(name, 2).await.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Redis, "{e}");
+        assert_eq!(
+            e.message(),
+            format!(
+                "semaphore \"{name}\": its counter holds {value:?}, not a whole number of free \
+                 permits"
+            ),
+            "{e}"
+        );
+        assert_eq!(get(&server, name).as_deref(), Some(value), "changed");
+    }
+    let _: () = server.cmd(&["SET", name, "-1"]);
+    let e = m.semaphore(name, 2).await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e}");
+    assert_eq!(
+        e.message(),
+        format!(
+            "semaphore \"{name}\": its counter holds \"-1\" with 0 permits held, a pool below zero"
+        ),
+        "{e}"
+    );
+    let _: () = server.cmd(&["DEL", name]);
+    let held = m.semaphore(name, 2).await.unwrap();
+    for value in ["2.5", "abc"] {
+        let _: () = server.cmd(&["SET", name, "1"]);
+        let again = m.semaphore(name, 2).await.unwrap();
+        let _: () = server.cmd(&["SET", name, value]);
+        assert!(again.release().await.unwrap(), "{value:?}");
+        assert_eq!(get(&server, name).as_deref(), Some(value), "changed");
+    }
+    let _: () = server.cmd(&["SET", name, "1"]);
+    assert!(held.release().await.unwrap());
+    assert_eq!(available(&server, name), 2);
+    assert_eq!(held_ids(&server, name), 0);
+}
