@@ -357,7 +357,9 @@ fn semaphore(c: &mut Server, key: &str, available: u64) -> Result<Json, String> 
         .map(|(id, expiry)| {
             json!({
                 "id": id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                "lease_ms": *expiry as i64 - now_ms,
+                // Past its end (no acquire has reclaimed it yet): no lease left, not a
+                // negative one.
+                "lease_ms": Some(*expiry as i64 - now_ms).filter(|ms| *ms > 0),
             })
         })
         .collect();
@@ -435,6 +437,8 @@ fn node_text(n: &Json) -> String {
                 .into_iter()
                 .flatten()
                 .map(|ms| match ms.as_i64() {
+                    // -1: the hold's key has no expiry (set by hand), as Redis's PTTL says.
+                    Some(-1) => "none (no expiry)".to_string(),
                     Some(ms) => format!("{ms} ms"),
                     None => "lapsed".to_string(),
                 })
@@ -453,10 +457,12 @@ fn node_text(n: &Json) -> String {
                 s.push_str("  permit holders: none\n");
             }
             for p in permits {
+                let lease = p["lease_ms"]
+                    .as_i64()
+                    .map_or("lapsed".to_string(), |ms| format!("{ms} ms"));
                 s.push_str(&format!(
-                    "  permit {}: lease {} ms\n",
+                    "  permit {}: lease {lease}\n",
                     p["id"].as_str().unwrap_or("?"),
-                    p["lease_ms"]
                 ));
             }
         }

@@ -1149,6 +1149,63 @@ fn inspect_shows_a_lapsed_read_hold_as_lapsed_not_minus_two_ms() {
     assert!(leases(live)[0].as_i64().is_some_and(|ms| ms > 0), "{json}");
 }
 
+/// A read hold's key with no expiry (set by hand, PTTL -1) and a permit whose lease ended but
+/// that no acquire has reclaimed yet: `inspect` says so. It showed "leases -1 ms" and
+/// "lease -<ms since its end> ms", as if a lease were left.
+#[test]
+fn inspect_shows_a_lease_with_no_expiry_or_past_its_end_as_such_not_negative() {
+    let server = RedisServer::start();
+    let (rw, owner) = ("by-hand", "11111111-2222-3333-4444-555555555555:1");
+    server.cmd::<i64>(&["HSET", rw, "mode", "read", owner, "1"]);
+    let hold = format!("{}:1", ferrolock::rwlock_timeout_prefix(rw, owner));
+    server.cmd::<String>(&["SET", &hold, "1"]);
+    assert_eq!(server.cmd::<i64>(&["PTTL", &hold]), -1);
+    let sem = "sem-lapsed";
+    server.cmd::<String>(&["SET", sem, "1"]);
+    // Scored 1 s after the epoch: its lease ended long ago by the server's clock.
+    server.cmd::<i64>(&[
+        "ZADD",
+        &format!("{{{sem}}}:timeout"),
+        "1000",
+        "0123456789abcdef",
+    ]);
+    let inspect = |key: &str, json: bool| {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--nodes", &server.url(), key]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let text = inspect(rw, false);
+    assert!(
+        text.contains(&format!(
+            "reader {owner}: hold count 1, leases none (no expiry)\n"
+        )),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&inspect(rw, true)).unwrap();
+    assert_eq!(
+        json["nodes"][0]["holder"]["readers"][0]["leases_ms"],
+        serde_json::json!([-1]),
+        "the PTTL convention, as pttl_ms: {json}"
+    );
+    let text = inspect(sem, false);
+    assert!(
+        text.contains("permit 30313233343536373839616263646566: lease lapsed\n"),
+        "{text}"
+    );
+    assert!(!text.contains("lease -"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&inspect(sem, true)).unwrap();
+    assert_eq!(
+        json["nodes"][0]["holder"]["permits"][0]["lease_ms"],
+        serde_json::Value::Null,
+        "{json}"
+    );
+}
+
 /// Read-write locks and semaphores taken through the core's API (Redisson's layouts): inspect
 /// shows the mode, the readers with their hold counts and each hold's lease, the writer, the
 /// available permits and each permit id with its lease; scan lists the read-write locks and the
