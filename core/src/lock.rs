@@ -327,6 +327,15 @@ impl LockInner {
             .unwrap_or(s.deadline)
     }
 
+    /// The end of what a hold whose validity ends at `deadline` may count on: the lock is
+    /// declared lost at `max_hold` whatever its lease.
+    pub fn usable_until(&self, deadline: Instant) -> Instant {
+        match self.opts.max_hold {
+            Some(max_hold) => deadline.min(self.acquired_at + max_hold),
+            None => deadline,
+        }
+    }
+
     /// The options in force: the acquire's, with the ttl of the last `extend_for` (its node
     /// timeout and drift follow from it).
     pub fn lease(&self, s: &State) -> LockOptions {
@@ -665,12 +674,15 @@ impl Lock {
         }
     }
 
-    /// Time left before the deadline; zero once it has passed or the lock is released/lost.
+    /// Time left before the deadline, or before `max_hold` is reached if sooner (as an
+    /// extend's validity; it said the whole lease on a lock lost at max_hold); zero once it
+    /// has passed or the lock is released/lost.
     pub fn validity(&self) -> Duration {
         match self.state() {
-            Some(s) if s.status == LockStatus::Held => {
-                s.deadline.saturating_duration_since(Instant::now())
-            }
+            Some(s) if s.status == LockStatus::Held => self
+                .inner
+                .usable_until(s.deadline)
+                .saturating_duration_since(Instant::now()),
             _ => Duration::ZERO,
         }
     }
@@ -885,16 +897,13 @@ impl Lock {
             return match self.inner.renewed(start, opts.ttl, opts.drift()) {
                 Renewed::Until(validity) => {
                     self.inner.state().extensions += 1;
-                    // The lock is declared lost at `max_hold` whatever its lease: a validity
-                    // past it promised time it does not have (an extend of 5 s said 4.9 s
-                    // were left on a lock lost 0.5 s later, found by a review).
-                    Ok(match self.inner.opts.max_hold {
-                        Some(max_hold) => validity.min(
-                            (self.inner.acquired_at + max_hold)
-                                .saturating_duration_since(Instant::now()),
-                        ),
-                        None => validity,
-                    })
+                    // A validity past `max_hold` promised time it does not have (an extend of
+                    // 5 s said 4.9 s were left on a lock lost 0.5 s later, found by a review).
+                    let now = Instant::now();
+                    Ok(self
+                        .inner
+                        .usable_until(now + validity)
+                        .saturating_duration_since(now))
                 }
                 Renewed::NotHeld => Err(self.left_held()),
                 // Confirmed, but only after the new validity, or inside its loss margin: it has

@@ -344,6 +344,55 @@ async fn an_extend_promises_no_validity_past_max_hold() {
     assert!(matches!(reason, LossReason::MaxHold { .. }), "{reason}");
 }
 
+/// The getters say what `max_hold` leaves, as an extend does: `validity()` counts no time past
+/// it (it said the whole lease, 60 s, on a lock lost at 1.5 s), and once it is reached the
+/// lock reads as lost for it, whoever looks first (the watchdog, or a getter).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_getters_count_no_validity_past_max_hold() {
+    let _serial = serial();
+    let server = RedisServer::start();
+    let max_hold = ms(1_500);
+    for watchdog in [true, false] {
+        let m = manager(
+            &[server.url()],
+            opts()
+                .watchdog(watchdog)
+                .ttl(Duration::from_secs(60))
+                .node_timeout(Duration::from_secs(1))
+                .max_hold(Some(max_hold)),
+        );
+        let key = format!("capped-getters-{watchdog}");
+        let lock = m.acquire(&key).await.unwrap();
+        let granted = Instant::now();
+        assert!(lock.is_held());
+        let validity = lock.validity();
+        assert!(
+            validity <= max_hold,
+            "validity() said {validity:?} were left on a lock lost at max_hold={max_hold:?}"
+        );
+        // Past max_hold (counted from the acquire's start, before `granted`).
+        tokio::time::sleep_until(granted + max_hold).await;
+        assert!(!lock.is_held(), "held past max_hold");
+        assert_eq!(lock.validity(), Duration::ZERO);
+        assert!(
+            matches!(lock.status(), LockStatus::Lost(LossReason::MaxHold { .. })),
+            "{:?}",
+            lock.status()
+        );
+        let e = lock.check().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::LockLost, "{e}");
+        assert!(e.message().contains("max_hold=1.5s reached"), "{e}");
+        // The key itself stays until its lease ends: nobody else takes it meanwhile.
+        assert_eq!(get(&server, &key).as_deref(), Some(lock.token()));
+        let _ = lock.release().await;
+        assert_eq!(
+            get(&server, &key),
+            None,
+            "a lost lock's token is released all the same"
+        );
+    }
+}
+
 /// With the watchdog off, max_hold still tells the holder; its words must not speak of a
 /// watchdog that never ran (they said "the watchdog stopped renewing").
 #[tokio::test(flavor = "multi_thread")]

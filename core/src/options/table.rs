@@ -161,7 +161,7 @@ pub const OPTIONS: &[OptionSpec] = &[
         unit: "duration",
         default: "none",
         range: DURATION_RANGE,
-        doc: "the watchdog stops renewing and signals loss after this (at least 1 ms); an extend's validity never reaches past it",
+        doc: "the watchdog stops renewing and signals loss after this (at least 1 ms); the validity an extend returns, and the lock's `validity`, never reach past it (its `deadline`, when another may take the key, stays the lease's)",
     },
     OptionSpec {
         name: "max_extensions",
