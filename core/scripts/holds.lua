@@ -56,14 +56,22 @@ end
 -- longest of them, as Redisson's read unlock does. Kept at a longer expiry (the one a released
 -- hold raised it to), it stayed read-held by nobody once the holds left lapsed, and every
 -- writer waited. No live reader's deadline is past its hold keys' expiry, so none is cut.
+-- A reader with no hold key left (crashed, or never renewed) holds nothing here (its renewal
+-- and release say so too): its field goes. Kept while other readers kept the key alive, the
+-- fields of crashed readers piled up, one per crash, each read by every later release.
 local function keep_for_read_holds(key, prefix)
   local longest = 0
   for _, f in ipairs(redis.call('HKEYS', key)) do
     local n = tonumber(redis.call('HGET', key, f))
     if f ~= 'mode' and n then
+      local live = false
       for i = n, 1, -1 do
-        longest = math.max(longest,
-          redis.call('PTTL', prefix .. ':' .. f .. ':rwlock_timeout:' .. i))
+        local left = redis.call('PTTL', prefix .. ':' .. f .. ':rwlock_timeout:' .. i)
+        longest = math.max(longest, left)
+        live = live or left ~= -2
+      end
+      if not live and string.sub(f, -6) ~= ':write' then
+        redis.call('HDEL', key, f)
       end
     end
   end

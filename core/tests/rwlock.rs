@@ -1316,3 +1316,58 @@ async fn a_downgrades_read_hold_carries_no_fence() {
     assert!(w.release().await.unwrap());
     assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
 }
+
+/// Readers that crash (their handles forgotten, never released) while another reader keeps
+/// the key read-held leave nothing behind once their leases end: the next read release takes
+/// their fields out of the hash (their hold keys are gone: no hold is left behind them), and
+/// their sets of live holds expire with their last hold. Before, each crashed reader's field
+/// stayed in the hash as long as read traffic kept the key alive: one more per crash, without
+/// bound, each read by every later release.
+#[tokio::test(flavor = "multi_thread")]
+async fn crashed_readers_leave_no_field_behind_under_a_live_reader() {
+    let _s = serial();
+    let server = RedisServer::start();
+    let o = opts().watchdog(false);
+    let m = manager(&[server.url()], o.clone());
+    let key = "rw:crashed-readers";
+    let long = m
+        .read_lock_owned(key, 1, &o.clone().ttl(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    for owner in 100..103 {
+        let crashed = m
+            .read_lock_owned(key, owner, &o.clone().ttl(Duration::from_millis(1000)))
+            .await
+            .unwrap();
+        let field = crashed.token().to_string();
+        let hold = format!(
+            "{}:1",
+            ferrolock::__wire::rw::rwlock_timeout_prefix(key, &field)
+        );
+        std::mem::forget(crashed);
+        until(
+            "the crashed reader's lease ended",
+            Duration::from_secs(10),
+            || server.cmd::<i64>(&["EXISTS", &hold]) == 0,
+        )
+        .await;
+        let holds = format!("ferrolock:holds:{{{key}}}:{field}");
+        until(
+            "its set of live holds expired",
+            Duration::from_secs(10),
+            || server.cmd::<i64>(&["EXISTS", &holds]) == 0,
+        )
+        .await;
+        let passing = m
+            .read_lock_owned(key, 50, &o.clone().ttl(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        passing.release().await.unwrap();
+    }
+    let fields: Vec<String> = hash(&server, key).into_keys().collect();
+    let mut expected = vec!["mode".to_string(), long.token().to_string()];
+    expected.sort();
+    assert_eq!(fields, expected, "crashed readers' fields left in the hash");
+    assert!(long.release().await.unwrap());
+    assert_eq!(server.cmd::<i64>(&["EXISTS", key]), 0);
+}
