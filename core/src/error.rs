@@ -130,11 +130,62 @@ impl Error {
     /// This error as one of `what` (`"lock"`, `"semaphore"`) `key`: for checks that know
     /// nothing of the key (`LockOptions::validate`) run on one call's options.
     pub(crate) fn about(self, what: &str, key: &str) -> Self {
-        Error::new(self.kind, format!("{what} {key:?}: {}", self.message))
+        Error::new(
+            self.kind,
+            format!("{what} {key:?}: {}", self.message, key = Shown(key)),
+        )
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A key as messages show it (`{key:?}` with `key = Shown(key)`): quoted, as `Debug` quotes
+/// it, and past `SHOWN_WHOLE` bytes only its start and its length. Redis takes keys up to
+/// 512 MB: every error and loss reason of a 1 MiB key repeated the megabyte.
+pub(crate) struct Shown<'a>(pub &'a str);
+
+/// The longest key shown whole; a longer one is shown by its first `SHOWN_START` characters.
+const SHOWN_WHOLE: usize = 128;
+const SHOWN_START: usize = 64;
+
+impl Shown<'_> {
+    /// The key's start, when it is too long to show whole.
+    fn start(&self) -> Option<&str> {
+        let key = self.0;
+        (key.len() > SHOWN_WHOLE).then(|| {
+            let end = key
+                .char_indices()
+                .nth(SHOWN_START)
+                .map_or(key.len(), |(at, _)| at);
+            &key[..end]
+        })
+    }
+}
+
+impl fmt::Debug for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.start() {
+            Some(start) => write!(f, "\"{}…\" ({} bytes)", start.escape_debug(), self.0.len()),
+            None => write!(f, "{:?}", self.0),
+        }
+    }
+}
+
+/// `key` as the core's messages quote it (`Shown`), for a binding that tells whether a message
+/// names the key already.
+pub fn quoted_key(key: &str) -> String {
+    format!("{:?}", Shown(key))
+}
+
+/// Unquoted (`{name}` in a message).
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.start() {
+            Some(start) => write!(f, "{start}… ({} bytes)", self.0.len()),
+            None => f.write_str(self.0),
+        }
+    }
+}
 
 /// What a caught panic said (its payload's text), for the log line or error that reports it.
 pub(crate) fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {

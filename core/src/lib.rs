@@ -60,7 +60,7 @@ mod token;
 mod watchdog;
 
 pub use acquire::check_request;
-pub use error::{Error, ErrorKind, Result};
+pub use error::{Error, ErrorKind, Result, quoted_key};
 #[doc(hidden)]
 pub use hooks::{__set_test_hook, Point as HookPoint};
 pub use lock::{Lock, LockStatus, LossReason, READ_LEASE_CAP};

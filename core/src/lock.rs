@@ -10,6 +10,7 @@ use tokio::sync::{OwnedMutexGuard, watch};
 use tokio::time::Instant;
 
 use crate::acquire::Kind;
+use crate::error::Shown;
 use crate::error::{Error, ErrorKind, Result};
 use crate::node::NodeError;
 use crate::node::{Node, latch_px_ms};
@@ -111,25 +112,29 @@ impl std::fmt::Display for LossReason {
                 nodes,
             } => write!(
                 f,
-                "{what} {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)"
+                "{what} {key:?} lost: our token is gone on {missing_on} of {nodes} nodes (deleted, expired, or taken by another owner)",
+                key = Shown(key)
             ),
             LossReason::QuorumUnreachable { what, key, detail } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: renewal could not reach a quorum in time to keep it: {detail}"
+                    "{what} {key:?} lost: renewal could not reach a quorum in time to keep it: {detail}",
+                    key = Shown(key)
                 )
             }
             LossReason::RenewalTooSlow { what, key } => {
                 write!(
                     f,
                     "{what} {key:?} lost: renewal confirmed too late, after the validity had ended or \
-                     with less than its loss margin (two node timeouts) of it left"
+                     with less than its loss margin (two node timeouts) of it left",
+                    key = Shown(key)
                 )
             }
             LossReason::Expiring { what, key, ttl } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off"
+                    "{what} {key:?} lost: its ttl of {ttl:?} is running out and the watchdog is off",
+                    key = Shown(key)
                 )
             }
             LossReason::MaxHold {
@@ -139,13 +144,15 @@ impl std::fmt::Display for LossReason {
             } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: max_hold={max_hold:?} reached, the longest it may be held (it is not renewed past it)"
+                    "{what} {key:?} lost: max_hold={max_hold:?} reached, the longest it may be held (it is not renewed past it)",
+                    key = Shown(key)
                 )
             }
             LossReason::ReleasedByManager { what, key } => {
                 write!(
                     f,
-                    "{what} {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held"
+                    "{what} {key:?} lost: its manager released it (closing, or releasing all its locks) while it was still held",
+                    key = Shown(key)
                 )
             }
             LossReason::Collected {
@@ -157,7 +164,8 @@ impl std::fmt::Display for LossReason {
                 "{what} {key:?} is released because its handle was garbage-collected while the \
                  {what} was held: the work it guards may still be running without it; keep a \
                  reference to the {what} until you release it, or hold it for a scope (Python's \
-                 with, Node's withLock, Go's WithLock)"
+                 with, Node's withLock, Go's WithLock)",
+                key = Shown(key)
             ),
             // The advice above would send the reader to the scope they already used: its body
             // went to the collector too, which only happens while it waits on something nothing
@@ -483,7 +491,10 @@ fn not_held(s: &State, what: &str, key: &str) -> Option<Error> {
         )),
         _ => Some(Error::new(
             ErrorKind::NotHeld,
-            format!("{what} {key:?} cannot be extended: it was released"),
+            format!(
+                "{what} {key:?} cannot be extended: it was released",
+                key = Shown(key)
+            ),
         )),
     }
 }
@@ -494,7 +505,8 @@ fn inherited_error(what: &str, key: &str, pid: u32) -> Error {
         ErrorKind::NotHeld,
         format!(
             "{what} {key:?} belongs to process {pid}, which acquired it; a forked child cannot \
-             use, extend or release its parent's locks"
+             use, extend or release its parent's locks",
+            key = Shown(key)
         ),
     )
 }
@@ -704,14 +716,19 @@ impl Lock {
             LockStatus::Lost(reason) => Err(Error::new(ErrorKind::LockLost, reason.to_string())),
             LockStatus::Released => Err(Error::new(
                 ErrorKind::NotHeld,
-                format!("{} {key:?} was released", self.inner.what()),
+                format!(
+                    "{} {key:?} was released",
+                    self.inner.what(),
+                    key = Shown(key)
+                ),
             )),
             LockStatus::Held if Instant::now() >= s.deadline => Err(Error::new(
                 ErrorKind::LockLost,
                 format!(
                     "{} {key:?} lost: its validity ended (ttl {:?}, watchdog off or not renewed)",
                     self.inner.what(),
-                    s.ttl
+                    s.ttl,
+                    key = Shown(key)
                 ),
             )),
             LockStatus::Held => Ok(()),
@@ -825,7 +842,7 @@ impl Lock {
         let (what, key) = (self.inner.what(), &self.inner.key);
         Error::new(
             ErrorKind::LockLost,
-            format!("{what} {key:?} not extended: {reason}"),
+            format!("{what} {key:?} not extended: {reason}", key = Shown(key)),
         )
     }
 
@@ -835,7 +852,10 @@ impl Lock {
         let s = self.inner.current();
         // Never `None`: a lock that left `Held` does not come back to it.
         not_held(&s, what, key).unwrap_or_else(|| {
-            Error::new(ErrorKind::NotHeld, format!("{what} {key:?} not extended"))
+            Error::new(
+                ErrorKind::NotHeld,
+                format!("{what} {key:?} not extended", key = Shown(key)),
+            )
         })
     }
 
@@ -853,7 +873,9 @@ impl Lock {
         opts.validate().map_err(|e| e.about(what, key))?;
         // The lease the lock was granted with (or last extended to) was accepted as it is.
         if ttl != self.ttl() {
-            check_lease(&opts, || format!("to extend {what} {key:?} to"))?;
+            check_lease(&opts, || {
+                format!("to extend {what} {key:?} to", key = Shown(key))
+            })?;
         }
         let _op = self.inner.op.lock().await;
         crate::hooks::run(crate::hooks::Point::Extending, key);
@@ -865,7 +887,10 @@ impl Lock {
             if Instant::now() >= s.deadline {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
-                    format!("{what} {key:?} cannot be extended: its validity has already ended"),
+                    format!(
+                        "{what} {key:?} cannot be extended: its validity has already ended",
+                        key = Shown(key)
+                    ),
                 ));
             }
             if let Some(max) = self.inner.opts.max_extensions
@@ -877,7 +902,8 @@ impl Lock {
                     ErrorKind::InvalidArgument,
                     format!(
                         "{what} {key:?} cannot be extended: max_extensions={max} reached (it is \
-                         still held until its validity ends or it is released)"
+                         still held until its validity ends or it is released)",
+                        key = Shown(key)
                     ),
                 ));
             }
@@ -942,14 +968,16 @@ impl Lock {
                 format!(
                     "{what} {key:?} not extended, validity unchanged: node {} answered with an error: {}; {failures}",
                     nodes[i].name(),
-                    e.detail()
+                    e.detail(),
+                    key = Shown(key)
                 ),
             ));
         }
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
-                "{what} {key:?} not extended, validity unchanged: quorum unreachable: {failures}"
+                "{what} {key:?} not extended, validity unchanged: quorum unreachable: {failures}",
+                key = Shown(key)
             ),
         ))
     }
@@ -1118,7 +1146,11 @@ impl LockInner {
             if s.released {
                 return Err(Error::new(
                     ErrorKind::NotHeld,
-                    format!("{} {key:?} was already released", self.what()),
+                    format!(
+                        "{} {key:?} was already released",
+                        self.what(),
+                        key = Shown(key)
+                    ),
                 ));
             }
             s.released = true;
@@ -1227,13 +1259,20 @@ impl LockInner {
         let n = tally.answers.len();
         if tally.won() {
             if tally.yes() < n {
-                tracing::info!("{what} {key:?} released: {}", tally.describe_release(nodes));
+                tracing::info!(
+                    "{what} {key:?} released: {}",
+                    tally.describe_release(nodes),
+                    key = Shown(key)
+                );
             }
             return Ok(true);
         }
         let described = tally.describe_release(nodes);
         if tally.no() > n - tally.quorum {
-            tracing::debug!("{what} {key:?} was no longer ours: {described}");
+            tracing::debug!(
+                "{what} {key:?} was no longer ours: {described}",
+                key = Shown(key)
+            );
             return Ok(false);
         }
         if let Some((i, e)) = tally.first_error_reply() {
@@ -1242,14 +1281,16 @@ impl LockInner {
                 format!(
                     "{what} {key:?} not released on a quorum: node {} answered with an error: {}; {described}",
                     nodes[i].name(),
-                    e.detail()
+                    e.detail(),
+                    key = Shown(key)
                 ),
             ));
         }
         Err(Error::new(
             ErrorKind::QuorumUnreachable,
             format!(
-                "{what} {key:?} not released on a quorum (the nodes that did not answer keep it until its ttl): {described}"
+                "{what} {key:?} not released on a quorum (the nodes that did not answer keep it until its ttl): {described}",
+                key = Shown(key)
             ),
         ))
     }

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::error::Shown;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 use crate::options::{LockOptions, RwSide};
@@ -33,7 +34,8 @@ pub(crate) fn check_side(key: &str, opts: &LockOptions) -> Result<()> {
         // would order nothing.
         return Err(Error::invalid(format!(
             "read lock {key:?}: fencing is on, but fence tokens go to writers only; \
-             turn fencing off for readers"
+             turn fencing off for readers",
+            key = Shown(key)
         )));
     }
     Ok(())
@@ -56,6 +58,7 @@ fn check_hold_keys(shared: &Shared, key: &str, side: RwSide) -> Result<()> {
         "{kind} key {key:?} cannot be used on a Redis Cluster: it contains a '{{' that starts no \
          hash tag, so Redisson's read hold keys {:?} would hash to another slot than the key; \
          give the key a hash tag (a non-empty {{...}}) or drop the '{{'",
-        crate::scripts::rwlock_timeout_prefix(key, "<owner>")
+        crate::scripts::rwlock_timeout_prefix(key, "<owner>"),
+        key = Shown(key)
     )))
 }

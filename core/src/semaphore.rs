@@ -11,6 +11,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::error::Shown;
 use crate::error::{Error, ErrorKind, Result};
 use crate::lock::Lock;
 use crate::node::{NodeError, latch_px_ms, node_error};
@@ -65,7 +66,8 @@ fn check(shared: &Shared, name: &str, permits: u32, count: u32, opts: &LockOptio
             "semaphore {name:?}: the manager has {n} nodes, but a semaphore lives on one node \
              (or one Redis Cluster): with a quorum over independent nodes, K permits per node \
              do not bound the holders to K (3 nodes, 2 permits: 3 holders on nodes {{1,2}}, \
-             {{2,3}}, {{1,3}})"
+             {{2,3}}, {{1,3}})",
+            name = Shown(name)
         )));
     }
     check_request(name, permits, count, opts)
@@ -91,38 +93,45 @@ pub(crate) fn check_request(
         return Err(Error::invalid(format!(
             "semaphore name {name:?} contains '{{': Redisson keeps such a name's permit ids \
              in `{name}:timeout`, not in `{{name}}:timeout` where ferrolock keeps them (neither \
-             would see the other's holders)"
+             would see the other's holders)",
+            name = Shown(name)
         )));
     }
     if name.contains('}') {
         return Err(Error::invalid(format!(
             "semaphore name {name:?} contains '}}': Redisson's timeout zset \
-             `{{name}}:timeout` would not share the counter's Redis Cluster slot"
+             `{{name}}:timeout` would not share the counter's Redis Cluster slot",
+            name = Shown(name)
         )));
     }
     if permits == 0 || count == 0 || count > permits {
         return Err(Error::invalid(format!(
             "semaphore {name:?}: count {count} of permits {permits}: both must be at least 1 \
-             and count at most permits"
+             and count at most permits",
+            name = Shown(name)
         )));
     }
     if count > MAX_COUNT {
         return Err(Error::invalid(format!(
             "semaphore {name:?}: count {count} is above {MAX_COUNT}, the most one holder may \
              take: each permit held is an id in the server's script call and in the lock's \
-             token"
+             token",
+            name = Shown(name)
         )));
     }
     if opts.fencing {
         return Err(Error::invalid(format!(
             "semaphore {name:?}: fencing is on, but permit holders hold together, so a fence \
-             would order nothing; turn fencing off"
+             would order nothing; turn fencing off",
+            name = Shown(name)
         )));
     }
     opts.validate().map_err(|e| e.about("semaphore", name))?;
     // The hold is renewed by the watchdog like a lock's: a lease it cannot keep is refused
     // alike (before, such a grant came back already lost).
-    crate::lock::check_lease(opts, || format!("for semaphore {name:?}"))
+    crate::lock::check_lease(opts, || {
+        format!("for semaphore {name:?}", name = Shown(name))
+    })
 }
 
 async fn acquire_loop(
@@ -195,7 +204,7 @@ async fn acquire_loop(
             // At once again: the pool had room.
             Ok(Answer::TooLate) => (Some(Duration::ZERO), None, false, true),
             Err(NodeError::Refused(r, _)) => {
-                return Err(r.error(&format!("semaphore {name:?}")));
+                return Err(r.error(&format!("semaphore {name:?}", name = Shown(name))));
             }
             // A migrating slot (nothing ran) never ends the acquire: soon again, as a
             // lock's does.
@@ -203,7 +212,7 @@ async fn acquire_loop(
             Err(e) if e.is_reply() => {
                 return Err(node_error(
                     ErrorKind::Redis,
-                    &format!("semaphore {name:?}"),
+                    &format!("semaphore {name:?}", name = Shown(name)),
                     &shared.cluster.nodes[0],
                     &e,
                 ));
@@ -237,6 +246,7 @@ async fn acquire_loop(
             let what = format!(
                 "semaphore {name:?}: {} permit(s) not acquired {waited}",
                 opts.permits.map_or(1, |p| p.count),
+                name = Shown(name)
             );
             let node = shared.cluster.nodes[0].name();
             return Err(match &failed {

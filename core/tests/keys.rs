@@ -527,3 +527,54 @@ async fn keys_q_and_braced_q_share_one_waiter_queue() {
     let granted = on_q.await.unwrap().unwrap();
     assert!(granted.release().await.unwrap());
 }
+
+/// A very long key (1 MiB: Redis takes keys up to 512 MB) is shown in messages by its start
+/// and its length, not whole: a refusal, a busy first try, a check, a semaphore's refusal, and
+/// a loss reason each repeated the megabyte (in a log line per loss, too).
+#[tokio::test]
+async fn a_very_long_key_is_shown_by_its_start_and_length_in_messages() {
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], opts());
+    let key = "k".repeat(1 << 20);
+    // The key with a `}` added is one byte longer.
+    let shown = format!("\"{}…\" (104857", "k".repeat(64));
+    let held = m
+        .acquire_with(&key, &opts().ttl(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    let mut said = vec![
+        m.acquire_with(&key, &opts().wait(Some(Duration::ZERO)))
+            .await
+            .unwrap_err()
+            .to_string(),
+        m.acquire(&format!("{key}}}"))
+            .await
+            .unwrap_err()
+            .to_string(),
+        m.acquire_with(&key, &opts().ttl(Duration::from_millis(1)))
+            .await
+            .unwrap_err()
+            .to_string(),
+        m.semaphore_with(&key, 2, 3, &opts())
+            .await
+            .unwrap_err()
+            .to_string(),
+    ];
+    // Lost: its ttl ran out, the watchdog off.
+    let lost = tokio::time::timeout(Duration::from_secs(30), held.lost())
+        .await
+        .unwrap()
+        .unwrap();
+    said.push(lost.to_string());
+    said.push(held.check().unwrap_err().to_string());
+    held.release().await.unwrap();
+    said.push(held.release().await.unwrap_err().to_string());
+    for s in said {
+        assert!(
+            s.len() < 1000 && s.contains(&shown) && s.contains(" bytes)"),
+            "{} bytes: {}",
+            s.len(),
+            &s[..300.min(s.len())]
+        );
+    }
+}

@@ -33,10 +33,11 @@ pub fn invalid(message: impl AsRef<str>) -> napi::Error {
     coded(ErrorKind::InvalidArgument.code(), message.as_ref())
 }
 
-/// `key` as the core's messages quote it (Rust's `{:?}`), for `fromNative` to tell whether a
-/// message names the key already: JSON spells a control or invisible character otherwise
-/// (`"k\u0001"`, where the core writes `"k\u{1}"`), and such a key was named twice.
+/// `key` as the core's messages quote it (Rust's `{:?}`, a long key by its start and length),
+/// for `fromNative` to tell whether a message names the key already: JSON spells a control or
+/// invisible character otherwise (`"k\u0001"`, where the core writes `"k\u{1}"`), and such a
+/// key was named twice.
 #[napi_derive::napi]
 pub fn quote_key(key: String) -> napi::Result<String> {
-    guard("quoteKey", || Ok(format!("{key:?}")))
+    guard("quoteKey", || Ok(ferrolock::quoted_key(&key)))
 }

@@ -10,6 +10,7 @@ use super::attempt::Req;
 use super::kind::Kind;
 use super::reply::{NO_HINT, Reply, parse_reply};
 use crate::error::Result;
+use crate::error::Shown;
 use crate::node::NodeError;
 use crate::queue::{QueueArgs, barge_bound_ms, quiet_grace_ms};
 use crate::refusal::Refusal;
@@ -164,7 +165,8 @@ pub(super) async fn ask(
     match reply {
         // A fence-less grant is never fence 0: the answer is an error, and the grant undone.
         Reply::Granted(None) if r.fencing() => Err(NodeError::Redis(format!(
-            "lock {key:?}: a fenced grant was answered without a fence"
+            "lock {key:?}: a fenced grant was answered without a fence",
+            key = Shown(key)
         ))),
         Reply::Granted(counter) => Ok(Some(counter.unwrap_or(0))),
         Reply::Busy(hint) => {

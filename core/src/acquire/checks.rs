@@ -2,6 +2,7 @@
 //! could share its Cluster slot), bad options, a lease the watchdog cannot keep.
 
 use super::kind::Kind;
+use crate::error::Shown;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 
@@ -16,7 +17,7 @@ pub fn check_request(key: &str, opts: &crate::LockOptions) -> Result<()> {
     check_key(key)?;
     opts.validate().map_err(|e| e.about("lock", key))?;
     crate::rwlock::check_side(key, opts)?;
-    crate::lock::check_lease(opts, || format!("for lock {key:?}"))
+    crate::lock::check_lease(opts, || format!("for lock {key:?}", key = Shown(key)))
 }
 
 pub(crate) fn check_key(key: &str) -> Result<()> {
@@ -28,7 +29,8 @@ pub(crate) fn check_key(key: &str) -> Result<()> {
     if !crate::scripts::has_slot_tag(key) {
         return Err(Error::invalid(format!(
             "lock key {key:?} has no hash tag and contains '}}', so no name derived from it can \
-             share its Redis Cluster slot: give it a hash tag (a non-empty {{...}}) or drop the '}}'"
+             share its Redis Cluster slot: give it a hash tag (a non-empty {{...}}) or drop the '}}'",
+            key = Shown(key)
         )));
     }
     Ok(())
@@ -57,6 +59,7 @@ pub(super) fn check_redisson_channel(shared: &Shared, key: &str, kind: Kind) -> 
          Redisson's release channel {channel:?} hashes to slot {channel_slot}, not the key's slot \
          {slot} (a `{{` that starts no hash tag); give the key a hash tag (a non-empty {{...}}), \
          or set sharded_pubsub off",
-        kind.name()
+        kind.name(),
+        key = Shown(key)
     )))
 }

@@ -1,6 +1,7 @@
 //! The errors an acquire ends with when it gives up.
 
 use super::attempt::Spoiled;
+use crate::error::Shown;
 use crate::error::{Error, ErrorKind};
 use crate::options::LockOptions;
 use crate::quorum::Tally;
@@ -24,7 +25,8 @@ pub(super) fn unreachable_error(shared: &Shared, key: &str, tally: &Tally) -> Er
             tally.unreachable(),
             tally.answers.len(),
             tally.quorum,
-            tally.describe_failures(&shared.cluster.nodes)
+            tally.describe_failures(&shared.cluster.nodes),
+            key = Shown(key)
         ),
     )
 }
@@ -84,6 +86,9 @@ pub(super) fn not_acquired_error(
     };
     Error::new(
         ErrorKind::NotAcquired,
-        format!("lock {key:?} not acquired {waited}: {why}{tail}"),
+        format!(
+            "lock {key:?} not acquired {waited}: {why}{tail}",
+            key = Shown(key)
+        ),
     )
 }

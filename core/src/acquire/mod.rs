@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::error::Shown;
 use crate::error::{ErrorKind, Result};
 use crate::lock::Lock;
 use crate::node::{NodeError, node_error};
@@ -114,7 +115,8 @@ fn refuse_the_other_kind_of_own_hold(
     };
     Err(crate::error::Error::invalid(format!(
         "lock {key:?}: this owner holds {held} of this key, so {asked} of it would wait for \
-         itself; release the one it holds first"
+         itself; release the one it holds first",
+        key = Shown(key)
     )))
 }
 
@@ -124,7 +126,8 @@ fn fenceless_reentry(key: &str) -> crate::error::Error {
     crate::error::Error::invalid(format!(
         "lock {key:?}: fencing is on, but this owner holds the lock from an acquire without \
          fencing, and a re-entry keeps the outer grant's fence; take the outermost acquire \
-         with fencing on"
+         with fencing on",
+        key = Shown(key)
     ))
 }
 
@@ -279,17 +282,17 @@ async fn acquire_loop(
         if let Some(Spoiled::FenceError(i, e)) = &spoiled {
             return Err(node_error(
                 ErrorKind::Redis,
-                &format!("lock {key:?}: fence raise failed"),
+                &format!("lock {key:?}: fence raise failed", key = Shown(key)),
                 &shared.cluster.nodes[*i],
                 e,
             ));
         }
         if let Some((i, e)) = tally.redis_error() {
             return Err(match e {
-                NodeError::Refused(r, _) => r.error(&format!("lock {key:?}")),
+                NodeError::Refused(r, _) => r.error(&format!("lock {key:?}", key = Shown(key))),
                 _ => node_error(
                     ErrorKind::Redis,
-                    &format!("lock {key:?}: acquire failed"),
+                    &format!("lock {key:?}: acquire failed", key = Shown(key)),
                     &shared.cluster.nodes[i],
                     e,
                 ),

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::error::Shown;
 use crate::error::{Error, ErrorKind};
 use crate::host::flag::Flag;
 use crate::per_process::ProcessCount;
@@ -40,7 +41,10 @@ pub(crate) fn wait_until(until: Instant, done: impl Fn() -> bool) {
 pub(crate) fn exiting_error(what: &str, key: &str) -> Error {
     Error::new(
         ErrorKind::NotAcquired,
-        format!("{what} {key:?} not acquired: the process is exiting"),
+        format!(
+            "{what} {key:?} not acquired: the process is exiting",
+            key = Shown(key)
+        ),
     )
 }
 

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use crate::error::Shown;
 use crate::error::{Error, Result};
 use crate::host::call;
 use crate::host::cancel::{self, Cancel, Check};
@@ -290,9 +291,12 @@ impl Manager {
         let _acquiring = Acquiring::enter(&self.inner);
         // Named as what was asked for: a semaphore's errors say `semaphore "name"`.
         let what = noun(opts);
-        let core = self
-            .core()
-            .map_err(|_| Error::invalid(format!("{what} {key:?}: this LockManager is closed")))?;
+        let core = self.core().map_err(|_| {
+            Error::invalid(format!(
+                "{what} {key:?}: this LockManager is closed",
+                key = Shown(key)
+            ))
+        })?;
         let owned = (owner != NO_OWNER).then_some(owner);
         let acquire = async {
             if let Some(p) = opts.permits {
@@ -525,7 +529,8 @@ fn closed_error(what: &str, key: &str) -> Error {
     Error::new(
         crate::error::ErrorKind::NotAcquired,
         format!(
-            "{what} {key:?} not acquired: its manager was closed while it waited (nothing was left behind)"
+            "{what} {key:?} not acquired: its manager was closed while it waited (nothing was left behind)",
+            key = Shown(key)
         ),
     )
 }
@@ -533,6 +538,7 @@ fn closed_error(what: &str, key: &str) -> Error {
 /// `what`: "lock", or "semaphore" (see `noun`).
 fn acquire_cancelled(what: &str, key: &str) -> Error {
     cancel::cancelled(format_args!(
-        "{what} {key:?} not acquired (nothing was left behind)"
+        "{what} {key:?} not acquired (nothing was left behind)",
+        key = Shown(key)
     ))
 }

@@ -16,6 +16,7 @@
 //! "Released elsewhere" is a release in the body (`lock.release()`) or a handle a forked child
 //! inherited: there is nothing left to do.
 
+use crate::error::Shown;
 use crate::error::{Error, ErrorKind};
 use crate::host::lock::Lock;
 use crate::lock::LockStatus;
@@ -64,7 +65,8 @@ pub fn gone_message(what: &str, key: &str) -> String {
     format!(
         "{what} {key:?} lost: it was no longer held on a quorum when the scope ended (it expired, \
          as when the body outlives the ttl with the watchdog off, or a node lost it in a restart \
-         or failover and another owner took it)"
+         or failover and another owner took it)",
+        key = Shown(key)
     )
 }
 
