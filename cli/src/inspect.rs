@@ -192,7 +192,9 @@ fn describe(c: &mut Server, key: &str) -> Result<Json, String> {
     let holder = match kind.as_str() {
         "string" => {
             let token = text_of(&q(redis::cmd("GET").arg(key), c)?);
-            match token.parse::<u64>() {
+            // Below zero too: Redisson's addPermits(-n) shrinks a pool under its holders (it
+            // was shown as a plain lock whose token was "-1").
+            match token.parse::<i64>() {
                 Ok(available) => semaphore(c, key, available)?,
                 Err(_) => json!({ "token": token, "held_ms": held_ms(&token) }),
             }
@@ -334,7 +336,7 @@ fn read_write(c: &mut Server, key: &str) -> Result<Json, String> {
 /// zset of permit ids (`permit_ids_key`) exists; without it (no holder: Redis drops an empty
 /// zset) a semaphore with no holders cannot be told from any other counter, and says so.
 /// Leases are measured with the server's TIME, as the semaphore's scripts do.
-fn semaphore(c: &mut Server, key: &str, available: u64) -> Result<Json, String> {
+fn semaphore(c: &mut Server, key: &str, available: i64) -> Result<Json, String> {
     let ids: Vec<(Vec<u8>, f64)> = unless_moved(
         redis::cmd("ZRANGE")
             .arg(permit_ids_key(key))
@@ -450,7 +452,7 @@ fn node_text(n: &Json) -> String {
                 leases.join(", ")
             ));
         }
-        if let Some(available) = n["holder"]["available"].as_u64() {
+        if let Some(available) = n["holder"]["available"].as_i64() {
             s.push_str(&format!("  permits available: {available}\n"));
             let permits = n["holder"]["permits"].as_array().map_or(&[][..], |v| v);
             if permits.is_empty() {
@@ -715,7 +717,7 @@ fn scan_node(c: &mut Server, pattern: &str) -> Result<Vec<Found>, String> {
                         redis::cmd("GET").arg(&raw).query(c).map_err(reply_error)?;
                     let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
                     held = held_ms(&v);
-                    if v.parse::<u64>().is_ok() {
+                    if v.parse::<i64>().is_ok() {
                         let holders: u64 =
                             unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
                                 .unwrap_or(0);

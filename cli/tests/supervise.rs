@@ -1206,6 +1206,36 @@ fn inspect_shows_a_lease_with_no_expiry_or_past_its_end_as_such_not_negative() {
     );
 }
 
+/// A semaphore whose counter is below zero beside its holders (Redisson's `addPermits(-n)`
+/// shrinks a pool under them) is shown as a semaphore with its count, not as a plain lock
+/// whose token is "-1".
+#[test]
+fn inspect_shows_a_semaphore_counter_below_zero_as_a_semaphore() {
+    let server = RedisServer::start();
+    let sem = "sem-shrunk";
+    server.cmd::<String>(&["SET", sem, "-1"]);
+    // Held until far in the future, by the server's clock.
+    server.cmd::<i64>(&[
+        "ZADD",
+        &format!("{{{sem}}}:timeout"),
+        "99999999999999",
+        "0123456789abcdef",
+    ]);
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &server.url(), sem]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("semaphore \"sem-shrunk\"\n"), "{text}");
+    assert!(text.contains("permits available: -1\n"), "{text}");
+    assert!(!text.contains("holder token"), "{text}");
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &server.url()]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("1 semaphore(s)"), "{text}");
+}
+
 /// Read-write locks and semaphores taken through the core's API (Redisson's layouts): inspect
 /// shows the mode, the readers with their hold counts and each hold's lease, the writer, the
 /// available permits and each permit id with its lease; scan lists the read-write locks and the
