@@ -419,17 +419,18 @@ fn node_text(n: &Json) -> String {
             None => {}
         }
         if let Some(t) = n["holder"]["token"].as_str() {
-            s.push_str(&format!("  holder token: {t}\n"));
+            s.push_str(&format!("  holder token: {}\n", printable(t)));
         }
         if let Some(ms) = n["holder"]["held_ms"].as_u64() {
             s.push_str(&format!("  held for: {}\n", held_text(ms)));
         }
         if let Some(mode) = n["holder"]["mode"].as_str() {
-            s.push_str(&format!("  mode: {mode}\n"));
+            s.push_str(&format!("  mode: {}\n", printable(mode)));
         }
         if let Some(owner) = n["holder"]["writer"]["owner"].as_str() {
             s.push_str(&format!(
-                "  writer {owner}: hold count {}\n",
+                "  writer {}: hold count {}\n",
+                printable(owner),
                 n["holder"]["writer"]["holds"]
             ));
         }
@@ -447,7 +448,7 @@ fn node_text(n: &Json) -> String {
                 .collect();
             s.push_str(&format!(
                 "  reader {}: hold count {}, leases {}\n",
-                r["owner"].as_str().unwrap_or("?"),
+                printable(r["owner"].as_str().unwrap_or("?")),
                 r["holds"],
                 leases.join(", ")
             ));
@@ -471,8 +472,9 @@ fn node_text(n: &Json) -> String {
         if let Some(owners) = n["holder"]["owners"].as_object() {
             for (field, count) in owners {
                 s.push_str(&format!(
-                    "  owner {field}: hold count {}\n",
-                    count.as_str().unwrap_or("?")
+                    "  owner {}: hold count {}\n",
+                    printable(field),
+                    printable(count.as_str().unwrap_or("?"))
                 ));
             }
         }
@@ -489,10 +491,29 @@ fn node_text(n: &Json) -> String {
             waiters.len()
         ));
         for w in waiters {
-            s.push_str(&format!("    {}\n", w["waiter"].as_str().unwrap_or("?")));
+            s.push_str(&format!(
+                "    {}\n",
+                printable(w["waiter"].as_str().unwrap_or("?"))
+            ));
         }
     }
     s
+}
+
+/// A value read from Redis as `inspect`'s text shows it: control characters escaped as Rust
+/// writes them (`\n`, `\u{1b}`), and so backslashes, so that a token or an owner field holding
+/// a newline cannot print a line of its own, nor an escape sequence reach the terminal. A
+/// ferrolock, Redisson or redis-py value has none, and shows as `FERROLOCK_TOKEN` is.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() || c == '\\' {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 fn text_of(v: &Value) -> String {

@@ -875,6 +875,58 @@ fn inspect_and_scan_show_every_kind_of_lock_without_writing() {
     );
 }
 
+/// What `inspect` prints of a value read from Redis (a token, an owner field, a reader, a
+/// waiter) cannot break its layout or drive the terminal: a newline in a token printed a line
+/// of its own ("ttl: none" under a key with a ttl), an escape sequence reached the terminal.
+#[test]
+fn inspect_text_escapes_control_characters_read_from_redis() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let forged = "tok\n  ttl: NONE\u{1b}[2J";
+    server.cmd::<()>(&["SET", "odd-token", forged, "PX", "60000"]);
+    let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f\r\u{1b}[31m:1";
+    server.cmd::<()>(&["HSET", "odd-owner", field, "1"]);
+    server.cmd::<()>(&["PEXPIRE", "odd-owner", "60000"]);
+    server.cmd::<()>(&["HSET", "odd-rw", "mode", "write", "w\u{7}:write", "1"]);
+    server.cmd::<()>(&["PEXPIRE", "odd-rw", "60000"]);
+    server.cmd::<()>(&["SET", "odd-queued", "t", "PX", "60000"]);
+    server.cmd::<()>(&[
+        "ZADD",
+        &ferrolock::queue_key("odd-queued"),
+        "1",
+        "waiter\none",
+    ]);
+    for key in ["odd-token", "odd-owner", "odd-rw", "odd-queued"] {
+        let mut cmd = ferrolock();
+        cmd.args(["inspect", "--nodes", &url, key]);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{key}: {text}");
+        assert!(
+            !text.contains(|c: char| c.is_control() && c != '\n'),
+            "{key}: a control character printed raw: {text:?}"
+        );
+        assert!(
+            text.lines().skip(2).all(|l| l.starts_with("  ")),
+            "{key}: a value broke the layout: {text}"
+        );
+    }
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "odd-token"]);
+    let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    assert!(
+        text.contains("holder token: tok\\n  ttl: NONE\\u{1b}[2J\n"),
+        "{text}"
+    );
+    assert_eq!(text.matches("ttl:").count(), 2, "{text}");
+    // The JSON carries the value as it is (JSON escapes it).
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &url, "odd-token"]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&output(cmd).stdout).expect("inspect --json");
+    assert_eq!(json["nodes"][0]["holder"]["token"], forged);
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
