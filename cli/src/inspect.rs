@@ -200,6 +200,9 @@ fn describe(c: &mut Server, key: &str) -> Result<Json, String> {
             }
         }
         "hash" if is_read_write(&hash_fields(c, key)?) => read_write(c, key)?,
+        // A settings hash that never expires is no leaked lock: laid out as none, it is not
+        // one, as a list is not (and `scan` does not list it).
+        "hash" if !is_reentrant(&hash_fields(c, key)?) => json!({ "kind": NOT_A_LOCK }),
         "hash" => {
             let fields = q(redis::cmd("HGETALL").arg(key), c)?;
             let mut owners = serde_json::Map::new();
@@ -295,6 +298,18 @@ fn is_read_write(fields: &Fields) -> bool {
         .iter()
         .filter(|(f, _)| f != b"mode")
         .all(|(_, v)| utf8(v).is_some_and(|v| v.parse::<i64>().is_ok()))
+}
+
+/// Whether a hash is laid out as a reentrant lock (Redisson's RLock, ferrolock's): every field
+/// `<uuid>:<owner id>`, every value a hold count.
+fn is_reentrant(fields: &Fields) -> bool {
+    !fields.is_empty()
+        && fields.iter().all(|(f, v)| {
+            utf8(v).is_some_and(|v| v.parse::<i64>().is_ok())
+                && utf8(f)
+                    .and_then(|f| f.rsplit_once(':'))
+                    .is_some_and(|(uuid, id)| uuid.len() >= 32 && id.parse::<i64>().is_ok())
+        })
 }
 
 /// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
@@ -759,14 +774,7 @@ fn scan_node(c: &mut Server, pattern: &str) -> Result<Vec<Found>, String> {
                     if is_read_write(&fields) {
                         Some(READ_WRITE)
                     } else {
-                        (!fields.is_empty()
-                            && fields.iter().all(|(f, v)| {
-                                utf8(v).is_some_and(|v| v.parse::<i64>().is_ok())
-                                    && utf8(f).and_then(|f| f.rsplit_once(':')).is_some_and(
-                                        |(uuid, id)| uuid.len() >= 32 && id.parse::<i64>().is_ok(),
-                                    )
-                            }))
-                        .then_some("reentrant (Redisson RLock layout)")
+                        is_reentrant(&fields).then_some("reentrant (Redisson RLock layout)")
                     }
                 }
                 _ => None,

@@ -927,6 +927,44 @@ fn inspect_text_escapes_control_characters_read_from_redis() {
     assert_eq!(json["nodes"][0]["holder"]["token"], forged);
 }
 
+/// A hash laid out as no lock (a user's settings, never expiring) is "not a lock" to
+/// `inspect`, as it is to `scan`, which does not list it: `inspect` called it a leaked lock,
+/// its fields owners and their values hold counts ("owner name: hold count alice").
+#[test]
+fn inspect_calls_a_hash_laid_out_as_no_lock_not_a_lock() {
+    let server = RedisServer::start();
+    let url = server.url();
+    server.cmd::<()>(&["HSET", "settings", "name", "alice", "theme", "dark"]);
+    let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f:42";
+    server.cmd::<()>(&["HSET", "leaked-reentrant", field, "2"]);
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "settings"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.starts_with("not a lock \"settings\"\n"), "{text}");
+    assert!(
+        !text.contains("leaked") && !text.contains("hold count"),
+        "{text}"
+    );
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &url, "settings"]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&output(cmd).stdout).expect("inspect --json");
+    assert_eq!(json["nodes"][0]["holder"]["kind"], "not a lock", "{json}");
+
+    // A reentrant lock's hash without a ttl is still one that leaked.
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "leaked-reentrant"]);
+    let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    assert!(text.starts_with("lock \"leaked-reentrant\"\n"), "{text}");
+    assert!(
+        text.contains("a leaked lock") && text.contains(&format!("owner {field}: hold count 2")),
+        "{text}"
+    );
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
