@@ -369,18 +369,26 @@ fn semaphore(c: &mut Server, key: &str, available: i64) -> Result<Json, String> 
         }));
     }
     let now_ms = server_ms(c)?;
+    // A permit whose lease ran out (its holder died unreleased) stays in the zset until the
+    // next acquire gives it back (`semaphore_acquire.lua`: expiry <= now): no lease left, and
+    // one of the permits that acquire finds, so counted as available.
+    let lapsed = ids.iter().filter(|(_, e)| *e as i64 <= now_ms).count() as u64;
     let permits: Vec<Json> = ids
         .iter()
         .map(|(id, expiry)| {
+            let left = *expiry as i64 - now_ms;
             json!({
                 "id": id.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                // Past its end (no acquire has reclaimed it yet): no lease left, not a
-                // negative one.
-                "lease_ms": Some(*expiry as i64 - now_ms).filter(|ms| *ms > 0),
+                "lease_ms": if left > 0 { json!(left) } else { Json::Null },
             })
         })
         .collect();
-    Ok(json!({ "kind": "semaphore", "available": available, "permits": permits }))
+    Ok(json!({
+        "kind": "semaphore",
+        "available": available.saturating_add(lapsed as i64),
+        "lapsed": lapsed,
+        "permits": permits,
+    }))
 }
 
 /// The zset of permit ids of a semaphore named `key`, named as Redisson names it
@@ -469,7 +477,12 @@ fn node_text(n: &Json) -> String {
             ));
         }
         if let Some(available) = n["holder"]["available"].as_i64() {
-            s.push_str(&format!("  permits available: {available}\n"));
+            match n["holder"]["lapsed"].as_u64() {
+                Some(lapsed) if lapsed > 0 => s.push_str(&format!(
+                    "  permits available: {available} ({lapsed} of them lapsed, back at the next acquire)\n"
+                )),
+                _ => s.push_str(&format!("  permits available: {available}\n")),
+            }
             let permits = n["holder"]["permits"].as_array().map_or(&[][..], |v| v);
             if permits.is_empty() {
                 s.push_str("  permit holders: none\n");

@@ -1189,6 +1189,68 @@ fn stats_prints_the_counts_of_the_run() {
     );
 }
 
+/// A semaphore permit whose lease ran out (its holder died unreleased: the permit stays in
+/// the zset until the next acquire reclaims it) is shown as lapsed, and the permits available
+/// count it. `inspect` showed "lease -5000 ms" (as if a lease could be negative), and an
+/// available count one short of what the next acquire finds.
+#[test]
+fn inspect_shows_a_lapsed_semaphore_permit_as_lapsed() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let (secs, micros): (i64, i64) = server.cmd(&["TIME"]);
+    let now_ms = secs * 1000 + micros / 1000;
+    let timeout_key = ferrolock::semaphore_timeout_key("sem");
+    server.cmd::<()>(&["SET", "sem", "1"]);
+    let (lapsed, live) = (now_ms - 5000, now_ms + 600_000);
+    server.cmd::<()>(&["ZADD", &timeout_key, &lapsed.to_string(), "dead"]);
+    server.cmd::<()>(&["ZADD", &timeout_key, &live.to_string(), "live"]);
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "sem"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    // Permit ids are shown in hex: "dead" is 64656164.
+    assert!(text.contains("permit 64656164: lease lapsed"), "{text}");
+    assert!(text.contains("permits available: 2 "), "{text}");
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &url, "sem"]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&output(cmd).stdout).expect("inspect --json");
+    let holder = &json["nodes"][0]["holder"];
+    assert_eq!(holder["available"], 2, "{json}");
+    assert_eq!(holder["permits"][0]["id"], "64656164", "{json}");
+    assert_eq!(holder["permits"][0]["lease_ms"], serde_json::Value::Null);
+    assert!(
+        holder["permits"][1]["lease_ms"].as_i64().unwrap() > 0,
+        "{json}"
+    );
+    // What the next acquire finds: the lapsed permit back, 2 available.
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        &url,
+        "--semaphore",
+        "sem",
+        "--permits",
+        "3",
+        "--count",
+        "2",
+        "--wait",
+        "0",
+        "--",
+        "true",
+    ]);
+    let out = output(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A read hold whose lease ran out (a reader without renewal beside a longer one keeps its
 /// count in the hash, its own key gone): `inspect` says it lapsed. It showed the PTTL of the
 /// missing key, "leases -2 ms" (and -2 in the JSON), as if 2 ms had been left.
