@@ -965,6 +965,104 @@ fn inspect_calls_a_hash_laid_out_as_no_lock_not_a_lock() {
     );
 }
 
+/// What an operator's user needs for `inspect` and `scan` (docs/cli.md states it word for
+/// word): read access to the keys, and the commands they send. On a cluster, the topology and
+/// a migrating slot's redirect besides.
+const INSPECTOR_RULES: &str = "%R~* -@all +scan +type +pttl +get +hgetall +zrange +zcard +time";
+const INSPECTOR_CLUSTER_RULES: &str = "+cluster|slots +asking";
+
+/// A user with only docs/cli.md's ACL inspects and scans every kind of lock (a fenced plain
+/// lock with a waiter, a reentrant one, a read-write lock with a reader, a semaphore with a
+/// holder), on a server and on a cluster; a write as that user is refused, so the ACL is in
+/// force. docs/cli.md named no ACL for them.
+#[test]
+fn inspect_and_scan_work_as_a_user_with_the_documented_acl() {
+    let doc = format!("{}/../docs/cli.md", env!("CARGO_MANIFEST_DIR"));
+    let doc = fs::read_to_string(&doc).expect("docs/cli.md");
+    let doc = doc.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        doc.contains(&format!(
+            "ACL SETUSER inspector on >password {INSPECTOR_RULES}"
+        )) && doc.contains(INSPECTOR_CLUSTER_RULES),
+        "docs/cli.md states no ACL for inspect and scan, or another one"
+    );
+    let user = format!("user inspector on >hunter2 {INSPECTOR_RULES} {INSPECTOR_CLUSTER_RULES}");
+    let server = RedisServer::start_with(ferrolock_testbed::ServerOptions {
+        acl_users: vec![user.clone()],
+        ..Default::default()
+    });
+    let token = "0123456789abcdef0123456789abcdef";
+    server.cmd::<()>(&["SET", "plain", token, "PX", "60000"]);
+    server.cmd::<()>(&["SET", &ferrolock::fence_key("plain"), "7"]);
+    server.cmd::<()>(&["ZADD", &ferrolock::queue_key("plain"), "1", "waiter-1"]);
+    let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f:42";
+    server.cmd::<()>(&["HSET", "reentrant", field, "1"]);
+    server.cmd::<()>(&["PEXPIRE", "reentrant", "60000"]);
+    server.cmd::<()>(&["HSET", "rw", "mode", "read", field, "1"]);
+    server.cmd::<()>(&["PEXPIRE", "rw", "60000"]);
+    let hold = format!("{}:1", ferrolock::rwlock_timeout_prefix("rw", field));
+    server.cmd::<()>(&["SET", &hold, "1", "PX", "60000"]);
+    server.cmd::<()>(&["SET", "sem", "1"]);
+    let (secs, _): (i64, i64) = server.cmd(&["TIME"]);
+    let expiry = ((secs + 600) * 1000).to_string();
+    server.cmd::<()>(&[
+        "ZADD",
+        &ferrolock::semaphore_timeout_key("sem"),
+        &expiry,
+        "p",
+    ]);
+    let url = format!("redis://inspector:hunter2@127.0.0.1:{}", server.port());
+    let mut as_inspector = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let refused = redis::cmd("SET")
+        .arg("plain")
+        .arg("taken")
+        .query::<()>(&mut as_inspector)
+        .expect_err("a write as the inspector");
+    assert!(
+        refused.to_string().to_uppercase().contains("NOPERM"),
+        "{refused}"
+    );
+
+    let run = |args: &[&str]| {
+        let mut cmd = ferrolock();
+        cmd.args(args);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    for key in ["plain", "reentrant", "rw", "sem"] {
+        run(&["inspect", "--nodes", &url, key]);
+        run(&["inspect", "--json", "--nodes", &url, key]);
+    }
+    let text = run(&["scan", "--nodes", &url]);
+    assert!(text.contains("3 lock(s), 1 semaphore(s)"), "{text}");
+    run(&["scan", "--json", "--nodes", &url]);
+
+    let cluster = RedisCluster::start_with(ferrolock_testbed::ClusterOptions {
+        acl_users: vec![user],
+        ..Default::default()
+    });
+    cluster
+        .primary_for_key("plain")
+        .cmd::<()>(&["SET", "plain", token, "PX", "60000"]);
+    let url = format!(
+        "redis+cluster://inspector:hunter2@127.0.0.1:{}",
+        cluster.nodes[0].port()
+    );
+    run(&["inspect", "--nodes", &url, "plain"]);
+    let text = run(&["scan", "--nodes", &url]);
+    assert_eq!(text.matches("1 lock(s)").count(), 1, "{text}");
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
