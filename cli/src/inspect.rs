@@ -630,10 +630,12 @@ pub fn scan(args: ScanArgs) -> u8 {
                         Some(held) => u128::from(held) > long_ms,
                         None => lock.leaks && lock.pttl_ms > 0 && lock.pttl_ms as u128 > long_ms,
                     };
+                    // In the unit of the "held" beside it: as Debug, `--long 2h` read "7200s".
+                    let over = held_text(long_ms as u64);
                     let flag = match (lock.pttl_ms, lock.held_ms) {
                         (-1, _) if lock.leaks => "  LEAKED: no ttl".to_string(),
-                        (_, Some(_)) if is_long => format!("  LONG: held over {long:?}"),
-                        _ if is_long => format!("  LONG: ttl over {long:?}"),
+                        (_, Some(_)) if is_long => format!("  LONG: held over {over}"),
+                        _ if is_long => format!("  LONG: ttl over {over}"),
                         _ => String::new(),
                     };
                     let held = lock

@@ -1063,6 +1063,42 @@ fn inspect_and_scan_work_as_a_user_with_the_documented_acl() {
     assert_eq!(text.matches("1 lock(s)").count(), 1, "{text}");
 }
 
+/// `scan`'s LONG flag names the threshold as `--long` was given, in the unit of the "held"
+/// beside it: `--long 2h` was shown "held over 7200s", `--long 0s` "ttl over 0ns".
+#[test]
+fn scan_names_the_long_threshold_as_a_duration_people_read() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let renewed = format!("{:012x}-{}", now_ms - 3 * 3600 * 1000, "ab".repeat(10));
+    server.cmd::<()>(&["SET", "renewed", &renewed, "PX", "60000"]);
+    server.cmd::<()>(&[
+        "SET",
+        "other",
+        "0123456789abcdef0123456789abcdef",
+        "PX",
+        "60000",
+    ]);
+    for (long, held, ttl) in [
+        ("2h", "LONG: held over 2h00m", None),
+        ("90m", "LONG: held over 1h30m", None),
+        ("0s", "LONG: held over 0.0s", Some("LONG: ttl over 0.0s")),
+    ] {
+        let mut cmd = ferrolock();
+        cmd.args(["scan", "--nodes", &url, "--long", long]);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(text.contains(held), "--long {long}: {held:?} not in {text}");
+        if let Some(ttl) = ttl {
+            assert!(text.contains(ttl), "--long {long}: {ttl:?} not in {text}");
+        }
+    }
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
