@@ -365,6 +365,7 @@ fn semaphore(c: &mut Server, key: &str, available: i64) -> Result<Json, String> 
         return Ok(json!({
             "kind": "semaphore or counter",
             "available": available,
+            "lapsed": 0,
             "permits": [],
         }));
     }

@@ -1099,6 +1099,78 @@ fn scan_names_the_long_threshold_as_a_duration_people_read() {
     }
 }
 
+/// Every field `inspect --json` and `scan --json` write, for every layout and for a node that
+/// could not be read, is described in docs/cli.md: the JSON was documented nowhere.
+#[test]
+fn every_json_field_of_inspect_and_scan_is_documented() {
+    fn names(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    out.insert(k.clone());
+                    // A reentrant lock's owners are its hash's fields, not the JSON's.
+                    if k != "owners" {
+                        names(v, out);
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| names(v, out)),
+            _ => {}
+        }
+    }
+    let doc = fs::read_to_string(format!("{}/../docs/cli.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("docs/cli.md");
+    let server = RedisServer::start();
+    let token = "0123456789abcdef0123456789abcdef";
+    server.cmd::<()>(&["SET", "plain", token, "PX", "60000"]);
+    server.cmd::<()>(&["SET", &ferrolock::fence_key("plain"), "7"]);
+    server.cmd::<()>(&["ZADD", &ferrolock::queue_key("plain"), "1", "waiter-1"]);
+    server.cmd::<()>(&[
+        "ZADD",
+        &ferrolock::queue_lease_key("plain"),
+        "99",
+        "waiter-1",
+    ]);
+    let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f:42";
+    server.cmd::<()>(&["HSET", "reentrant", field, "1"]);
+    server.cmd::<()>(&[
+        "HSET",
+        "rw",
+        "mode",
+        "write",
+        &format!("{field}:write"),
+        "1",
+    ]);
+    server.cmd::<()>(&["HSET", "rw", field, "1"]);
+    server.cmd::<()>(&["SET", "sem", "1"]);
+    server.cmd::<()>(&["ZADD", &ferrolock::semaphore_timeout_key("sem"), "1", "p"]);
+    server.cmd::<()>(&["SET", "counter", "3"]);
+    server.cmd::<()>(&["RPUSH", "list", "x"]);
+    let nodes = format!("{},redis://127.0.0.1:1", server.url());
+    let mut found = std::collections::BTreeSet::new();
+    let mut json_of = |args: &[&str]| {
+        let mut cmd = ferrolock();
+        cmd.args(args).args(["--json", "--nodes", &nodes]);
+        let out = output(cmd);
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{args:?}: the dead node not reported"
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        names(&json, &mut found);
+    };
+    for key in ["plain", "reentrant", "rw", "sem", "counter", "list", "free"] {
+        json_of(&["inspect", key]);
+    }
+    json_of(&["scan"]);
+    let missing: Vec<_> = found
+        .iter()
+        .filter(|n| !doc.contains(&format!("`{n}`")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/cli.md: {missing:?}");
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
