@@ -316,27 +316,31 @@ fn is_reentrant(fields: &Fields) -> bool {
 /// `<owner>:write`) and each reader (field `<owner>`) with its holds, each hold's remaining
 /// lease being the PTTL of its own key `{name}:<owner>:rwlock_timeout:<n>`.
 fn read_write(c: &mut Server, key: &str) -> Result<Json, String> {
-    let fields: Vec<(String, String)> = redis::cmd("HGETALL")
-        .arg(key)
-        .query(c)
-        .map_err(reply_error)?;
+    // As bytes: an owner field that is not UTF-8 (a client's binary id) failed the node.
+    let fields = hash_fields(c, key)?;
+    // `{name}:` of the hold keys, to which a reader's field is appended as the bytes it is.
+    let timeout_prefix = rwlock_timeout_prefix(key, "");
+    let hold_prefix = timeout_prefix
+        .strip_suffix(":rwlock_timeout")
+        .unwrap_or(&timeout_prefix);
     let mut mode = Json::Null;
     let mut writer = Json::Null;
     let mut readers = Vec::new();
-    for (field, value) in fields {
+    for (raw, value) in fields {
+        let field = String::from_utf8_lossy(&raw);
+        let value = String::from_utf8_lossy(&value);
         if field == "mode" {
             mode = json!(value);
         } else if let Some(owner) = field.strip_suffix(":write") {
             writer = json!({ "owner": owner, "holds": value.parse::<u64>().ok() });
         } else {
             let holds = value.parse::<u64>().unwrap_or(0);
-            let prefix = rwlock_timeout_prefix(key, &field);
             let mut leases = Vec::new();
             for n in 1..=holds {
-                let pttl: i64 = redis::cmd("PTTL")
-                    .arg(format!("{prefix}:{n}"))
-                    .query(c)
-                    .map_err(reply_error)?;
+                let mut hold = hold_prefix.as_bytes().to_vec();
+                hold.extend_from_slice(&raw);
+                hold.extend_from_slice(format!(":rwlock_timeout:{n}").as_bytes());
+                let pttl: i64 = redis::cmd("PTTL").arg(hold).query(c).map_err(reply_error)?;
                 // -2: the hold's key is gone, its lease ran out (its count stays in the hash
                 // until a script of the lock cleans it): no lease left, not 2 ms before one.
                 leases.push(if pttl == -2 { Json::Null } else { json!(pttl) });

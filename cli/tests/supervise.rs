@@ -1457,6 +1457,60 @@ fn inspect_shows_a_lapsed_semaphore_permit_as_lapsed() {
     );
 }
 
+/// A read-write lock whose reader field is not UTF-8 (a client's binary owner id) is shown,
+/// the field with U+FFFD for the bad bytes and its hold's lease read from the hold's key under
+/// the field's own bytes. `inspect` failed the node, exit 69 ("Cannot convert from UTF-8"),
+/// though the node answered and `scan` listed the lock.
+#[test]
+fn inspect_shows_a_read_write_lock_whose_reader_field_is_not_utf8() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let field: &[u8] = b"\xff\xfe-owner:1";
+    let empty = ferrolock::rwlock_timeout_prefix("rw", "");
+    let mut hold = empty
+        .strip_suffix(":rwlock_timeout")
+        .unwrap()
+        .as_bytes()
+        .to_vec();
+    hold.extend_from_slice(field);
+    hold.extend_from_slice(b":rwlock_timeout:1");
+    let mut c = server.client();
+    redis::cmd("HSET")
+        .arg("rw")
+        .arg("mode")
+        .arg("read")
+        .arg(field)
+        .arg(1)
+        .query::<()>(&mut c)
+        .unwrap();
+    redis::cmd("PEXPIRE")
+        .arg("rw")
+        .arg(60000)
+        .query::<()>(&mut c)
+        .unwrap();
+    redis::cmd("SET")
+        .arg(&hold)
+        .arg(1)
+        .arg("PX")
+        .arg(60000)
+        .query::<()>(&mut c)
+        .unwrap();
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "rw"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("reader \u{fffd}\u{fffd}-owner:1: hold count 1, leases "),
+        "{text}"
+    );
+    assert!(
+        !text.contains("lapsed"),
+        "the hold's key was not found: {text}"
+    );
+}
+
 /// A read hold whose lease ran out (a reader without renewal beside a longer one keeps its
 /// count in the hash, its own key gone): `inspect` says it lapsed. It showed the PTTL of the
 /// missing key, "leases -2 ms" (and -2 in the JSON), as if 2 ms had been left.
