@@ -614,7 +614,9 @@ pub fn scan(args: ScanArgs) -> u8 {
         let (shown, found) = match server {
             Ok(t) => (
                 t.shown,
-                Server::connect(&t.url).and_then(|mut c| scan_node(&mut c, &pattern)),
+                Server::connect(&t.url)
+                    .map(Server::listed_keys)
+                    .and_then(|mut c| scan_node(&mut c, &pattern)),
             ),
             Err((shown, e)) => (shown, Err(e)),
         };

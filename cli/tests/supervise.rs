@@ -2856,6 +2856,71 @@ fn ctrl_z_in_a_script_that_runs_ferrolock_stops_the_script_too() {
     );
 }
 
+/// `scan` while a slot is resharded, its lock already moved to the target: the target lists
+/// the key (SCAN) but answers MOVED to a read of it without ASKING, which failed that primary
+/// ("error: Moved: 1006 127.0.0.1:7001", exit 69) and hid the lock from every node.
+#[test]
+fn scan_on_a_cluster_lists_a_lock_whose_slot_is_being_migrated() {
+    let cluster = RedisCluster::start();
+    let url = cluster.url();
+    let key = "moving:lock".to_string();
+    let source = cluster.primary_for_key(&key);
+    let target = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != source.port())
+        .unwrap();
+    let token = "0123456789abcdef0123456789abcdef";
+    source.cmd::<()>(&["SET", &key, token, "PX", "60000"]);
+    let staying = "{moving:lock}:stays";
+    source.cmd::<()>(&["SET", staying, token, "PX", "60000"]);
+    let slot = ferrolock_testbed::key_slot(&key).to_string();
+    let id = |n: &RedisServer| -> String { n.cmd(&["CLUSTER", "MYID"]) };
+    let ok: String = target.cmd(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(source)]);
+    assert_eq!(ok, "OK");
+    let ok: String = source.cmd(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(target)]);
+    assert_eq!(ok, "OK");
+    let port = target.port().to_string();
+    let ok: String = source.cmd(&["MIGRATE", "127.0.0.1", &port, &key, "0", "5000"]);
+    assert_eq!(ok, "OK", "the key moved to the target");
+
+    // A key of the slot not moved yet, read on the importing primary named by a plain URL:
+    // the source holds it, and the target must not call it free (its ASKING read would).
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &target.url(), staying]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("free"), "{text}");
+    assert_eq!(out.status.code(), Some(69), "{text}");
+
+    for json in [false, true] {
+        let mut cmd = ferrolock();
+        cmd.args(["scan", "--nodes", &url, "moving:*"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        if json {
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            let locks = json["locks"].as_array().unwrap();
+            assert_eq!(locks.len(), 1, "{json}");
+            assert_eq!(locks[0]["key"], key.as_str());
+            assert_eq!(
+                locks[0]["node"],
+                format!("{url} primary 127.0.0.1:{port}"),
+                "listed where it is: {json}"
+            );
+        } else {
+            assert!(
+                text.contains("\"moving:lock\"  plain (redis-py, node-redlock)"),
+                "{text}"
+            );
+        }
+    }
+}
+
 /// `inspect` of a lock whose slot is being migrated (resharding) and whose key has already
 /// moved to the target: the source answers `ASK`; inspect follows it (ASKING on the target)
 /// and shows the holder, not a raw redirect error.
