@@ -196,6 +196,13 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
 pub fn reply_error(e: redis::RedisError) -> String {
     if e.is_timeout() {
         format!("no reply within {}s", REPLY_TIMEOUT.as_secs())
+    } else if let (Some("MOVED"), Some((addr, slot))) = (e.code(), e.redirect_node()) {
+        // Only a plain URL to a cluster node meets one (`redis+cluster://` asks the key's own
+        // primary); the raw "Moved: 11113 host:port" told neither what nor what to do.
+        format!(
+            "slot {slot} is served by {addr}, not this node (a redis:// URL reads its node's \
+             slots only; give the cluster as redis+cluster://)"
+        )
     } else {
         e.to_string()
     }

@@ -2856,6 +2856,42 @@ fn ctrl_z_in_a_script_that_runs_ferrolock_stops_the_script_too() {
     );
 }
 
+/// `inspect` given a cluster node as a plain `redis://` URL (which reads that node's slots
+/// only) for a key another primary serves says so in words, with the node that serves it and
+/// the URL to use: it printed the raw redirect, "error: Moved: 11113 127.0.0.1:7002".
+#[test]
+fn inspect_on_a_plain_url_to_a_cluster_node_names_the_key_s_primary() {
+    let cluster = RedisCluster::start();
+    let key = "job:1";
+    let owner = cluster.primary_for_key(key);
+    owner.cmd::<()>(&[
+        "SET",
+        key,
+        "0123456789abcdef0123456789abcdef",
+        "PX",
+        "60000",
+    ]);
+    let other = cluster
+        .primaries()
+        .iter()
+        .find(|p| p.port() != owner.port())
+        .unwrap();
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &other.url(), key]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(69), "{text}");
+    let slot = ferrolock_testbed::key_slot(key);
+    assert!(
+        text.contains(&format!(
+            "slot {slot} is served by 127.0.0.1:{}, not this node",
+            owner.port()
+        )) && text.contains("redis+cluster://"),
+        "{text}"
+    );
+    assert!(!text.contains("Moved"), "{text}");
+}
+
 /// `scan` while a slot is resharded, its lock already moved to the target: the target lists
 /// the key (SCAN) but answers MOVED to a read of it without ASKING, which failed that primary
 /// ("error: Moved: 1006 127.0.0.1:7001", exit 69) and hid the lock from every node.
