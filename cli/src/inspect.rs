@@ -27,7 +27,9 @@ pub struct InspectArgs {
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<std::path::PathBuf>,
     /// The lock's key
-    key: String,
+    // Not `String`: clap's own refusal of a name that is not UTF-8 named neither the argument
+    // nor its value.
+    key: std::ffi::OsString,
 }
 
 #[derive(clap::Args)]
@@ -48,7 +50,8 @@ pub struct ScanArgs {
     #[arg(long, value_name = "DURATION", value_parser = ferrolock::parse_duration, allow_hyphen_values = true)]
     long: Option<Duration>,
     /// Keys to look at (Redis glob) [default: *]
-    pattern: Option<String>,
+    // Bytes, as Redis matches them: a pattern of a name that is not UTF-8 finds it.
+    pattern: Option<std::ffi::OsString>,
 }
 
 const DEFAULT_LONG: Duration = Duration::from_secs(3600);
@@ -103,7 +106,14 @@ fn report(json: bool, out: Json, text: String) -> Result<(), u8> {
 }
 
 pub fn inspect(args: InspectArgs) -> u8 {
-    if args.key.is_empty() {
+    let Some(key) = args.key.to_str() else {
+        errln!(
+            "ferrolock: the lock key {:?} is not UTF-8 (a lock's names are text)",
+            args.key
+        );
+        return exit::USAGE;
+    };
+    if key.is_empty() {
         errln!("ferrolock: the lock key must not be empty");
         return exit::USAGE;
     }
@@ -115,10 +125,10 @@ pub fn inspect(args: InspectArgs) -> u8 {
     let mut text = String::new();
     let mut failed = 0;
     for url in urls {
-        let (shown, node) = match owner_of(&url, &args.key) {
+        let (shown, node) = match owner_of(&url, key) {
             Ok(t) => (
                 t.shown,
-                Server::connect(&t.url).and_then(|mut c| describe(&mut c, &args.key)),
+                Server::connect(&t.url).and_then(|mut c| describe(&mut c, key)),
             ),
             Err(e) => (redact_url(&url), Err(e)),
         };
@@ -136,8 +146,8 @@ pub fn inspect(args: InspectArgs) -> u8 {
         node["node"] = json!(shown);
         out.push(node);
     }
-    let title = format!("{} {:?}\n{text}", noun(&out), args.key);
-    if let Err(code) = report(args.json, json!({ "key": args.key, "nodes": out }), title) {
+    let title = format!("{} {key:?}\n{text}", noun(&out));
+    if let Err(code) = report(args.json, json!({ "key": key, "nodes": out }), title) {
         return code;
     }
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
@@ -594,7 +604,12 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
 }
 
 pub fn scan(args: ScanArgs) -> u8 {
-    let pattern = args.pattern.clone().unwrap_or_else(|| "*".to_string());
+    use std::os::unix::ffi::OsStrExt as _;
+    let pattern = args
+        .pattern
+        .as_deref()
+        .map_or(&b"*"[..], |p| p.as_bytes())
+        .to_vec();
     let long = args.long.unwrap_or(DEFAULT_LONG);
     let urls = match nodes(&args.nodes, &args.tls_ca) {
         Ok(urls) => urls,
@@ -677,7 +692,12 @@ pub fn scan(args: ScanArgs) -> u8 {
             }
         }
     }
-    if let Err(code) = report(args.json, json!({ "pattern": pattern, "locks": out }), text) {
+    let pattern_text = String::from_utf8_lossy(&pattern);
+    if let Err(code) = report(
+        args.json,
+        json!({ "pattern": pattern_text, "locks": out }),
+        text,
+    ) {
         return code;
     }
     if failed > 0 { exit::UNAVAILABLE } else { 0 }
@@ -747,7 +767,7 @@ fn is_read_hold_key(key: &str) -> bool {
         .is_some_and(|(_, n)| n.parse::<u64>().is_ok())
 }
 
-fn scan_node(c: &mut Server, pattern: &str) -> Result<Vec<Found>, String> {
+fn scan_node(c: &mut Server, pattern: &[u8]) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
     let mut cursor: u64 = 0;
     loop {

@@ -1171,6 +1171,49 @@ fn every_json_field_of_inspect_and_scan_is_documented() {
     assert!(missing.is_empty(), "not in docs/cli.md: {missing:?}");
 }
 
+/// A name that is not UTF-8 on the command line: `scan` matches it as the bytes it is (a lock
+/// whose name is not UTF-8 is found by a pattern of its own bytes), and `inspect`, which reads
+/// a lock's text names, refuses it naming the value. Both answered clap's "invalid UTF-8 was
+/// detected in one or more arguments", naming neither the argument nor its value.
+#[test]
+fn a_name_that_is_not_utf8_is_scanned_as_bytes_and_named_by_inspect() {
+    use std::os::unix::ffi::OsStrExt;
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut c = server.client();
+    redis::cmd("SET")
+        .arg(&b"bin\xffname"[..])
+        .arg("0123456789abcdef0123456789abcdef")
+        .query::<()>(&mut c)
+        .unwrap();
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &url])
+        .arg(std::ffi::OsStr::from_bytes(b"bin\xff*"));
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 lock(s)") && text.contains("LEAKED"),
+        "{text}"
+    );
+
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url])
+        .arg(std::ffi::OsStr::from_bytes(b"bin\xffname"));
+    let out = output(cmd);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("the lock key \"bin\\xFFname\" is not UTF-8"),
+        "{err}"
+    );
+}
+
 /// The core takes any key, `ferrolock:nightly` too; `scan` skipped every key under
 /// `ferrolock:`, so such a lock (held, or leaked without a ttl) was never listed. Only the
 /// core's own derived names (the queue, the fence counter, ...) are not locks.
