@@ -106,12 +106,12 @@ fn report(json: bool, out: Json, text: String) -> Result<(), u8> {
 }
 
 pub fn inspect(args: InspectArgs) -> u8 {
-    let Some(key) = args.key.to_str() else {
-        errln!(
-            "ferrolock: the lock key {:?} is not UTF-8 (a lock's names are text)",
-            args.key
-        );
-        return exit::USAGE;
+    let key = match crate::key_text(&args.key) {
+        Ok(key) => key,
+        Err(e) => {
+            errln!("ferrolock: {e}");
+            return exit::USAGE;
+        }
     };
     if key.is_empty() {
         errln!("ferrolock: the lock key must not be empty");

@@ -108,6 +108,13 @@ fn show_core_warnings() {
     let _ = set_sink(Some(sink), LogLevel::Warn);
 }
 
+/// A lock key given on the command line, as text: every lock's names are (the core takes
+/// `&str`). The refusal names the key, its bad bytes escaped.
+fn key_text(key: &std::ffi::OsStr) -> Result<&str, String> {
+    key.to_str()
+        .ok_or_else(|| format!("the lock key {key:?} is not UTF-8 (a lock's names are text)"))
+}
+
 /// `--help` and `--version` succeed; every other clap error is bad usage, which is 64 here
 /// rather than clap's 2, because a child's exit code 2 must stay distinguishable from ours.
 fn usage_error(e: clap::Error) -> u8 {

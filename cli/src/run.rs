@@ -362,7 +362,7 @@ impl RunArgs {
             }
             (None, key) => {
                 let key = key.unwrap_or_default();
-                let key = key.to_str().ok_or("the lock key must be valid UTF-8")?;
+                let key = crate::key_text(&key)?;
                 self.key = parse_key(key)?;
             }
         }

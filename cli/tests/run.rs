@@ -460,6 +460,21 @@ fn bad_input_exits_64_and_names_the_value() {
         "{err}"
     );
     assert!(!ran.exists(), "a child ran despite bad input");
+    // A key that is not UTF-8 is named, as `inspect` names it (it said only "the lock key
+    // must be valid UTF-8").
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", "redis://127.0.0.1:1"])
+        .arg(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"bin\xffname"))
+        .arg("--")
+        .args(touch);
+    let out = output_within(cmd, HANG);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("the lock key \"bin\\xFFname\" is not UTF-8"),
+        "{err}"
+    );
+    assert!(!ran.exists(), "a child ran despite bad input");
     let mut help = ferrolock();
     help.args(["run", "--help"]);
     assert_eq!(output_within(help, HANG).status.code(), Some(0));
