@@ -193,7 +193,12 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "NAME",
-        value_parser = parse_name,
+        // From the raw argument: clap's own refusal of one that is not UTF-8 named neither
+        // the flag nor the value.
+        value_parser = clap::builder::TypedValueParser::try_map(
+            clap::builder::OsStringValueParser::new(),
+            parse_name
+        ),
         requires = "permits",
         conflicts_with_all = ["read", "write", "reentrant", "fencing"]
     )]
@@ -317,11 +322,14 @@ fn parse_key(text: &str) -> Result<String, &'static str> {
 }
 
 /// `--semaphore`'s NAME: as the core's errors, and every binding's, call it.
-fn parse_name(text: &str) -> Result<String, &'static str> {
+fn parse_name(text: OsString) -> Result<String, String> {
+    let text = text.into_string().map_err(|raw| {
+        format!("the semaphore name {raw:?} is not UTF-8 (a lock's names are text)")
+    })?;
     if text.is_empty() {
-        return Err("the semaphore name must not be empty");
+        return Err("the semaphore name must not be empty".into());
     }
-    Ok(text.to_string())
+    Ok(text)
 }
 
 impl RunArgs {

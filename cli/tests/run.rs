@@ -474,6 +474,26 @@ fn bad_input_exits_64_and_names_the_value() {
         err.contains("the lock key \"bin\\xFFname\" is not UTF-8"),
         "{err}"
     );
+    // And a semaphore's name (clap said "invalid UTF-8 was detected in one or more arguments").
+    let mut cmd = ferrolock();
+    cmd.args([
+        "run",
+        "--nodes",
+        "redis://127.0.0.1:1",
+        "--permits",
+        "1",
+        "--semaphore",
+    ])
+    .arg(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"bin\xffname"))
+    .arg("--")
+    .args(touch);
+    let out = output_within(cmd, HANG);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("the semaphore name \"bin\\xFFname\" is not UTF-8"),
+        "{err}"
+    );
     assert!(!ran.exists(), "a child ran despite bad input");
     let mut help = ferrolock();
     help.args(["run", "--help"]);
