@@ -543,14 +543,17 @@ fn node_text(n: &Json) -> String {
     s
 }
 
-/// A value read from Redis as `inspect`'s text shows it: control characters escaped as Rust
-/// writes them (`\n`, `\u{1b}`), and so backslashes, so that a token or an owner field holding
-/// a newline cannot print a line of its own, nor an escape sequence reach the terminal. A
-/// ferrolock, Redisson or redis-py value has none, and shows as `FERROLOCK_TOKEN` is.
+/// A value read from Redis as `inspect`'s text shows it: what Rust escapes in a quoted string
+/// (control characters, a bidi override: `\n`, `\u{1b}`, `\u{202e}`) escaped as it does, and
+/// so backslashes, so that a token or an owner field holding a newline cannot print a line of
+/// its own, an escape sequence reach the terminal, nor an override show other text than is
+/// stored. Quotes stay: nothing here is quoted. A ferrolock, Redisson or redis-py value has
+/// none of these, and shows as `FERROLOCK_TOKEN` is.
 fn printable(s: &str) -> String {
     s.chars()
         .map(|c| {
-            if c.is_control() || c == '\\' {
+            let quote = c == '"' || c == '\'';
+            if c == '\\' || (!quote && c.escape_debug().len() > 1) {
                 c.escape_debug().to_string()
             } else {
                 c.to_string()

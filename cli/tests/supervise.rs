@@ -883,6 +883,8 @@ fn inspect_text_escapes_control_characters_read_from_redis() {
     let server = RedisServer::start();
     let url = server.url();
     let forged = "tok\n  ttl: NONE\u{1b}[2J";
+    // A right-to-left override shows text other than what is stored (as in "Trojan Source").
+    server.cmd::<()>(&["SET", "odd-bidi", "abc\u{202e}fed", "PX", "60000"]);
     server.cmd::<()>(&["SET", "odd-token", forged, "PX", "60000"]);
     let field = "8e4d9a3c-1b2f-4c5d-9e6f-0a1b2c3d4e5f\r\u{1b}[31m:1";
     server.cmd::<()>(&["HSET", "odd-owner", field, "1"]);
@@ -919,6 +921,10 @@ fn inspect_text_escapes_control_characters_read_from_redis() {
         "{text}"
     );
     assert_eq!(text.matches("ttl:").count(), 2, "{text}");
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, "odd-bidi"]);
+    let text = String::from_utf8_lossy(&output(cmd).stdout).into_owned();
+    assert!(text.contains("holder token: abc\\u{202e}fed\n"), "{text:?}");
     // The JSON carries the value as it is (JSON escapes it).
     let mut cmd = ferrolock();
     cmd.args(["inspect", "--json", "--nodes", &url, "odd-token"]);
