@@ -144,13 +144,16 @@ impl Child {
     /// The shell script that runs us then stops too, and its shell sees the job stopped and
     /// takes the terminal back (it waited for the script, which waited for us, for good).
     pub fn stop_with_child(&mut self, sig: libc::c_int, from_terminal: bool) {
+        let mut whole_group = false;
         if let Some(fd) = self.terminal {
             take_foreground(fd, self.pgid);
-            if from_terminal && sig == libc::SIGTSTP {
-                pass_to_our_group(sig);
-            }
+            whole_group = from_terminal && sig == libc::SIGTSTP;
         }
-        raise_default(sig);
+        if whole_group {
+            stop_our_group(sig);
+        } else {
+            raise_default(sig);
+        }
         match self.terminal {
             Some(fd) => {
                 // SAFETY: tcgetpgrp on a descriptor we own.
@@ -199,12 +202,16 @@ fn raise_default(sig: libc::c_int) {
     }
 }
 
-/// Sends `sig` to the rest of our process group, ourselves left out (the signal ignored here
-/// meanwhile: an ignored signal is discarded when sent). Not when we were started with it
-/// ignored, nor when we are alone in the group.
-fn pass_to_our_group(sig: libc::c_int) {
+/// Sends `sig` to our whole process group, ourselves included, with its default action here
+/// (stop) meanwhile, as the terminal would have without us. One kill for the group and us:
+/// the script that runs us stopped first, its shell saw the job stopped and continued it
+/// (`fg`), and our own stop, raised after, came after that SIGCONT and stopped us for good,
+/// with the script waiting for us (a SIGCONT discards a stop sent before it, not one sent
+/// after). Not when we were started with it ignored.
+fn stop_our_group(sig: libc::c_int) {
     // SAFETY: sigaction reads and restores our own disposition (plain data); kill on our
-    // own group.
+    // own group, whose stop this thread takes on its way out of the call (the thread that
+    // sent it is the one the kernel picks when it is not blocked).
     unsafe {
         let mut old: libc::sigaction = std::mem::zeroed();
         if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
@@ -212,9 +219,9 @@ fn pass_to_our_group(sig: libc::c_int) {
         {
             return;
         }
-        let mut ignore: libc::sigaction = std::mem::zeroed();
-        ignore.sa_sigaction = libc::SIG_IGN;
-        libc::sigaction(sig, &ignore, std::ptr::null_mut());
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &default, std::ptr::null_mut());
         libc::kill(0, sig);
         libc::sigaction(sig, &old, std::ptr::null_mut());
     }
