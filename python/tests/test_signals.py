@@ -137,6 +137,17 @@ def _queue_keys(node: RedisNode, key: str) -> list[str]:
     return sorted(node.client().scan_iter(match=f"ferrolock:queue*:{{{key}}}"))
 
 
+def _interrupt_then_release(node: RedisNode, key: str, main: int, held: ferrolock.Lock) -> None:
+    """Once a waiter is queued on `key`, signals the main thread (SIGALRM, whose handler raises
+    KeyboardInterrupt as Ctrl-C's does), then releases `held`: the waiter is granted just after
+    the signal."""
+    deadline = time.monotonic() + 30
+    while not _queue_keys(node, key) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    signal.pthread_kill(main, signal.SIGALRM)
+    held.release()
+
+
 def test_ctrl_c_as_the_lock_is_granted_is_raised_not_lost(node: RedisNode, key: str) -> None:
     """Ctrl-C pressed just before a waiting `with` gets its lock (the holder releases right
     after it): its handler ran once the acquire had returned, inside the block's entry, whose
@@ -153,19 +164,12 @@ def test_ctrl_c_as_the_lock_is_granted_is_raised_not_lost(node: RedisNode, key: 
         ran.append(1)
         raise KeyboardInterrupt
 
-    def release_after_signal(held: ferrolock.Lock) -> None:
-        deadline = time.monotonic() + 30
-        while not _queue_keys(node, key) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        signal.pthread_kill(main, signal.SIGALRM)
-        held.release()
-
     old = signal.signal(signal.SIGALRM, handler)
     try:
         for attempt in range(5):
             ran.clear()
             held = holder.acquire(key)
-            releaser = threading.Thread(target=release_after_signal, args=(held,))
+            releaser = threading.Thread(target=_interrupt_then_release, args=(node, key, main, held))
             releaser.start()
             body_ran = False
             interrupted = False
@@ -258,18 +262,13 @@ def test_ctrl_c_as_a_blocking_acquire_is_granted_gives_the_lock_back_before_rais
         ran.append(1)
         raise KeyboardInterrupt
 
-    def release_after_signal(held: ferrolock.Lock) -> None:
-        deadline = time.monotonic() + 30
-        while not _queue_keys(node, key) and time.monotonic() < deadline:
-            time.sleep(0.005)
-        signal.pthread_kill(main, signal.SIGALRM)
-        held.release()
-
     old = signal.signal(signal.SIGALRM, handler)
     try:
         for attempt in range(5):
             ran.clear()
-            releaser = threading.Thread(target=release_after_signal, args=(holder.acquire(key),))
+            releaser = threading.Thread(
+                target=_interrupt_then_release, args=(node, key, main, holder.acquire(key))
+            )
             releaser.start()
             try:
                 with pytest.raises(KeyboardInterrupt):
