@@ -475,9 +475,9 @@ func holding(ctx context.Context, m *Manager, key string) (*scopeHold, bool) {
 
 // held says whether l is neither released nor lost.
 func (l *Lock) held() bool {
-	l.mu.Lock()
+	l.pmu.RLock()
 	released := l.p == nil
-	l.mu.Unlock()
+	l.pmu.RUnlock()
 	select {
 	case <-l.Lost():
 		return false
@@ -637,7 +637,14 @@ func (s *lossState) onLoss(f func(error)) {
 // Release, Extend and Err return ErrInvalidArgument ("Release: nil *Lock"), Lost is closed,
 // Validity is 0, Fence has none, Key and Token are empty.
 type Lock struct {
-	mu     callMu
+	// mu is held by the calls that go to the nodes (Extend, Release, the end of a scope) and
+	// by the free: the core runs a lock's extend and release one at a time anyway.
+	mu callMu
+	// pmu guards p only against the free (p changes under both mu and pmu): the library's
+	// lock is thread-safe, and Validity, Fence, Err and a scope's check have no ctx to leave
+	// by, so they read it beside a call stuck on the nodes rather than wait up to its node
+	// timeout.
+	pmu    sync.RWMutex
 	p      *C.ferrolock_lock
 	key    string
 	noun   string // "lock", or "semaphore" for permits
@@ -717,8 +724,12 @@ func (l *Lock) freeWith(free func(*C.ferrolock_lock)) {
 	if l.p == nil {
 		return
 	}
-	free(l.p)
+	// Freed outside pmu: ferrolock_lock_free_collected calls the loss callback on this thread.
+	l.pmu.Lock()
+	p := l.p
 	l.p = nil
+	l.pmu.Unlock()
+	free(p)
 	deleteHandle(l.handle)
 }
 
@@ -745,8 +756,8 @@ func (l *Lock) Fence() (uint64, bool) {
 	if l == nil {
 		return 0, false
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.pmu.RLock()
+	defer l.pmu.RUnlock()
 	if l.p == nil {
 		return 0, false
 	}
@@ -762,8 +773,8 @@ func (l *Lock) Validity() time.Duration {
 	if l == nil {
 		return 0
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.pmu.RLock()
+	defer l.pmu.RUnlock()
 	if l.p == nil {
 		return 0
 	}
@@ -796,8 +807,8 @@ func (l *Lock) Err() error {
 		return l.loss.err
 	default:
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.pmu.RLock()
+	defer l.pmu.RUnlock()
 	if l.p == nil {
 		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
 	}

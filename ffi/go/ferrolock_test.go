@@ -2144,3 +2144,70 @@ func TestExtendWithTheScopesCtxAfterTheLossSaysLost(t *testing.T) {
 		t.Fatalf("Extend(ctx) after the loss cancelled ctx: %v, want ErrLockLost naming the lock", extendErr)
 	}
 }
+
+// Validity, Fence, Err and a nested acquire's scope check read what the process knows of the
+// Lock: a call on the same Lock stuck on paused nodes (an Extend, until its node timeout) does
+// not hold them up, as none of them has a ctx to leave by.
+func TestGettersDoNotWaitForACallStuckOnTheNodes(t *testing.T) {
+	m := manager(t, ferrolock.TTL(30*time.Second), ferrolock.NodeTimeout(3*time.Second), ferrolock.Fencing(true))
+	k := key("getters-beside-extend")
+	err := m.WithLock(context.Background(), k, func(ctx context.Context, l *ferrolock.Lock) error {
+		pauseMajority(true)
+		defer pauseMajority(false)
+		stuck := make(chan error, 1)
+		go func() {
+			_, err := l.Extend(context.Background())
+			stuck <- err
+		}()
+		for !ferrolock.LockBusy(l) {
+			select {
+			case err := <-stuck:
+				return fmt.Errorf("the Extend returned before the getters could run beside it: %v", err)
+			default:
+				runtime.Gosched()
+			}
+		}
+		type got struct {
+			validity time.Duration
+			fence    bool
+			err      error
+			nested   error
+		}
+		gets := make(chan got, 1)
+		go func() {
+			var g got
+			g.validity = l.Validity()
+			_, g.fence = l.Fence()
+			g.err = l.Err()
+			_, g.nested = m.Acquire(ctx, k)
+			gets <- g
+		}()
+		var g got
+		select {
+		case g = <-gets:
+		case err := <-stuck:
+			<-gets
+			return fmt.Errorf("the Extend on paused nodes ended (%v) before Validity, Fence, Err "+
+				"and a nested Acquire of its key returned: they waited for it", err)
+		}
+		select {
+		case err := <-stuck:
+			return fmt.Errorf("the Extend had already ended (%v): the nodes were not paused", err)
+		default:
+		}
+		if g.validity <= 0 || !g.fence || g.err != nil {
+			return fmt.Errorf("beside the stuck Extend: Validity %v, Fence %v, Err %v; want a "+
+				"positive validity, a fence, nil", g.validity, g.fence, g.err)
+		}
+		if !errors.Is(g.nested, ferrolock.ErrNotAcquired) || !strings.Contains(g.nested.Error(), "waiting would deadlock") {
+			return fmt.Errorf("a nested Acquire of the scope's key: %v, want it refused as waiting for itself", g.nested)
+		}
+		if err := <-stuck; !errors.Is(err, ferrolock.ErrQuorumUnreachable) {
+			return fmt.Errorf("the Extend, on paused nodes: %v, want ErrQuorumUnreachable", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
