@@ -11,7 +11,7 @@ use std::os::raw::c_long;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use ferrolock::host::{self, scope::Body, scope::ScopeEnd};
-use ferrolock::{Error, ErrorKind, LockOptions};
+use ferrolock::{Error, ErrorKind, LockOptions, quoted_key};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyWeakrefMethods, PyWeakrefReference};
@@ -106,7 +106,7 @@ impl Shared {
             if let Some(lock) = st.lock.as_ref().filter(|_| st.injected) {
                 let lock = &lock.get().lock;
                 let reason = lock.loss_reason().map_or_else(
-                    || format!("{} {:?} was lost", lock.what(), lock.key()),
+                    || format!("{} {} was lost", lock.what(), quoted_key(lock.key())),
                     |r| r.to_string(),
                 );
                 let mut pending = injected_losses();
@@ -389,7 +389,7 @@ pub(crate) fn refuse_waiting_for_itself(
         );
         let err = Error::new(
             ErrorKind::NotAcquired,
-            format!("{what} {key:?} not acquired: {why}"),
+            format!("{what} {} not acquired: {why}", quoted_key(key)),
         );
         return Err(to_py(py, &err, Some(key)));
     } else {
@@ -397,7 +397,7 @@ pub(crate) fn refuse_waiting_for_itself(
     };
     let err = Error::new(
         ErrorKind::NotAcquired,
-        format!("{what} {key:?} not acquired: {why}"),
+        format!("{what} {} not acquired: {why}", quoted_key(key)),
     );
     Err(to_py(py, &err, Some(key)))
 }
@@ -420,9 +420,10 @@ fn refuse_permits_held_by_blocks(
         let err = Error::new(
             ErrorKind::NotAcquired,
             format!(
-                "semaphore {key:?} not acquired: {blocks} {stuck} of its {permits} permits (on \
+                "semaphore {shown} not acquired: {blocks} {stuck} of its {permits} permits (on \
                  the same servers), and this asks for {count}: they go back only when those \
-                 blocks {end}, so waiting would deadlock"
+                 blocks {end}, so waiting would deadlock",
+                shown = quoted_key(key)
             ),
         );
         return Err(to_py(py, &err, Some(key)));
@@ -485,9 +486,10 @@ pub(crate) fn refuse_awaiting_an_enclosing_block(
     let err = Error::new(
         ErrorKind::NotAcquired,
         format!(
-            "{what} {key:?} not acquired: this thread is inside a `with` block that holds it (on \
+            "{what} {shown} not acquired: this thread is inside a `with` block that holds it (on \
              the same servers) and runs this event loop inside it, so the block cannot release \
-             it before this wait ends: waiting would deadlock"
+             it before this wait ends: waiting would deadlock",
+            shown = quoted_key(key)
         ),
     );
     Err(to_py(py, &err, Some(key)))
@@ -630,8 +632,8 @@ impl PyLockContext {
         crate::errors::invalid(
             py,
             format!(
-                "{what} {:?}: this context is already entered; it can be reused after it exits, but not nested or shared between threads ({instead})",
-                self.key
+                "{what} {}: this context is already entered; it can be reused after it exits, but not nested or shared between threads ({instead})",
+                quoted_key(&self.key)
             ),
             Some(&self.key),
         )

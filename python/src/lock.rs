@@ -68,10 +68,11 @@ pub(crate) fn refuse_inside_call(py: Python<'_>, lock: &host::Lock, call: &str) 
     Err(invalid(
         py,
         format!(
-            "{what} {key:?}: {call}() was called inside this thread's {outer}() of it (by a signal \
+            "{what} {shown}: {call}() was called inside this thread's {outer}() of it (by a signal \
              handler run while it waited), which cannot go on before the handler returns: it \
              would wait for it for ever; raise from the handler to end that call (as Ctrl-C \
-             does), or call {call}() once it has returned"
+             does), or call {call}() once it has returned",
+            shown = ferrolock::quoted_key(key)
         ),
         Some(key),
     ))

@@ -53,7 +53,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn prefix(&self) -> String {
         match self.key {
-            Some(k) => format!("{} {k:?}: ", self.what),
+            Some(k) => format!("{} {}: ", self.what, ferrolock::quoted_key(k)),
             None => "LockManager: ".to_string(),
         }
     }

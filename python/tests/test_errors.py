@@ -414,3 +414,28 @@ def test_an_unknown_option_lists_every_option_the_call_takes(node: RedisNode, ma
     # A manager's lock takes no connection option: none is listed.
     assert "nodes" not in valid(lambda: manager.lock(key, nodez=[node.url]))
     assert "count" not in valid(lambda: manager.lock(key, counts=2))
+
+
+def test_a_long_key_is_shown_by_its_start_and_length(manager: LockManager) -> None:
+    # Redis takes keys up to 512 MB: a message repeating a 1 MiB key whole is unreadable in a
+    # log, and the core shows such a key by its start and length; the binding's own messages
+    # must too.
+    key = "k" * (1 << 20)
+    shown = '"' + "k" * 64 + '…" (1048576 bytes)'
+    messages: list[str] = []
+    with pytest.raises(InvalidArgument) as bad:
+        manager.lock(key, ttl=-1)
+    messages.append(str(bad.value))
+    ctx = manager.lock(key)
+    with ctx:
+        with pytest.raises(ferrolock.NotAcquired) as nested:
+            manager.acquire(key, wait=2)
+        messages.append(str(nested.value))
+        with pytest.raises(InvalidArgument) as entered:
+            ctx.__enter__()
+        messages.append(str(entered.value))
+    for message in messages:
+        assert len(message) < 1000 and shown in message, message[:300]
+    # A short key is shown whole, as ever.
+    with pytest.raises(InvalidArgument, match='^lock "short": ttl=-1'):
+        manager.lock("short", ttl=-1)
