@@ -75,6 +75,15 @@ function names(message, key) {
   return message.includes(JSON.stringify(key)) || message.includes(require('./native').quoteKey(key));
 }
 
+/** `key` as a message quotes it: as JavaScript does, unless it is too long to show whole; then
+ * as the core shows it (its start and its length), not the whole of a key Redis takes up to
+ * 512 MB. */
+function quoted(key) {
+  const core = require('./native').quoteKey(key);
+  // The core quotes a key it shows whole (it ends with the quote), a long one by its length.
+  return core.endsWith('"') ? JSON.stringify(key) : core;
+}
+
 /** An error thrown by the native addon, as the LockError of its kind. `subject` names what
  * `key` is ('lock', or 'semaphore' for a semaphore's name). */
 function fromNative(e, key, subject = 'lock') {
@@ -84,7 +93,7 @@ function fromNative(e, key, subject = 'lock') {
       const code = e.message.slice(0, at);
       let message = inJsNames(e.message.slice(at + 1));
       // The core's option errors name the option, not the key the caller was locking.
-      if (key !== undefined && !names(message, key)) message = `${subject} ${JSON.stringify(key)}: ${message}`;
+      if (key !== undefined && !names(message, key)) message = `${subject} ${quoted(key)}: ${message}`;
       return fromCode(code, message, key);
     }
   }
@@ -103,4 +112,5 @@ module.exports = {
   fromCode,
   fromNative,
   inJsNames,
+  quoted,
 };

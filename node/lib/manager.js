@@ -2,7 +2,7 @@
 const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
-const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames } = require('./errors');
+const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames, quoted } = require('./errors');
 const { convert, checkKey, checkSignal, isRevoked, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
@@ -49,7 +49,7 @@ function unwatch(signal, token) {
 
 // `subject`: 'semaphore' for a semaphore's name, as the core's errors of its acquire call it.
 function abortError(key, signal, subject = 'lock') {
-  return new AbortError(`${subject} ${JSON.stringify(key)} not acquired: the wait was aborted by the caller's signal`, {
+  return new AbortError(`${subject} ${quoted(key)} not acquired: the wait was aborted by the caller's signal`, {
     key,
     cause: signal.reason,
   });
@@ -126,7 +126,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
   if (kind === 'semaphore' && found && found.kind !== 'semaphore') {
     // A semaphore waits for a lock of its name (the read-write lock's too): here, for ever.
     throw new NotAcquiredError(
-      `semaphore ${JSON.stringify(key)} not acquired: this async context holds it as a lock (an enclosing ${SCOPE_NAMES[found.kind]}), which a semaphore waits for, so waiting would deadlock`,
+      `semaphore ${quoted(key)} not acquired: this async context holds it as a lock (an enclosing ${SCOPE_NAMES[found.kind]}), which a semaphore waits for, so waiting would deadlock`,
       { key },
     );
   }
@@ -136,7 +136,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
     const stuck = enclosingPermits(nm, key, sem.permits);
     if (stuck > 0 && sem.count > Math.max(0, sem.permits - stuck)) {
       throw new NotAcquiredError(
-        `semaphore ${JSON.stringify(key)} not acquired: this async context's enclosing withPermit scopes hold ${stuck} of its ${sem.permits} permits (on the same servers), and this asks for ${sem.count}: they go back only when those scopes end, so waiting would deadlock`,
+        `semaphore ${quoted(key)} not acquired: this async context's enclosing withPermit scopes hold ${stuck} of its ${sem.permits} permits (on the same servers), and this asks for ${sem.count}: they go back only when those scopes end, so waiting would deadlock`,
         { key },
       );
     }
@@ -156,7 +156,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
       hint = '; only a withReadLock or withWriteLock nested with the same connection options re-enters it';
     }
     throw new NotAcquiredError(
-      `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock${hint}`,
+      `lock ${quoted(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}, on the same servers through another manager), so waiting would deadlock${hint}`,
       { key },
     );
   } else if (held && (kind === 'read' || kind === 'write') && (held.kind === 'read' || held.kind === 'write')) {
@@ -168,7 +168,7 @@ async function acquireNative(nm, key, opts, reentrant, signal, kind = null, sem 
     if (!(held.reentrant && reentrant && held.kind === kind)) {
       const hint = held.kind === kind ? '; pass reentrant: true to both to re-enter' : '';
       throw new NotAcquiredError(
-        `lock ${JSON.stringify(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}), so waiting would deadlock${hint}`,
+        `lock ${quoted(key)} not acquired: this async context already holds it (an enclosing ${SCOPE_NAMES[held.kind]}), so waiting would deadlock${hint}`,
         { key },
       );
     }
@@ -424,7 +424,7 @@ async function withKind(key, fn, options, kind, sem = null) {
   // the lock was taken.
   if (typeof fn !== 'function' || isRevoked(fn)) {
     const got = isRevoked(fn) ? 'a revoked Proxy' : typeof fn;
-    throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${JSON.stringify(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${got}`, { key });
+    throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${quoted(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${got}`, { key });
   }
   const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');
   // Options that got this far are absent or a plain object (withLockOptions refuses the rest).

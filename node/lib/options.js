@@ -5,7 +5,7 @@
 // the core's, whose messages quote the value as written.
 const { types } = require('node:util');
 const native = require('./native');
-const { InvalidArgumentError } = require('./errors');
+const { InvalidArgumentError, quoted } = require('./errors');
 
 const TABLE = native.optionTable();
 const BY_NAME = new Map(TABLE.map((row) => [row.name, row]));
@@ -92,7 +92,7 @@ function show(v) {
 }
 
 function where(key, subject = 'lock') {
-  return key === undefined ? 'LockManager: ' : `${subject} ${JSON.stringify(key)}: `;
+  return key === undefined ? 'LockManager: ' : `${subject} ${quoted(key)}: `;
 }
 
 function bad(key, name, v, why, subject = 'lock', type = undefined) {

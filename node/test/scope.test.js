@@ -198,3 +198,34 @@ for (const pattern of ['recurring', 'pipeline']) {
     assert.ok(Number(m[1]) >= Number(m[2]) - 5, `only ${m[1]} of the ${m[2]} earlier runs' Locks were collected: their scopes are kept`);
   });
 }
+
+// Redis takes keys up to 512 MB: the core shows a key over 128 bytes by its start and its
+// length, and the wrapper's own messages must too, not repeat a megabyte.
+test("the wrapper's own messages show a very long key by its start and length", T, async () => {
+  const nodes = [server.url];
+  const key = 'k'.repeat(1 << 20);
+  const shown = `"${'k'.repeat(64)}…" (1048576 bytes)`;
+  const m = new LockManager({ nodes });
+  try {
+    const errors = [];
+    errors.push(await m.acquire(key, { ttl: -1 }).catch((e) => e));
+    errors.push(await m.acquire(key, { signal: AbortSignal.abort() }).catch((e) => e));
+    errors.push(await withLock(key, 'not a function', { nodes }).catch((e) => e));
+    errors.push(
+      await withLock(
+        key,
+        () => new Promise((resolve) => setTimeout(() => resolve(withLock(key, async () => 'never', { nodes }).catch((e) => e)), 0)),
+        { nodes },
+      ),
+    );
+    for (const e of errors) {
+      assert.ok(e instanceof Error, String(e).slice(0, 300));
+      assert.ok(e.message.length < 1000 && e.message.includes(shown), e.message.slice(0, 300));
+    }
+    // A short key is shown whole, as ever.
+    const short = await m.acquire('short', { ttl: -1 }).catch((e) => e);
+    assert.match(short.message, /^lock "short": /);
+  } finally {
+    await m.close();
+  }
+});
