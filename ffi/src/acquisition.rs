@@ -240,7 +240,7 @@ fn start(
             }) as Done
         });
         let state = Arc::new(State {
-            what: format!("{} {:?}", host::noun(&r.opts), r.key),
+            what: format!("{} {}", host::noun(&r.opts), ferrolock::quoted_key(&r.key)),
             outcome: Mutex::new(Outcome::Waiting),
             cancel: Cancel::new(),
             done: DoneSlot {

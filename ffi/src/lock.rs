@@ -85,8 +85,8 @@ pub unsafe extern "C" fn ferrolock_lock_fence(
         let slot = crate::ctext::out(fence_out, "fence_out")?;
         let fence = lock.lock.core().fence().ok_or_else(|| {
             Failure::invalid(format!(
-                "lock {:?} has no fence token: acquire it with the fencing option on",
-                lock.lock.key()
+                "lock {} has no fence token: acquire it with the fencing option on",
+                ferrolock::quoted_key(lock.lock.key())
             ))
         })?;
         // SAFETY: checked non-NULL above.
@@ -153,8 +153,8 @@ pub unsafe extern "C" fn ferrolock_lock_on_lost(
         };
         if lock.has_callback.swap(true, Ordering::SeqCst) {
             return Err(Failure::invalid(format!(
-                "lock {:?} already has a lost callback",
-                lock.lock.key()
+                "lock {} already has a lost callback",
+                ferrolock::quoted_key(lock.lock.key())
             )));
         }
         let userdata = UserData(userdata);
@@ -190,9 +190,9 @@ pub unsafe extern "C" fn ferrolock_lock_extend(
         if u128::from(ttl_ms) > max {
             // Named as passed: the core's message would give it in seconds.
             return Err(Failure::invalid(format!(
-                "{} {:?}: ttl_ms {ttl_ms} is too long: the maximum is {max} (about 24.8 days)",
+                "{} {}: ttl_ms {ttl_ms} is too long: the maximum is {max} (about 24.8 days)",
                 lock.lock.what(),
-                lock.lock.key()
+                ferrolock::quoted_key(lock.lock.key())
             )));
         }
         let cancel = optional(cancel).map_or_else(Cancel::new, |c| c.inner.clone());

@@ -1287,6 +1287,49 @@ static void test_bad_inputs(void) {
   ferrolock_manager_free(m);
 }
 
+/* Redis takes keys up to 512 MB: the library's own messages show a key over 128 bytes by its
+   start and its length, as the core's do, not the whole megabyte. */
+static char long_key_seen[512];
+
+static int names_long_key(int got, const char *shown) {
+  int ok = got == FERROLOCK_ERR_INVALID_ARGUMENT && err != NULL && strlen(err->message) < 1000 &&
+           strstr(err->message, shown) != NULL;
+  if (!ok) {
+    snprintf(long_key_seen, sizeof long_key_seen, "got %s, a message of %zu bytes: %.200s",
+             ferrolock_status_name(got), err ? strlen(err->message) : 0, err ? err->message : "(none)");
+  }
+  ferrolock_error_free(err);
+  err = NULL;
+  return ok;
+}
+
+static void ignore_loss(void *userdata, const ferrolock_error *reason) {
+  (void)userdata;
+  (void)reason;
+}
+
+static void test_long_key_messages(void) {
+  ferrolock_manager *m = manager_with(options_ms("ttl", (uint64_t)30000, NULL));
+  size_t n = (size_t)1 << 20;
+  char *key = malloc(n + 1);
+  CHECK(key != NULL);
+  memset(key, 'k', n);
+  key[n] = '\0';
+  char shown[128];
+  snprintf(shown, sizeof shown, "lock \"%.64s\xe2\x80\xa6\" (1048576 bytes)", key);
+  ferrolock_lock *lock = NULL;
+  uint64_t u = 0;
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, NULL, &lock, &err), FERROLOCK_OK, NULL);
+  CHECK(names_long_key(ferrolock_lock_fence(lock, &u, &err), shown), "%s", long_key_seen);
+  CHECK(names_long_key(ferrolock_lock_extend(lock, UINT64_MAX, NULL, &u, &err), shown), "%s", long_key_seen);
+  EXPECT(ferrolock_lock_on_lost(lock, ignore_loss, NULL, &err), FERROLOCK_OK, NULL);
+  CHECK(names_long_key(ferrolock_lock_on_lost(lock, ignore_loss, NULL, &err), shown), "%s", long_key_seen);
+  EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(lock);
+  free(key);
+  ferrolock_manager_free(m);
+}
+
 typedef struct {
   const char *name;
   void (*run)(void);
@@ -2607,6 +2650,7 @@ static const test_t tests[] = {
     {"done_after_out_slot", test_done_after_out_slot},
     {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
     {"bad_inputs", test_bad_inputs},
+    {"long_key_messages", test_long_key_messages},
     {"metrics_text", test_metrics_text},
     {"log_callback", test_log_callback},
     {"free_collected", test_free_collected},
