@@ -153,7 +153,7 @@ var errClosed = invalid("the manager is closed")
 
 // closedFor is errClosed naming what was asked for, as the other bindings' errors do.
 func closedFor(key string, k kind) error {
-	return invalid("%s %q: the manager is closed", k.noun(), key)
+	return invalid("%s %s: the manager is closed", k.noun(), quoted(key))
 }
 
 // refused is op's error for an argument that would otherwise panic deep inside it, naming
@@ -514,9 +514,9 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 		}
 		if stuck > 0 && count+stuck > permits {
 			return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
-				"semaphore %q not acquired: this ctx's enclosing WithPermit scopes hold %d of its %d "+
+				"semaphore %s not acquired: this ctx's enclosing WithPermit scopes hold %d of its %d "+
 					"permits (on the same Manager), and this asks for %d: they go back only when "+
-					"those scopes end, so waiting would deadlock", key, stuck, permits, count))
+					"those scopes end, so waiting would deadlock", quoted(key), stuck, permits, count))
 		}
 	}
 	h, ok := holding(ctx, m, key)
@@ -528,8 +528,8 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 			return nil
 		}
 		return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
-			"semaphore %q not acquired: this ctx is inside a WithLock scope that holds it as a "+
-				"lock (on the same Manager), which a semaphore waits for, so waiting would deadlock", key))
+			"semaphore %s not acquired: this ctx is inside a WithLock scope that holds it as a "+
+				"lock (on the same Manager), which a semaphore waits for, so waiting would deadlock", quoted(key)))
 	}
 	if h.k == lockKind && k == lockKind && h.reentrant && reentrant(opts, m.reentrant) {
 		return nil
@@ -539,8 +539,8 @@ func (m *Manager) waitsForItself(ctx context.Context, key string, k kind, opts [
 		hint = "; pass Reentrant(true) to both to re-enter"
 	}
 	return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
-		"lock %q not acquired: this ctx is inside a %s scope that holds it (on the same "+
-			"Manager), so waiting would deadlock%s", key, scopeNames[h.k.side], hint))
+		"lock %s not acquired: this ctx is inside a %s scope that holds it (on the same "+
+			"Manager), so waiting would deadlock%s", quoted(key), scopeNames[h.k.side], hint))
 }
 
 type scopeKey struct{}
@@ -810,7 +810,7 @@ func (l *Lock) Err() error {
 	l.pmu.RLock()
 	defer l.pmu.RUnlock()
 	if l.p == nil {
-		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %s was released", l.noun, quoted(l.key))}
 	}
 	var cerr *C.ferrolock_error
 	err := take(C.ferrolock_lock_check(l.p, &cerr), cerr)
@@ -850,7 +850,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 		if err != nil {
 			// Named as the library's own refusals of a ttl are (too short, too long).
 			e := err.(*Error)
-			e.Message = fmt.Sprintf("%s %q: %s", l.noun, l.key, e.Message)
+			e.Message = fmt.Sprintf("%s %s: %s", l.noun, quoted(l.key), e.Message)
 			return 0, e
 		}
 	}
@@ -872,7 +872,7 @@ func (l *Lock) Extend(ctx context.Context, ttl ...time.Duration) (time.Duration,
 	}
 	defer l.mu.Unlock()
 	if l.p == nil {
-		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was released", l.noun, l.key)}
+		return 0, &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %s was released", l.noun, quoted(l.key))}
 	}
 	select {
 	case blockingCalls <- struct{}{}:
@@ -918,7 +918,7 @@ func (l *Lock) Release() error {
 	l.mu.Lock()
 	if l.p == nil {
 		l.mu.Unlock()
-		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %q was already released", l.noun, l.key)}
+		return &Error{Code: "NOT_HELD", Status: 3, Message: fmt.Sprintf("%s %s was already released", l.noun, quoted(l.key))}
 	}
 	var cerr *C.ferrolock_error
 	blockingCalls <- struct{}{}

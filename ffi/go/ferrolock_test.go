@@ -2211,3 +2211,36 @@ func TestGettersDoNotWaitForACallStuckOnTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Redis takes keys up to 512 MB: the package's own messages show a key over 128 bytes by its
+// start and its length, as the library's do, not the whole megabyte.
+func TestLongKeyMessages(t *testing.T) {
+	ctx := context.Background()
+	key := strings.Repeat("k", 1<<20)
+	shown := `"` + strings.Repeat("k", 64) + `…" (1048576 bytes)`
+	var errs []error
+	m := manager(t)
+	l, err := m.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Extend(ctx, time.Nanosecond)
+	errs = append(errs, err)
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	errs = append(errs, l.Release(), l.Err())
+	errs = append(errs, m.WithLock(ctx, key, func(ctx context.Context, _ *ferrolock.Lock) error {
+		return m.WithLock(ctx, key, func(context.Context, *ferrolock.Lock) error { return nil })
+	}))
+	closed, _ := ferrolock.NewManager()
+	closed.Close()
+	_, err = closed.Acquire(ctx, key)
+	errs = append(errs, err)
+	for i, err := range errs {
+		if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), shown) {
+			msg := fmt.Sprint(err)
+			t.Errorf("message %d, %d bytes: %.200s", i, len(msg), msg)
+		}
+	}
+}

@@ -89,6 +89,24 @@ func invalid(format string, args ...any) *Error {
 
 // cstring copies s for C (the caller frees it), refusing a NUL inside, which C would take for
 // the end of the string: `what` names the value in the error.
+// quoted is key as the library's messages show it, for this package's own: as %q does while
+// the library shows it whole, by its start and its length once it is long (Redis takes keys up
+// to 512 MB, and a message repeating a 1 MiB key is a megabyte long).
+func quoted(key string) string {
+	if strings.IndexByte(key, 0) < 0 {
+		ckey := C.CString(key)
+		defer C.free(unsafe.Pointer(ckey))
+		if p := C.ferrolock_quoted_key(ckey); p != nil {
+			defer C.ferrolock_string_free(p)
+			// The library ends a key it shows whole with its quote, a long one with its length.
+			if s := C.GoString(p); !strings.HasSuffix(s, `"`) {
+				return s
+			}
+		}
+	}
+	return fmt.Sprintf("%q", key)
+}
+
 func cstring(what, s string) (*C.char, error) {
 	if at := strings.IndexByte(s, 0); at >= 0 {
 		return nil, invalid("%s %q: contains a NUL byte (the C library would cut it short there)", what, s)

@@ -85,14 +85,14 @@ func permitKind(name string, permits int, opts []Option) (kind, []Option, error)
 			shown = rv.Uint()
 			count = int64(min(rv.Uint(), math.MaxUint32+1))
 		default:
-			return kind{}, nil, invalid("semaphore %q: count = %v: want an integer (Count(k))", name, o.value)
+			return kind{}, nil, invalid("semaphore %s: count = %v: want an integer (Count(k))", quoted(name), o.value)
 		}
 	}
 	if permits < 0 || int64(permits) > math.MaxUint32 {
-		return kind{}, nil, invalid("semaphore %q: permits %d: must be 1 to %d", name, permits, uint32(math.MaxUint32))
+		return kind{}, nil, invalid("semaphore %s: permits %d: must be 1 to %d", quoted(name), permits, uint32(math.MaxUint32))
 	}
 	if count < 0 || count > math.MaxUint32 {
-		return kind{}, nil, invalid("semaphore %q: count %v: must be 1 to %d", name, shown, uint32(math.MaxUint32))
+		return kind{}, nil, invalid("semaphore %s: count %v: must be 1 to %d", quoted(name), shown, uint32(math.MaxUint32))
 	}
 	return permitsKind(uint32(permits), uint32(count)), rest, nil
 }

@@ -505,8 +505,14 @@ size_t ferrolock_shutdown(uint64_t limit_ms);
 // frees the string with `ferrolock_string_free`. NULL only if the library failed (a bug).
 char *ferrolock_metrics_text(void);
 
-// Frees a string this library returned to be freed (`ferrolock_metrics_text`). NULL is
-// ignored.
+// `key` quoted as this library's messages show it: whole up to 128 bytes, past that by its
+// first 64 characters and its length (`"kkk…" (1048576 bytes)`), for a binding's own messages
+// to show a key as the library's do. The caller frees the string with
+// `ferrolock_string_free`. NULL for NULL or a key that is not UTF-8.
+char *ferrolock_quoted_key(const char *key);
+
+// Frees a string this library returned to be freed (`ferrolock_metrics_text`,
+// `ferrolock_quoted_key`). NULL is ignored.
 void ferrolock_string_free(char *text);
 
 // Sends the core's log events at `max_level` (a FERROLOCK_LOG_* constant) and above to

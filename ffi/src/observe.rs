@@ -34,8 +34,21 @@ pub extern "C" fn ferrolock_metrics_text() -> *mut c_char {
     })
 }
 
-/// Frees a string this library returned to be freed (`ferrolock_metrics_text`). NULL is
-/// ignored.
+/// `key` quoted as this library's messages show it: whole up to 128 bytes, past that by its
+/// first 64 characters and its length (`"kkk…" (1048576 bytes)`), for a binding's own messages
+/// to show a key as the library's do. The caller frees the string with
+/// `ferrolock_string_free`. NULL for NULL or a key that is not UTF-8.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ferrolock_quoted_key(key: *const c_char) -> *mut c_char {
+    guard(std::ptr::null_mut(), || {
+        crate::ctext::text(key, "key").map_or(std::ptr::null_mut(), |key| {
+            to_cstring(ferrolock::quoted_key(&key)).into_raw()
+        })
+    })
+}
+
+/// Frees a string this library returned to be freed (`ferrolock_metrics_text`,
+/// `ferrolock_quoted_key`). NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ferrolock_string_free(text: *mut c_char) {
     guard((), || {

@@ -1326,6 +1326,14 @@ static void test_long_key_messages(void) {
   CHECK(names_long_key(ferrolock_lock_on_lost(lock, ignore_loss, NULL, &err), shown), "%s", long_key_seen);
   EXPECT(ferrolock_lock_release(lock, NULL, &err), FERROLOCK_OK, NULL);
   ferrolock_lock_free(lock);
+  /* The same quoting, for a binding's own messages. */
+  char *q = ferrolock_quoted_key(key);
+  CHECK(q != NULL && strcmp(q, shown + strlen("lock ")) == 0, "%.200s", q ? q : "(null)");
+  ferrolock_string_free(q);
+  q = ferrolock_quoted_key("k\n");
+  CHECK(q != NULL && strcmp(q, "\"k\\n\"") == 0, "%s", q ? q : "(null)");
+  ferrolock_string_free(q);
+  CHECK(ferrolock_quoted_key(NULL) == NULL && ferrolock_quoted_key("\xff") == NULL);
   free(key);
   ferrolock_manager_free(m);
 }
