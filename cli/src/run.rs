@@ -546,10 +546,17 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
         o.set("drift_factor", V::Number(f), text)?;
     }
     if let Some(text) = &args.max_extensions {
-        let n = text.trim().parse().map_err(|_| {
+        let digits = text.trim();
+        let n = digits.parse().map_err(|_| {
+            // Digits past u64 are a count too large, as one past u32 is (the core's limit).
+            let why = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+                format!("too large (at most {})", u32::MAX)
+            } else {
+                "not a non-negative integer".to_string()
+            };
             Error::new(
                 ErrorKind::InvalidArgument,
-                format!("--max-extensions {text:?}: not a non-negative integer"),
+                format!("--max-extensions {text:?}: {why}"),
             )
         })?;
         o.set("max_extensions", V::Count(n), text)?;

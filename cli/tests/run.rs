@@ -383,6 +383,19 @@ fn bad_input_exits_64_and_names_the_value() {
             "the semaphore name must not be empty",
         ),
         (&["--frobnicate", "k", "--"], "--frobnicate"),
+        // Only too large: it says the range, not that it is no integer.
+        (
+            &["--max-extensions", "99999999999999999999999", "k", "--"],
+            "at most 4294967295",
+        ),
+        (
+            &["--max-extensions", "4294967296", "k", "--"],
+            "at most 4294967295",
+        ),
+        (
+            &["--max-extensions", "x", "k", "--"],
+            "--max-extensions \"x\": not a non-negative integer",
+        ),
     ];
     for (args, needle) in cases {
         let mut cmd = ferrolock();
