@@ -144,9 +144,15 @@ pub struct RunArgs {
     #[arg(long)]
     reentrant: bool,
 
-    /// Fence the grant and export its token as FERROLOCK_FENCE
-    #[arg(long, visible_alias = "fence")]
+    /// Fence the grant and export its token as FERROLOCK_FENCE [also: --fence]
+    #[arg(long)]
     fencing: bool,
+
+    // `--fencing` under its short name, an arg of its own rather than an alias: clap names an
+    // alias by the arg's own name, so `--fence` with `--semaphore` was refused as a conflict
+    // with `--fencing`, a flag the user never typed.
+    #[arg(long, hide = true)]
+    fence: bool,
 
     /// Window after a node's (re)start in which its vote does not count; 0 = off
     /// [default: the lease, --ttl, with 3 nodes or more, else off]
@@ -200,7 +206,7 @@ pub struct RunArgs {
             parse_name
         ),
         requires = "permits",
-        conflicts_with_all = ["read", "write", "reentrant", "fencing"]
+        conflicts_with_all = ["read", "write", "reentrant", "fencing", "fence"]
     )]
     semaphore: Option<String>,
 
@@ -563,7 +569,7 @@ fn manager_options(args: &RunArgs) -> Result<ManagerOptions, Error> {
     }
     o.set("watchdog", V::Bool(!args.no_watchdog), "")?;
     o.set("reentrant", V::Bool(args.reentrant), "")?;
-    o.set("fencing", V::Bool(args.fencing), "")?;
+    o.set("fencing", V::Bool(args.fencing || args.fence), "")?;
     if let Some(on) = args.sharded_pubsub {
         o.set("sharded_pubsub", V::Bool(on), "")?;
     }

@@ -396,6 +396,20 @@ fn bad_input_exits_64_and_names_the_value() {
             &["--max-extensions", "x", "k", "--"],
             "--max-extensions \"x\": not a non-negative integer",
         ),
+        // The flag as typed: `--fence` (an alias) was named as `--fencing`, a flag the user
+        // never wrote.
+        (
+            &["--semaphore", "s", "--permits", "2", "--fence", "--"],
+            "'--fence'",
+        ),
+        (
+            &["--fence", "--semaphore", "s", "--permits", "2", "--"],
+            "'--fence'",
+        ),
+        (
+            &["--semaphore", "s", "--permits", "2", "--fencing", "--"],
+            "'--fencing'",
+        ),
     ];
     for (args, needle) in cases {
         let mut cmd = ferrolock();
