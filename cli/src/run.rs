@@ -140,7 +140,9 @@ pub struct RunArgs {
     #[arg(long)]
     no_watchdog: bool,
 
-    /// Take a Redisson-compatible (hash) lock instead of a plain one
+    /// Take a Redisson-compatible (hash) lock instead of a plain one (with --read or --write
+    /// it changes nothing: a read-write lock is reentrant for its owner anyway)
+    // Accepted there, not refused, as every binding accepts reentrant on a read-write lock.
     #[arg(long)]
     reentrant: bool,
 
