@@ -284,8 +284,11 @@ function checkKey(key, what = 'lock key') {
   }
   // UTF-8 cannot carry a lone surrogate: sent as U+FFFD, 'k\ud800' and 'k\udc00' would be one lock.
   if (typeof key.isWellFormed === 'function' ? !key.isWellFormed() : LONE_SURROGATE.test(key)) {
+    // A long one as the core shows it (its start, its lone surrogates as U+FFFD, and the
+    // length it would have), not repeated whole; a short one whole, its surrogate escaped.
+    const long = quoted(key);
     throw new InvalidArgumentError(
-      `${what} ${show(key)} is not valid Unicode (it holds a lone surrogate, which UTF-8 cannot carry)`,
+      `${what} ${long.endsWith('"') ? show(key) : long} is not valid Unicode (it holds a lone surrogate, which UTF-8 cannot carry)`,
       { key },
     );
   }

@@ -222,7 +222,12 @@ test("the wrapper's own messages show a very long key by its start and length", 
       assert.ok(e instanceof Error, String(e).slice(0, 300));
       assert.ok(e.message.length < 1000 && e.message.includes(shown), e.message.slice(0, 300));
     }
+    // One UTF-8 cannot carry (a lone surrogate), refused before it reaches the core.
+    const lone = await m.acquire(`${key}\ud800`).catch((e) => e);
+    assert.ok(lone instanceof Error && /not valid Unicode/.test(lone.message), String(lone).slice(0, 300));
+    assert.ok(lone.message.length < 1000 && lone.message.includes(`"${'k'.repeat(64)}…" (`), lone.message.slice(0, 300));
     // A short key is shown whole, as ever.
+    assert.match((await m.acquire('k\ud800').catch((e) => e)).message, /^lock key "k\\ud800" is not valid Unicode/);
     const short = await m.acquire('short', { ttl: -1 }).catch((e) => e);
     assert.match(short.message, /^lock "short": /);
   } finally {
