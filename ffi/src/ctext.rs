@@ -14,9 +14,11 @@ pub(crate) fn text(ptr: *const c_char, what: &str) -> Result<String, Failure> {
     match std::str::from_utf8(bytes) {
         Ok(s) => Ok(s.to_string()),
         Err(e) => Err(Failure::invalid(format!(
-            "{what} is not valid UTF-8 (bad byte at offset {}): {:?}",
+            "{what} is not valid UTF-8 (bad byte at offset {}): {}",
             e.valid_up_to(),
-            shown(&String::from_utf8_lossy(bytes))
+            // Quoted as the library's messages quote a key: a long one (Redis takes keys up to
+            // 512 MB) by its start and its length, not repeated whole.
+            ferrolock::quoted_key(&shown(&String::from_utf8_lossy(bytes)))
         ))),
     }
 }

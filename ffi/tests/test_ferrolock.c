@@ -1334,6 +1334,11 @@ static void test_long_key_messages(void) {
   CHECK(q != NULL && strcmp(q, "\"k\\n\"") == 0, "%s", q ? q : "(null)");
   ferrolock_string_free(q);
   CHECK(ferrolock_quoted_key(NULL) == NULL && ferrolock_quoted_key("\xff") == NULL);
+  /* Refused as not UTF-8: shown as well, by its start and its length. */
+  key[n - 1] = (char)0xff;
+  snprintf(shown, sizeof shown, "\"%.64s\xe2\x80\xa6\" (", key);
+  ferrolock_lock *bad = NULL;
+  CHECK(names_long_key(ferrolock_manager_acquire(m, key, NULL, NULL, &bad, &err), shown), "%s", long_key_seen);
   free(key);
   ferrolock_manager_free(m);
 }
