@@ -578,7 +578,15 @@ pub fn key_str(py: Python<'_>, key: &Bound<'_, PyAny>, what: &str) -> PyResult<S
             // A lone surrogate: no UTF-8 holds it, so it could only be sent altered (and two
             // keys would then name one lock).
             Err(_) => {
-                let shown = key.repr().map(|r| r.to_string()).unwrap_or_default();
+                // A long one as the core shows a key (its start, its lone surrogates as
+                // U+FFFD, and the length it would have), not repeated whole; a short one as
+                // Python writes it, its surrogate escaped.
+                let long = ferrolock::quoted_key(&s.to_string_lossy());
+                let shown = if long.ends_with('"') {
+                    key.repr().map(|r| r.to_string()).unwrap_or_default()
+                } else {
+                    long
+                };
                 Err(invalid(
                     py,
                     format!(

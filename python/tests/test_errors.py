@@ -436,6 +436,12 @@ def test_a_long_key_is_shown_by_its_start_and_length(manager: LockManager) -> No
         messages.append(str(entered.value))
     for message in messages:
         assert len(message) < 1000 and shown in message, message[:300]
+    # One UTF-8 cannot carry (a lone surrogate), refused before it reaches the core.
+    with pytest.raises(InvalidArgument, match="not valid Unicode") as lone:
+        manager.lock(key + "\udc80")
+    assert len(str(lone.value)) < 1000 and '"' + "k" * 64 + '…" (' in str(lone.value), str(lone.value)[:300]
     # A short key is shown whole, as ever.
     with pytest.raises(InvalidArgument, match='^lock "short": ttl=-1'):
         manager.lock("short", ttl=-1)
+    with pytest.raises(InvalidArgument, match=r"^lock key 'k\\udc80' is not valid Unicode"):
+        manager.lock("k\udc80")
