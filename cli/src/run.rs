@@ -350,7 +350,7 @@ impl RunArgs {
             (_, _, true) => "write lock",
             _ => "lock",
         };
-        format!("{noun} {:?}", self.key)
+        format!("{noun} {}", ferrolock::quoted_key(&self.key))
     }
 
     /// Sets `key`: KEY, or --semaphore's NAME. With --semaphore there is no KEY, but clap
@@ -369,8 +369,13 @@ impl RunArgs {
                         .position(|a| a == "--")
                         .map(|at| raw.len() - at - 1);
                     if after_dashes == Some(self.command.len()) {
+                        // Quoted as the library quotes keys: a long one by its start and length.
+                        let shown = word
+                            .to_str()
+                            .map_or_else(|| format!("{word:?}"), ferrolock::quoted_key);
                         return Err(format!(
-                            "{word:?} before `--`: --semaphore NAME takes no KEY (the semaphore is {name:?})"
+                            "{shown} before `--`: --semaphore NAME takes no KEY (the semaphore is {})",
+                            ferrolock::quoted_key(name)
                         ));
                     }
                     self.command.insert(0, word);

@@ -1302,3 +1302,27 @@ fn inspect_and_scan_trust_the_tls_ca_as_run_does() {
     assert_eq!(out.status.code(), Some(69), "{text}");
     assert!(text.contains(&server.url()), "{text}");
 }
+
+/// A key near the longest one argument can be (Linux takes 128 KiB) is named in run's own
+/// lines by its start and its length, as the library's messages name it, not repeated whole.
+#[test]
+fn a_long_key_is_named_by_its_start_and_length() {
+    let server = RedisServer::start();
+    let key = "k".repeat(100_000);
+    let shown = format!("\"{}…\" (100000 bytes)", "k".repeat(64));
+    // --semaphore takes no KEY: the refusal names the word it took for one.
+    let extra = ["--semaphore", "s", "--permits", "2", &key, "--", "true"];
+    for (args, exit) in [(&["-v", &key, "--", "true"][..], 0), (&extra[..], 64)] {
+        let out = run(&server, args);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(exit), "{:.300}", err);
+        assert!(!err.is_empty(), "{}: said nothing", args[0]);
+        for line in err.lines() {
+            assert!(
+                line.len() < 1000 && line.contains(&shown),
+                "{} bytes: {line:.300}",
+                line.len()
+            );
+        }
+    }
+}
