@@ -111,8 +111,25 @@ fn show_core_warnings() {
 /// A lock key given on the command line, as text: every lock's names are (the core takes
 /// `&str`). The refusal names the key, its bad bytes escaped.
 fn key_text(key: &std::ffi::OsStr) -> Result<&str, String> {
-    key.to_str()
-        .ok_or_else(|| format!("the lock key {key:?} is not UTF-8 (a lock's names are text)"))
+    key.to_str().ok_or_else(|| {
+        format!(
+            "the lock key {} is not UTF-8 (a lock's names are text)",
+            shown_raw(key)
+        )
+    })
+}
+
+/// A name that is not UTF-8 as a refusal shows it: its bad bytes escaped, unless it is too
+/// long to show whole (an argument may be 128 KiB); then as the library shows a long key, by
+/// its start and its length.
+fn shown_raw(raw: &std::ffi::OsStr) -> String {
+    let long = ferrolock::quoted_key(&raw.to_string_lossy());
+    // The library ends a key it shows whole with its quote, a long one with its length.
+    if long.ends_with('"') {
+        format!("{raw:?}")
+    } else {
+        long
+    }
 }
 
 /// `--help` and `--version` succeed; every other clap error is bad usage, which is 64 here

@@ -332,7 +332,10 @@ fn parse_key(text: &str) -> Result<String, &'static str> {
 /// `--semaphore`'s NAME: as the core's errors, and every binding's, call it.
 fn parse_name(text: OsString) -> Result<String, String> {
     let text = text.into_string().map_err(|raw| {
-        format!("the semaphore name {raw:?} is not UTF-8 (a lock's names are text)")
+        format!(
+            "the semaphore name {} is not UTF-8 (a lock's names are text)",
+            crate::shown_raw(&raw)
+        )
     })?;
     if text.is_empty() {
         return Err("the semaphore name must not be empty".into());

@@ -1325,4 +1325,21 @@ fn a_long_key_is_named_by_its_start_and_length() {
             );
         }
     }
+    // One that is not UTF-8. (As --semaphore's NAME, clap's refusal still echoes it whole.)
+    let mut bytes = key.into_bytes();
+    bytes[99_999] = 0xff;
+    let raw = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes);
+    let start = format!("\"{}…\" (", "k".repeat(64));
+    let mut cmd = ferrolock();
+    cmd.args(["run", "--nodes", &server.url()])
+        .arg(raw)
+        .args(["--", "true"]);
+    let out = output_within(cmd, HANG);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(64), "{err:.300}");
+    assert!(
+        err.len() < 1000 && err.contains(&start) && err.contains("is not UTF-8"),
+        "{} bytes: {err:.300}",
+        err.len()
+    );
 }
