@@ -2237,7 +2237,14 @@ func TestLongKeyMessages(t *testing.T) {
 	closed.Close()
 	_, err = closed.Acquire(ctx, key)
 	errs = append(errs, err)
+	// One that is not UTF-8 (the library quotes it with U+FFFD for its bad byte, so its
+	// length is that of the text shown).
+	_, err = closed.Acquire(ctx, key[:len(key)-1]+"\xff")
+	errs = append(errs, err)
 	for i, err := range errs {
+		if i == len(errs)-1 {
+			shown = `"` + strings.Repeat("k", 64) + `…" (1048578 bytes)`
+		}
 		if err == nil || len(err.Error()) > 1000 || !strings.Contains(err.Error(), shown) {
 			msg := fmt.Sprint(err)
 			t.Errorf("message %d, %d bytes: %.200s", i, len(msg), msg)

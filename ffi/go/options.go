@@ -94,7 +94,9 @@ func invalid(format string, args ...any) *Error {
 // to 512 MB, and a message repeating a 1 MiB key is a megabyte long).
 func quoted(key string) string {
 	if strings.IndexByte(key, 0) < 0 {
-		ckey := C.CString(key)
+		// The library takes text: bad bytes as U+FFFD, as its own refusal of such a key shows
+		// them.
+		ckey := C.CString(strings.ToValidUTF8(key, "\uFFFD"))
 		defer C.free(unsafe.Pointer(ckey))
 		if p := C.ferrolock_quoted_key(ckey); p != nil {
 			defer C.ferrolock_string_free(p)
