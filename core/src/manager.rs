@@ -352,6 +352,7 @@ fn open_nodes(
             )
         })
         .collect::<Result<Vec<Node>>>()?;
+    server_ids.set_several_clusters(nodes.iter().filter(|n| n.is_cluster()).count() > 1);
     // Spelled apart, one server all the same (see `Node::server`).
     for (i, node) in nodes.iter().enumerate() {
         let server = node.server();

@@ -379,14 +379,10 @@ impl Node {
         if let Some(run_id) = field("run_id")
             && let Err(first) = self.server_ids.claim(&run_id, &self.display)
         {
-            let why = format!(
+            return Err(self.refuse_alias(format!(
                 "is the same server as node {first:?} (run_id {run_id}): its vote would count \
                  twice; Redlock needs distinct nodes, so it gets no request"
-            );
-            tracing::error!(node = %self.display, "{why}");
-            let mut alias = self.local().alias.lock().unwrap_or_else(|p| p.into_inner());
-            *alias = Some((Instant::now() + ALIAS_RECHECK, why.clone()));
-            return Err(NodeError::Redis(why));
+            )));
         }
         if self.guard_window.is_off() {
             return Ok(());
@@ -425,6 +421,41 @@ impl Node {
         }
         g.run_id = run_id;
         Ok(())
+    }
+
+    /// Refuses this node's connection for `why` (it is another node's server, or cluster),
+    /// and every new one for `ALIAS_RECHECK`.
+    fn refuse_alias(&self, why: String) -> NodeError {
+        tracing::error!(node = %self.display, "{why}");
+        let mut alias = self.local().alias.lock().unwrap_or_else(|p| p.into_inner());
+        *alias = Some((Instant::now() + ALIAS_RECHECK, why.clone()));
+        NodeError::Redis(why)
+    }
+
+    /// Claims the primaries of the slot map a cluster connection opened on (`server_ids.rs`):
+    /// Err when another node of this manager is the same cluster.
+    fn claim_cluster(&self, seen: &SlotMap) -> Result<(), NodeError> {
+        let mut primaries: Vec<String> = Vec::new();
+        for r in &seen.ranges {
+            if !primaries.contains(&r.primary) {
+                primaries.push(r.primary.clone());
+            }
+        }
+        if primaries.is_empty() && self.server_ids.several_clusters() {
+            return Err(NodeError::Redis(
+                "CLUSTER SLOTS named no primary: it cannot be told apart from this manager's \
+                 other clusters (one cluster's vote must not count twice), so it gets no request"
+                    .to_string(),
+            ));
+        }
+        match self.server_ids.claim_cluster(&primaries, &self.display) {
+            Ok(()) => Ok(()),
+            Err((first, primary)) => Err(self.refuse_alias(format!(
+                "is the same cluster as node {first:?} (both have primary {primary}): its vote \
+                 would count twice; Redlock needs distinct nodes (name a cluster once, its \
+                 other seeds as ?seed=host:port), so it gets no request"
+            ))),
+        }
     }
 
     /// Why this node gets no connection, while it is known to be another node's server.
@@ -848,10 +879,13 @@ impl Node {
                 // (`Watch::suspect`); with the restart guard on, also the one to
                 // compare later ones with (and, on a reconnection, the one seen before).
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
+                // Needed also beside another cluster node, to tell whether both are one
+                // cluster (`claim_cluster`).
+                let needed = self.guards_slots() || self.server_ids.several_clusters();
                 let seen = match tokio::time::timeout(timeout, SlotMap::read(&mut conn)).await {
                     Ok(Ok(topology)) => topology,
-                    Ok(Err(e)) if self.guards_slots() => return Err(self.classify(&e)),
-                    Err(_) if self.guards_slots() => {
+                    Ok(Err(e)) if needed => return Err(self.classify(&e)),
+                    Err(_) if needed => {
                         return Err(NodeError::Unreachable(format!(
                             "CLUSTER SLOTS: no reply within {:?}",
                             to_the_ms(timeout)
@@ -860,6 +894,7 @@ impl Node {
                     // Unknown: the first look after a request times out finds it changed.
                     _ => SlotMap::default(),
                 };
+                self.claim_cluster(&seen)?;
                 if self.guards_slots() {
                     let probes = tokio::time::timeout(
                         timeout,

@@ -884,6 +884,95 @@ async fn a_plain_url_to_a_cluster_node_is_refused_for_every_key() {
     }
 }
 
+/// Two seeds of one cluster given as two nodes are one cluster's vote counted twice: a
+/// quorum of 2 of 2 (or 2 of 3) was then that cluster's say alone. The primaries' node ids
+/// in the slot map tell when a connection opens, and the second gets no request, as a server
+/// reached by two URLs (`basics::a_server_reached_by_two_urls_votes_once`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_seeds_of_one_cluster_given_as_two_nodes_vote_once() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        acl_users: vec!["user locker on >s3cret ~* &* +@all".into()],
+        ..ClusterOptions::default()
+    });
+    let seed = |i: usize| {
+        format!(
+            "redis+cluster://locker:s3cret@127.0.0.1:{}",
+            cluster.nodes[i].port()
+        )
+    };
+    let shown = |i: usize| {
+        format!(
+            "redis+cluster://locker:***@127.0.0.1:{}",
+            cluster.nodes[i].port()
+        )
+    };
+    let key = "one-cluster";
+    let m = manager(&[seed(0), seed(1)], opts().wait(Some(Duration::ZERO)));
+    let err = match m.acquire(key).await {
+        Ok(lock) => panic!(
+            "granted by one cluster's two votes (quorum {} of {:?}), token {}",
+            m.quorum(),
+            m.node_names(),
+            lock.token()
+        ),
+        Err(e) => e,
+    };
+    // A misconfiguration, refused as a server named twice is: a Redis error naming both.
+    assert_eq!(err.kind(), ErrorKind::Redis, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&shown(0)) && text.contains(&shown(1)) && text.contains("same cluster"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    assert_eq!(get(owner(&cluster, key), key), None, "the grant was undone");
+
+    // Beside an independent server: the cluster and that server are a quorum of 2 of 3; with
+    // the server down, the cluster alone is none.
+    let mut other = RedisServer::start();
+    let m = manager(
+        &[seed(0), seed(2), other.url()],
+        opts().wait(Some(Duration::ZERO)),
+    );
+    let lock = m
+        .acquire(key)
+        .await
+        .expect("the cluster and the server are a quorum");
+    assert!(lock.release().await.unwrap());
+    other.kill();
+    assert!(!other.is_running());
+    match m.acquire(key).await {
+        Ok(lock) => panic!(
+            "granted by one cluster's two votes of 3 nodes, token {}",
+            lock.token()
+        ),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::Redis, "{e}"),
+    }
+    assert_eq!(get(owner(&cluster, key), key), None, "the grant was undone");
+
+    // The cluster once, and plain URLs to its primaries beside it: each plain one is refused
+    // as a cluster node, so the cluster's vote is not counted again through them.
+    let plain = |i: usize| {
+        format!(
+            "redis://locker:s3cret@127.0.0.1:{}",
+            cluster.nodes[i].port()
+        )
+    };
+    let m = manager(
+        &[seed(0), plain(1), plain(2)],
+        opts().wait(Some(Duration::ZERO)),
+    );
+    match m.acquire(key).await {
+        Ok(lock) => panic!(
+            "granted through a cluster's primaries, token {}",
+            lock.token()
+        ),
+        Err(e) => assert!(e.to_string().contains("is a Redis Cluster node"), "{e}"),
+    }
+    assert_eq!(get(owner(&cluster, key), key), None, "the grant was undone");
+}
+
 #[tokio::test]
 async fn with_a_primary_down_its_keys_fail_naming_the_cluster_and_others_still_lock() {
     let _serial = serial();
