@@ -7,12 +7,14 @@ use std::time::Duration;
 use ferrolock::redact_url;
 use redis::{Connection, ConnectionLike, Value};
 
-/// One server to ask: how it is shown, its URL (with the credentials the user gave), and the
-/// slot ranges it serves (empty for a standalone server).
+/// One server to ask: how it is shown, its URL (with the credentials the user gave), the
+/// slot ranges it serves (empty for a standalone server), and a cluster primary's address as
+/// `CLUSTER SLOTS` gave it (`None` for a standalone server).
 pub struct Target {
     pub shown: String,
     pub url: String,
     pub slots: Vec<(u16, u16)>,
+    pub primary: Option<String>,
 }
 
 /// The servers behind one node URL: the server itself, or every primary of a cluster, from
@@ -23,6 +25,7 @@ pub fn targets(url: &str) -> Result<Vec<Target>, String> {
             shown: redact_url(url),
             url: url.to_string(),
             slots: Vec::new(),
+            primary: None,
         }]);
     };
     let shown = redact_url(url);
@@ -36,6 +39,7 @@ pub fn targets(url: &str) -> Result<Vec<Target>, String> {
                         shown: format!("{shown} primary {addr}"),
                         url: with_addr(seed, &addr),
                         slots,
+                        primary: Some(addr),
                     })
                     .collect());
             }

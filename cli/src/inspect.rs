@@ -606,6 +606,15 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
     }
 }
 
+/// What `scan` does with each server behind its node URLs.
+enum Scanned {
+    Ask(Target),
+    /// A node URL that could not be read (shown, why).
+    Failed(String, String),
+    /// A cluster URL whose primaries another URL listed (shown, that URL shown).
+    SameCluster(String, String),
+}
+
 pub fn scan(args: ScanArgs) -> u8 {
     use std::os::unix::ffi::OsStrExt as _;
     let pattern = args
@@ -621,22 +630,52 @@ pub fn scan(args: ScanArgs) -> u8 {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    let servers: Vec<Result<Target, (String, String)>> = urls
-        .into_iter()
-        .flat_map(|url| match cluster::targets(&url) {
-            Ok(ts) => ts.into_iter().map(Ok).collect::<Vec<_>>(),
-            Err(e) => vec![Err((redact_url(&url), e))],
-        })
-        .collect();
+    // A cluster's primaries, each with the URL that listed it: a second seed of one cluster
+    // given as another node listed every lock again (the core refuses such a node's vote).
+    let mut listed: Vec<(String, String)> = Vec::new();
+    let mut servers: Vec<Scanned> = Vec::new();
+    for url in urls {
+        let shown = redact_url(&url);
+        let targets = match cluster::targets(&url) {
+            Ok(ts) => ts,
+            Err(e) => {
+                servers.push(Scanned::Failed(shown, e));
+                continue;
+            }
+        };
+        let first = targets.iter().find_map(|t| {
+            let addr = t.primary.as_ref()?;
+            listed
+                .iter()
+                .find(|(a, _)| a == addr)
+                .map(|(_, by)| by.clone())
+        });
+        if let Some(first) = first {
+            servers.push(Scanned::SameCluster(shown, first));
+            continue;
+        }
+        for t in targets {
+            if let Some(addr) = &t.primary {
+                listed.push((addr.clone(), shown.clone()));
+            }
+            servers.push(Scanned::Ask(t));
+        }
+    }
     for server in servers {
         let (shown, found) = match server {
-            Ok(t) => (
+            Scanned::SameCluster(shown, first) => {
+                text.push_str(&format!(
+                    "{shown}: the same cluster as {first} (its primaries are listed there)\n"
+                ));
+                continue;
+            }
+            Scanned::Ask(t) => (
                 t.shown,
                 Server::connect(&t.url)
                     .map(Server::listed_keys)
                     .and_then(|mut c| scan_node(&mut c, &pattern)),
             ),
-            Err((shown, e)) => (shown, Err(e)),
+            Scanned::Failed(shown, e) => (shown, Err(e)),
         };
         match found {
             Ok(found) => {

@@ -2030,6 +2030,51 @@ fn inspect_and_scan_on_a_cluster_ask_its_primaries_without_writing() {
     assert_eq!(before, changes(), "inspect/scan wrote");
 }
 
+/// Two seeds of one cluster given as two nodes: `scan` listed every primary, and every lock,
+/// once per seed. The second seed's cluster is now named as the first's, its locks listed
+/// once.
+#[test]
+fn scan_of_two_seeds_of_one_cluster_lists_each_lock_once() {
+    let cluster = RedisCluster::start();
+    let key_on = |p: &RedisServer| {
+        (0..)
+            .map(|i| format!("twice:{i}"))
+            .find(|k| cluster.primary_for_key(k).port() == p.port())
+            .unwrap()
+    };
+    let keys: Vec<String> = cluster.primaries().iter().map(key_on).collect();
+    for (n, (key, p)) in keys.iter().zip(cluster.primaries()).enumerate() {
+        let token = format!("{:012x}-{n:020x}", 1u64 << 40);
+        p.cmd::<()>(&["SET", key, &token, "PX", "60000"]);
+    }
+    let seed = |i: usize| format!("redis+cluster://127.0.0.1:{}", cluster.nodes[i].port());
+    let nodes = format!("{},{}", seed(0), seed(1));
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--json", "--nodes", &nodes, "twice:*"]);
+    let out = output(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("scan --json");
+    let locks = json["locks"].as_array().unwrap();
+    for key in &keys {
+        let found = locks.iter().filter(|l| l["key"] == key.as_str()).count();
+        assert_eq!(found, 1, "{key}: {json}");
+    }
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &nodes, "twice:*"]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(&format!("{}: the same cluster as {}", seed(1), seed(0))),
+        "{text}"
+    );
+}
+
 /// A number at a key with a hash tag (a counter, `{user7}:visits`) with no permit ids beside
 /// it (Redisson's `{user7}:visits:timeout`, in its slot) is no semaphore's. On a Redis Cluster
 /// `{name}:timeout` is in another slot, often on another primary: `scan` and `inspect` must not
