@@ -432,26 +432,20 @@ impl Node {
         NodeError::Redis(why)
     }
 
-    /// Claims the primaries of the slot map a cluster connection opened on (`server_ids.rs`):
+    /// Claims the nodes of the slot map a cluster connection opened on (`server_ids.rs`):
     /// Err when another node of this manager is the same cluster.
     fn claim_cluster(&self, seen: &SlotMap) -> Result<(), NodeError> {
-        let mut primaries: Vec<String> = Vec::new();
-        for r in &seen.ranges {
-            if !primaries.contains(&r.primary) {
-                primaries.push(r.primary.clone());
-            }
-        }
-        if primaries.is_empty() && self.server_ids.several_clusters() {
+        if seen.members.is_empty() && self.server_ids.several_clusters() {
             return Err(NodeError::Redis(
                 "CLUSTER SLOTS named no primary: it cannot be told apart from this manager's \
                  other clusters (one cluster's vote must not count twice), so it gets no request"
                     .to_string(),
             ));
         }
-        match self.server_ids.claim_cluster(&primaries, &self.display) {
+        match self.server_ids.claim_cluster(&seen.members, &self.display) {
             Ok(()) => Ok(()),
-            Err((first, primary)) => Err(self.refuse_alias(format!(
-                "is the same cluster as node {first:?} (both have primary {primary}): its vote \
+            Err((first, shared)) => Err(self.refuse_alias(format!(
+                "is the same cluster as node {first:?} (both have node {shared}): its vote \
                  would count twice; Redlock needs distinct nodes (name a cluster once, its \
                  other seeds as ?seed=host:port), so it gets no request"
             ))),

@@ -312,6 +312,10 @@ pub(crate) struct SlotMap {
     /// Each primary's `host:port`, as the map gives it: seeds for a later connection, when
     /// the URL's own seeds hang or are gone (`Node::open_connection`).
     pub(crate) addrs: Vec<String>,
+    /// Every node of the map, primaries and replicas, by node id (or `host:port`): what
+    /// tells two nodes of one manager that are one cluster (`Node::claim_cluster`), also a
+    /// failover apart (a promoted replica is in both maps).
+    pub(crate) members: Vec<String>,
 }
 
 /// One range of `CLUSTER SLOTS`: its primary by node id (or `host:port` when no id is given).
@@ -357,6 +361,15 @@ impl SlotMap {
         };
         let mut ranges = Vec::new();
         let mut addrs: Vec<String> = Vec::new();
+        let mut members: Vec<String> = Vec::new();
+        // The node id when given (Redis 4+), else host:port.
+        let id_of = |node: &[Value]| {
+            node.get(2).and_then(text).or_else(|| {
+                let host = node.first().and_then(text)?;
+                let port = node.get(1).and_then(text)?;
+                Some(format!("{host}:{port}"))
+            })
+        };
         if let Value::Array(entries) = reply {
             for entry in entries {
                 let Value::Array(fields) = entry else {
@@ -385,12 +398,15 @@ impl SlotMap {
                 {
                     addrs.push(addr);
                 }
-                // The node id when given (Redis 4+), else host:port.
-                let primary = primary.get(2).and_then(text).or_else(|| {
-                    let host = primary.first().and_then(text)?;
-                    let port = primary.get(1).and_then(text)?;
-                    Some(format!("{host}:{port}"))
-                });
+                for node in &fields[2..] {
+                    if let Value::Array(node) = node
+                        && let Some(id) = id_of(node)
+                        && !members.contains(&id)
+                    {
+                        members.push(id);
+                    }
+                }
+                let primary = id_of(primary);
                 if let (Ok(first), Ok(last), Some(primary)) =
                     (u16::try_from(*first), u16::try_from(*last), primary)
                 {
@@ -403,7 +419,11 @@ impl SlotMap {
             }
         }
         ranges.sort_by_key(|r| r.first);
-        SlotMap { ranges, addrs }
+        SlotMap {
+            ranges,
+            addrs,
+            members,
+        }
     }
 
     /// The range holding `slot`, as last read.
@@ -435,6 +455,7 @@ impl SlotMap {
     pub(crate) fn of(ranges: &[(u16, u16, &str)]) -> SlotMap {
         SlotMap {
             addrs: Vec::new(),
+            members: Vec::new(),
             ranges: ranges
                 .iter()
                 .map(|&(first, last, primary)| SlotRange {
@@ -671,6 +692,8 @@ mod tests {
         assert_eq!(map.range_of(7).unwrap().last, 5460);
         // Each primary's address once, in reply order; no replica's.
         assert_eq!(map.addrs, ["h:2", "h:1", "h:3"]);
+        // Every node, replicas too, once.
+        assert_eq!(map.members, ["b", "a", "replica-of-a", "c"]);
         assert_eq!(SlotMap::parse(&Value::Nil).primary_of(7), None);
         // An IPv6 host in brackets; an endpoint Redis does not know ("", "?") left out.
         let map = SlotMap::parse(&Value::Array(vec![

@@ -5,8 +5,9 @@
 //! DNS lookup, the server tells when a connection opens (`INFO server`).
 //!
 //! A `redis+cluster://` node is a whole cluster, which has no run_id of its own: it is known
-//! by its primaries' node ids (`CLUSTER SLOTS`, read on every connection). Two seeds of one
-//! cluster given as two nodes share them, and would count that cluster's vote twice.
+//! by its nodes' ids, primaries and replicas (`CLUSTER SLOTS`, read on every connection). Two
+//! seeds of one cluster given as two nodes share them, and would count that cluster's vote
+//! twice.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +26,7 @@ pub(crate) struct ServerIds {
     several_clusters: Arc<AtomicBool>,
 }
 
-/// A cluster's primary node id as a claim: apart from the run_ids of standalone servers.
+/// A cluster node's id as a claim: apart from the run_ids of standalone servers.
 fn cluster_claim(node_id: &str) -> String {
     format!("cluster node {node_id}")
 }
@@ -40,9 +41,10 @@ impl ServerIds {
         self.several_clusters.load(Ordering::Relaxed)
     }
 
-    /// Records that the cluster node `node` has the primaries `node_ids`; Err naming the node
-    /// that claimed one of them first, and that primary. One shared primary is enough: two
-    /// looks at one cluster a failover apart still share the others.
+    /// Records that the cluster node `node` has the nodes `node_ids`; Err naming the node that
+    /// claimed one of them first, and that id. One shared id is enough: two looks at one
+    /// cluster a failover apart share the replica promoted (its old primary, back as a
+    /// replica, too), and the other shards' nodes.
     pub fn claim_cluster(&self, node_ids: &[String], node: &str) -> Result<(), (String, String)> {
         let map = self.claims.get_or_init(Mutex::default);
         let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
@@ -53,7 +55,7 @@ impl ServerIds {
                 return Err((first.clone(), id.clone()));
             }
         }
-        // Primaries it no longer has (failed over, removed) may be another node's now.
+        // Nodes it no longer has (removed from the cluster) may be another node's now.
         map.retain(|_, claimed_by| claimed_by != node);
         for id in node_ids {
             map.insert(cluster_claim(id), node.to_string());
@@ -96,7 +98,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_belongs_to_the_first_node_that_saw_one_of_its_primaries() {
+    fn a_cluster_belongs_to_the_first_node_that_saw_one_of_its_nodes() {
         let ids = super::ServerIds::default();
         let v = |s: &[&str]| s.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let (a, b, c) = (

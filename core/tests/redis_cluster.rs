@@ -973,6 +973,78 @@ async fn two_seeds_of_one_cluster_given_as_two_nodes_vote_once() {
     assert_eq!(get(owner(&cluster, key), key), None, "the grant was undone");
 }
 
+/// Two seeds of one cluster whose connections are a failover of every primary apart: their
+/// slot maps share no primary, and both votes counted (the first connection follows the
+/// failovers without opening again, so it keeps its claim). The replicas in the maps tell:
+/// each promoted replica is in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_seeds_of_one_cluster_connected_a_failover_apart_vote_once() {
+    let _serial = serial();
+    let cluster = RedisCluster::start_with(ClusterOptions {
+        replicas: 1,
+        ..ClusterOptions::default()
+    });
+    // Redis 7 lists a replica in CLUSTER SLOTS once its replication offset has reached the
+    // other nodes (gossip, seconds after its sync): before, a map has no replica to share.
+    let replicas_listed = || {
+        let slots: redis::Value = cluster.nodes[0].cmd(&["CLUSTER", "SLOTS"]);
+        matches!(&slots, redis::Value::Array(ranges) if ranges.len() == 3
+            && ranges.iter().all(|r| matches!(r, redis::Value::Array(f) if f.len() >= 4)))
+    };
+    let listed_by = std::time::Instant::now() + Duration::from_secs(60);
+    while !replicas_listed() {
+        assert!(
+            std::time::Instant::now() < listed_by,
+            "CLUSTER SLOTS never listed the replicas"
+        );
+        tokio::time::sleep(ms(100)).await;
+    }
+    // The second seed cannot connect until every primary has failed over.
+    let late = ferrolock_testbed::Proxy::start(cluster.nodes[1].port());
+    late.cut();
+    let mut other = RedisServer::start();
+    let urls = [
+        format!("redis+cluster://127.0.0.1:{}", cluster.nodes[0].port()),
+        format!("redis+cluster://127.0.0.1:{}", late.port()),
+        other.url(),
+    ];
+    let m = manager(&urls, opts().wait(Some(Duration::ZERO)));
+    let key = "failed-over";
+    let lock = m
+        .acquire(key)
+        .await
+        .expect("the first seed and the server are a quorum");
+    assert!(lock.release().await.unwrap());
+    let before: Vec<u16> = cluster.primaries().iter().map(|p| p.port()).collect();
+    for port in &before {
+        let primary = &cluster.nodes[cluster.index_of_port(*port)];
+        let replica = cluster.replicas_of(primary)[0];
+        cluster.failover(replica, None);
+    }
+    let now: Vec<u16> = cluster
+        .current_primaries()
+        .iter()
+        .map(|p| p.port())
+        .collect();
+    assert!(
+        now.iter().all(|p| !before.contains(p)),
+        "every primary failed over: {before:?} then {now:?}"
+    );
+    late.heal();
+    other.kill();
+    assert!(!other.is_running());
+    match m.acquire(key).await {
+        Ok(lock) => panic!(
+            "granted by one cluster's two votes of 3 nodes, token {}",
+            lock.token()
+        ),
+        Err(e) => {
+            assert_eq!(e.kind(), ErrorKind::Redis, "{e}");
+            assert!(e.to_string().contains("same cluster"), "{e}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn with_a_primary_down_its_keys_fail_naming_the_cluster_and_others_still_lock() {
     let _serial = serial();
