@@ -33,7 +33,9 @@ let processGeneration = 0;
  * default), rather than a function nobody can call any more taking every record.
  */
 function setLogger(fn, options = {}) {
-  if (fn !== null && (typeof fn !== 'function' || isRevoked(fn))) {
+  // A class throws when called without new: every record would have failed in it, each a
+  // process warning, instead of the one mistake being named here.
+  if (fn !== null && (typeof fn !== 'function' || isRevoked(fn) || isClass(fn))) {
     throw new InvalidArgumentError(`setLogger: expected a function or null, got ${describe(fn)}`);
   }
   // As LockManager's options (options.js): a Promise (an options builder called without
@@ -108,8 +110,13 @@ function loggerFailed(how, record, e) {
   });
 }
 
+function isClass(fn) {
+  return /^class\b/.test(Function.prototype.toString.call(fn));
+}
+
 function describe(v) {
   if (isRevoked(v)) return 'a revoked Proxy';
+  if (typeof v === 'function' && isClass(v)) return v.name ? `a class ${v.name}` : 'a class';
   if (typeof v === 'string') return JSON.stringify(v);
   if (typeof v === 'function') return 'a function';
   if (Array.isArray(v)) return 'an array';

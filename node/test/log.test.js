@@ -434,3 +434,19 @@ test('setLogger refuses level: null (off or the default? neither is said), namin
     setLogger(null);
   }
 });
+
+test('setLogger refuses a class (it throws when called without new), naming it, rather than have every record fail in it', () => {
+  const before = [];
+  setLogger((r) => before.push(r), { level: 'error' });
+  try {
+    for (const cls of [class {}, class Sink {}, class extends Array {}]) {
+      assert.throws(
+        () => setLogger(cls),
+        (e) => e instanceof InvalidArgumentError && /setLogger: expected a function or null, got a class/.test(e.message),
+      );
+    }
+    assert.throws(() => setLogger(class Sink {}), /got a class Sink/);
+  } finally {
+    setLogger(null);
+  }
+});
