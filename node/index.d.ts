@@ -257,7 +257,9 @@ export interface LogRecord {
  * process warnings (`FerrolockWarning`) on the main thread (on a worker's if the main thread
  * has not loaded ferrolock). One logger per process: the last call, in any thread, wins; a
  * worker's lasts as long as the worker (then the latest call of a thread still running is in
- * effect again, or with none the default).
+ * effect again, or with none the default). At most 1000 records wait for the logger (queued
+ * for its thread, or handed to it with its promise not settled): newer ones are dropped, and
+ * a warning counting them is its next record once it is done with one.
  */
 export declare function setLogger(
   fn: ((record: LogRecord) => void) | null,

@@ -30,7 +30,8 @@ let processGeneration = 0;
  * 'warn') and above to `fn`, called on this thread; `null` turns them off. One logger per
  * process: the last call wins, in any worker thread. A worker's call lasts as long as the
  * worker: then the latest call of a thread still running is in effect again (none: the
- * default), rather than a function nobody can call any more taking every record.
+ * default), rather than a function nobody can call any more taking every record. At most
+ * BACKLOG records wait for it; newer ones are dropped and counted (see tellDropped).
  */
 function setLogger(fn, options = {}) {
   // A class throws when called without new: every record would have failed in it, each a
@@ -63,14 +64,31 @@ function setLogger(fn, options = {}) {
   handler = fn;
   level = wanted;
   const mine = ++generation;
-  processGeneration = native.setLogger(
+  let number = 0;
+  number = native.setLogger(
     fn === null
       ? null
       : (record) => {
-          if (mine === generation) call(fn, fromCore(record));
+          if (mine === generation) call(fn, fromCore(record), () => tellDropped(fn, wanted, mine, native.loggerDone(number)));
+          else native.loggerDone(number);
         },
     level,
   );
+  processGeneration = number;
+}
+
+// At most BACKLOG records wait for a logger (src/log.rs): those beyond are dropped, and
+// counted to it once it is done with a record, so the log does not read as complete.
+const BACKLOG = 1000;
+
+function droppedMessage(n) {
+  return `${n} log records dropped: the logger fell behind (at most ${BACKLOG} wait for it, queued or handed to it with its promise not settled)`;
+}
+
+function tellDropped(fn, fnLevel, mine, n) {
+  if (n === 0 || mine !== generation) return;
+  // A warning, unless the logger takes errors only: what it missed was errors.
+  call(fn, { level: fnLevel === 'error' ? 'error' : 'warn', target: 'ferrolock::log', message: droppedMessage(n) });
 }
 
 /** A warning of the binding's own (a `withLock` scope's end): to the logger if it takes
@@ -85,23 +103,35 @@ function warn(message) {
   }
   if (handler === null) return;
   if (LEVELS.indexOf(level) < LEVELS.indexOf('warn')) return;
-  call(handler, { level: 'warn', target: 'ferrolock::scope', message });
+  // An async logger's unsettled promises count here too.
+  const [fn, fnLevel, mine, number] = [handler, level, generation, processGeneration];
+  if (!native.loggerAdmit(number)) return;
+  call(fn, { level: 'warn', target: 'ferrolock::scope', message }, () => tellDropped(fn, fnLevel, mine, native.loggerDone(number)));
 }
 
 // A logger that throws must not turn a log record into an uncaught exception (the core's
 // records arrive outside any caller's code) nor replace a withLock's result: its error is
 // reported as a process warning, and the record is dropped. An async logger's rejection
 // likewise: nobody awaits what it returns, so it ended the process as an unhandled rejection.
-function call(fn, record) {
+// `done` runs once `fn` is done with the record: it returned, threw, or its promise settled.
+function call(fn, record, done = () => {}) {
   let returned;
   try {
     returned = fn(record);
   } catch (e) {
     loggerFailed('threw', record, e);
+    done();
     return;
   }
   // The platform's then: an async function's promise, whatever its `then` was made to be.
-  if (types.isPromise(returned)) Promise.prototype.then.call(returned, undefined, (e) => loggerFailed('rejected', record, e));
+  if (types.isPromise(returned)) {
+    Promise.prototype.then.call(returned, done, (e) => {
+      loggerFailed('rejected', record, e);
+      done();
+    });
+  } else {
+    done();
+  }
 }
 
 function loggerFailed(how, record, e) {
@@ -134,6 +164,8 @@ function fromCore(record) {
 // live worker's) until a setLogger call in any thread replaces the defaults.
 native.setDefaultLogger((record) => {
   if (generation === 0) processWarning(fromCore(record));
+  const dropped = native.defaultLoggerDone();
+  if (dropped > 0 && generation === 0) processWarning({ message: droppedMessage(dropped) });
 }, isMainThread);
 
 module.exports = { setLogger, warn };

@@ -9,7 +9,7 @@ use napi::bindgen_prelude::Function;
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Result, Status};
 use napi_derive::napi;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::env::locked;
@@ -26,8 +26,59 @@ pub struct NativeLogRecord {
 }
 
 /// Weak: a logger never keeps the process alive. Not callee-handled: the function gets the
-/// record alone, and a record is dropped rather than queued without bound (see `call`).
+/// record alone.
 type Tsfn = ThreadsafeFunction<NativeLogRecord, (), NativeLogRecord, Status, false, true>;
+
+/// At most this many records wait for one logger: queued for its thread, or handed to it and
+/// not yet done with (an async logger's promise unsettled). A logger that fell behind (slow,
+/// its thread's event loop blocked, its promises never settling) held every record in memory.
+/// As Python's and Go's queues.
+pub const BACKLOG: usize = 1000;
+
+/// A logger's records not yet done with, and those dropped since it was last told. The newest
+/// are dropped, not the oldest: the first records of a burst say how the trouble began (the
+/// first lock lost), the count says how much followed, and the queue stays the platform's own
+/// (a threadsafe function's, first in first out).
+#[derive(Default)]
+struct Backlog {
+    pending: AtomicUsize,
+    dropped: AtomicU64,
+}
+
+impl Backlog {
+    /// Takes a place for one more record, or counts it dropped.
+    fn admit(&self) -> bool {
+        let took = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < BACKLOG).then_some(n + 1)
+            })
+            .is_ok();
+        if !took {
+            self.dropped.fetch_add(1, Ordering::SeqCst);
+        }
+        took
+    }
+
+    /// Gives a record's place back; returns how many were dropped since the logger was last
+    /// told (0: none), which the caller tells it now that it has room again.
+    fn done(&self) -> u64 {
+        let _ = self
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        self.dropped.swap(0, Ordering::SeqCst)
+    }
+
+    fn send(&self, tsfn: &Tsfn, r: &LogRecord<'_>) {
+        // NonBlocking: the logging thread is often a runtime worker; once the environment is
+        // gone the call fails and the record is dropped.
+        if self.admit()
+            && tsfn.call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking) != Status::Ok
+        {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
 
 /// Each JavaScript environment's default logger (process warnings on its own thread), the
 /// main thread's first. The process's records go to the main thread's while it lives, else to
@@ -36,6 +87,7 @@ type Tsfn = ThreadsafeFunction<NativeLogRecord, (), NativeLogRecord, Status, fal
 struct Default {
     env: usize,
     tsfn: Tsfn,
+    backlog: Arc<Backlog>,
 }
 static DEFAULTS: Mutex<Vec<Default>> = Mutex::new(Vec::new());
 
@@ -44,6 +96,7 @@ struct Call {
     env: usize,
     number: u32,
     tsfn: Option<Arc<Tsfn>>,
+    backlog: Arc<Backlog>,
     level: LogLevel,
 }
 
@@ -112,6 +165,7 @@ fn set_logger_unguarded(
         env: id,
         number: CALLS_MADE.fetch_add(1, Ordering::SeqCst) + 1,
         tsfn,
+        backlog: Arc::default(),
         level,
     };
     let number = call.number;
@@ -143,12 +197,9 @@ fn forget_calls(id: usize) {
 fn install(call: Option<&Call>) -> Result<()> {
     match call {
         Some(call) => {
-            // NonBlocking: the logging thread is often a runtime worker; once the
-            // environment is gone the call fails and the record is dropped.
+            let backlog = call.backlog.clone();
             let sink: Option<log::LogSink> = call.tsfn.clone().map(|tsfn| {
-                Box::new(move |r: &LogRecord<'_>| {
-                    let _ = tsfn.call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
-                }) as log::LogSink
+                Box::new(move |r: &LogRecord<'_>| backlog.send(&tsfn, r)) as log::LogSink
             });
             log::set_sink(sink, call.level).map_err(to_napi)?;
             IN_EFFECT.store(call.number, Ordering::SeqCst);
@@ -159,6 +210,46 @@ fn install(call: Option<&Call>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Takes a place in the backlog of `setLogger` call `number` for a record this thread hands
+/// its function directly (a scope's warning); false: the record is dropped (counted).
+#[napi(js_name = "loggerAdmit")]
+pub fn logger_admit(number: u32) -> Result<bool> {
+    guard("loggerAdmit", || {
+        Ok(with_call(number, |b| b.admit()).unwrap_or(true))
+    })
+}
+
+/// The function of `setLogger` call `number` is done with a record (returned, threw, or its
+/// promise settled): returns the records dropped since it was last told (0: none).
+#[napi(js_name = "loggerDone")]
+pub fn logger_done(number: u32) -> Result<f64> {
+    guard("loggerDone", || {
+        Ok(with_call(number, |b| b.done()).unwrap_or(0) as f64)
+    })
+}
+
+fn with_call<T>(number: u32, f: impl FnOnce(&Backlog) -> T) -> Option<T> {
+    let backlog = locked(&SINKS)
+        .calls
+        .iter()
+        .find(|c| c.number == number)
+        .map(|c| c.backlog.clone());
+    backlog.map(|b| f(&b))
+}
+
+/// This environment's default logger is done with a record: as [`logger_done`].
+#[napi(js_name = "defaultLoggerDone")]
+pub fn default_logger_done(env: &Env) -> Result<f64> {
+    guard("defaultLoggerDone", || {
+        let id = env.raw() as usize;
+        let backlog = locked(&DEFAULTS)
+            .iter()
+            .find(|d| d.env == id)
+            .map(|d| d.backlog.clone());
+        Ok(backlog.map_or(0, |b| b.done()) as f64)
+    })
 }
 
 /// The number of the `setLogger` call in effect (0: none yet, the defaults).
@@ -201,7 +292,11 @@ fn set_default_logger_unguarded(
     let tsfn = weak_tsfn(callback)?;
     {
         let mut defaults = locked(&DEFAULTS);
-        let entry = Default { env: id, tsfn };
+        let entry = Default {
+            env: id,
+            tsfn,
+            backlog: Arc::default(),
+        };
         if main_thread {
             defaults.insert(0, entry);
         } else {
@@ -219,8 +314,6 @@ fn set_default_logger_unguarded(
 
 fn to_default(r: &LogRecord<'_>) {
     if let Some(d) = locked(&DEFAULTS).first() {
-        let _ = d
-            .tsfn
-            .call(js_record(r), ThreadsafeFunctionCallMode::NonBlocking);
+        d.backlog.send(&d.tsfn, r);
     }
 }

@@ -450,3 +450,105 @@ test('setLogger refuses a class (it throws when called without new), naming it, 
     setLogger(null);
   }
 });
+
+// Records for a logger wait in a queue until its thread runs it. A worker's withLock scope
+// ending with a warning (its body failed and the key was gone at the release) sends the record
+// through that queue to the logger the main thread set: `count` such records, keys
+// log-node:backlog:<tag>:0, 1, ... in order. The worker signals `flag` once every one is logged.
+function backlogWorker(tag, count) {
+  const pkg = JSON.stringify(path.resolve(__dirname, '..'));
+  return `
+    const { withLock } = require(${pkg});
+    const { workerData } = require('node:worker_threads');
+    const net = require('node:net');
+    const sock = net.connect(${server.port}, '127.0.0.1');
+    let answered;
+    sock.on('data', () => answered());
+    const del = (key) => new Promise((r) => {
+      answered = r;
+      sock.write('*2\\r\\n$3\\r\\nDEL\\r\\n$' + Buffer.byteLength(key) + '\\r\\n' + key + '\\r\\n');
+    });
+    (async () => {
+      for (let i = 0; i < ${count}; i++) {
+        const key = 'log-node:backlog:${tag}:' + i;
+        await withLock(key, async () => { await del(key); throw new Error('body failed'); },
+          { nodes: [${JSON.stringify(server.url)}], watchdog: false }).catch(() => {});
+      }
+      sock.destroy();
+      Atomics.store(workerData.flag, 0, 1);
+      Atomics.notify(workerData.flag, 0);
+    })();
+  `;
+}
+
+test('a logger whose thread is blocked gets at most 1000 queued records, the first ones, then a warning counting the rest, which were dropped', T, () => {
+  // The main thread's event loop is blocked while a worker logs 1500 records for its logger:
+  // every one waited in memory, without bound.
+  const script = `
+    const { Worker } = require('node:worker_threads');
+    const { setLogger } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    const scoped = [];
+    const reports = [];
+    let done;
+    setLogger((r) => {
+      if (r.target === 'ferrolock::scope') scoped.push(Number(/backlog:blocked:(\\d+)/.exec(r.message)[1]));
+      else if (/dropped/.test(r.message)) reports.push(r);
+      // Every record delivered (as without a bound), or the kept ones and the count of the rest.
+      if (scoped.length === 1500 || (reports.length > 0 && scoped.length === 1000)) done();
+    });
+    const finished = new Promise((r) => { done = r; });
+    const flag = new Int32Array(new SharedArrayBuffer(4));
+    new Worker(${JSON.stringify(backlogWorker('blocked', 1500))}, { eval: true, workerData: { flag } });
+    Atomics.wait(flag, 0, 0);
+    const keep = setInterval(() => {}, 1000);
+    finished.then(() => {
+      clearInterval(keep);
+      console.log(JSON.stringify({ scoped, reports }));
+    });
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 50_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const { scoped, reports } = JSON.parse(r.stdout);
+  assert.equal(scoped.length, 1000, `the blocked logger's queue held ${scoped.length} records`);
+  assert.deepEqual(scoped, [...Array(1000).keys()], 'the first records are the ones kept');
+  assert.equal(reports.length, 1, JSON.stringify(reports));
+  assert.equal(reports[0].level, 'warn');
+  assert.match(reports[0].message, /^500 log records dropped: the logger fell behind/);
+});
+
+test('an async logger whose promises have not settled gets at most 1000 records; once they settle, a warning counts the dropped ones', T, () => {
+  const script = `
+    const { Worker } = require('node:worker_threads');
+    const { setLogger } = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    const scoped = [];
+    const reports = [];
+    const unsettled = [];
+    let check = () => {};
+    setLogger((r) => {
+      if (r.target === 'ferrolock::scope') scoped.push(r);
+      else if (/dropped/.test(r.message)) reports.push(r);
+      check();
+      return new Promise((resolve) => unsettled.push(resolve));
+    });
+    const until = (cond) => new Promise((r) => { check = () => { if (cond()) r(); }; check(); });
+    const keep = setInterval(() => {}, 1000);
+    const flag = new Int32Array(new SharedArrayBuffer(4));
+    const w = new Worker(${JSON.stringify(backlogWorker('async', 1500))}, { eval: true, workerData: { flag } });
+    (async () => {
+      await new Promise((r) => w.once('exit', r));
+      // Every record is logged by now; at least 1000 reach the logger either way.
+      await until(() => scoped.length >= 1000);
+      const calledBeforeSettling = scoped.length;
+      for (const resolve of unsettled.splice(0)) resolve();
+      await until(() => scoped.length === 1500 || reports.length > 0);
+      clearInterval(keep);
+      console.log(JSON.stringify({ calledBeforeSettling, scoped: scoped.length, reports }));
+    })();
+  `;
+  const r = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 50_000 });
+  assert.equal(r.status, 0, r.stderr);
+  const { calledBeforeSettling, scoped, reports } = JSON.parse(r.stdout);
+  assert.equal(scoped, 1000, `the async logger was called ${scoped} times, ${calledBeforeSettling} of them before any of its promises settled`);
+  assert.equal(reports.length, 1, JSON.stringify(reports));
+  assert.match(reports[0].message, /^500 log records dropped: the logger fell behind/);
+});
