@@ -470,3 +470,29 @@ for (const how of ['ends', 'throws']) {
     one.cli('DEL', `${key}:main`);
   });
 }
+
+// console.log(lock), or an inspection that reads its getters (lock.signal among them, which
+// watches for the loss), inside the callback, and a reference kept past it: the lock is
+// released when withLock settles, nothing keeps the process up, and it exits on its own.
+test('a lock logged, inspected (getters read) and kept referenced from its withLock callback is released when withLock settles, and the process exits on its own', T, async () => {
+  const key = 'life:inspected';
+  const body = `
+    const util = require('node:util');
+    const { withLock } = require(${JSON.stringify(PKG)});
+    const { execFileSync } = require('node:child_process');
+    (async () => {
+      await withLock(${JSON.stringify(key)}, async (lock) => {
+        console.log(lock);
+        console.log(util.inspect(lock, { getters: true, showHidden: true, depth: 5 }));
+        globalThis.kept = lock;
+      }, { ttl: 60000 });
+      const exists = execFileSync('redis-cli', ['-p', '${one.port}', 'EXISTS', ${JSON.stringify(key)}], { encoding: 'utf8' }).trim();
+      console.log('after', globalThis.kept.status, exists);
+    })();`;
+  const r = await runNode(body);
+  assert.equal(r.signal, null, `the child did not exit on its own: ${r.out}`);
+  assert.equal(r.code, 0, r.err);
+  assert.match(r.out, /\[signal\]: \[Getter\] AbortSignal \{ aborted: false \}/, `the inspection did not read the signal: ${r.out}`);
+  assert.match(r.out, /^after released 0$/m, r.out);
+  assert.ok(!one.exists(key));
+});
