@@ -6,7 +6,7 @@ const { types } = require('node:util');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { InvalidArgumentError, inJsNames } = require('./errors');
-const { isRevoked, notOptions, optionsType } = require('./options');
+const { aClass, isClass, isRevoked, notOptions, optionsType } = require('./options');
 
 const LEVELS = ['error', 'warn', 'info', 'debug', 'trace'];
 
@@ -140,13 +140,9 @@ function loggerFailed(how, record, e) {
   });
 }
 
-function isClass(fn) {
-  return /^class\b/.test(Function.prototype.toString.call(fn));
-}
-
 function describe(v) {
   if (isRevoked(v)) return 'a revoked Proxy';
-  if (typeof v === 'function' && isClass(v)) return v.name ? `a class ${v.name}` : 'a class';
+  if (isClass(v)) return aClass(v);
   if (typeof v === 'string') return JSON.stringify(v);
   if (typeof v === 'function') return 'a function';
   if (Array.isArray(v)) return 'an array';

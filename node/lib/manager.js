@@ -3,7 +3,7 @@ const { AsyncLocalStorage } = require('node:async_hooks');
 const { isMainThread } = require('node:worker_threads');
 const native = require('./native');
 const { AbortError, InvalidArgumentError, NotAcquiredError, fromCode, fromNative, inJsNames, quoted } = require('./errors');
-const { convert, checkKey, checkSignal, isRevoked, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
+const { aClass, convert, checkKey, checkSignal, isClass, isRevoked, notOptions, optionNames, splitPermits, tryOnce } = require('./options');
 const { Lock } = require('./lock');
 const log = require('./log');
 
@@ -420,10 +420,10 @@ async function withPermit(name, options, fn) {
 
 async function withKind(key, fn, options, kind, sem = null) {
   checkKey(key);
-  // A revoked Proxy of a function is typeof 'function' too: called, it threw a TypeError once
-  // the lock was taken.
-  if (typeof fn !== 'function' || isRevoked(fn)) {
-    const got = isRevoked(fn) ? 'a revoked Proxy' : typeof fn;
+  // A revoked Proxy of a function is typeof 'function' too, and so is a class: called, each
+  // threw a TypeError once the lock was taken.
+  if (typeof fn !== 'function' || isRevoked(fn) || isClass(fn)) {
+    const got = isRevoked(fn) ? 'a revoked Proxy' : isClass(fn) ? aClass(fn) : typeof fn;
     throw new InvalidArgumentError(`${sem ? 'semaphore' : 'lock'} ${quoted(key)}: ${SCOPE_NAMES[kind]} needs a callback function, got ${got}`, { key });
   }
   const { nm, opts, reentrant } = withLockOptions(options, key, sem ? ['permits', 'count'] : [], sem ? 'semaphore' : 'lock');

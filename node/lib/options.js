@@ -52,6 +52,17 @@ function isRevoked(v) {
   }
 }
 
+/** A class: it throws when called without new, so it is refused where a function is called
+ * with arguments (a callback, a logger), rather than fail at each call. */
+function isClass(fn) {
+  return typeof fn === 'function' && !isRevoked(fn) && /^class\b/.test(Function.prototype.toString.call(fn));
+}
+
+/** A class as the messages name it. */
+function aClass(fn) {
+  return fn.name ? `a class ${fn.name}` : 'a class';
+}
+
 /** A value's type as the messages name it. */
 function typeName(v) {
   if (v === null) return 'null';
@@ -305,4 +316,4 @@ function tryOnce(key, options, subject = 'lock') {
   return { ...plainCopy(options), wait: 0 };
 }
 
-module.exports = { isRevoked, optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, optionsType, TABLE };
+module.exports = { aClass, isClass, isRevoked, optionNames, convert, checkKey, checkSignal, splitPermits, tryOnce, millis, notOptions, optionsType, TABLE };

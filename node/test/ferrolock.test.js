@@ -962,3 +962,24 @@ test('options a class instance reads through getters, or an object inherits (Obj
   }
   assert.ok((await ferrolock.withPermit('proto:sem', Object.assign(Object.create({ permits: 2, ttl: 60_000 }), { nodes }), async (l) => l.validity)) > 30_000, 'withPermit dropped the inherited ttl');
 });
+
+test('a class given as the callback is refused before the lock is taken, naming it (it throws when called without new)', T, async () => {
+  const nodes = [one.url];
+  const m = new LockManager({ nodes, ttl: 60_000 });
+  const held = await m.acquire('class-callback');
+  try {
+    // The key is held elsewhere: a callback that is taken tries the lock first (wait: 0
+    // rejects with NotAcquiredError), one that is refused never reaches it.
+    for (const call of [
+      () => withLock('class-callback', class Job {}, { nodes, wait: 0 }),
+      () => ferrolock.withWriteLock('class-callback', class Job {}, { nodes, wait: 0 }),
+      () => ferrolock.withPermit('class-callback', { nodes, permits: 2, wait: 0 }, class Job {}),
+    ]) {
+      await assert.rejects(call(), (e) => e instanceof InvalidArgumentError && /needs a callback function, got a class Job/.test(e.message));
+    }
+    await assert.rejects(withLock('class-callback', class {}, { nodes, wait: 0 }), /needs a callback function, got a class$/);
+  } finally {
+    await held.release();
+    await m.close();
+  }
+});
