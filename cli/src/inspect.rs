@@ -3,6 +3,7 @@
 //! (`cluster.rs`). Read-only: neither writes anything, and node URLs are shown with passwords
 //! redacted.
 
+use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use ferrolock::{
@@ -811,72 +812,174 @@ fn is_read_hold_key(key: &str) -> bool {
 
 fn scan_node(c: &mut Server, pattern: &[u8]) -> Result<Vec<Found>, String> {
     let mut found = Vec::new();
+    let mut listed = HashSet::new();
     let mut cursor: u64 = 0;
     loop {
-        // Names and values as bytes: a database holds binary ones too (a compressed or
-        // pickled value, a binary hash field), and one that is not UTF-8 is no lock; read as
-        // text, the first of them failed the whole node.
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .query(c)
-            .map_err(reply_error)?;
-        for raw in keys {
-            let key = String::from_utf8_lossy(&raw).into_owned();
-            if is_core_key(&key) || is_read_hold_key(&key) {
-                continue;
-            }
-            let kind: String = redis::cmd("TYPE").arg(&raw).query(c).map_err(reply_error)?;
-            let mut held = None;
-            let looks = match kind.as_str() {
-                "string" => {
-                    let v: Option<Vec<u8>> =
-                        redis::cmd("GET").arg(&raw).query(c).map_err(reply_error)?;
-                    let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
-                    held = held_ms(&v);
-                    if v.parse::<i64>().is_ok() {
-                        let holders: u64 =
-                            unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
-                                .unwrap_or(0);
-                        (holders > 0)
-                            .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
-                    } else if held.is_some() {
-                        Some("plain (ferrolock)")
-                    } else {
-                        (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
-                            .then_some("plain (redis-py, node-redlock)")
-                    }
-                }
-                "hash" => {
-                    let fields: Fields = redis::cmd("HGETALL")
-                        .arg(&raw)
-                        .query(c)
-                        .map_err(reply_error)?;
-                    if is_read_write(&fields) {
-                        Some(READ_WRITE)
-                    } else {
-                        is_reentrant(&fields).then_some("reentrant (Redisson RLock layout)")
-                    }
-                }
-                _ => None,
-            };
-            if let Some(kind) = looks {
-                let pttl_ms: i64 = redis::cmd("PTTL").arg(&raw).query(c).map_err(reply_error)?;
-                found.push(Found {
-                    key,
-                    kind,
-                    pttl_ms,
-                    held_ms: held,
-                    leaks: !kind.starts_with("semaphore"),
-                });
-            }
-        }
-        cursor = next;
+        cursor = scan_page(c, pattern, cursor, &mut found, &mut listed)?;
         if cursor == 0 {
             return Ok(found);
         }
+    }
+}
+
+/// One SCAN step from `cursor`: appends the lock-like keys it lists to `found`, and returns
+/// the next cursor (0: done). SCAN may return a key again (the table shrank between two steps
+/// as keys were deleted or expired, and its buckets merged ones already walked): `listed`, the
+/// names already in `found`, keeps each lock listed once.
+fn scan_page(
+    c: &mut Server,
+    pattern: &[u8],
+    cursor: u64,
+    found: &mut Vec<Found>,
+    listed: &mut HashSet<Vec<u8>>,
+) -> Result<u64, String> {
+    // Names and values as bytes: a database holds binary ones too (a compressed or
+    // pickled value, a binary hash field), and one that is not UTF-8 is no lock; read as
+    // text, the first of them failed the whole node.
+    let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+        .arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(SCAN_COUNT)
+        .query(c)
+        .map_err(reply_error)?;
+    for raw in keys {
+        let key = String::from_utf8_lossy(&raw).into_owned();
+        if is_core_key(&key) || is_read_hold_key(&key) || listed.contains(&raw) {
+            continue;
+        }
+        let kind: String = redis::cmd("TYPE").arg(&raw).query(c).map_err(reply_error)?;
+        let mut held = None;
+        let looks = match kind.as_str() {
+            "string" => {
+                let v: Option<Vec<u8>> =
+                    redis::cmd("GET").arg(&raw).query(c).map_err(reply_error)?;
+                let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
+                held = held_ms(&v);
+                if v.parse::<i64>().is_ok() {
+                    let holders: u64 =
+                        unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
+                            .unwrap_or(0);
+                    (holders > 0).then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
+                } else if held.is_some() {
+                    Some("plain (ferrolock)")
+                } else {
+                    (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+                        .then_some("plain (redis-py, node-redlock)")
+                }
+            }
+            "hash" => {
+                let fields: Fields = redis::cmd("HGETALL")
+                    .arg(&raw)
+                    .query(c)
+                    .map_err(reply_error)?;
+                if is_read_write(&fields) {
+                    Some(READ_WRITE)
+                } else {
+                    is_reentrant(&fields).then_some("reentrant (Redisson RLock layout)")
+                }
+            }
+            _ => None,
+        };
+        if let Some(kind) = looks {
+            let pttl_ms: i64 = redis::cmd("PTTL").arg(&raw).query(c).map_err(reply_error)?;
+            listed.insert(raw);
+            found.push(Found {
+                key,
+                kind,
+                pttl_ms,
+                held_ms: held,
+                leaks: !kind.starts_with("semaphore"),
+            });
+        }
+    }
+    Ok(next)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrolock_testbed::{RedisServer, ServerOptions};
+
+    /// SCAN returns a key again when the table it walks shrinks between two steps (keys
+    /// deleted or expired mid-scan): `scan` listed such a lock twice.
+    #[test]
+    fn a_key_scan_returns_twice_is_listed_once() {
+        let server = RedisServer::start_with(ServerOptions {
+            extra_args: vec!["--enable-debug-command".into(), "yes".into()],
+            ..ServerOptions::default()
+        });
+        let mut admin = server.client();
+        let token = "0123456789abcdef0123456789abcdef";
+        let mut pipe = redis::pipe();
+        for i in 0..20_000 {
+            pipe.cmd("SET").arg(format!("lk:{i}")).arg(token).ignore();
+        }
+        pipe.query::<()>(&mut admin).unwrap();
+        let mut c = Server::connect(&server.url()).unwrap().listed_keys();
+        let mut found = Vec::new();
+        let mut listed = HashSet::new();
+        let cursor = scan_page(&mut c, b"lk:*", 0, &mut found, &mut listed).unwrap();
+        assert!(cursor != 0 && !found.is_empty());
+        // Keep what the first step listed and a thousand keys more; delete the rest, so
+        // that the table shrinks to a size whose buckets each hold some already walked.
+        let first: HashSet<String> = found.iter().map(|f| f.key.clone()).collect();
+        let kept: Vec<String> = (0..20_000)
+            .map(|i| format!("lk:{i}"))
+            .filter(|k| !first.contains(k))
+            .take(1000)
+            .collect();
+        let mut pipe = redis::pipe();
+        for i in 0..20_000 {
+            let k = format!("lk:{i}");
+            if !first.contains(&k) && !kept.contains(&k) {
+                pipe.cmd("DEL").arg(k).ignore();
+            }
+        }
+        pipe.query::<()>(&mut admin).unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let stats: String = redis::cmd("DEBUG")
+                .arg("HTSTATS")
+                .arg(0)
+                .query(&mut admin)
+                .unwrap();
+            if !stats.contains("Rehashing") && !stats.contains("table size: 32768") {
+                break;
+            }
+            assert!(std::time::Instant::now() < end, "never shrank: {stats}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The fault: SCAN itself now returns keys the first step returned.
+        let mut raw = Vec::new();
+        let mut next = cursor;
+        while next != 0 {
+            let (n, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(next)
+                .arg("MATCH")
+                .arg("lk:*")
+                .arg("COUNT")
+                .arg(SCAN_COUNT)
+                .query(&mut admin)
+                .unwrap();
+            raw.extend(keys);
+            next = n;
+        }
+        assert!(
+            raw.iter().any(|k| first.contains(k)),
+            "SCAN returned no key twice"
+        );
+
+        let mut next = cursor;
+        while next != 0 {
+            next = scan_page(&mut c, b"lk:*", next, &mut found, &mut listed).unwrap();
+        }
+        let mut keys: Vec<&str> = found.iter().map(|f| f.key.as_str()).collect();
+        keys.sort_unstable();
+        let listed = keys.len();
+        keys.dedup();
+        assert_eq!(listed, keys.len(), "a key listed twice");
+        assert_eq!(listed, first.len() + kept.len());
     }
 }
