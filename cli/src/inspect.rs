@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use ferrolock::{
-    LockManager, ManagerOptions, fence_key, queue_key, queue_lease_key, redact_url,
+    LockManager, ManagerOptions, fence_key, queue_key, queue_lease_key, quoted_key, redact_url,
     rwlock_timeout_prefix, semaphore_timeout_key,
 };
 use redis::Value;
@@ -147,7 +147,7 @@ pub fn inspect(args: InspectArgs) -> u8 {
         node["node"] = json!(shown);
         out.push(node);
     }
-    let title = format!("{} {key:?}\n{text}", noun(&out));
+    let title = format!("{} {}\n{text}", noun(&out), quoted_key(key));
     if let Err(code) = report(args.json, json!({ "key": key, "nodes": out }), title) {
         return code;
     }
@@ -189,7 +189,7 @@ fn owner_of(url: &str, key: &str) -> Result<Target, String> {
     let i = targets
         .iter()
         .position(|t| cluster::serves(t, slot))
-        .ok_or_else(|| format!("no primary serves slot {slot} of {key:?}"))?;
+        .ok_or_else(|| format!("no primary serves slot {slot} of {}", quoted_key(key)))?;
     Ok(targets.swap_remove(i))
 }
 
@@ -708,8 +708,8 @@ pub fn scan(args: ScanArgs) -> u8 {
                         .map(|ms| format!("  held {}", held_text(ms)))
                         .unwrap_or_default();
                     text.push_str(&format!(
-                        "  {:?}  {}  ttl {}{held}{flag}\n",
-                        lock.key,
+                        "  {}  {}  ttl {}{held}{flag}\n",
+                        quoted_key(&lock.key),
                         lock.kind,
                         if lock.pttl_ms < 0 {
                             "none".to_string()

@@ -56,15 +56,32 @@ fn output(mut cmd: Command) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
+    // Read while it runs: an output larger than a pipe's buffer would stop it mid-write.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).expect("read output");
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
     let end = Instant::now() + HANG;
-    while child.try_wait().expect("try_wait").is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
         if Instant::now() > end {
             let _ = child.kill();
             panic!("ferrolock did not exit within {HANG:?}");
         }
         thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
     }
-    child.wait_with_output().expect("output")
 }
 
 fn wait(child: &mut Child) -> std::process::ExitStatus {
@@ -3097,4 +3114,53 @@ fn inspect_on_a_cluster_follows_a_migrating_slots_ask() {
         text.contains(&format!("holder token: {token}")),
         "{text}{err}"
     );
+}
+
+/// A long key (100 kB given to `inspect`, the most one argument takes; 1 MiB found by `scan`)
+/// is named in the text by its start and its length, as the library names one, not repeated
+/// whole: in `inspect`'s title, in the refusal of a key no primary serves, and in `scan`'s list.
+#[test]
+fn inspect_and_scan_name_a_long_key_by_its_start_and_length() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let key = "k".repeat(100_000);
+    let token = format!("{:012x}-{:020x}", 1u64 << 40, 7);
+    server.cmd::<()>(&["SET", &key, &token, "PX", "60000"]);
+    let huge = "h".repeat(1 << 20);
+    server.cmd::<()>(&["SET", &huge, &token, "PX", "60000"]);
+    // Named, and nothing else is long.
+    let short = |out: &Output, shown: &str| {
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.len() < 2000 && text.contains(shown),
+            "{} bytes: {text:.300}",
+            text.len()
+        );
+    };
+    let shown = format!("\"{}…\" (100000 bytes)", "k".repeat(64));
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &url, &key]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    short(&out, &format!("lock {shown}\n"));
+    let mut cmd = ferrolock();
+    cmd.args(["scan", "--nodes", &url, "h*"]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(0));
+    short(
+        &out,
+        &format!("  \"{}…\" (1048576 bytes)  plain", "h".repeat(64)),
+    );
+
+    // A cluster's seed that no longer serves the key's slot, nor knows who does.
+    let cluster = RedisCluster::start();
+    let owner = cluster.primary_for_key(&key);
+    let slot = ferrolock::cluster_key_slot(&key).to_string();
+    owner.cmd::<()>(&["CLUSTER", "DELSLOTS", &slot]);
+    let seed = format!("redis+cluster://127.0.0.1:{}", owner.port());
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &seed, &key]);
+    let out = output(cmd);
+    assert_eq!(out.status.code(), Some(69));
+    short(&out, &format!("no primary serves slot {slot} of {shown}\n"));
 }
