@@ -201,34 +201,40 @@ fn describe(c: &mut Server, key: &str) -> Result<Json, String> {
     let kind: String = redis::cmd("TYPE").arg(key).query(c).map_err(reply_error)?;
     let pttl: i64 = redis::cmd("PTTL").arg(key).query(c).map_err(reply_error)?;
     let holder = match kind.as_str() {
-        "string" => {
-            let token = text_of(&q(redis::cmd("GET").arg(key), c)?);
-            // Below zero too: Redisson's addPermits(-n) shrinks a pool under its holders (it
-            // was shown as a plain lock whose token was "-1").
-            match token.parse::<i64>() {
-                Ok(available) => semaphore(c, key, available)?,
-                Err(_) => json!({ "token": token, "held_ms": held_ms(&token) }),
+        "string" => match string_value(c, key.as_bytes())? {
+            (start, Some(len)) => json!({
+                "token": String::from_utf8_lossy(&start),
+                "token_bytes": len,
+                "held_ms": null,
+            }),
+            (value, None) => {
+                let token = String::from_utf8_lossy(&value).into_owned();
+                // Below zero too: Redisson's addPermits(-n) shrinks a pool under its holders
+                // (it was shown as a plain lock whose token was "-1").
+                match token.parse::<i64>() {
+                    Ok(available) => semaphore(c, key, available)?,
+                    Err(_) => json!({ "token": token, "held_ms": held_ms(&token) }),
+                }
             }
-        }
-        "hash" if is_read_write(&hash_fields(c, key)?) => read_write(c, key)?,
-        // A settings hash that never expires is no leaked lock: laid out as none, it is not
-        // one, as a list is not (and `scan` does not list it).
-        "hash" if !is_reentrant(&hash_fields(c, key)?) => json!({ "kind": NOT_A_LOCK }),
+        },
         "hash" => {
-            let fields = q(redis::cmd("HGETALL").arg(key), c)?;
-            let mut owners = serde_json::Map::new();
-            if let Value::Array(items) | Value::Set(items) = fields {
-                for pair in items.chunks(2) {
-                    if let [f, v] = pair {
-                        owners.insert(text_of(f), json!(text_of(v)));
-                    }
-                }
-            } else if let Value::Map(pairs) = fields {
-                for (f, v) in pairs {
-                    owners.insert(text_of(&f), json!(text_of(&v)));
-                }
+            let fields = hash_fields(c, key.as_bytes())?;
+            if is_read_write(&fields) {
+                read_write(fields, c, key)?
+            } else if is_reentrant(&fields) {
+                let owners: serde_json::Map<String, Json> = fields
+                    .iter()
+                    .map(|(f, v)| {
+                        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                        (text(f), json!(text(v)))
+                    })
+                    .collect();
+                json!({ "owners": owners })
+            } else {
+                // A settings hash that never expires is no leaked lock: laid out as none, it
+                // is not one, as a list is not (and `scan` does not list it).
+                json!({ "kind": NOT_A_LOCK })
             }
-            json!({ "owners": owners })
         }
         // A list, a set, ...: what an acquire refuses ("the key holds a list, not a lock"),
         // not a lock of any layout, leaked or not.
@@ -292,8 +298,57 @@ fn has_slot_tag(key: &str) -> bool {
 /// A hash's fields and values, as bytes.
 type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
-/// The fields of the hash at `key`.
-fn hash_fields(c: &mut Server, key: &str) -> Result<Fields, String> {
+/// The longest name or value of a lock's key read whole: a token (ferrolock's has 33 bytes,
+/// redis-py's 32), a count, a hash's `<uuid>:<owner id>`. A longer value is no lock's, and is
+/// not read whole (a 100 MB string under a name that looks like a lock was, by GET).
+const VALUE_MAX: u64 = 128;
+
+/// The most fields of a hash read as a lock's (a reentrant lock's owners, a read-write lock's
+/// readers).
+const FIELDS_MAX: u64 = 1024;
+
+/// The string at `key`: its value, or, when longer than a lock's, its first `VALUE_MAX`
+/// bytes and its length.
+fn string_value(c: &mut Server, key: &[u8]) -> Result<(Vec<u8>, Option<u64>), String> {
+    let len: u64 = redis::cmd("STRLEN")
+        .arg(key)
+        .query(c)
+        .map_err(reply_error)?;
+    if len <= VALUE_MAX {
+        let value: Option<Vec<u8>> = redis::cmd("GET").arg(key).query(c).map_err(reply_error)?;
+        return Ok((value.unwrap_or_default(), None));
+    }
+    let start: Vec<u8> = redis::cmd("GETRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(VALUE_MAX - 1)
+        .query(c)
+        .map_err(reply_error)?;
+    Ok((start, Some(len)))
+}
+
+/// The fields of the hash at `key`, as bytes; none when it is laid out as no lock, found from
+/// its size and its names before any value is read (a hash of user data can be large).
+fn hash_fields(c: &mut Server, key: &[u8]) -> Result<Fields, String> {
+    let count: u64 = redis::cmd("HLEN").arg(key).query(c).map_err(reply_error)?;
+    if count > FIELDS_MAX {
+        return Ok(Vec::new());
+    }
+    let names: Vec<Vec<u8>> = redis::cmd("HKEYS").arg(key).query(c).map_err(reply_error)?;
+    let named = names.iter().any(|f| f == b"mode") || names.iter().all(|f| is_owner_field(f));
+    if !named || names.iter().any(|f| f.len() as u64 > VALUE_MAX) {
+        return Ok(Vec::new());
+    }
+    for name in &names {
+        let len: u64 = redis::cmd("HSTRLEN")
+            .arg(key)
+            .arg(name)
+            .query(c)
+            .map_err(reply_error)?;
+        if len > VALUE_MAX {
+            return Ok(Vec::new());
+        }
+    }
     redis::cmd("HGETALL").arg(key).query(c).map_err(reply_error)
 }
 
@@ -315,20 +370,23 @@ fn is_read_write(fields: &Fields) -> bool {
 /// `<uuid>:<owner id>`, every value a hold count.
 fn is_reentrant(fields: &Fields) -> bool {
     !fields.is_empty()
-        && fields.iter().all(|(f, v)| {
-            utf8(v).is_some_and(|v| v.parse::<i64>().is_ok())
-                && utf8(f)
-                    .and_then(|f| f.rsplit_once(':'))
-                    .is_some_and(|(uuid, id)| uuid.len() >= 32 && id.parse::<i64>().is_ok())
-        })
+        && fields
+            .iter()
+            .all(|(f, v)| utf8(v).is_some_and(|v| v.parse::<i64>().is_ok()) && is_owner_field(f))
+}
+
+/// A reentrant lock's field: `<uuid>:<owner id>`.
+fn is_owner_field(f: &[u8]) -> bool {
+    utf8(f)
+        .and_then(|f| f.rsplit_once(':'))
+        .is_some_and(|(uuid, id)| uuid.len() >= 32 && id.parse::<i64>().is_ok())
 }
 
 /// A read-write lock (Redisson's RReadWriteLock hash): its mode, the writer (field
 /// `<owner>:write`) and each reader (field `<owner>`) with its holds, each hold's remaining
 /// lease being the PTTL of its own key `{name}:<owner>:rwlock_timeout:<n>`.
-fn read_write(c: &mut Server, key: &str) -> Result<Json, String> {
+fn read_write(fields: Fields, c: &mut Server, key: &str) -> Result<Json, String> {
     // As bytes: an owner field that is not UTF-8 (a client's binary id) failed the node.
-    let fields = hash_fields(c, key)?;
     // `{name}:` of the hold keys, to which a reader's field is appended as the bytes it is.
     let timeout_prefix = rwlock_timeout_prefix(key, "");
     let hold_prefix = timeout_prefix
@@ -458,7 +516,12 @@ fn node_text(n: &Json) -> String {
             None => {}
         }
         if let Some(t) = n["holder"]["token"].as_str() {
-            s.push_str(&format!("  holder token: {}\n", printable(t)));
+            // A value longer than a lock's: its start, read alone, and its length.
+            let more = n["holder"]["token_bytes"]
+                .as_u64()
+                .map(|len| format!("… ({len} bytes)"))
+                .unwrap_or_default();
+            s.push_str(&format!("  holder token: {}{more}\n", printable(t)));
         }
         if let Some(ms) = n["holder"]["held_ms"].as_u64() {
             s.push_str(&format!("  held for: {}\n", held_text(ms)));
@@ -852,28 +915,28 @@ fn scan_page(
         let kind: String = redis::cmd("TYPE").arg(&raw).query(c).map_err(reply_error)?;
         let mut held = None;
         let looks = match kind.as_str() {
-            "string" => {
-                let v: Option<Vec<u8>> =
-                    redis::cmd("GET").arg(&raw).query(c).map_err(reply_error)?;
-                let v = String::from_utf8(v.unwrap_or_default()).unwrap_or_default();
-                held = held_ms(&v);
-                if v.parse::<i64>().is_ok() {
-                    let holders: u64 =
-                        unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
-                            .unwrap_or(0);
-                    (holders > 0).then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
-                } else if held.is_some() {
-                    Some("plain (ferrolock)")
-                } else {
-                    (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
-                        .then_some("plain (redis-py, node-redlock)")
+            // Longer than any lock's: no lock.
+            "string" => match string_value(c, &raw)? {
+                (_, Some(_)) => None,
+                (v, None) => {
+                    let v = String::from_utf8(v).unwrap_or_default();
+                    held = held_ms(&v);
+                    if v.parse::<i64>().is_ok() {
+                        let holders: u64 =
+                            unless_moved(redis::cmd("ZCARD").arg(permit_ids_key(&key)).query(c))?
+                                .unwrap_or(0);
+                        (holders > 0)
+                            .then_some("semaphore (Redisson RPermitExpirableSemaphore layout)")
+                    } else if held.is_some() {
+                        Some("plain (ferrolock)")
+                    } else {
+                        (v.len() == 32 && v.bytes().all(|b| b.is_ascii_hexdigit()))
+                            .then_some("plain (redis-py, node-redlock)")
+                    }
                 }
-            }
+            },
             "hash" => {
-                let fields: Fields = redis::cmd("HGETALL")
-                    .arg(&raw)
-                    .query(c)
-                    .map_err(reply_error)?;
+                let fields = hash_fields(c, &raw)?;
                 if is_read_write(&fields) {
                     Some(READ_WRITE)
                 } else {

@@ -991,7 +991,7 @@ fn inspect_calls_a_hash_laid_out_as_no_lock_not_a_lock() {
 /// What an operator's user needs for `inspect` and `scan` (docs/cli.md states it word for
 /// word): read access to the keys, and the commands they send. On a cluster, the topology and
 /// a migrating slot's redirect besides.
-const INSPECTOR_RULES: &str = "%R~* -@all +scan +type +pttl +get +hgetall +zrange +zcard +time";
+const INSPECTOR_RULES: &str = "%R~* -@all +scan +type +pttl +strlen +get +getrange +hlen +hkeys +hstrlen +hgetall +zrange +zcard +time";
 const INSPECTOR_CLUSTER_RULES: &str = "+cluster|slots +asking";
 
 /// A user with only docs/cli.md's ACL inspects and scans every kind of lock (a fenced plain
@@ -3163,4 +3163,61 @@ fn inspect_and_scan_name_a_long_key_by_its_start_and_length() {
     let out = output(cmd);
     assert_eq!(out.status.code(), Some(69));
     short(&out, &format!("no primary serves slot {slot} of {shown}\n"));
+}
+
+/// A value far longer than any lock's, under a name that looks like one (a 32 MiB string
+/// starting with a ferrolock token, a hash of hold counts but one 4 MiB field): `scan` and
+/// `inspect` read it whole (GET, HGETALL), slow and memory-hungry on a big one. They read
+/// what they show: `inspect` the string's start and its length, and neither the hash's value.
+/// The bytes the server sent tell what they read.
+#[test]
+fn inspect_and_scan_read_no_more_of_a_huge_value_than_they_show() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let token = format!("{:012x}-{:020x}", 1u64 << 40, 7);
+    let size = 32 << 20;
+    server.cmd::<()>(&["SET", "big:string", &token]);
+    server.cmd::<()>(&["SETRANGE", "big:string", &(size - 1).to_string(), "x"]);
+    assert_eq!(server.cmd::<u64>(&["STRLEN", "big:string"]), size);
+    let owner = "0123456789abcdef0123456789abcdef";
+    let value = "x".repeat(4 << 20);
+    server.cmd::<()>(&["HSET", "big:hash", &format!("{owner}:1"), "1"]);
+    server.cmd::<()>(&["HSET", "big:hash", &format!("{owner}:2"), &value]);
+    let sent = || -> u64 {
+        let info: String = server.cmd(&["INFO", "stats"]);
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_net_output_bytes:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("total_net_output_bytes")
+    };
+    let read = |args: &[&str]| {
+        let before = sent();
+        let mut cmd = ferrolock();
+        cmd.args(args);
+        let out = output(cmd);
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{text:.300}");
+        let read = sent() - before;
+        assert!(read < 1 << 20, "{args:?} read {read} bytes");
+        text
+    };
+    let text = read(&["scan", "--nodes", &url, "big:*"]);
+    assert!(text.contains("0 lock(s)"), "{text:.300}");
+    let text = read(&["inspect", "--nodes", &url, "big:string"]);
+    assert!(
+        text.len() < 2000 && text.contains(&format!("holder token: {token}")),
+        "{} bytes: {text:.300}",
+        text.len()
+    );
+    assert!(text.contains(&format!("… ({size} bytes)\n")), "{text:.300}");
+    let text = read(&["inspect", "--json", "--nodes", &url, "big:string"]);
+    let json: serde_json::Value = serde_json::from_str(&text).expect("inspect --json");
+    let holder = &json["nodes"][0]["holder"];
+    assert_eq!(holder["token_bytes"], size, "{holder}");
+    assert!(
+        holder["token"].as_str().unwrap().starts_with(&token),
+        "{holder}"
+    );
+    let text = read(&["inspect", "--nodes", &url, "big:hash"]);
+    assert!(text.contains("kind: not a lock"), "{text:.300}");
 }
