@@ -125,13 +125,20 @@ pub fn inspect(args: InspectArgs) -> u8 {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    for url in urls {
-        let (shown, node) = match owner_of(&url, key) {
-            Ok(t) => (
-                t.shown,
-                Server::connect(&t.url).and_then(|mut c| describe(&mut c, key)),
-            ),
-            Err(e) => (redact_url(&url), Err(e)),
+    for node in servers(urls) {
+        let (shown, node) = match node {
+            Node::SameCluster(shown, first) => {
+                text.push_str(&same_cluster(&shown, &first));
+                continue;
+            }
+            Node::Failed(shown, e) => (shown, Err(e)),
+            Node::Servers(shown, targets) => match owner_of(targets, key) {
+                Ok(t) => (
+                    t.shown,
+                    Server::connect(&t.url).and_then(|mut c| describe(&mut c, key)),
+                ),
+                Err(e) => (shown, Err(e)),
+            },
         };
         let node = match node {
             Ok(node) => node,
@@ -178,10 +185,9 @@ fn noun(nodes: &[Json]) -> &'static str {
     })
 }
 
-/// The server that holds `key` for one node URL: the server itself, or the cluster primary
-/// that serves the key's slot.
-fn owner_of(url: &str, key: &str) -> Result<Target, String> {
-    let mut targets = cluster::targets(url)?;
+/// The server that holds `key` among the servers behind one node URL: the server itself, or
+/// the cluster primary that serves the key's slot.
+fn owner_of(mut targets: Vec<Target>, key: &str) -> Result<Target, String> {
     if targets.len() == 1 && targets[0].slots.is_empty() {
         return Ok(targets.remove(0));
     }
@@ -670,6 +676,58 @@ fn pairs(v: &Value) -> Vec<(String, String)> {
     }
 }
 
+/// The servers behind one node URL.
+enum Node {
+    /// The server itself, or a cluster's primaries (the URL shown, them).
+    Servers(String, Vec<Target>),
+    /// A node URL that could not be read (shown, why).
+    Failed(String, String),
+    /// A cluster URL whose primaries another URL listed (shown, that URL shown).
+    SameCluster(String, String),
+}
+
+/// The servers behind each node URL. A second seed of one cluster given as another node
+/// showed every lock again (the core refuses such a node's vote): it is named as the same
+/// cluster as the URL that listed its primaries.
+fn servers(urls: Vec<String>) -> Vec<Node> {
+    // A cluster's primaries, each with the URL that listed it.
+    let mut listed: Vec<(String, String)> = Vec::new();
+    let mut nodes = Vec::new();
+    for url in urls {
+        let shown = redact_url(&url);
+        let targets = match cluster::targets(&url) {
+            Ok(ts) => ts,
+            Err(e) => {
+                nodes.push(Node::Failed(shown, e));
+                continue;
+            }
+        };
+        let first = targets.iter().find_map(|t| {
+            let addr = t.primary.as_ref()?;
+            listed
+                .iter()
+                .find(|(a, _)| a == addr)
+                .map(|(_, by)| by.clone())
+        });
+        if let Some(first) = first {
+            nodes.push(Node::SameCluster(shown, first));
+            continue;
+        }
+        for t in &targets {
+            if let Some(addr) = &t.primary {
+                listed.push((addr.clone(), shown.clone()));
+            }
+        }
+        nodes.push(Node::Servers(shown, targets));
+    }
+    nodes
+}
+
+/// The line that names a node URL as the same cluster as an earlier one.
+fn same_cluster(shown: &str, first: &str) -> String {
+    format!("{shown}: the same cluster as {first} (shown there)\n")
+}
+
 /// What `scan` does with each server behind its node URLs.
 enum Scanned {
     Ask(Target),
@@ -694,43 +752,15 @@ pub fn scan(args: ScanArgs) -> u8 {
     let mut out = Vec::new();
     let mut text = String::new();
     let mut failed = 0;
-    // A cluster's primaries, each with the URL that listed it: a second seed of one cluster
-    // given as another node listed every lock again (the core refuses such a node's vote).
-    let mut listed: Vec<(String, String)> = Vec::new();
-    let mut servers: Vec<Scanned> = Vec::new();
-    for url in urls {
-        let shown = redact_url(&url);
-        let targets = match cluster::targets(&url) {
-            Ok(ts) => ts,
-            Err(e) => {
-                servers.push(Scanned::Failed(shown, e));
-                continue;
-            }
-        };
-        let first = targets.iter().find_map(|t| {
-            let addr = t.primary.as_ref()?;
-            listed
-                .iter()
-                .find(|(a, _)| a == addr)
-                .map(|(_, by)| by.clone())
-        });
-        if let Some(first) = first {
-            servers.push(Scanned::SameCluster(shown, first));
-            continue;
-        }
-        for t in targets {
-            if let Some(addr) = &t.primary {
-                listed.push((addr.clone(), shown.clone()));
-            }
-            servers.push(Scanned::Ask(t));
-        }
-    }
+    let servers = servers(urls).into_iter().flat_map(|node| match node {
+        Node::Servers(_, targets) => targets.into_iter().map(Scanned::Ask).collect(),
+        Node::Failed(shown, e) => vec![Scanned::Failed(shown, e)],
+        Node::SameCluster(shown, first) => vec![Scanned::SameCluster(shown, first)],
+    });
     for server in servers {
         let (shown, found) = match server {
             Scanned::SameCluster(shown, first) => {
-                text.push_str(&format!(
-                    "{shown}: the same cluster as {first} (its primaries are listed there)\n"
-                ));
+                text.push_str(&same_cluster(&shown, &first));
                 continue;
             }
             Scanned::Ask(t) => (

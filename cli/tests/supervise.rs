@@ -3221,3 +3221,45 @@ fn inspect_and_scan_read_no_more_of_a_huge_value_than_they_show() {
     let text = read(&["inspect", "--nodes", &url, "big:hash"]);
     assert!(text.contains("kind: not a lock"), "{text:.300}");
 }
+
+/// Two seeds of one cluster given as two nodes: `inspect` showed the lock twice, once per
+/// seed, as two nodes' views of it. As `scan`, it now shows it once and names the second
+/// URL as the same cluster as the first.
+#[test]
+fn inspect_of_two_seeds_of_one_cluster_shows_the_lock_once() {
+    let cluster = RedisCluster::start();
+    let key = "twice:inspected";
+    let token = format!("{:012x}-{:020x}", 1u64 << 40, 3);
+    cluster
+        .primary_for_key(key)
+        .cmd::<()>(&["SET", key, &token, "PX", "60000"]);
+    let seed = |i: usize| format!("redis+cluster://127.0.0.1:{}", cluster.nodes[i].port());
+    let nodes = format!("{},{}", seed(0), seed(1));
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--json", "--nodes", &nodes, key]);
+    let out = output(cmd);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("inspect --json");
+    let held: Vec<_> = json["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["holder"]["token"] == token.as_str())
+        .collect();
+    assert_eq!(held.len(), 1, "{json}");
+    let mut cmd = ferrolock();
+    cmd.args(["inspect", "--nodes", &nodes, key]);
+    let out = output(cmd);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert_eq!(text.matches("holder token:").count(), 1, "{text}");
+    assert!(
+        text.contains(&format!("{}: the same cluster as {}", seed(1), seed(0))),
+        "{text}"
+    );
+}
