@@ -143,8 +143,67 @@ fn usage_error(e: clap::Error) -> u8 {
         errprint!("{}", e.render());
         return exit::USAGE;
     }
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8
+        && let Some((option, value)) = not_utf8_value()
+    {
+        errprint!(
+            "ferrolock: the value of {option} must be UTF-8 text, and {} is not\n\n\
+             For more information, try '--help'.\n",
+            shown_raw(&value)
+        );
+        return exit::USAGE;
+    }
     let text = e.render().to_string();
     let text = text.strip_prefix("error: ").unwrap_or(&text);
     errprint!("ferrolock: {text}");
     exit::USAGE
+}
+
+/// The option given a value that is not UTF-8, as clap shows it (`--nodes <URLS>`), and that
+/// value, found on the command line: clap's own refusal ("invalid UTF-8 was detected in one
+/// or more arguments") names neither. Names and patterns, taken as bytes, are not options.
+fn not_utf8_value() -> Option<(String, std::ffi::OsString)> {
+    use clap::CommandFactory as _;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut cli = Cli::command();
+    // Built, as when parsing: an argument is shown from its built form.
+    cli.build();
+    let mut args = std::env::args_os().skip(1);
+    let sub = cli.find_subcommand(args.next()?.to_str()?)?;
+    let option = |name: &[u8]| {
+        sub.get_arguments()
+            .find(|a| a.get_long().is_some_and(|l| l.as_bytes() == name))
+            .filter(|a| a.get_action().takes_values())
+            .map(ToString::to_string)
+    };
+    // An option whose value is the next argument.
+    let mut pending: Option<String> = None;
+    for arg in args {
+        if let Some(option) = pending.take() {
+            if arg.to_str().is_none() {
+                return Some((option, arg));
+            }
+            continue;
+        }
+        let bytes = arg.as_bytes();
+        if bytes == b"--" {
+            return None;
+        }
+        let Some(long) = bytes.strip_prefix(b"--") else {
+            continue;
+        };
+        match long.iter().position(|&b| b == b'=') {
+            Some(eq) => {
+                let value = &long[eq + 1..];
+                if std::str::from_utf8(value).is_err()
+                    && let Some(option) = option(&long[..eq])
+                {
+                    return Some((option, OsStr::from_bytes(value).to_os_string()));
+                }
+            }
+            None => pending = option(long),
+        }
+    }
+    None
 }

@@ -201,12 +201,8 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "NAME",
-        // From the raw argument: clap's own refusal of one that is not UTF-8 named neither
-        // the flag nor the value.
-        value_parser = clap::builder::TypedValueParser::try_map(
-            clap::builder::OsStringValueParser::new(),
-            parse_name
-        ),
+        // One that is not UTF-8 is refused by `usage_error`, naming the flag.
+        value_parser = parse_name,
         requires = "permits",
         conflicts_with_all = ["read", "write", "reentrant", "fencing", "fence"]
     )]
@@ -330,17 +326,11 @@ fn parse_key(text: &str) -> Result<String, &'static str> {
 }
 
 /// `--semaphore`'s NAME: as the core's errors, and every binding's, call it.
-fn parse_name(text: OsString) -> Result<String, String> {
-    let text = text.into_string().map_err(|raw| {
-        format!(
-            "the semaphore name {} is not UTF-8 (a lock's names are text)",
-            crate::shown_raw(&raw)
-        )
-    })?;
+fn parse_name(text: &str) -> Result<String, &'static str> {
     if text.is_empty() {
-        return Err("the semaphore name must not be empty".into());
+        return Err("the semaphore name must not be empty");
     }
-    Ok(text)
+    Ok(text.to_string())
 }
 
 impl RunArgs {

@@ -518,7 +518,9 @@ fn bad_input_exits_64_and_names_the_value() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(64), "{err}");
     assert!(
-        err.contains("the semaphore name \"bin\\xFFname\" is not UTF-8"),
+        err.contains(
+            "the value of --semaphore <NAME> must be UTF-8 text, and \"bin\\xFFname\" is not"
+        ),
         "{err}"
     );
     assert!(!ran.exists(), "a child ran despite bad input");
@@ -1325,7 +1327,7 @@ fn a_long_key_is_named_by_its_start_and_length() {
             );
         }
     }
-    // One that is not UTF-8. (As --semaphore's NAME, clap's refusal still echoes it whole.)
+    // One that is not UTF-8 (as --semaphore's NAME: `a_value_that_is_not_utf8_is_refused_naming_its_option`).
     let mut bytes = key.into_bytes();
     bytes[99_999] = 0xff;
     let raw = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes);
@@ -1342,4 +1344,66 @@ fn a_long_key_is_named_by_its_start_and_length() {
         "{} bytes: {err:.300}",
         err.len()
     );
+}
+
+/// An option's value that is not UTF-8 is refused naming the option and what it must be:
+/// clap said "invalid UTF-8 was detected in one or more arguments" for most (naming none), and
+/// for --semaphore's NAME repeated the value whole (a 100 kB one filled the terminal).
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_its_option() {
+    use std::os::unix::ffi::OsStrExt;
+    let bad = |bytes: &[u8]| std::ffi::OsStr::from_bytes(bytes).to_os_string();
+    let mut long = vec![b'n'; 100_000];
+    long[99_999] = 0xff;
+    let mut ttl = b"--ttl=".to_vec();
+    ttl.extend_from_slice(b"1\xffs");
+    let cases: Vec<(Vec<std::ffi::OsString>, &str)> = vec![
+        (
+            ["run", "--permits", "2", "--semaphore"]
+                .map(Into::into)
+                .into_iter()
+                .chain([bad(&long), "--".into(), "true".into()])
+                .collect(),
+            "--semaphore <NAME>",
+        ),
+        (
+            vec![
+                "inspect".into(),
+                "--nodes".into(),
+                bad(b"redis://\xff"),
+                "k".into(),
+            ],
+            "--nodes <URLS>",
+        ),
+        (
+            vec!["scan".into(), "--long".into(), bad(b"1\xffh")],
+            "--long <DURATION>",
+        ),
+        (
+            vec![
+                "run".into(),
+                bad(&ttl),
+                "k".into(),
+                "--".into(),
+                "true".into(),
+            ],
+            "--ttl <DURATION>",
+        ),
+    ];
+    for (args, option) in cases {
+        let mut cmd = ferrolock();
+        cmd.args(&args);
+        let out = output_within(cmd, HANG);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(64), "{option}: {err:.300}");
+        assert!(
+            err.len() < 1000
+                && err.starts_with(&format!(
+                    "ferrolock: the value of {option} must be UTF-8 text, and "
+                ))
+                && err.contains(" is not"),
+            "{option}: {} bytes: {err:.300}",
+            err.len()
+        );
+    }
 }
