@@ -98,8 +98,12 @@ var inGoTerms = func() *strings.Replacer {
 // Its methods refuse a nil *Manager (a NewManager whose error went unchecked) and a nil ctx
 // with ErrInvalidArgument naming them ("Acquire: nil *Manager", "Acquire: ctx is nil").
 type Manager struct {
+	// mu guards p against the free: a call on p holds it for reading, the free for writing.
 	mu sync.RWMutex
 	p  *C.ferrolock_manager
+	// closed is set when Close begins: an acquire begun before then that finds the manager
+	// closed was ended by the Close (ErrNotAcquired), one begun after is refused.
+	closed atomic.Bool
 	// reentrant is the manager's default for the reentrant option.
 	reentrant bool
 }
@@ -128,8 +132,9 @@ func NewManager(opts ...Option) (*Manager, error) {
 	return m, nil
 }
 
-// Close frees the manager. An Acquire still waiting on it ends with ErrNotAcquired ("its
-// manager was closed"), having given back what it had taken and left the key's queue on
+// Close frees the manager. An Acquire under way on it (waiting, or in its first try on nodes
+// that do not answer) ends at once with ErrNotAcquired naming its key ("its manager was
+// closed while it waited"), having given back what it had taken and left the key's queue on
 // every node that answers before Close returns (Close waits at most 5 s; the rest goes on in
 // the background). Later calls on the manager fail with ErrInvalidArgument. Close does not
 // release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
@@ -141,6 +146,14 @@ func (m *Manager) Close() error {
 	if err := refused("Close", m); err != nil {
 		return err
 	}
+	m.closed.Store(true)
+	// Closed beside the calls under way, before the free waits for them: a first try stuck
+	// on its nodes holds mu for reading until its node timeout, unless the close ends it.
+	m.mu.RLock()
+	if m.p != nil {
+		C.ferrolock_manager_close(m.p, nil)
+	}
+	m.mu.RUnlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	C.ferrolock_manager_free(m.p)
@@ -151,8 +164,15 @@ func (m *Manager) Close() error {
 
 var errClosed = invalid("the manager is closed")
 
-// closedFor is errClosed naming what was asked for, as the other bindings' errors do.
-func closedFor(key string, k kind) error {
+// closedFor is errClosed naming what was asked for, as the other bindings' errors do; for an
+// acquire begun before the Close (began), the Close ended it: ErrNotAcquired, in the words
+// the library uses for a wait the close ends.
+func closedFor(key string, k kind, began bool) error {
+	if began {
+		return errorFrom(int(C.FERROLOCK_ERR_NOT_ACQUIRED), fmt.Sprintf(
+			"%s %s not acquired: its manager was closed while it waited (nothing was left behind)",
+			k.noun(), quoted(key)))
+	}
 	return invalid("%s %s: the manager is closed", k.noun(), quoted(key))
 }
 
@@ -314,6 +334,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	began := !m.closed.Load()
 	ckey, err := cstring("key", key)
 	if err != nil {
 		return nil, err
@@ -374,8 +395,9 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		if o != nil {
 			C.ferrolock_options_free(o)
 		}
-		if tryStatus == -2 {
-			return nil, closedFor(key, k)
+		if tryStatus == -2 || m.refusedAsClosed(began, tryStatus) {
+			C.ferrolock_error_free(tryErr)
+			return nil, closedFor(key, k, began)
 		}
 		if err := take(tryStatus, tryErr); err != nil {
 			return nil, err
@@ -389,7 +411,7 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	var cerr *C.ferrolock_error
 	m.mu.RLock()
 	var status C.int
-	if m.p == nil {
+	if m.p == nil || m.closed.Load() {
 		m.mu.RUnlock()
 		status = -2
 	} else {
@@ -400,9 +422,10 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	if o != nil {
 		C.ferrolock_options_free(o)
 	}
-	if status == -2 {
+	if status == -2 || m.refusedAsClosed(began, status) {
+		C.ferrolock_error_free(cerr)
 		deleteHandle(handle)
-		return nil, closedFor(key, k)
+		return nil, closedFor(key, k, began)
 	}
 	if err := take(status, cerr); err != nil {
 		deleteHandle(handle)
@@ -424,6 +447,10 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	if status == statusPending {
 		return nil, &Error{Code: "PANIC", Status: 8, Message: "acquisition done but still pending"}
 	}
+	if m.refusedAsClosed(began, status) {
+		C.ferrolock_error_free(cerr)
+		return nil, closedFor(key, k, began)
+	}
 	if err := take(status, cerr); err != nil {
 		if errors.Is(err, ErrCancelled) && ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -431,6 +458,14 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 		return nil, err
 	}
 	return newLock(p, k)
+}
+
+// refusedAsClosed says whether a call of an acquire begun before Close (began) failed because
+// of it: a call that reaches the library once the close is done is refused as an invalid
+// argument, which this acquire was not (one with a bad option that a Close overtook is
+// reported as ended by the Close, which it was too).
+func (m *Manager) refusedAsClosed(began bool, status C.int) bool {
+	return status == C.FERROLOCK_ERR_INVALID_ARGUMENT && began && m.closed.Load()
 }
 
 // scope is the owner of the reentrant locks (and of the read-write sides) acquired with a

@@ -347,15 +347,30 @@ int ferrolock_manager_new(const struct ferrolock_options *opts,
                           struct ferrolock_manager **manager_out,
                           struct ferrolock_error **err);
 
-// Frees a manager. NULL is ignored. Acquires still waiting on it end with
-// `FERROLOCK_ERR_NOT_ACQUIRED` ("its manager was closed"): a `ferrolock_manager_acquire`
-// blocked on another thread returns it, a pending `ferrolock_manager_acquire_start` completes
-// with it (its acquisition still needs `ferrolock_acquisition_free`); each gives back what it
-// had taken and leaves the key's queue on every node that answers before this returns
-// (waiting at most 5 s; the rest goes on in the background). Calls that start on the manager
-// must not overlap the free. Locks it handed out stay usable (renewed, releasable, their
-// loss reported) until released or freed; `ferrolock_shutdown` still releases those held.
-// It does not release them: call `ferrolock_manager_release_all` first for that.
+// Closes a manager, which stays allocated until `ferrolock_manager_free`. Unlike the free, it
+// may overlap any call on the manager, from any thread or callback: the acquires under way
+// on it (waiting, or in their first round of requests to nodes that do not answer) end at
+// once with `FERROLOCK_ERR_NOT_ACQUIRED` ("lock \"key\" not acquired: its manager was closed
+// while it waited"): a blocking one returns it, a pending `ferrolock_manager_acquire_start`
+// completes with it. Each gives back what it had taken and leaves the key's queue on every
+// node that answers before this returns (waiting at most 5 s; the rest goes on in the
+// background, a node that does not answer undone when it does). Acquires started later
+// fail at once with `FERROLOCK_ERR_INVALID_ARGUMENT` naming the key ("this LockManager is
+// closed"; a later `ferrolock_manager_acquire_start`'s outcome). Locks it handed out stay
+// usable until released or freed, and `ferrolock_manager_release_all` still releases them.
+// A second close returns once the first is done. So a program with threads still calling
+// the manager closes it, joins them (their calls end promptly), then frees it: that free
+// waits for nothing. Fails only for a NULL `manager`.
+int ferrolock_manager_close(const struct ferrolock_manager *manager, struct ferrolock_error **err);
+
+// Frees a manager. NULL is ignored. Closes it first unless `ferrolock_manager_close` did
+// (then it returns at once): acquires still waiting on it end with
+// `FERROLOCK_ERR_NOT_ACQUIRED` ("its manager was closed"), as there, waiting at most 5 s.
+// Calls on the manager must not overlap the free, nor start after it: to end calls still
+// running on other threads, close the manager, join them, then free it. Locks it handed out
+// stay usable (renewed, releasable, their loss reported) until released or freed;
+// `ferrolock_shutdown` still releases those held. It does not release them: call
+// `ferrolock_manager_release_all` first for that.
 void ferrolock_manager_free(struct ferrolock_manager *manager);
 
 // Acquires `key`, waiting as the options' `wait` says (default: without limit, but a quorum

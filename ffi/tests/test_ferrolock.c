@@ -845,6 +845,98 @@ static void test_manager_free_ends_waits(void) {
   ferrolock_manager_free(holder);
 }
 
+/* Whether node i's process is stopped (its state in /proc is T): the proof a pause happened. */
+static int node_stopped(int i) {
+  char path[64], stat[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", node_pids[i]);
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  size_t n = fread(stat, 1, sizeof stat - 1, f);
+  fclose(f);
+  stat[n] = '\0';
+  const char *paren = strrchr(stat, ')');
+  return paren && paren[1] == ' ' && paren[2] == 'T';
+}
+
+/* Pauses a majority and says whether each of them is stopped (within 10 s). */
+static int pause_majority_proved(void) {
+  pause_majority(1);
+  for (int i = node_count - (node_count / 2 + 1); i < node_count; i++) {
+    double give_up = now_ms() + 10000;
+    while (!node_stopped(i) && now_ms() < give_up) sleep_ms(10);
+    if (!node_stopped(i)) return 0;
+  }
+  return 1;
+}
+
+/* ferrolock_manager_close beside calls stuck on paused nodes (their first round of requests
+ * hangs until the node timeout): a blocking acquire on another thread and a completion-based
+ * one end with NOT_ACQUIRED naming the key and the close, well before that node timeout, and
+ * close returns before it too; later calls on the closed manager fail at once naming the key,
+ * a second close returns, and the free that follows does not wait on the nodes. Nothing of the
+ * ended acquires is left once the nodes answer again. */
+static void test_manager_close_ends_stuck_calls(void) {
+  const uint64_t node_timeout = 20000;
+  ferrolock_manager *m = manager_with(options_ms("node_timeout", node_timeout, "ttl", 10 * node_timeout, NULL));
+  char key[128], started_key[128], later_key[128];
+  snprintf(key, sizeof key, "%s", fresh_key("close-stuck"));
+  snprintf(started_key, sizeof started_key, "%s", fresh_key("close-stuck-start"));
+  snprintf(later_key, sizeof later_key, "%s", fresh_key("close-stuck-later"));
+  int paused = pause_majority_proved();
+  double start = now_ms(), deadline = start + (double)node_timeout;
+  waiter_t w = {.m = m, .key = key};
+  pthread_t t;
+  int threaded = paused && pthread_create(&t, NULL, wait_for_lock, &w) == 0;
+  done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+  ferrolock_acquisition *a = NULL;
+  int started = threaded ? ferrolock_manager_acquire_start(m, started_key, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, NULL) : -3;
+  sleep_ms(500);
+  int early = __atomic_load_n(&w.done, __ATOMIC_SEQ_CST);
+  ferrolock_error *close_err = NULL;
+  int closed = threaded ? ferrolock_manager_close(m, &close_err) : -3;
+  double close_returned = now_ms();
+  int ended = threaded && flag_within(&w.done, (int)(node_timeout / 1000));
+  double waiter_ended = now_ms();
+  int completed = started == FERROLOCK_OK && wait_done(&d, (int)(node_timeout / 1000)) == 1;
+  double completion_ended = now_ms();
+  pause_majority(0);
+  if (threaded) pthread_join(t, NULL);
+  CHECK(paused, "a majority of the nodes never stopped");
+  CHECK(threaded && started == FERROLOCK_OK, "could not start the acquires (%d)", started);
+  CHECK(!early, "the blocking acquire returned before the close, with a majority paused: %s: %s",
+        ferrolock_status_name(w.status), w.message);
+  CHECK(closed == FERROLOCK_OK, "ferrolock_manager_close: %s", close_err ? close_err->message : "(no error)");
+  ferrolock_error_free(close_err);
+  CHECK(close_returned < deadline, "ferrolock_manager_close waited out the node timeout (%.0f ms after the acquire began)",
+        close_returned - start);
+  CHECK(ended && waiter_ended < deadline, "the blocking acquire went on until its requests' node timeout");
+  CHECK(w.status == FERROLOCK_ERR_NOT_ACQUIRED && w.lock == NULL && strstr(w.message, "closed") && strstr(w.message, key),
+        "the blocking acquire: %s: %s", ferrolock_status_name(w.status), w.message);
+  CHECK(completed && completion_ended < deadline, "the pending acquisition did not complete before the node timeout");
+  ferrolock_lock *none = NULL;
+  EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_NOT_ACQUIRED, "closed");
+  CHECK(none == NULL);
+  ferrolock_acquisition_free(a);
+  /* Later calls: refused at once, naming the key; release_all and a second close return. */
+  EXPECT(ferrolock_manager_acquire(m, later_key, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, later_key);
+  EXPECT(ferrolock_manager_try_acquire(m, later_key, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "closed");
+  EXPECT(ferrolock_manager_first_try(m, later_key, 0, 0, 0, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "closed");
+  CHECK(none == NULL);
+  size_t released = 7;
+  EXPECT(ferrolock_manager_release_all(m, 1000, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 0, "release_all of a closed manager with nothing held released %zu", released);
+  EXPECT(ferrolock_manager_close(m, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager_free(m);
+  EXPECT(ferrolock_manager_close(NULL, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "manager");
+  /* The requests sent to the paused nodes ran when they resumed: they are undone. */
+  for (int i = 0; i < node_count; i++) {
+    double give_up = now_ms() + (double)node_timeout;
+    long left = -1;
+    while ((left = keys_on(i, "close-stuck")) != 0 && now_ms() < give_up) sleep_ms(25);
+    CHECK(left == 0, "node %d: %ld keys of the ended acquires left", i, left);
+  }
+}
+
 static void delete_everywhere(const char *key);
 
 /* Callbacks that call back in. stderr is captured around the calls: the library prints nothing. */
@@ -2659,6 +2751,7 @@ static const test_t tests[] = {
     {"cancel_blocked_acquire", test_cancel_blocked_acquire},
     {"completion_acquire", test_completion_acquire},
     {"manager_free_ends_waits", test_manager_free_ends_waits},
+    {"manager_close_ends_stuck_calls", test_manager_close_ends_stuck_calls},
     {"callbacks_call_back_in", test_callbacks_call_back_in},
     {"done_after_out_slot", test_done_after_out_slot},
     {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
