@@ -138,7 +138,8 @@ func NewManager(opts ...Option) (*Manager, error) {
 // every node that answers before Close returns (Close waits at most 5 s; the rest goes on in
 // the background). Later calls on the manager fail with ErrInvalidArgument. Close does not
 // release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
-// until released, and Shutdown still releases those held. Call ReleaseAll first to release
+// until released, and Shutdown still releases those held; a WithLock whose fn is running
+// keeps its lock (fn's ctx is not cancelled) and releases it when fn returns. Call ReleaseAll first to release
 // them. Idempotent. A nil *Manager's Close returns ErrInvalidArgument, as do its other
 // methods, instead of panicking. A Manager dropped without Close is closed when the garbage
 // collector takes it (an Acquire still waiting on it keeps it).

@@ -46,6 +46,9 @@ func TestMain(m *testing.M) {
 	if part := os.Getenv("FERROLOCK_GO_CLOSE_EXIT"); part != "" {
 		os.Exit(closeExitChild(part))
 	}
+	if k := os.Getenv("FERROLOCK_GO_EXIT_HOLDING"); k != "" {
+		exitHolding(k)
+	}
 	if part := os.Getenv("FERROLOCK_GO_LOG_EXIT"); part != "" {
 		os.Exit(logExitChild(part))
 	}

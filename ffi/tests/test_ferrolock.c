@@ -1513,6 +1513,145 @@ static ferrolock_lock *lose_one(ferrolock_manager *m, const char *name) {
   return lock;
 }
 
+/* ferrolock_manager_close from inside callbacks: a loss callback closes its lock's manager
+ * (ending an acquire waiting on it on another thread), and a done callback closes the manager
+ * of its own acquisition. Each close returns (nothing of the callback is waited for), a call
+ * made after it inside the callback is refused naming the key, and the free that follows on
+ * the test's thread returns. */
+typedef struct {
+  ferrolock_manager *m;
+  ferrolock_lock *own;
+  ferrolock_acquisition *a;
+  const char *later_key;
+  int close_status, later_status, release_status;
+  char later_message[256];
+  int finished;
+} closer_t;
+
+static void close_from_callback(closer_t *c) {
+  c->close_status = ferrolock_manager_close(c->m, NULL);
+  ferrolock_lock *none = NULL;
+  ferrolock_error *e = NULL;
+  c->later_status = ferrolock_manager_try_acquire(c->m, c->later_key, NULL, &none, &e);
+  snprintf(c->later_message, sizeof c->later_message, "%s", e ? e->message : "");
+  ferrolock_error_free(e);
+  ferrolock_lock_free(none);
+}
+
+static void lost_closes_manager(void *userdata, const ferrolock_error *reason) {
+  (void)reason;
+  closer_t *c = userdata;
+  close_from_callback(c);
+  c->release_status = ferrolock_lock_release(c->own, NULL, NULL);
+  __atomic_store_n(&c->finished, 1, __ATOMIC_SEQ_CST);
+}
+
+static void done_closes_manager(void *userdata) {
+  closer_t *c = userdata;
+  ferrolock_acquisition *a = __atomic_load_n(&c->a, __ATOMIC_SEQ_CST);
+  c->release_status = ferrolock_acquisition_result(a, &c->own, NULL);
+  close_from_callback(c);
+  __atomic_store_n(&c->finished, 1, __ATOMIC_SEQ_CST);
+}
+
+static void test_manager_close_from_callbacks(void) {
+  const char *slow = getenv("FERROLOCK_TEST_NODE_TIMEOUT_MS");
+  uint64_t ttl = slow ? 10 * strtoull(slow, NULL, 10) : 1500;
+  ferrolock_manager *m = manager_with(options_ms("ttl", ttl, NULL));
+  ferrolock_manager *holder = manager_with(options_ms(NULL));
+  char own_key[96], held_key[96], later_key[96];
+  snprintf(own_key, sizeof own_key, "%s", fresh_key("close-in-lost"));
+  snprintf(held_key, sizeof held_key, "%s", fresh_key("close-in-lost-held"));
+  snprintf(later_key, sizeof later_key, "%s", fresh_key("close-in-lost-later"));
+  ferrolock_lock *blocker = NULL;
+  EXPECT(ferrolock_manager_acquire(holder, held_key, NULL, NULL, &blocker, &err), FERROLOCK_OK, NULL);
+  closer_t lost = {.m = m, .later_key = later_key, .close_status = -3, .later_status = -3};
+  EXPECT(ferrolock_manager_acquire(m, own_key, NULL, NULL, &lost.own, &err), FERROLOCK_OK, NULL);
+  EXPECT(ferrolock_lock_on_lost(lost.own, lost_closes_manager, &lost, &err), FERROLOCK_OK, NULL);
+  waiter_t w = {.m = m, .key = held_key};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, wait_for_lock, &w) == 0);
+  for (int i = 0; i < node_count; i++) {
+    double give_up = now_ms() + 30000;
+    while (queue_keys_on(i, held_key) < 1 && now_ms() < give_up) sleep_ms(25);
+  }
+  delete_everywhere(own_key);
+  int finished = flag_within(&lost.finished, 30);
+  int ended = flag_within(&w.done, 30);
+  if (!ended) ferrolock_lock_release(blocker, NULL, NULL);
+  pthread_join(t, NULL);
+  CHECK(finished, "the loss callback that closes its manager never finished");
+  CHECK(lost.close_status == FERROLOCK_OK, "close in the loss callback: %d", lost.close_status);
+  CHECK(lost.later_status == FERROLOCK_ERR_INVALID_ARGUMENT && strstr(lost.later_message, later_key),
+        "try_acquire after the close, in the callback: %s: %s", ferrolock_status_name(lost.later_status), lost.later_message);
+  CHECK(lost.release_status == FERROLOCK_OK, "release of the lost lock in its callback: %d", lost.release_status);
+  CHECK(ended && w.status == FERROLOCK_ERR_NOT_ACQUIRED && strstr(w.message, "closed"),
+        "the acquire waiting on the manager closed in a loss callback: %s: %s", ferrolock_status_name(w.status), w.message);
+  ferrolock_lock_free(lost.own);
+  ferrolock_manager_free(m);
+
+  /* A done callback closing its acquisition's manager. */
+  ferrolock_manager *m2 = manager_with(options_ms(NULL));
+  closer_t done = {.m = m2, .later_key = later_key, .close_status = -3, .later_status = -3};
+  char start_key[96];
+  snprintf(start_key, sizeof start_key, "%s", fresh_key("close-in-done"));
+  EXPECT(ferrolock_manager_acquire_start(m2, start_key, NULL, FERROLOCK_NO_OWNER, done_closes_manager, &done, &done.a, &err),
+         FERROLOCK_OK, NULL);
+  CHECK(flag_within(&done.finished, 30), "the done callback that closes its manager never finished");
+  CHECK(done.release_status == FERROLOCK_OK && done.own, "the acquisition's result in done: %d", done.release_status);
+  CHECK(done.close_status == FERROLOCK_OK, "close in the done callback: %d", done.close_status);
+  CHECK(done.later_status == FERROLOCK_ERR_INVALID_ARGUMENT && strstr(done.later_message, later_key),
+        "try_acquire after the close, in done: %s: %s", ferrolock_status_name(done.later_status), done.later_message);
+  /* The lock granted before the close stays usable, as the header says. */
+  EXPECT(ferrolock_lock_release(done.own, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(done.own);
+  ferrolock_acquisition_free(done.a);
+  ferrolock_manager_free(m2);
+  EXPECT(ferrolock_lock_release(blocker, NULL, &err), FERROLOCK_OK, NULL);
+  ferrolock_lock_free(blocker);
+  ferrolock_manager_free(holder);
+}
+
+/* Every call on a closed manager (before its free) fails naming the key and the close, or,
+ * for a completion-based start, completes so; none waits, none crashes. */
+static void test_calls_on_a_closed_manager(void) {
+  ferrolock_manager *m = manager_with(one_node(options_ms(NULL)));
+  EXPECT(ferrolock_manager_close(m, &err), FERROLOCK_OK, NULL);
+  char key[96];
+  snprintf(key, sizeof key, "%s", fresh_key("closed-calls"));
+  ferrolock_lock *none = NULL;
+  ferrolock_cancel *cancel = ferrolock_cancel_new();
+  EXPECT(ferrolock_manager_acquire(m, key, NULL, cancel, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_try_acquire(m, key, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_acquire_owned(m, key, 7, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_rw_acquire(m, key, FERROLOCK_RW_READ, 7, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_read_acquire(m, key, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_write_acquire(m, key, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_rw_try_acquire(m, key, FERROLOCK_RW_WRITE, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_first_try(m, key, FERROLOCK_SEMAPHORE, 2, 1, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_semaphore_acquire(m, key, 2, 1, NULL, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  EXPECT(ferrolock_manager_semaphore_try_acquire(m, key, 2, 1, NULL, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+  CHECK(none == NULL);
+  ferrolock_cancel_free(cancel);
+  for (int kind = 0; kind < 3; kind++) {
+    done_t d = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0};
+    ferrolock_acquisition *a = NULL;
+    int started = kind == 0   ? ferrolock_manager_acquire_start(m, key, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err)
+                  : kind == 1 ? ferrolock_manager_rw_acquire_start(m, key, FERROLOCK_RW_READ, NULL, FERROLOCK_NO_OWNER, on_done, &d, &a, &err)
+                              : ferrolock_manager_semaphore_acquire_start(m, key, 2, 1, NULL, on_done, &d, &a, &err);
+    EXPECT(started, FERROLOCK_OK, NULL);
+    CHECK(wait_done(&d, 30) == 1, "start %d on a closed manager never completed", kind);
+    EXPECT(ferrolock_acquisition_result(a, &none, &err), FERROLOCK_ERR_INVALID_ARGUMENT, key);
+    CHECK(none == NULL);
+    ferrolock_acquisition_free(a);
+  }
+  size_t released = 7;
+  EXPECT(ferrolock_manager_release_all(m, 100, &released, &err), FERROLOCK_OK, NULL);
+  CHECK(released == 0, "%zu", released);
+  EXPECT(ferrolock_manager_close(m, &err), FERROLOCK_OK, NULL);
+  ferrolock_manager_free(m);
+}
+
 static void test_log_callback(void) {
   logs_t logs = {.mu = PTHREAD_MUTEX_INITIALIZER};
   EXPECT(ferrolock_set_log_callback(on_log, &logs, 0, &err), FERROLOCK_ERR_INVALID_ARGUMENT, "max_level=0");
@@ -2752,6 +2891,8 @@ static const test_t tests[] = {
     {"completion_acquire", test_completion_acquire},
     {"manager_free_ends_waits", test_manager_free_ends_waits},
     {"manager_close_ends_stuck_calls", test_manager_close_ends_stuck_calls},
+    {"manager_close_from_callbacks", test_manager_close_from_callbacks},
+    {"calls_on_a_closed_manager", test_calls_on_a_closed_manager},
     {"callbacks_call_back_in", test_callbacks_call_back_in},
     {"done_after_out_slot", test_done_after_out_slot},
     {"cancel_completion_acquire_as_granted", test_cancel_completion_acquire_as_granted},
