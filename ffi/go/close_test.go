@@ -257,3 +257,54 @@ func TestOsExitWhileHoldingLeavesTheKeyForAtMostItsTTL(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Close while a ReleaseAll waits on paused nodes (its release stuck until the node timeout)
+// returns without waiting for it, and an Acquire after the Close is refused at once, not
+// held up behind it either.
+func TestCloseDoesNotWaitForAReleaseAllStuckOnPausedNodes(t *testing.T) {
+	m := manager(t, stuckOpts...)
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, key("close-release-all")); err != nil {
+		t.Fatal(err)
+	}
+	pauseMajorityProved(t)
+	start := time.Now()
+	deadline := start.Add(stuckNodeTimeout)
+	releasing := make(chan error, 1)
+	go func() {
+		_, err := m.ReleaseAll(2 * stuckNodeTimeout)
+		releasing <- err
+	}()
+	select {
+	case err := <-releasing:
+		t.Fatalf("ReleaseAll returned before Close, with a majority paused: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-releasing:
+		t.Fatal("Close returned only after the ReleaseAll it ran beside, stuck until its node timeout")
+	case <-time.After(time.Until(deadline)):
+		t.Fatal("Close waited out the node timeout of the ReleaseAll it ran beside")
+	}
+	k := key("close-release-all-later")
+	refused := make(chan error, 1)
+	go func() { _, err := m.Acquire(ctx, k); refused <- err }()
+	select {
+	case err := <-refused:
+		if !errors.Is(err, ferrolock.ErrInvalidArgument) || !strings.Contains(err.Error(), "closed") {
+			t.Fatalf("an Acquire after Close: %v, want ErrInvalidArgument naming the close", err)
+		}
+	case <-time.After(time.Until(deadline)):
+		t.Fatal("an Acquire after Close waited for the ReleaseAll stuck on the paused nodes")
+	}
+	pauseMajority(false)
+	if err := <-releasing; err != nil {
+		t.Fatalf("ReleaseAll: %v", err)
+	}
+}

@@ -98,9 +98,13 @@ var inGoTerms = func() *strings.Replacer {
 // Its methods refuse a nil *Manager (a NewManager whose error went unchecked) and a nil ctx
 // with ErrInvalidArgument naming them ("Acquire: nil *Manager", "Acquire: ctx is nil").
 type Manager struct {
-	// mu guards p against the free: a call on p holds it for reading, the free for writing.
-	mu sync.RWMutex
-	p  *C.ferrolock_manager
+	// mu guards p and calls. Each call on p is counted (use, done), and the free waits for
+	// none of them: the last to end after Close frees p. Held across a call, a lock would
+	// keep Close, and every call after it, waiting for a call stuck on its nodes (a first
+	// try, a ReleaseAll) for up to its node timeout or limit.
+	mu    sync.Mutex
+	p     *C.ferrolock_manager
+	calls int
 	// closed is set when Close begins: an acquire begun before then that finds the manager
 	// closed was ended by the Close (ErrNotAcquired), one begun after is refused.
 	closed atomic.Bool
@@ -136,11 +140,13 @@ func NewManager(opts ...Option) (*Manager, error) {
 // that do not answer) ends at once with ErrNotAcquired naming its key ("its manager was
 // closed while it waited"), having given back what it had taken and left the key's queue on
 // every node that answers before Close returns (Close waits at most 5 s; the rest goes on in
-// the background). Later calls on the manager fail with ErrInvalidArgument. Close does not
-// release the locks it handed out: they stay usable (renewed, releasable, their loss reported)
-// until released, and Shutdown still releases those held; a WithLock whose fn is running
-// keeps its lock (fn's ctx is not cancelled) and releases it when fn returns. Call ReleaseAll first to release
-// them. Idempotent. A nil *Manager's Close returns ErrInvalidArgument, as do its other
+// the background). Later calls on the manager fail at once with ErrInvalidArgument. A
+// ReleaseAll under way goes on, within its limit, and Close does not wait for it (the
+// manager's connections go once it ends). Close does not release the locks it handed out:
+// they stay usable (renewed, releasable, their loss reported) until released, and Shutdown
+// still releases those held; a WithLock whose fn is running keeps its lock (fn's ctx is not
+// cancelled) and releases it when fn returns. Call ReleaseAll first to release them.
+// Idempotent, and safe to call at once from several goroutines. A nil *Manager's Close returns ErrInvalidArgument, as do its other
 // methods, instead of panicking. A Manager dropped without Close is closed when the garbage
 // collector takes it (an Acquire still waiting on it keeps it).
 func (m *Manager) Close() error {
@@ -148,19 +154,42 @@ func (m *Manager) Close() error {
 		return err
 	}
 	m.closed.Store(true)
-	// Closed beside the calls under way, before the free waits for them: a first try stuck
-	// on its nodes holds mu for reading until its node timeout, unless the close ends it.
-	m.mu.RLock()
-	if m.p != nil {
-		C.ferrolock_manager_close(m.p, nil)
-	}
-	m.mu.RUnlock()
+	// Closed beside the calls under way, which it ends (an acquire's first try stuck on its
+	// nodes included), or which go on without it (a ReleaseAll); then freed by the last.
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	C.ferrolock_manager_free(m.p)
-	m.p = nil
+	p := m.p
+	if p != nil {
+		m.calls++
+	}
+	m.mu.Unlock()
+	if p != nil {
+		C.ferrolock_manager_close(p, nil)
+		m.done()
+	}
 	runtime.SetFinalizer(m, nil)
 	return nil
+}
+
+// use is the C manager for a call, counted until its done; nil once Close has begun.
+func (m *Manager) use() *C.ferrolock_manager {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p == nil || m.closed.Load() {
+		return nil
+	}
+	m.calls++
+	return m.p
+}
+
+// done ends a call of use (or Close's own): the last to end once closed frees the manager,
+// which the close has left nothing to wait for.
+func (m *Manager) done() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.calls--; m.calls == 0 && m.closed.Load() && m.p != nil {
+		C.ferrolock_manager_free(m.p)
+		m.p = nil
+	}
 }
 
 var errClosed = invalid("the manager is closed")
@@ -215,14 +244,14 @@ func (m *Manager) ReleaseAll(limit time.Duration) (int, error) {
 	if err := refused("ReleaseAll", m); err != nil {
 		return 0, err
 	}
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.p == nil {
+	p := m.use()
+	if p == nil {
 		return 0, errClosed
 	}
+	defer m.done()
 	var n C.size_t
 	var cerr *C.ferrolock_error
-	if err := take(C.ferrolock_manager_release_all(m.p, limitMs(limit), &n, &cerr), cerr); err != nil {
+	if err := take(C.ferrolock_manager_release_all(p, limitMs(limit), &n, &cerr), cerr); err != nil {
 		return 0, err
 	}
 	return int(n), nil
@@ -354,16 +383,16 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	var tried *C.ferrolock_lock
 	var tryErr *C.ferrolock_error
 	try := func() C.int {
-		m.mu.RLock()
-		defer m.mu.RUnlock()
-		if m.p == nil {
+		p := m.use()
+		if p == nil {
 			return -2
 		}
+		defer m.done()
 		first := C.int(0)
 		if !triesOnce(opts) {
 			first = 1
 		}
-		return C.go_try_acquire(m.p, ckey, k.side, k.permits, k.count, o, first, &tried, &tryErr)
+		return C.go_try_acquire(p, ckey, k.side, k.permits, k.count, o, first, &tried, &tryErr)
 	}
 	// An owned acquire (a reentrant lock in a WithLock scope) has no such try, which takes
 	// no owner: it starts the owned wait at once (with Wait(0) a single try there too).
@@ -410,14 +439,10 @@ func (m *Manager) acquire(ctx context.Context, op, key string, k kind, opts []Op
 	handle := newHandle(done)
 	var acq *C.ferrolock_acquisition
 	var cerr *C.ferrolock_error
-	m.mu.RLock()
-	var status C.int
-	if m.p == nil || m.closed.Load() {
-		m.mu.RUnlock()
-		status = -2
-	} else {
-		status = C.go_acquire_start(m.p, ckey, k.side, k.permits, k.count, o, owner, C.uintptr_t(handle), &acq, &cerr)
-		m.mu.RUnlock()
+	status := C.int(-2)
+	if p := m.use(); p != nil {
+		status = C.go_acquire_start(p, ckey, k.side, k.permits, k.count, o, owner, C.uintptr_t(handle), &acq, &cerr)
+		m.done()
 	}
 	C.free(unsafe.Pointer(ckey))
 	if o != nil {
