@@ -137,18 +137,20 @@ func NewManager(opts ...Option) (*Manager, error) {
 }
 
 // Close frees the manager. An Acquire under way on it (waiting, or in its first try on nodes
-// that do not answer) ends at once with ErrNotAcquired naming its key ("its manager was
-// closed while it waited"), having given back what it had taken and left the key's queue on
-// every node that answers before Close returns (Close waits at most 5 s; the rest goes on in
-// the background). Later calls on the manager fail at once with ErrInvalidArgument. A
-// ReleaseAll under way goes on, within its limit, and Close does not wait for it (the
-// manager's connections go once it ends). Close does not release the locks it handed out:
-// they stay usable (renewed, releasable, their loss reported) until released, and Shutdown
-// still releases those held; a WithLock whose fn is running keeps its lock (fn's ctx is not
-// cancelled) and releases it when fn returns. Call ReleaseAll first to release them.
-// Idempotent, and safe to call at once from several goroutines. A nil *Manager's Close returns ErrInvalidArgument, as do its other
-// methods, instead of panicking. A Manager dropped without Close is closed when the garbage
-// collector takes it (an Acquire still waiting on it keeps it).
+// that do not answer) ends at once with ErrNotAcquired naming its key ("its manager was closed
+// while it waited"), having given back what it had taken and left the key's queue on every node
+// that answers before Close returns (Close waits at most 5 s; the rest goes on in the
+// background; but a first try whose only node is silent, on a one-node Manager, undoes its
+// request before it returns, up to the node timeout). Later calls on the manager fail at once
+// with ErrInvalidArgument. A ReleaseAll under way goes on, within its limit, and Close does not
+// wait for it (the manager's connections go once it ends). Close does not release the locks it
+// handed out: they stay usable (renewed, releasable, their loss reported) until released, and
+// Shutdown still releases those held; a WithLock whose fn is running keeps its lock (fn's ctx
+// is not cancelled) and releases it when fn returns. Call ReleaseAll first to release them.
+// Idempotent, and safe to call at once from several goroutines. A nil *Manager's Close returns
+// ErrInvalidArgument, as do its other methods, instead of panicking. A Manager dropped without
+// Close is closed when the garbage collector takes it (an Acquire still waiting on it keeps
+// it).
 func (m *Manager) Close() error {
 	if err := refused("Close", m); err != nil {
 		return err

@@ -354,7 +354,9 @@ int ferrolock_manager_new(const struct ferrolock_options *opts,
 // while it waited"): a blocking one returns it, a pending `ferrolock_manager_acquire_start`
 // completes with it. Each gives back what it had taken and leaves the key's queue on every
 // node that answers before this returns (waiting at most 5 s; the rest goes on in the
-// background, a node that does not answer undone when it does). Acquires started later
+// background, a node that does not answer undone when it does; but a blocking acquire whose
+// only node is silent undoes its request on its own thread before it returns, up to the node
+// timeout, as after a cancel). Acquires started later
 // fail at once with `FERROLOCK_ERR_INVALID_ARGUMENT` naming the key ("this LockManager is
 // closed"; a later `ferrolock_manager_acquire_start`'s outcome). Locks it handed out stay
 // usable until released or freed, and `ferrolock_manager_release_all` still releases them.
