@@ -141,21 +141,7 @@ impl PyManager {
                 }
                 Ok(PyLock::new(lock))
             }
-            Err(e) => {
-                let err = to_py(py, &e, Some(key));
-                if e.kind() == ErrorKind::NotAcquired && host::is_exiting() && is_daemon_thread(py)
-                {
-                    // A daemon thread waiting at interpreter exit (only the exit handler sets
-                    // "exiting", once the other threads have joined) ends quietly: SystemExit,
-                    // which `threading` ignores, unwinds it (its `finally` blocks run), where a
-                    // NotAcquired would print a traceback during finalization, or be caught by
-                    // a retry loop that spins until the process is gone.
-                    let exit = PySystemExit::new_err(e.message().to_string());
-                    exit.set_cause(py, Some(err));
-                    return Err(exit);
-                }
-                Err(err)
-            }
+            Err(e) => Err(quiet_at_exit(py, &e, key, || is_daemon_thread(py))),
         }
     }
 
@@ -175,9 +161,11 @@ impl PyManager {
         let start = move |cancel: host::Cancel| async move {
             m.acquire_cancellable(&k, owner, &opts, &cancel).await
         };
+        // Asked here, on the loop's thread: the result is made on a library thread.
+        let daemon = on_daemon_thread(py);
         bridge::spawn_cancellable(py, start, move |py, out| match out {
             Ok(lock) => Ok(Py::new(py, PyLock::new(lock))?.into_any()),
-            Err(e) => Err(to_py(py, &e, Some(&key))),
+            Err(e) => Err(quiet_at_exit(py, &e, &key, || daemon)),
         })
     }
 }
@@ -387,6 +375,43 @@ impl PyManager {
             if self.closed() { " closed" } else { "" }
         )
     }
+}
+
+/// An acquire's error as Python raises it. A daemon thread waiting at interpreter exit (only
+/// the exit handler sets "exiting", once the other threads have joined), blocked or running an
+/// event loop, ends quietly: SystemExit, which `threading` ignores (and which leaves the loop),
+/// unwinds it (its `finally` blocks run), where a NotAcquired would print a traceback during
+/// finalization, or be caught by a retry loop that spins until the process is gone.
+fn quiet_at_exit(
+    py: Python<'_>,
+    e: &ferrolock::Error,
+    key: &str,
+    daemon: impl FnOnce() -> bool,
+) -> PyErr {
+    let err = to_py(py, e, Some(key));
+    if e.kind() == ErrorKind::NotAcquired && host::is_exiting() && daemon() {
+        let exit = PySystemExit::new_err(e.message().to_string());
+        exit.set_cause(py, Some(err));
+        return exit;
+    }
+    err
+}
+
+thread_local! {
+    /// `is_daemon_thread` of this thread, asked once: a thread's daemon flag is fixed once it
+    /// runs, and every awaited acquire asks it.
+    static DAEMON: std::cell::Cell<Option<bool>> = const { std::cell::Cell::new(None) };
+}
+
+fn on_daemon_thread(py: Python<'_>) -> bool {
+    DAEMON.with(|d| match d.get() {
+        Some(daemon) => daemon,
+        None => {
+            let daemon = is_daemon_thread(py);
+            d.set(Some(daemon));
+            daemon
+        }
+    })
 }
 
 /// Whether the calling thread is a daemon thread `threading` started (not the main thread,

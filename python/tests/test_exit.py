@@ -106,6 +106,54 @@ print("exiting", flush=True)
         child.kill()
 
 
+def test_a_daemon_threads_event_loop_awaiting_at_exit_ends_quietly(node: RedisNode, key: str) -> None:
+    # As a blocking wait there (the test above): an awaited acquire, and an `async with`
+    # waiting for its lock, in an event loop run by a daemon thread, raise SystemExit (chained
+    # from NotAcquired) at exit. It leaves the loop, and threading ignores it; a NotAcquired
+    # was printed as "Exception in thread ..." during finalization, cut off as the process ended.
+    code = r"""
+import asyncio, atexit, sys, threading, time
+url, key = sys.argv[1], sys.argv[2]
+def late():
+    for waiter in waiters:
+        waiter.join(30)
+    print("waiters ended:", not any(w.is_alive() for w in waiters), flush=True)
+atexit.register(late)
+import ferrolock
+m = ferrolock.LockManager([url], ttl=30)
+held = m.acquire(key)
+async def awaiting(name, start):
+    try:
+        await start()
+        print("never", flush=True)
+    finally:
+        sys.stdout.write(f"{name} unwound\n")  # one write: the two threads print at once
+async def in_with():
+    async with m.lock(key):
+        pass
+calls = [("acquire_async", lambda: m.acquire_async(key)), ("async with", in_with)]
+waiters = [threading.Thread(target=asyncio.run, args=(awaiting(*c),), daemon=True) for c in calls]
+for waiter in waiters:
+    waiter.start()
+# Exit only once both wait: their first tries have been refused (attempts counted beside the
+# grant of `held`).
+prefix = key.rsplit(":", 1)[0] if ":" in key else key
+while ferrolock.metrics().get(prefix, {}).get("attempts", 0) < 3:
+    time.sleep(0.01)
+print("exiting", flush=True)
+"""
+    child = Child(code, node.url, key)
+    try:
+        child.expect("exiting")
+        child.expect("waiters ended: True")
+        assert child.wait(15) == 0, "".join(child.err)
+        assert {"acquire_async unwound", "async with unwound"} <= set(child.out), child.out
+        assert not any("Traceback" in line or "NotAcquired" in line for line in child.err), "".join(child.err)
+        assert not node.client().exists(key)
+    finally:
+        child.kill()
+
+
 def test_an_exit_handler_after_ferrolocks_awaits_as_it_blocks(node: RedisNode, key: str) -> None:
     # A handler registered before the import runs after ferrolock's exit: its awaited calls
     # end as the blocking ones do (an acquire is refused, a release finds the lock released),
