@@ -20,6 +20,7 @@ use ferrolock::host::{Cancel, Check, ProcessCount};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::types::PyWeakrefReference;
 use tokio::task::AbortHandle;
 
 use crate::lock::PyLock;
@@ -240,7 +241,14 @@ where
     if SHUTTING_DOWN.load(Ordering::SeqCst) {
         return spawn_polled(event_loop, afut, fut, abort_on_cancel, convert);
     }
-    let (loop_ref, fut_ref) = (event_loop.unbind(), afut.clone().unbind());
+    // The future weakly: held strongly from here, it held the task awaiting it, so a task of a
+    // closed loop was never collected (an `async with` suspended in it kept its lock renewed
+    // for ever, an acquire kept its place in the server queue). Its loop holds it until closed.
+    static KEEP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    KEEP.import(py, "ferrolock._aio", "keep")?
+        .call1((&event_loop, &afut))?;
+    let fut_ref = PyWeakrefReference::new(&afut)?.unbind();
+    let loop_ref = event_loop.unbind();
     let task = ferrolock::runtime::handle().spawn(async move {
         let out = fut.await;
         deliver(loop_ref, fut_ref, out, convert);
@@ -414,7 +422,7 @@ where
 
 /// Hands a finished result to the event loop. Runs on the blocking pool because attaching to
 /// the interpreter may wait for the GIL.
-fn deliver<T, C>(event_loop: Py<PyAny>, afut: Py<PyAny>, out: T, convert: C)
+fn deliver<T, C>(event_loop: Py<PyAny>, afut: Py<PyWeakrefReference>, out: T, convert: C)
 where
     T: Send + 'static,
     C: for<'a> FnOnce(Python<'a>, T) -> PyResult<Py<PyAny>> + Send + 'static,
@@ -424,13 +432,17 @@ where
             Ok(v) => (true, v),
             Err(e) => (false, e.into_value(py).into_any()),
         };
+        let Some(afut) = afut.bind(py).upgrade() else {
+            // Collected with the task awaiting it (its loop closed): nobody will take the lock.
+            abandon(value.bind(py));
+            return;
+        };
         let Ok(settle) = settle_fn(py) else {
             return;
         };
-        let scheduled = event_loop.bind(py).call_method1(
-            "call_soon_threadsafe",
-            (settle, afut.bind(py), ok, value.bind(py)),
-        );
+        let scheduled = event_loop
+            .bind(py)
+            .call_method1("call_soon_threadsafe", (settle, &afut, ok, value.bind(py)));
         if scheduled.is_err() {
             // The loop is closed: nobody will take the lock, so let it go now.
             abandon(value.bind(py));

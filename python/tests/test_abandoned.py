@@ -91,6 +91,82 @@ def test_async_with_in_a_task_of_a_closed_loop_is_released(
 
 
 @pytest.mark.parametrize("new_loop", _loop_factories())
+def test_async_with_awaiting_wait_lost_in_a_task_of_a_closed_loop_is_released(
+    node: RedisNode, key: str, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    # The body of an `interrupt=False` block hears of a loss through `wait_lost()`. The
+    # library's thread that would hand its result to the loop held the loop's future, and so
+    # the suspended task and its block: never collected, the lock was renewed for ever.
+    m = LockManager([node.url], ttl=TTL)
+    try:
+
+        async def body(entered: asyncio.Event) -> None:
+            async with m.lock(key, interrupt=False) as lock:
+                entered.set()
+                await lock.wait_lost()
+
+        loop = new_loop()
+        try:
+
+            async def start() -> asyncio.Task[None]:
+                entered = asyncio.Event()
+                task = asyncio.get_running_loop().create_task(body(entered))
+                await entered.wait()
+                return task
+
+            task = loop.run_until_complete(start())
+            assert not task.done()
+        finally:
+            loop.close()
+        assert node.client().exists(key)
+        del task, loop
+        gc.collect()
+        assert _gone_within(node, key, 2 * TTL), "the abandoned block's lock is still renewed"
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("new_loop", _loop_factories())
+def test_an_awaited_acquire_in_a_task_of_a_closed_loop_leaves_the_queue(
+    node: RedisNode, key: str, new_loop: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    # Nobody can take what it waits for: it kept its place in the server queue (its lease
+    # renewed for ever), and was handed the lock when the holder let go.
+    holder, m = LockManager([node.url], restart_guard=0), LockManager([node.url], restart_guard=0)
+    r = node.client()
+    queue, lease = f"ferrolock:queue:{{{key}}}", f"ferrolock:queue-lease:{{{key}}}"
+    try:
+        held = holder.acquire(key, ttl=30)
+        loop = new_loop()
+        try:
+
+            async def start() -> asyncio.Task[Any]:
+                task = asyncio.get_running_loop().create_task(m.acquire_async(key))
+                deadline = time.monotonic() + 20
+                while r.zcard(queue) == 0:
+                    assert time.monotonic() < deadline, "the acquire never queued"
+                    await asyncio.sleep(0.01)
+                return task
+
+            task = loop.run_until_complete(start())
+            # The waiter's own deadline: its entry goes once its lease runs out, unless renewed.
+            bound = 3 * r.pttl(lease) / 1000
+            assert bound > 0, "no lease on the queue"
+        finally:
+            loop.close()
+        del task, loop
+        gc.collect()
+        deadline = time.monotonic() + bound
+        while r.zcard(queue):
+            assert time.monotonic() < deadline, f"still in the queue {bound:.1f}s after its loop was collected"
+            time.sleep(0.05)
+        assert held.release()
+    finally:
+        holder.close()
+        m.close()
+
+
+@pytest.mark.parametrize("new_loop", _loop_factories())
 def test_async_with_in_a_dropped_task_is_released(
     node: RedisNode, key: str, new_loop: Callable[[], asyncio.AbstractEventLoop]
 ) -> None:

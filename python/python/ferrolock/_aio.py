@@ -8,6 +8,20 @@ from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
+# How long one hold lasts before it is renewed (about 116 days).
+_HOLD = 1e7
+
+
+def keep(loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    """Holds the extension's `future` until it is done, for as long as `loop` runs, by a timer
+    of the loop (renewed). The library thread that settles it holds it only weakly: held
+    strongly from there, it kept the task awaiting it alive after its loop was closed (an
+    `async with` suspended there kept its lock renewed for ever, an acquire waiting there kept
+    its place in the server queue). A loop's close drops its timers, as it drops what waits on
+    its sockets: the task is then collected, as one awaiting any other future of that loop is."""
+    hold = loop.call_later(_HOLD, keep, loop, future)
+    future.add_done_callback(lambda _: hold.cancel())
+
 
 async def wrap(future: asyncio.Future[T]) -> T:
     """Makes the extension's `asyncio.Future` a coroutine, so `asyncio.create_task()` and
@@ -37,6 +51,11 @@ async def until_undone(future: asyncio.Future[Any], cancel: Callable[[], None]) 
     does not cut this short (each step is bounded by the node timeout)."""
     try:
         return await asyncio.shield(future)
+    except GeneratorExit:
+        # Closed without a cancel: the task was collected (its loop closed and gone), and
+        # cannot await. Nobody will take the lock: the acquire stops, undone in the background.
+        cancel()
+        raise
     except asyncio.CancelledError:
         cancel()
         await _uncancellable(future)
