@@ -241,6 +241,44 @@ def test_a_lock_whose_result_is_not_kept_is_released_with_a_warning(
         m.close()
 
 
+def test_an_async_with_of_a_closed_loop_is_released_without_the_collected_warning(
+    node: RedisNode, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Its coroutine is closed with its task (asyncio logs "Task was destroyed but it is
+    # pending!", naming it): nothing of the work it guarded runs on, so the warning for a lock
+    # collected while held ("the work it guards may still be running") would be false.
+    caplog.set_level(logging.WARNING, logger="ferrolock")
+    m = LockManager([node.url], ttl=TTL)
+    try:
+
+        async def body(entered: asyncio.Event) -> None:
+            async with m.lock(key):
+                entered.set()
+                await asyncio.get_running_loop().create_future()
+
+        loop = asyncio.new_event_loop()
+        try:
+
+            async def start() -> asyncio.Task[None]:
+                entered = asyncio.Event()
+                task = asyncio.get_running_loop().create_task(body(entered))
+                await entered.wait()
+                return task
+
+            task = loop.run_until_complete(start())
+        finally:
+            loop.close()
+        del task, loop
+        gc.collect()
+        assert _gone_within(node, key, 2 * TTL), "the abandoned block's lock is still renewed"
+        # A marker warned after it: the log is in order, so the block's warning would be in.
+        m.acquire(key + ":marker")
+        assert _warned(caplog, key + ":marker", 20)
+        assert not _warned(caplog, key, 0), [r.getMessage() for r in caplog.records]
+    finally:
+        m.close()
+
+
 def test_wait_lost_of_a_lock_collected_while_held_is_told_it_was_released(node: RedisNode, key: str) -> None:
     # Work still awaiting `wait_lost()` after its lock's last reference went is told, as for
     # any loss: the lock is released, and the work is no longer guarded.
