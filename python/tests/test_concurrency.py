@@ -4,6 +4,7 @@ one manager, and asyncio tasks; and the GIL is released while waiting."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -449,6 +450,65 @@ def test_an_async_acquire_cancelled_as_it_is_granted_leaves_the_key_free(cluster
     try:
         asyncio.run(main())
     finally:
+        for m in (holder, waiter, other):
+            m.close()
+
+
+def test_an_async_acquire_timed_out_while_nodes_are_paused_leaves_nothing(cluster: list[RedisNode], key: str) -> None:
+    """`asyncio.timeout` around a waiting `async with` whose majority of nodes is paused: the
+    TimeoutError comes (each undo step is bounded by the node timeout), and once the nodes
+    answer again nothing of the waiter is left (no key, no queue entry past its lease), so the
+    holder's release hands the lock to nobody."""
+    urls = [n.url for n in cluster]
+    holder, waiter, other = (LockManager(urls, restart_guard=0) for _ in range(3))
+    clients = [n.client() for n in cluster]
+    queue, lease = f"ferrolock:queue:{{{key}}}", f"ferrolock:queue-lease:{{{key}}}"
+
+    async def main() -> None:
+        held = await holder.acquire_async(key, ttl=30)
+        ttl = 5.0
+        entered = False
+
+        async def wait() -> None:
+            nonlocal entered
+            async with waiter.lock(key, ttl=ttl):
+                entered = True
+
+        task = asyncio.create_task(wait())
+        deadline = time.monotonic() + 20
+        while not all(c.zcard(queue) for c in clients):
+            assert time.monotonic() < deadline, "the waiter never queued everywhere"
+            await asyncio.sleep(0.01)
+        bound = 3 * min(c.pttl(lease) for c in clients) / 1000  # the waiter's own lease
+        cluster[1].pause()
+        cluster[2].pause()
+        # Before the acquire gives up on the silent majority (QuorumUnreachable).
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await task
+        assert not entered
+        for n in cluster[1:]:  # the pause was real, and lasted through the cancel
+            with socket.create_connection(("127.0.0.1", n.port), timeout=5) as probe:
+                probe.settimeout(0.2)
+                probe.sendall(b"PING\r\n")
+                with pytest.raises(TimeoutError):
+                    probe.recv(16)
+        cluster[1].resume()
+        cluster[2].resume()
+        deadline = time.monotonic() + bound
+        while any(c.zcard(queue) for c in clients):
+            assert time.monotonic() < deadline, f"queued still: {[c.zrange(queue, 0, -1) for c in clients]}"
+            await asyncio.sleep(0.05)
+        assert [c.get(key) for c in clients] == [held.token] * 3
+        assert await held.release_async() is True
+        taken = other.acquire(key, wait=0)  # nobody was handed the lock
+        assert taken.release() is True
+
+    try:
+        asyncio.run(main())
+    finally:
+        for n in cluster:
+            n.resume()
         for m in (holder, waiter, other):
             m.close()
 
