@@ -197,6 +197,37 @@ def test_async_with_body_is_cancelled_and_lock_lost_raised(cluster: list[RedisNo
             n.resume()
 
 
+def test_async_code_hears_of_a_deleted_key_before_the_validity_ends(node: RedisNode, key: str) -> None:
+    # Another client deletes the key: an `async with` body is cancelled (LockLost out of the
+    # block, the task's cancellation count restored), a handle's `wait_lost()` resolves, both
+    # before the validity the lock had when the key went ends.
+    async def main() -> None:
+        m = LockManager([node.url], ttl=TTL)
+        seen: dict[str, float] = {}
+        with pytest.raises(LockLost) as info:
+            async with m.lock(key) as lock:
+                assert node.client().delete(key) == 1
+                ends = lock.deadline
+                try:
+                    await asyncio.sleep(3 * TTL)
+                except asyncio.CancelledError:
+                    seen["body"] = time.monotonic()
+                    raise
+        assert seen["body"] < ends, (seen, ends)
+        assert info.value.key == key and asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+        handle = await m.acquire_async(key)
+        waiting = asyncio.ensure_future(handle.wait_lost())
+        await asyncio.sleep(0)
+        assert node.client().delete(key) == 1
+        ends = handle.deadline
+        reason = await asyncio.wait_for(waiting, 3 * TTL)
+        assert time.monotonic() < ends and reason is not None and "token is gone" in reason, reason
+        m.close()
+
+    asyncio.run(main())
+
+
 def test_async_with_interrupt_false_and_wait_lost(node: RedisNode, key: str) -> None:
     async def main() -> None:
         m = LockManager([node.url], ttl=1.0)
