@@ -8,24 +8,24 @@ use tokio::runtime::Handle;
 
 use crate::node::Node;
 use crate::restart_guard::GuardWindow;
+use crate::runtime::Home;
 
 pub(crate) struct Cluster {
     pub nodes: Vec<Node>,
     pub quorum: usize,
     /// The restart guard's window, one for every node (each holds a clone).
     guard_window: GuardWindow,
-    /// `None`: the process runtime, looked up at each use so a forked child uses its own.
-    handle: Option<Handle>,
+    home: Home,
 }
 
 impl Cluster {
-    pub fn new(nodes: Vec<Node>, guard_window: GuardWindow) -> Cluster {
+    pub fn new(nodes: Vec<Node>, guard_window: GuardWindow, home: Home) -> Cluster {
         let quorum = nodes.len() / 2 + 1;
         Cluster {
             nodes,
             quorum,
             guard_window,
-            handle: crate::runtime::ambient(),
+            home,
         }
     }
 
@@ -37,9 +37,6 @@ impl Cluster {
 
     /// Where background work (tasks that outlive a call) is spawned.
     pub fn handle(&self) -> Handle {
-        match &self.handle {
-            Some(h) => h.clone(),
-            None => crate::runtime::runtime().handle().clone(),
-        }
+        self.home.handle()
     }
 }

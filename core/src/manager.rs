@@ -62,14 +62,15 @@ impl LockManager {
         }
         let (urls, from) = options.nodes_in_force()?;
         let root_cert = read_root_cert(&options, &urls)?;
+        let home = crate::runtime::Home::here();
         let (nodes, guard) =
-            open_nodes(&options, &urls, root_cert.as_deref()).map_err(|e| match from {
+            open_nodes(&options, &urls, root_cert.as_deref(), &home).map_err(|e| match from {
                 // The caller wrote no URL: say where the bad one came from.
                 Some(var) => Error::new(e.kind(), format!("{var}: {}", e.message())),
                 None => e,
             })?;
         Ok(LockManager {
-            shared: Arc::new(Shared::new(Cluster::new(nodes, guard), options.lock)),
+            shared: Arc::new(Shared::new(Cluster::new(nodes, guard, home), options.lock)),
         })
     }
 
@@ -311,6 +312,7 @@ fn open_nodes(
     options: &ManagerOptions,
     urls: &[String],
     root_cert: Option<&[u8]>,
+    home: &crate::runtime::Home,
 ) -> Result<(Vec<Node>, GuardWindow)> {
     let shown: Vec<String> = urls.iter().map(|u| crate::node::redact_url(u)).collect();
     if urls.iter().any(|u| u.trim().is_empty()) {
@@ -349,6 +351,7 @@ fn open_nodes(
                 server_ids.clone(),
                 options.sharded_pubsub,
                 connect_timeout,
+                home.clone(),
             )
         })
         .collect::<Result<Vec<Node>>>()?;

@@ -102,6 +102,9 @@ pub(crate) struct Node {
     guard_window: GuardWindow,
     /// Which node answers as which server (shared by the manager's nodes).
     server_ids: ServerIds,
+    /// The runtime the shared connection's driver runs on: the manager's background work
+    /// renews over it while no caller drives its own runtime.
+    home: crate::runtime::Home,
 }
 
 /// What one process knows of a node: a forked child opens its own connection (the parent's
@@ -255,6 +258,7 @@ impl Node {
         server_ids: ServerIds,
         sharded_wanted: bool,
         connect_timeout: Duration,
+        home: crate::runtime::Home,
     ) -> Result<Node> {
         let display = redact_url(url);
         check_control_characters(url, &display)?;
@@ -338,6 +342,7 @@ impl Node {
             silent: AtomicBool::new(false),
             guard_window,
             server_ids,
+            home,
         })
     }
 
@@ -839,7 +844,7 @@ impl Node {
         if let Some((conn, generation)) = self.current() {
             return Ok((conn, generation, Some(turn)));
         }
-        let conn = self.open_connection(timeout).await?;
+        let conn = self.home.within(self.open_connection(timeout)).await?;
         let mut slot = self.local().conn.lock().unwrap_or_else(|p| p.into_inner());
         let generation = next_generation();
         *slot = Some(Slot {
@@ -1862,6 +1867,7 @@ mod tests {
             ServerIds::default(),
             true,
             Duration::from_millis(100),
+            crate::runtime::Home::here(),
         )
     }
 

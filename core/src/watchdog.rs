@@ -179,6 +179,7 @@ impl Core {
 /// ran for a second starts the count again.
 async fn supervised(weak: Weak<Core>) {
     use futures::FutureExt;
+    let mut dropped = Dropped(Some(weak.clone()));
     let mut pause = SUPERVISED_RESTART;
     loop {
         let started = Instant::now();
@@ -186,6 +187,7 @@ async fn supervised(weak: Weak<Core>) {
             .catch_unwind()
             .await
         else {
+            dropped.0 = None;
             return;
         };
         if started.elapsed() >= SUPERVISED_RESTART_MAX {
@@ -198,6 +200,20 @@ async fn supervised(weak: Weak<Core>) {
         );
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(SUPERVISED_RESTART_MAX);
+    }
+}
+
+/// Dropped before it returned, the task was dropped by its runtime's shutdown (the manager's
+/// home, `runtime::Home`, is the runtime the manager was made in): it starts again on the
+/// process runtime, which never shuts down, while its manager lives. Its registry still says
+/// it runs, so nothing else would start it, and its locks expired unrenewed and untold.
+struct Dropped(Option<Weak<Core>>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        if let Some(weak) = self.0.take().filter(|w| w.strong_count() > 0) {
+            crate::runtime::runtime().spawn(supervised(weak));
+        }
     }
 }
 

@@ -53,6 +53,11 @@ mod pending;
 
 pub(crate) use pending::{Pending, settled};
 
+/// Where a manager's background work and shared connections live.
+mod home;
+
+pub(crate) use home::Home;
+
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(std::ptr::null_mut());
 static ATFORK: Once = Once::new();
 

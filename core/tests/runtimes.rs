@@ -1,0 +1,112 @@
+//! A Rust caller's runtimes: a manager made in one runtime and used from another, after the
+//! one it was made in shut down, or from a current-thread runtime that runs only inside its
+//! `block_on`. Its background work (renewals, a dropped lock's release) must go on.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use ferrolock::{LockOptions, LockStatus};
+use ferrolock_testbed::RedisServer;
+use tokio::runtime::{Builder, Runtime};
+use tokio::time::Instant;
+
+fn multi_thread() -> Runtime {
+    Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn current_thread() -> Runtime {
+    Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+fn watched(ttl: Duration) -> LockOptions {
+    LockOptions::default().ttl(ttl)
+}
+
+/// Sleeps (outside any runtime) until `lock`'s deadline at its grant has passed, then checks
+/// that it was renewed meanwhile: still held, its token still on the server.
+fn assert_renewed_past_its_first_deadline(server: &RedisServer, lock: &ferrolock::Lock) {
+    let first_deadline = lock.deadline();
+    std::thread::sleep(first_deadline.saturating_duration_since(Instant::now()) + ms(300));
+    assert_eq!(
+        get(server, lock.key()).as_deref(),
+        Some(lock.token()),
+        "the key expired unrenewed (status {:?})",
+        lock.status()
+    );
+    assert_eq!(lock.status(), LockStatus::Held);
+    assert!(lock.deadline() > first_deadline);
+}
+
+#[test]
+fn a_manager_made_in_a_runtime_that_shut_down_still_renews_its_locks() {
+    let server = RedisServer::start();
+    let made_in = multi_thread();
+    let m = made_in.block_on(async {
+        let m = manager(&[server.url()], watched(Duration::from_secs(1)));
+        // Its connection and watchdog start here.
+        let first = m.acquire("first").await.unwrap();
+        assert!(first.release().await.unwrap());
+        m
+    });
+    drop(made_in);
+    let used_in = multi_thread();
+    let lock = used_in.block_on(m.acquire("later")).unwrap();
+    assert_renewed_past_its_first_deadline(&server, &lock);
+    assert!(used_in.block_on(lock.release()).unwrap());
+}
+
+#[test]
+fn a_lock_held_while_its_managers_runtime_shuts_down_is_still_renewed() {
+    let server = RedisServer::start();
+    let made_in = multi_thread();
+    let (m, lock) = made_in.block_on(async {
+        let m = manager(&[server.url()], watched(Duration::from_secs(1)));
+        let lock = m.acquire("across").await.unwrap();
+        (m, lock)
+    });
+    // Its watchdog ran there, and is dropped with it.
+    drop(made_in);
+    assert_renewed_past_its_first_deadline(&server, &lock);
+    assert!(current_thread().block_on(lock.release()).unwrap());
+    drop(m);
+}
+
+#[test]
+fn a_manager_used_from_a_current_thread_runtime_renews_between_its_block_ons() {
+    let server = RedisServer::start();
+    let rt = current_thread();
+    let m = rt.block_on(async { manager(&[server.url()], watched(Duration::from_secs(1))) });
+    let lock = rt.block_on(m.acquire("between")).unwrap();
+    // The caller works outside `block_on`: nothing drives `rt` meanwhile.
+    assert_renewed_past_its_first_deadline(&server, &lock);
+    assert!(rt.block_on(lock.release()).unwrap());
+}
+
+#[test]
+fn a_lock_dropped_after_its_runtime_shut_down_is_released() {
+    let server = RedisServer::start();
+    let rt = current_thread();
+    let (m, lock) = rt.block_on(async {
+        let m = manager(&[server.url()], watched(Duration::from_secs(20)));
+        let lock = m.acquire("orphan").await.unwrap();
+        (m, lock)
+    });
+    drop(rt);
+    let deadline = lock.deadline();
+    drop(lock);
+    // Released in the background, well before the ttl would have freed the key.
+    while get(&server, "orphan").is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped lock was never released: its key lived out its ttl"
+        );
+        std::thread::sleep(ms(20));
+    }
+    drop(m);
+}
