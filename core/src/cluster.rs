@@ -39,4 +39,9 @@ impl Cluster {
     pub fn handle(&self) -> Handle {
         self.home.handle()
     }
+
+    /// A public call's work, which runs from any executor (see `Home::on_any_executor`).
+    pub async fn on_any_executor<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.home.on_any_executor(work).await
+    }
 }

@@ -865,6 +865,11 @@ impl Lock {
     /// the longer expiry runs down (an extend that ran late, on another connection, must not
     /// cut a lease a later one set; and a reentrant key's other handles count on it).
     pub async fn extend_for(&self, ttl: Duration) -> Result<Duration> {
+        let cluster = &self.inner.shared.cluster;
+        cluster.on_any_executor(self.extend_for_here(ttl)).await
+    }
+
+    async fn extend_for_here(&self, ttl: Duration) -> Result<Duration> {
         let (what, key) = (self.inner.what(), &self.inner.key);
         if self.inner.inherited() {
             return Err(inherited_error(self.inner.what(), key, self.inner.pid));
@@ -991,6 +996,11 @@ impl Lock {
     /// Waits for a renewal in flight. Each node is sent the release once: a release whose
     /// future is dropped still completes, in the background, with the requests already sent.
     pub async fn release(&self) -> Result<bool> {
+        let cluster = &self.inner.shared.cluster;
+        cluster.on_any_executor(self.release_here()).await
+    }
+
+    async fn release_here(&self) -> Result<bool> {
         if self.inner.inherited() {
             return Err(inherited_error(
                 self.inner.what(),

@@ -121,7 +121,13 @@ impl LockManager {
     /// takes over at its own re-check, when its barging bound ends (`BARGE_BOUND_ONE_NODE`
     /// at most).
     pub async fn flush_quiet_releases(&self) {
-        crate::queue::flush(&self.shared.waiters, &self.shared.contention).await;
+        self.shared
+            .cluster
+            .on_any_executor(crate::queue::flush(
+                &self.shared.waiters,
+                &self.shared.contention,
+            ))
+            .await;
     }
 
     /// Tries once (`wait` = 0).
@@ -139,7 +145,8 @@ impl LockManager {
     ///
     /// Dropping the returned future part-way releases whatever it had taken.
     pub async fn acquire_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
-        crate::acquire::acquire(&self.shared, key, None, opts).await
+        self.run(crate::acquire::acquire(&self.shared, key, None, opts))
+            .await
     }
 
     /// Acquires `key` for `owner`, an identity of the caller's choosing (a thread id, an
@@ -151,7 +158,13 @@ impl LockManager {
     /// owner's next outermost acquisition gets a new random owner id, so the hash field is
     /// unique per acquisition. Without `reentrant`, `owner` is ignored.
     pub async fn acquire_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
-        crate::acquire::acquire(&self.shared, key, Some(owner), opts).await
+        self.run(crate::acquire::acquire(
+            &self.shared,
+            key,
+            Some(owner),
+            opts,
+        ))
+        .await
     }
 
     /// Takes the read side of the read-write lock `key` (Redisson's `RReadWriteLock` layout,
@@ -165,13 +178,27 @@ impl LockManager {
 
     /// `read_lock` with `opts`; each call is its own owner (see `read_lock_owned`).
     pub async fn read_lock_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
-        crate::rwlock::acquire(&self.shared, key, None, opts, RwSide::Read).await
+        self.run(crate::rwlock::acquire(
+            &self.shared,
+            key,
+            None,
+            opts,
+            RwSide::Read,
+        ))
+        .await
     }
 
     /// `read_lock` for `owner`: an owner that holds `key`'s read or write lock through this
     /// manager re-enters (a read under its own write lock is a downgrade).
     pub async fn read_lock_owned(&self, key: &str, owner: u64, opts: &LockOptions) -> Result<Lock> {
-        crate::rwlock::acquire(&self.shared, key, Some(owner), opts, RwSide::Read).await
+        self.run(crate::rwlock::acquire(
+            &self.shared,
+            key,
+            Some(owner),
+            opts,
+            RwSide::Read,
+        ))
+        .await
     }
 
     /// Takes the write side of the read-write lock `key` with the manager's default options:
@@ -184,7 +211,14 @@ impl LockManager {
 
     /// `write_lock` with `opts`; each call is its own owner (see `write_lock_owned`).
     pub async fn write_lock_with(&self, key: &str, opts: &LockOptions) -> Result<Lock> {
-        crate::rwlock::acquire(&self.shared, key, None, opts, RwSide::Write).await
+        self.run(crate::rwlock::acquire(
+            &self.shared,
+            key,
+            None,
+            opts,
+            RwSide::Write,
+        ))
+        .await
     }
 
     /// `write_lock` for `owner`: an owner that holds `key`'s write lock re-enters; one that
@@ -196,7 +230,14 @@ impl LockManager {
         owner: u64,
         opts: &LockOptions,
     ) -> Result<Lock> {
-        crate::rwlock::acquire(&self.shared, key, Some(owner), opts, RwSide::Write).await
+        self.run(crate::rwlock::acquire(
+            &self.shared,
+            key,
+            Some(owner),
+            opts,
+            RwSide::Write,
+        ))
+        .await
     }
 
     /// Takes one permit of the semaphore `name`, a pool of `permits` (Redisson's
@@ -219,7 +260,19 @@ impl LockManager {
         count: u32,
         opts: &LockOptions,
     ) -> Result<Lock> {
-        crate::semaphore::acquire(&self.shared, name, permits, count, opts).await
+        self.run(crate::semaphore::acquire(
+            &self.shared,
+            name,
+            permits,
+            count,
+            opts,
+        ))
+        .await
+    }
+
+    /// A call's work, from whatever executor polls it (see `Home::on_any_executor`).
+    async fn run<T>(&self, work: impl Future<Output = T>) -> T {
+        self.shared.cluster.on_any_executor(work).await
     }
 
     /// This manager's client uuid in this process: the first half of a reentrant lock's hash

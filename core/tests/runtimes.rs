@@ -110,3 +110,28 @@ fn a_lock_dropped_after_its_runtime_shut_down_is_released() {
     }
     drop(m);
 }
+
+/// A caller on another executor (`futures::executor::block_on`, async-std, smol): every call
+/// works, waiting included. Before, the first acquire panicked ("there is no reactor running,
+/// must be called from the context of a Tokio 1.x runtime").
+#[test]
+fn a_manager_used_outside_any_tokio_runtime_works() {
+    use futures::executor::block_on;
+    let server = RedisServer::start();
+    let m = manager(&[server.url()], watched(Duration::from_secs(2)));
+    let lock = block_on(m.acquire("no-tokio")).unwrap();
+    assert!(block_on(lock.extend()).unwrap() > Duration::ZERO);
+    // A second acquire waits (timers, the waiters' wake-up) until its wait runs out.
+    let opts = watched(Duration::from_secs(2)).wait(Some(ms(300)));
+    let err = block_on(m.acquire_with("no-tokio", &opts)).unwrap_err();
+    assert_eq!(err.kind(), ferrolock::ErrorKind::NotAcquired, "{err}");
+    assert_renewed_past_its_first_deadline(&server, &lock);
+    let lost = lock.lost();
+    assert!(block_on(lock.release()).unwrap());
+    assert_eq!(block_on(lost), None);
+    assert_eq!(get(&server, "no-tokio"), None);
+    let permit = block_on(m.semaphore("no-tokio-pool", 2)).unwrap();
+    assert!(block_on(permit.release()).unwrap());
+    let read = block_on(m.read_lock("no-tokio-rw")).unwrap();
+    assert!(block_on(read.release()).unwrap());
+}

@@ -79,4 +79,24 @@ impl Home {
         })
         .await
     }
+
+    /// `work`, polled inside this home's runtime whenever its caller polls it from no tokio
+    /// runtime (another executor: `futures::executor::block_on`, smol): the core's timers and
+    /// sockets need one, and tokio panicked without it ("there is no reactor running"). A
+    /// caller on a tokio runtime polls it there, as before.
+    pub async fn on_any_executor<F: Future>(&self, work: F) -> F::Output {
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(|cx| {
+            let handle;
+            let _inside = match Handle::try_current() {
+                Ok(_) => None,
+                Err(_) => {
+                    handle = self.handle();
+                    Some(handle.enter())
+                }
+            };
+            work.as_mut().poll(cx)
+        })
+        .await
+    }
 }
