@@ -502,7 +502,7 @@ async fn release_after_a_script_flush_reloads_its_script_and_deletes() {
     assert_eq!(get(&server, "flushed"), None);
 }
 
-/// The README's Rust example is `core/examples/first_lock.rs` (which `make test` builds) less
+/// The README's Rust example is `core/examples/first_lock.rs` (which `make test` builds and runs: `examples.rs`) less
 /// that file's opening doc comment: an edit to one of them alone left the README's copy
 /// unbuilt, free to stop compiling.
 #[test]
