@@ -740,7 +740,7 @@ impl Lock {
     /// spawned, and outlives the `Lock`.
     /// An inherited handle's future never resolves: the child is never told of its parent's
     /// lock.
-    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static + use<> {
         let inherited = self.inner.inherited();
         let (mut rx, register) = {
             if inherited {

@@ -54,3 +54,24 @@ fn every_call_returns_a_future_that_can_be_spawned() {
     }
     let _ = check;
 }
+
+/// `lost()` owns what it needs, as its doc says: kept (in a struct, sent to another task)
+/// after its `Lock` is dropped or released. Its return type captured the `&self` borrow
+/// (edition 2024's rule for `impl Trait`), so this did not compile: "`lock` does not live
+/// long enough", "cannot move out of `lock` because it is borrowed".
+#[test]
+fn the_lost_future_outlives_its_lock() {
+    fn watch(lock: Lock) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+        let lost = lock.lost();
+        drop(lock);
+        lost
+    }
+    let _ = watch;
+    // The bindings' handle, the same.
+    fn watch_host(lock: ferrolock::host::Lock) -> impl Future<Output = Option<LossReason>> + Send {
+        let lost = lock.lost();
+        drop(lock);
+        lost
+    }
+    let _ = watch_host;
+}

@@ -118,7 +118,7 @@ impl Lock {
 
     /// Resolves with the reason once the lock is lost, or `None` once it is released: the
     /// awaitable form of [`on_lost`](Lock::on_lost).
-    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static {
+    pub fn lost(&self) -> impl Future<Output = Option<LossReason>> + Send + 'static + use<> {
         self.core.lost()
     }
 
