@@ -94,6 +94,10 @@ impl fmt::Display for ErrorKind {
 
 /// The error every public call returns. The message names the key, the node (its URL with
 /// the password redacted) and the offending value where there is one.
+///
+/// The cause (a node's error reply, an I/O error such as "Connection refused") is part of
+/// the message, scrubbed of passwords; `std::error::Error::source` is `None`. So the error
+/// stays `Clone` and `Eq`, and reads the same in every binding, which gets only the message.
 #[derive(Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct Error {
