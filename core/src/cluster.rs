@@ -35,6 +35,10 @@ impl Cluster {
         self.guard_window.cover(lease);
     }
 
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
     /// Where background work (tasks that outlive a call) is spawned.
     pub fn handle(&self) -> Handle {
         self.home.handle()

@@ -177,9 +177,16 @@ impl Core {
 /// it, and its registry still says it runs). The next start is 10 ms later, doubling to 1 s
 /// while it keeps panicking, so that a panic on every scan logs without spinning; one that
 /// ran for a second starts the count again.
-async fn supervised(weak: Weak<Core>) {
+fn supervised(weak: Weak<Core>) -> impl std::future::Future<Output = ()> + Send + 'static {
+    // Made with the future, not at its first poll: a runtime that shuts down before it ever
+    // ran the task drops it unpolled, and the watchdog was then never started again (a lock
+    // taken just before its runtime ended expired unrenewed, still `Held`).
+    let dropped = Dropped(Some(weak.clone()));
+    supervise(weak, dropped)
+}
+
+async fn supervise(weak: Weak<Core>, mut dropped: Dropped) {
     use futures::FutureExt;
-    let mut dropped = Dropped(Some(weak.clone()));
     let mut pause = SUPERVISED_RESTART;
     loop {
         let started = Instant::now();
@@ -211,7 +218,10 @@ struct Dropped(Option<Weak<Core>>);
 
 impl Drop for Dropped {
     fn drop(&mut self) {
-        if let Some(weak) = self.0.take().filter(|w| w.strong_count() > 0) {
+        if let Some(weak) = self.0.take() {
+            let Some(core) = weak.upgrade() else { return };
+            core.cluster.home().runtime_gone();
+            drop(core);
             crate::runtime::runtime().spawn(supervised(weak));
         }
     }

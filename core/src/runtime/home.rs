@@ -1,18 +1,20 @@
 //! Where a manager's background work (the watchdog, the waiters' subscriptions, a dropped
 //! lock's release, clean-up) and its shared connections live.
 //!
-//! The multi-thread runtime the manager was made in, while that runtime runs; otherwise the
-//! process runtime. A current-thread runtime runs its tasks only inside its `block_on`: a
-//! caller that works between two `block_on`s (a sync wrapper's pattern) had its locks
-//! expire unrenewed, still reported `Held`. A runtime that shut down drops its tasks: a
-//! manager made in one `#[tokio::test]` or an earlier runtime had no watchdog left, and a
-//! lock dropped after it was never released.
+//! The runtime the manager was made in, while that runtime runs; otherwise the process
+//! runtime. A runtime that shut down drops its tasks: a manager made in one `#[tokio::test]`
+//! or an earlier runtime had no watchdog left, and a lock dropped after it was never
+//! released. A current-thread runtime stays the home while it runs, though it runs its tasks
+//! only inside its `block_on`: moved to the process runtime from the start, every request
+//! crossed threads twice (sequential acquire + release on one node fell from about 20k to
+//! 6-9k a second, 16 tasks from 38k to 19k); a caller that holds a lock between two
+//! `block_on`s uses a multi-thread runtime (DESIGN.md, "Rust callers' runtimes").
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio::runtime::Handle;
 
 #[derive(Clone)]
 pub(crate) struct Home(Option<Arc<Ambient>>);
@@ -37,12 +39,10 @@ impl Drop for Alive {
 }
 
 impl Home {
-    /// The caller's runtime when it is a multi-thread one (never a blocking caller's own,
-    /// see `ambient`), else the process runtime.
+    /// The caller's runtime (never a blocking caller's own, see `ambient`), else the process
+    /// runtime.
     pub fn here() -> Home {
-        let Some(handle) =
-            super::ambient().filter(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
-        else {
+        let Some(handle) = super::ambient() else {
             return Home(None);
         };
         let alive = Arc::new(AtomicBool::new(true));
@@ -57,6 +57,16 @@ impl Home {
             alive,
             _gone: gone,
         })))
+    }
+
+    /// Says this home's runtime is shutting down, for a task of it that learns so first (one
+    /// dropped unfinished): work started from then on goes to the process runtime, though the
+    /// task that clears `alive` may not have been dropped yet (a connection opened there in
+    /// between was never driven, and the restarted watchdog renewed over it in vain).
+    pub fn runtime_gone(&self) {
+        if let Some(a) = &self.0 {
+            a.alive.store(false, Ordering::Release);
+        }
     }
 
     /// Where to spawn background work now. The process runtime is looked up at each use, so
